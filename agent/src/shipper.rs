@@ -1,0 +1,317 @@
+//! Sends spooled records to the collector in batches and acknowledges them in the spool only
+//! after the collector committed them. Retries with jittered exponential backoff; a batch the
+//! collector refuses as invalid is split until the bad record is isolated, and that record is
+//! set aside in `rejected.jsonl` (kept, not retried forever, never silently lost).
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use railguard_schema::NodeId;
+use railguard_schema::wire::ingest_client::IngestClient;
+use railguard_schema::wire::{self, RecordBatch, RegisterRequest};
+use rand::Rng;
+use tokio::sync::Notify;
+use tonic::Code;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::spool::{PendingBatch, Spool, SpoolError};
+
+/// HTTP/2 flow-control window (the collector uses the same).
+const WINDOW_BYTES: u32 = 8 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShipperError {
+    #[error("collector URL {url:?}: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("the agent token is not valid header text")]
+    Token,
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+    #[error("spool task: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+#[derive(Debug, Clone)]
+pub struct ShipperConfig {
+    pub collector_url: String,
+    pub node_id: NodeId,
+    pub token: String,
+    pub hostname: String,
+    pub batch_records: usize,
+    pub batch_bytes: u64,
+    pub request_timeout: Duration,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+}
+
+impl ShipperConfig {
+    pub fn new(
+        collector_url: impl Into<String>,
+        node_id: NodeId,
+        token: impl Into<String>,
+    ) -> Self {
+        ShipperConfig {
+            collector_url: collector_url.into(),
+            node_id,
+            token: token.into(),
+            hostname: crate::hostname(),
+            batch_records: 1_000,
+            batch_bytes: 4 * 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(30),
+        }
+    }
+}
+
+type Client = IngestClient<InterceptedService<Channel, BearerToken>>;
+
+#[derive(Clone)]
+struct BearerToken(MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+/// Jittered exponential backoff ("full jitter"): a random wait in [min, cap], cap doubling.
+#[derive(Debug)]
+struct Backoff {
+    min: Duration,
+    max: Duration,
+    cap: Duration,
+}
+
+impl Backoff {
+    fn new(min: Duration, max: Duration) -> Self {
+        Backoff { min, max, cap: min }
+    }
+    fn next(&mut self) -> Duration {
+        let wait = rand::rng().random_range(self.min..=self.cap.max(self.min));
+        self.cap = (self.cap * 2).min(self.max);
+        wait
+    }
+    fn reset(&mut self) {
+        self.cap = self.min;
+    }
+}
+
+/// Counters a caller (the CLI, tests) can read while the shipper runs.
+#[derive(Debug, Default)]
+pub struct ShipperStats {
+    pub batches_acked: std::sync::atomic::AtomicU64,
+    pub records_acked: std::sync::atomic::AtomicU64,
+    pub records_rejected: std::sync::atomic::AtomicU64,
+    pub send_failures: std::sync::atomic::AtomicU64,
+}
+
+pub struct Shipper {
+    cfg: ShipperConfig,
+    spool: Arc<Mutex<Spool>>,
+    wake: Arc<Notify>,
+    client: Client,
+    pub stats: Arc<ShipperStats>,
+    /// Register sends this once, if set.
+    pub registration_topology: Option<wire::Record>,
+}
+
+impl Shipper {
+    pub fn new(
+        cfg: ShipperConfig,
+        spool: Arc<Mutex<Spool>>,
+        wake: Arc<Notify>,
+    ) -> Result<Self, ShipperError> {
+        let endpoint = Endpoint::from_shared(cfg.collector_url.clone())
+            .map_err(|source| ShipperError::Url {
+                url: cfg.collector_url.clone(),
+                source,
+            })?
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(cfg.request_timeout)
+            .tcp_nodelay(true)
+            // A batch is ~150 KB; the default 64 KB HTTP/2 windows would add round trips.
+            .initial_stream_window_size(Some(WINDOW_BYTES))
+            .initial_connection_window_size(Some(WINDOW_BYTES));
+        let token = format!("Bearer {}", cfg.token)
+            .parse()
+            .map_err(|_| ShipperError::Token)?;
+        let client = IngestClient::with_interceptor(endpoint.connect_lazy(), BearerToken(token))
+            .max_decoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES);
+        Ok(Shipper {
+            cfg,
+            spool,
+            wake,
+            client,
+            stats: Arc::default(),
+            registration_topology: None,
+        })
+    }
+
+    /// Registers, then ships until `shutdown` fires. Returns early only on a spool error.
+    pub async fn run(
+        mut self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<(), ShipperError> {
+        tokio::pin!(shutdown);
+        let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = self.register(&mut backoff) => {}
+        }
+        let mut reported_drops = 0u64;
+        // Shrinks while isolating a record the collector refuses; grows back after successes.
+        let mut batch_limit = self.cfg.batch_records;
+        loop {
+            let (batch, dropped_total) = {
+                let spool = self.spool.clone();
+                let (limit, bytes) = (batch_limit, self.cfg.batch_bytes);
+                tokio::task::spawn_blocking(move || {
+                    let s = spool.lock().unwrap_or_else(|p| p.into_inner());
+                    s.peek(limit, bytes).map(|b| (b, s.dropped_total()))
+                })
+                .await??
+            };
+            if batch.records.is_empty() && dropped_total <= reported_drops {
+                tokio::select! {
+                    _ = &mut shutdown => return Ok(()),
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                continue;
+            }
+            let n = batch.records.len();
+            let req = RecordBatch {
+                node_id: self.cfg.node_id.to_string(),
+                records: batch.records.clone(),
+                spool_dropped_total: dropped_total,
+            };
+            let result = tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                r = self.client.push_batch(req) => r,
+            };
+            match result {
+                Ok(ack) => {
+                    self.ack(batch.end).await?;
+                    reported_drops = dropped_total;
+                    backoff.reset();
+                    batch_limit = (batch_limit * 2).min(self.cfg.batch_records);
+                    let ack = ack.into_inner();
+                    self.stats
+                        .batches_acked
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.stats
+                        .records_acked
+                        .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(
+                        records = n,
+                        stored = ack.stored,
+                        duplicates = ack.duplicates,
+                        "batch acknowledged"
+                    );
+                }
+                Err(status) if status.code() == Code::InvalidArgument && n > 1 => {
+                    tracing::warn!(records = n, error = %status.message(), "collector refused a batch; splitting it to find the bad record");
+                    batch_limit = (n / 2).max(1);
+                }
+                Err(status) if status.code() == Code::InvalidArgument && n == 1 => {
+                    self.reject(&batch, status.message())?;
+                    self.ack(batch.end).await?;
+                    self.stats
+                        .records_rejected
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(status) => {
+                    self.stats
+                        .send_failures
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let wait = backoff.next();
+                    tracing::warn!(code = ?status.code(), error = %status.message(), retry_in_ms = wait.as_millis() as u64, "sending a batch failed; will retry");
+                    tokio::select! {
+                        _ = &mut shutdown => return Ok(()),
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn register(&mut self, backoff: &mut Backoff) {
+        loop {
+            let req = RegisterRequest {
+                node_id: self.cfg.node_id.to_string(),
+                hostname: self.cfg.hostname.clone(),
+                agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+                topology: self.registration_topology.clone(),
+            };
+            match self.client.register(req).await {
+                Ok(resp) => {
+                    let r = resp.into_inner();
+                    self.cfg.batch_records = self
+                        .cfg
+                        .batch_records
+                        .min(r.max_batch_records.max(1) as usize);
+                    self.cfg.batch_bytes = self.cfg.batch_bytes.min(r.max_batch_bytes / 2).max(1);
+                    tracing::info!(node = %self.cfg.node_id, "registered with the collector");
+                    backoff.reset();
+                    return;
+                }
+                Err(status) => {
+                    let wait = backoff.next();
+                    tracing::warn!(code = ?status.code(), error = %status.message(), retry_in_ms = wait.as_millis() as u64, "registration failed; will retry");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    async fn ack(&self, end: crate::spool::Position) -> Result<(), ShipperError> {
+        let spool = self.spool.clone();
+        tokio::task::spawn_blocking(move || {
+            spool.lock().unwrap_or_else(|p| p.into_inner()).ack(end)
+        })
+        .await??;
+        Ok(())
+    }
+
+    /// Keeps a record the collector will never accept, with the reason, next to the spool.
+    fn reject(&self, batch: &PendingBatch, reason: &str) -> Result<(), ShipperError> {
+        let dir = self
+            .spool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .dir()
+            .to_path_buf();
+        let path = dir.join("rejected.jsonl");
+        let line = serde_json::json!({
+            "reason": reason,
+            "record_hex": batch.records.iter().map(|r| hex(&prost::Message::encode_to_vec(r))).collect::<Vec<_>>(),
+        });
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|source| SpoolError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        writeln!(f, "{line}")
+            .and_then(|_| f.sync_data())
+            .map_err(|source| SpoolError::Io { path, source })?;
+        tracing::error!(reason, "collector refused a record; kept in rejected.jsonl");
+        Ok(())
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

@@ -1,0 +1,412 @@
+//! The on-disk spool: every record the agent makes is appended here (fsync'd) before it is
+//! sent, and leaves only after the collector acknowledged the commit of its batch.
+//!
+//! Layout of the spool directory:
+//! - `seg-<20 digits>.log`: frames `[u32 LE payload length][u32 LE crc32][payload]`, where the
+//!   payload is one protobuf-encoded `railguard.v1.Record`. Segments are append-only and
+//!   rotate at [`SpoolConfig::segment_bytes`].
+//! - `cursor.json`: the first unacknowledged frame (segment, offset) and the cumulative count
+//!   of records dropped because the spool was full. Replaced atomically (write, fsync, rename).
+//!
+//! A torn frame at the end of the newest segment (power loss mid-append) is cut off on open.
+//! When the unacknowledged bytes would exceed [`SpoolConfig::max_bytes`], new records are
+//! refused and counted: the count travels with every batch, so drops are never silent.
+
+mod segment;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+use railguard_schema::wire;
+use segment::{FRAME_HEADER, Frame, Stop, read_frames, segment_name, segment_seq};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    #[error("spool I/O on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("spool cursor {path} is unreadable: {source}")]
+    Cursor {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("a single record of {bytes} bytes can never fit in a spool of {max} bytes")]
+    RecordTooLarge { bytes: u64, max: u64 },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
+    move |source| SpoolError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SpoolConfig {
+    /// Upper bound of unacknowledged bytes on disk.
+    pub max_bytes: u64,
+    /// Segment size at which a new segment file starts.
+    pub segment_bytes: u64,
+}
+
+impl Default for SpoolConfig {
+    fn default() -> Self {
+        SpoolConfig {
+            max_bytes: 256 * 1024 * 1024,
+            segment_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// A place in the spool: a frame boundary.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Position {
+    pub segment: u64,
+    pub offset: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+struct CursorFile {
+    acked: Position,
+    dropped_total: u64,
+}
+
+/// Records read from the spool, not yet acknowledged.
+#[derive(Debug, Default)]
+pub struct PendingBatch {
+    pub records: Vec<wire::Record>,
+    /// Acknowledging the batch moves the cursor here.
+    pub end: Position,
+    pub encoded_bytes: u64,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppendOutcome {
+    pub appended: u64,
+    pub dropped: u64,
+}
+
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    cfg: SpoolConfig,
+    cursor: CursorFile,
+    /// Newest segment and its length.
+    head: Position,
+    head_file: File,
+    /// Bytes from the cursor to the head.
+    unacked_bytes: u64,
+}
+
+impl Spool {
+    pub fn open(dir: &Path, cfg: SpoolConfig) -> Result<Self, SpoolError> {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let cursor_path = dir.join("cursor.json");
+        let cursor = match fs::read(&cursor_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| SpoolError::Cursor {
+                path: cursor_path.clone(),
+                source,
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => CursorFile::default(),
+            Err(e) => return Err(io_err(&cursor_path)(e)),
+        };
+        let mut segments = list_segments(dir)?;
+        let head_seq = segments
+            .last()
+            .copied()
+            .unwrap_or(cursor.acked.segment)
+            .max(cursor.acked.segment);
+        if segments.last() != Some(&head_seq) {
+            segments.push(head_seq);
+        }
+        // Cut a torn tail off the newest segment.
+        let head_path = dir.join(segment_name(head_seq));
+        let valid_len = match File::open(&head_path) {
+            Ok(mut f) => {
+                let mut end = 0;
+                read_frames(&mut f, 0, u64::MAX, usize::MAX, |frame| {
+                    end = frame.next;
+                    true
+                })
+                .map_err(io_err(&head_path))?;
+                end
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(io_err(&head_path)(e)),
+        };
+        let head_file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&head_path)
+            .map_err(io_err(&head_path))?;
+        if head_file.metadata().map_err(io_err(&head_path))?.len() != valid_len {
+            tracing::warn!(segment = %head_path.display(), valid_len, "cutting a torn record off the spool");
+            head_file.set_len(valid_len).map_err(io_err(&head_path))?;
+            head_file.sync_all().map_err(io_err(&head_path))?;
+        }
+        let mut unacked_bytes = 0;
+        for seq in segments
+            .iter()
+            .copied()
+            .filter(|s| *s >= cursor.acked.segment)
+        {
+            let path = dir.join(segment_name(seq));
+            let len = if seq == head_seq {
+                valid_len
+            } else {
+                fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
+            };
+            let from = if seq == cursor.acked.segment {
+                cursor.acked.offset.min(len)
+            } else {
+                0
+            };
+            unacked_bytes += len - from;
+        }
+        let mut spool = Spool {
+            dir: dir.to_path_buf(),
+            cfg,
+            cursor,
+            head: Position {
+                segment: head_seq,
+                offset: valid_len,
+            },
+            head_file,
+            unacked_bytes,
+        };
+        spool.remove_acked_segments()?;
+        Ok(spool)
+    }
+
+    /// Appends records durably (one fsync for the call). Records that do not fit under the
+    /// size bound are dropped and counted.
+    pub fn append(&mut self, records: &[wire::Record]) -> Result<AppendOutcome, SpoolError> {
+        let mut out = AppendOutcome::default();
+        let mut buf = Vec::new();
+        for r in records {
+            let len = r.encoded_len();
+            let frame_len = (FRAME_HEADER + len) as u64;
+            if frame_len > self.cfg.max_bytes {
+                return Err(SpoolError::RecordTooLarge {
+                    bytes: frame_len,
+                    max: self.cfg.max_bytes,
+                });
+            }
+            if self.unacked_bytes + buf.len() as u64 + frame_len > self.cfg.max_bytes {
+                out.dropped += 1;
+                continue;
+            }
+            if self.head.offset + buf.len() as u64 + frame_len > self.cfg.segment_bytes
+                && self.head.offset + (buf.len() as u64) > 0
+            {
+                self.write_head(&buf)?;
+                buf.clear();
+                self.rotate()?;
+            }
+            segment::encode_frame(r, &mut buf);
+            out.appended += 1;
+        }
+        if !buf.is_empty() {
+            self.write_head(&buf)?;
+        }
+        let path = self.head_path();
+        self.head_file.sync_data().map_err(io_err(&path))?;
+        if out.dropped > 0 {
+            self.cursor.dropped_total += out.dropped;
+            self.write_cursor()?;
+            tracing::warn!(
+                dropped = out.dropped,
+                total = self.cursor.dropped_total,
+                "spool full: records dropped"
+            );
+        }
+        Ok(out)
+    }
+
+    fn write_head(&mut self, buf: &[u8]) -> Result<(), SpoolError> {
+        let path = self.head_path();
+        self.head_file.write_all(buf).map_err(io_err(&path))?;
+        self.head.offset += buf.len() as u64;
+        self.unacked_bytes += buf.len() as u64;
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> Result<(), SpoolError> {
+        let path = self.head_path();
+        self.head_file.sync_data().map_err(io_err(&path))?;
+        self.head = Position {
+            segment: self.head.segment + 1,
+            offset: 0,
+        };
+        let path = self.head_path();
+        self.head_file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        sync_dir(&self.dir)
+    }
+
+    fn head_path(&self) -> PathBuf {
+        self.dir.join(segment_name(self.head.segment))
+    }
+
+    /// Reads up to `max_records` / about `max_bytes` (at least one record) of unacknowledged
+    /// records, oldest first. A frame that fails its checksum in an older segment (disk
+    /// corruption) ends that segment with a warning: nothing after it is held hostage.
+    pub fn peek(&self, max_records: usize, max_bytes: u64) -> Result<PendingBatch, SpoolError> {
+        let mut batch = PendingBatch {
+            end: self.cursor.acked,
+            ..Default::default()
+        };
+        let mut pos = self.cursor.acked;
+        loop {
+            let path = self.dir.join(segment_name(pos.segment));
+            let is_head = pos.segment >= self.head.segment;
+            let limit = if is_head { self.head.offset } else { u64::MAX };
+            let stop = match File::open(&path) {
+                Ok(mut f) => {
+                    let want = max_records - batch.records.len();
+                    read_frames(&mut f, pos.offset, limit, want, |Frame { payload, next }| {
+                        if !batch.records.is_empty() && batch.encoded_bytes + payload.len() as u64 > max_bytes {
+                            return false;
+                        }
+                        match wire::Record::decode(payload) {
+                            Ok(r) => batch.records.push(r),
+                            Err(e) => tracing::warn!(segment = %path.display(), error = %e, "skipping an undecodable spooled record"),
+                        }
+                        batch.encoded_bytes += payload.len() as u64;
+                        pos.offset = next;
+                        batch.end = pos;
+                        true
+                    })
+                    .map_err(io_err(&path))?
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Stop::End,
+                Err(e) => return Err(io_err(&path)(e)),
+            };
+            if stop == Stop::Enough || is_head {
+                return Ok(batch);
+            }
+            let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            if pos.offset < len {
+                tracing::warn!(segment = %path.display(), offset = pos.offset, "corrupt frame in the spool; skipping the rest of this segment");
+            }
+            pos = Position {
+                segment: pos.segment + 1,
+                offset: 0,
+            };
+            batch.end = pos;
+        }
+    }
+
+    /// Marks everything before `end` as stored by the collector.
+    pub fn ack(&mut self, end: Position) -> Result<(), SpoolError> {
+        if end <= self.cursor.acked {
+            return Ok(());
+        }
+        let end = end.min(self.head);
+        let before = self.bytes_between(self.cursor.acked, end);
+        self.cursor.acked = end;
+        self.write_cursor()?;
+        self.unacked_bytes = self.unacked_bytes.saturating_sub(before);
+        self.remove_acked_segments()
+    }
+
+    fn bytes_between(&self, from: Position, to: Position) -> u64 {
+        if from.segment == to.segment {
+            return to.offset.saturating_sub(from.offset);
+        }
+        let mut total = 0;
+        for seq in from.segment..=to.segment {
+            let len = fs::metadata(self.dir.join(segment_name(seq)))
+                .map(|m| m.len())
+                .unwrap_or(0);
+            total += match seq {
+                s if s == from.segment => len.saturating_sub(from.offset),
+                s if s == to.segment => to.offset,
+                _ => len,
+            };
+        }
+        total
+    }
+
+    fn remove_acked_segments(&mut self) -> Result<(), SpoolError> {
+        for seq in list_segments(&self.dir)? {
+            if seq < self.cursor.acked.segment {
+                let path = self.dir.join(segment_name(seq));
+                fs::remove_file(&path).map_err(io_err(&path))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_cursor(&self) -> Result<(), SpoolError> {
+        let path = self.dir.join("cursor.json");
+        let tmp = self.dir.join("cursor.json.tmp");
+        let bytes = serde_json::to_vec(&self.cursor).map_err(|source| SpoolError::Cursor {
+            path: path.clone(),
+            source,
+        })?;
+        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+        f.write_all(&bytes).map_err(io_err(&tmp))?;
+        f.sync_data().map_err(io_err(&tmp))?;
+        fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        sync_dir(&self.dir)
+    }
+
+    /// Records dropped because the spool was full, since the spool was created.
+    pub fn dropped_total(&self) -> u64 {
+        self.cursor.dropped_total
+    }
+
+    /// Bytes appended and not yet acknowledged.
+    pub fn unacked_bytes(&self) -> u64 {
+        self.unacked_bytes
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn is_drained(&self) -> bool {
+        self.cursor.acked >= self.head
+    }
+}
+
+fn list_segments(dir: &Path) -> Result<Vec<u64>, SpoolError> {
+    let mut v: Vec<u64> = fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .filter_map(Result::ok)
+        .filter_map(|e| segment_seq(e.file_name().to_str()?))
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))
+}
+
+#[cfg(test)]
+mod tests;

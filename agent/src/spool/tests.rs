@@ -1,0 +1,155 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use railguard_schema::{Record, RecordBody, SignalEvent, SignalKind, SignalSource};
+
+fn rec(i: u64) -> wire::Record {
+    Record::now(RecordBody::Signal(SignalEvent {
+        source: SignalSource::Agent,
+        kind: SignalKind::AgentSpoolDrops,
+        bdf: None,
+        gpu: None,
+        nic: String::new(),
+        summary: format!("record {i}"),
+        attrs: Default::default(),
+    }))
+    .into()
+}
+
+fn summaries(b: &PendingBatch) -> Vec<String> {
+    b.records
+        .iter()
+        .map(|r| match &r.body {
+            Some(wire::record::Body::Signal(s)) => s.summary.clone(),
+            _ => panic!("unexpected body"),
+        })
+        .collect()
+}
+
+fn small() -> SpoolConfig {
+    SpoolConfig {
+        max_bytes: 1 << 20,
+        segment_bytes: 1024,
+    }
+}
+
+#[test]
+fn append_peek_ack_across_segments_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Spool::open(dir.path(), small()).unwrap();
+    let recs: Vec<_> = (0..100).map(rec).collect();
+    assert_eq!(
+        s.append(&recs).unwrap(),
+        AppendOutcome {
+            appended: 100,
+            dropped: 0
+        }
+    );
+    assert!(
+        list_segments(dir.path()).unwrap().len() > 3,
+        "small segments rotate"
+    );
+
+    let b = s.peek(30, u64::MAX).unwrap();
+    assert_eq!(
+        summaries(&b),
+        (0..30).map(|i| format!("record {i}")).collect::<Vec<_>>()
+    );
+    s.ack(b.end).unwrap();
+    // Re-peeking without ack returns the same records again.
+    let b2 = s.peek(10, u64::MAX).unwrap();
+    assert_eq!(summaries(&b2)[0], "record 30");
+    drop(s);
+
+    // Reopen: resumes after the acked cursor, nothing lost, nothing repeated.
+    let mut s = Spool::open(dir.path(), small()).unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let b = s.peek(7, u64::MAX).unwrap();
+        if b.records.is_empty() {
+            break;
+        }
+        seen.extend(summaries(&b));
+        s.ack(b.end).unwrap();
+    }
+    assert_eq!(
+        seen,
+        (30..100).map(|i| format!("record {i}")).collect::<Vec<_>>()
+    );
+    assert!(s.is_drained());
+    assert_eq!(s.unacked_bytes(), 0);
+    assert!(
+        list_segments(dir.path()).unwrap().len() <= 1,
+        "acked segments are deleted"
+    );
+}
+
+#[test]
+fn torn_tail_is_cut_and_appends_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Spool::open(dir.path(), SpoolConfig::default()).unwrap();
+    s.append(&[rec(1), rec(2)]).unwrap();
+    drop(s);
+    let seg = dir.path().join(segment_name(0));
+    let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
+    f.write_all(&[200, 0, 0, 0, 1, 2, 3, 4, 9, 9]).unwrap(); // half a frame
+    drop(f);
+    let mut s = Spool::open(dir.path(), SpoolConfig::default()).unwrap();
+    s.append(&[rec(3)]).unwrap();
+    let b = s.peek(100, u64::MAX).unwrap();
+    assert_eq!(summaries(&b), ["record 1", "record 2", "record 3"]);
+}
+
+#[test]
+fn a_full_spool_drops_new_records_and_counts_them_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = (FRAME_HEADER + rec(0).encoded_len()) as u64;
+    let cfg = SpoolConfig {
+        max_bytes: one * 10 + one / 2,
+        segment_bytes: 1 << 20,
+    };
+    let mut s = Spool::open(dir.path(), cfg.clone()).unwrap();
+    let out = s.append(&(0..15).map(rec).collect::<Vec<_>>()).unwrap();
+    assert_eq!(
+        out,
+        AppendOutcome {
+            appended: 10,
+            dropped: 5
+        }
+    );
+    assert_eq!(s.dropped_total(), 5);
+    drop(s);
+    let mut s = Spool::open(dir.path(), cfg).unwrap();
+    assert_eq!(s.dropped_total(), 5, "the drop count survives a restart");
+    // Acking frees room again.
+    let b = s.peek(4, u64::MAX).unwrap();
+    s.ack(b.end).unwrap();
+    assert_eq!(
+        s.append(&(0..5).map(rec).collect::<Vec<_>>()).unwrap(),
+        AppendOutcome {
+            appended: 4,
+            dropped: 1
+        }
+    );
+    assert_eq!(s.dropped_total(), 6);
+}
+
+#[test]
+fn byte_budget_limits_a_batch_but_never_below_one_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Spool::open(dir.path(), SpoolConfig::default()).unwrap();
+    s.append(&(0..10).map(rec).collect::<Vec<_>>()).unwrap();
+    let b = s.peek(100, 1).unwrap();
+    assert_eq!(b.records.len(), 1);
+    let one = rec(0).encoded_len() as u64;
+    let b = s.peek(100, one * 3 + 1).unwrap();
+    assert_eq!(b.records.len(), 3);
+}
+
+#[test]
+fn garbage_cursor_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("cursor.json"), b"{not json").unwrap();
+    let e = Spool::open(dir.path(), SpoolConfig::default()).unwrap_err();
+    assert!(e.to_string().contains("cursor"), "{e}");
+}

@@ -1,0 +1,169 @@
+//! The gRPC ingest service: authenticate, validate the whole batch, store it in one
+//! transaction, acknowledge after commit.
+
+pub mod auth;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use railguard_schema::limits::{MAX_BATCH_RECORDS, MAX_MESSAGE_BYTES};
+use railguard_schema::wire::ingest_server::{Ingest, IngestServer};
+use railguard_schema::wire::{self, BatchAck, RecordBatch, RegisterRequest, RegisterResponse};
+use railguard_schema::{NodeId, Record, WireError};
+use tonic::{Request, Response, Status};
+
+use crate::store::{Store, StoreError};
+use auth::{AuthenticatedNode, Credentials};
+
+/// Counters the collector exports about its own ingest.
+#[derive(Debug, Default)]
+pub struct IngestStats {
+    pub batches_committed: AtomicU64,
+    pub records_stored: AtomicU64,
+    pub records_duplicate: AtomicU64,
+    pub batches_rejected: AtomicU64,
+    pub batches_failed: AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+pub struct IngestService {
+    store: Store,
+    stats: Arc<IngestStats>,
+}
+
+impl IngestService {
+    pub fn new(store: Store, stats: Arc<IngestStats>) -> Self {
+        IngestService { store, stats }
+    }
+
+    /// The service wrapped with authentication and message-size limits, ready for a router.
+    pub fn into_server(
+        self,
+        creds: Arc<Credentials>,
+    ) -> tonic::service::interceptor::InterceptedService<
+        IngestServer<IngestService>,
+        impl tonic::service::Interceptor + Clone,
+    > {
+        let server = IngestServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        tonic::service::interceptor::InterceptedService::new(server, move |req| {
+            creds.authenticate(req)
+        })
+    }
+}
+
+/// The node a request may write as: the authenticated one, and only if the message names it.
+#[allow(clippy::result_large_err)] // tonic::Status is what handlers return
+fn writer<T>(req: &Request<T>, claimed: &str) -> Result<NodeId, Status> {
+    let AuthenticatedNode(node) = req
+        .extensions()
+        .get::<AuthenticatedNode>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("no credentials"))?;
+    if claimed != node.as_str() {
+        return Err(Status::permission_denied(format!(
+            "this credential belongs to node {node:?}; it cannot write as {:?}",
+            claimed.chars().take(128).collect::<String>()
+        )));
+    }
+    Ok(node)
+}
+
+fn invalid(i: usize, id: &str, e: WireError) -> Status {
+    Status::invalid_argument(format!(
+        "record {i} (id {:?}): {e}; nothing of this batch was stored",
+        id.chars().take(64).collect::<String>()
+    ))
+}
+
+fn store_status(e: StoreError) -> Status {
+    // Logged in full here; the agent gets a retryable status without internals.
+    tracing::error!(error = %e, "storing a batch failed");
+    Status::unavailable("the collector could not commit this batch; retry later")
+}
+
+#[tonic::async_trait]
+impl Ingest for IngestService {
+    async fn register(
+        &self,
+        req: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterResponse>, Status> {
+        let node = writer(&req, &req.get_ref().node_id)?;
+        let r = req.into_inner();
+        let hostname = railguard_schema::convert::text("hostname", r.hostname)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let version = railguard_schema::convert::text("agent_version", r.agent_version)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let topology = match r.topology {
+            Some(t) => {
+                let id = t.id.clone();
+                Some(Record::try_from(t).map_err(|e| invalid(0, &id, e))?)
+            }
+            None => None,
+        };
+        let dropped = self
+            .store
+            .register_node(&node, &hostname, &version)
+            .await
+            .map_err(store_status)?;
+        if let Some(t) = topology {
+            self.store
+                .ingest(&node, vec![t], 0)
+                .await
+                .map_err(store_status)?;
+        }
+        tracing::info!(%node, %hostname, agent_version = %version, "node registered");
+        Ok(Response::new(RegisterResponse {
+            max_batch_records: MAX_BATCH_RECORDS as u32,
+            max_batch_bytes: MAX_MESSAGE_BYTES as u64,
+            spool_dropped_total: dropped,
+        }))
+    }
+
+    async fn push_batch(&self, req: Request<RecordBatch>) -> Result<Response<BatchAck>, Status> {
+        let node = writer(&req, &req.get_ref().node_id)?;
+        let batch = req.into_inner();
+        if batch.records.len() > MAX_BATCH_RECORDS {
+            self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(Status::invalid_argument(format!(
+                "batch has {} records; the limit is {MAX_BATCH_RECORDS}",
+                batch.records.len()
+            )));
+        }
+        // Validate everything before touching the database: a batch is stored whole or not at all.
+        let mut records = Vec::with_capacity(batch.records.len());
+        for (i, r) in batch.records.into_iter().enumerate() {
+            let id = r.id.clone();
+            match Record::try_from(r) {
+                Ok(rec) => records.push(rec),
+                Err(e) => {
+                    self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);
+                    return Err(invalid(i, &id, e));
+                }
+            }
+        }
+        let outcome = match self
+            .store
+            .ingest(&node, records, batch.spool_dropped_total)
+            .await
+        {
+            Ok(o) => o,
+            Err(e) => {
+                self.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(store_status(e));
+            }
+        };
+        self.stats.batches_committed.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .records_stored
+            .fetch_add(outcome.stored, Ordering::Relaxed);
+        self.stats
+            .records_duplicate
+            .fetch_add(outcome.duplicates, Ordering::Relaxed);
+        Ok(Response::new(wire::BatchAck {
+            stored: u32::try_from(outcome.stored).unwrap_or(u32::MAX),
+            duplicates: u32::try_from(outcome.duplicates).unwrap_or(u32::MAX),
+        }))
+    }
+}

@@ -1,0 +1,345 @@
+//! A private PostgreSQL cluster run from the machine's own binaries (`initdb`, `pg_ctl`).
+//!
+//! Used by the collector when `DATABASE_URL` is unset, by the demo, and by every test that
+//! needs a database. It listens on a Unix socket inside its data directory only (no TCP), so
+//! parallel clusters never collide and nothing is reachable from the network. Postgres refuses
+//! to run as root; when we are root the cluster runs as an unprivileged user (`nobody` unless
+//! `RAILGUARD_PG_USER` names another).
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sqlx::postgres::PgConnectOptions;
+
+/// The database user and database name inside a private cluster.
+pub const SUPERUSER: &str = "railguard";
+pub const DATABASE_NAME: &str = "railguard";
+const PORT: u16 = 5432; // only names the socket file: .s.PGSQL.5432 inside the data dir
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(
+        "no PostgreSQL server binaries found (looked at $RAILGUARD_PG_BINDIR, `pg_config --bindir`, \
+         /usr/lib/postgresql/*/bin and $PATH): install them (Debian/Ubuntu: `apt-get install postgresql`), \
+         or set DATABASE_URL to an existing database"
+    )]
+    BinariesNotFound,
+    #[error(
+        "unprivileged user {user:?} to run postgres as (we are root) does not exist; set RAILGUARD_PG_USER"
+    )]
+    NoUser { user: String },
+    #[error(
+        "{path} is not reachable by user {user:?} (a parent directory lacks o+x); choose a data dir under /var/lib or /tmp"
+    )]
+    NotTraversable { path: PathBuf, user: String },
+    #[error("{what} failed: {stderr}")]
+    Command { what: String, stderr: String },
+    #[error("I/O on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A running private cluster. Dropping it does not stop it; call [`PrivateCluster::stop`]
+/// (the collector does on shutdown). A cluster left running by a killed process is reused by
+/// the next [`PrivateCluster::start`] on the same directory.
+#[derive(Debug)]
+pub struct PrivateCluster {
+    bin_dir: PathBuf,
+    data_dir: PathBuf,
+    run_as: Option<(u32, u32)>,
+    user_name: String,
+}
+
+impl PrivateCluster {
+    /// Initialises `data_dir` if it is empty and starts the server. `durable = false` turns off
+    /// fsync, for throwaway test databases only; the collector and the benchmarks run durable.
+    pub fn start(data_dir: &Path, durable: bool) -> Result<Self, ClusterError> {
+        let bin_dir = find_bindir()?;
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ClusterError::Io { path, source }
+        };
+        std::fs::create_dir_all(data_dir).map_err(io(data_dir))?;
+        let data_dir = data_dir.canonicalize().map_err(io(data_dir))?;
+        let (run_as, user_name) = unprivileged_user()?;
+        if let Some((uid, gid)) = run_as {
+            check_traversable(&data_dir, &user_name)?;
+            nix::unistd::chown(&data_dir, Some(uid.into()), Some(gid.into())).map_err(|e| {
+                ClusterError::Io {
+                    path: data_dir.clone(),
+                    source: e.into(),
+                }
+            })?;
+        }
+        std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(io(&data_dir))?;
+        let cluster = PrivateCluster {
+            bin_dir,
+            data_dir,
+            run_as,
+            user_name,
+        };
+        if !cluster.data_dir.join("PG_VERSION").exists() {
+            cluster.initdb()?;
+        }
+        cluster.write_config(durable)?;
+        if !cluster.is_running() {
+            // A crashed server leaves postmaster.pid behind; pg_ctl handles a stale one.
+            cluster.pg_ctl(&["start", "-w", "-t", "60", "-l", "server.log"])?;
+        }
+        Ok(cluster)
+    }
+
+    fn initdb(&self) -> Result<(), ClusterError> {
+        let out = self
+            .command("initdb")
+            .args([
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-instructions",
+            ])
+            .arg(format!("--username={SUPERUSER}"))
+            .arg("-D")
+            .arg(&self.data_dir)
+            .output();
+        check("initdb", out)?;
+        Ok(())
+    }
+
+    fn write_config(&self, durable: bool) -> Result<(), ClusterError> {
+        // postgresql.auto.conf is read last; we own it entirely.
+        let conf = format!(
+            "# written by railguard-collector\nlisten_addresses = ''\nunix_socket_directories = '{dir}'\n\
+             unix_socket_permissions = 0700\nport = {PORT}\nfsync = {fsync}\nsynchronous_commit = {fsync}\n\
+             full_page_writes = {fsync}\nmax_connections = 200\nshared_buffers = 128MB\nlogging_collector = off\n",
+            dir = self.data_dir.display(),
+            fsync = if durable { "on" } else { "off" },
+        );
+        let path = self.data_dir.join("postgresql.auto.conf");
+        std::fs::write(&path, conf).map_err(|source| ClusterError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        if let Some((uid, gid)) = self.run_as {
+            nix::unistd::chown(&path, Some(uid.into()), Some(gid.into())).map_err(|e| {
+                ClusterError::Io {
+                    path,
+                    source: e.into(),
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    fn is_running(&self) -> bool {
+        self.command("pg_ctl")
+            .arg("status")
+            .arg("-D")
+            .arg(&self.data_dir)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<Output, ClusterError> {
+        let out = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(args)
+            .output();
+        check(
+            &format!("pg_ctl {}", args.first().copied().unwrap_or("")),
+            out,
+        )
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(self.bin_dir.join(program));
+        cmd.current_dir(&self.data_dir);
+        // Keep the collector's own settings away from the server (PGDATA, PGPORT, ...).
+        for (k, _) in std::env::vars_os() {
+            if k.to_str().is_some_and(|k| k.starts_with("PG")) {
+                cmd.env_remove(k);
+            }
+        }
+        if let Some((uid, gid)) = self.run_as {
+            cmd.uid(uid)
+                .gid(gid)
+                .env("HOME", &self.data_dir)
+                .env("USER", &self.user_name);
+        }
+        cmd
+    }
+
+    /// Stops the server (fast shutdown: open transactions roll back).
+    pub fn stop(&self) -> Result<(), ClusterError> {
+        if self.is_running() {
+            self.pg_ctl(&["stop", "-w", "-m", "fast"])?;
+        }
+        Ok(())
+    }
+
+    /// Restarts the server; clients see their connections drop, as in a real Postgres restart.
+    pub fn restart(&self) -> Result<(), ClusterError> {
+        self.pg_ctl(&["restart", "-w", "-m", "fast", "-l", "server.log"])?;
+        Ok(())
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Connection options for `database` over the cluster's Unix socket.
+    pub fn connect_options(&self, database: &str) -> PgConnectOptions {
+        PgConnectOptions::new()
+            .host(&self.data_dir.to_string_lossy())
+            .port(PORT)
+            .username(SUPERUSER)
+            .database(database)
+    }
+
+    /// A `postgresql://` URL (socket directory in the query), understood by psql and sqlx.
+    pub fn url(&self, database: &str) -> String {
+        format!(
+            "postgresql:///{database}?host={}&port={PORT}&user={SUPERUSER}",
+            self.data_dir.display()
+        )
+    }
+
+    /// Creates `name` (if missing) from the `postgres` maintenance database.
+    pub async fn create_database(&self, name: &str) -> Result<(), sqlx::Error> {
+        use sqlx::{Connection, Executor};
+        let mut conn = sqlx::PgConnection::connect_with(&self.connect_options("postgres")).await?;
+        let exists: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+                .bind(name)
+                .fetch_optional(&mut conn)
+                .await?;
+        if exists.is_none() {
+            // CREATE DATABASE takes no bind parameters; quote_ident() makes the name safe.
+            let quoted: String = sqlx::query_scalar("SELECT quote_ident($1)")
+                .bind(name)
+                .fetch_one(&mut conn)
+                .await?;
+            conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {quoted}")))
+                .await?;
+        }
+        conn.close().await
+    }
+}
+
+fn check(what: &str, out: std::io::Result<Output>) -> Result<Output, ClusterError> {
+    match out {
+        Ok(o) if o.status.success() => Ok(o),
+        Ok(o) => Err(ClusterError::Command {
+            what: what.to_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr)
+                .trim()
+                .chars()
+                .take(2000)
+                .collect(),
+        }),
+        Err(e) => Err(ClusterError::Command {
+            what: what.to_owned(),
+            stderr: e.to_string(),
+        }),
+    }
+}
+
+/// Finds the directory holding `initdb` and `pg_ctl`.
+pub fn find_bindir() -> Result<PathBuf, ClusterError> {
+    let has_tools = |d: &Path| d.join("initdb").is_file() && d.join("pg_ctl").is_file();
+    if let Some(d) = std::env::var_os("RAILGUARD_PG_BINDIR").map(PathBuf::from) {
+        return if has_tools(&d) {
+            Ok(d)
+        } else {
+            Err(ClusterError::BinariesNotFound)
+        };
+    }
+    if let Ok(o) = Command::new("pg_config").arg("--bindir").output() {
+        let d = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+        if o.status.success() && has_tools(&d) {
+            return Ok(d);
+        }
+    }
+    // Debian keeps server binaries out of $PATH, one directory per major version: take the newest.
+    if let Ok(rd) = std::fs::read_dir("/usr/lib/postgresql") {
+        let mut versions: Vec<(u32, PathBuf)> = rd
+            .filter_map(Result::ok)
+            .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+            .filter(|(_, d)| has_tools(d))
+            .collect();
+        versions.sort();
+        if let Some((_, d)) = versions.pop() {
+            return Ok(d);
+        }
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .find(|d| has_tools(d))
+        .and_then(|d| {
+            std::fs::canonicalize(d.join("initdb"))
+                .ok()?
+                .parent()
+                .map(Path::to_path_buf)
+        })
+        .filter(|d| has_tools(d))
+        .ok_or(ClusterError::BinariesNotFound)
+}
+
+fn unprivileged_user() -> Result<(Option<(u32, u32)>, String), ClusterError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok((None, std::env::var("USER").unwrap_or_default()));
+    }
+    let name = std::env::var("RAILGUARD_PG_USER").unwrap_or_else(|_| "nobody".to_owned());
+    match nix::unistd::User::from_name(&name) {
+        Ok(Some(u)) => Ok((Some((u.uid.as_raw(), u.gid.as_raw())), name)),
+        _ => Err(ClusterError::NoUser { user: name }),
+    }
+}
+
+fn check_traversable(dir: &Path, user: &str) -> Result<(), ClusterError> {
+    for anc in dir.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(anc) else {
+            continue;
+        };
+        if meta.permissions().mode() & 0o001 == 0 {
+            return Err(ClusterError::NotTraversable {
+                path: anc.to_path_buf(),
+                user: user.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn url_points_at_the_socket_directory() {
+        let c = PrivateCluster {
+            bin_dir: "/x".into(),
+            data_dir: "/tmp/rg data/pg".into(),
+            run_as: None,
+            user_name: String::new(),
+        };
+        let opts: PgConnectOptions = c.url("railguard").parse().unwrap();
+        assert_eq!(
+            opts.get_socket().map(|p| p.as_path()),
+            Some(Path::new("/tmp/rg data/pg"))
+        );
+        assert_eq!(opts.get_username(), SUPERUSER);
+        assert_eq!(opts.get_database(), Some("railguard"));
+    }
+}

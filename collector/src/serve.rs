@@ -1,0 +1,104 @@
+//! Wiring: database, credentials, gRPC server, shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::ingest::auth::Credentials;
+use crate::ingest::{IngestService, IngestStats};
+use crate::pg::{self, PrivateCluster};
+use crate::store::Store;
+
+#[derive(Debug, Clone)]
+pub enum DatabaseConfig {
+    /// An existing database.
+    Url(String),
+    /// A private cluster in this directory, started and stopped with the collector.
+    Private { data_dir: PathBuf },
+}
+
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub grpc_listen: SocketAddr,
+    pub database: DatabaseConfig,
+    pub credentials: PathBuf,
+}
+
+/// Runs the collector until `shutdown` resolves.
+pub async fn serve(
+    cfg: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let creds = Credentials::load(&cfg.credentials)?;
+    if creds.is_empty() {
+        anyhow::bail!(
+            "{} holds no agent credentials: no agent could write",
+            cfg.credentials.display()
+        );
+    }
+    let (opts, cluster) = match &cfg.database {
+        DatabaseConfig::Url(url) => (
+            url.parse()
+                .context("DATABASE_URL is not a valid Postgres URL")?,
+            None,
+        ),
+        DatabaseConfig::Private { data_dir } => {
+            let dir = data_dir.join("postgres");
+            let cluster =
+                tokio::task::spawn_blocking(move || PrivateCluster::start(&dir, true)).await??;
+            tracing::info!(url = %cluster.url(pg::DATABASE_NAME), "private Postgres cluster running");
+            cluster.create_database(pg::DATABASE_NAME).await?;
+            (cluster.connect_options(pg::DATABASE_NAME), Some(cluster))
+        }
+    };
+    let result = async {
+        let pool = pg::connect_and_migrate(opts, 16)
+            .await
+            .context("connecting to Postgres and migrating")?;
+        let listener = TcpListener::bind(cfg.grpc_listen)
+            .await
+            .with_context(|| format!("binding {}", cfg.grpc_listen))?;
+        tracing::info!(grpc = %listener.local_addr()?, nodes = creds.len(), "collector serving");
+        serve_grpc(
+            listener,
+            Store::new(pool),
+            Arc::new(creds),
+            Arc::default(),
+            shutdown,
+        )
+        .await
+    }
+    .await;
+    if let Some(cluster) = cluster {
+        tracing::info!("stopping the private Postgres cluster");
+        tokio::task::spawn_blocking(move || cluster.stop()).await??;
+    }
+    result
+}
+
+/// HTTP/2 flow-control window for ingest connections (agents use the same).
+pub const WINDOW_BYTES: u32 = 8 * 1024 * 1024;
+
+/// Serves the ingest gRPC service on `listener` until `shutdown` resolves.
+pub async fn serve_grpc(
+    listener: TcpListener,
+    store: Store,
+    creds: Arc<Credentials>,
+    stats: Arc<IngestStats>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        // A 1,000-record batch is ~150 KB: HTTP/2's default 64 KB windows would cost round trips.
+        .initial_stream_window_size(Some(WINDOW_BYTES))
+        .initial_connection_window_size(Some(WINDOW_BYTES))
+        .tcp_nodelay(true)
+        .add_service(IngestService::new(store, stats).into_server(creds))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .context("gRPC server")
+}

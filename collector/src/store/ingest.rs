@@ -1,0 +1,412 @@
+//! Writing a batch: validate first (done by the caller), then one transaction, idempotent on
+//! record ids. The caller acknowledges to the agent only after [`Store::ingest`] returns Ok,
+//! which is after COMMIT.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, NaiveDate, Utc};
+use railguard_schema::{
+    NodeId, ProbeResult, Record, RecordBody, SignalEvent, SignalKind, SignalSource,
+    TopologySnapshot,
+};
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use super::Store;
+use super::partitions::HistoryTable;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("encoding {what} as JSON: {source}")]
+    Json {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// What a committed batch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IngestOutcome {
+    /// Records written for the first time.
+    pub stored: u64,
+    /// Records already present (a retried batch).
+    pub duplicates: u64,
+}
+
+fn i64_sat(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn i32_sat(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+/// Namespace for ids the collector derives itself (spool-drop events), so they are idempotent too.
+const DERIVED_ID_NAMESPACE: Uuid = Uuid::from_u128(0x5a1d_7a3e_0b1e_4c3a_9f00_7261_696c_6764);
+
+impl Store {
+    /// Creates or refreshes a node's row.
+    pub async fn register_node(
+        &self,
+        node: &NodeId,
+        hostname: &str,
+        agent_version: &str,
+    ) -> Result<u64, StoreError> {
+        let dropped: i64 = sqlx::query_scalar(
+            "INSERT INTO nodes (node_id, hostname, agent_version) VALUES ($1, $2, $3)
+             ON CONFLICT (node_id) DO UPDATE
+                SET hostname = EXCLUDED.hostname, agent_version = EXCLUDED.agent_version, last_seen = now()
+             RETURNING spool_dropped_total",
+        )
+        .bind(node.as_str())
+        .bind(hostname)
+        .bind(agent_version)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(u64::try_from(dropped).unwrap_or(0))
+    }
+
+    /// Stores one validated batch for `node` in one transaction.
+    pub async fn ingest(
+        &self,
+        node: &NodeId,
+        records: Vec<Record>,
+        spool_dropped_total: u64,
+    ) -> Result<IngestOutcome, StoreError> {
+        let mut probes = Vec::new();
+        let mut signals = Vec::new();
+        let mut topologies = Vec::new();
+        for r in records {
+            match r.body {
+                RecordBody::Probe(p) => probes.push((r.id.0, r.observed_at, p)),
+                RecordBody::Signal(s) => signals.push((r.id.0, r.observed_at, s)),
+                RecordBody::Topology(t) => topologies.push((r.id.0, r.observed_at, t)),
+            }
+        }
+        let total = (probes.len() + signals.len() + topologies.len()) as u64;
+
+        let days = |ts: &mut dyn Iterator<Item = &DateTime<Utc>>| {
+            ts.map(|t| t.date_naive()).collect::<BTreeSet<NaiveDate>>()
+        };
+        for day in days(&mut probes.iter().map(|p| &p.1)) {
+            self.partitions
+                .ensure(&self.pool, HistoryTable::ProbeResults, day)
+                .await?;
+        }
+        // Spool-drop events are signals dated now.
+        let mut signal_days = days(&mut signals.iter().map(|s| &s.1));
+        if spool_dropped_total > 0 {
+            signal_days.insert(Utc::now().date_naive());
+        }
+        for day in signal_days {
+            self.partitions
+                .ensure(&self.pool, HistoryTable::SignalEvents, day)
+                .await?;
+        }
+
+        let mut tx = self.pool.begin().await?;
+        upsert_node_seen(&mut tx, node, spool_dropped_total).await?;
+        let mut stored = 0;
+        stored += insert_probes(&mut tx, node, probes).await?;
+        stored += insert_signals(&mut tx, node, signals).await?;
+        for (id, at, t) in topologies {
+            stored += insert_topology(&mut tx, node, id, at, t).await?;
+        }
+        tx.commit().await?;
+        Ok(IngestOutcome {
+            stored,
+            duplicates: total - stored,
+        })
+    }
+}
+
+/// Marks the node seen and records a higher spool-drop count (as a number on the node and as
+/// a signal event, so it shows in the node's history).
+async fn upsert_node_seen(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &NodeId,
+    dropped_total: u64,
+) -> Result<(), StoreError> {
+    let previous: Option<i64> =
+        sqlx::query_scalar("SELECT spool_dropped_total FROM nodes WHERE node_id = $1 FOR UPDATE")
+            .bind(node.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+    let dropped = i64_sat(dropped_total);
+    sqlx::query(
+        "INSERT INTO nodes (node_id, spool_dropped_total) VALUES ($1, $2)
+         ON CONFLICT (node_id) DO UPDATE
+            SET last_seen = now(), spool_dropped_total = GREATEST(nodes.spool_dropped_total, EXCLUDED.spool_dropped_total)",
+    )
+    .bind(node.as_str())
+    .bind(dropped)
+    .execute(&mut **tx)
+    .await?;
+    let previous = previous.unwrap_or(0);
+    if dropped > previous {
+        let id = Uuid::new_v5(
+            &DERIVED_ID_NAMESPACE,
+            format!("spool-drops/{node}/{dropped}").as_bytes(),
+        );
+        let event = SignalEvent {
+            source: SignalSource::Agent,
+            kind: SignalKind::AgentSpoolDrops,
+            bdf: None,
+            gpu: None,
+            nic: String::new(),
+            summary: format!(
+                "agent spool was full: {} record(s) dropped since the last report ({dropped} in total)",
+                dropped - previous
+            ),
+            attrs: BTreeMap::from([
+                ("dropped_total".to_owned(), dropped.to_string()),
+                (
+                    "dropped_since_last".to_owned(),
+                    (dropped - previous).to_string(),
+                ),
+            ]),
+        };
+        insert_signals(tx, node, vec![(id, Utc::now(), event)]).await?;
+    }
+    Ok(())
+}
+
+async fn insert_probes(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &NodeId,
+    probes: Vec<(Uuid, DateTime<Utc>, ProbeResult)>,
+) -> Result<u64, StoreError> {
+    if probes.is_empty() {
+        return Ok(0);
+    }
+    let n = probes.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut at = Vec::with_capacity(n);
+    let mut gpu = Vec::with_capacity(n);
+    let mut gpu_bdf = Vec::with_capacity(n);
+    let mut nic = Vec::with_capacity(n);
+    let mut nic_bdf = Vec::with_capacity(n);
+    let mut transport = Vec::with_capacity(n);
+    let mut bytes = Vec::with_capacity(n);
+    let mut reported = Vec::with_capacity(n);
+    let mut detail = Vec::with_capacity(n);
+    let mut verdict = Vec::with_capacity(n);
+    let mut diagnosis = Vec::with_capacity(n);
+    let mut first_bad = Vec::with_capacity(n);
+    let mut bad_chunks = Vec::with_capacity(n);
+    let mut chunks = Vec::with_capacity(n);
+    let mut duration = Vec::with_capacity(n);
+    let mut selection = Vec::with_capacity(n);
+    let mut simulated = Vec::with_capacity(n);
+    for (id, t, p) in probes {
+        ids.push(id);
+        at.push(t);
+        gpu.push(i32_sat(p.gpu));
+        gpu_bdf.push(p.gpu_bdf.map(|b| b.to_string()));
+        nic.push(p.nic);
+        nic_bdf.push(p.nic_bdf.map(|b| b.to_string()));
+        transport.push(p.transport.as_str());
+        bytes.push(i64_sat(p.bytes));
+        reported.push(p.reported.as_str());
+        detail.push(p.reported_detail);
+        verdict.push(p.verdict.as_str());
+        diagnosis.push(p.diagnosis.as_str());
+        first_bad.push(p.first_bad_offset.map(i64_sat));
+        bad_chunks.push(i32_sat(p.bad_chunks));
+        chunks.push(i32_sat(p.chunks));
+        duration.push(i64_sat(p.duration_ns));
+        selection.push(p.selection.as_str());
+        simulated.push(p.simulated);
+    }
+    let res = sqlx::query(
+        "INSERT INTO probe_results (record_id, node_id, observed_at, gpu_index, gpu_bdf, nic, nic_bdf, transport,
+             bytes, reported, reported_detail, verdict, diagnosis, first_bad_offset, bad_chunks, chunks,
+             duration_ns, selection, simulated)
+         SELECT u.id, $1, u.at, u.gpu, u.gpu_bdf, u.nic, u.nic_bdf, u.transport, u.bytes, u.reported, u.detail,
+                u.verdict, u.diagnosis, u.first_bad, u.bad_chunks, u.chunks, u.duration, u.selection, u.simulated
+         FROM UNNEST($2::uuid[], $3::timestamptz[], $4::int[], $5::text[], $6::text[], $7::text[], $8::text[],
+                     $9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::int[],
+                     $16::int[], $17::bigint[], $18::text[], $19::bool[])
+              AS u(id, at, gpu, gpu_bdf, nic, nic_bdf, transport, bytes, reported, detail, verdict, diagnosis,
+                   first_bad, bad_chunks, chunks, duration, selection, simulated)
+         ON CONFLICT (record_id, observed_at) DO NOTHING",
+    )
+    .bind(node.as_str())
+    .bind(ids)
+    .bind(at)
+    .bind(gpu)
+    .bind(gpu_bdf)
+    .bind(nic)
+    .bind(nic_bdf)
+    .bind(transport)
+    .bind(bytes)
+    .bind(reported)
+    .bind(detail)
+    .bind(verdict)
+    .bind(diagnosis)
+    .bind(first_bad)
+    .bind(bad_chunks)
+    .bind(chunks)
+    .bind(duration)
+    .bind(selection)
+    .bind(simulated)
+    .execute(&mut **tx)
+    .await?;
+    Ok(res.rows_affected())
+}
+
+async fn insert_signals(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &NodeId,
+    signals: Vec<(Uuid, DateTime<Utc>, SignalEvent)>,
+) -> Result<u64, StoreError> {
+    if signals.is_empty() {
+        return Ok(0);
+    }
+    let n = signals.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut at = Vec::with_capacity(n);
+    let mut source = Vec::with_capacity(n);
+    let mut kind = Vec::with_capacity(n);
+    let mut bdf = Vec::with_capacity(n);
+    let mut gpu = Vec::with_capacity(n);
+    let mut nic = Vec::with_capacity(n);
+    let mut summary = Vec::with_capacity(n);
+    let mut attrs = Vec::with_capacity(n);
+    for (id, t, s) in signals {
+        ids.push(id);
+        at.push(t);
+        source.push(s.source.as_str());
+        kind.push(s.kind.as_str());
+        bdf.push(s.bdf.map(|b| b.to_string()));
+        gpu.push(s.gpu.map(i32_sat));
+        nic.push(s.nic);
+        summary.push(s.summary);
+        attrs.push(
+            serde_json::to_value(&s.attrs).map_err(|source| StoreError::Json {
+                what: "signal attrs",
+                source,
+            })?,
+        );
+    }
+    let res = sqlx::query(
+        "INSERT INTO signal_events (record_id, node_id, observed_at, source, kind, bdf, gpu_index, nic, summary, attrs)
+         SELECT u.id, $1, u.at, u.source, u.kind, u.bdf, u.gpu, u.nic, u.summary, u.attrs
+         FROM UNNEST($2::uuid[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::int[], $8::text[],
+                     $9::text[], $10::jsonb[])
+              AS u(id, at, source, kind, bdf, gpu, nic, summary, attrs)
+         ON CONFLICT (record_id, observed_at) DO NOTHING",
+    )
+    .bind(node.as_str())
+    .bind(ids)
+    .bind(at)
+    .bind(source)
+    .bind(kind)
+    .bind(bdf)
+    .bind(gpu)
+    .bind(nic)
+    .bind(summary)
+    .bind(attrs)
+    .execute(&mut **tx)
+    .await?;
+    Ok(res.rows_affected())
+}
+
+async fn insert_topology(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &NodeId,
+    id: Uuid,
+    at: DateTime<Utc>,
+    t: TopologySnapshot,
+) -> Result<u64, StoreError> {
+    let json = |what, v: &dyn erased::Ser| {
+        v.to_json()
+            .map_err(|source| StoreError::Json { what, source })
+    };
+    let inserted = sqlx::query(
+        "INSERT INTO topology_snapshots (record_id, node_id, observed_at, virtualized, hypervisor, viommu, gpudirect,
+             kernel_iommu_flags, risks, warnings)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         ON CONFLICT (record_id) DO NOTHING",
+    )
+    .bind(id)
+    .bind(node.as_str())
+    .bind(at)
+    .bind(t.host.virtualized.as_str())
+    .bind(&t.host.hypervisor)
+    .bind(t.host.viommu.as_str())
+    .bind(&t.host.gpudirect)
+    .bind(&t.host.kernel_iommu_flags)
+    .bind(json("risks", &t.risks)?)
+    .bind(json("warnings", &t.warnings)?)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if inserted == 0 {
+        return Ok(0);
+    }
+    sqlx::query(
+        "INSERT INTO topology_gpus (snapshot_id, gpu_index, bdf, numa_node, name, uuid)
+         SELECT $1, * FROM UNNEST($2::int[], $3::text[], $4::int[], $5::text[], $6::text[])",
+    )
+    .bind(id)
+    .bind(t.gpus.iter().map(|g| i32_sat(g.index)).collect::<Vec<_>>())
+    .bind(t.gpus.iter().map(|g| g.bdf.to_string()).collect::<Vec<_>>())
+    .bind(t.gpus.iter().map(|g| g.numa_node).collect::<Vec<_>>())
+    .bind(t.gpus.iter().map(|g| g.name.clone()).collect::<Vec<_>>())
+    .bind(t.gpus.iter().map(|g| g.uuid.clone()).collect::<Vec<_>>())
+    .execute(&mut **tx)
+    .await?;
+    let mut ports = Vec::with_capacity(t.nics.len());
+    for n in &t.nics {
+        ports.push(json("nic ports", &n.ports)?);
+    }
+    sqlx::query(
+        "INSERT INTO topology_nics (snapshot_id, name, bdf, numa_node, ports, netdevs)
+         SELECT $1, u.name, u.bdf, u.numa, u.ports,
+                COALESCE(ARRAY(SELECT jsonb_array_elements_text(u.netdevs)), '{}')
+         FROM UNNEST($2::text[], $3::text[], $4::int[], $5::jsonb[], $6::jsonb[]) AS u(name, bdf, numa, ports, netdevs)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(id)
+    .bind(t.nics.iter().map(|n| n.name.clone()).collect::<Vec<_>>())
+    .bind(t.nics.iter().map(|n| n.bdf.to_string()).collect::<Vec<_>>())
+    .bind(t.nics.iter().map(|n| n.numa_node).collect::<Vec<_>>())
+    .bind(ports)
+    .bind(t.nics.iter().map(|n| serde_json::json!(n.netdevs)).collect::<Vec<_>>())
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO topology_paths (snapshot_id, a, b, class, nvlinks)
+         SELECT $1, * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int[])
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(id)
+    .bind(t.paths.iter().map(|p| p.a.clone()).collect::<Vec<_>>())
+    .bind(t.paths.iter().map(|p| p.b.clone()).collect::<Vec<_>>())
+    .bind(t.paths.iter().map(|p| p.class.as_str()).collect::<Vec<_>>())
+    .bind(
+        t.paths
+            .iter()
+            .map(|p| i32_sat(p.nvlinks))
+            .collect::<Vec<_>>(),
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(1)
+}
+
+/// Object-safe JSON encoding for the few heterogeneous values above.
+mod erased {
+    pub trait Ser {
+        fn to_json(&self) -> Result<serde_json::Value, serde_json::Error>;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+            serde_json::to_value(self)
+        }
+    }
+}

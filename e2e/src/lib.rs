@@ -1,0 +1,309 @@
+//! Support for the end-to-end tests: a private Postgres per test, the real collector and agent
+//! binaries as child processes, and record generators.
+#![allow(clippy::unwrap_used)] // test support: a failed setup should fail the test loudly
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use railguard_collector::pg::PrivateCluster;
+use railguard_schema::*;
+use sqlx::PgPool;
+
+pub const TOKEN_A: &str = "token-for-node-a-0123456789";
+pub const TOKEN_B: &str = "token-for-node-b-0123456789";
+
+/// A throwaway Postgres cluster with one migrated database, stopped on drop.
+pub struct TestPg {
+    pub cluster: PrivateCluster,
+    pub pool: PgPool,
+    _dir: tempfile::TempDir,
+}
+
+impl TestPg {
+    pub async fn start() -> TestPg {
+        let dir = tempfile::Builder::new()
+            .prefix("railguard-pg-")
+            .tempdir()
+            .unwrap();
+        // Postgres runs as an unprivileged user when tests run as root: let it in.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let data = dir.path().join("data");
+        let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&data, false))
+            .await
+            .unwrap()
+            .unwrap();
+        cluster.create_database("railguard").await.unwrap();
+        let pool =
+            railguard_collector::pg::connect_and_migrate(cluster.connect_options("railguard"), 4)
+                .await
+                .unwrap();
+        TestPg {
+            cluster,
+            pool,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        self.cluster.url("railguard")
+    }
+
+    pub async fn count(&self, table: &str) -> i64 {
+        let sql = match table {
+            "probe_results" => "SELECT count(*) FROM probe_results",
+            "signal_events" => "SELECT count(*) FROM signal_events",
+            "topology_snapshots" => "SELECT count(*) FROM topology_snapshots",
+            "nodes" => "SELECT count(*) FROM nodes",
+            _ => panic!("unknown table {table}"),
+        };
+        sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()
+    }
+
+    /// Rows in the history tables, and distinct record ids among them.
+    pub async fn stored_and_distinct(&self) -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT count(*), count(DISTINCT record_id) FROM (
+                SELECT record_id FROM probe_results UNION ALL
+                SELECT record_id FROM signal_events WHERE kind <> 'agent_spool_drops' UNION ALL
+                SELECT record_id FROM topology_snapshots) r",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .unwrap()
+    }
+}
+
+impl Drop for TestPg {
+    fn drop(&mut self) {
+        let _ = self.cluster.stop();
+    }
+}
+
+/// Path of a workspace binary next to the test executable (`cargo test --workspace` builds them).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace first (`cargo build --workspace`)",
+        path.display()
+    );
+    path
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The collector binary, serving on loopback.
+pub struct CollectorProc {
+    pub port: u16,
+    database_url: String,
+    creds: PathBuf,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl CollectorProc {
+    pub fn start(database_url: &str) -> CollectorProc {
+        let dir = tempfile::tempdir().unwrap();
+        let creds = dir.path().join("credentials");
+        std::fs::write(&creds, format!("node-a {TOKEN_A}\nnode-b {TOKEN_B}\n")).unwrap();
+        let mut c = CollectorProc {
+            port: free_port(),
+            database_url: database_url.into(),
+            creds,
+            child: None,
+            _dir: dir,
+        };
+        c.spawn();
+        c
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(bin("railguard-collector"))
+            .args([
+                "serve",
+                "--grpc-listen",
+                &format!("127.0.0.1:{}", self.port),
+            ])
+            .arg("--credentials")
+            .arg(&self.creds)
+            .env("DATABASE_URL", &self.database_url)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        wait_for_port(self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+}
+
+impl Drop for CollectorProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens on port {port} after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The agent binary in one-shot mode: ships its spool and exits when drained.
+pub fn agent_ship(
+    collector_url: &str,
+    spool_dir: &Path,
+    token_file: &Path,
+    batch_records: usize,
+) -> Child {
+    Command::new(bin("railguard-agent"))
+        .args([
+            "run",
+            "--node-id",
+            "node-a",
+            "--collector",
+            collector_url,
+            "--exit-when-drained",
+            "--backoff-max-ms",
+            "500",
+        ])
+        .arg("--batch-records")
+        .arg(batch_records.to_string())
+        .arg("--token-file")
+        .arg(token_file)
+        .arg("--spool-dir")
+        .arg(spool_dir)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A synthetic probe result, labelled simulated (the test machine has no GPU or RDMA NIC).
+pub fn probe(i: u64) -> ProbeResult {
+    let bad = i % 7 == 3;
+    ProbeResult {
+        gpu: (i % 8) as u32,
+        gpu_bdf: Some(Bdf::new(0, 0x18 + (i % 8) as u8, 0, 0)),
+        nic: format!("mlx5_{}", i % 8),
+        nic_bdf: Some(Bdf::new(0, 0x19 + (i % 8) as u8, 0, 0)),
+        transport: Transport::Sim,
+        bytes: 64 << 20,
+        reported: Reported::Success,
+        reported_detail: String::new(),
+        verdict: if bad {
+            ProbeVerdict::SilentCorruption
+        } else {
+            ProbeVerdict::Ok
+        },
+        diagnosis: if bad {
+            Diagnosis::Untouched
+        } else {
+            Diagnosis::None
+        },
+        first_bad_offset: bad.then_some(0),
+        bad_chunks: if bad { 64 } else { 0 },
+        chunks: 64,
+        duration_ns: 1_000_000 + i,
+        selection: PairSelection::Sweep,
+        simulated: true,
+    }
+}
+
+pub fn signal(i: u64) -> SignalEvent {
+    SignalEvent {
+        source: SignalSource::Kmsg,
+        kind: SignalKind::GpuXid,
+        bdf: Some(Bdf::new(0, 0x91, 0, 0)),
+        gpu: Some(7),
+        nic: String::new(),
+        summary: format!(
+            "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus. #{i}"
+        ),
+        attrs: [("xid".to_owned(), "79".to_owned())].into(),
+    }
+}
+
+/// `n` records: mostly probes, every tenth a signal.
+pub fn records(n: u64) -> Vec<wire::Record> {
+    (0..n)
+        .map(|i| {
+            let body = if i % 10 == 9 {
+                RecordBody::Signal(signal(i))
+            } else {
+                RecordBody::Probe(probe(i))
+            };
+            Record {
+                id: RecordId::random(),
+                observed_at: Utc::now(),
+                body,
+            }
+            .into()
+        })
+        .collect()
+}
+
+/// A spool holding `n` records, and the token file for node-a, in `dir`.
+pub fn filled_spool(dir: &Path, n: u64) -> (PathBuf, PathBuf) {
+    use railguard_agent::spool::{Spool, SpoolConfig};
+    let spool_dir = dir.join("spool");
+    let mut spool = Spool::open(&spool_dir, SpoolConfig::default()).unwrap();
+    for chunk in records(n).chunks(10_000) {
+        assert_eq!(spool.append(chunk).unwrap().dropped, 0);
+    }
+    let token = dir.join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    (spool_dir, token)
+}

@@ -1,0 +1,155 @@
+//! Nothing is lost, nothing duplicates: the agent binary ships a spool to the collector binary
+//! over gRPC on loopback into a real Postgres, while we kill things mid-stream.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use railguard_e2e::*;
+
+const SHIP_TIMEOUT: Duration = Duration::from_secs(120);
+
+async fn wait_stored(pg: &TestPg, at_least: i64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (n, _) = pg.stored_and_distinct().await;
+        if n >= at_least {
+            return n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {n} records stored after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collector_stores_exactly_what_the_agent_sent() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let n = 5_000;
+    let (spool, token) = filled_spool(dir.path(), n);
+    // A copy of the spool as it was before shipping: re-sending it is what an agent does when
+    // every ack was lost.
+    let copy = dir.path().join("spool-copy");
+    std::fs::create_dir(&copy).unwrap();
+    for e in std::fs::read_dir(&spool).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), copy.join(e.file_name())).unwrap();
+    }
+    let mut agent = agent_ship(&collector.url(), &spool, &token, 1000);
+    assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
+    assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
+    assert_eq!(pg.count("probe_results").await, 4_500);
+    assert_eq!(pg.count("signal_events").await, 500);
+
+    let mut agent = agent_ship(&collector.url(), &copy, &token, 1000);
+    assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
+    assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collector_killed_and_restarted_mid_stream_loses_nothing() {
+    let pg = TestPg::start().await;
+    let mut collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let n = 30_000;
+    let (spool, token) = filled_spool(dir.path(), n);
+    let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
+    let at_kill = wait_stored(&pg, 3_000).await;
+    collector.kill();
+    assert!(
+        at_kill < n as i64,
+        "the stream finished before the kill ({at_kill}); the test proves nothing"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    collector.restart();
+    assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
+    assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
+    assert!(collector.is_running());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_restarted_mid_stream_loses_nothing() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let n = 30_000;
+    let (spool, token) = filled_spool(dir.path(), n);
+    let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
+    let at_restart = wait_stored(&pg, 3_000).await;
+    assert!(
+        at_restart < n as i64,
+        "the stream finished before the restart; the test proves nothing"
+    );
+    tokio::task::block_in_place(|| pg.cluster.restart()).unwrap();
+    assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
+    assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_killed_mid_send_and_restarted_loses_nothing() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let n = 30_000;
+    let (spool, token) = filled_spool(dir.path(), n);
+    let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
+    let at_kill = wait_stored(&pg, 3_000).await;
+    kill(Pid::from_raw(agent.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = agent.wait();
+    assert!(
+        at_kill < n as i64,
+        "the stream finished before the kill; the test proves nothing"
+    );
+    let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
+    assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
+    assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spool_drops_are_counted_and_reach_the_collector() {
+    use railguard_agent::spool::{Spool, SpoolConfig};
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    // The collector is "unreachable" while 1,000 records arrive at a spool that holds ~300.
+    let recs = records(1_000);
+    let one = prost::Message::encoded_len(&recs[0]) as u64 + 8;
+    let mut spool = Spool::open(
+        &spool_dir,
+        SpoolConfig {
+            max_bytes: one * 300,
+            segment_bytes: 1 << 20,
+        },
+    )
+    .unwrap();
+    let out = spool.append(&recs).unwrap();
+    assert!(out.dropped > 600, "{out:?}");
+    drop(spool);
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    let mut agent = agent_ship(&collector.url(), &spool_dir, &token, 100);
+    assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
+    assert_eq!(pg.stored_and_distinct().await.0, out.appended as i64);
+    let dropped: i64 =
+        sqlx::query_scalar("SELECT spool_dropped_total FROM nodes WHERE node_id = 'node-a'")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(dropped, out.dropped as i64);
+    let events: Vec<String> =
+        sqlx::query_scalar("SELECT summary FROM signal_events WHERE kind = 'agent_spool_drops'")
+            .fetch_all(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].contains(&format!("{} record(s) dropped", out.dropped)),
+        "{events:?}"
+    );
+}

@@ -1,0 +1,546 @@
+//! Domain ⇄ wire conversions. Domain → wire is infallible; wire → domain validates
+//! everything an agent (or anything pretending to be one) could get wrong.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeZone, Utc};
+use uuid::Uuid;
+
+use crate::limits::MAX_TEXT_LEN;
+use crate::wire;
+use crate::*;
+
+/// Why a wire message was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    #[error("record id is empty")]
+    EmptyId,
+    #[error("record id {value:?} is not a UUID")]
+    BadId { value: String },
+    #[error("{what}: unknown or unspecified enum value {value}")]
+    UnknownEnum { what: &'static str, value: i32 },
+    #[error("unknown {what} {value:?}")]
+    UnknownName { what: &'static str, value: String },
+    #[error("observed_at {unix_ns} ns is impossible (before 2000-01-01 or more than a day ahead)")]
+    ImpossibleTimestamp { unix_ns: i64 },
+    #[error("required field {0} is missing")]
+    Missing(&'static str),
+    #[error("field {field}: {source}")]
+    BadBdf {
+        field: &'static str,
+        #[source]
+        source: BdfParseError,
+    },
+    #[error("field {field} is {len} bytes (limit {limit})")]
+    TooLong {
+        field: &'static str,
+        len: usize,
+        limit: usize,
+    },
+    #[error("field {field} is out of range: {value}")]
+    OutOfRange { field: &'static str, value: i64 },
+    #[error("field {field} contains a NUL byte")]
+    NulByte { field: &'static str },
+    #[error("{what} {value:?} appears twice in one topology snapshot")]
+    Duplicate { what: &'static str, value: String },
+    #[error(transparent)]
+    NodeId(#[from] NodeIdError),
+}
+
+/// Earliest accepted observation time: anything before is a broken clock or a broken agent.
+const EARLIEST_UNIX_NS: i64 = 946_684_800_000_000_000; // 2000-01-01T00:00:00Z
+/// Clocks drift; a day ahead is not plausible drift.
+const MAX_FUTURE_NS: i64 = 86_400_000_000_000;
+
+pub fn timestamp_from_unix_ns(unix_ns: i64) -> Result<DateTime<Utc>, WireError> {
+    let now_ns = Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+    if unix_ns < EARLIEST_UNIX_NS || unix_ns > now_ns.saturating_add(MAX_FUTURE_NS) {
+        return Err(WireError::ImpossibleTimestamp { unix_ns });
+    }
+    Ok(Utc.timestamp_nanos(unix_ns))
+}
+
+pub fn timestamp_to_unix_ns(t: DateTime<Utc>) -> i64 {
+    // Representable until the year 2262; later dates are refused on the way back in anyway.
+    t.timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
+/// Free text: bounded, and without NUL (Postgres text cannot hold it; a record that can never
+/// be stored must be refused at the door, not retried forever).
+pub fn text(field: &'static str, s: String) -> Result<String, WireError> {
+    if s.len() > MAX_TEXT_LEN {
+        return Err(WireError::TooLong {
+            field,
+            len: s.len(),
+            limit: MAX_TEXT_LEN,
+        });
+    }
+    if s.contains('\0') {
+        return Err(WireError::NulByte { field });
+    }
+    Ok(s)
+}
+
+fn unique(what: &'static str, values: impl Iterator<Item = String>) -> Result<(), WireError> {
+    let mut seen = std::collections::HashSet::new();
+    for v in values {
+        if !seen.insert(v.clone()) {
+            return Err(WireError::Duplicate { what, value: v });
+        }
+    }
+    Ok(())
+}
+
+fn opt_bdf(field: &'static str, s: &str) -> Result<Option<Bdf>, WireError> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|source| WireError::BadBdf { field, source })
+}
+
+fn bdf(field: &'static str, s: &str) -> Result<Bdf, WireError> {
+    opt_bdf(field, s)?.ok_or(WireError::Missing(field))
+}
+
+fn numa(field: &'static str, n: i32) -> Result<i32, WireError> {
+    if !(-1..=4096).contains(&n) {
+        return Err(WireError::OutOfRange {
+            field,
+            value: n.into(),
+        });
+    }
+    Ok(n)
+}
+
+fn opt_string(b: Option<Bdf>) -> String {
+    b.map(|b| b.to_string()).unwrap_or_default()
+}
+
+// ---------- records ----------
+
+impl TryFrom<wire::Record> for Record {
+    type Error = WireError;
+    fn try_from(r: wire::Record) -> Result<Self, WireError> {
+        if r.id.is_empty() {
+            return Err(WireError::EmptyId);
+        }
+        let id = Uuid::parse_str(&r.id).map_err(|_| WireError::BadId {
+            value: r.id.chars().take(64).collect(),
+        })?;
+        let observed_at = timestamp_from_unix_ns(r.observed_at_unix_ns)?;
+        let body = match r.body.ok_or(WireError::Missing("record.body"))? {
+            wire::record::Body::Probe(p) => RecordBody::Probe(p.try_into()?),
+            wire::record::Body::Signal(s) => RecordBody::Signal(s.try_into()?),
+            wire::record::Body::Topology(t) => RecordBody::Topology(t.try_into()?),
+        };
+        Ok(Record {
+            id: RecordId(id),
+            observed_at,
+            body,
+        })
+    }
+}
+
+impl From<Record> for wire::Record {
+    fn from(r: Record) -> Self {
+        wire::Record {
+            id: r.id.to_string(),
+            observed_at_unix_ns: timestamp_to_unix_ns(r.observed_at),
+            body: Some(match r.body {
+                RecordBody::Probe(p) => wire::record::Body::Probe(p.into()),
+                RecordBody::Signal(s) => wire::record::Body::Signal(s.into()),
+                RecordBody::Topology(t) => wire::record::Body::Topology(t.into()),
+            }),
+        }
+    }
+}
+
+// ---------- probes ----------
+
+impl TryFrom<wire::ProbeResult> for ProbeResult {
+    type Error = WireError;
+    fn try_from(p: wire::ProbeResult) -> Result<Self, WireError> {
+        if p.nic.is_empty() {
+            return Err(WireError::Missing("probe.nic"));
+        }
+        Ok(ProbeResult {
+            gpu: p.gpu_index,
+            gpu_bdf: opt_bdf("probe.gpu_bdf", &p.gpu_bdf)?,
+            nic: text("probe.nic", p.nic)?,
+            nic_bdf: opt_bdf("probe.nic_bdf", &p.nic_bdf)?,
+            transport: p.transport.try_into()?,
+            bytes: p.bytes,
+            reported: p.reported.try_into()?,
+            reported_detail: text("probe.reported_detail", p.reported_detail)?,
+            verdict: p.verdict.try_into()?,
+            diagnosis: p.diagnosis.try_into()?,
+            first_bad_offset: p.first_bad_offset,
+            bad_chunks: p.bad_chunks,
+            chunks: p.chunks,
+            duration_ns: p.duration_ns,
+            selection: p.selection.try_into()?,
+            simulated: p.simulated,
+        })
+    }
+}
+
+impl From<ProbeResult> for wire::ProbeResult {
+    fn from(p: ProbeResult) -> Self {
+        wire::ProbeResult {
+            gpu_index: p.gpu,
+            gpu_bdf: opt_string(p.gpu_bdf),
+            nic: p.nic,
+            nic_bdf: opt_string(p.nic_bdf),
+            transport: p.transport.into(),
+            bytes: p.bytes,
+            reported: p.reported.into(),
+            reported_detail: p.reported_detail,
+            verdict: p.verdict.into(),
+            diagnosis: p.diagnosis.into(),
+            first_bad_offset: p.first_bad_offset,
+            bad_chunks: p.bad_chunks,
+            chunks: p.chunks,
+            duration_ns: p.duration_ns,
+            selection: p.selection.into(),
+            simulated: p.simulated,
+        }
+    }
+}
+
+// ---------- signals ----------
+
+impl TryFrom<wire::SignalEvent> for SignalEvent {
+    type Error = WireError;
+    fn try_from(s: wire::SignalEvent) -> Result<Self, WireError> {
+        let mut attrs = BTreeMap::new();
+        for (k, v) in s.attrs {
+            attrs.insert(text("signal.attrs key", k)?, text("signal.attrs value", v)?);
+        }
+        Ok(SignalEvent {
+            source: s.source.try_into()?,
+            kind: s.kind.try_into()?,
+            bdf: opt_bdf("signal.bdf", &s.bdf)?,
+            gpu: s.gpu_index,
+            nic: text("signal.nic", s.nic)?,
+            summary: text("signal.summary", s.summary)?,
+            attrs,
+        })
+    }
+}
+
+impl From<SignalEvent> for wire::SignalEvent {
+    fn from(s: SignalEvent) -> Self {
+        wire::SignalEvent {
+            source: s.source.into(),
+            kind: s.kind.into(),
+            bdf: opt_string(s.bdf),
+            gpu_index: s.gpu,
+            nic: s.nic,
+            summary: s.summary,
+            attrs: s.attrs.into_iter().collect(),
+        }
+    }
+}
+
+// ---------- topology ----------
+
+impl TryFrom<wire::TopologySnapshot> for TopologySnapshot {
+    type Error = WireError;
+    fn try_from(t: wire::TopologySnapshot) -> Result<Self, WireError> {
+        let h = t.host.ok_or(WireError::Missing("topology.host"))?;
+        let host = HostFacts {
+            virtualized: h.virtualized.try_into()?,
+            hypervisor: text("host.hypervisor", h.hypervisor)?,
+            viommu: h.viommu.try_into()?,
+            gpudirect: text("host.gpudirect", h.gpudirect)?,
+            kernel_iommu_flags: text("host.kernel_iommu_flags", h.kernel_iommu_flags)?,
+        };
+        let gpus: Vec<Gpu> = t
+            .gpus
+            .into_iter()
+            .map(|g| {
+                Ok(Gpu {
+                    index: g.index,
+                    bdf: bdf("gpu.bdf", &g.bdf)?,
+                    numa_node: numa("gpu.numa_node", g.numa_node)?,
+                    name: text("gpu.name", g.name)?,
+                    uuid: text("gpu.uuid", g.uuid)?,
+                })
+            })
+            .collect::<Result<_, WireError>>()?;
+        let nics: Vec<Nic> = t
+            .nics
+            .into_iter()
+            .map(|n| {
+                if n.name.is_empty() {
+                    return Err(WireError::Missing("nic.name"));
+                }
+                Ok(Nic {
+                    name: text("nic.name", n.name)?,
+                    bdf: bdf("nic.bdf", &n.bdf)?,
+                    numa_node: numa("nic.numa_node", n.numa_node)?,
+                    ports: n
+                        .ports
+                        .into_iter()
+                        .map(|p| {
+                            Ok(NicPort {
+                                port: p.port,
+                                state: text("port.state", p.state)?,
+                                link_layer: text("port.link_layer", p.link_layer)?,
+                                rate: text("port.rate", p.rate)?,
+                            })
+                        })
+                        .collect::<Result<_, WireError>>()?,
+                    netdevs: n
+                        .netdevs
+                        .into_iter()
+                        .map(|d| text("nic.netdevs", d))
+                        .collect::<Result<_, _>>()?,
+                })
+            })
+            .collect::<Result<_, WireError>>()?;
+        let paths: Vec<PairPath> = t
+            .paths
+            .into_iter()
+            .map(|p| {
+                Ok(PairPath {
+                    a: text("path.a", p.a)?,
+                    b: text("path.b", p.b)?,
+                    class: p.class.try_into()?,
+                    nvlinks: p.nvlinks,
+                })
+            })
+            .collect::<Result<_, WireError>>()?;
+        let risks = t
+            .risks
+            .into_iter()
+            .map(|r| {
+                Ok(GpuRisk {
+                    gpu: r.gpu_index,
+                    level: r.level.try_into()?,
+                    reasons: r
+                        .reasons
+                        .into_iter()
+                        .map(|s| text("risk.reasons", s))
+                        .collect::<Result<_, _>>()?,
+                    affine_nic: Some(r.affine_nic).filter(|s| !s.is_empty()),
+                    predicted_nic: Some(r.predicted_nic).filter(|s| !s.is_empty()),
+                    pinned: r.pinned,
+                    safe_nics: r
+                        .safe_nics
+                        .into_iter()
+                        .map(|s| text("risk.safe_nics", s))
+                        .collect::<Result<_, _>>()?,
+                })
+            })
+            .collect::<Result<_, WireError>>()?;
+        unique("gpu index", gpus.iter().map(|g: &Gpu| g.index.to_string()))?;
+        unique("nic name", nics.iter().map(|n: &Nic| n.name.clone()))?;
+        unique(
+            "path",
+            paths.iter().map(|p: &PairPath| format!("{}/{}", p.a, p.b)),
+        )?;
+        Ok(TopologySnapshot {
+            host,
+            gpus,
+            nics,
+            paths,
+            risks,
+            warnings: t
+                .warnings
+                .into_iter()
+                .map(|w| text("topology.warnings", w))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+impl From<TopologySnapshot> for wire::TopologySnapshot {
+    fn from(t: TopologySnapshot) -> Self {
+        wire::TopologySnapshot {
+            host: Some(wire::HostFacts {
+                virtualized: t.host.virtualized.into(),
+                hypervisor: t.host.hypervisor,
+                viommu: t.host.viommu.into(),
+                gpudirect: t.host.gpudirect,
+                kernel_iommu_flags: t.host.kernel_iommu_flags,
+            }),
+            gpus: t
+                .gpus
+                .into_iter()
+                .map(|g| wire::Gpu {
+                    index: g.index,
+                    bdf: g.bdf.to_string(),
+                    numa_node: g.numa_node,
+                    name: g.name,
+                    uuid: g.uuid,
+                })
+                .collect(),
+            nics: t
+                .nics
+                .into_iter()
+                .map(|n| wire::Nic {
+                    name: n.name,
+                    bdf: n.bdf.to_string(),
+                    numa_node: n.numa_node,
+                    ports: n
+                        .ports
+                        .into_iter()
+                        .map(|p| wire::NicPort {
+                            port: p.port,
+                            state: p.state,
+                            link_layer: p.link_layer,
+                            rate: p.rate,
+                        })
+                        .collect(),
+                    netdevs: n.netdevs,
+                })
+                .collect(),
+            paths: t
+                .paths
+                .into_iter()
+                .map(|p| wire::PairPath {
+                    a: p.a,
+                    b: p.b,
+                    class: p.class.into(),
+                    nvlinks: p.nvlinks,
+                })
+                .collect(),
+            risks: t
+                .risks
+                .into_iter()
+                .map(|r| wire::GpuRisk {
+                    gpu_index: r.gpu,
+                    level: r.level.into(),
+                    reasons: r.reasons,
+                    affine_nic: r.affine_nic.unwrap_or_default(),
+                    predicted_nic: r.predicted_nic.unwrap_or_default(),
+                    pinned: r.pinned,
+                    safe_nics: r.safe_nics,
+                })
+                .collect(),
+            warnings: t.warnings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe() -> ProbeResult {
+        ProbeResult {
+            gpu: 3,
+            gpu_bdf: Some("0000:3b:00.0".parse().unwrap()),
+            nic: "mlx5_3".into(),
+            nic_bdf: Some("0000:3c:00.0".parse().unwrap()),
+            transport: Transport::Sim,
+            bytes: 1 << 20,
+            reported: Reported::Success,
+            reported_detail: String::new(),
+            verdict: ProbeVerdict::SilentCorruption,
+            diagnosis: Diagnosis::Untouched,
+            first_bad_offset: Some(0),
+            bad_chunks: 16,
+            chunks: 16,
+            duration_ns: 1234,
+            selection: PairSelection::Predicted,
+            simulated: true,
+        }
+    }
+
+    #[test]
+    fn probe_record_round_trips() {
+        let r = Record::now(RecordBody::Probe(probe()));
+        let w: wire::Record = r.clone().into();
+        let back = Record::try_from(w).unwrap();
+        // nanosecond timestamps survive
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn unspecified_and_unknown_enums_are_refused() {
+        let mut w: wire::Record = Record::now(RecordBody::Probe(probe())).into();
+        if let Some(wire::record::Body::Probe(p)) = w.body.as_mut() {
+            p.verdict = 0;
+        }
+        assert_eq!(
+            Record::try_from(w.clone()).unwrap_err(),
+            WireError::UnknownEnum {
+                what: "probe verdict",
+                value: 0
+            }
+        );
+        if let Some(wire::record::Body::Probe(p)) = w.body.as_mut() {
+            p.verdict = 77;
+        }
+        assert!(matches!(
+            Record::try_from(w).unwrap_err(),
+            WireError::UnknownEnum { value: 77, .. }
+        ));
+    }
+
+    #[test]
+    fn ids_and_timestamps_are_validated() {
+        let good: wire::Record = Record::now(RecordBody::Probe(probe())).into();
+        let mut w = good.clone();
+        w.id.clear();
+        assert_eq!(Record::try_from(w).unwrap_err(), WireError::EmptyId);
+        let mut w = good.clone();
+        w.id = "not-a-uuid".into();
+        assert!(matches!(
+            Record::try_from(w).unwrap_err(),
+            WireError::BadId { .. }
+        ));
+        let mut w = good.clone();
+        w.observed_at_unix_ns = 0;
+        assert!(matches!(
+            Record::try_from(w).unwrap_err(),
+            WireError::ImpossibleTimestamp { .. }
+        ));
+        let mut w = good.clone();
+        w.observed_at_unix_ns = i64::MAX;
+        assert!(matches!(
+            Record::try_from(w).unwrap_err(),
+            WireError::ImpossibleTimestamp { .. }
+        ));
+        let mut w = good;
+        w.body = None;
+        assert_eq!(
+            Record::try_from(w).unwrap_err(),
+            WireError::Missing("record.body")
+        );
+    }
+
+    #[test]
+    fn bad_bdf_and_oversize_text_are_refused() {
+        let mut p: wire::ProbeResult = probe().into();
+        p.gpu_bdf = "0000:zz:00.0".into();
+        assert!(matches!(
+            ProbeResult::try_from(p).unwrap_err(),
+            WireError::BadBdf {
+                field: "probe.gpu_bdf",
+                ..
+            }
+        ));
+        let mut p: wire::ProbeResult = probe().into();
+        p.reported_detail = "x".repeat(MAX_TEXT_LEN + 1);
+        assert!(matches!(
+            ProbeResult::try_from(p).unwrap_err(),
+            WireError::TooLong { .. }
+        ));
+    }
+
+    #[test]
+    fn json_uses_domain_names() {
+        let v = serde_json::to_value(probe()).unwrap();
+        assert_eq!(v["verdict"], "silent_corruption");
+        assert_eq!(v["gpu_bdf"], "0000:3b:00.0");
+        assert_eq!(
+            "silent_corruption".parse::<ProbeVerdict>().unwrap(),
+            ProbeVerdict::SilentCorruption
+        );
+    }
+}

@@ -1,0 +1,101 @@
+//! A node's GPU×NIC topology as the agent saw it, with its structural risk per GPU.
+
+use crate::macros::wire_enum;
+use crate::{Bdf, PathClass};
+
+wire_enum! {
+    /// Yes / no / could not tell. "Unknown" is never read as "safe".
+    pub enum Tristate: crate::wire::Tristate as "tristate" {
+        No = No => "no",
+        Yes = Yes => "yes",
+        Unknown = Unknown => "unknown",
+    }
+}
+
+wire_enum! {
+    /// Structural risk of a GPU (or pair) before any probe ran.
+    pub enum RiskLevel: crate::wire::RiskLevel as "risk level" {
+        None = None => "none",
+        Low = Low => "low",
+        Medium = Medium => "medium",
+        High = High => "high",
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HostFacts {
+    pub virtualized: Tristate,
+    pub hypervisor: String,
+    pub viommu: Tristate,
+    /// `nvidia-peermem`, `dma-buf` or `none`.
+    pub gpudirect: String,
+    pub kernel_iommu_flags: String,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Gpu {
+    /// Position in PCI bus order, as nvidia-smi numbers GPUs.
+    pub index: u32,
+    pub bdf: Bdf,
+    /// -1 when the platform does not say.
+    pub numa_node: i32,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uuid: String,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NicPort {
+    pub port: u32,
+    pub state: String,
+    pub link_layer: String,
+    pub rate: String,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Nic {
+    /// RDMA device name (`mlx5_0`).
+    pub name: String,
+    pub bdf: Bdf,
+    pub numa_node: i32,
+    #[serde(default)]
+    pub ports: Vec<NicPort>,
+    #[serde(default)]
+    pub netdevs: Vec<String>,
+}
+
+/// The path class between two devices, named as nvidia-smi names them (`GPU0`, `mlx5_0`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PairPath {
+    pub a: String,
+    pub b: String,
+    pub class: PathClass,
+    #[serde(default)]
+    pub nvlinks: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GpuRisk {
+    pub gpu: u32,
+    pub level: RiskLevel,
+    pub reasons: Vec<String>,
+    /// The NIC closest to the GPU (what "affine" selection means).
+    pub affine_nic: Option<String>,
+    /// The NIC the workload is predicted to use (auto-selection or the pin).
+    pub predicted_nic: Option<String>,
+    pub pinned: bool,
+    /// NICs whose path crosses the root complex on the GPU's NUMA node, best first.
+    pub safe_nics: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TopologySnapshot {
+    pub host: HostFacts,
+    pub gpus: Vec<Gpu>,
+    pub nics: Vec<Nic>,
+    pub paths: Vec<PairPath>,
+    pub risks: Vec<GpuRisk>,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what railguard's build, tests and demo need on a fresh Debian/Ubuntu machine,
+# skipping whatever is already there. Safe to run again.
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+pg_server_present() {
+  have initdb && return 0
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+}
+
+pg_server_present || need+=(postgresql)
+have cc || need+=(build-essential)
+have pkg-config || need+=(pkg-config)
+
+if ((${#need[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing packages: ${need[*]} (run as root, or install them yourself)" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+if ! have cargo; then
+  echo "setup: Rust (cargo) is required: https://rustup.rs (stable >= 1.95)" >&2
+  exit 1
+fi
+echo "setup: ok ($(cargo --version), postgres $(ls -d /usr/lib/postgresql/*/ 2>/dev/null | xargs -n1 basename | sort -n | tail -1))"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command (README.md): formatting, lints, then every test of the workspace, including
+# the end-to-end ones that start private Postgres clusters and the real binaries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo build (binaries the end-to-end tests run)"
+cargo build --workspace --locked
+echo "== tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast --test-threads 2
+  # nextest does not run doctests
+  cargo test --workspace --locked --doc
+else
+  cargo test --workspace --locked --no-fail-fast
+fi
