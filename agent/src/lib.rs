@@ -4,6 +4,7 @@
 
 pub mod shipper;
 pub mod spool;
+pub mod topology;
 
 /// This machine's host name (`/proc/sys/kernel/hostname`), or "unknown".
 pub fn hostname() -> String {

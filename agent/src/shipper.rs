@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use railguard_schema::NodeId;
 use railguard_schema::wire::ingest_client::IngestClient;
-use railguard_schema::wire::{self, RecordBatch, RegisterRequest};
+use railguard_schema::wire::{RecordBatch, RegisterRequest};
 use rand::Rng;
 use tokio::sync::Notify;
 use tonic::Code;
@@ -120,8 +120,6 @@ pub struct Shipper {
     wake: Arc<Notify>,
     client: Client,
     pub stats: Arc<ShipperStats>,
-    /// Register sends this once, if set.
-    pub registration_topology: Option<wire::Record>,
 }
 
 impl Shipper {
@@ -153,7 +151,6 @@ impl Shipper {
             wake,
             client,
             stats: Arc::default(),
-            registration_topology: None,
         })
     }
 
@@ -251,7 +248,7 @@ impl Shipper {
                 node_id: self.cfg.node_id.to_string(),
                 hostname: self.cfg.hostname.clone(),
                 agent_version: env!("CARGO_PKG_VERSION").to_owned(),
-                topology: self.registration_topology.clone(),
+                topology: None,
             };
             match self.client.register(req).await {
                 Ok(resp) => {

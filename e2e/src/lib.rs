@@ -205,6 +205,7 @@ pub fn agent_ship(
             "--backoff-max-ms",
             "500",
         ])
+        .args(["--topology-interval", "0"]) // spool contents only: no topology record
         .arg("--batch-records")
         .arg(batch_records.to_string())
         .arg("--token-file")

@@ -1,6 +1,9 @@
 //! The agent's command line: one file per subcommand.
 
+mod fixture;
 mod run;
+mod snapshot;
+pub mod topo;
 
 use std::process::ExitCode;
 
@@ -18,12 +21,21 @@ pub struct Cli {
 enum Command {
     /// Run the agent: spool records and ship them to the collector.
     Run(run::RunArgs),
+    /// Print the GPU×NIC topology (like `nvidia-smi topo -m`) with per-GPU risk.
+    Topo(topo::TopoArgs),
+    /// Capture the /sys and /proc files `topo` reads into a tar.gz (for bug reports).
+    Snapshot(snapshot::SnapshotArgs),
+    /// Write a simulated node's /sys and /proc tree (for demos and tests without GPUs).
+    SimFixture(fixture::FixtureArgs),
 }
 
 impl Cli {
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
             Command::Run(a) => a.run().await,
+            Command::Topo(a) => a.run(),
+            Command::Snapshot(a) => a.run(),
+            Command::SimFixture(a) => a.run(),
         }
     }
 }

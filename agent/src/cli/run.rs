@@ -41,6 +41,13 @@ pub struct RunArgs {
     /// Longest wait between retries when the collector is unreachable (milliseconds).
     #[arg(long, default_value_t = 30_000)]
     backoff_max_ms: u64,
+    /// Where to read the topology from (defaults: this machine's /sys and /proc).
+    #[command(flatten)]
+    topology: super::topo::TopoSource,
+    /// Seconds between topology re-reads; a changed topology is sent as a new record.
+    /// 0 disables topology collection.
+    #[arg(long, env = "RAILGUARD_TOPOLOGY_INTERVAL", default_value_t = 300)]
+    topology_interval: u64,
     /// Exit once the spool is drained (for one-shot shipping and tests).
     #[arg(long)]
     exit_when_drained: bool,
@@ -66,7 +73,26 @@ impl RunArgs {
         let mut cfg = ShipperConfig::new(self.collector, node_id, token);
         cfg.batch_records = self.batch_records.max(1);
         cfg.backoff_max = std::time::Duration::from_millis(self.backoff_max_ms.max(100));
-        let shipper = Shipper::new(cfg, spool.clone(), wake)?;
+        let shipper = Shipper::new(cfg, spool.clone(), wake.clone())?;
+        if self.topology_interval > 0 {
+            // The start-up topology goes through the spool like every record: durable until acked.
+            let (topo, policy) = self.topology.discover()?;
+            let snap = topo.to_snapshot(&policy);
+            let rec: railguard_schema::wire::Record =
+                railguard_schema::Record::now(railguard_schema::RecordBody::Topology(snap.clone()))
+                    .into();
+            spool
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .append(&[rec])?;
+            tokio::spawn(topology_loop(
+                self.topology.clone(),
+                std::time::Duration::from_secs(self.topology_interval),
+                snap,
+                spool.clone(),
+                wake,
+            ));
+        }
         let stop = async move {
             if self.exit_when_drained {
                 loop {
@@ -81,5 +107,48 @@ impl RunArgs {
         };
         shipper.run(stop).await?;
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Re-reads the topology every `every`; spools a record when it changed (a NIC vanished, a
+/// pin changed, a link went down).
+async fn topology_loop(
+    source: super::topo::TopoSource,
+    every: std::time::Duration,
+    mut last: railguard_schema::TopologySnapshot,
+    spool: Arc<Mutex<Spool>>,
+    wake: Arc<Notify>,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        let src = source.clone();
+        let Ok(Ok((topo, policy))) = tokio::task::spawn_blocking(move || src.discover()).await
+        else {
+            continue;
+        };
+        let snap = topo.to_snapshot(&policy);
+        if snap == last {
+            continue;
+        }
+        tracing::info!("topology changed; spooling a new snapshot");
+        let rec: railguard_schema::wire::Record =
+            railguard_schema::Record::now(railguard_schema::RecordBody::Topology(snap.clone()))
+                .into();
+        let spool = spool.clone();
+        match tokio::task::spawn_blocking(move || {
+            spool
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .append(&[rec])
+        })
+        .await
+        {
+            Ok(Ok(_)) => {
+                last = snap;
+                wake.notify_one();
+            }
+            Ok(Err(e)) => tracing::error!(error = %e, "spooling the topology failed"),
+            Err(e) => tracing::error!(error = %e, "spool task failed"),
+        }
     }
 }

@@ -1,0 +1,498 @@
+//! Fixture trees: a compact spec of a machine → a /sys and /proc tree on disk, laid out as the
+//! kernel lays them out (device directories under `devices/pciDDDD:BB/...`, relative links from
+//! `bus/pci/devices` and `class/infiniband`). Used by tests, benchmarks and the simulated fleet
+//! of the demo, which stands in for GPU machines this project cannot run on.
+
+use std::io;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::config_space::{ACS_CR, ACS_RR, ACS_SV, ACS_UF};
+
+/// A machine.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FixtureSpec {
+    /// DMI sys_vendor of a hypervisor (`QEMU`, `KVM`, ...) and the cpuinfo `hypervisor` flag.
+    #[serde(default)]
+    pub hypervisor: Option<String>,
+    /// The guest has a vIOMMU / the host an IOMMU device (`class/iommu/dmar0`).
+    #[serde(default)]
+    pub iommu_device: bool,
+    /// IOMMU group type given to every endpoint (`DMA`, `DMA-FQ`, `identity`); none: no groups.
+    #[serde(default)]
+    pub iommu_group_type: Option<String>,
+    #[serde(default)]
+    pub cmdline: String,
+    #[serde(default)]
+    pub peermem: bool,
+    /// Full config space readable (as root); false: 64 bytes only.
+    #[serde(default)]
+    pub config_readable: bool,
+    /// ACS P2P redirect (RR+CR) set on switch downstream ports.
+    #[serde(default)]
+    pub acs_redirect: bool,
+    /// ATS enabled on RDMA NICs.
+    #[serde(default)]
+    pub nic_ats: bool,
+    pub roots: Vec<RootSpec>,
+}
+
+/// A PCIe host bridge (`pciDDDD:BB`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RootSpec {
+    #[serde(default)]
+    pub domain: u16,
+    pub bus: u8,
+    pub numa: i32,
+    /// Each slot behind its own root port.
+    #[serde(default)]
+    pub ports: Vec<Slot>,
+    /// Endpoints directly on the root bus (flat VMs).
+    #[serde(default)]
+    pub direct: Vec<Slot>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Slot {
+    /// A PCIe switch: upstream port, one downstream port per child.
+    Switch(Vec<Slot>),
+    /// An NVIDIA H200-like GPU; `audio` adds its HDMI audio function (.1).
+    Gpu {
+        #[serde(default)]
+        audio: bool,
+    },
+    /// An RDMA NIC: one PCI function per name (two names: a dual-function card), `ports`
+    /// InfiniBand ports per function.
+    Nic { names: Vec<String>, ports: u32 },
+    /// A NIC without RDMA (virtio-net).
+    EthNic,
+}
+
+struct Writer<'a> {
+    sys: &'a Path,
+    spec: &'a FixtureSpec,
+    next_bus: u16,
+    domain: u16,
+    numa: i32,
+    group: u32,
+}
+
+fn w(path: &Path, content: impl AsRef<[u8]>) -> io::Result<()> {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p)?;
+    }
+    std::fs::write(path, content)
+}
+
+/// `from` → `to`, both inside the tree, as a relative link like the kernel's.
+fn rel_link(from: &Path, to: &Path) -> io::Result<()> {
+    let from_dir = from.parent().unwrap_or(Path::new(""));
+    let common = from_dir
+        .components()
+        .zip(to.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut rel = PathBuf::new();
+    for _ in from_dir.components().skip(common) {
+        rel.push("..");
+    }
+    for c in to.components().skip(common) {
+        rel.push(c);
+    }
+    std::fs::create_dir_all(from_dir)?;
+    symlink(rel, from)
+}
+
+impl Writer<'_> {
+    fn alloc_bus(&mut self) -> u8 {
+        let b = self.next_bus;
+        self.next_bus += 1;
+        b as u8
+    }
+
+    fn config(&self, acs: Option<u16>, ats: Option<bool>) -> Vec<u8> {
+        if !self.spec.config_readable {
+            return vec![0u8; 64];
+        }
+        let mut c = vec![0u8; 4096];
+        let caps: Vec<(u16, u16)> = acs
+            .map(|a| (0x000d, a))
+            .into_iter()
+            .chain(ats.map(|e| (0x000f, if e { 0x8000 } else { 0 })))
+            .collect();
+        let mut off = 0x100usize;
+        for (i, (id, ctrl)) in caps.iter().enumerate() {
+            let next = if i + 1 < caps.len() { off + 0x40 } else { 0 };
+            let hdr = u32::from(*id) | (1 << 16) | ((next as u32) << 20);
+            c[off..off + 4].copy_from_slice(&hdr.to_le_bytes());
+            c[off + 6..off + 8].copy_from_slice(&ctrl.to_le_bytes());
+            off += 0x40;
+        }
+        c
+    }
+
+    /// Writes one PCI function under `parent` (a directory relative to the tree root).
+    #[allow(clippy::too_many_arguments)] // one argument per sysfs attribute written
+    fn device(
+        &mut self,
+        parent: &Path,
+        bus: u8,
+        dev: u8,
+        func: u8,
+        vendor: u16,
+        device: u16,
+        class: u32,
+        config: Vec<u8>,
+    ) -> io::Result<PathBuf> {
+        let bdf = format!("{:04x}:{bus:02x}:{dev:02x}.{func}", self.domain);
+        let dir = parent.join(&bdf);
+        let abs = self.sys.join(&dir);
+        w(&abs.join("vendor"), format!("0x{vendor:04x}\n"))?;
+        w(&abs.join("device"), format!("0x{device:04x}\n"))?;
+        w(&abs.join("class"), format!("0x{class:06x}\n"))?;
+        w(&abs.join("numa_node"), format!("{}\n", self.numa))?;
+        w(&abs.join("config"), config)?;
+        rel_link(&self.sys.join("bus/pci/devices").join(&bdf), &abs)?;
+        if let Some(ty) = &self.spec.iommu_group_type
+            && class >> 8 != 0x0604
+        {
+            {
+                let g = self.sys.join(format!("kernel/iommu_groups/{}", self.group));
+                w(&g.join("type"), format!("{ty}\n"))?;
+                rel_link(&g.join("devices").join(&bdf), &abs)?;
+                rel_link(&abs.join("iommu_group"), &g)?;
+                self.group += 1;
+            }
+        }
+        Ok(dir)
+    }
+
+    fn bridge(&mut self, parent: &Path, bus: u8, dev: u8, downstream: bool) -> io::Result<PathBuf> {
+        let acs = if downstream && self.spec.acs_redirect {
+            ACS_SV | ACS_RR | ACS_CR | ACS_UF
+        } else {
+            ACS_SV
+        };
+        let config = self.config(Some(acs), None);
+        self.device(parent, bus, dev, 0, 0x1000, 0xc030, 0x060400, config)
+    }
+
+    /// Places `slot` on bus `bus` as device `dev` under `parent`.
+    fn slot(&mut self, parent: &Path, bus: u8, dev: u8, slot: &Slot) -> io::Result<()> {
+        match slot {
+            Slot::Switch(children) => {
+                let up = self.bridge(parent, bus, dev, false)?;
+                let inner = self.alloc_bus();
+                for (i, child) in children.iter().enumerate() {
+                    let down = self.bridge(&up, inner, i as u8, true)?;
+                    let sec = self.alloc_bus();
+                    self.slot(&down, sec, 0, child)?;
+                }
+            }
+            Slot::Gpu { audio } => {
+                let config = self.config(None, None);
+                self.device(parent, bus, dev, 0, 0x10de, 0x2335, 0x030200, config)?;
+                if *audio {
+                    let config = self.config(None, None);
+                    self.device(parent, bus, dev, 1, 0x10de, 0x22ba, 0x040300, config)?;
+                }
+            }
+            Slot::Nic { names, ports } => {
+                for (f, name) in names.iter().enumerate() {
+                    let config = self.config(None, Some(self.spec.nic_ats));
+                    let dir =
+                        self.device(parent, bus, dev, f as u8, 0x15b3, 0x1021, 0x020700, config)?;
+                    let abs = self.sys.join(&dir);
+                    let ib = abs.join("infiniband").join(name);
+                    for p in 1..=*ports {
+                        let port = ib.join(format!("ports/{p}"));
+                        w(&port.join("state"), "4: ACTIVE\n")?;
+                        w(&port.join("link_layer"), "InfiniBand\n")?;
+                        w(&port.join("rate"), "400 Gb/sec (4X NDR)\n")?;
+                        for c in [
+                            "req_cqe_error",
+                            "resp_cqe_error",
+                            "req_remote_access_errors",
+                            "resp_remote_access_errors",
+                            "local_ack_timeout_err",
+                        ] {
+                            w(&port.join("hw_counters").join(c), "0\n")?;
+                        }
+                    }
+                    rel_link(&ib.join("device"), &abs)?;
+                    rel_link(&self.sys.join("class/infiniband").join(name), &ib)?;
+                    let ifname = format!(
+                        "ib{}",
+                        name.trim_start_matches(|c: char| !c.is_ascii_digit())
+                            .replace('_', "")
+                    );
+                    std::fs::create_dir_all(abs.join("net").join(ifname))?;
+                }
+            }
+            Slot::EthNic => {
+                let config = self.config(None, None);
+                let dir = self.device(parent, bus, dev, 0, 0x1af4, 0x1041, 0x020000, config)?;
+                std::fs::create_dir_all(self.sys.join(dir).join("net/eth0"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FixtureSpec {
+    /// Writes the tree: `<out>/sys` and `<out>/proc`.
+    pub fn write(&self, out: &Path) -> io::Result<()> {
+        let sys = out.join("sys");
+        let proc_ = out.join("proc");
+        std::fs::create_dir_all(sys.join("bus/pci/devices"))?;
+        std::fs::create_dir_all(sys.join("class/infiniband"))?;
+        std::fs::create_dir_all(sys.join("class/iommu"))?;
+        std::fs::create_dir_all(sys.join("kernel/iommu_groups"))?;
+        let flags = if self.hypervisor.is_some() {
+            "fpu vme de pse hypervisor lahf_lm"
+        } else {
+            "fpu vme de pse lahf_lm"
+        };
+        let mut cpuinfo = String::new();
+        for cpu in 0..2 {
+            cpuinfo.push_str(&format!(
+                "processor\t: {cpu}\nvendor_id\t: GenuineIntel\nflags\t\t: {flags}\n\n"
+            ));
+        }
+        w(&proc_.join("cpuinfo"), cpuinfo)?;
+        w(
+            &proc_.join("cmdline"),
+            format!("BOOT_IMAGE=/vmlinuz root=/dev/vda1 {}\n", self.cmdline),
+        )?;
+        let (vendor, product) = match &self.hypervisor {
+            Some(h) => (h.clone(), "Standard PC (Q35 + ICH9, 2009)".to_owned()),
+            None => ("NVIDIA".to_owned(), "DGX H100".to_owned()),
+        };
+        w(&sys.join("class/dmi/id/sys_vendor"), format!("{vendor}\n"))?;
+        w(
+            &sys.join("class/dmi/id/product_name"),
+            format!("{product}\n"),
+        )?;
+        if self.iommu_device {
+            std::fs::create_dir_all(sys.join("class/iommu/dmar0"))?;
+        }
+        if self
+            .roots
+            .iter()
+            .any(|r| has_gpu(&r.ports) || has_gpu(&r.direct))
+        {
+            w(&sys.join("module/nvidia/version"), "560.35.03\n")?;
+        }
+        if self.peermem {
+            w(&sys.join("module/nvidia_peermem/version"), "560.35.03\n")?;
+        }
+        let mut group = 0;
+        for root in &self.roots {
+            let root_dir =
+                PathBuf::from("devices").join(format!("pci{:04x}:{:02x}", root.domain, root.bus));
+            std::fs::create_dir_all(sys.join(&root_dir))?;
+            let mut wr = Writer {
+                sys: &sys,
+                spec: self,
+                next_bus: u16::from(root.bus) + 1,
+                domain: root.domain,
+                numa: root.numa,
+                group,
+            };
+            for (i, slot) in root.direct.iter().enumerate() {
+                wr.slot(&root_dir, root.bus, (i + 0x10) as u8, slot)?;
+            }
+            for (i, slot) in root.ports.iter().enumerate() {
+                let port = wr.bridge(&root_dir, root.bus, (i + 1) as u8, false)?;
+                let sec = wr.alloc_bus();
+                wr.slot(&port, sec, 0, slot)?;
+            }
+            group = wr.group;
+        }
+        Ok(())
+    }
+}
+
+fn has_gpu(slots: &[Slot]) -> bool {
+    slots.iter().any(|s| match s {
+        Slot::Gpu { .. } => true,
+        Slot::Switch(c) => has_gpu(c),
+        _ => false,
+    })
+}
+
+fn pair(gpu: usize) -> Slot {
+    Slot::Switch(vec![
+        Slot::Gpu { audio: false },
+        Slot::Nic {
+            names: vec![format!("mlx5_{gpu}")],
+            ports: 1,
+        },
+    ])
+}
+
+/// The seed incident's node: KVM guest, PCIe passthrough, 8×H200 + 8×ConnectX-7, GPU i and
+/// mlx5_i under one PCIe switch, two NUMA nodes (one host bridge each), no vIOMMU,
+/// nvidia-peermem loaded.
+pub fn seed_kvm_guest() -> FixtureSpec {
+    FixtureSpec {
+        hypervisor: Some("QEMU".into()),
+        iommu_device: false,
+        iommu_group_type: None,
+        cmdline: String::new(),
+        peermem: true,
+        config_readable: true,
+        acs_redirect: false,
+        nic_ats: false,
+        roots: vec![
+            RootSpec {
+                domain: 0,
+                bus: 0x00,
+                numa: 0,
+                ports: (0..4).map(pair).collect(),
+                direct: vec![Slot::EthNic],
+            },
+            RootSpec {
+                domain: 0,
+                bus: 0x80,
+                numa: 1,
+                ports: (4..8).map(pair).collect(),
+                direct: vec![],
+            },
+        ],
+    }
+}
+
+/// A DGX-H100-like bare-metal box: two sockets, each GPU with its NIC under one switch, every
+/// switch on its own host bridge; IOMMU in passthrough; a dual-function storage NIC.
+pub fn dgx_h100_like() -> FixtureSpec {
+    let socket = |first: usize, base: u8, numa: i32| -> Vec<RootSpec> {
+        (0..4)
+            .map(|i| RootSpec {
+                domain: 0,
+                bus: base + (i as u8) * 0x10,
+                numa,
+                ports: vec![pair(first + i)],
+                direct: vec![],
+            })
+            .collect()
+    };
+    let mut roots = socket(0, 0x10, 0);
+    roots.push(RootSpec {
+        domain: 0,
+        bus: 0x50,
+        numa: 0,
+        ports: vec![Slot::Nic {
+            names: vec!["mlx5_8".into(), "mlx5_9".into()],
+            ports: 1,
+        }],
+        direct: vec![],
+    });
+    roots.extend(socket(4, 0x90, 1));
+    FixtureSpec {
+        hypervisor: None,
+        iommu_device: true,
+        iommu_group_type: Some("identity".into()),
+        cmdline: "iommu=pt".into(),
+        peermem: true,
+        config_readable: true,
+        acs_redirect: false,
+        nic_ats: false,
+        roots,
+    }
+}
+
+/// A flat cloud VM: GPUs straight on the root bus (with their audio functions), a virtio NIC,
+/// no RDMA, no NUMA information.
+pub fn flat_cloud_vm() -> FixtureSpec {
+    FixtureSpec {
+        hypervisor: Some("Google".into()),
+        iommu_device: false,
+        iommu_group_type: None,
+        cmdline: String::new(),
+        peermem: false,
+        config_readable: false,
+        acs_redirect: false,
+        nic_ats: false,
+        roots: vec![RootSpec {
+            domain: 0,
+            bus: 0,
+            numa: -1,
+            ports: vec![],
+            direct: vec![
+                Slot::EthNic,
+                Slot::Gpu { audio: true },
+                Slot::Gpu { audio: true },
+            ],
+        }],
+    }
+}
+
+/// Bare metal, two sockets, a translating IOMMU and ACS redirect on: GPUs on socket 0, one NIC
+/// beside GPU0 under a switch, one dual-port NIC on socket 1.
+pub fn two_socket_translating() -> FixtureSpec {
+    FixtureSpec {
+        hypervisor: None,
+        iommu_device: true,
+        iommu_group_type: Some("DMA-FQ".into()),
+        cmdline: "intel_iommu=on".into(),
+        peermem: false,
+        config_readable: true,
+        acs_redirect: true,
+        nic_ats: false,
+        roots: vec![
+            RootSpec {
+                domain: 0,
+                bus: 0,
+                numa: 0,
+                ports: vec![
+                    Slot::Switch(vec![
+                        Slot::Gpu { audio: false },
+                        Slot::Nic {
+                            names: vec!["mlx5_0".into()],
+                            ports: 1,
+                        },
+                    ]),
+                    Slot::Gpu { audio: false },
+                ],
+                direct: vec![],
+            },
+            RootSpec {
+                domain: 0,
+                bus: 0x80,
+                numa: 1,
+                ports: vec![Slot::Nic {
+                    names: vec!["mlx5_1".into()],
+                    ports: 2,
+                }],
+                direct: vec![],
+            },
+        ],
+    }
+}
+
+/// A large node for benchmarks: `n` GPU/NIC pairs, each under a switch, on two sockets.
+pub fn many_pairs(n: usize) -> FixtureSpec {
+    let half = n.div_ceil(2);
+    let mut spec = seed_kvm_guest();
+    spec.roots = vec![
+        RootSpec {
+            domain: 0,
+            bus: 0x00,
+            numa: 0,
+            ports: (0..half).map(pair).collect(),
+            direct: vec![],
+        },
+        RootSpec {
+            domain: 0,
+            bus: 0x80,
+            numa: 1,
+            ports: (half..n).map(pair).collect(),
+            direct: vec![],
+        },
+    ];
+    spec
+}

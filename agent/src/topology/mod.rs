@@ -1,0 +1,242 @@
+//! Node topology: GPUs and RDMA NICs in the PCIe tree, the path class of every pair, host
+//! facts (VM, vIOMMU, GPUDirect), the NIC each GPU's workload will use, and structural risk.
+//!
+//! Everything is read through [`SysRoot`]s, so a fixture tree or an unpacked snapshot gives
+//! exactly what the real /sys and /proc would. Nothing here panics on odd input: whatever
+//! cannot be read becomes a warning and a partial result.
+
+pub mod config_space;
+pub mod fixture;
+pub mod host;
+pub mod nvml;
+pub mod paths;
+pub mod pci;
+pub mod predict;
+pub mod rdma;
+pub mod render;
+pub mod risk;
+pub mod snapshot;
+pub mod sysroot;
+
+use std::collections::BTreeMap;
+
+use railguard_schema::{Bdf, Gpu, PairPath, PathClass, TopologySnapshot};
+
+use config_space::AcsAts;
+use host::HostDetail;
+use paths::{Place, classify};
+use predict::{IbHca, NetDevices, Prediction};
+pub use sysroot::SysRoot;
+
+/// A GPU and where it sits.
+#[derive(Debug, Clone)]
+pub struct GpuNode {
+    pub gpu: Gpu,
+    pub root: String,
+    pub chain: Vec<Bdf>,
+}
+
+/// Everything discovered about one node.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    pub host: HostDetail,
+    pub gpus: Vec<GpuNode>,
+    pub nics: Vec<rdma::RdmaDevice>,
+    /// `gpu_nic[g][n]`: class between GPU g and NIC n (indices into `gpus` / `nics`).
+    pub gpu_nic: Vec<Vec<PathClass>>,
+    pub gpu_gpu: Vec<Vec<PathClass>>,
+    pub nic_nic: Vec<Vec<PathClass>>,
+    /// NVLink count between GPU pairs (from NVML), keyed by (lower, higher) index.
+    pub nvlinks: BTreeMap<(u32, u32), u32>,
+    /// ACS/ATS of every bridge and NIC on a GPU or NIC path.
+    pub acs: BTreeMap<Bdf, AcsAts>,
+    pub warnings: Vec<String>,
+}
+
+fn nplace(n: &rdma::RdmaDevice) -> Place<'_> {
+    Place {
+        root: &n.root,
+        chain: &n.chain,
+        numa: n.nic.numa_node,
+    }
+}
+
+/// How the workload selects NICs.
+#[derive(Debug, Clone, Default)]
+pub struct SelectionPolicy {
+    pub ucx: NetDevices,
+    pub nccl: Option<IbHca>,
+}
+
+impl Topology {
+    /// Reads the node through `sys` (as /sys) and `proc_` (as /proc).
+    pub fn discover(sys: &SysRoot, proc_: &SysRoot) -> Topology {
+        let mut warnings = Vec::new();
+        let devices = pci::enumerate(sys, &mut warnings);
+        // GPU index = position in PCI bus order, as nvidia-smi numbers them (enumerate sorts).
+        let gpus: Vec<GpuNode> = devices
+            .iter()
+            .filter(|d| d.is_nvidia_gpu())
+            .enumerate()
+            .map(|(i, d)| GpuNode {
+                gpu: Gpu {
+                    index: i as u32,
+                    bdf: d.bdf,
+                    numa_node: d.numa_node,
+                    name: String::new(),
+                    uuid: String::new(),
+                },
+                root: d.root.clone(),
+                chain: d.chain.clone(),
+            })
+            .collect();
+        let nics = rdma::enumerate(sys, &mut warnings);
+        let host = host::detect(sys, proc_, !gpus.is_empty(), &mut warnings);
+
+        let gpu_nic = gpus
+            .iter()
+            .map(|g| {
+                nics.iter()
+                    .map(|n| classify(Self::gplace(g), nplace(n)))
+                    .collect()
+            })
+            .collect();
+        let gpu_gpu = gpus
+            .iter()
+            .map(|a| {
+                gpus.iter()
+                    .map(|b| classify(Self::gplace(a), Self::gplace(b)))
+                    .collect()
+            })
+            .collect();
+        let nic_nic = nics
+            .iter()
+            .map(|a| {
+                nics.iter()
+                    .map(|b| classify(nplace(a), nplace(b)))
+                    .collect()
+            })
+            .collect();
+
+        // Config space of every bridge on the way and of each NIC.
+        let mut acs = BTreeMap::new();
+        let bridges = devices
+            .iter()
+            .filter(|d| d.is_bridge())
+            .map(|d| d.bdf)
+            .collect::<std::collections::BTreeSet<_>>();
+        let on_paths = gpus
+            .iter()
+            .flat_map(|g| g.chain.iter())
+            .chain(nics.iter().flat_map(|n| n.chain.iter()));
+        for bdf in on_paths {
+            if bridges.contains(bdf) || nics.iter().any(|n| n.nic.bdf == *bdf) {
+                acs.entry(*bdf).or_insert_with(|| {
+                    sys.read_bytes(format!("bus/pci/devices/{bdf}/config"))
+                        .map(|b| config_space::parse(&b))
+                        .unwrap_or(AcsAts::UNREADABLE)
+                });
+            }
+        }
+        let mut topo = Topology {
+            host,
+            gpus,
+            nics,
+            gpu_nic,
+            gpu_gpu,
+            nic_nic,
+            nvlinks: BTreeMap::new(),
+            acs,
+            warnings,
+        };
+        topo.warnings.sort();
+        topo.warnings.dedup();
+        topo
+    }
+
+    fn gplace(g: &GpuNode) -> Place<'_> {
+        Place {
+            root: &g.root,
+            chain: &g.chain,
+            numa: g.gpu.numa_node,
+        }
+    }
+
+    pub fn nic_index(&self, name: &str) -> Option<usize> {
+        self.nics.iter().position(|n| n.nic.name == name)
+    }
+
+    /// The NIC this GPU's workload will use under `policy`.
+    pub fn predict(&self, gpu: usize, policy: &SelectionPolicy) -> Prediction {
+        let nics: Vec<(&str, PathClass)> = self
+            .nics
+            .iter()
+            .enumerate()
+            .map(|(n, d)| (d.nic.name.as_str(), self.gpu_nic[gpu][n]))
+            .collect();
+        predict::predict(&nics, &policy.ucx, policy.nccl.as_ref())
+    }
+
+    /// Label of a GPU pair: `NV#` when NVLink joins them, else the PCIe class.
+    pub fn gpu_gpu_label(&self, a: usize, b: usize) -> String {
+        let key = (a.min(b) as u32, a.max(b) as u32);
+        match self.nvlinks.get(&key) {
+            Some(n) if a != b => format!("NV{n}"),
+            _ => self.gpu_gpu[a][b].label().to_owned(),
+        }
+    }
+
+    /// The record the collector stores.
+    pub fn to_snapshot(&self, policy: &SelectionPolicy) -> TopologySnapshot {
+        let mut paths = Vec::new();
+        for (g, gn) in self.gpus.iter().enumerate() {
+            let a = format!("GPU{}", gn.gpu.index);
+            for (n, nic) in self.nics.iter().enumerate() {
+                paths.push(PairPath {
+                    a: a.clone(),
+                    b: nic.nic.name.clone(),
+                    class: self.gpu_nic[g][n],
+                    nvlinks: 0,
+                });
+            }
+            for (h, hn) in self.gpus.iter().enumerate().skip(g + 1) {
+                let nv = self
+                    .nvlinks
+                    .get(&(gn.gpu.index, hn.gpu.index))
+                    .copied()
+                    .unwrap_or(0);
+                let class = if nv > 0 {
+                    PathClass::Nv
+                } else {
+                    self.gpu_gpu[g][h]
+                };
+                paths.push(PairPath {
+                    a: a.clone(),
+                    b: format!("GPU{}", hn.gpu.index),
+                    class,
+                    nvlinks: nv,
+                });
+            }
+        }
+        for (m, a) in self.nics.iter().enumerate() {
+            for (n, b) in self.nics.iter().enumerate().skip(m + 1) {
+                paths.push(PairPath {
+                    a: a.nic.name.clone(),
+                    b: b.nic.name.clone(),
+                    class: self.nic_nic[m][n],
+                    nvlinks: 0,
+                });
+            }
+        }
+        TopologySnapshot {
+            host: self.host.facts.clone(),
+            gpus: self.gpus.iter().map(|g| g.gpu.clone()).collect(),
+            nics: self.nics.iter().map(|n| n.nic.clone()).collect(),
+            paths,
+            risks: (0..self.gpus.len())
+                .map(|g| risk::assess_gpu(self, g, policy).into_wire())
+                .collect(),
+            warnings: self.warnings.clone(),
+        }
+    }
+}

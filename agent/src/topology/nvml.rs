@@ -1,0 +1,107 @@
+//! NVML enrichment (names, UUIDs, NVLink, a cross-check of NVML's topology level), when the
+//! NVIDIA driver is present. No driver: nothing happens and no error is raised.
+
+use railguard_schema::PathClass;
+
+use super::Topology;
+
+/// NVML's `nvmlGpuTopologyLevel_t` as a path class (DOMAIN.md §2: SINGLE=10 is PIX, ...).
+pub fn level_to_class(level: u32) -> Option<PathClass> {
+    Some(match level {
+        0 => PathClass::X,
+        10 => PathClass::Pix,
+        20 => PathClass::Pxb,
+        30 => PathClass::Phb,
+        40 => PathClass::Node,
+        50 => PathClass::Sys,
+        _ => return None,
+    })
+}
+
+/// Fills in what NVML knows. Returns why it could not, if it could not.
+pub fn enrich(topo: &mut Topology) -> Result<usize, String> {
+    use nvml_wrapper::Nvml;
+    use nvml_wrapper::enum_wrappers::device::TopologyLevel;
+    let nvml = Nvml::init().map_err(|e| format!("NVML unavailable ({e}); no driver enrichment"))?;
+    let count = nvml.device_count().map_err(|e| e.to_string())?;
+    let mut by_index = Vec::new();
+    for i in 0..count {
+        let Ok(dev) = nvml.device_by_index(i) else {
+            continue;
+        };
+        let Ok(pci) = dev.pci_info() else { continue };
+        let Ok(bdf) = railguard_schema::Bdf::parse_with_domain(
+            &pci.bus_id.to_lowercase().replace("00000000:", "0000:"),
+            0,
+        ) else {
+            continue;
+        };
+        let Some(g) = topo.gpus.iter().position(|g| g.gpu.bdf == bdf) else {
+            topo.warnings
+                .push(format!("NVML reports GPU {bdf}, which sysfs does not show"));
+            continue;
+        };
+        topo.gpus[g].gpu.name = dev.name().unwrap_or_default();
+        topo.gpus[g].gpu.uuid = dev.uuid().unwrap_or_default();
+        by_index.push((g, i, dev));
+    }
+    let mut switch_links = vec![0u32; topo.gpus.len()];
+    for (a, _, da) in &by_index {
+        for (b, nvml_b, _) in &by_index {
+            if a >= b {
+                continue;
+            }
+            let Ok(db) = nvml.device_by_index(*nvml_b) else {
+                continue;
+            };
+            if let Ok(level) = da.topology_common_ancestor(db) {
+                let nvml_class = match level {
+                    TopologyLevel::Internal => PathClass::X,
+                    TopologyLevel::Single => PathClass::Pix,
+                    TopologyLevel::Multiple => PathClass::Pxb,
+                    TopologyLevel::HostBridge => PathClass::Phb,
+                    TopologyLevel::Node => PathClass::Node,
+                    TopologyLevel::System => PathClass::Sys,
+                };
+                if nvml_class != topo.gpu_gpu[*a][*b] {
+                    topo.warnings.push(format!(
+                        "NVML says GPU{a}↔GPU{b} is {}, sysfs says {}",
+                        nvml_class.label(),
+                        topo.gpu_gpu[*a][*b].label()
+                    ));
+                }
+            }
+        }
+        // NVLink: links straight to another GPU count for that pair; links to anything else are
+        // NVSwitch ports, which join every GPU that has them (as nvidia-smi's NV# shows).
+        for link in 0..18u32 {
+            let l = da.link_wrapper_for(link);
+            if !l.is_active().unwrap_or(false) {
+                continue;
+            }
+            let Ok(remote) = l.remote_pci_info() else {
+                continue;
+            };
+            let Ok(rb) = railguard_schema::Bdf::parse_with_domain(
+                &remote.bus_id.to_lowercase().replace("00000000:", "0000:"),
+                0,
+            ) else {
+                continue;
+            };
+            match topo.gpus.iter().position(|g| g.gpu.bdf == rb) {
+                Some(b) if *a < b => *topo.nvlinks.entry((*a as u32, b as u32)).or_default() += 1,
+                Some(_) => {}
+                None => switch_links[*a] += 1,
+            }
+        }
+    }
+    for a in 0..switch_links.len() {
+        for b in a + 1..switch_links.len() {
+            let via_switch = switch_links[a].min(switch_links[b]);
+            if via_switch > 0 {
+                *topo.nvlinks.entry((a as u32, b as u32)).or_default() += via_switch;
+            }
+        }
+    }
+    Ok(by_index.len())
+}

@@ -1,0 +1,74 @@
+//! The agent binary reads a node's topology (the seed incident's KVM guest, as a fixture tree)
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+//! and the collector stores it: GPUs, NICs, every pair's path class, per-GPU risk.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use railguard_agent::topology::fixture;
+use railguard_e2e::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_seed_topology_reaches_postgres_with_its_risks() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    fixture::seed_kvm_guest()
+        .write(&dir.path().join("node"))
+        .unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    let mut agent = Command::new(bin("railguard-agent"))
+        .args([
+            "run",
+            "--node-id",
+            "node-a",
+            "--collector",
+            &collector.url(),
+            "--exit-when-drained",
+        ])
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--spool-dir")
+        .arg(dir.path().join("spool"))
+        .arg("--sysfs-root")
+        .arg(dir.path().join("node/sys"))
+        .args(["--ucx-net-devices", "mlx5_0:1"])
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_exit(&mut agent, Duration::from_secs(60)).success());
+
+    let (virtualized, viommu, gpudirect): (String, String, String) = sqlx::query_as(
+        "SELECT virtualized, viommu, gpudirect FROM topology_snapshots WHERE node_id = 'node-a'",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (virtualized.as_str(), viommu.as_str(), gpudirect.as_str()),
+        ("yes", "no", "nvidia-peermem")
+    );
+    let gpus: i64 = sqlx::query_scalar("SELECT count(*) FROM topology_gpus")
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert_eq!(gpus, 8);
+    let pix: Vec<(String, String)> = sqlx::query_as(
+        "SELECT a, b FROM topology_paths WHERE class = 'pix' AND a LIKE 'GPU%' ORDER BY a",
+    )
+    .fetch_all(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(pix.len(), 8);
+    assert_eq!(pix[3], ("GPU3".to_owned(), "mlx5_3".to_owned()));
+    // Pinned to mlx5_0:1: exactly GPU0 is at high risk.
+    let high: Vec<i64> = sqlx::query_scalar(
+        "SELECT (r->>'gpu')::bigint FROM topology_snapshots, jsonb_array_elements(risks) r WHERE r->>'level' = 'high'",
+    )
+    .fetch_all(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(high, [0]);
+}
