@@ -5,19 +5,6 @@ use railguard_schema::PathClass;
 
 use super::Topology;
 
-/// NVML's `nvmlGpuTopologyLevel_t` as a path class (DOMAIN.md §2: SINGLE=10 is PIX, ...).
-pub fn level_to_class(level: u32) -> Option<PathClass> {
-    Some(match level {
-        0 => PathClass::X,
-        10 => PathClass::Pix,
-        20 => PathClass::Pxb,
-        30 => PathClass::Phb,
-        40 => PathClass::Node,
-        50 => PathClass::Sys,
-        _ => return None,
-    })
-}
-
 /// Fills in what NVML knows. Returns why it could not, if it could not.
 pub fn enrich(topo: &mut Topology) -> Result<usize, String> {
     use nvml_wrapper::Nvml;
@@ -55,6 +42,7 @@ pub fn enrich(topo: &mut Topology) -> Result<usize, String> {
                 continue;
             };
             if let Ok(level) = da.topology_common_ancestor(db) {
+                // NVML levels (DOMAIN.md §2): SINGLE=10 PIX, MULTIPLE=20 PXB, HOSTBRIDGE=30 PHB, NODE=40, SYSTEM=50.
                 let nvml_class = match level {
                     TopologyLevel::Internal => PathClass::X,
                     TopologyLevel::Single => PathClass::Pix,
@@ -104,4 +92,22 @@ pub fn enrich(topo: &mut Topology) -> Result<usize, String> {
         }
     }
     Ok(by_index.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_driver_means_no_enrichment_and_no_panic() {
+        let mut t = Topology::discover(
+            &super::super::SysRoot::new("/sys"),
+            &super::super::SysRoot::new("/proc"),
+        );
+        if std::path::Path::new("/proc/driver/nvidia").exists() {
+            return; // a machine with the driver: enrichment is exercised for real there
+        }
+        let e = enrich(&mut t).unwrap_err();
+        assert!(e.contains("NVML unavailable"), "{e}");
+    }
 }

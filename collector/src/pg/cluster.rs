@@ -253,10 +253,17 @@ fn check(what: &str, out: std::io::Result<Output>) -> Result<Output, ClusterErro
     }
 }
 
-/// Finds the directory holding `initdb` and `pg_ctl`.
+/// Finds the directory holding `initdb` and `pg_ctl` ($RAILGUARD_PG_BINDIR first).
 pub fn find_bindir() -> Result<PathBuf, ClusterError> {
-    let has_tools = |d: &Path| d.join("initdb").is_file() && d.join("pg_ctl").is_file();
-    if let Some(d) = std::env::var_os("RAILGUARD_PG_BINDIR").map(PathBuf::from) {
+    find_bindir_with(std::env::var_os("RAILGUARD_PG_BINDIR").map(PathBuf::from))
+}
+
+fn has_tools(d: &Path) -> bool {
+    d.join("initdb").is_file() && d.join("pg_ctl").is_file()
+}
+
+fn find_bindir_with(explicit: Option<PathBuf>) -> Result<PathBuf, ClusterError> {
+    if let Some(d) = explicit {
         return if has_tools(&d) {
             Ok(d)
         } else {
@@ -325,6 +332,17 @@ fn check_traversable(dir: &Path, user: &str) -> Result<(), ClusterError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn missing_binaries_name_the_package_to_install() {
+        let empty = tempfile::tempdir().unwrap();
+        let e = find_bindir_with(Some(empty.path().to_path_buf()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("apt-get install postgresql"), "{e}");
+        // This machine has them (CI installs them through scripts/setup.sh).
+        assert!(has_tools(&find_bindir_with(None).unwrap()));
+    }
 
     #[test]
     fn url_points_at_the_socket_directory() {
