@@ -13,6 +13,9 @@ pg_server_present() {
 pg_server_present || need+=(postgresql)
 have cc || need+=(build-essential)
 have pkg-config || need+=(pkg-config)
+# UCX: headers to build the agent's ucx transport, the library (with its tcp transport) to run it.
+[ -f /usr/include/ucp/api/ucp.h ] || need+=(libucx-dev)
+ls /usr/lib/*/libucp.so.0 >/dev/null 2>&1 || need+=(libucx0)
 
 if ((${#need[@]})); then
   if [ "$(id -u)" -ne 0 ]; then

@@ -2,6 +2,7 @@
 //! transfers and collect passive signals; everything it produces goes through the [`spool`]
 //! to the collector via the [`shipper`], so nothing is lost across crashes and outages.
 
+pub mod probe;
 pub mod shipper;
 pub mod spool;
 pub mod topology;

@@ -38,6 +38,8 @@ fn probe(i: usize) -> ProbeResult {
         duration_ns: 1_000_000 + i as u64,
         selection: PairSelection::Sweep,
         simulated: true,
+        bit_flips: 0,
+        receiver_detail: String::new(),
     }
 }
 

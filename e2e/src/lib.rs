@@ -205,7 +205,7 @@ pub fn agent_ship(
             "--backoff-max-ms",
             "500",
         ])
-        .args(["--topology-interval", "0"]) // spool contents only: no topology record
+        .args(["--topology-interval", "0", "--probe-cycle-secs", "0"]) // spool contents only
         .arg("--batch-records")
         .arg(batch_records.to_string())
         .arg("--token-file")
@@ -260,6 +260,8 @@ pub fn probe(i: u64) -> ProbeResult {
         duration_ns: 1_000_000 + i,
         selection: PairSelection::Sweep,
         simulated: true,
+        bit_flips: 0,
+        receiver_detail: String::new(),
     }
 }
 

@@ -33,7 +33,7 @@ async fn the_seed_topology_reaches_postgres_with_its_risks() {
         .arg(dir.path().join("spool"))
         .arg("--sysfs-root")
         .arg(dir.path().join("node/sys"))
-        .args(["--ucx-net-devices", "mlx5_0:1"])
+        .args(["--ucx-net-devices", "mlx5_0:1", "--probe-cycle-secs", "0"])
         .env("RUST_LOG", "error")
         .stdin(Stdio::null())
         .spawn()
@@ -71,4 +71,93 @@ async fn the_seed_topology_reaches_postgres_with_its_risks() {
     .await
     .unwrap();
     assert_eq!(high, [0]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn probes_of_the_simulated_seed_fabric_reach_postgres() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    fixture::seed_kvm_guest()
+        .write(&dir.path().join("node"))
+        .unwrap();
+    let faults = dir.path().join("faults.json");
+    std::fs::write(
+        &faults,
+        r#"{"faults": [{"path": ["pix"], "kind": "dma_read_rejected", "reported": "success"}]}"#,
+    )
+    .unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    let mut agent = Command::new(bin("railguard-agent"))
+        .args([
+            "run",
+            "--node-id",
+            "node-a",
+            "--collector",
+            &collector.url(),
+        ])
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--spool-dir")
+        .arg(dir.path().join("spool"))
+        .arg("--sysfs-root")
+        .arg(dir.path().join("node/sys"))
+        .args(["--fabric", "sim", "--faults"])
+        .arg(&faults)
+        .args(["--probe-cycle-secs", "2", "--probe-bytes", "256K"])
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // One cycle: 64 pairs, the 8 predicted ones four times.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_results")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+        if n >= 88 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {n} probe results after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let bad: Vec<(i32, String, String, String)> = sqlx::query_as(
+        "SELECT DISTINCT gpu_index, nic, verdict, diagnosis FROM probe_results WHERE verdict <> 'ok' ORDER BY gpu_index",
+    )
+    .fetch_all(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(bad.len(), 8, "{bad:?}");
+    for (g, (gpu, nic, verdict, diagnosis)) in bad.iter().enumerate() {
+        assert_eq!(
+            (*gpu as usize, nic.as_str()),
+            (g, format!("mlx5_{g}").as_str())
+        );
+        assert_eq!(
+            (verdict.as_str(), diagnosis.as_str()),
+            ("silent_corruption", "untouched")
+        );
+    }
+    let simulated: bool =
+        sqlx::query_scalar("SELECT bool_and(simulated AND transport = 'sim') FROM probe_results")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    assert!(simulated, "simulated results are labelled as such");
+    let predicted: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM probe_results WHERE selection = 'predicted' AND gpu_index = 3 AND nic = 'mlx5_3'")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    assert!(
+        predicted >= 2,
+        "the workload's pair is probed more often ({predicted})"
+    );
 }

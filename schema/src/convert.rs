@@ -182,6 +182,8 @@ impl TryFrom<wire::ProbeResult> for ProbeResult {
             duration_ns: p.duration_ns,
             selection: p.selection.try_into()?,
             simulated: p.simulated,
+            bit_flips: p.bit_flips,
+            receiver_detail: text("probe.receiver_detail", p.receiver_detail)?,
         })
     }
 }
@@ -205,6 +207,8 @@ impl From<ProbeResult> for wire::ProbeResult {
             duration_ns: p.duration_ns,
             selection: p.selection.into(),
             simulated: p.simulated,
+            bit_flips: p.bit_flips,
+            receiver_detail: p.receiver_detail,
         }
     }
 }
@@ -448,6 +452,8 @@ mod tests {
             duration_ns: 1234,
             selection: PairSelection::Predicted,
             simulated: true,
+            bit_flips: 0,
+            receiver_detail: "16 chunk(s) untouched (poison intact)".into(),
         }
     }
 

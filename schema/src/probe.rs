@@ -76,4 +76,8 @@ pub struct ProbeResult {
     pub duration_ns: u64,
     pub selection: PairSelection,
     pub simulated: bool,
+    #[serde(default)]
+    pub bit_flips: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub receiver_detail: String,
 }

@@ -1,7 +1,11 @@
 //! The agent's command line: one file per subcommand.
 
 mod fixture;
+mod preflight;
+mod probe;
+mod probing;
 mod run;
+mod selftest;
 mod snapshot;
 pub mod topo;
 
@@ -27,6 +31,12 @@ enum Command {
     Snapshot(snapshot::SnapshotArgs),
     /// Write a simulated node's /sys and /proc tree (for demos and tests without GPUs).
     SimFixture(fixture::FixtureArgs),
+    /// Verified transfers over GPU/NIC pairs: the receiver checks every byte.
+    Probe(probe::ProbeArgs),
+    /// Verify each GPU's predicted or pinned path; non-zero exit with one line per failing GPU.
+    Preflight(preflight::PreflightArgs),
+    /// Inject every fault kind into real transports and check each is classified correctly.
+    Selftest(selftest::SelftestArgs),
 }
 
 impl Cli {
@@ -36,6 +46,9 @@ impl Cli {
             Command::Topo(a) => a.run(),
             Command::Snapshot(a) => a.run(),
             Command::SimFixture(a) => a.run(),
+            Command::Probe(a) => a.run(),
+            Command::Preflight(a) => a.run(),
+            Command::Selftest(a) => a.run(),
         }
     }
 }

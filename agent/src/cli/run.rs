@@ -48,6 +48,19 @@ pub struct RunArgs {
     /// 0 disables topology collection.
     #[arg(long, env = "RAILGUARD_TOPOLOGY_INTERVAL", default_value_t = 300)]
     topology_interval: u64,
+    /// How probes move data (transport, simulated fabric, fault file).
+    #[command(flatten)]
+    probing: super::probing::TransportArgs,
+    /// Seconds in which every GPU/NIC pair is probed once (the workload's pairs more often).
+    /// 0 disables probes.
+    #[arg(long, env = "RAILGUARD_PROBE_CYCLE", default_value_t = 60)]
+    probe_cycle_secs: u64,
+    /// Bytes per probe (shrunk if the bandwidth budget needs it).
+    #[arg(long, default_value = "64M", value_parser = super::probing::parse_bytes)]
+    probe_bytes: usize,
+    /// Share of the slowest NIC's link rate probes may use on average.
+    #[arg(long, default_value_t = 0.01)]
+    probe_budget: f64,
     /// Exit once the spool is drained (for one-shot shipping and tests).
     #[arg(long)]
     exit_when_drained: bool,
@@ -74,6 +87,7 @@ impl RunArgs {
         cfg.batch_records = self.batch_records.max(1);
         cfg.backoff_max = std::time::Duration::from_millis(self.backoff_max_ms.max(100));
         let shipper = Shipper::new(cfg, spool.clone(), wake.clone())?;
+        let wake_for_probes = wake.clone();
         if self.topology_interval > 0 {
             // The start-up topology goes through the spool like every record: durable until acked.
             let (topo, policy) = self.topology.discover()?;
@@ -93,6 +107,22 @@ impl RunArgs {
                 wake,
             ));
         }
+        let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let probe_thread = if self.probe_cycle_secs > 0 {
+            let ctx = ProbeLoop {
+                source: self.topology.clone(),
+                probing: self.probing.clone(),
+                cycle: std::time::Duration::from_secs(self.probe_cycle_secs),
+                bytes: self.probe_bytes,
+                budget: self.probe_budget,
+                spool: spool.clone(),
+                wake: wake_for_probes.clone(),
+                stopping: stopping.clone(),
+            };
+            Some(std::thread::spawn(move || ctx.run()))
+        } else {
+            None
+        };
         let stop = async move {
             if self.exit_when_drained {
                 loop {
@@ -105,7 +135,12 @@ impl RunArgs {
                 super::shutdown_signal().await;
             }
         };
-        shipper.run(stop).await?;
+        let shipped = shipper.run(stop).await;
+        stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = probe_thread {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        shipped?;
         Ok(ExitCode::SUCCESS)
     }
 }
@@ -149,6 +184,153 @@ async fn topology_loop(
             }
             Ok(Err(e)) => tracing::error!(error = %e, "spooling the topology failed"),
             Err(e) => tracing::error!(error = %e, "spool task failed"),
+        }
+    }
+}
+
+/// The probe loop: one plan per cycle over every GPU/NIC pair of the node, each result spooled.
+struct ProbeLoop {
+    source: super::topo::TopoSource,
+    probing: super::probing::TransportArgs,
+    cycle: std::time::Duration,
+    bytes: usize,
+    budget: f64,
+    spool: Arc<Mutex<Spool>>,
+    wake: Arc<Notify>,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ProbeLoop {
+    fn stopped(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sleeps up to `d`, waking early when the agent stops. False if it stopped.
+    fn sleep(&self, d: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + d;
+        while std::time::Instant::now() < until {
+            if self.stopped() {
+                return false;
+            }
+            std::thread::sleep(
+                (until - std::time::Instant::now()).min(std::time::Duration::from_millis(100)),
+            );
+        }
+        !self.stopped()
+    }
+
+    fn run(self) {
+        use railguard_agent::probe::{Engine, schedule};
+        let mut engine = Engine::new(self.probing.engine_config());
+        let mut transports: std::collections::HashMap<
+            String,
+            Box<dyn railguard_agent::probe::transport::ProbeTransport>,
+        > = std::collections::HashMap::new();
+        let mut said_idle = false;
+        while !self.stopped() {
+            let cycle_start = std::time::Instant::now();
+            let pairs = self.source.discover().and_then(|(topo, policy)| {
+                let link = topo
+                    .nics
+                    .iter()
+                    .flat_map(|n| n.nic.ports.iter())
+                    .filter_map(|p| p.rate.split_whitespace().next()?.parse::<f64>().ok())
+                    .fold(f64::INFINITY, f64::min);
+                let pairs = super::probing::select_pairs(
+                    &topo,
+                    &policy,
+                    &[],
+                    &super::probing::NicArg::All,
+                )?;
+                Ok((
+                    pairs,
+                    if link.is_finite() {
+                        (link * 1e9) as u64
+                    } else {
+                        100_000_000_000
+                    },
+                ))
+            });
+            let (pairs, link_bits) = match pairs {
+                Ok(p) => p,
+                Err(e) => {
+                    if !said_idle {
+                        tracing::info!(reason = %e, "probes idle");
+                        said_idle = true;
+                    }
+                    if !self.sleep(self.cycle) {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            said_idle = false;
+            let faults = match self.probing.faults() {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::error!(error = %e, "fault file unusable; probes idle");
+                    if !self.sleep(self.cycle) {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let cfg = schedule::ScheduleConfig {
+                cycle: self.cycle,
+                probe_bytes: self.bytes as u64,
+                link_bits_per_sec: link_bits,
+                budget_fraction: self.budget,
+                ..Default::default()
+            };
+            let plan = schedule::plan(&pairs, &cfg);
+            for (at, pair) in plan.slots {
+                // Fill, digest and poison now, in the gap, so the probe is transfer + check.
+                engine.prepare(plan.probe_bytes as usize);
+                let wait = (cycle_start + at).saturating_duration_since(std::time::Instant::now());
+                if !self.sleep(wait) {
+                    return;
+                }
+                if !transports.contains_key(&pair.nic) {
+                    match self.probing.open(&pair.nic) {
+                        Ok(t) => {
+                            transports.insert(pair.nic.clone(), t);
+                        }
+                        Err(e) => {
+                            tracing::warn!(nic = %pair.nic, error = %e, "cannot open the probe transport");
+                            continue;
+                        }
+                    }
+                }
+                let Some(t) = transports.get_mut(&pair.nic) else {
+                    continue;
+                };
+                let out = engine.probe(
+                    t.as_mut(),
+                    &pair,
+                    plan.probe_bytes as usize,
+                    faults.pick(pair.gpu, &pair.nic, pair.class),
+                );
+                if out.result.verdict != railguard_schema::ProbeVerdict::Ok {
+                    tracing::warn!(gpu = pair.gpu, nic = %pair.nic, verdict = %out.result.verdict, diagnosis = %out.result.diagnosis, "probe failed");
+                }
+                let rec: railguard_schema::wire::Record =
+                    railguard_schema::Record::now(railguard_schema::RecordBody::Probe(out.result))
+                        .into();
+                let appended = self
+                    .spool
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .append(&[rec]);
+                if let Err(e) = appended {
+                    tracing::error!(error = %e, "spooling a probe result failed");
+                }
+                self.wake.notify_one();
+            }
+            let rest =
+                (cycle_start + self.cycle).saturating_duration_since(std::time::Instant::now());
+            if !self.sleep(rest) {
+                return;
+            }
         }
     }
 }

@@ -201,6 +201,8 @@ async fn insert_probes(
     let mut duration = Vec::with_capacity(n);
     let mut selection = Vec::with_capacity(n);
     let mut simulated = Vec::with_capacity(n);
+    let mut bit_flips = Vec::with_capacity(n);
+    let mut receiver_detail = Vec::with_capacity(n);
     for (id, t, p) in probes {
         ids.push(id);
         at.push(t);
@@ -220,18 +222,21 @@ async fn insert_probes(
         duration.push(i64_sat(p.duration_ns));
         selection.push(p.selection.as_str());
         simulated.push(p.simulated);
+        bit_flips.push(i64_sat(p.bit_flips));
+        receiver_detail.push(p.receiver_detail);
     }
     let res = sqlx::query(
         "INSERT INTO probe_results (record_id, node_id, observed_at, gpu_index, gpu_bdf, nic, nic_bdf, transport,
              bytes, reported, reported_detail, verdict, diagnosis, first_bad_offset, bad_chunks, chunks,
-             duration_ns, selection, simulated)
+             duration_ns, selection, simulated, bit_flips, receiver_detail)
          SELECT u.id, $1, u.at, u.gpu, u.gpu_bdf, u.nic, u.nic_bdf, u.transport, u.bytes, u.reported, u.detail,
-                u.verdict, u.diagnosis, u.first_bad, u.bad_chunks, u.chunks, u.duration, u.selection, u.simulated
+                u.verdict, u.diagnosis, u.first_bad, u.bad_chunks, u.chunks, u.duration, u.selection, u.simulated,
+                u.bit_flips, u.receiver_detail
          FROM UNNEST($2::uuid[], $3::timestamptz[], $4::int[], $5::text[], $6::text[], $7::text[], $8::text[],
                      $9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::int[],
-                     $16::int[], $17::bigint[], $18::text[], $19::bool[])
+                     $16::int[], $17::bigint[], $18::text[], $19::bool[], $20::bigint[], $21::text[])
               AS u(id, at, gpu, gpu_bdf, nic, nic_bdf, transport, bytes, reported, detail, verdict, diagnosis,
-                   first_bad, bad_chunks, chunks, duration, selection, simulated)
+                   first_bad, bad_chunks, chunks, duration, selection, simulated, bit_flips, receiver_detail)
          ON CONFLICT (record_id, observed_at) DO NOTHING",
     )
     .bind(node.as_str())
@@ -253,6 +258,8 @@ async fn insert_probes(
     .bind(duration)
     .bind(selection)
     .bind(simulated)
+    .bind(bit_flips)
+    .bind(receiver_detail)
     .execute(&mut **tx)
     .await?;
     Ok(res.rows_affected())

@@ -1,0 +1,143 @@
+//! `railguard-agent selftest`: injects every fault kind into a real transport on this node and
+//! checks that each is classified correctly. It proves the detector where the user runs it.
+
+use std::process::ExitCode;
+
+use railguard_agent::probe::fault::{Fault, FaultKind};
+use railguard_agent::probe::transport::ProbeTransport;
+use railguard_agent::probe::transport::tcp::TcpLoopback;
+use railguard_agent::probe::transport::ucx::{NicChoice, Ucx};
+use railguard_agent::probe::{Engine, EngineConfig, Pair, expected_classification};
+
+use super::probing::parse_bytes;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Which {
+    Tcp,
+    Ucx,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SelftestArgs {
+    /// Transports to test (repeat); default tcp and ucx.
+    #[arg(long, value_enum)]
+    transport: Vec<Which>,
+    /// Bytes per probe.
+    #[arg(long, default_value = "1M", value_parser = parse_bytes)]
+    bytes: usize,
+    /// UCX_NET_DEVICES for the ucx test (`auto`: UCX chooses). Default `lo` keeps it on loopback.
+    #[arg(long, env = "RAILGUARD_UCX_DEVICE", default_value = "lo")]
+    ucx_device: String,
+    /// UCX_TLS for the ucx test.
+    #[arg(long, env = "RAILGUARD_UCX_TLS", default_value = "tcp")]
+    ucx_tls: String,
+    /// One JSON object per check.
+    #[arg(long)]
+    json: bool,
+}
+
+impl SelftestArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        let which = if self.transport.is_empty() {
+            vec![Which::Tcp, Which::Ucx]
+        } else {
+            self.transport.clone()
+        };
+        let mut failures = 0;
+        for w in which {
+            let opened: Result<Box<dyn ProbeTransport>, _> = match w {
+                Which::Tcp => TcpLoopback::new().map(|t| Box::new(t) as Box<dyn ProbeTransport>),
+                Which::Ucx => {
+                    let choice = if self.ucx_device == "auto" {
+                        NicChoice::Auto
+                    } else {
+                        NicChoice::Pin(self.ucx_device.clone())
+                    };
+                    Ucx::open(
+                        choice,
+                        Some(self.ucx_tls.as_str()).filter(|s| !s.is_empty()),
+                    )
+                    .map(|t| Box::new(t) as Box<dyn ProbeTransport>)
+                }
+            };
+            let mut t = match opened {
+                Ok(t) => t,
+                Err(e) => {
+                    println!("{w:?}: FAILED to open: {e}");
+                    failures += 1;
+                    continue;
+                }
+            };
+            failures += self.check(t.as_mut());
+        }
+        if failures == 0 {
+            println!("selftest passed: every fault kind classified correctly");
+            Ok(ExitCode::SUCCESS)
+        } else {
+            println!("selftest FAILED: {failures} check(s)");
+            Ok(ExitCode::from(1))
+        }
+    }
+
+    fn check(&self, t: &mut dyn ProbeTransport) -> usize {
+        let mut engine = Engine::new(EngineConfig {
+            timeout: std::time::Duration::from_millis(500),
+            ..Default::default()
+        });
+        let pair = Pair::named(0, "selftest-a");
+        let other = Pair::named(1, "selftest-b");
+        let mut failures = 0;
+        let name = t_name(t);
+        let mut report = |label: String, ok: bool, got: String, want: String| {
+            if self.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"transport": name, "check": label, "ok": ok, "got": got, "want": want})
+                );
+            } else {
+                println!(
+                    "{:<5} {:<18} {:<4} got {got}{}",
+                    name,
+                    label,
+                    if ok { "ok" } else { "FAIL" },
+                    if ok {
+                        String::new()
+                    } else {
+                        format!(", want {want}")
+                    }
+                );
+            }
+            if !ok {
+                failures += 1;
+            }
+        };
+        for p in [&pair, &other] {
+            let out = engine.probe(t, p, self.bytes, None);
+            report(
+                "clean".into(),
+                out.result.verdict == railguard_schema::ProbeVerdict::Ok,
+                out.result.verdict.to_string(),
+                "ok".into(),
+            );
+        }
+        for kind in FaultKind::ALL {
+            let out = engine.probe(t, &pair, self.bytes, Some(&Fault::new(kind)));
+            let want = expected_classification(kind);
+            let got = (out.result.verdict, out.result.diagnosis);
+            report(
+                serde_json::to_value(kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                got == want,
+                format!("{} / {}", got.0, got.1),
+                format!("{} / {}", want.0, want.1),
+            );
+        }
+        failures
+    }
+}
+
+fn t_name(t: &dyn ProbeTransport) -> String {
+    t.kind().to_string()
+}

@@ -1,0 +1,336 @@
+//! Verified transfers: the agent moves KV-sized data over a GPU/NIC path itself, and the
+//! receiver checks every byte. "The transport said success" and "the bytes arrived" are
+//! recorded separately; the gap between them is what railguard exists to show.
+//!
+//! One probe: a fresh nonce fills the source (no two probes carry the same bytes), the
+//! receiver poisons its buffer, the transport moves the bytes, the receiver compares per-chunk
+//! digests sent out of band and, where they differ, says what is there instead (untouched,
+//! stale, misdirected, swapped, corrupt).
+
+pub mod fault;
+pub mod pattern;
+pub mod schedule;
+pub mod transport;
+pub mod verify;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use railguard_schema::{
+    Bdf, Diagnosis, PairSelection, PathClass, ProbeResult, ProbeVerdict, Reported,
+};
+
+use fault::{Fault, FaultKind};
+use transport::{ProbeTransport, Sabotage, TransferReport};
+use verify::{KnownProbe, Verification};
+
+/// A GPU/NIC pair to probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pair {
+    pub gpu: u32,
+    pub gpu_bdf: Option<Bdf>,
+    pub nic: String,
+    pub nic_bdf: Option<Bdf>,
+    pub class: Option<PathClass>,
+    pub selection: PairSelection,
+}
+
+impl Pair {
+    /// A pair with nothing known but its names (tests, synthetic pairs).
+    pub fn named(gpu: u32, nic: &str) -> Pair {
+        Pair {
+            gpu,
+            gpu_bdf: None,
+            nic: nic.to_owned(),
+            nic_bdf: None,
+            class: None,
+            selection: PairSelection::Sweep,
+        }
+    }
+
+    pub fn key(&self) -> String {
+        format!("GPU{}/{}", self.gpu, self.nic)
+    }
+}
+
+/// A probe's result with what only the receiver knows.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProbeOutcome {
+    #[serde(flatten)]
+    pub result: ProbeResult,
+    /// The fault applied (simulated fabric or self-test injection), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault: Option<FaultKind>,
+    /// What the receiver saw: chunk counts, bit flips, which probe the bytes came from.
+    pub receiver: Verification,
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub chunk_bytes: usize,
+    pub timeout: Duration,
+    /// Probes remembered to recognise stale and misdirected bytes.
+    pub history: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            chunk_bytes: pattern::DEFAULT_CHUNK_BYTES,
+            timeout: Duration::from_secs(10),
+            history: 64,
+        }
+    }
+}
+
+/// Buffers ready for the next probe: source filled and digested, destination poisoned.
+#[derive(Debug)]
+struct Prepared {
+    bytes: usize,
+    nonce: u64,
+    poison_nonce: u64,
+    src: Vec<u64>,
+    dst: Vec<u64>,
+    digests: Arc<Vec<u64>>,
+}
+
+/// Runs probes. Host-memory buffers (GPU memory through CUDA is not wired in yet).
+#[derive(Debug)]
+pub struct Engine {
+    cfg: EngineConfig,
+    history: VecDeque<KnownProbe>,
+    next_id: u64,
+    prepared: Option<Prepared>,
+    spare: (Vec<u64>, Vec<u64>),
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Self {
+        Engine {
+            cfg,
+            history: VecDeque::new(),
+            next_id: 1,
+            prepared: None,
+            spare: (Vec::new(), Vec::new()),
+        }
+    }
+
+    fn chunk_bytes(&self) -> usize {
+        (self.cfg.chunk_bytes.max(8) / 8) * 8
+    }
+
+    /// Readies buffers for a probe of `bytes` ahead of time (fresh nonce, source filled and
+    /// digested, destination poisoned), so the probe itself is the transfer and the check.
+    /// The probe loop calls it while it waits for the next slot.
+    pub fn prepare(&mut self, bytes: usize) {
+        let chunk = self.chunk_bytes();
+        let (mut src, mut dst) = match self.prepared.take() {
+            Some(p) => (p.src, p.dst),
+            None => std::mem::take(&mut self.spare),
+        };
+        let words = bytes.div_ceil(8);
+        src.resize(words, 0);
+        dst.resize(words, 0);
+        let nonce = rand::random::<u64>();
+        let poison_nonce = rand::random::<u64>();
+        let digests = Arc::new(pattern::fill_and_digest(nonce, &mut src, bytes, chunk));
+        pattern::poison_words(poison_nonce, &mut dst);
+        self.prepared = Some(Prepared {
+            bytes,
+            nonce,
+            poison_nonce,
+            src,
+            dst,
+            digests,
+        });
+    }
+
+    fn remember(&mut self, k: KnownProbe) {
+        self.history.push_front(k);
+        self.history.truncate(self.cfg.history.max(1));
+    }
+
+    /// A probe of `pair` that the receiver will recognise, without transferring it (used when
+    /// an injection needs an earlier or foreign probe and none ran yet).
+    fn synthetic_known(&mut self, pair_key: String, bytes: usize) -> KnownProbe {
+        let nonce = rand::random::<u64>();
+        let mut buf = vec![0u8; bytes];
+        pattern::fill(nonce, 0, &mut buf);
+        let k = KnownProbe {
+            id: self.next_id,
+            pair: pair_key,
+            nonce,
+            digests: Arc::new(pattern::digests(&buf, self.chunk_bytes())),
+        };
+        self.next_id += 1;
+        self.remember(k.clone());
+        k
+    }
+
+    /// Runs one probe of `bytes` over `transport`, with `fault` applied if given.
+    pub fn probe(
+        &mut self,
+        transport: &mut dyn ProbeTransport,
+        pair: &Pair,
+        bytes: usize,
+        fault: Option<&Fault>,
+    ) -> ProbeOutcome {
+        let key = pair.key();
+        let chunk = self.chunk_bytes();
+        let id = self.next_id;
+        self.next_id += 1;
+        if self.prepared.as_ref().is_none_or(|p| p.bytes != bytes) {
+            self.prepare(bytes);
+        }
+        let Some(Prepared {
+            nonce,
+            poison_nonce,
+            mut src,
+            mut dst,
+            digests,
+            ..
+        }) = self.prepared.take()
+        else {
+            unreachable!("prepared just above")
+        };
+        let src_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut src)[..bytes];
+
+        // Injections change what travels (and so must be caught by the receiver), or make the
+        // transport itself fail where it can.
+        let mut sabotage = Sabotage::None;
+        let mut skip: Option<TransferReport> = None;
+        if let Some(f) = fault {
+            match f.kind {
+                FaultKind::Drop | FaultKind::DmaReadRejected => {
+                    let what = if f.kind == FaultKind::Drop {
+                        "data dropped"
+                    } else {
+                        "NIC's DMA read of GPU memory rejected"
+                    };
+                    skip = Some(TransferReport {
+                        reported: f.reported(),
+                        detail: format!("fault: {what}"),
+                    });
+                }
+                FaultKind::Stale => {
+                    let earlier = match self.history.iter().find(|k| k.pair == key).cloned() {
+                        Some(k) => k,
+                        None => self.synthetic_known(key.clone(), bytes),
+                    };
+                    pattern::fill(earlier.nonce, 0, src_view);
+                }
+                FaultKind::Misdirect => {
+                    let other = match self.history.iter().find(|k| k.pair != key).cloned() {
+                        Some(k) => k,
+                        None => {
+                            self.synthetic_known(format!("GPU{}/elsewhere", pair.gpu + 1), bytes)
+                        }
+                    };
+                    pattern::fill(other.nonce, 0, src_view);
+                }
+                FaultKind::Bitflip => {
+                    if let Some(last) = src_view.last_mut() {
+                        *last ^= 0x01;
+                    }
+                }
+                FaultKind::Swap => {
+                    if bytes >= 2 * chunk {
+                        let (a, b) = src_view.split_at_mut(chunk);
+                        a.swap_with_slice(&mut b[..chunk]);
+                    }
+                }
+                FaultKind::Error if transport.supports_sabotage() => sabotage = Sabotage::Truncate,
+                FaultKind::Hang if transport.supports_sabotage() => sabotage = Sabotage::Stall,
+                FaultKind::Error => {
+                    skip = Some(TransferReport::error(
+                        "fault: transport error (emulated by the engine)",
+                    ))
+                }
+                FaultKind::Hang => {
+                    skip = Some(TransferReport::nothing(
+                        "fault: no completion (emulated by the engine)",
+                    ))
+                }
+            }
+        }
+        let dst_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut dst)[..bytes];
+        let started = Instant::now();
+        let mut report = match skip {
+            Some(r) => r,
+            None => transport.transfer(&pair.nic, src_view, dst_view, self.cfg.timeout, sabotage),
+        };
+        let duration_ns = started.elapsed().as_nanos() as u64;
+        if let Some(r) = fault.and_then(|f| f.reported) {
+            // The fault file decides what the (simulated) stack claims, e.g. success for a failed read.
+            report.reported = r;
+        }
+        let history: Vec<KnownProbe> = self.history.iter().cloned().collect();
+        let v = verify::verify(
+            dst_view,
+            chunk,
+            nonce,
+            &digests,
+            poison_nonce,
+            &key,
+            &history,
+        );
+        self.remember(KnownProbe {
+            id,
+            pair: key,
+            nonce,
+            digests,
+        });
+        self.spare = (src, dst);
+
+        let verdict = match report.reported {
+            Reported::Nothing => ProbeVerdict::Timeout,
+            Reported::Error => ProbeVerdict::ReportedFailure,
+            Reported::Success if v.ok() => ProbeVerdict::Ok,
+            Reported::Success => ProbeVerdict::SilentCorruption,
+        };
+        ProbeOutcome {
+            result: ProbeResult {
+                gpu: pair.gpu,
+                gpu_bdf: pair.gpu_bdf,
+                nic: pair.nic.clone(),
+                nic_bdf: pair.nic_bdf,
+                transport: transport.kind(),
+                bytes: bytes as u64,
+                reported: report.reported,
+                reported_detail: report.detail.chars().take(1000).collect(),
+                verdict,
+                diagnosis: v.diagnosis.unwrap_or(Diagnosis::None),
+                first_bad_offset: v.first_bad_offset,
+                bad_chunks: v.bad_chunks,
+                chunks: v.chunks,
+                duration_ns,
+                selection: pair.selection,
+                simulated: transport.kind() == railguard_schema::Transport::Sim,
+                bit_flips: v.bit_flips,
+                receiver_detail: v.detail.chars().take(1000).collect(),
+            },
+            fault: fault.map(|f| f.kind),
+            receiver: v,
+        }
+    }
+}
+
+/// What the receiver must conclude under each fault (DOMAIN.md §1: a failed read that the
+/// stack reports as success is silent corruption). The self-test checks transports against it.
+pub fn expected_classification(kind: FaultKind) -> (ProbeVerdict, Diagnosis) {
+    use Diagnosis as D;
+    use ProbeVerdict as V;
+    match kind {
+        FaultKind::Drop | FaultKind::DmaReadRejected => (V::SilentCorruption, D::Untouched),
+        FaultKind::Stale => (V::SilentCorruption, D::Stale),
+        FaultKind::Bitflip => (V::SilentCorruption, D::Corrupt),
+        FaultKind::Swap => (V::SilentCorruption, D::Swapped),
+        FaultKind::Misdirect => (V::SilentCorruption, D::Misdirected),
+        FaultKind::Error => (V::ReportedFailure, D::Untouched),
+        FaultKind::Hang => (V::Timeout, D::Untouched),
+    }
+}
+
+#[cfg(test)]
+mod tests;

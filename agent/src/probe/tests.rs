@@ -1,0 +1,179 @@
+use super::fault::{Fault, FaultKind};
+use super::transport::sim::SimFabric;
+use super::transport::tcp::TcpLoopback;
+use super::*;
+
+fn engine() -> Engine {
+    Engine::new(EngineConfig {
+        timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+}
+
+use super::expected_classification as expected;
+
+fn every_fault_is_classified(t: &mut dyn ProbeTransport) {
+    let mut e = engine();
+    let pair = Pair::named(3, "mlx5_3");
+    let other = Pair::named(4, "mlx5_4");
+    for p in [&pair, &other] {
+        let ok = e.probe(t, p, 1 << 20, None);
+        assert_eq!(ok.result.verdict, ProbeVerdict::Ok, "{ok:?}");
+        assert_eq!(ok.result.chunks, 16);
+    }
+    for kind in FaultKind::ALL {
+        let out = e.probe(t, &pair, 1 << 20, Some(&Fault::new(kind)));
+        let (verdict, diagnosis) = expected(kind);
+        assert_eq!(
+            (out.result.verdict, out.result.diagnosis),
+            (verdict, diagnosis),
+            "{kind:?}: {out:#?}"
+        );
+        // A clean probe right after: the path recovers, nothing lingers.
+        assert_eq!(
+            e.probe(t, &pair, 1 << 20, None).result.verdict,
+            ProbeVerdict::Ok,
+            "after {kind:?}"
+        );
+    }
+}
+
+#[test]
+fn every_fault_kind_is_classified_on_the_simulated_fabric() {
+    every_fault_is_classified(&mut SimFabric);
+}
+
+#[test]
+fn every_fault_kind_is_classified_over_real_tcp() {
+    every_fault_is_classified(&mut TcpLoopback::new().unwrap());
+}
+
+#[test]
+fn stale_bytes_identical_in_pattern_and_size_to_an_earlier_probe_are_caught() {
+    let mut e = engine();
+    let mut t = TcpLoopback::new().unwrap();
+    let pair = Pair::named(0, "mlx5_0");
+    let first = e.probe(&mut t, &pair, 4 << 20, None);
+    assert_eq!(first.result.verdict, ProbeVerdict::Ok);
+    let stale = e.probe(&mut t, &pair, 4 << 20, Some(&Fault::new(FaultKind::Stale)));
+    assert_eq!(stale.result.verdict, ProbeVerdict::SilentCorruption);
+    assert_eq!(stale.result.diagnosis, Diagnosis::Stale);
+    assert_eq!(
+        stale.receiver.bad_chunks, stale.receiver.chunks,
+        "every chunk is the earlier probe's"
+    );
+    assert!(
+        stale.receiver.detail.contains("earlier probe #"),
+        "{}",
+        stale.receiver.detail
+    );
+    // What a weak check sees: right size, every byte from the same generator, no error.
+    // ucx_perftest -V / nixlbench-style checks (one repeated byte per buffer) would pass
+    // stale data of the same pattern; the nonce makes each probe's bytes its own.
+    assert_eq!(stale.result.reported, Reported::Success);
+}
+
+#[test]
+fn one_flipped_bit_in_the_last_byte_of_a_gibibyte_is_caught() {
+    let mut e = engine();
+    let gib = 1usize << 30;
+    let out = e.probe(
+        &mut SimFabric,
+        &Pair::named(5, "mlx5_5"),
+        gib,
+        Some(&Fault::new(FaultKind::Bitflip)),
+    );
+    assert_eq!(out.result.verdict, ProbeVerdict::SilentCorruption);
+    assert_eq!(out.result.diagnosis, Diagnosis::Corrupt);
+    assert_eq!(out.result.bad_chunks, 1);
+    assert_eq!(
+        out.result.chunks,
+        (gib / pattern::DEFAULT_CHUNK_BYTES) as u32
+    );
+    assert_eq!(out.result.first_bad_offset, Some(gib as u64 - 1));
+    assert_eq!(out.receiver.bit_flips, 1);
+}
+
+#[test]
+fn two_swapped_chunks_are_caught_and_located() {
+    let mut e = engine();
+    let out = e.probe(
+        &mut TcpLoopback::new().unwrap(),
+        &Pair::named(1, "mlx5_1"),
+        8 << 20,
+        Some(&Fault::new(FaultKind::Swap)),
+    );
+    assert_eq!(out.result.verdict, ProbeVerdict::SilentCorruption);
+    assert_eq!(out.result.diagnosis, Diagnosis::Swapped);
+    assert_eq!(out.result.bad_chunks, 2);
+    assert_eq!(out.result.first_bad_offset, Some(0));
+    assert!(
+        out.receiver.detail.contains("0←1") && out.receiver.detail.contains("1←0"),
+        "{}",
+        out.receiver.detail
+    );
+}
+
+#[test]
+fn a_reported_success_with_untouched_buffer_is_silent_corruption_not_ok() {
+    // The seed incident in one line: the transport says success, the receive buffer still
+    // holds the poison.
+    let mut e = engine();
+    let mut f = Fault::new(FaultKind::DmaReadRejected);
+    f.reported = Some(Reported::Success);
+    let out = e.probe(&mut SimFabric, &Pair::named(0, "mlx5_0"), 1 << 20, Some(&f));
+    assert_eq!(
+        (out.result.verdict, out.result.diagnosis),
+        (ProbeVerdict::SilentCorruption, Diagnosis::Untouched)
+    );
+    assert!(out.result.simulated);
+    f.reported = Some(Reported::Error);
+    let out = e.probe(&mut SimFabric, &Pair::named(0, "mlx5_0"), 1 << 20, Some(&f));
+    assert_eq!(out.result.verdict, ProbeVerdict::ReportedFailure);
+}
+
+#[test]
+fn odd_sizes_work() {
+    let mut e = engine();
+    for bytes in [1usize, 7, 8, 65_537, 3 * 65_536 + 5] {
+        let out = e.probe(
+            &mut TcpLoopback::new().unwrap(),
+            &Pair::named(0, "x"),
+            bytes,
+            None,
+        );
+        assert_eq!(out.result.verdict, ProbeVerdict::Ok, "{bytes}");
+        let out = e.probe(
+            &mut SimFabric,
+            &Pair::named(0, "x"),
+            bytes,
+            Some(&Fault::new(FaultKind::Bitflip)),
+        );
+        assert_eq!(
+            out.result.verdict,
+            ProbeVerdict::SilentCorruption,
+            "{bytes}"
+        );
+    }
+}
+
+/// Real UCX (the system's libucp) over its tcp transport, pinned to loopback.
+fn ucx_on_lo() -> super::transport::ucx::Ucx {
+    use super::transport::ucx::{NicChoice, Ucx};
+    Ucx::open(NicChoice::Pin("lo".into()), Some("tcp"))
+        .expect("libucp with its tcp transport (apt-get install libucx0)")
+}
+
+#[test]
+fn every_fault_kind_is_classified_over_real_ucx() {
+    every_fault_is_classified(&mut ucx_on_lo());
+}
+
+#[test]
+fn ucx_moves_large_buffers_intact() {
+    let mut t = ucx_on_lo();
+    let mut e = engine();
+    let out = e.probe(&mut t, &Pair::named(0, "lo"), 64 << 20, None);
+    assert_eq!(out.result.verdict, ProbeVerdict::Ok, "{out:?}");
+    assert_eq!(out.result.transport, railguard_schema::Transport::Ucx);
+}

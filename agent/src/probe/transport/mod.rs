@@ -1,0 +1,83 @@
+//! Data paths a probe can take. Each moves the sender's bytes into the receiver's buffer and
+//! says what it *reported*; whether the bytes are right is decided elsewhere, by the receiver.
+
+pub mod sim;
+pub mod tcp;
+pub mod ucx;
+pub mod verbs;
+
+use std::time::Duration;
+
+use railguard_schema::{Reported, Transport};
+
+/// What the transport said about one transfer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferReport {
+    pub reported: Reported,
+    pub detail: String,
+}
+
+impl TransferReport {
+    pub fn success() -> Self {
+        TransferReport {
+            reported: Reported::Success,
+            detail: String::new(),
+        }
+    }
+    pub fn error(detail: impl Into<String>) -> Self {
+        TransferReport {
+            reported: Reported::Error,
+            detail: detail.into(),
+        }
+    }
+    pub fn nothing(detail: impl Into<String>) -> Self {
+        TransferReport {
+            reported: Reported::Nothing,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// A fault the transport itself is made to produce (for the self-test), where it can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    None,
+    /// Send part of the data, then break the connection: the transport must report an error.
+    Truncate,
+    /// Start the transfer and never finish it: the transport must time out.
+    Stall,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("{transport} transport unavailable: {reason}")]
+    Unavailable {
+        transport: &'static str,
+        reason: String,
+    },
+    #[error("{transport} transport: {source}")]
+    Io {
+        transport: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub trait ProbeTransport: Send {
+    fn kind(&self) -> Transport;
+
+    /// Moves `src` into `dst` (same length) over the path to `nic`, within `timeout`.
+    fn transfer(
+        &mut self,
+        nic: &str,
+        src: &[u8],
+        dst: &mut [u8],
+        timeout: Duration,
+        sabotage: Sabotage,
+    ) -> TransferReport;
+
+    /// Whether [`Sabotage`] is carried out by the transport itself (else the engine emulates it).
+    fn supports_sabotage(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,231 @@
+//! The receiver's check: every chunk's digest against what the sender said it sent, and for
+//! the chunks that differ, what is there instead.
+
+use std::collections::HashMap;
+
+use railguard_schema::Diagnosis;
+
+use super::pattern;
+
+/// A probe the receiver remembers, to recognise its bytes later (stale or misdirected data).
+#[derive(Debug, Clone)]
+pub struct KnownProbe {
+    pub id: u64,
+    pub pair: String,
+    pub nonce: u64,
+    pub digests: std::sync::Arc<Vec<u64>>,
+}
+
+/// What the receiver found.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Verification {
+    pub chunks: u32,
+    pub bad_chunks: u32,
+    pub first_bad_offset: Option<u64>,
+    pub diagnosis: Option<Diagnosis>,
+    /// Bit flips counted in chunks diagnosed as corrupt.
+    pub bit_flips: u64,
+    /// Human-readable: which earlier probe or pair the bytes came from, which chunks moved.
+    pub detail: String,
+}
+
+impl Verification {
+    pub fn ok(&self) -> bool {
+        self.bad_chunks == 0
+    }
+}
+
+/// Per bad chunk: what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Found {
+    Untouched,
+    Stale(u64),
+    Misdirected(String),
+    Swapped(usize),
+    Corrupt { flips: u64, first_byte: usize },
+}
+
+/// Checks `received` against `expected` digests of the probe `nonce`. `poison_nonce` is what
+/// the receiver wrote before the probe; `history` holds recent probes (this pair's earlier
+/// ones and other pairs'), newest first.
+pub fn verify(
+    received: &[u8],
+    chunk_bytes: usize,
+    nonce: u64,
+    expected: &[u64],
+    poison_nonce: u64,
+    this_pair: &str,
+    history: &[KnownProbe],
+) -> Verification {
+    let chunk_bytes = chunk_bytes.max(1);
+    let mut bad: Vec<(usize, u64)> = Vec::new();
+    for (i, chunk) in received.chunks(chunk_bytes).enumerate() {
+        let d = pattern::digest(chunk);
+        if expected.get(i) != Some(&d) {
+            bad.push((i, d));
+        }
+    }
+    let chunks = received.len().div_ceil(chunk_bytes) as u32;
+    let mut v = Verification {
+        chunks,
+        bad_chunks: bad.len() as u32,
+        ..Default::default()
+    };
+    if bad.is_empty() {
+        return v;
+    }
+    // Digest of an untouched chunk, per chunk length (only the last chunk may be shorter).
+    let mut poison_digest: HashMap<usize, u64> = HashMap::new();
+    let mut by_digest: Option<HashMap<u64, usize>> = None;
+    let mut other_pairs: Option<HashMap<u64, &str>> = None;
+    let mut found = Vec::with_capacity(bad.len());
+    for &(i, d) in &bad {
+        let start = i * chunk_bytes;
+        let chunk = &received[start..(start + chunk_bytes).min(received.len())];
+        let pd = *poison_digest.entry(chunk.len()).or_insert_with(|| {
+            let mut p = vec![0u8; chunk.len()];
+            pattern::poison(poison_nonce, &mut p);
+            pattern::digest(&p)
+        });
+        let f = if d == pd {
+            Found::Untouched
+        } else if let Some(k) = history
+            .iter()
+            .find(|k| k.pair == this_pair && k.digests.get(i) == Some(&d))
+        {
+            Found::Stale(k.id)
+        } else if let Some(p) = other_pairs
+            .get_or_insert_with(|| {
+                history
+                    .iter()
+                    .filter(|k| k.pair != this_pair)
+                    .flat_map(|k| k.digests.iter().map(move |d| (*d, k.pair.as_str())))
+                    .collect()
+            })
+            .get(&d)
+        {
+            Found::Misdirected((*p).to_owned())
+        } else if let Some(j) = by_digest
+            .get_or_insert_with(|| expected.iter().enumerate().map(|(j, d)| (*d, j)).collect())
+            .get(&d)
+            .copied()
+        {
+            Found::Swapped(j)
+        } else {
+            let mut want = vec![0u8; chunk.len()];
+            pattern::fill(nonce, start as u64, &mut want);
+            let mut flips = 0u64;
+            let mut first_byte = usize::MAX;
+            for (k, (a, b)) in chunk.iter().zip(&want).enumerate() {
+                let x = (a ^ b).count_ones();
+                if x > 0 && first_byte == usize::MAX {
+                    first_byte = k;
+                }
+                flips += u64::from(x);
+            }
+            Found::Corrupt {
+                flips,
+                first_byte: if first_byte == usize::MAX {
+                    0
+                } else {
+                    first_byte
+                },
+            }
+        };
+        let offset = match &f {
+            Found::Corrupt { first_byte, .. } => (start + first_byte) as u64,
+            _ => start as u64,
+        };
+        v.first_bad_offset = Some(v.first_bad_offset.map_or(offset, |o| o.min(offset)));
+        found.push((i, f));
+    }
+    // The diagnosis is what most bad chunks hold; ties go to the more specific finding.
+    let rank = |f: &Found| match f {
+        Found::Corrupt { .. } => (Diagnosis::Corrupt, 0),
+        Found::Swapped(_) => (Diagnosis::Swapped, 1),
+        Found::Misdirected(_) => (Diagnosis::Misdirected, 2),
+        Found::Stale(_) => (Diagnosis::Stale, 3),
+        Found::Untouched => (Diagnosis::Untouched, 4),
+    };
+    let mut counts: HashMap<Diagnosis, (usize, u8)> = HashMap::new();
+    for (_, f) in &found {
+        let (d, r) = rank(f);
+        counts.entry(d).or_insert((0, r)).0 += 1;
+    }
+    let (diag, _) = counts
+        .iter()
+        .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.1.1.cmp(&a.1.1)))
+        .map(|(d, c)| (*d, *c))
+        .unwrap_or((Diagnosis::Corrupt, (0, 0)));
+    v.diagnosis = Some(diag);
+    v.bit_flips = found
+        .iter()
+        .map(|(_, f)| {
+            if let Found::Corrupt { flips, .. } = f {
+                *flips
+            } else {
+                0
+            }
+        })
+        .sum();
+    let mut parts: Vec<String> = Vec::new();
+    let stale: Vec<u64> = found
+        .iter()
+        .filter_map(|(_, f)| {
+            if let Found::Stale(id) = f {
+                Some(*id)
+            } else {
+                None
+            }
+        })
+        .collect();
+    if let Some(id) = stale.first() {
+        parts.push(format!(
+            "{} chunk(s) hold earlier probe #{id} of this pair",
+            stale.len()
+        ));
+    }
+    let mis: Vec<&String> = found
+        .iter()
+        .filter_map(|(_, f)| {
+            if let Found::Misdirected(p) = f {
+                Some(p)
+            } else {
+                None
+            }
+        })
+        .collect();
+    if let Some(p) = mis.first() {
+        parts.push(format!("{} chunk(s) hold a probe of pair {p}", mis.len()));
+    }
+    let swaps: Vec<String> = found
+        .iter()
+        .filter_map(|(i, f)| {
+            if let Found::Swapped(j) = f {
+                Some(format!("{i}←{j}"))
+            } else {
+                None
+            }
+        })
+        .take(8)
+        .collect();
+    if !swaps.is_empty() {
+        parts.push(format!(
+            "chunks in the wrong place (at←from): {}",
+            swaps.join(" ")
+        ));
+    }
+    let untouched = found.iter().filter(|(_, f)| *f == Found::Untouched).count();
+    if untouched > 0 {
+        parts.push(format!("{untouched} chunk(s) untouched (poison intact)"));
+    }
+    if v.bit_flips > 0 {
+        let n = found
+            .iter()
+            .filter(|(_, f)| matches!(f, Found::Corrupt { .. }))
+            .count();
+        parts.push(format!("{} flipped bit(s) in {n} chunk(s)", v.bit_flips));
+    }
+    v.detail = parts.join("; ");
+    v
+}

@@ -1,0 +1,195 @@
+//! The probe, preflight and selftest commands as a user runs them, on the seed incident's
+//! node (a fixture tree) with the simulated fabric rejecting DMA on every PIX pair.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::process::Command;
+
+use railguard_agent::topology::fixture;
+
+struct Seed {
+    dir: tempfile::TempDir,
+}
+
+impl Seed {
+    fn new() -> Seed {
+        let dir = tempfile::tempdir().unwrap();
+        fixture::seed_kvm_guest()
+            .write(&dir.path().join("node"))
+            .unwrap();
+        std::fs::write(
+            dir.path().join("faults.json"),
+            r#"{"faults": [{"path": ["pix", "pxb"], "kind": "dma_read_rejected", "reported": "success"}]}"#,
+        )
+        .unwrap();
+        Seed { dir }
+    }
+
+    fn agent(&self, args: &[&str]) -> (i32, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+            .args(args)
+            .arg("--sysfs-root")
+            .arg(self.dir.path().join("node/sys"))
+            .args(["--fabric", "sim", "--faults"])
+            .arg(self.dir.path().join("faults.json"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.code().is_some(), "killed: {stderr}");
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned() + &stderr,
+        )
+    }
+}
+
+fn results(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn auto_selection_every_gpu_fails_on_its_predicted_pair() {
+    let seed = Seed::new();
+    let (code, out) = seed.agent(&["probe", "--nic", "auto", "--bytes", "1M", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let r = results(&out);
+    assert_eq!(r.len(), 8);
+    for (g, v) in r.iter().enumerate() {
+        assert_eq!(v["gpu"], g as u64);
+        assert_eq!(v["nic"], format!("mlx5_{g}"));
+        assert_eq!(v["selection"], "predicted");
+        assert_eq!(v["transport"], "sim");
+        assert_eq!(v["simulated"], true);
+        assert_eq!(v["reported"], "success");
+        assert_eq!(v["verdict"], "silent_corruption");
+        assert_eq!(v["diagnosis"], "untouched");
+        assert_eq!(v["first_bad_offset"], 0);
+        assert_eq!(v["bad_chunks"], 16);
+    }
+}
+
+#[test]
+fn pinned_to_mlx5_0_exactly_one_gpu_fails_and_healthy_pairs_are_ok() {
+    let seed = Seed::new();
+    let (code, out) = seed.agent(&[
+        "probe",
+        "--nic",
+        "auto",
+        "--bytes",
+        "1M",
+        "--json",
+        "--ucx-net-devices",
+        "mlx5_0:1",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    let r = results(&out);
+    assert_eq!(r.len(), 8);
+    let bad: Vec<u64> = r
+        .iter()
+        .filter(|v| v["verdict"] != "ok")
+        .map(|v| v["gpu"].as_u64().unwrap())
+        .collect();
+    assert_eq!(bad, [0], "{out}");
+    assert!(
+        r.iter()
+            .all(|v| v["nic"] == "mlx5_0" && v["selection"] == "pinned")
+    );
+
+    // The full sweep: exactly the 8 PIX pairs fail, the other 56 are ok.
+    let (_, out) = seed.agent(&["probe", "--nic", "all", "--bytes", "64K", "--json"]);
+    let r = results(&out);
+    assert_eq!(r.len(), 64);
+    let bad: Vec<String> = r
+        .iter()
+        .filter(|v| v["verdict"] != "ok")
+        .map(|v| format!("{}/{}", v["gpu"], v["nic"]))
+        .collect();
+    assert_eq!(bad.len(), 8, "{bad:?}");
+    assert!(
+        r.iter()
+            .filter(|v| v["verdict"] == "ok")
+            .all(|v| v["diagnosis"] == "none")
+    );
+}
+
+#[test]
+fn preflight_names_each_failing_gpu_and_the_nic_to_pin() {
+    let seed = Seed::new();
+    let (code, out) = seed.agent(&["preflight", "--gpu", "3", "--gpu", "5", "--bytes", "1M"]);
+    assert_eq!(code, 1, "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("GPU")).collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].starts_with("GPU3 via mlx5_3") && lines[0].contains("silent_corruption"),
+        "{out}"
+    );
+    assert!(lines[0].contains("pin UCX_NET_DEVICES=mlx5_0:1"), "{out}");
+    // Pinned away from the PIX partners, GPUs 3 and 5 pass.
+    let (code, out) = seed.agent(&[
+        "preflight",
+        "--gpu",
+        "3",
+        "--gpu",
+        "5",
+        "--bytes",
+        "1M",
+        "--ucx-net-devices",
+        "mlx5_0:1",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("preflight ok: 2 GPU path(s) verified"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    let seed = Seed::new();
+    let (code, out) = seed.agent(&["probe", "--gpu", "9"]);
+    assert_eq!(code, 2);
+    assert!(out.contains("no GPU9"), "{out}");
+    let (code, out) = seed.agent(&["probe", "--nic", "mlx5_99"]);
+    assert_eq!(code, 2);
+    assert!(out.contains("no RDMA NIC \"mlx5_99\""), "{out}");
+    let (code, out) = seed.agent(&["probe", "--bytes", "12Q"]);
+    assert_eq!(code, 2);
+    assert!(out.contains("not a size"), "{out}");
+}
+
+#[test]
+fn selftest_passes_on_real_tcp_and_ucx_here() {
+    let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["selftest", "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let checks = results(&stdout);
+    assert_eq!(checks.len(), 20, "2 clean + 8 faults, on tcp and ucx");
+    assert!(checks.iter().all(|c| c["ok"] == true));
+    assert_eq!(
+        checks.iter().filter(|c| c["transport"] == "ucx").count(),
+        10
+    );
+}
+
+#[test]
+fn verbs_says_plainly_that_it_cannot_run_here() {
+    let seed = Seed::new();
+    let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["probe", "--transport", "verbs", "--sysfs-root"])
+        .arg(seed.dir.path().join("node/sys"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("verbs transport unavailable"), "{err}");
+}
