@@ -4,9 +4,7 @@ fn main() {
     println!("cargo:rerun-if-changed=ucx/shim.c");
     println!("cargo:rerun-if-env-changed=UCX_INCLUDE_DIR");
     let include = std::env::var("UCX_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".to_owned());
-    let have_ucx = std::path::Path::new(&include)
-        .join("ucp/api/ucp.h")
-        .exists();
+    let have_ucx = std::path::Path::new(&include).join("ucp/api/ucp.h").exists();
     let mut build = cc::Build::new();
     build.file("ucx/shim.c").include(&include).warnings(true);
     if have_ucx {

@@ -9,10 +9,7 @@ use railguard_agent::topology::{SelectionPolicy, SysRoot, Topology, fixture, ren
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     fixture::many_pairs(16).write(dir.path()).unwrap();
-    let (sys, proc_) = (
-        SysRoot::new(dir.path().join("sys")),
-        SysRoot::new(dir.path().join("proc")),
-    );
+    let (sys, proc_) = (SysRoot::new(dir.path().join("sys")), SysRoot::new(dir.path().join("proc")));
     let policy = SelectionPolicy::default();
     let run = || {
         let t = Topology::discover(&sys, &proc_);
@@ -31,8 +28,5 @@ fn main() {
         .collect();
     times.sort_by(|a, b| a.total_cmp(b));
     println!("topo benchmark: 16 GPUs x 16 NICs fixture, discover + risk + JSON, 50 runs");
-    println!(
-        "  p50 {:.2} ms   p99 {:.2} ms   (goal < 50 ms)",
-        times[25], times[49]
-    );
+    println!("  p50 {:.2} ms   p99 {:.2} ms   (goal < 50 ms)", times[25], times[49]);
 }

@@ -41,15 +41,7 @@ fn main() {
         dst.copy_from_slice(std::hint::black_box(&src));
     });
     let verify_t = best_of(7, || {
-        let v = verify::verify(
-            std::hint::black_box(&dst),
-            chunk,
-            42,
-            &expected,
-            7,
-            "p",
-            &[],
-        );
+        let v = verify::verify(std::hint::black_box(&dst), chunk, 42, &expected, 7, "p", &[]);
         assert!(v.ok());
     });
     let xxh3 = best_of(7, || {
@@ -58,29 +50,17 @@ fn main() {
     });
     let mut words = vec![0u64; size / 8];
     let fill = best_of(5, || {
-        std::hint::black_box(pattern::fill_and_digest(
-            std::hint::black_box(43),
-            &mut words,
-            size,
-            chunk,
-        ));
+        std::hint::black_box(pattern::fill_and_digest(std::hint::black_box(43), &mut words, size, chunk));
     });
 
-    println!(
-        "verify benchmark (one core, {} MiB buffer, {} KiB chunks)",
-        size >> 20,
-        chunk >> 10
-    );
+    println!("verify benchmark (one core, {} MiB buffer, {} KiB chunks)", size >> 20, chunk >> 10);
     println!("  memcpy            {:>6.2} GB/s", gbps(size, memcpy));
     println!(
         "  verify (CRC32)    {:>6.2} GB/s   ratio to memcpy {:.2} (goal >= 0.8)",
         gbps(size, verify_t),
         memcpy.as_secs_f64() / verify_t.as_secs_f64()
     );
-    println!(
-        "  digest XXH3-64    {:>6.2} GB/s   (candidate not chosen)",
-        gbps(size, xxh3)
-    );
+    println!("  digest XXH3-64    {:>6.2} GB/s   (candidate not chosen)", gbps(size, xxh3));
     println!(
         "  fill + digest     {:>6.2} GB/s   (sender side, off the probe's critical path when prepared)",
         gbps(size, fill)

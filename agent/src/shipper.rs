@@ -52,11 +52,7 @@ pub struct ShipperConfig {
 }
 
 impl ShipperConfig {
-    pub fn new(
-        collector_url: impl Into<String>,
-        node_id: NodeId,
-        token: impl Into<String>,
-    ) -> Self {
+    pub fn new(collector_url: impl Into<String>, node_id: NodeId, token: impl Into<String>) -> Self {
         ShipperConfig {
             collector_url: collector_url.into(),
             node_id,
@@ -123,42 +119,24 @@ pub struct Shipper {
 }
 
 impl Shipper {
-    pub fn new(
-        cfg: ShipperConfig,
-        spool: Arc<Mutex<Spool>>,
-        wake: Arc<Notify>,
-    ) -> Result<Self, ShipperError> {
+    pub fn new(cfg: ShipperConfig, spool: Arc<Mutex<Spool>>, wake: Arc<Notify>) -> Result<Self, ShipperError> {
         let endpoint = Endpoint::from_shared(cfg.collector_url.clone())
-            .map_err(|source| ShipperError::Url {
-                url: cfg.collector_url.clone(),
-                source,
-            })?
+            .map_err(|source| ShipperError::Url { url: cfg.collector_url.clone(), source })?
             .connect_timeout(Duration::from_secs(5))
             .timeout(cfg.request_timeout)
             .tcp_nodelay(true)
             // A batch is ~150 KB; the default 64 KB HTTP/2 windows would add round trips.
             .initial_stream_window_size(Some(WINDOW_BYTES))
             .initial_connection_window_size(Some(WINDOW_BYTES));
-        let token = format!("Bearer {}", cfg.token)
-            .parse()
-            .map_err(|_| ShipperError::Token)?;
+        let token = format!("Bearer {}", cfg.token).parse().map_err(|_| ShipperError::Token)?;
         let client = IngestClient::with_interceptor(endpoint.connect_lazy(), BearerToken(token))
             .max_decoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES);
-        Ok(Shipper {
-            cfg,
-            spool,
-            wake,
-            client,
-            stats: Arc::default(),
-        })
+        Ok(Shipper { cfg, spool, wake, client, stats: Arc::default() })
     }
 
     /// Registers, then ships until `shutdown` fires. Returns early only on a spool error.
-    pub async fn run(
-        mut self,
-        shutdown: impl std::future::Future<Output = ()>,
-    ) -> Result<(), ShipperError> {
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ShipperError> {
         tokio::pin!(shutdown);
         let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
         tokio::select! {
@@ -203,12 +181,8 @@ impl Shipper {
                     backoff.reset();
                     batch_limit = (batch_limit * 2).min(self.cfg.batch_records);
                     let ack = ack.into_inner();
-                    self.stats
-                        .batches_acked
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.stats
-                        .records_acked
-                        .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                    self.stats.batches_acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.stats.records_acked.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
                     tracing::debug!(
                         records = n,
                         stored = ack.stored,
@@ -223,14 +197,10 @@ impl Shipper {
                 Err(status) if status.code() == Code::InvalidArgument && n == 1 => {
                     self.reject(&batch, status.message())?;
                     self.ack(batch.end).await?;
-                    self.stats
-                        .records_rejected
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.stats.records_rejected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 Err(status) => {
-                    self.stats
-                        .send_failures
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.stats.send_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let wait = backoff.next();
                     tracing::warn!(code = ?status.code(), error = %status.message(), retry_in_ms = wait.as_millis() as u64, "sending a batch failed; will retry");
                     tokio::select! {
@@ -253,10 +223,7 @@ impl Shipper {
             match self.client.register(req).await {
                 Ok(resp) => {
                     let r = resp.into_inner();
-                    self.cfg.batch_records = self
-                        .cfg
-                        .batch_records
-                        .min(r.max_batch_records.max(1) as usize);
+                    self.cfg.batch_records = self.cfg.batch_records.min(r.max_batch_records.max(1) as usize);
                     self.cfg.batch_bytes = self.cfg.batch_bytes.min(r.max_batch_bytes / 2).max(1);
                     tracing::info!(node = %self.cfg.node_id, "registered with the collector");
                     backoff.reset();
@@ -273,21 +240,13 @@ impl Shipper {
 
     async fn ack(&self, end: crate::spool::Position) -> Result<(), ShipperError> {
         let spool = self.spool.clone();
-        tokio::task::spawn_blocking(move || {
-            spool.lock().unwrap_or_else(|p| p.into_inner()).ack(end)
-        })
-        .await??;
+        tokio::task::spawn_blocking(move || spool.lock().unwrap_or_else(|p| p.into_inner()).ack(end)).await??;
         Ok(())
     }
 
     /// Keeps a record the collector will never accept, with the reason, next to the spool.
     fn reject(&self, batch: &PendingBatch, reason: &str) -> Result<(), ShipperError> {
-        let dir = self
-            .spool
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .dir()
-            .to_path_buf();
+        let dir = self.spool.lock().unwrap_or_else(|p| p.into_inner()).dir().to_path_buf();
         let path = dir.join("rejected.jsonl");
         let line = serde_json::json!({
             "reason": reason,
@@ -297,13 +256,8 @@ impl Shipper {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|source| SpoolError::Io {
-                path: path.clone(),
-                source,
-            })?;
-        writeln!(f, "{line}")
-            .and_then(|_| f.sync_data())
-            .map_err(|source| SpoolError::Io { path, source })?;
+            .map_err(|source| SpoolError::Io { path: path.clone(), source })?;
+        writeln!(f, "{line}").and_then(|_| f.sync_data()).map_err(|source| SpoolError::Io { path, source })?;
         tracing::error!(reason, "collector refused a record; kept in rejected.jsonl");
         Ok(())
     }

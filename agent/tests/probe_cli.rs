@@ -13,9 +13,7 @@ struct Seed {
 impl Seed {
     fn new() -> Seed {
         let dir = tempfile::tempdir().unwrap();
-        fixture::seed_kvm_guest()
-            .write(&dir.path().join("node"))
-            .unwrap();
+        fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
         std::fs::write(
             dir.path().join("faults.json"),
             r#"{"faults": [{"path": ["pix", "pxb"], "kind": "dma_read_rejected", "reported": "success"}]}"#,
@@ -35,19 +33,12 @@ impl Seed {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.code().is_some(), "killed: {stderr}");
-        (
-            out.status.code().unwrap(),
-            String::from_utf8_lossy(&out.stdout).into_owned() + &stderr,
-        )
+        (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).into_owned() + &stderr)
     }
 }
 
 fn results(stdout: &str) -> Vec<serde_json::Value> {
-    stdout
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 #[test]
@@ -74,45 +65,23 @@ fn auto_selection_every_gpu_fails_on_its_predicted_pair() {
 #[test]
 fn pinned_to_mlx5_0_exactly_one_gpu_fails_and_healthy_pairs_are_ok() {
     let seed = Seed::new();
-    let (code, out) = seed.agent(&[
-        "probe",
-        "--nic",
-        "auto",
-        "--bytes",
-        "1M",
-        "--json",
-        "--ucx-net-devices",
-        "mlx5_0:1",
-    ]);
+    let (code, out) =
+        seed.agent(&["probe", "--nic", "auto", "--bytes", "1M", "--json", "--ucx-net-devices", "mlx5_0:1"]);
     assert_eq!(code, 1, "{out}");
     let r = results(&out);
     assert_eq!(r.len(), 8);
-    let bad: Vec<u64> = r
-        .iter()
-        .filter(|v| v["verdict"] != "ok")
-        .map(|v| v["gpu"].as_u64().unwrap())
-        .collect();
+    let bad: Vec<u64> = r.iter().filter(|v| v["verdict"] != "ok").map(|v| v["gpu"].as_u64().unwrap()).collect();
     assert_eq!(bad, [0], "{out}");
-    assert!(
-        r.iter()
-            .all(|v| v["nic"] == "mlx5_0" && v["selection"] == "pinned")
-    );
+    assert!(r.iter().all(|v| v["nic"] == "mlx5_0" && v["selection"] == "pinned"));
 
     // The full sweep: exactly the 8 PIX pairs fail, the other 56 are ok.
     let (_, out) = seed.agent(&["probe", "--nic", "all", "--bytes", "64K", "--json"]);
     let r = results(&out);
     assert_eq!(r.len(), 64);
-    let bad: Vec<String> = r
-        .iter()
-        .filter(|v| v["verdict"] != "ok")
-        .map(|v| format!("{}/{}", v["gpu"], v["nic"]))
-        .collect();
+    let bad: Vec<String> =
+        r.iter().filter(|v| v["verdict"] != "ok").map(|v| format!("{}/{}", v["gpu"], v["nic"])).collect();
     assert_eq!(bad.len(), 8, "{bad:?}");
-    assert!(
-        r.iter()
-            .filter(|v| v["verdict"] == "ok")
-            .all(|v| v["diagnosis"] == "none")
-    );
+    assert!(r.iter().filter(|v| v["verdict"] == "ok").all(|v| v["diagnosis"] == "none"));
 }
 
 #[test]
@@ -122,28 +91,13 @@ fn preflight_names_each_failing_gpu_and_the_nic_to_pin() {
     assert_eq!(code, 1, "{out}");
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("GPU")).collect();
     assert_eq!(lines.len(), 2, "{out}");
-    assert!(
-        lines[0].starts_with("GPU3 via mlx5_3") && lines[0].contains("silent_corruption"),
-        "{out}"
-    );
+    assert!(lines[0].starts_with("GPU3 via mlx5_3") && lines[0].contains("silent_corruption"), "{out}");
     assert!(lines[0].contains("pin UCX_NET_DEVICES=mlx5_0:1"), "{out}");
     // Pinned away from the PIX partners, GPUs 3 and 5 pass.
-    let (code, out) = seed.agent(&[
-        "preflight",
-        "--gpu",
-        "3",
-        "--gpu",
-        "5",
-        "--bytes",
-        "1M",
-        "--ucx-net-devices",
-        "mlx5_0:1",
-    ]);
+    let (code, out) =
+        seed.agent(&["preflight", "--gpu", "3", "--gpu", "5", "--bytes", "1M", "--ucx-net-devices", "mlx5_0:1"]);
     assert_eq!(code, 0, "{out}");
-    assert!(
-        out.contains("preflight ok: 2 GPU path(s) verified"),
-        "{out}"
-    );
+    assert!(out.contains("preflight ok: 2 GPU path(s) verified"), "{out}");
 }
 
 #[test]
@@ -162,23 +116,13 @@ fn bad_arguments_are_clear_errors() {
 
 #[test]
 fn selftest_passes_on_real_tcp_and_ucx_here() {
-    let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
-        .args(["selftest", "--json"])
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent")).args(["selftest", "--json"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let checks = results(&stdout);
     assert_eq!(checks.len(), 20, "2 clean + 8 faults, on tcp and ucx");
     assert!(checks.iter().all(|c| c["ok"] == true));
-    assert_eq!(
-        checks.iter().filter(|c| c["transport"] == "ucx").count(),
-        10
-    );
+    assert_eq!(checks.iter().filter(|c| c["transport"] == "ucx").count(), 10);
 }
 
 #[test]

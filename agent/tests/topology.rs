@@ -10,31 +10,17 @@ use railguard_schema::{PathClass, RiskLevel, Tristate};
 fn discover(spec: &FixtureSpec) -> (tempfile::TempDir, Topology) {
     let dir = tempfile::tempdir().unwrap();
     spec.write(dir.path()).unwrap();
-    let topo = Topology::discover(
-        &SysRoot::new(dir.path().join("sys")),
-        &SysRoot::new(dir.path().join("proc")),
-    );
+    let topo = Topology::discover(&SysRoot::new(dir.path().join("sys")), &SysRoot::new(dir.path().join("proc")));
     (dir, topo)
 }
 
 fn pinned(v: &str) -> SelectionPolicy {
-    SelectionPolicy {
-        ucx: NetDevices::parse(v),
-        nccl: None,
-    }
+    SelectionPolicy { ucx: NetDevices::parse(v), nccl: None }
 }
 
 /// The GPU×NIC part of the matrix, one line per GPU, as nvidia-smi prints the labels.
 fn gpu_nic_rows(t: &Topology) -> Vec<String> {
-    (0..t.gpus.len())
-        .map(|g| {
-            t.gpu_nic[g]
-                .iter()
-                .map(|c| c.label())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect()
+    (0..t.gpus.len()).map(|g| t.gpu_nic[g].iter().map(|c| c.label()).collect::<Vec<_>>().join(" ")).collect()
 }
 
 #[test]
@@ -56,49 +42,27 @@ fn seed_guest_every_gpu_is_pix_with_its_nic_and_at_risk_under_auto_selection() {
     for g in 0..8 {
         let a = assess_gpu(&t, g, &auto);
         assert_eq!(a.level, RiskLevel::High, "GPU{g}: {:?}", a.reasons);
-        assert_eq!(
-            a.prediction.predicted_nic.as_deref(),
-            Some(format!("mlx5_{g}").as_str())
-        );
+        assert_eq!(a.prediction.predicted_nic.as_deref(), Some(format!("mlx5_{g}").as_str()));
         assert_eq!(a.prediction.affine_nic, a.prediction.predicted_nic);
         assert!(a.prediction.nccl_gdr);
-        assert!(
-            a.reasons
-                .iter()
-                .any(|r| r.contains("bypasses the host IOMMU")),
-            "{:?}",
-            a.reasons
-        );
+        assert!(a.reasons.iter().any(|r| r.contains("bypasses the host IOMMU")), "{:?}", a.reasons);
     }
     let a0 = assess_gpu(&t, 0, &auto);
-    assert_eq!(
-        a0.safe_nics,
-        ["mlx5_1", "mlx5_2", "mlx5_3"],
-        "root-complex paths on GPU0's NUMA node"
-    );
+    assert_eq!(a0.safe_nics, ["mlx5_1", "mlx5_2", "mlx5_3"], "root-complex paths on GPU0's NUMA node");
 }
 
 #[test]
 fn seed_guest_pinned_to_mlx5_0_leaves_exactly_gpu0_at_risk() {
     let (_d, t) = discover(&fixture::seed_kvm_guest());
     let policy = pinned("mlx5_0:1");
-    let at_risk: Vec<u32> = (0..8)
-        .map(|g| assess_gpu(&t, g, &policy))
-        .filter(|a| a.level >= RiskLevel::Medium)
-        .map(|a| a.gpu)
-        .collect();
+    let at_risk: Vec<u32> =
+        (0..8).map(|g| assess_gpu(&t, g, &policy)).filter(|a| a.level >= RiskLevel::Medium).map(|a| a.gpu).collect();
     assert_eq!(at_risk, [0], "the per-pod check that 'passed 7 of 8'");
     for g in 1..8 {
         let a = assess_gpu(&t, g, &policy);
         assert_eq!(a.level, RiskLevel::None);
         assert!(a.prediction.pinned);
-        assert!(
-            a.reasons
-                .iter()
-                .any(|r| r.contains("crosses the root complex")),
-            "GPU{g}: {:?}",
-            a.reasons
-        );
+        assert!(a.reasons.iter().any(|r| r.contains("crosses the root complex")), "GPU{g}: {:?}", a.reasons);
     }
 }
 
@@ -113,10 +77,7 @@ fn dgx_like_bare_metal_matrix_and_no_risk_with_iommu_passthrough() {
     assert_eq!(rows[7], "SYS SYS SYS SYS NODE NODE NODE PIX SYS SYS");
     assert_eq!(t.nic_nic[8][9], PathClass::Pix, "functions of one card");
     for g in 0..8 {
-        assert_eq!(
-            assess_gpu(&t, g, &SelectionPolicy::default()).level,
-            RiskLevel::None
-        );
+        assert_eq!(assess_gpu(&t, g, &SelectionPolicy::default()).level, RiskLevel::None);
     }
 }
 
@@ -142,11 +103,7 @@ fn two_socket_bare_metal_acs_decides_between_performance_note_and_risk() {
     assert_eq!(t.nics[1].nic.ports[1].state, "ACTIVE");
     let a = assess_gpu(&t, 0, &SelectionPolicy::default());
     assert_eq!(a.level, RiskLevel::Low);
-    assert!(
-        a.reasons.iter().any(|r| r.contains("performance note")),
-        "{:?}",
-        a.reasons
-    );
+    assert!(a.reasons.iter().any(|r| r.contains("performance note")), "{:?}", a.reasons);
 
     spec.acs_redirect = false;
     let (_d, t) = discover(&spec);
@@ -157,11 +114,7 @@ fn two_socket_bare_metal_acs_decides_between_performance_note_and_risk() {
     let (_d, t) = discover(&spec);
     let a = assess_gpu(&t, 0, &SelectionPolicy::default());
     assert_eq!(a.level, RiskLevel::Low);
-    assert!(
-        a.reasons.iter().any(|r| r.contains("unreadable")),
-        "{:?}",
-        a.reasons
-    );
+    assert!(a.reasons.iter().any(|r| r.contains("unreadable")), "{:?}", a.reasons);
     assert!(
         t.acs.values().all(|a| a.redirect() == Tristate::Unknown),
         "64 bytes of config space is unknown, never off"
@@ -174,16 +127,10 @@ fn a_guest_with_viommu_and_nic_ats_is_low_risk() {
     spec.iommu_device = true;
     let (_d, t) = discover(&spec);
     assert_eq!(t.host.facts.viommu, Tristate::Yes);
-    assert_eq!(
-        assess_gpu(&t, 0, &SelectionPolicy::default()).level,
-        RiskLevel::Medium
-    );
+    assert_eq!(assess_gpu(&t, 0, &SelectionPolicy::default()).level, RiskLevel::Medium);
     spec.nic_ats = true;
     let (_d, t) = discover(&spec);
-    assert_eq!(
-        assess_gpu(&t, 0, &SelectionPolicy::default()).level,
-        RiskLevel::Low
-    );
+    assert_eq!(assess_gpu(&t, 0, &SelectionPolicy::default()).level, RiskLevel::Low);
 }
 
 #[test]
@@ -191,11 +138,7 @@ fn this_machines_real_sys_has_no_gpus_no_rdma_and_is_a_guest_without_viommu() {
     let t = Topology::discover(&SysRoot::new("/sys"), &SysRoot::new("/proc"));
     assert!(t.gpus.is_empty());
     assert!(t.nics.is_empty());
-    assert_eq!(
-        t.host.facts.virtualized,
-        Tristate::Yes,
-        "this CI machine is a virtio guest"
-    );
+    assert_eq!(t.host.facts.virtualized, Tristate::Yes, "this CI machine is a virtio guest");
     assert_eq!(t.host.facts.viommu, Tristate::No);
     let _ = render::matrix(&t, &SelectionPolicy::default());
 }
@@ -223,69 +166,32 @@ fn json_report_follows_the_contract() {
 fn topology_becomes_a_valid_collector_record() {
     let (_d, t) = discover(&fixture::seed_kvm_guest());
     let snap = t.to_snapshot(&SelectionPolicy::default());
-    assert_eq!(
-        snap.paths
-            .iter()
-            .filter(|p| p.class == PathClass::Pix)
-            .count(),
-        8
-    );
+    assert_eq!(snap.paths.iter().filter(|p| p.class == PathClass::Pix).count(), 8);
     let rec = railguard_schema::Record::now(railguard_schema::RecordBody::Topology(snap.clone()));
     let wire: railguard_schema::wire::Record = rec.clone().into();
     let back = railguard_schema::Record::try_from(wire).unwrap();
     assert_eq!(back, rec);
-    assert_eq!(
-        snap.risks
-            .iter()
-            .filter(|r| r.level == RiskLevel::High)
-            .count(),
-        8
-    );
+    assert_eq!(snap.risks.iter().filter(|r| r.level == RiskLevel::High).count(), 8);
 }
 
 #[test]
 fn snapshot_captures_exactly_what_topo_reads() {
     let d = tempfile::tempdir().unwrap();
-    fixture::seed_kvm_guest()
-        .write(&d.path().join("m"))
-        .unwrap();
+    fixture::seed_kvm_guest().write(&d.path().join("m")).unwrap();
     let tgz = d.path().join("snap.tar.gz");
-    let n = railguard_agent::topology::snapshot::capture(
-        &d.path().join("m/sys"),
-        &d.path().join("m/proc"),
-        &tgz,
-    )
-    .unwrap();
+    let n =
+        railguard_agent::topology::snapshot::capture(&d.path().join("m/sys"), &d.path().join("m/proc"), &tgz).unwrap();
     assert!(n > 50, "{n} entries");
     let out = d.path().join("unpacked");
     let f = std::fs::File::open(&tgz).unwrap();
-    tar::Archive::new(flate2::read::GzDecoder::new(f))
-        .unpack(&out)
-        .unwrap();
-    let orig = Topology::discover(
-        &SysRoot::new(d.path().join("m/sys")),
-        &SysRoot::new(d.path().join("m/proc")),
-    );
-    let again = Topology::discover(
-        &SysRoot::new(out.join("sys")),
-        &SysRoot::new(out.join("proc")),
-    );
+    tar::Archive::new(flate2::read::GzDecoder::new(f)).unpack(&out).unwrap();
+    let orig = Topology::discover(&SysRoot::new(d.path().join("m/sys")), &SysRoot::new(d.path().join("m/proc")));
+    let again = Topology::discover(&SysRoot::new(out.join("sys")), &SysRoot::new(out.join("proc")));
     let policy = SelectionPolicy::default();
-    assert_eq!(
-        render::json_report(&again, &policy),
-        render::json_report(&orig, &policy)
-    );
+    assert_eq!(render::json_report(&again, &policy), render::json_report(&orig, &policy));
     // Nothing beyond what is read: hw_counters are not part of topology.
-    assert!(
-        !out.join("sys/class/infiniband/mlx5_0/ports/1/hw_counters")
-            .exists()
-    );
-    assert!(
-        !out.join("sys/devices")
-            .read_dir()
-            .unwrap()
-            .any(|e| e.unwrap().file_name() == "virtual")
-    );
+    assert!(!out.join("sys/class/infiniband/mlx5_0/ports/1/hw_counters").exists());
+    assert!(!out.join("sys/devices").read_dir().unwrap().any(|e| e.unwrap().file_name() == "virtual"));
 }
 
 #[test]
@@ -306,43 +212,17 @@ fn broken_trees_give_partial_results_and_warnings_never_panics() {
     std::os::unix::fs::symlink("0000:fe:00.1", devs.join("0000:fe:00.0")).unwrap(); // loop
     std::os::unix::fs::symlink("0000:fe:00.0", devs.join("0000:fe:00.1")).unwrap();
     std::os::unix::fs::symlink("x", devs.join("not-a-bdf")).unwrap();
-    std::fs::write(
-        sys.join("class/infiniband/mlx5_1/device/numa_node"),
-        "garbage",
-    )
-    .unwrap();
-    std::fs::write(
-        sys.join("class/infiniband/mlx5_2/ports/1/state"),
-        [0xff, 0xfe, 0],
-    )
-    .unwrap();
+    std::fs::write(sys.join("class/infiniband/mlx5_1/device/numa_node"), "garbage").unwrap();
+    std::fs::write(sys.join("class/infiniband/mlx5_2/ports/1/state"), [0xff, 0xfe, 0]).unwrap();
     std::fs::remove_file(sys.join("class/infiniband/mlx5_3/device")).unwrap();
     std::fs::write(d.path().join("proc/cpuinfo"), [0u8, 159, 146, 150]).unwrap();
     let t = Topology::discover(&SysRoot::new(&sys), &SysRoot::new(d.path().join("proc")));
     assert_eq!(t.gpus.len(), 7, "the GPU without a vendor file is skipped");
     assert_eq!(t.nics.len(), 7, "mlx5_3 without a device link is skipped");
-    for w in [
-        "0000:ff:00.0",
-        "0000:fe:00.0",
-        "not-a-bdf",
-        "mlx5_3",
-        gpu0.as_str(),
-    ] {
-        assert!(
-            t.warnings.iter().any(|x| x.contains(w)),
-            "no warning about {w}: {:?}",
-            t.warnings
-        );
+    for w in ["0000:ff:00.0", "0000:fe:00.0", "not-a-bdf", "mlx5_3", gpu0.as_str()] {
+        assert!(t.warnings.iter().any(|x| x.contains(w)), "no warning about {w}: {:?}", t.warnings);
     }
-    assert_eq!(
-        t.nics
-            .iter()
-            .find(|n| n.nic.name == "mlx5_1")
-            .unwrap()
-            .nic
-            .numa_node,
-        -1
-    );
+    assert_eq!(t.nics.iter().find(|n| n.nic.name == "mlx5_1").unwrap().nic.numa_node, -1);
     let _ = render::matrix(&t, &SelectionPolicy::default());
 }
 
@@ -372,10 +252,7 @@ fn random_garbage_in_every_file_never_panics() {
                 std::fs::write(f, bytes).unwrap();
             }
         }
-        let t = Topology::discover(
-            &SysRoot::new(d.path().join("sys")),
-            &SysRoot::new(d.path().join("proc")),
-        );
+        let t = Topology::discover(&SysRoot::new(d.path().join("sys")), &SysRoot::new(d.path().join("proc")));
         let _ = render::json_report(&t, &SelectionPolicy::default());
         let _ = render::matrix(&t, &SelectionPolicy::default());
     }

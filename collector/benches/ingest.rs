@@ -61,9 +61,7 @@ fn copy_text(batch: &[Record]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     for r in batch {
-        let RecordBody::Probe(p) = &r.body else {
-            unreachable!()
-        };
+        let RecordBody::Probe(p) = &r.body else { unreachable!() };
         let opt = |b: Option<Bdf>| b.map(|b| b.to_string()).unwrap_or_else(|| "\\N".into());
         writeln!(
             s,
@@ -111,37 +109,20 @@ async fn raw_copy(pool: &PgPool, texts: &[String]) -> Duration {
 
 #[tokio::main]
 async fn main() {
-    let n_batches: usize = std::env::var("BATCHES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(50);
-    let dir = tempfile::Builder::new()
-        .prefix("railguard-bench-")
-        .tempdir()
-        .unwrap();
+    let n_batches: usize = std::env::var("BATCHES").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
+    let dir = tempfile::Builder::new().prefix("railguard-bench-").tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let data = dir.path().join("pg");
-    let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&data, true))
-        .await
-        .unwrap()
-        .unwrap();
+    let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&data, true)).await.unwrap().unwrap();
     cluster.create_database("bench").await.unwrap();
-    let pool = connect_and_migrate(cluster.connect_options("bench"), 8)
-        .await
-        .unwrap();
+    let pool = connect_and_migrate(cluster.connect_options("bench"), 8).await.unwrap();
 
     let mut creds = Credentials::default();
     creds.insert(NodeId::new("bench").unwrap(), TOKEN);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let store = Store::new(pool.clone());
-    tokio::spawn(serve_grpc(
-        listener,
-        store.clone(),
-        Arc::new(creds),
-        Arc::default(),
-        std::future::pending(),
-    ));
+    tokio::spawn(serve_grpc(listener, store.clone(), Arc::new(creds), Arc::default(), std::future::pending()));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .tcp_nodelay(true)
@@ -154,30 +135,18 @@ async fn main() {
 
     // Warm up: partitions, connections, plans.
     let warm: Vec<wire::Record> = batches(1).remove(0).into_iter().map(Into::into).collect();
-    let mut req = tonic::Request::new(RecordBatch {
-        node_id: "bench".into(),
-        records: warm,
-        spool_dropped_total: 0,
-    });
-    req.metadata_mut()
-        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let mut req = tonic::Request::new(RecordBatch { node_id: "bench".into(), records: warm, spool_dropped_total: 0 });
+    req.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
     client.push_batch(req).await.unwrap();
     raw_copy(&pool, &[copy_text(&batches(1)[0])]).await;
 
     // gRPC path (validation, auth, transaction, UNNEST insert, ack after commit).
-    let grpc_batches: Vec<Vec<wire::Record>> = batches(n_batches)
-        .into_iter()
-        .map(|b| b.into_iter().map(Into::into).collect())
-        .collect();
+    let grpc_batches: Vec<Vec<wire::Record>> =
+        batches(n_batches).into_iter().map(|b| b.into_iter().map(Into::into).collect()).collect();
     let start = Instant::now();
     for b in grpc_batches {
-        let mut req = tonic::Request::new(RecordBatch {
-            node_id: "bench".into(),
-            records: b,
-            spool_dropped_total: 0,
-        });
-        req.metadata_mut()
-            .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        let mut req = tonic::Request::new(RecordBatch { node_id: "bench".into(), records: b, spool_dropped_total: 0 });
+        req.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
         let ack = client.push_batch(req).await.unwrap().into_inner();
         assert_eq!(ack.stored as usize, BATCH);
     }
@@ -198,16 +167,11 @@ async fn main() {
 
     let records = (n_batches * BATCH) as f64;
     let rate = |d: Duration| records / d.as_secs_f64();
-    println!(
-        "ingest benchmark: {n_batches} batches x {BATCH} probe records, durable Postgres (fsync on), one client"
-    );
+    println!("ingest benchmark: {n_batches} batches x {BATCH} probe records, durable Postgres (fsync on), one client");
     println!("  grpc ingest   {:>10.0} records/s", rate(grpc));
     println!("  store only    {:>10.0} records/s", rate(store_only));
     println!("  raw COPY      {:>10.0} records/s", rate(copy));
-    println!(
-        "  ratio grpc/COPY  {:.2}  (goal >= 0.5)",
-        rate(grpc) / rate(copy)
-    );
+    println!("  ratio grpc/COPY  {:.2}  (goal >= 0.5)", rate(grpc) / rate(copy));
     println!("  ratio store/COPY {:.2}", rate(store_only) / rate(copy));
     drop(client);
     pool.close().await;

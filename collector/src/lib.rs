@@ -1,12 +1,18 @@
-//! railguard-collector: authenticated gRPC ingest of agent records into Postgres (and, as the
-//! project grows, assessment, the JSON API, metrics and the dashboard).
+//! railguard-collector: authenticated gRPC ingest of agent records into Postgres, per-GPU
+//! assessment, and a read-only JSON API with Prometheus metrics.
 //!
 //! Data flow: [`ingest`] (tonic, per-node bearer tokens) validates a whole batch, then
 //! [`store`] writes it in one transaction, idempotent on record ids; the ack leaves only after
-//! COMMIT. [`pg`] runs a private Postgres when no `DATABASE_URL` is given.
+//! COMMIT. [`assess`] turns records into per-GPU statuses with evidence; [`http`] serves them.
+//! [`pg`] runs a private Postgres when no `DATABASE_URL` is given; [`retention`] drops old
+//! partitions.
 
+pub mod assess;
+pub mod http;
 pub mod ingest;
 pub mod pg;
+pub mod query;
+pub mod retention;
 pub mod serve;
 pub mod store;
 

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::net::TcpListener;
 
+use crate::assess::AssessConfig;
+use crate::http::AppState;
 use crate::ingest::auth::Credentials;
 use crate::ingest::{IngestService, IngestStats};
 use crate::pg::{self, PrivateCluster};
@@ -24,53 +26,91 @@ pub enum DatabaseConfig {
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub grpc_listen: SocketAddr,
+    /// JSON API, OpenAPI document and /metrics.
+    pub http_listen: Option<SocketAddr>,
+    /// Bearer token the API requires (None: open read-only API).
+    pub api_token: Option<String>,
     pub database: DatabaseConfig,
     pub credentials: PathBuf,
+    pub assess: AssessConfig,
+    pub assess_every: std::time::Duration,
+    pub retention_days: u32,
+}
+
+impl ServeConfig {
+    pub fn new(grpc_listen: SocketAddr, database: DatabaseConfig, credentials: PathBuf) -> Self {
+        ServeConfig {
+            grpc_listen,
+            http_listen: None,
+            api_token: None,
+            database,
+            credentials,
+            assess: AssessConfig::default(),
+            assess_every: std::time::Duration::from_secs(10),
+            retention_days: 30,
+        }
+    }
 }
 
 /// Runs the collector until `shutdown` resolves.
-pub async fn serve(
-    cfg: ServeConfig,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let creds = Credentials::load(&cfg.credentials)?;
     if creds.is_empty() {
-        anyhow::bail!(
-            "{} holds no agent credentials: no agent could write",
-            cfg.credentials.display()
-        );
+        anyhow::bail!("{} holds no agent credentials: no agent could write", cfg.credentials.display());
     }
     let (opts, cluster) = match &cfg.database {
-        DatabaseConfig::Url(url) => (
-            url.parse()
-                .context("DATABASE_URL is not a valid Postgres URL")?,
-            None,
-        ),
+        DatabaseConfig::Url(url) => (url.parse().context("DATABASE_URL is not a valid Postgres URL")?, None),
         DatabaseConfig::Private { data_dir } => {
             let dir = data_dir.join("postgres");
-            let cluster =
-                tokio::task::spawn_blocking(move || PrivateCluster::start(&dir, true)).await??;
+            let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&dir, true)).await??;
             tracing::info!(url = %cluster.url(pg::DATABASE_NAME), "private Postgres cluster running");
             cluster.create_database(pg::DATABASE_NAME).await?;
             (cluster.connect_options(pg::DATABASE_NAME), Some(cluster))
         }
     };
     let result = async {
-        let pool = pg::connect_and_migrate(opts, 16)
-            .await
-            .context("connecting to Postgres and migrating")?;
-        let listener = TcpListener::bind(cfg.grpc_listen)
-            .await
-            .with_context(|| format!("binding {}", cfg.grpc_listen))?;
+        let pool = pg::connect_and_migrate(opts, 16).await.context("connecting to Postgres and migrating")?;
+        let listener =
+            TcpListener::bind(cfg.grpc_listen).await.with_context(|| format!("binding {}", cfg.grpc_listen))?;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        });
+        let stats: Arc<IngestStats> = Arc::default();
+        tokio::spawn(crate::assess::run_periodic(pool.clone(), cfg.assess.clone(), cfg.assess_every, stop_rx.clone()));
+        tokio::spawn(crate::retention::run_periodic(pool.clone(), cfg.retention_days, stop_rx.clone()));
+        let http = match cfg.http_listen {
+            Some(addr) => {
+                let l = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+                tracing::info!(http = %l.local_addr()?, "API and metrics serving");
+                let state = AppState {
+                    pool: pool.clone(),
+                    stats: stats.clone(),
+                    api_token: cfg.api_token.as_deref().map(Arc::from),
+                    window_minutes: (cfg.assess.window.as_secs() / 60).max(1) as i64,
+                };
+                let mut rx = stop_rx.clone();
+                Some(tokio::spawn(async move {
+                    axum::serve(l, crate::http::app(state))
+                        .with_graceful_shutdown(async move {
+                            let _ = rx.changed().await;
+                        })
+                        .await
+                }))
+            }
+            None => None,
+        };
         tracing::info!(grpc = %listener.local_addr()?, nodes = creds.len(), "collector serving");
-        serve_grpc(
-            listener,
-            Store::new(pool),
-            Arc::new(creds),
-            Arc::default(),
-            shutdown,
-        )
-        .await
+        let mut rx = stop_rx.clone();
+        let grpc = serve_grpc(listener, Store::new(pool), Arc::new(creds), stats, async move {
+            let _ = rx.changed().await;
+        })
+        .await;
+        if let Some(h) = http {
+            h.await.context("HTTP server task")?.context("HTTP server")?;
+        }
+        grpc
     }
     .await;
     if let Some(cluster) = cluster {

@@ -24,27 +24,14 @@ pub struct TestPg {
 
 impl TestPg {
     pub async fn start() -> TestPg {
-        let dir = tempfile::Builder::new()
-            .prefix("railguard-pg-")
-            .tempdir()
-            .unwrap();
+        let dir = tempfile::Builder::new().prefix("railguard-pg-").tempdir().unwrap();
         // Postgres runs as an unprivileged user when tests run as root: let it in.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let data = dir.path().join("data");
-        let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&data, false))
-            .await
-            .unwrap()
-            .unwrap();
+        let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&data, false)).await.unwrap().unwrap();
         cluster.create_database("railguard").await.unwrap();
-        let pool =
-            railguard_collector::pg::connect_and_migrate(cluster.connect_options("railguard"), 4)
-                .await
-                .unwrap();
-        TestPg {
-            cluster,
-            pool,
-            _dir: dir,
-        }
+        let pool = railguard_collector::pg::connect_and_migrate(cluster.connect_options("railguard"), 4).await.unwrap();
+        TestPg { cluster, pool, _dir: dir }
     }
 
     pub fn url(&self) -> String {
@@ -87,40 +74,50 @@ pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap();
     let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the workspace first (`cargo build --workspace`)",
-        path.display()
-    );
+    assert!(path.exists(), "{} is missing: build the workspace first (`cargo build --workspace`)", path.display());
     path
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The token the test collectors accept for `node` (besides node-a and node-b).
+pub fn token_for(node: &str) -> String {
+    format!("token-for-{node}-0123456789")
 }
 
 /// The collector binary, serving on loopback.
 pub struct CollectorProc {
     pub port: u16,
+    pub http_port: u16,
     database_url: String,
     creds: PathBuf,
+    extra_args: Vec<String>,
     child: Option<Child>,
     _dir: tempfile::TempDir,
 }
 
 impl CollectorProc {
     pub fn start(database_url: &str) -> CollectorProc {
+        Self::start_with(database_url, &[], &[])
+    }
+
+    /// With credentials for `nodes` too, and extra `serve` arguments.
+    pub fn start_with(database_url: &str, nodes: &[&str], extra_args: &[&str]) -> CollectorProc {
         let dir = tempfile::tempdir().unwrap();
         let creds = dir.path().join("credentials");
-        std::fs::write(&creds, format!("node-a {TOKEN_A}\nnode-b {TOKEN_B}\n")).unwrap();
+        let mut text = format!("node-a {TOKEN_A}\nnode-b {TOKEN_B}\n");
+        for n in nodes {
+            text.push_str(&format!("{n} {}\n", token_for(n)));
+        }
+        std::fs::write(&creds, text).unwrap();
         let mut c = CollectorProc {
             port: free_port(),
+            http_port: free_port(),
             database_url: database_url.into(),
             creds,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             child: None,
             _dir: dir,
         };
@@ -130,11 +127,9 @@ impl CollectorProc {
 
     fn spawn(&mut self) {
         let child = Command::new(bin("railguard-collector"))
-            .args([
-                "serve",
-                "--grpc-listen",
-                &format!("127.0.0.1:{}", self.port),
-            ])
+            .args(["serve", "--grpc-listen", &format!("127.0.0.1:{}", self.port)])
+            .args(["--http-listen", &format!("127.0.0.1:{}", self.http_port), "--assess-every-secs", "1"])
+            .args(&self.extra_args)
             .arg("--credentials")
             .arg(&self.creds)
             .env("DATABASE_URL", &self.database_url)
@@ -144,6 +139,12 @@ impl CollectorProc {
             .unwrap();
         self.child = Some(child);
         wait_for_port(self.port);
+        wait_for_port(self.http_port);
+    }
+
+    /// GET on the HTTP API: (status code, body).
+    pub fn get(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        http_get(self.http_port, path, token)
     }
 
     pub fn url(&self) -> String {
@@ -164,9 +165,7 @@ impl CollectorProc {
 
     /// True while the process runs.
     pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 }
 
@@ -179,21 +178,13 @@ impl Drop for CollectorProc {
 pub fn wait_for_port(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "nothing listens on port {port} after 30 s"
-        );
+        assert!(Instant::now() < deadline, "nothing listens on port {port} after 30 s");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 /// The agent binary in one-shot mode: ships its spool and exits when drained.
-pub fn agent_ship(
-    collector_url: &str,
-    spool_dir: &Path,
-    token_file: &Path,
-    batch_records: usize,
-) -> Child {
+pub fn agent_ship(collector_url: &str, spool_dir: &Path, token_file: &Path, batch_records: usize) -> Child {
     Command::new(bin("railguard-agent"))
         .args([
             "run",
@@ -244,16 +235,8 @@ pub fn probe(i: u64) -> ProbeResult {
         bytes: 64 << 20,
         reported: Reported::Success,
         reported_detail: String::new(),
-        verdict: if bad {
-            ProbeVerdict::SilentCorruption
-        } else {
-            ProbeVerdict::Ok
-        },
-        diagnosis: if bad {
-            Diagnosis::Untouched
-        } else {
-            Diagnosis::None
-        },
+        verdict: if bad { ProbeVerdict::SilentCorruption } else { ProbeVerdict::Ok },
+        diagnosis: if bad { Diagnosis::Untouched } else { Diagnosis::None },
         first_bad_offset: bad.then_some(0),
         bad_chunks: if bad { 64 } else { 0 },
         chunks: 64,
@@ -283,17 +266,8 @@ pub fn signal(i: u64) -> SignalEvent {
 pub fn records(n: u64) -> Vec<wire::Record> {
     (0..n)
         .map(|i| {
-            let body = if i % 10 == 9 {
-                RecordBody::Signal(signal(i))
-            } else {
-                RecordBody::Probe(probe(i))
-            };
-            Record {
-                id: RecordId::random(),
-                observed_at: Utc::now(),
-                body,
-            }
-            .into()
+            let body = if i % 10 == 9 { RecordBody::Signal(signal(i)) } else { RecordBody::Probe(probe(i)) };
+            Record { id: RecordId::random(), observed_at: Utc::now(), body }.into()
         })
         .collect()
 }
@@ -309,4 +283,34 @@ pub fn filled_spool(dir: &Path, n: u64) -> (PathBuf, PathBuf) {
     let token = dir.join("token");
     std::fs::write(&token, TOKEN_A).unwrap();
     (spool_dir, token)
+}
+
+/// A minimal HTTP/1.1 GET over loopback (no client library needed for a read-only API).
+pub fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
+    (code, body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n.min(rest.len())]);
+        body = rest.get(n + 2..).unwrap_or("");
+    }
+    out
 }

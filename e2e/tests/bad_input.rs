@@ -58,29 +58,20 @@ mod bytes_codec {
 
 fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
     r
 }
 
 fn batch(node: &str, records: Vec<wire::Record>) -> RecordBatch {
-    RecordBatch {
-        node_id: node.into(),
-        records,
-        spool_dropped_total: 0,
-    }
+    RecordBatch { node_id: node.into(), records, spool_dropped_total: 0 }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_requests_get_clear_errors_and_store_nothing() {
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
-    let channel = Channel::from_shared(collector.url())
-        .unwrap()
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .unwrap();
+    let channel =
+        Channel::from_shared(collector.url()).unwrap().timeout(Duration::from_secs(10)).connect().await.unwrap();
     let mut client = IngestClient::new(channel.clone()).max_encoding_message_size(64 << 20);
 
     // Garbage bytes where a RecordBatch should be.
@@ -95,55 +86,26 @@ async fn bad_requests_get_clear_errors_and_store_nothing() {
         )
         .await
         .unwrap_err();
-    assert!(
-        matches!(err.code(), Code::Internal | Code::InvalidArgument),
-        "{err:?}"
-    );
+    assert!(matches!(err.code(), Code::Internal | Code::InvalidArgument), "{err:?}");
     assert!(err.message().contains("decode"), "{err:?}");
 
     // No credential, a wrong credential.
-    let err = client
-        .push_batch(tonic::Request::new(batch("node-a", records(3))))
-        .await
-        .unwrap_err();
+    let err = client.push_batch(tonic::Request::new(batch("node-a", records(3)))).await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
-    let err = client
-        .push_batch(with_token(
-            batch("node-a", records(3)),
-            "not-a-known-token-000",
-        ))
-        .await
-        .unwrap_err();
+    let err = client.push_batch(with_token(batch("node-a", records(3)), "not-a-known-token-000")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
 
     // node-b's credential writing as node-a; and registering as node-a.
-    let err = client
-        .push_batch(with_token(batch("node-a", records(3)), TOKEN_B))
-        .await
-        .unwrap_err();
+    let err = client.push_batch(with_token(batch("node-a", records(3)), TOKEN_B)).await.unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("node-b"), "{err:?}");
-    let reg = RegisterRequest {
-        node_id: "node-a".into(),
-        hostname: "x".into(),
-        agent_version: "0".into(),
-        topology: None,
-    };
-    assert_eq!(
-        client
-            .register(with_token(reg, TOKEN_B))
-            .await
-            .unwrap_err()
-            .code(),
-        Code::PermissionDenied
-    );
+    let reg =
+        RegisterRequest { node_id: "node-a".into(), hostname: "x".into(), agent_version: "0".into(), topology: None };
+    assert_eq!(client.register(with_token(reg, TOKEN_B)).await.unwrap_err().code(), Code::PermissionDenied);
 
     // Oversize batch: one record over the limit.
     let over = railguard_schema::limits::MAX_BATCH_RECORDS as u64 + 1;
-    let err = client
-        .push_batch(with_token(batch("node-a", records(over)), TOKEN_A))
-        .await
-        .unwrap_err();
+    let err = client.push_batch(with_token(batch("node-a", records(over)), TOKEN_A)).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("limit"), "{err:?}");
 
@@ -152,70 +114,38 @@ async fn bad_requests_get_clear_errors_and_store_nothing() {
     if let Some(wire::record::Body::Probe(p)) = huge[0].body.as_mut() {
         p.reported_detail = "x".repeat(20 << 20);
     }
-    let err = client
-        .push_batch(with_token(batch("node-a", huge), TOKEN_A))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err.code(),
-            Code::OutOfRange | Code::ResourceExhausted | Code::InvalidArgument
-        ),
-        "{err:?}"
-    );
+    let err = client.push_batch(with_token(batch("node-a", huge), TOKEN_A)).await.unwrap_err();
+    assert!(matches!(err.code(), Code::OutOfRange | Code::ResourceExhausted | Code::InvalidArgument), "{err:?}");
 
     // One invalid enum in the middle of an otherwise good batch: nothing of it is stored.
     let mut recs = records(100);
     if let Some(wire::record::Body::Probe(p)) = recs[50].body.as_mut() {
         p.verdict = 42;
     }
-    let err = client
-        .push_batch(with_token(batch("node-a", recs), TOKEN_A))
-        .await
-        .unwrap_err();
+    let err = client.push_batch(with_token(batch("node-a", recs), TOKEN_A)).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
-    assert!(
-        err.message().contains("record 50") && err.message().contains("probe verdict"),
-        "{err:?}"
-    );
+    assert!(err.message().contains("record 50") && err.message().contains("probe verdict"), "{err:?}");
 
     // Empty id, impossible timestamp, NUL in text.
     let mut recs = records(3);
     recs[1].id.clear();
-    let err = client
-        .push_batch(with_token(batch("node-a", recs), TOKEN_A))
-        .await
-        .unwrap_err();
+    let err = client.push_batch(with_token(batch("node-a", recs), TOKEN_A)).await.unwrap_err();
     assert!(err.message().contains("id is empty"), "{err:?}");
     let mut recs = records(3);
     recs[2].observed_at_unix_ns = -5;
-    let err = client
-        .push_batch(with_token(batch("node-a", recs), TOKEN_A))
-        .await
-        .unwrap_err();
+    let err = client.push_batch(with_token(batch("node-a", recs), TOKEN_A)).await.unwrap_err();
     assert!(err.message().contains("impossible"), "{err:?}");
     let mut recs = records(3);
     if let Some(wire::record::Body::Probe(p)) = recs[0].body.as_mut() {
         p.nic = "mlx5_0\0".into();
     }
-    let err = client
-        .push_batch(with_token(batch("node-a", recs), TOKEN_A))
-        .await
-        .unwrap_err();
+    let err = client.push_batch(with_token(batch("node-a", recs), TOKEN_A)).await.unwrap_err();
     assert!(err.message().contains("NUL"), "{err:?}");
 
-    assert_eq!(
-        pg.stored_and_distinct().await,
-        (0, 0),
-        "nothing of a refused batch is stored"
-    );
+    assert_eq!(pg.stored_and_distinct().await, (0, 0), "nothing of a refused batch is stored");
 
     // The collector still serves good requests.
-    let ack = client
-        .push_batch(with_token(batch("node-a", records(10)), TOKEN_A))
-        .await
-        .unwrap()
-        .into_inner();
+    let ack = client.push_batch(with_token(batch("node-a", records(10)), TOKEN_A)).await.unwrap().into_inner();
     assert_eq!((ack.stored, ack.duplicates), (10, 0));
     assert_eq!(pg.stored_and_distinct().await, (10, 10));
 }

@@ -17,10 +17,7 @@ async fn wait_stored(pg: &TestPg, at_least: i64) -> i64 {
         if n >= at_least {
             return n;
         }
-        assert!(
-            Instant::now() < deadline,
-            "only {n} records stored after 60 s"
-        );
+        assert!(Instant::now() < deadline, "only {n} records stored after 60 s");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -61,10 +58,7 @@ async fn collector_killed_and_restarted_mid_stream_loses_nothing() {
     let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
     let at_kill = wait_stored(&pg, 3_000).await;
     collector.kill();
-    assert!(
-        at_kill < n as i64,
-        "the stream finished before the kill ({at_kill}); the test proves nothing"
-    );
+    assert!(at_kill < n as i64, "the stream finished before the kill ({at_kill}); the test proves nothing");
     tokio::time::sleep(Duration::from_millis(500)).await;
     collector.restart();
     assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
@@ -81,10 +75,7 @@ async fn postgres_restarted_mid_stream_loses_nothing() {
     let (spool, token) = filled_spool(dir.path(), n);
     let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
     let at_restart = wait_stored(&pg, 3_000).await;
-    assert!(
-        at_restart < n as i64,
-        "the stream finished before the restart; the test proves nothing"
-    );
+    assert!(at_restart < n as i64, "the stream finished before the restart; the test proves nothing");
     tokio::task::block_in_place(|| pg.cluster.restart()).unwrap();
     assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
     assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
@@ -101,10 +92,7 @@ async fn agent_killed_mid_send_and_restarted_loses_nothing() {
     let at_kill = wait_stored(&pg, 3_000).await;
     kill(Pid::from_raw(agent.id() as i32), Signal::SIGKILL).unwrap();
     let _ = agent.wait();
-    assert!(
-        at_kill < n as i64,
-        "the stream finished before the kill; the test proves nothing"
-    );
+    assert!(at_kill < n as i64, "the stream finished before the kill; the test proves nothing");
     let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
     assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
     assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
@@ -120,14 +108,7 @@ async fn spool_drops_are_counted_and_reach_the_collector() {
     // The collector is "unreachable" while 1,000 records arrive at a spool that holds ~300.
     let recs = records(1_000);
     let one = prost::Message::encoded_len(&recs[0]) as u64 + 8;
-    let mut spool = Spool::open(
-        &spool_dir,
-        SpoolConfig {
-            max_bytes: one * 300,
-            segment_bytes: 1 << 20,
-        },
-    )
-    .unwrap();
+    let mut spool = Spool::open(&spool_dir, SpoolConfig { max_bytes: one * 300, segment_bytes: 1 << 20 }).unwrap();
     let out = spool.append(&recs).unwrap();
     assert!(out.dropped > 600, "{out:?}");
     drop(spool);
@@ -136,20 +117,15 @@ async fn spool_drops_are_counted_and_reach_the_collector() {
     let mut agent = agent_ship(&collector.url(), &spool_dir, &token, 100);
     assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
     assert_eq!(pg.stored_and_distinct().await.0, out.appended as i64);
-    let dropped: i64 =
-        sqlx::query_scalar("SELECT spool_dropped_total FROM nodes WHERE node_id = 'node-a'")
-            .fetch_one(&pg.pool)
-            .await
-            .unwrap();
+    let dropped: i64 = sqlx::query_scalar("SELECT spool_dropped_total FROM nodes WHERE node_id = 'node-a'")
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
     assert_eq!(dropped, out.dropped as i64);
-    let events: Vec<String> =
-        sqlx::query_scalar("SELECT summary FROM signal_events WHERE kind = 'agent_spool_drops'")
-            .fetch_all(&pg.pool)
-            .await
-            .unwrap();
+    let events: Vec<String> = sqlx::query_scalar("SELECT summary FROM signal_events WHERE kind = 'agent_spool_drops'")
+        .fetch_all(&pg.pool)
+        .await
+        .unwrap();
     assert_eq!(events.len(), 1, "{events:?}");
-    assert!(
-        events[0].contains(&format!("{} record(s) dropped", out.dropped)),
-        "{events:?}"
-    );
+    assert!(events[0].contains(&format!("{} record(s) dropped", out.dropped)), "{events:?}");
 }

@@ -13,20 +13,11 @@ async fn the_seed_topology_reaches_postgres_with_its_risks() {
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
-    fixture::seed_kvm_guest()
-        .write(&dir.path().join("node"))
-        .unwrap();
+    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, TOKEN_A).unwrap();
     let mut agent = Command::new(bin("railguard-agent"))
-        .args([
-            "run",
-            "--node-id",
-            "node-a",
-            "--collector",
-            &collector.url(),
-            "--exit-when-drained",
-        ])
+        .args(["run", "--node-id", "node-a", "--collector", &collector.url(), "--exit-when-drained"])
         .arg("--token-file")
         .arg(&token)
         .arg("--spool-dir")
@@ -40,27 +31,19 @@ async fn the_seed_topology_reaches_postgres_with_its_risks() {
         .unwrap();
     assert!(wait_exit(&mut agent, Duration::from_secs(60)).success());
 
-    let (virtualized, viommu, gpudirect): (String, String, String) = sqlx::query_as(
-        "SELECT virtualized, viommu, gpudirect FROM topology_snapshots WHERE node_id = 'node-a'",
-    )
-    .fetch_one(&pg.pool)
-    .await
-    .unwrap();
-    assert_eq!(
-        (virtualized.as_str(), viommu.as_str(), gpudirect.as_str()),
-        ("yes", "no", "nvidia-peermem")
-    );
-    let gpus: i64 = sqlx::query_scalar("SELECT count(*) FROM topology_gpus")
-        .fetch_one(&pg.pool)
-        .await
-        .unwrap();
+    let (virtualized, viommu, gpudirect): (String, String, String) =
+        sqlx::query_as("SELECT virtualized, viommu, gpudirect FROM topology_snapshots WHERE node_id = 'node-a'")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!((virtualized.as_str(), viommu.as_str(), gpudirect.as_str()), ("yes", "no", "nvidia-peermem"));
+    let gpus: i64 = sqlx::query_scalar("SELECT count(*) FROM topology_gpus").fetch_one(&pg.pool).await.unwrap();
     assert_eq!(gpus, 8);
-    let pix: Vec<(String, String)> = sqlx::query_as(
-        "SELECT a, b FROM topology_paths WHERE class = 'pix' AND a LIKE 'GPU%' ORDER BY a",
-    )
-    .fetch_all(&pg.pool)
-    .await
-    .unwrap();
+    let pix: Vec<(String, String)> =
+        sqlx::query_as("SELECT a, b FROM topology_paths WHERE class = 'pix' AND a LIKE 'GPU%' ORDER BY a")
+            .fetch_all(&pg.pool)
+            .await
+            .unwrap();
     assert_eq!(pix.len(), 8);
     assert_eq!(pix[3], ("GPU3".to_owned(), "mlx5_3".to_owned()));
     // Pinned to mlx5_0:1: exactly GPU0 is at high risk.
@@ -78,25 +61,14 @@ async fn probes_of_the_simulated_seed_fabric_reach_postgres() {
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
-    fixture::seed_kvm_guest()
-        .write(&dir.path().join("node"))
-        .unwrap();
+    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
     let faults = dir.path().join("faults.json");
-    std::fs::write(
-        &faults,
-        r#"{"faults": [{"path": ["pix"], "kind": "dma_read_rejected", "reported": "success"}]}"#,
-    )
-    .unwrap();
+    std::fs::write(&faults, r#"{"faults": [{"path": ["pix"], "kind": "dma_read_rejected", "reported": "success"}]}"#)
+        .unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, TOKEN_A).unwrap();
     let mut agent = Command::new(bin("railguard-agent"))
-        .args([
-            "run",
-            "--node-id",
-            "node-a",
-            "--collector",
-            &collector.url(),
-        ])
+        .args(["run", "--node-id", "node-a", "--collector", &collector.url()])
         .arg("--token-file")
         .arg(&token)
         .arg("--spool-dir")
@@ -113,17 +85,11 @@ async fn probes_of_the_simulated_seed_fabric_reach_postgres() {
     // One cycle: 64 pairs, the 8 predicted ones four times.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_results")
-            .fetch_one(&pg.pool)
-            .await
-            .unwrap();
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_results").fetch_one(&pg.pool).await.unwrap();
         if n >= 88 {
             break;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "only {n} probe results after 60 s"
-        );
+        assert!(std::time::Instant::now() < deadline, "only {n} probe results after 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let _ = agent.kill();
@@ -136,28 +102,19 @@ async fn probes_of_the_simulated_seed_fabric_reach_postgres() {
     .unwrap();
     assert_eq!(bad.len(), 8, "{bad:?}");
     for (g, (gpu, nic, verdict, diagnosis)) in bad.iter().enumerate() {
-        assert_eq!(
-            (*gpu as usize, nic.as_str()),
-            (g, format!("mlx5_{g}").as_str())
-        );
-        assert_eq!(
-            (verdict.as_str(), diagnosis.as_str()),
-            ("silent_corruption", "untouched")
-        );
+        assert_eq!((*gpu as usize, nic.as_str()), (g, format!("mlx5_{g}").as_str()));
+        assert_eq!((verdict.as_str(), diagnosis.as_str()), ("silent_corruption", "untouched"));
     }
-    let simulated: bool =
-        sqlx::query_scalar("SELECT bool_and(simulated AND transport = 'sim') FROM probe_results")
-            .fetch_one(&pg.pool)
-            .await
-            .unwrap();
+    let simulated: bool = sqlx::query_scalar("SELECT bool_and(simulated AND transport = 'sim') FROM probe_results")
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
     assert!(simulated, "simulated results are labelled as such");
-    let predicted: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM probe_results WHERE selection = 'predicted' AND gpu_index = 3 AND nic = 'mlx5_3'")
-            .fetch_one(&pg.pool)
-            .await
-            .unwrap();
-    assert!(
-        predicted >= 2,
-        "the workload's pair is probed more often ({predicted})"
-    );
+    let predicted: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM probe_results WHERE selection = 'predicted' AND gpu_index = 3 AND nic = 'mlx5_3'",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    assert!(predicted >= 2, "the workload's pair is probed more often ({predicted})");
 }

@@ -22,30 +22,18 @@ pub struct BdfParseError {
 
 impl Bdf {
     pub const fn new(domain: u32, bus: u8, device: u8, function: u8) -> Self {
-        Bdf {
-            domain,
-            bus,
-            device,
-            function,
-        }
+        Bdf { domain, bus, device, function }
     }
 
     /// Parses `dddd:bb:dd.f`, or `bb:dd.f` with `default_domain` (kernel lines such as Intel
     /// DMAR faults omit the domain; DOMAIN.md §5). NVIDIA's `0000:91:00` (no function, as in
     /// `NVRM: Xid (PCI:0000:91:00)`) is accepted as function 0.
     pub fn parse_with_domain(s: &str, default_domain: u32) -> Result<Self, BdfParseError> {
-        let err = |reason| BdfParseError {
-            input: s.chars().take(64).collect(),
-            reason,
-        };
+        let err = |reason| BdfParseError { input: s.chars().take(64).collect(), reason };
         let s = s.trim();
         let parts: Vec<&str> = s.split(':').collect();
         let (domain, bus, devfn) = match parts.as_slice() {
-            [d, b, df] => (
-                u32::from_str_radix(d, 16).map_err(|_| err("domain is not hex"))?,
-                *b,
-                *df,
-            ),
+            [d, b, df] => (u32::from_str_radix(d, 16).map_err(|_| err("domain is not hex"))?, *b, *df),
             [b, df] => (default_domain, *b, *df),
             _ => return Err(err("expected [domain:]bus:device.function")),
         };
@@ -68,12 +56,7 @@ impl Bdf {
         if function > 7 {
             return Err(err("function number above 7"));
         }
-        Ok(Bdf {
-            domain,
-            bus,
-            device,
-            function,
-        })
+        Ok(Bdf { domain, bus, device, function })
     }
 }
 
@@ -86,11 +69,7 @@ impl FromStr for Bdf {
 
 impl fmt::Display for Bdf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:04x}:{:02x}:{:02x}.{:x}",
-            self.domain, self.bus, self.device, self.function
-        )
+        write!(f, "{:04x}:{:02x}:{:02x}.{:x}", self.domain, self.bus, self.device, self.function)
     }
 }
 
@@ -116,23 +95,14 @@ mod tests {
         let b: Bdf = "0000:91:00.0".parse().unwrap();
         assert_eq!(b, Bdf::new(0, 0x91, 0, 0));
         assert_eq!(b.to_string(), "0000:91:00.0");
-        assert_eq!(
-            "10000:3b:1f.7".parse::<Bdf>().unwrap().to_string(),
-            "10000:3b:1f.7"
-        );
+        assert_eq!("10000:3b:1f.7".parse::<Bdf>().unwrap().to_string(), "10000:3b:1f.7");
     }
 
     #[test]
     fn short_forms_take_the_given_domain() {
-        assert_eq!(
-            Bdf::parse_with_domain("00:02.0", 1).unwrap(),
-            Bdf::new(1, 0, 2, 0)
-        );
+        assert_eq!(Bdf::parse_with_domain("00:02.0", 1).unwrap(), Bdf::new(1, 0, 2, 0));
         // NVRM prints no function.
-        assert_eq!(
-            "0000:91:00".parse::<Bdf>().unwrap(),
-            Bdf::new(0, 0x91, 0, 0)
-        );
+        assert_eq!("0000:91:00".parse::<Bdf>().unwrap(), Bdf::new(0, 0x91, 0, 0));
     }
 
     #[test]

@@ -32,11 +32,7 @@ pub enum WireError {
         source: BdfParseError,
     },
     #[error("field {field} is {len} bytes (limit {limit})")]
-    TooLong {
-        field: &'static str,
-        len: usize,
-        limit: usize,
-    },
+    TooLong { field: &'static str, len: usize, limit: usize },
     #[error("field {field} is out of range: {value}")]
     OutOfRange { field: &'static str, value: i64 },
     #[error("field {field} contains a NUL byte")]
@@ -69,11 +65,7 @@ pub fn timestamp_to_unix_ns(t: DateTime<Utc>) -> i64 {
 /// be stored must be refused at the door, not retried forever).
 pub fn text(field: &'static str, s: String) -> Result<String, WireError> {
     if s.len() > MAX_TEXT_LEN {
-        return Err(WireError::TooLong {
-            field,
-            len: s.len(),
-            limit: MAX_TEXT_LEN,
-        });
+        return Err(WireError::TooLong { field, len: s.len(), limit: MAX_TEXT_LEN });
     }
     if s.contains('\0') {
         return Err(WireError::NulByte { field });
@@ -95,9 +87,7 @@ fn opt_bdf(field: &'static str, s: &str) -> Result<Option<Bdf>, WireError> {
     if s.is_empty() {
         return Ok(None);
     }
-    s.parse()
-        .map(Some)
-        .map_err(|source| WireError::BadBdf { field, source })
+    s.parse().map(Some).map_err(|source| WireError::BadBdf { field, source })
 }
 
 fn bdf(field: &'static str, s: &str) -> Result<Bdf, WireError> {
@@ -106,10 +96,7 @@ fn bdf(field: &'static str, s: &str) -> Result<Bdf, WireError> {
 
 fn numa(field: &'static str, n: i32) -> Result<i32, WireError> {
     if !(-1..=4096).contains(&n) {
-        return Err(WireError::OutOfRange {
-            field,
-            value: n.into(),
-        });
+        return Err(WireError::OutOfRange { field, value: n.into() });
     }
     Ok(n)
 }
@@ -126,20 +113,14 @@ impl TryFrom<wire::Record> for Record {
         if r.id.is_empty() {
             return Err(WireError::EmptyId);
         }
-        let id = Uuid::parse_str(&r.id).map_err(|_| WireError::BadId {
-            value: r.id.chars().take(64).collect(),
-        })?;
+        let id = Uuid::parse_str(&r.id).map_err(|_| WireError::BadId { value: r.id.chars().take(64).collect() })?;
         let observed_at = timestamp_from_unix_ns(r.observed_at_unix_ns)?;
         let body = match r.body.ok_or(WireError::Missing("record.body"))? {
             wire::record::Body::Probe(p) => RecordBody::Probe(p.try_into()?),
             wire::record::Body::Signal(s) => RecordBody::Signal(s.try_into()?),
             wire::record::Body::Topology(t) => RecordBody::Topology(t.try_into()?),
         };
-        Ok(Record {
-            id: RecordId(id),
-            observed_at,
-            body,
-        })
+        Ok(Record { id: RecordId(id), observed_at, body })
     }
 }
 
@@ -297,11 +278,7 @@ impl TryFrom<wire::TopologySnapshot> for TopologySnapshot {
                             })
                         })
                         .collect::<Result<_, WireError>>()?,
-                    netdevs: n
-                        .netdevs
-                        .into_iter()
-                        .map(|d| text("nic.netdevs", d))
-                        .collect::<Result<_, _>>()?,
+                    netdevs: n.netdevs.into_iter().map(|d| text("nic.netdevs", d)).collect::<Result<_, _>>()?,
                 })
             })
             .collect::<Result<_, WireError>>()?;
@@ -324,39 +301,24 @@ impl TryFrom<wire::TopologySnapshot> for TopologySnapshot {
                 Ok(GpuRisk {
                     gpu: r.gpu_index,
                     level: r.level.try_into()?,
-                    reasons: r
-                        .reasons
-                        .into_iter()
-                        .map(|s| text("risk.reasons", s))
-                        .collect::<Result<_, _>>()?,
+                    reasons: r.reasons.into_iter().map(|s| text("risk.reasons", s)).collect::<Result<_, _>>()?,
                     affine_nic: Some(r.affine_nic).filter(|s| !s.is_empty()),
                     predicted_nic: Some(r.predicted_nic).filter(|s| !s.is_empty()),
                     pinned: r.pinned,
-                    safe_nics: r
-                        .safe_nics
-                        .into_iter()
-                        .map(|s| text("risk.safe_nics", s))
-                        .collect::<Result<_, _>>()?,
+                    safe_nics: r.safe_nics.into_iter().map(|s| text("risk.safe_nics", s)).collect::<Result<_, _>>()?,
                 })
             })
             .collect::<Result<_, WireError>>()?;
         unique("gpu index", gpus.iter().map(|g: &Gpu| g.index.to_string()))?;
         unique("nic name", nics.iter().map(|n: &Nic| n.name.clone()))?;
-        unique(
-            "path",
-            paths.iter().map(|p: &PairPath| format!("{}/{}", p.a, p.b)),
-        )?;
+        unique("path", paths.iter().map(|p: &PairPath| format!("{}/{}", p.a, p.b)))?;
         Ok(TopologySnapshot {
             host,
             gpus,
             nics,
             paths,
             risks,
-            warnings: t
-                .warnings
-                .into_iter()
-                .map(|w| text("topology.warnings", w))
-                .collect::<Result<_, _>>()?,
+            warnings: t.warnings.into_iter().map(|w| text("topology.warnings", w)).collect::<Result<_, _>>()?,
         })
     }
 }
@@ -392,12 +354,7 @@ impl From<TopologySnapshot> for wire::TopologySnapshot {
                     ports: n
                         .ports
                         .into_iter()
-                        .map(|p| wire::NicPort {
-                            port: p.port,
-                            state: p.state,
-                            link_layer: p.link_layer,
-                            rate: p.rate,
-                        })
+                        .map(|p| wire::NicPort { port: p.port, state: p.state, link_layer: p.link_layer, rate: p.rate })
                         .collect(),
                     netdevs: n.netdevs,
                 })
@@ -405,12 +362,7 @@ impl From<TopologySnapshot> for wire::TopologySnapshot {
             paths: t
                 .paths
                 .into_iter()
-                .map(|p| wire::PairPath {
-                    a: p.a,
-                    b: p.b,
-                    class: p.class.into(),
-                    nvlinks: p.nvlinks,
-                })
+                .map(|p| wire::PairPath { a: p.a, b: p.b, class: p.class.into(), nvlinks: p.nvlinks })
                 .collect(),
             risks: t
                 .risks
@@ -474,18 +426,12 @@ mod tests {
         }
         assert_eq!(
             Record::try_from(w.clone()).unwrap_err(),
-            WireError::UnknownEnum {
-                what: "probe verdict",
-                value: 0
-            }
+            WireError::UnknownEnum { what: "probe verdict", value: 0 }
         );
         if let Some(wire::record::Body::Probe(p)) = w.body.as_mut() {
             p.verdict = 77;
         }
-        assert!(matches!(
-            Record::try_from(w).unwrap_err(),
-            WireError::UnknownEnum { value: 77, .. }
-        ));
+        assert!(matches!(Record::try_from(w).unwrap_err(), WireError::UnknownEnum { value: 77, .. }));
     }
 
     #[test]
@@ -496,47 +442,26 @@ mod tests {
         assert_eq!(Record::try_from(w).unwrap_err(), WireError::EmptyId);
         let mut w = good.clone();
         w.id = "not-a-uuid".into();
-        assert!(matches!(
-            Record::try_from(w).unwrap_err(),
-            WireError::BadId { .. }
-        ));
+        assert!(matches!(Record::try_from(w).unwrap_err(), WireError::BadId { .. }));
         let mut w = good.clone();
         w.observed_at_unix_ns = 0;
-        assert!(matches!(
-            Record::try_from(w).unwrap_err(),
-            WireError::ImpossibleTimestamp { .. }
-        ));
+        assert!(matches!(Record::try_from(w).unwrap_err(), WireError::ImpossibleTimestamp { .. }));
         let mut w = good.clone();
         w.observed_at_unix_ns = i64::MAX;
-        assert!(matches!(
-            Record::try_from(w).unwrap_err(),
-            WireError::ImpossibleTimestamp { .. }
-        ));
+        assert!(matches!(Record::try_from(w).unwrap_err(), WireError::ImpossibleTimestamp { .. }));
         let mut w = good;
         w.body = None;
-        assert_eq!(
-            Record::try_from(w).unwrap_err(),
-            WireError::Missing("record.body")
-        );
+        assert_eq!(Record::try_from(w).unwrap_err(), WireError::Missing("record.body"));
     }
 
     #[test]
     fn bad_bdf_and_oversize_text_are_refused() {
         let mut p: wire::ProbeResult = probe().into();
         p.gpu_bdf = "0000:zz:00.0".into();
-        assert!(matches!(
-            ProbeResult::try_from(p).unwrap_err(),
-            WireError::BadBdf {
-                field: "probe.gpu_bdf",
-                ..
-            }
-        ));
+        assert!(matches!(ProbeResult::try_from(p).unwrap_err(), WireError::BadBdf { field: "probe.gpu_bdf", .. }));
         let mut p: wire::ProbeResult = probe().into();
         p.reported_detail = "x".repeat(MAX_TEXT_LEN + 1);
-        assert!(matches!(
-            ProbeResult::try_from(p).unwrap_err(),
-            WireError::TooLong { .. }
-        ));
+        assert!(matches!(ProbeResult::try_from(p).unwrap_err(), WireError::TooLong { .. }));
     }
 
     #[test]
@@ -544,9 +469,6 @@ mod tests {
         let v = serde_json::to_value(probe()).unwrap();
         assert_eq!(v["verdict"], "silent_corruption");
         assert_eq!(v["gpu_bdf"], "0000:3b:00.0");
-        assert_eq!(
-            "silent_corruption".parse::<ProbeVerdict>().unwrap(),
-            ProbeVerdict::SilentCorruption
-        );
+        assert_eq!("silent_corruption".parse::<ProbeVerdict>().unwrap(), ProbeVerdict::SilentCorruption);
     }
 }

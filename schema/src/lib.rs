@@ -19,9 +19,7 @@ pub use path_class::PathClass;
 pub use probe::{Diagnosis, PairSelection, ProbeResult, ProbeVerdict, Reported, Transport};
 pub use record::{NodeId, NodeIdError, Record, RecordBody, RecordId};
 pub use signal::{SignalEvent, SignalKind, SignalSource};
-pub use topology::{
-    Gpu, GpuRisk, HostFacts, Nic, NicPort, PairPath, RiskLevel, TopologySnapshot, Tristate,
-};
+pub use topology::{Gpu, GpuRisk, HostFacts, Nic, NicPort, PairPath, RiskLevel, TopologySnapshot, Tristate};
 
 /// Generated protobuf messages and the `Ingest` gRPC service (package `railguard.v1`).
 #[allow(clippy::all, missing_docs, clippy::unwrap_used)] // generated code

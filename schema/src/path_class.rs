@@ -64,26 +64,9 @@ mod tests {
 
     #[test]
     fn order_is_distance() {
-        let mut v = vec![
-            PathClass::Sys,
-            PathClass::Pix,
-            PathClass::Node,
-            PathClass::X,
-            PathClass::Phb,
-            PathClass::Pxb,
-        ];
+        let mut v = vec![PathClass::Sys, PathClass::Pix, PathClass::Node, PathClass::X, PathClass::Phb, PathClass::Pxb];
         v.sort();
-        assert_eq!(
-            v,
-            [
-                PathClass::X,
-                PathClass::Pix,
-                PathClass::Pxb,
-                PathClass::Phb,
-                PathClass::Node,
-                PathClass::Sys
-            ]
-        );
+        assert_eq!(v, [PathClass::X, PathClass::Pix, PathClass::Pxb, PathClass::Phb, PathClass::Node, PathClass::Sys]);
     }
 
     #[test]

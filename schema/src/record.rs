@@ -33,10 +33,7 @@ impl NodeId {
         if s.len() > MAX_NODE_ID_LEN {
             return Err(NodeIdError::TooLong);
         }
-        if !s
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        {
+        if !s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
             return Err(NodeIdError::BadChar(s.chars().take(64).collect()));
         }
         Ok(NodeId(s))
@@ -60,9 +57,7 @@ impl<'de> serde::Deserialize<'de> for NodeId {
 }
 
 /// A record's id: chosen once by the agent, so a retried batch never duplicates.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct RecordId(pub Uuid);
 
@@ -107,11 +102,7 @@ pub struct Record {
 impl Record {
     /// A new record observed now, with a fresh id.
     pub fn now(body: RecordBody) -> Self {
-        Record {
-            id: RecordId::random(),
-            observed_at: Utc::now(),
-            body,
-        }
+        Record { id: RecordId::random(), observed_at: Utc::now(), body }
     }
 }
 

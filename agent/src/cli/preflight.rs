@@ -37,20 +37,13 @@ impl PreflightArgs {
         for pair in &pairs {
             let mut t = self.transport.open(&pair.nic)?;
             for _ in 0..self.probes.max(1) {
-                let out = engine.probe(
-                    t.as_mut(),
-                    pair,
-                    self.bytes,
-                    faults.pick(pair.gpu, &pair.nic, pair.class),
-                );
+                let out = engine.probe(t.as_mut(), pair, self.bytes, faults.pick(pair.gpu, &pair.nic, pair.class));
                 if out.result.verdict != ProbeVerdict::Ok {
                     let safe = topo
                         .gpus
                         .iter()
                         .position(|g| g.gpu.index == pair.gpu)
-                        .map(|g| {
-                            railguard_agent::topology::risk::assess_gpu(&topo, g, &policy).safe_nics
-                        })
+                        .map(|g| railguard_agent::topology::risk::assess_gpu(&topo, g, &policy).safe_nics)
                         .unwrap_or_default();
                     failing.push(format!(
                         "GPU{} via {} ({}): {} — receiver found {} in {} of {} chunks{}",
@@ -61,20 +54,14 @@ impl PreflightArgs {
                         out.result.diagnosis,
                         out.result.bad_chunks,
                         out.result.chunks,
-                        safe.first()
-                            .map(|n| format!("; pin UCX_NET_DEVICES={n}:1 instead"))
-                            .unwrap_or_default()
+                        safe.first().map(|n| format!("; pin UCX_NET_DEVICES={n}:1 instead")).unwrap_or_default()
                     ));
                     break;
                 }
             }
         }
         if failing.is_empty() {
-            println!(
-                "preflight ok: {} GPU path(s) verified ({} probe(s) each)",
-                pairs.len(),
-                self.probes.max(1)
-            );
+            println!("preflight ok: {} GPU path(s) verified ({} probe(s) each)", pairs.len(), self.probes.max(1));
             return Ok(ExitCode::SUCCESS);
         }
         for f in &failing {

@@ -54,9 +54,7 @@ impl ProbeArgs {
                         r.diagnosis,
                         r.bad_chunks,
                         r.chunks,
-                        r.first_bad_offset
-                            .map(|o| o.to_string())
-                            .unwrap_or_else(|| "-".into()),
+                        r.first_bad_offset.map(|o| o.to_string()).unwrap_or_else(|| "-".into()),
                         if out.receiver.detail.is_empty() {
                             String::new()
                         } else {
@@ -73,10 +71,6 @@ impl ProbeArgs {
         if !self.json {
             println!("{} pair(s) probed, {bad} not ok", pairs.len());
         }
-        Ok(if bad > 0 {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        })
+        Ok(if bad > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
     }
 }

@@ -61,10 +61,7 @@ impl TransportArgs {
     }
 
     pub fn engine_config(&self) -> EngineConfig {
-        EngineConfig {
-            timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)),
-            ..Default::default()
-        }
+        EngineConfig { timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)), ..Default::default() }
     }
 
     /// The transport for probes of `nic`.
@@ -126,8 +123,7 @@ pub fn select_pairs(
         }
     }
     if let NicArg::Name(n) = nic {
-        topo.nic_index(n)
-            .with_context(|| format!("no RDMA NIC {n:?} on this node"))?;
+        topo.nic_index(n).with_context(|| format!("no RDMA NIC {n:?} on this node"))?;
     }
     let mut out = Vec::new();
     for (gi, g) in topo.gpus.iter().enumerate() {
@@ -135,11 +131,7 @@ pub fn select_pairs(
             continue;
         }
         let pred = topo.predict(gi, policy);
-        let workload_sel = if pred.pinned {
-            PairSelection::Pinned
-        } else {
-            PairSelection::Predicted
-        };
+        let workload_sel = if pred.pinned { PairSelection::Pinned } else { PairSelection::Predicted };
         for (ni, n) in topo.nics.iter().enumerate() {
             let is_workload = pred.predicted_nic.as_deref() == Some(n.nic.name.as_str());
             let wanted = match nic {
@@ -154,20 +146,13 @@ pub fn select_pairs(
                     nic: n.nic.name.clone(),
                     nic_bdf: Some(n.nic.bdf),
                     class: Some(topo.gpu_nic[gi][ni]),
-                    selection: if is_workload {
-                        workload_sel
-                    } else {
-                        PairSelection::Sweep
-                    },
+                    selection: if is_workload { workload_sel } else { PairSelection::Sweep },
                 });
             }
         }
     }
     if out.is_empty() {
-        bail!(
-            "no GPU/NIC pair matches (the node has {} RDMA NICs)",
-            topo.nics.len()
-        );
+        bail!("no GPU/NIC pair matches (the node has {} RDMA NICs)", topo.nics.len());
     }
     Ok(out)
 }
@@ -181,11 +166,6 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
         Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
         _ => (s, 1),
     };
-    let n: usize = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64M, 1G)"))?;
-    n.checked_mul(mult)
-        .filter(|b| *b > 0 && *b <= 16 << 30)
-        .ok_or_else(|| format!("{s:?}: size must be 1 byte to 16G"))
+    let n: usize = num.trim().parse().map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64M, 1G)"))?;
+    n.checked_mul(mult).filter(|b| *b > 0 && *b <= 16 << 30).ok_or_else(|| format!("{s:?}: size must be 1 byte to 16G"))
 }

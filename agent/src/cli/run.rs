@@ -13,11 +13,7 @@ use tokio::sync::Notify;
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Collector gRPC endpoint.
-    #[arg(
-        long,
-        env = "RAILGUARD_COLLECTOR",
-        default_value = "http://127.0.0.1:7700"
-    )]
+    #[arg(long, env = "RAILGUARD_COLLECTOR", default_value = "http://127.0.0.1:7700")]
     collector: String,
     /// This node's id (what its credential is bound to). Defaults to the host name.
     #[arg(long, env = "RAILGUARD_NODE_ID")]
@@ -26,11 +22,7 @@ pub struct RunArgs {
     #[arg(long, env = "RAILGUARD_TOKEN_FILE")]
     token_file: PathBuf,
     /// Spool directory (records wait here until the collector acknowledged them).
-    #[arg(
-        long,
-        env = "RAILGUARD_SPOOL_DIR",
-        default_value = "/var/lib/railguard/spool"
-    )]
+    #[arg(long, env = "RAILGUARD_SPOOL_DIR", default_value = "/var/lib/railguard/spool")]
     spool_dir: PathBuf,
     /// Upper bound of unacknowledged bytes in the spool; beyond it new records are dropped and counted.
     #[arg(long, env = "RAILGUARD_SPOOL_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
@@ -68,19 +60,13 @@ pub struct RunArgs {
 
 impl RunArgs {
     pub async fn run(self) -> anyhow::Result<ExitCode> {
-        let node_id = NodeId::new(self.node_id.unwrap_or_else(railguard_agent::hostname))
-            .context("--node-id")?;
+        let node_id = NodeId::new(self.node_id.unwrap_or_else(railguard_agent::hostname)).context("--node-id")?;
         let token = std::fs::read_to_string(&self.token_file)
             .with_context(|| format!("reading token file {}", self.token_file.display()))?
             .trim()
             .to_owned();
-        let spool = Spool::open(
-            &self.spool_dir,
-            SpoolConfig {
-                max_bytes: self.spool_max_bytes,
-                ..Default::default()
-            },
-        )?;
+        let spool =
+            Spool::open(&self.spool_dir, SpoolConfig { max_bytes: self.spool_max_bytes, ..Default::default() })?;
         let spool = Arc::new(Mutex::new(spool));
         let wake = Arc::new(Notify::new());
         let mut cfg = ShipperConfig::new(self.collector, node_id, token);
@@ -93,12 +79,8 @@ impl RunArgs {
             let (topo, policy) = self.topology.discover()?;
             let snap = topo.to_snapshot(&policy);
             let rec: railguard_schema::wire::Record =
-                railguard_schema::Record::now(railguard_schema::RecordBody::Topology(snap.clone()))
-                    .into();
-            spool
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .append(&[rec])?;
+                railguard_schema::Record::now(railguard_schema::RecordBody::Topology(snap.clone())).into();
+            spool.lock().unwrap_or_else(|p| p.into_inner()).append(&[rec])?;
             tokio::spawn(topology_loop(
                 self.topology.clone(),
                 std::time::Duration::from_secs(self.topology_interval),
@@ -157,8 +139,7 @@ async fn topology_loop(
     loop {
         tokio::time::sleep(every).await;
         let src = source.clone();
-        let Ok(Ok((topo, policy))) = tokio::task::spawn_blocking(move || src.discover()).await
-        else {
+        let Ok(Ok((topo, policy))) = tokio::task::spawn_blocking(move || src.discover()).await else {
             continue;
         };
         let snap = topo.to_snapshot(&policy);
@@ -167,16 +148,9 @@ async fn topology_loop(
         }
         tracing::info!("topology changed; spooling a new snapshot");
         let rec: railguard_schema::wire::Record =
-            railguard_schema::Record::now(railguard_schema::RecordBody::Topology(snap.clone()))
-                .into();
+            railguard_schema::Record::now(railguard_schema::RecordBody::Topology(snap.clone())).into();
         let spool = spool.clone();
-        match tokio::task::spawn_blocking(move || {
-            spool
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .append(&[rec])
-        })
-        .await
+        match tokio::task::spawn_blocking(move || spool.lock().unwrap_or_else(|p| p.into_inner()).append(&[rec])).await
         {
             Ok(Ok(_)) => {
                 last = snap;
@@ -212,9 +186,7 @@ impl ProbeLoop {
             if self.stopped() {
                 return false;
             }
-            std::thread::sleep(
-                (until - std::time::Instant::now()).min(std::time::Duration::from_millis(100)),
-            );
+            std::thread::sleep((until - std::time::Instant::now()).min(std::time::Duration::from_millis(100)));
         }
         !self.stopped()
     }
@@ -236,20 +208,8 @@ impl ProbeLoop {
                     .flat_map(|n| n.nic.ports.iter())
                     .filter_map(|p| p.rate.split_whitespace().next()?.parse::<f64>().ok())
                     .fold(f64::INFINITY, f64::min);
-                let pairs = super::probing::select_pairs(
-                    &topo,
-                    &policy,
-                    &[],
-                    &super::probing::NicArg::All,
-                )?;
-                Ok((
-                    pairs,
-                    if link.is_finite() {
-                        (link * 1e9) as u64
-                    } else {
-                        100_000_000_000
-                    },
-                ))
+                let pairs = super::probing::select_pairs(&topo, &policy, &[], &super::probing::NicArg::All)?;
+                Ok((pairs, if link.is_finite() { (link * 1e9) as u64 } else { 100_000_000_000 }))
             });
             let (pairs, link_bits) = match pairs {
                 Ok(p) => p,
@@ -314,20 +274,14 @@ impl ProbeLoop {
                     tracing::warn!(gpu = pair.gpu, nic = %pair.nic, verdict = %out.result.verdict, diagnosis = %out.result.diagnosis, "probe failed");
                 }
                 let rec: railguard_schema::wire::Record =
-                    railguard_schema::Record::now(railguard_schema::RecordBody::Probe(out.result))
-                        .into();
-                let appended = self
-                    .spool
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .append(&[rec]);
+                    railguard_schema::Record::now(railguard_schema::RecordBody::Probe(out.result)).into();
+                let appended = self.spool.lock().unwrap_or_else(|p| p.into_inner()).append(&[rec]);
                 if let Err(e) = appended {
                     tracing::error!(error = %e, "spooling a probe result failed");
                 }
                 self.wake.notify_one();
             }
-            let rest =
-                (cycle_start + self.cycle).saturating_duration_since(std::time::Instant::now());
+            let rest = (cycle_start + self.cycle).saturating_duration_since(std::time::Instant::now());
             if !self.sleep(rest) {
                 return;
             }

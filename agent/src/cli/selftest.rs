@@ -38,11 +38,7 @@ pub struct SelftestArgs {
 
 impl SelftestArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
-        let which = if self.transport.is_empty() {
-            vec![Which::Tcp, Which::Ucx]
-        } else {
-            self.transport.clone()
-        };
+        let which = if self.transport.is_empty() { vec![Which::Tcp, Which::Ucx] } else { self.transport.clone() };
         let mut failures = 0;
         for w in which {
             let opened: Result<Box<dyn ProbeTransport>, _> = match w {
@@ -53,11 +49,8 @@ impl SelftestArgs {
                     } else {
                         NicChoice::Pin(self.ucx_device.clone())
                     };
-                    Ucx::open(
-                        choice,
-                        Some(self.ucx_tls.as_str()).filter(|s| !s.is_empty()),
-                    )
-                    .map(|t| Box::new(t) as Box<dyn ProbeTransport>)
+                    Ucx::open(choice, Some(self.ucx_tls.as_str()).filter(|s| !s.is_empty()))
+                        .map(|t| Box::new(t) as Box<dyn ProbeTransport>)
                 }
             };
             let mut t = match opened {
@@ -80,10 +73,8 @@ impl SelftestArgs {
     }
 
     fn check(&self, t: &mut dyn ProbeTransport) -> usize {
-        let mut engine = Engine::new(EngineConfig {
-            timeout: std::time::Duration::from_millis(500),
-            ..Default::default()
-        });
+        let mut engine =
+            Engine::new(EngineConfig { timeout: std::time::Duration::from_millis(500), ..Default::default() });
         let pair = Pair::named(0, "selftest-a");
         let other = Pair::named(1, "selftest-b");
         let mut failures = 0;
@@ -100,11 +91,7 @@ impl SelftestArgs {
                     name,
                     label,
                     if ok { "ok" } else { "FAIL" },
-                    if ok {
-                        String::new()
-                    } else {
-                        format!(", want {want}")
-                    }
+                    if ok { String::new() } else { format!(", want {want}") }
                 );
             }
             if !ok {
@@ -125,10 +112,7 @@ impl SelftestArgs {
             let want = expected_classification(kind);
             let got = (out.result.verdict, out.result.diagnosis);
             report(
-                serde_json::to_value(kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
+                serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
                 got == want,
                 format!("{} / {}", got.0, got.1),
                 format!("{} / {}", want.0, want.1),

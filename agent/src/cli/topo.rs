@@ -33,14 +33,7 @@ impl TopoSource {
         let (sys, default_proc) = if dir.join("sys").is_dir() && !dir.join("bus").exists() {
             (dir.join("sys"), dir.join("proc"))
         } else {
-            (
-                dir.clone(),
-                if dir == std::path::Path::new("/sys") {
-                    "/proc".into()
-                } else {
-                    dir.join("../proc")
-                },
-            )
+            (dir.clone(), if dir == std::path::Path::new("/sys") { "/proc".into() } else { dir.join("../proc") })
         };
         let proc_ = self.proc_root.clone().unwrap_or(default_proc);
         (SysRoot::new(sys), SysRoot::new(proc_))
@@ -55,11 +48,7 @@ impl TopoSource {
             return Ok(SelectionPolicy { ucx, nccl });
         }
         Ok(SelectionPolicy {
-            ucx: self
-                .ucx_net_devices
-                .as_deref()
-                .map(NetDevices::parse)
-                .unwrap_or_default(),
+            ucx: self.ucx_net_devices.as_deref().map(NetDevices::parse).unwrap_or_default(),
             nccl: self.nccl_ib_hca.as_deref().and_then(IbHca::parse),
         })
     }
@@ -93,10 +82,7 @@ impl TopoArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let (topo, policy) = self.source.discover()?;
         if self.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&render::json_report(&topo, &policy))?
-            );
+            println!("{}", serde_json::to_string_pretty(&render::json_report(&topo, &policy))?);
         } else {
             print!("{}", render::matrix(&topo, &policy));
         }

@@ -72,14 +72,7 @@ pub struct Fault {
 
 impl Fault {
     pub fn new(kind: FaultKind) -> Self {
-        Fault {
-            gpu: None,
-            nic: None,
-            path: None,
-            kind,
-            reported: None,
-            probability: None,
-        }
+        Fault { gpu: None, nic: None, path: None, kind, reported: None, probability: None }
     }
 
     pub fn reported(&self) -> Reported {
@@ -89,10 +82,7 @@ impl Fault {
     pub fn matches(&self, gpu: u32, nic: &str, class: Option<PathClass>) -> bool {
         self.gpu.is_none_or(|g| g == gpu)
             && self.nic.as_deref().is_none_or(|n| n == nic)
-            && self
-                .path
-                .as_ref()
-                .is_none_or(|p| class.is_some_and(|c| p.contains(&c)))
+            && self.path.as_ref().is_none_or(|p| class.is_some_and(|c| p.contains(&c)))
     }
 }
 
@@ -123,20 +113,11 @@ pub enum FaultFileError {
 impl FaultFile {
     pub fn load(path: &Path) -> Result<FaultFile, FaultFileError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| FaultFileError::Io {
-            path: shown.clone(),
-            source,
-        })?;
-        let f: FaultFile = serde_json::from_str(&text).map_err(|source| FaultFileError::Parse {
-            path: shown.clone(),
-            source,
-        })?;
-        if let Some(p) = f
-            .faults
-            .iter()
-            .filter_map(|x| x.probability)
-            .find(|p| !(0.0..=1.0).contains(p))
-        {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| FaultFileError::Io { path: shown.clone(), source })?;
+        let f: FaultFile =
+            serde_json::from_str(&text).map_err(|source| FaultFileError::Parse { path: shown.clone(), source })?;
+        if let Some(p) = f.faults.iter().filter_map(|x| x.probability).find(|p| !(0.0..=1.0).contains(p)) {
             return Err(FaultFileError::Probability { path: shown, p });
         }
         Ok(f)
@@ -162,14 +143,8 @@ mod tests {
                            {"path": ["pix"], "kind": "drop"}]}"#,
         )
         .unwrap();
-        assert_eq!(
-            f.pick(3, "mlx5_3", None).unwrap().kind,
-            FaultKind::DmaReadRejected
-        );
-        assert_eq!(
-            f.pick(1, "mlx5_1", Some(PathClass::Pix)).unwrap().kind,
-            FaultKind::Drop
-        );
+        assert_eq!(f.pick(3, "mlx5_3", None).unwrap().kind, FaultKind::DmaReadRejected);
+        assert_eq!(f.pick(1, "mlx5_1", Some(PathClass::Pix)).unwrap().kind, FaultKind::Drop);
         assert!(f.pick(1, "mlx5_0", Some(PathClass::Phb)).is_none());
         assert_eq!(f.faults[0].reported(), Reported::Success);
     }
@@ -179,20 +154,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("f.json");
         std::fs::write(&p, r#"{"faults": [{"kind": "melt"}]}"#).unwrap();
-        assert!(
-            FaultFile::load(&p)
-                .unwrap_err()
-                .to_string()
-                .contains("unknown variant")
-        );
+        assert!(FaultFile::load(&p).unwrap_err().to_string().contains("unknown variant"));
         std::fs::write(&p, r#"{"faults": [{"kind": "drop", "probability": 2}]}"#).unwrap();
-        assert!(matches!(
-            FaultFile::load(&p).unwrap_err(),
-            FaultFileError::Probability { .. }
-        ));
-        assert!(matches!(
-            FaultFile::load(&d.path().join("missing")).unwrap_err(),
-            FaultFileError::Io { .. }
-        ));
+        assert!(matches!(FaultFile::load(&p).unwrap_err(), FaultFileError::Probability { .. }));
+        assert!(matches!(FaultFile::load(&d.path().join("missing")).unwrap_err(), FaultFileError::Io { .. }));
     }
 }

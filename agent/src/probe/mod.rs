@@ -17,9 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use railguard_schema::{
-    Bdf, Diagnosis, PairSelection, PathClass, ProbeResult, ProbeVerdict, Reported,
-};
+use railguard_schema::{Bdf, Diagnosis, PairSelection, PathClass, ProbeResult, ProbeVerdict, Reported};
 
 use fault::{Fault, FaultKind};
 use transport::{ProbeTransport, Sabotage, TransferReport};
@@ -39,14 +37,7 @@ pub struct Pair {
 impl Pair {
     /// A pair with nothing known but its names (tests, synthetic pairs).
     pub fn named(gpu: u32, nic: &str) -> Pair {
-        Pair {
-            gpu,
-            gpu_bdf: None,
-            nic: nic.to_owned(),
-            nic_bdf: None,
-            class: None,
-            selection: PairSelection::Sweep,
-        }
+        Pair { gpu, gpu_bdf: None, nic: nic.to_owned(), nic_bdf: None, class: None, selection: PairSelection::Sweep }
     }
 
     pub fn key(&self) -> String {
@@ -76,11 +67,7 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig {
-            chunk_bytes: pattern::DEFAULT_CHUNK_BYTES,
-            timeout: Duration::from_secs(10),
-            history: 64,
-        }
+        EngineConfig { chunk_bytes: pattern::DEFAULT_CHUNK_BYTES, timeout: Duration::from_secs(10), history: 64 }
     }
 }
 
@@ -107,13 +94,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Self {
-        Engine {
-            cfg,
-            history: VecDeque::new(),
-            next_id: 1,
-            prepared: None,
-            spare: (Vec::new(), Vec::new()),
-        }
+        Engine { cfg, history: VecDeque::new(), next_id: 1, prepared: None, spare: (Vec::new(), Vec::new()) }
     }
 
     fn chunk_bytes(&self) -> usize {
@@ -136,14 +117,7 @@ impl Engine {
         let poison_nonce = rand::random::<u64>();
         let digests = Arc::new(pattern::fill_and_digest(nonce, &mut src, bytes, chunk));
         pattern::poison_words(poison_nonce, &mut dst);
-        self.prepared = Some(Prepared {
-            bytes,
-            nonce,
-            poison_nonce,
-            src,
-            dst,
-            digests,
-        });
+        self.prepared = Some(Prepared { bytes, nonce, poison_nonce, src, dst, digests });
     }
 
     fn remember(&mut self, k: KnownProbe) {
@@ -183,15 +157,7 @@ impl Engine {
         if self.prepared.as_ref().is_none_or(|p| p.bytes != bytes) {
             self.prepare(bytes);
         }
-        let Some(Prepared {
-            nonce,
-            poison_nonce,
-            mut src,
-            mut dst,
-            digests,
-            ..
-        }) = self.prepared.take()
-        else {
+        let Some(Prepared { nonce, poison_nonce, mut src, mut dst, digests, .. }) = self.prepared.take() else {
             unreachable!("prepared just above")
         };
         let src_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut src)[..bytes];
@@ -208,10 +174,7 @@ impl Engine {
                     } else {
                         "NIC's DMA read of GPU memory rejected"
                     };
-                    skip = Some(TransferReport {
-                        reported: f.reported(),
-                        detail: format!("fault: {what}"),
-                    });
+                    skip = Some(TransferReport { reported: f.reported(), detail: format!("fault: {what}") });
                 }
                 FaultKind::Stale => {
                     let earlier = match self.history.iter().find(|k| k.pair == key).cloned() {
@@ -223,9 +186,7 @@ impl Engine {
                 FaultKind::Misdirect => {
                     let other = match self.history.iter().find(|k| k.pair != key).cloned() {
                         Some(k) => k,
-                        None => {
-                            self.synthetic_known(format!("GPU{}/elsewhere", pair.gpu + 1), bytes)
-                        }
+                        None => self.synthetic_known(format!("GPU{}/elsewhere", pair.gpu + 1), bytes),
                     };
                     pattern::fill(other.nonce, 0, src_view);
                 }
@@ -243,14 +204,10 @@ impl Engine {
                 FaultKind::Error if transport.supports_sabotage() => sabotage = Sabotage::Truncate,
                 FaultKind::Hang if transport.supports_sabotage() => sabotage = Sabotage::Stall,
                 FaultKind::Error => {
-                    skip = Some(TransferReport::error(
-                        "fault: transport error (emulated by the engine)",
-                    ))
+                    skip = Some(TransferReport::error("fault: transport error (emulated by the engine)"))
                 }
                 FaultKind::Hang => {
-                    skip = Some(TransferReport::nothing(
-                        "fault: no completion (emulated by the engine)",
-                    ))
+                    skip = Some(TransferReport::nothing("fault: no completion (emulated by the engine)"))
                 }
             }
         }
@@ -266,21 +223,8 @@ impl Engine {
             report.reported = r;
         }
         let history: Vec<KnownProbe> = self.history.iter().cloned().collect();
-        let v = verify::verify(
-            dst_view,
-            chunk,
-            nonce,
-            &digests,
-            poison_nonce,
-            &key,
-            &history,
-        );
-        self.remember(KnownProbe {
-            id,
-            pair: key,
-            nonce,
-            digests,
-        });
+        let v = verify::verify(dst_view, chunk, nonce, &digests, poison_nonce, &key, &history);
+        self.remember(KnownProbe { id, pair: key, nonce, digests });
         self.spare = (src, dst);
 
         let verdict = match report.reported {

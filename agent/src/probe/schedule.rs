@@ -49,10 +49,7 @@ fn spread_over_nics(mut pairs: Vec<Pair>) -> Vec<Pair> {
     let mut out: Vec<Pair> = Vec::with_capacity(pairs.len());
     while !pairs.is_empty() {
         let last = out.last().map(|p| p.nic.clone());
-        let idx = pairs
-            .iter()
-            .position(|p| Some(&p.nic) != last.as_ref())
-            .unwrap_or(0);
+        let idx = pairs.iter().position(|p| Some(&p.nic) != last.as_ref()).unwrap_or(0);
         out.push(pairs.remove(idx));
     }
     out
@@ -61,25 +58,13 @@ fn spread_over_nics(mut pairs: Vec<Pair>) -> Vec<Pair> {
 /// Plans one cycle over `pairs`. Workload pairs (selection Predicted or Pinned) lead and are
 /// repeated; the probe size shrinks if the budget cannot carry the plan at full size.
 pub fn plan(pairs: &[Pair], cfg: &ScheduleConfig) -> Plan {
-    let workload: Vec<Pair> = pairs
-        .iter()
-        .filter(|p| p.selection != PairSelection::Sweep)
-        .cloned()
-        .collect();
-    let sweep: Vec<Pair> = pairs
-        .iter()
-        .filter(|p| p.selection == PairSelection::Sweep)
-        .cloned()
-        .collect();
+    let workload: Vec<Pair> = pairs.iter().filter(|p| p.selection != PairSelection::Sweep).cloned().collect();
+    let sweep: Vec<Pair> = pairs.iter().filter(|p| p.selection == PairSelection::Sweep).cloned().collect();
     let mut order: Vec<Pair> = Vec::new();
     // Workload pairs first, then the sweep interleaved with further rounds of workload pairs.
     order.extend(workload.iter().cloned());
     let rounds = cfg.workload_repeats.saturating_sub(1);
-    let chunk = if rounds == 0 {
-        sweep.len().max(1)
-    } else {
-        sweep.len().div_ceil(rounds).max(1)
-    };
+    let chunk = if rounds == 0 { sweep.len().max(1) } else { sweep.len().div_ceil(rounds).max(1) };
     let mut sweep_iter = sweep.chunks(chunk);
     for _ in 0..rounds {
         order.extend(sweep_iter.next().unwrap_or(&[]).iter().cloned());
@@ -91,8 +76,7 @@ pub fn plan(pairs: &[Pair], cfg: &ScheduleConfig) -> Plan {
     let order = spread_over_nics(order);
     let n = order.len().max(1) as u64;
     // Budget: bytes per cycle ≤ fraction × link rate × cycle.
-    let budget_bytes =
-        (cfg.link_bits_per_sec as f64 / 8.0 * cfg.budget_fraction * cfg.cycle.as_secs_f64()) as u64;
+    let budget_bytes = (cfg.link_bits_per_sec as f64 / 8.0 * cfg.budget_fraction * cfg.cycle.as_secs_f64()) as u64;
     let probe_bytes = cfg.probe_bytes.min(budget_bytes / n).max(4096);
     let gap = cfg.cycle / n as u32;
     let slots = order
@@ -128,18 +112,10 @@ mod tests {
     fn every_pair_within_a_cycle_workload_first_and_most_often() {
         let all = pairs(8, 8, &(0..8).map(|g| (g, g)).collect::<Vec<_>>());
         let plan = plan(&all, &ScheduleConfig::default());
-        let keys: std::collections::HashSet<String> =
-            plan.slots.iter().map(|(_, p)| p.key()).collect();
+        let keys: std::collections::HashSet<String> = plan.slots.iter().map(|(_, p)| p.key()).collect();
         assert_eq!(keys.len(), 64, "every pair at least once");
-        assert!(
-            plan.slots.iter().all(|(t, _)| *t < Duration::from_secs(60)),
-            "within the 60 s cycle"
-        );
-        assert_eq!(
-            plan.slots[0].1.selection,
-            PairSelection::Predicted,
-            "the workload's pairs lead"
-        );
+        assert!(plan.slots.iter().all(|(t, _)| *t < Duration::from_secs(60)), "within the 60 s cycle");
+        assert_eq!(plan.slots[0].1.selection, PairSelection::Predicted, "the workload's pairs lead");
         let count = |k: &str| plan.slots.iter().filter(|(_, p)| p.key() == k).count();
         assert_eq!(count("GPU3/mlx5_3"), 4);
         assert_eq!(count("GPU3/mlx5_4"), 1);
@@ -150,17 +126,11 @@ mod tests {
     #[test]
     fn bandwidth_budget_holds_and_no_nic_twice_in_a_row() {
         let all = pairs(8, 8, &[(0, 0)]);
-        let cfg = ScheduleConfig {
-            link_bits_per_sec: 100_000_000_000,
-            ..Default::default()
-        };
+        let cfg = ScheduleConfig { link_bits_per_sec: 100_000_000_000, ..Default::default() };
         let plan = plan(&all, &cfg);
         let total: u64 = plan.probe_bytes * plan.slots.len() as u64;
         let budget = 100e9 / 8.0 * 0.01 * 60.0;
-        assert!(
-            (total as f64) <= budget,
-            "{total} bytes per cycle over a {budget} budget"
-        );
+        assert!((total as f64) <= budget, "{total} bytes per cycle over a {budget} budget");
         assert!(plan.slots.windows(2).all(|w| w[0].1.nic != w[1].1.nic));
     }
 }

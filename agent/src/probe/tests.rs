@@ -4,10 +4,7 @@ use super::transport::tcp::TcpLoopback;
 use super::*;
 
 fn engine() -> Engine {
-    Engine::new(EngineConfig {
-        timeout: Duration::from_millis(500),
-        ..Default::default()
-    })
+    Engine::new(EngineConfig { timeout: Duration::from_millis(500), ..Default::default() })
 }
 
 use super::expected_classification as expected;
@@ -24,17 +21,9 @@ fn every_fault_is_classified(t: &mut dyn ProbeTransport) {
     for kind in FaultKind::ALL {
         let out = e.probe(t, &pair, 1 << 20, Some(&Fault::new(kind)));
         let (verdict, diagnosis) = expected(kind);
-        assert_eq!(
-            (out.result.verdict, out.result.diagnosis),
-            (verdict, diagnosis),
-            "{kind:?}: {out:#?}"
-        );
+        assert_eq!((out.result.verdict, out.result.diagnosis), (verdict, diagnosis), "{kind:?}: {out:#?}");
         // A clean probe right after: the path recovers, nothing lingers.
-        assert_eq!(
-            e.probe(t, &pair, 1 << 20, None).result.verdict,
-            ProbeVerdict::Ok,
-            "after {kind:?}"
-        );
+        assert_eq!(e.probe(t, &pair, 1 << 20, None).result.verdict, ProbeVerdict::Ok, "after {kind:?}");
     }
 }
 
@@ -58,15 +47,8 @@ fn stale_bytes_identical_in_pattern_and_size_to_an_earlier_probe_are_caught() {
     let stale = e.probe(&mut t, &pair, 4 << 20, Some(&Fault::new(FaultKind::Stale)));
     assert_eq!(stale.result.verdict, ProbeVerdict::SilentCorruption);
     assert_eq!(stale.result.diagnosis, Diagnosis::Stale);
-    assert_eq!(
-        stale.receiver.bad_chunks, stale.receiver.chunks,
-        "every chunk is the earlier probe's"
-    );
-    assert!(
-        stale.receiver.detail.contains("earlier probe #"),
-        "{}",
-        stale.receiver.detail
-    );
+    assert_eq!(stale.receiver.bad_chunks, stale.receiver.chunks, "every chunk is the earlier probe's");
+    assert!(stale.receiver.detail.contains("earlier probe #"), "{}", stale.receiver.detail);
     // What a weak check sees: right size, every byte from the same generator, no error.
     // ucx_perftest -V / nixlbench-style checks (one repeated byte per buffer) would pass
     // stale data of the same pattern; the nonce makes each probe's bytes its own.
@@ -77,19 +59,11 @@ fn stale_bytes_identical_in_pattern_and_size_to_an_earlier_probe_are_caught() {
 fn one_flipped_bit_in_the_last_byte_of_a_gibibyte_is_caught() {
     let mut e = engine();
     let gib = 1usize << 30;
-    let out = e.probe(
-        &mut SimFabric,
-        &Pair::named(5, "mlx5_5"),
-        gib,
-        Some(&Fault::new(FaultKind::Bitflip)),
-    );
+    let out = e.probe(&mut SimFabric, &Pair::named(5, "mlx5_5"), gib, Some(&Fault::new(FaultKind::Bitflip)));
     assert_eq!(out.result.verdict, ProbeVerdict::SilentCorruption);
     assert_eq!(out.result.diagnosis, Diagnosis::Corrupt);
     assert_eq!(out.result.bad_chunks, 1);
-    assert_eq!(
-        out.result.chunks,
-        (gib / pattern::DEFAULT_CHUNK_BYTES) as u32
-    );
+    assert_eq!(out.result.chunks, (gib / pattern::DEFAULT_CHUNK_BYTES) as u32);
     assert_eq!(out.result.first_bad_offset, Some(gib as u64 - 1));
     assert_eq!(out.receiver.bit_flips, 1);
 }
@@ -107,11 +81,7 @@ fn two_swapped_chunks_are_caught_and_located() {
     assert_eq!(out.result.diagnosis, Diagnosis::Swapped);
     assert_eq!(out.result.bad_chunks, 2);
     assert_eq!(out.result.first_bad_offset, Some(0));
-    assert!(
-        out.receiver.detail.contains("0←1") && out.receiver.detail.contains("1←0"),
-        "{}",
-        out.receiver.detail
-    );
+    assert!(out.receiver.detail.contains("0←1") && out.receiver.detail.contains("1←0"), "{}", out.receiver.detail);
 }
 
 #[test]
@@ -122,10 +92,7 @@ fn a_reported_success_with_untouched_buffer_is_silent_corruption_not_ok() {
     let mut f = Fault::new(FaultKind::DmaReadRejected);
     f.reported = Some(Reported::Success);
     let out = e.probe(&mut SimFabric, &Pair::named(0, "mlx5_0"), 1 << 20, Some(&f));
-    assert_eq!(
-        (out.result.verdict, out.result.diagnosis),
-        (ProbeVerdict::SilentCorruption, Diagnosis::Untouched)
-    );
+    assert_eq!((out.result.verdict, out.result.diagnosis), (ProbeVerdict::SilentCorruption, Diagnosis::Untouched));
     assert!(out.result.simulated);
     f.reported = Some(Reported::Error);
     let out = e.probe(&mut SimFabric, &Pair::named(0, "mlx5_0"), 1 << 20, Some(&f));
@@ -136,24 +103,10 @@ fn a_reported_success_with_untouched_buffer_is_silent_corruption_not_ok() {
 fn odd_sizes_work() {
     let mut e = engine();
     for bytes in [1usize, 7, 8, 65_537, 3 * 65_536 + 5] {
-        let out = e.probe(
-            &mut TcpLoopback::new().unwrap(),
-            &Pair::named(0, "x"),
-            bytes,
-            None,
-        );
+        let out = e.probe(&mut TcpLoopback::new().unwrap(), &Pair::named(0, "x"), bytes, None);
         assert_eq!(out.result.verdict, ProbeVerdict::Ok, "{bytes}");
-        let out = e.probe(
-            &mut SimFabric,
-            &Pair::named(0, "x"),
-            bytes,
-            Some(&Fault::new(FaultKind::Bitflip)),
-        );
-        assert_eq!(
-            out.result.verdict,
-            ProbeVerdict::SilentCorruption,
-            "{bytes}"
-        );
+        let out = e.probe(&mut SimFabric, &Pair::named(0, "x"), bytes, Some(&Fault::new(FaultKind::Bitflip)));
+        assert_eq!(out.result.verdict, ProbeVerdict::SilentCorruption, "{bytes}");
     }
 }
 

@@ -66,11 +66,7 @@ pub fn verify(
         }
     }
     let chunks = received.len().div_ceil(chunk_bytes) as u32;
-    let mut v = Verification {
-        chunks,
-        bad_chunks: bad.len() as u32,
-        ..Default::default()
-    };
+    let mut v = Verification { chunks, bad_chunks: bad.len() as u32, ..Default::default() };
     if bad.is_empty() {
         return v;
     }
@@ -89,10 +85,7 @@ pub fn verify(
         });
         let f = if d == pd {
             Found::Untouched
-        } else if let Some(k) = history
-            .iter()
-            .find(|k| k.pair == this_pair && k.digests.get(i) == Some(&d))
-        {
+        } else if let Some(k) = history.iter().find(|k| k.pair == this_pair && k.digests.get(i) == Some(&d)) {
             Found::Stale(k.id)
         } else if let Some(p) = other_pairs
             .get_or_insert_with(|| {
@@ -123,14 +116,7 @@ pub fn verify(
                 }
                 flips += u64::from(x);
             }
-            Found::Corrupt {
-                flips,
-                first_byte: if first_byte == usize::MAX {
-                    0
-                } else {
-                    first_byte
-                },
-            }
+            Found::Corrupt { flips, first_byte: if first_byte == usize::MAX { 0 } else { first_byte } }
         };
         let offset = match &f {
             Found::Corrupt { first_byte, .. } => (start + first_byte) as u64,
@@ -158,72 +144,32 @@ pub fn verify(
         .map(|(d, c)| (*d, *c))
         .unwrap_or((Diagnosis::Corrupt, (0, 0)));
     v.diagnosis = Some(diag);
-    v.bit_flips = found
-        .iter()
-        .map(|(_, f)| {
-            if let Found::Corrupt { flips, .. } = f {
-                *flips
-            } else {
-                0
-            }
-        })
-        .sum();
+    v.bit_flips = found.iter().map(|(_, f)| if let Found::Corrupt { flips, .. } = f { *flips } else { 0 }).sum();
     let mut parts: Vec<String> = Vec::new();
-    let stale: Vec<u64> = found
-        .iter()
-        .filter_map(|(_, f)| {
-            if let Found::Stale(id) = f {
-                Some(*id)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let stale: Vec<u64> =
+        found.iter().filter_map(|(_, f)| if let Found::Stale(id) = f { Some(*id) } else { None }).collect();
     if let Some(id) = stale.first() {
-        parts.push(format!(
-            "{} chunk(s) hold earlier probe #{id} of this pair",
-            stale.len()
-        ));
+        parts.push(format!("{} chunk(s) hold earlier probe #{id} of this pair", stale.len()));
     }
-    let mis: Vec<&String> = found
-        .iter()
-        .filter_map(|(_, f)| {
-            if let Found::Misdirected(p) = f {
-                Some(p)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let mis: Vec<&String> =
+        found.iter().filter_map(|(_, f)| if let Found::Misdirected(p) = f { Some(p) } else { None }).collect();
     if let Some(p) = mis.first() {
         parts.push(format!("{} chunk(s) hold a probe of pair {p}", mis.len()));
     }
     let swaps: Vec<String> = found
         .iter()
-        .filter_map(|(i, f)| {
-            if let Found::Swapped(j) = f {
-                Some(format!("{i}←{j}"))
-            } else {
-                None
-            }
-        })
+        .filter_map(|(i, f)| if let Found::Swapped(j) = f { Some(format!("{i}←{j}")) } else { None })
         .take(8)
         .collect();
     if !swaps.is_empty() {
-        parts.push(format!(
-            "chunks in the wrong place (at←from): {}",
-            swaps.join(" ")
-        ));
+        parts.push(format!("chunks in the wrong place (at←from): {}", swaps.join(" ")));
     }
     let untouched = found.iter().filter(|(_, f)| *f == Found::Untouched).count();
     if untouched > 0 {
         parts.push(format!("{untouched} chunk(s) untouched (poison intact)"));
     }
     if v.bit_flips > 0 {
-        let n = found
-            .iter()
-            .filter(|(_, f)| matches!(f, Found::Corrupt { .. }))
-            .count();
+        let n = found.iter().filter(|(_, f)| matches!(f, Found::Corrupt { .. })).count();
         parts.push(format!("{} flipped bit(s) in {n} chunk(s)", v.bit_flips));
     }
     v.detail = parts.join("; ");

@@ -41,10 +41,7 @@ pub enum SpoolError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
-    move |source| SpoolError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| SpoolError::Io { path: path.to_path_buf(), source }
 }
 
 #[derive(Debug, Clone)]
@@ -57,26 +54,12 @@ pub struct SpoolConfig {
 
 impl Default for SpoolConfig {
     fn default() -> Self {
-        SpoolConfig {
-            max_bytes: 256 * 1024 * 1024,
-            segment_bytes: 8 * 1024 * 1024,
-        }
+        SpoolConfig { max_bytes: 256 * 1024 * 1024, segment_bytes: 8 * 1024 * 1024 }
     }
 }
 
 /// A place in the spool: a frame boundary.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize)]
 pub struct Position {
     pub segment: u64,
     pub offset: u64,
@@ -121,19 +104,13 @@ impl Spool {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         let cursor_path = dir.join("cursor.json");
         let cursor = match fs::read(&cursor_path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| SpoolError::Cursor {
-                path: cursor_path.clone(),
-                source,
-            })?,
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|source| SpoolError::Cursor { path: cursor_path.clone(), source })?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => CursorFile::default(),
             Err(e) => return Err(io_err(&cursor_path)(e)),
         };
         let mut segments = list_segments(dir)?;
-        let head_seq = segments
-            .last()
-            .copied()
-            .unwrap_or(cursor.acked.segment)
-            .max(cursor.acked.segment);
+        let head_seq = segments.last().copied().unwrap_or(cursor.acked.segment).max(cursor.acked.segment);
         if segments.last() != Some(&head_seq) {
             segments.push(head_seq);
         }
@@ -152,43 +129,24 @@ impl Spool {
             Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
             Err(e) => return Err(io_err(&head_path)(e)),
         };
-        let head_file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&head_path)
-            .map_err(io_err(&head_path))?;
+        let head_file = OpenOptions::new().create(true).append(true).open(&head_path).map_err(io_err(&head_path))?;
         if head_file.metadata().map_err(io_err(&head_path))?.len() != valid_len {
             tracing::warn!(segment = %head_path.display(), valid_len, "cutting a torn record off the spool");
             head_file.set_len(valid_len).map_err(io_err(&head_path))?;
             head_file.sync_all().map_err(io_err(&head_path))?;
         }
         let mut unacked_bytes = 0;
-        for seq in segments
-            .iter()
-            .copied()
-            .filter(|s| *s >= cursor.acked.segment)
-        {
+        for seq in segments.iter().copied().filter(|s| *s >= cursor.acked.segment) {
             let path = dir.join(segment_name(seq));
-            let len = if seq == head_seq {
-                valid_len
-            } else {
-                fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
-            };
-            let from = if seq == cursor.acked.segment {
-                cursor.acked.offset.min(len)
-            } else {
-                0
-            };
+            let len = if seq == head_seq { valid_len } else { fs::metadata(&path).map(|m| m.len()).unwrap_or(0) };
+            let from = if seq == cursor.acked.segment { cursor.acked.offset.min(len) } else { 0 };
             unacked_bytes += len - from;
         }
         let mut spool = Spool {
             dir: dir.to_path_buf(),
             cfg,
             cursor,
-            head: Position {
-                segment: head_seq,
-                offset: valid_len,
-            },
+            head: Position { segment: head_seq, offset: valid_len },
             head_file,
             unacked_bytes,
         };
@@ -205,10 +163,7 @@ impl Spool {
             let len = r.encoded_len();
             let frame_len = (FRAME_HEADER + len) as u64;
             if frame_len > self.cfg.max_bytes {
-                return Err(SpoolError::RecordTooLarge {
-                    bytes: frame_len,
-                    max: self.cfg.max_bytes,
-                });
+                return Err(SpoolError::RecordTooLarge { bytes: frame_len, max: self.cfg.max_bytes });
             }
             if self.unacked_bytes + buf.len() as u64 + frame_len > self.cfg.max_bytes {
                 out.dropped += 1;
@@ -232,11 +187,7 @@ impl Spool {
         if out.dropped > 0 {
             self.cursor.dropped_total += out.dropped;
             self.write_cursor()?;
-            tracing::warn!(
-                dropped = out.dropped,
-                total = self.cursor.dropped_total,
-                "spool full: records dropped"
-            );
+            tracing::warn!(dropped = out.dropped, total = self.cursor.dropped_total, "spool full: records dropped");
         }
         Ok(out)
     }
@@ -252,16 +203,9 @@ impl Spool {
     fn rotate(&mut self) -> Result<(), SpoolError> {
         let path = self.head_path();
         self.head_file.sync_data().map_err(io_err(&path))?;
-        self.head = Position {
-            segment: self.head.segment + 1,
-            offset: 0,
-        };
+        self.head = Position { segment: self.head.segment + 1, offset: 0 };
         let path = self.head_path();
-        self.head_file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io_err(&path))?;
+        self.head_file = OpenOptions::new().create(true).append(true).open(&path).map_err(io_err(&path))?;
         sync_dir(&self.dir)
     }
 
@@ -273,10 +217,7 @@ impl Spool {
     /// records, oldest first. A frame that fails its checksum in an older segment (disk
     /// corruption) ends that segment with a warning: nothing after it is held hostage.
     pub fn peek(&self, max_records: usize, max_bytes: u64) -> Result<PendingBatch, SpoolError> {
-        let mut batch = PendingBatch {
-            end: self.cursor.acked,
-            ..Default::default()
-        };
+        let mut batch = PendingBatch { end: self.cursor.acked, ..Default::default() };
         let mut pos = self.cursor.acked;
         loop {
             let path = self.dir.join(segment_name(pos.segment));
@@ -310,10 +251,7 @@ impl Spool {
             if pos.offset < len {
                 tracing::warn!(segment = %path.display(), offset = pos.offset, "corrupt frame in the spool; skipping the rest of this segment");
             }
-            pos = Position {
-                segment: pos.segment + 1,
-                offset: 0,
-            };
+            pos = Position { segment: pos.segment + 1, offset: 0 };
             batch.end = pos;
         }
     }
@@ -337,9 +275,7 @@ impl Spool {
         }
         let mut total = 0;
         for seq in from.segment..=to.segment {
-            let len = fs::metadata(self.dir.join(segment_name(seq)))
-                .map(|m| m.len())
-                .unwrap_or(0);
+            let len = fs::metadata(self.dir.join(segment_name(seq))).map(|m| m.len()).unwrap_or(0);
             total += match seq {
                 s if s == from.segment => len.saturating_sub(from.offset),
                 s if s == to.segment => to.offset,
@@ -362,10 +298,8 @@ impl Spool {
     fn write_cursor(&self) -> Result<(), SpoolError> {
         let path = self.dir.join("cursor.json");
         let tmp = self.dir.join("cursor.json.tmp");
-        let bytes = serde_json::to_vec(&self.cursor).map_err(|source| SpoolError::Cursor {
-            path: path.clone(),
-            source,
-        })?;
+        let bytes =
+            serde_json::to_vec(&self.cursor).map_err(|source| SpoolError::Cursor { path: path.clone(), source })?;
         let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
         f.write_all(&bytes).map_err(io_err(&tmp))?;
         f.sync_data().map_err(io_err(&tmp))?;
@@ -403,9 +337,7 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, SpoolError> {
 }
 
 fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))
 }
 
 #[cfg(test)]

@@ -25,8 +25,7 @@ pub fn segment_seq(name: &str) -> Option<u64> {
 pub fn encode_frame(r: &wire::Record, buf: &mut Vec<u8>) {
     let start = buf.len();
     buf.extend_from_slice(&[0u8; FRAME_HEADER]);
-    r.encode(buf)
-        .unwrap_or_else(|_| unreachable!("Vec<u8> grows as needed"));
+    r.encode(buf).unwrap_or_else(|_| unreachable!("Vec<u8> grows as needed"));
     let payload_len = (buf.len() - start - FRAME_HEADER) as u32;
     let crc = crc32fast::hash(&buf[start + FRAME_HEADER..]);
     buf[start..start + 4].copy_from_slice(&payload_len.to_le_bytes());
@@ -85,10 +84,7 @@ pub fn read_frames<R: Read + Seek>(
             return Ok(Stop::End);
         }
         let next = pos + FRAME_HEADER as u64 + u64::from(len);
-        if !f(Frame {
-            payload: &payload,
-            next,
-        }) {
+        if !f(Frame { payload: &payload, next }) {
             return Ok(Stop::Enough);
         }
         pos = next;

@@ -27,10 +27,7 @@ fn summaries(b: &PendingBatch) -> Vec<String> {
 }
 
 fn small() -> SpoolConfig {
-    SpoolConfig {
-        max_bytes: 1 << 20,
-        segment_bytes: 1024,
-    }
+    SpoolConfig { max_bytes: 1 << 20, segment_bytes: 1024 }
 }
 
 #[test]
@@ -38,23 +35,11 @@ fn append_peek_ack_across_segments_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Spool::open(dir.path(), small()).unwrap();
     let recs: Vec<_> = (0..100).map(rec).collect();
-    assert_eq!(
-        s.append(&recs).unwrap(),
-        AppendOutcome {
-            appended: 100,
-            dropped: 0
-        }
-    );
-    assert!(
-        list_segments(dir.path()).unwrap().len() > 3,
-        "small segments rotate"
-    );
+    assert_eq!(s.append(&recs).unwrap(), AppendOutcome { appended: 100, dropped: 0 });
+    assert!(list_segments(dir.path()).unwrap().len() > 3, "small segments rotate");
 
     let b = s.peek(30, u64::MAX).unwrap();
-    assert_eq!(
-        summaries(&b),
-        (0..30).map(|i| format!("record {i}")).collect::<Vec<_>>()
-    );
+    assert_eq!(summaries(&b), (0..30).map(|i| format!("record {i}")).collect::<Vec<_>>());
     s.ack(b.end).unwrap();
     // Re-peeking without ack returns the same records again.
     let b2 = s.peek(10, u64::MAX).unwrap();
@@ -72,16 +57,10 @@ fn append_peek_ack_across_segments_and_reopen() {
         seen.extend(summaries(&b));
         s.ack(b.end).unwrap();
     }
-    assert_eq!(
-        seen,
-        (30..100).map(|i| format!("record {i}")).collect::<Vec<_>>()
-    );
+    assert_eq!(seen, (30..100).map(|i| format!("record {i}")).collect::<Vec<_>>());
     assert!(s.is_drained());
     assert_eq!(s.unacked_bytes(), 0);
-    assert!(
-        list_segments(dir.path()).unwrap().len() <= 1,
-        "acked segments are deleted"
-    );
+    assert!(list_segments(dir.path()).unwrap().len() <= 1, "acked segments are deleted");
 }
 
 #[test]
@@ -104,19 +83,10 @@ fn torn_tail_is_cut_and_appends_continue() {
 fn a_full_spool_drops_new_records_and_counts_them_durably() {
     let dir = tempfile::tempdir().unwrap();
     let one = (FRAME_HEADER + rec(0).encoded_len()) as u64;
-    let cfg = SpoolConfig {
-        max_bytes: one * 10 + one / 2,
-        segment_bytes: 1 << 20,
-    };
+    let cfg = SpoolConfig { max_bytes: one * 10 + one / 2, segment_bytes: 1 << 20 };
     let mut s = Spool::open(dir.path(), cfg.clone()).unwrap();
     let out = s.append(&(0..15).map(rec).collect::<Vec<_>>()).unwrap();
-    assert_eq!(
-        out,
-        AppendOutcome {
-            appended: 10,
-            dropped: 5
-        }
-    );
+    assert_eq!(out, AppendOutcome { appended: 10, dropped: 5 });
     assert_eq!(s.dropped_total(), 5);
     drop(s);
     let mut s = Spool::open(dir.path(), cfg).unwrap();
@@ -124,13 +94,7 @@ fn a_full_spool_drops_new_records_and_counts_them_durably() {
     // Acking frees room again.
     let b = s.peek(4, u64::MAX).unwrap();
     s.ack(b.end).unwrap();
-    assert_eq!(
-        s.append(&(0..5).map(rec).collect::<Vec<_>>()).unwrap(),
-        AppendOutcome {
-            appended: 4,
-            dropped: 1
-        }
-    );
+    assert_eq!(s.append(&(0..5).map(rec).collect::<Vec<_>>()).unwrap(), AppendOutcome { appended: 4, dropped: 1 });
     assert_eq!(s.dropped_total(), 6);
 }
 

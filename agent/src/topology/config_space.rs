@@ -31,11 +31,7 @@ pub struct AcsAts {
 }
 
 impl AcsAts {
-    pub const UNREADABLE: AcsAts = AcsAts {
-        readable: false,
-        acs_ctrl: None,
-        ats_enabled: None,
-    };
+    pub const UNREADABLE: AcsAts = AcsAts { readable: false, acs_ctrl: None, ats_enabled: None };
 
     /// Is P2P request redirect on? Unknown when unreadable; No when there is no ACS capability.
     pub fn redirect(&self) -> Tristate {
@@ -53,12 +49,7 @@ fn u16_at(b: &[u8], off: usize) -> Option<u16> {
 }
 
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
-    Some(u32::from_le_bytes([
-        *b.get(off)?,
-        *b.get(off + 1)?,
-        *b.get(off + 2)?,
-        *b.get(off + 3)?,
-    ]))
+    Some(u32::from_le_bytes([*b.get(off)?, *b.get(off + 1)?, *b.get(off + 2)?, *b.get(off + 3)?]))
 }
 
 /// Parses a config-space dump. Never panics; a malformed capability list ends the walk.
@@ -66,11 +57,7 @@ pub fn parse(config: &[u8]) -> AcsAts {
     if config.len() < EXT_CAP_START + 4 {
         return AcsAts::UNREADABLE;
     }
-    let mut out = AcsAts {
-        readable: true,
-        acs_ctrl: None,
-        ats_enabled: None,
-    };
+    let mut out = AcsAts { readable: true, acs_ctrl: None, ats_enabled: None };
     let mut off = EXT_CAP_START;
     let mut seen = std::collections::HashSet::new();
     while off >= EXT_CAP_START && seen.insert(off) {
@@ -117,10 +104,7 @@ pub(crate) mod tests {
 
     #[test]
     fn reads_acs_and_ats() {
-        let p = parse(&config_with(
-            Some(ACS_SV | ACS_RR | ACS_CR | ACS_UF),
-            Some(true),
-        ));
+        let p = parse(&config_with(Some(ACS_SV | ACS_RR | ACS_CR | ACS_UF), Some(true)));
         assert_eq!(p.redirect(), Tristate::Yes);
         assert_eq!(p.ats_enabled, Some(true));
         let p = parse(&config_with(Some(ACS_SV), None));

@@ -90,11 +90,7 @@ fn w(path: &Path, content: impl AsRef<[u8]>) -> io::Result<()> {
 /// `from` → `to`, both inside the tree, as a relative link like the kernel's.
 fn rel_link(from: &Path, to: &Path) -> io::Result<()> {
     let from_dir = from.parent().unwrap_or(Path::new(""));
-    let common = from_dir
-        .components()
-        .zip(to.components())
-        .take_while(|(a, b)| a == b)
-        .count();
+    let common = from_dir.components().zip(to.components()).take_while(|(a, b)| a == b).count();
     let mut rel = PathBuf::new();
     for _ in from_dir.components().skip(common) {
         rel.push("..");
@@ -118,11 +114,8 @@ impl Writer<'_> {
             return vec![0u8; 64];
         }
         let mut c = vec![0u8; 4096];
-        let caps: Vec<(u16, u16)> = acs
-            .map(|a| (0x000d, a))
-            .into_iter()
-            .chain(ats.map(|e| (0x000f, if e { 0x8000 } else { 0 })))
-            .collect();
+        let caps: Vec<(u16, u16)> =
+            acs.map(|a| (0x000d, a)).into_iter().chain(ats.map(|e| (0x000f, if e { 0x8000 } else { 0 }))).collect();
         let mut off = 0x100usize;
         for (i, (id, ctrl)) in caps.iter().enumerate() {
             let next = if i + 1 < caps.len() { off + 0x40 } else { 0 };
@@ -171,11 +164,7 @@ impl Writer<'_> {
     }
 
     fn bridge(&mut self, parent: &Path, bus: u8, dev: u8, downstream: bool) -> io::Result<PathBuf> {
-        let acs = if downstream && self.spec.acs_redirect {
-            ACS_SV | ACS_RR | ACS_CR | ACS_UF
-        } else {
-            ACS_SV
-        };
+        let acs = if downstream && self.spec.acs_redirect { ACS_SV | ACS_RR | ACS_CR | ACS_UF } else { ACS_SV };
         let config = self.config(Some(acs), None);
         self.device(parent, bus, dev, 0, 0x1000, 0xc030, 0x060400, config)
     }
@@ -203,8 +192,7 @@ impl Writer<'_> {
             Slot::Nic { names, ports } => {
                 for (f, name) in names.iter().enumerate() {
                     let config = self.config(None, Some(self.spec.nic_ats));
-                    let dir =
-                        self.device(parent, bus, dev, f as u8, 0x15b3, 0x1021, 0x020700, config)?;
+                    let dir = self.device(parent, bus, dev, f as u8, 0x15b3, 0x1021, 0x020700, config)?;
                     let abs = self.sys.join(&dir);
                     let ib = abs.join("infiniband").join(name);
                     for p in 1..=*ports {
@@ -224,11 +212,8 @@ impl Writer<'_> {
                     }
                     rel_link(&ib.join("device"), &abs)?;
                     rel_link(&self.sys.join("class/infiniband").join(name), &ib)?;
-                    let ifname = format!(
-                        "ib{}",
-                        name.trim_start_matches(|c: char| !c.is_ascii_digit())
-                            .replace('_', "")
-                    );
+                    let ifname =
+                        format!("ib{}", name.trim_start_matches(|c: char| !c.is_ascii_digit()).replace('_', ""));
                     std::fs::create_dir_all(abs.join("net").join(ifname))?;
                 }
             }
@@ -251,39 +236,24 @@ impl FixtureSpec {
         std::fs::create_dir_all(sys.join("class/infiniband"))?;
         std::fs::create_dir_all(sys.join("class/iommu"))?;
         std::fs::create_dir_all(sys.join("kernel/iommu_groups"))?;
-        let flags = if self.hypervisor.is_some() {
-            "fpu vme de pse hypervisor lahf_lm"
-        } else {
-            "fpu vme de pse lahf_lm"
-        };
+        let flags =
+            if self.hypervisor.is_some() { "fpu vme de pse hypervisor lahf_lm" } else { "fpu vme de pse lahf_lm" };
         let mut cpuinfo = String::new();
         for cpu in 0..2 {
-            cpuinfo.push_str(&format!(
-                "processor\t: {cpu}\nvendor_id\t: GenuineIntel\nflags\t\t: {flags}\n\n"
-            ));
+            cpuinfo.push_str(&format!("processor\t: {cpu}\nvendor_id\t: GenuineIntel\nflags\t\t: {flags}\n\n"));
         }
         w(&proc_.join("cpuinfo"), cpuinfo)?;
-        w(
-            &proc_.join("cmdline"),
-            format!("BOOT_IMAGE=/vmlinuz root=/dev/vda1 {}\n", self.cmdline),
-        )?;
+        w(&proc_.join("cmdline"), format!("BOOT_IMAGE=/vmlinuz root=/dev/vda1 {}\n", self.cmdline))?;
         let (vendor, product) = match &self.hypervisor {
             Some(h) => (h.clone(), "Standard PC (Q35 + ICH9, 2009)".to_owned()),
             None => ("NVIDIA".to_owned(), "DGX H100".to_owned()),
         };
         w(&sys.join("class/dmi/id/sys_vendor"), format!("{vendor}\n"))?;
-        w(
-            &sys.join("class/dmi/id/product_name"),
-            format!("{product}\n"),
-        )?;
+        w(&sys.join("class/dmi/id/product_name"), format!("{product}\n"))?;
         if self.iommu_device {
             std::fs::create_dir_all(sys.join("class/iommu/dmar0"))?;
         }
-        if self
-            .roots
-            .iter()
-            .any(|r| has_gpu(&r.ports) || has_gpu(&r.direct))
-        {
+        if self.roots.iter().any(|r| has_gpu(&r.ports) || has_gpu(&r.direct)) {
             w(&sys.join("module/nvidia/version"), "560.35.03\n")?;
         }
         if self.peermem {
@@ -291,8 +261,7 @@ impl FixtureSpec {
         }
         let mut group = 0;
         for root in &self.roots {
-            let root_dir =
-                PathBuf::from("devices").join(format!("pci{:04x}:{:02x}", root.domain, root.bus));
+            let root_dir = PathBuf::from("devices").join(format!("pci{:04x}:{:02x}", root.domain, root.bus));
             std::fs::create_dir_all(sys.join(&root_dir))?;
             let mut wr = Writer {
                 sys: &sys,
@@ -325,13 +294,7 @@ fn has_gpu(slots: &[Slot]) -> bool {
 }
 
 fn pair(gpu: usize) -> Slot {
-    Slot::Switch(vec![
-        Slot::Gpu { audio: false },
-        Slot::Nic {
-            names: vec![format!("mlx5_{gpu}")],
-            ports: 1,
-        },
-    ])
+    Slot::Switch(vec![Slot::Gpu { audio: false }, Slot::Nic { names: vec![format!("mlx5_{gpu}")], ports: 1 }])
 }
 
 /// The seed incident's node: KVM guest, PCIe passthrough, 8×H200 + 8×ConnectX-7, GPU i and
@@ -348,20 +311,8 @@ pub fn seed_kvm_guest() -> FixtureSpec {
         acs_redirect: false,
         nic_ats: false,
         roots: vec![
-            RootSpec {
-                domain: 0,
-                bus: 0x00,
-                numa: 0,
-                ports: (0..4).map(pair).collect(),
-                direct: vec![Slot::EthNic],
-            },
-            RootSpec {
-                domain: 0,
-                bus: 0x80,
-                numa: 1,
-                ports: (4..8).map(pair).collect(),
-                direct: vec![],
-            },
+            RootSpec { domain: 0, bus: 0x00, numa: 0, ports: (0..4).map(pair).collect(), direct: vec![Slot::EthNic] },
+            RootSpec { domain: 0, bus: 0x80, numa: 1, ports: (4..8).map(pair).collect(), direct: vec![] },
         ],
     }
 }
@@ -385,10 +336,7 @@ pub fn dgx_h100_like() -> FixtureSpec {
         domain: 0,
         bus: 0x50,
         numa: 0,
-        ports: vec![Slot::Nic {
-            names: vec!["mlx5_8".into(), "mlx5_9".into()],
-            ports: 1,
-        }],
+        ports: vec![Slot::Nic { names: vec!["mlx5_8".into(), "mlx5_9".into()], ports: 1 }],
         direct: vec![],
     });
     roots.extend(socket(4, 0x90, 1));
@@ -422,11 +370,7 @@ pub fn flat_cloud_vm() -> FixtureSpec {
             bus: 0,
             numa: -1,
             ports: vec![],
-            direct: vec![
-                Slot::EthNic,
-                Slot::Gpu { audio: true },
-                Slot::Gpu { audio: true },
-            ],
+            direct: vec![Slot::EthNic, Slot::Gpu { audio: true }, Slot::Gpu { audio: true }],
         }],
     }
 }
@@ -451,10 +395,7 @@ pub fn two_socket_translating() -> FixtureSpec {
                 ports: vec![
                     Slot::Switch(vec![
                         Slot::Gpu { audio: false },
-                        Slot::Nic {
-                            names: vec!["mlx5_0".into()],
-                            ports: 1,
-                        },
+                        Slot::Nic { names: vec!["mlx5_0".into()], ports: 1 },
                     ]),
                     Slot::Gpu { audio: false },
                 ],
@@ -464,10 +405,7 @@ pub fn two_socket_translating() -> FixtureSpec {
                 domain: 0,
                 bus: 0x80,
                 numa: 1,
-                ports: vec![Slot::Nic {
-                    names: vec!["mlx5_1".into()],
-                    ports: 2,
-                }],
+                ports: vec![Slot::Nic { names: vec!["mlx5_1".into()], ports: 2 }],
                 direct: vec![],
             },
         ],
@@ -479,20 +417,8 @@ pub fn many_pairs(n: usize) -> FixtureSpec {
     let half = n.div_ceil(2);
     let mut spec = seed_kvm_guest();
     spec.roots = vec![
-        RootSpec {
-            domain: 0,
-            bus: 0x00,
-            numa: 0,
-            ports: (0..half).map(pair).collect(),
-            direct: vec![],
-        },
-        RootSpec {
-            domain: 0,
-            bus: 0x80,
-            numa: 1,
-            ports: (half..n).map(pair).collect(),
-            direct: vec![],
-        },
+        RootSpec { domain: 0, bus: 0x00, numa: 0, ports: (0..half).map(pair).collect(), direct: vec![] },
+        RootSpec { domain: 0, bus: 0x80, numa: 1, ports: (half..n).map(pair).collect(), direct: vec![] },
     ];
     spec
 }

@@ -27,17 +27,9 @@ pub struct HostDetail {
     pub iommu_passthrough_cmdline: bool,
 }
 
-pub fn detect(
-    sys: &SysRoot,
-    proc_: &SysRoot,
-    has_gpus: bool,
-    warnings: &mut Vec<String>,
-) -> HostDetail {
+pub fn detect(sys: &SysRoot, proc_: &SysRoot, has_gpus: bool, warnings: &mut Vec<String>) -> HostDetail {
     let cpu_flag = match proc_.read("cpuinfo") {
-        Ok(c) => Some(
-            c.lines()
-                .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor")),
-        ),
+        Ok(c) => Some(c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor"))),
         Err(e) => {
             warnings.push(format!("cpuinfo unreadable: {e}"));
             None
@@ -47,12 +39,9 @@ pub fn detect(
         .iter()
         .filter_map(|f| sys.read(format!("class/dmi/id/{f}")).ok())
         .collect();
-    let hypervisor = dmi.iter().find_map(|v| {
-        HYPERVISORS
-            .iter()
-            .find(|(prefix, _)| v.starts_with(prefix))
-            .map(|(_, name)| (*name).to_owned())
-    });
+    let hypervisor = dmi
+        .iter()
+        .find_map(|v| HYPERVISORS.iter().find(|(prefix, _)| v.starts_with(prefix)).map(|(_, name)| (*name).to_owned()));
     let virtualized = match (cpu_flag, &hypervisor) {
         (Some(true), _) | (_, Some(_)) => Tristate::Yes,
         (Some(false), None) => Tristate::No,
@@ -67,13 +56,8 @@ pub fn detect(
     let groups = sys.list("kernel/iommu_groups").unwrap_or_default();
     let mut iommu_group_type = std::collections::BTreeMap::new();
     for g in &groups {
-        let ty = sys
-            .read(format!("kernel/iommu_groups/{g}/type"))
-            .unwrap_or_else(|_| "unknown".into());
-        for dev in sys
-            .list(format!("kernel/iommu_groups/{g}/devices"))
-            .unwrap_or_default()
-        {
+        let ty = sys.read(format!("kernel/iommu_groups/{g}/type")).unwrap_or_else(|_| "unknown".into());
+        for dev in sys.list(format!("kernel/iommu_groups/{g}/devices")).unwrap_or_default() {
             if let Ok(b) = dev.parse::<Bdf>() {
                 iommu_group_type.insert(b, ty.clone());
             }
@@ -83,36 +67,24 @@ pub fn detect(
     let flags: Vec<&str> = cmdline
         .split_whitespace()
         .filter(|t| {
-            [
-                "intel_iommu=",
-                "amd_iommu=",
-                "iommu=",
-                "iommu.passthrough=",
-                "iommu.strict=",
-            ]
-            .iter()
-            .any(|p| t.starts_with(p))
+            ["intel_iommu=", "amd_iommu=", "iommu=", "iommu.passthrough=", "iommu.strict="]
+                .iter()
+                .any(|p| t.starts_with(p))
         })
         .collect();
-    let iommu_passthrough_cmdline = flags.iter().any(|t| {
-        matches!(
-            *t,
-            "iommu=pt" | "iommu=off" | "intel_iommu=off" | "amd_iommu=off" | "iommu.passthrough=1"
-        )
-    });
+    let iommu_passthrough_cmdline = flags
+        .iter()
+        .any(|t| matches!(*t, "iommu=pt" | "iommu=off" | "intel_iommu=off" | "amd_iommu=off" | "iommu.passthrough=1"));
     // A guest with no IOMMU device has no vIOMMU; one with dmar/ivhd/virtio-iommu entries has one.
     let viommu = match (&virtualized, iommus.is_empty()) {
         (Tristate::Yes, true) => Tristate::No,
         (Tristate::Yes, false) => Tristate::Yes,
         _ => Tristate::No, // not a guest: no *virtual* IOMMU (the host's own IOMMU is reported per group)
     };
-    let peermem = [
-        "module/nvidia_peermem/version",
-        "kernel/mm/memory_peers/nv_mem/version",
-        "module/nv_peer_mem/version",
-    ]
-    .iter()
-    .any(|p| sys.exists(p));
+    let peermem =
+        ["module/nvidia_peermem/version", "kernel/mm/memory_peers/nv_mem/version", "module/nv_peer_mem/version"]
+            .iter()
+            .any(|p| sys.exists(p));
     let gpudirect = if peermem {
         "nvidia-peermem"
     } else if has_gpus {

@@ -54,11 +54,7 @@ pub struct Topology {
 }
 
 fn nplace(n: &rdma::RdmaDevice) -> Place<'_> {
-    Place {
-        root: &n.root,
-        chain: &n.chain,
-        numa: n.nic.numa_node,
-    }
+    Place { root: &n.root, chain: &n.chain, numa: n.nic.numa_node }
 }
 
 /// How the workload selects NICs.
@@ -93,42 +89,17 @@ impl Topology {
         let nics = rdma::enumerate(sys, &mut warnings);
         let host = host::detect(sys, proc_, !gpus.is_empty(), &mut warnings);
 
-        let gpu_nic = gpus
-            .iter()
-            .map(|g| {
-                nics.iter()
-                    .map(|n| classify(Self::gplace(g), nplace(n)))
-                    .collect()
-            })
-            .collect();
-        let gpu_gpu = gpus
-            .iter()
-            .map(|a| {
-                gpus.iter()
-                    .map(|b| classify(Self::gplace(a), Self::gplace(b)))
-                    .collect()
-            })
-            .collect();
-        let nic_nic = nics
-            .iter()
-            .map(|a| {
-                nics.iter()
-                    .map(|b| classify(nplace(a), nplace(b)))
-                    .collect()
-            })
-            .collect();
+        let gpu_nic =
+            gpus.iter().map(|g| nics.iter().map(|n| classify(Self::gplace(g), nplace(n))).collect()).collect();
+        let gpu_gpu =
+            gpus.iter().map(|a| gpus.iter().map(|b| classify(Self::gplace(a), Self::gplace(b))).collect()).collect();
+        let nic_nic = nics.iter().map(|a| nics.iter().map(|b| classify(nplace(a), nplace(b))).collect()).collect();
 
         // Config space of every bridge on the way and of each NIC.
         let mut acs = BTreeMap::new();
-        let bridges = devices
-            .iter()
-            .filter(|d| d.is_bridge())
-            .map(|d| d.bdf)
-            .collect::<std::collections::BTreeSet<_>>();
-        let on_paths = gpus
-            .iter()
-            .flat_map(|g| g.chain.iter())
-            .chain(nics.iter().flat_map(|n| n.chain.iter()));
+        let bridges =
+            devices.iter().filter(|d| d.is_bridge()).map(|d| d.bdf).collect::<std::collections::BTreeSet<_>>();
+        let on_paths = gpus.iter().flat_map(|g| g.chain.iter()).chain(nics.iter().flat_map(|n| n.chain.iter()));
         for bdf in on_paths {
             if bridges.contains(bdf) || nics.iter().any(|n| n.nic.bdf == *bdf) {
                 acs.entry(*bdf).or_insert_with(|| {
@@ -138,28 +109,15 @@ impl Topology {
                 });
             }
         }
-        let mut topo = Topology {
-            host,
-            gpus,
-            nics,
-            gpu_nic,
-            gpu_gpu,
-            nic_nic,
-            nvlinks: BTreeMap::new(),
-            acs,
-            warnings,
-        };
+        let mut topo =
+            Topology { host, gpus, nics, gpu_nic, gpu_gpu, nic_nic, nvlinks: BTreeMap::new(), acs, warnings };
         topo.warnings.sort();
         topo.warnings.dedup();
         topo
     }
 
     fn gplace(g: &GpuNode) -> Place<'_> {
-        Place {
-            root: &g.root,
-            chain: &g.chain,
-            numa: g.gpu.numa_node,
-        }
+        Place { root: &g.root, chain: &g.chain, numa: g.gpu.numa_node }
     }
 
     pub fn nic_index(&self, name: &str) -> Option<usize> {
@@ -168,12 +126,8 @@ impl Topology {
 
     /// The NIC this GPU's workload will use under `policy`.
     pub fn predict(&self, gpu: usize, policy: &SelectionPolicy) -> Prediction {
-        let nics: Vec<(&str, PathClass)> = self
-            .nics
-            .iter()
-            .enumerate()
-            .map(|(n, d)| (d.nic.name.as_str(), self.gpu_nic[gpu][n]))
-            .collect();
+        let nics: Vec<(&str, PathClass)> =
+            self.nics.iter().enumerate().map(|(n, d)| (d.nic.name.as_str(), self.gpu_nic[gpu][n])).collect();
         predict::predict(&nics, &policy.ucx, policy.nccl.as_ref())
     }
 
@@ -192,30 +146,12 @@ impl Topology {
         for (g, gn) in self.gpus.iter().enumerate() {
             let a = format!("GPU{}", gn.gpu.index);
             for (n, nic) in self.nics.iter().enumerate() {
-                paths.push(PairPath {
-                    a: a.clone(),
-                    b: nic.nic.name.clone(),
-                    class: self.gpu_nic[g][n],
-                    nvlinks: 0,
-                });
+                paths.push(PairPath { a: a.clone(), b: nic.nic.name.clone(), class: self.gpu_nic[g][n], nvlinks: 0 });
             }
             for (h, hn) in self.gpus.iter().enumerate().skip(g + 1) {
-                let nv = self
-                    .nvlinks
-                    .get(&(gn.gpu.index, hn.gpu.index))
-                    .copied()
-                    .unwrap_or(0);
-                let class = if nv > 0 {
-                    PathClass::Nv
-                } else {
-                    self.gpu_gpu[g][h]
-                };
-                paths.push(PairPath {
-                    a: a.clone(),
-                    b: format!("GPU{}", hn.gpu.index),
-                    class,
-                    nvlinks: nv,
-                });
+                let nv = self.nvlinks.get(&(gn.gpu.index, hn.gpu.index)).copied().unwrap_or(0);
+                let class = if nv > 0 { PathClass::Nv } else { self.gpu_gpu[g][h] };
+                paths.push(PairPath { a: a.clone(), b: format!("GPU{}", hn.gpu.index), class, nvlinks: nv });
             }
         }
         for (m, a) in self.nics.iter().enumerate() {
@@ -233,9 +169,7 @@ impl Topology {
             gpus: self.gpus.iter().map(|g| g.gpu.clone()).collect(),
             nics: self.nics.iter().map(|n| n.nic.clone()).collect(),
             paths,
-            risks: (0..self.gpus.len())
-                .map(|g| risk::assess_gpu(self, g, policy).into_wire())
-                .collect(),
+            risks: (0..self.gpus.len()).map(|g| risk::assess_gpu(self, g, policy).into_wire()).collect(),
             warnings: self.warnings.clone(),
         }
     }

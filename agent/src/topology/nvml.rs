@@ -17,15 +17,13 @@ pub fn enrich(topo: &mut Topology) -> Result<usize, String> {
             continue;
         };
         let Ok(pci) = dev.pci_info() else { continue };
-        let Ok(bdf) = railguard_schema::Bdf::parse_with_domain(
-            &pci.bus_id.to_lowercase().replace("00000000:", "0000:"),
-            0,
-        ) else {
+        let Ok(bdf) =
+            railguard_schema::Bdf::parse_with_domain(&pci.bus_id.to_lowercase().replace("00000000:", "0000:"), 0)
+        else {
             continue;
         };
         let Some(g) = topo.gpus.iter().position(|g| g.gpu.bdf == bdf) else {
-            topo.warnings
-                .push(format!("NVML reports GPU {bdf}, which sysfs does not show"));
+            topo.warnings.push(format!("NVML reports GPU {bdf}, which sysfs does not show"));
             continue;
         };
         topo.gpus[g].gpu.name = dev.name().unwrap_or_default();
@@ -100,10 +98,7 @@ mod tests {
 
     #[test]
     fn no_driver_means_no_enrichment_and_no_panic() {
-        let mut t = Topology::discover(
-            &super::super::SysRoot::new("/sys"),
-            &super::super::SysRoot::new("/proc"),
-        );
+        let mut t = Topology::discover(&super::super::SysRoot::new("/sys"), &super::super::SysRoot::new("/proc"));
         if std::path::Path::new("/proc/driver/nvidia").exists() {
             return; // a machine with the driver: enrichment is exercised for real there
         }

@@ -22,41 +22,27 @@ pub fn classify(a: Place<'_>, b: Place<'_>) -> PathClass {
         return PathClass::X;
     }
     if a.root != b.root {
-        return if a.numa >= 0 && b.numa >= 0 && a.numa != b.numa {
-            PathClass::Sys
-        } else {
-            PathClass::Node
-        };
+        return if a.numa >= 0 && b.numa >= 0 && a.numa != b.numa { PathClass::Sys } else { PathClass::Node };
     }
     // Two functions of one device (a dual-function NIC) share everything but the function.
     let (ea, eb) = (a.chain.last(), b.chain.last());
     let same_device = match (ea, eb) {
         (Some(x), Some(y)) => {
-            (x.domain, x.bus, x.device) == (y.domain, y.bus, y.device)
-                && a.chain.len() == b.chain.len()
+            (x.domain, x.bus, x.device) == (y.domain, y.bus, y.device) && a.chain.len() == b.chain.len()
         }
         _ => false,
     };
     if same_device && a.chain[..a.chain.len() - 1] == b.chain[..b.chain.len() - 1] {
         return PathClass::Pix;
     }
-    let common = a
-        .chain
-        .iter()
-        .zip(b.chain.iter())
-        .take_while(|(x, y)| x == y)
-        .count();
+    let common = a.chain.iter().zip(b.chain.iter()).take_while(|(x, y)| x == y).count();
     if common == 0 {
         return PathClass::Phb;
     }
     // Bridges strictly between the common ancestor and each endpoint.
     let below = |c: &[Bdf]| c.len().saturating_sub(common + 1);
     let bridges = below(a.chain) + below(b.chain);
-    if bridges <= 2 {
-        PathClass::Pix
-    } else {
-        PathClass::Pxb
-    }
+    if bridges <= 2 { PathClass::Pix } else { PathClass::Pxb }
 }
 
 /// UCX's distance rank (src/ucs/sys/topo/base/topo.c): a common parent under a switch is best,
@@ -85,33 +71,19 @@ mod tests {
         let (d1, d2) = (b("0000:02:00.0"), b("0000:02:01.0"));
         let gpu = [rp, su, d1, b("0000:03:00.0")];
         let nic = [rp, su, d2, b("0000:04:00.0")];
-        let p = |chain: &'static [Bdf]| Place {
-            root: "pci0000:00",
-            chain,
-            numa: 0,
-        };
+        let p = |chain: &'static [Bdf]| Place { root: "pci0000:00", chain, numa: 0 };
         let gpu: &'static [Bdf] = Box::leak(Box::new(gpu));
         let nic: &'static [Bdf] = Box::leak(Box::new(nic));
         assert_eq!(classify(p(gpu), p(gpu)), PathClass::X);
         assert_eq!(classify(p(gpu), p(nic)), PathClass::Pix);
         // A second switch level below d1.
-        let deep: &'static [Bdf] = Box::leak(Box::new([
-            rp,
-            su,
-            d1,
-            b("0000:05:00.0"),
-            b("0000:06:00.0"),
-            b("0000:07:00.0"),
-        ]));
+        let deep: &'static [Bdf] =
+            Box::leak(Box::new([rp, su, d1, b("0000:05:00.0"), b("0000:06:00.0"), b("0000:07:00.0")]));
         assert_eq!(classify(p(deep), p(nic)), PathClass::Pxb);
         // Another root port of the same host bridge.
         let other: &'static [Bdf] = Box::leak(Box::new([b("0000:00:02.0"), b("0000:08:00.0")]));
         assert_eq!(classify(p(gpu), p(other)), PathClass::Phb);
-        let far = |numa| Place {
-            root: "pci0000:80",
-            chain: other,
-            numa,
-        };
+        let far = |numa| Place { root: "pci0000:80", chain: other, numa };
         assert_eq!(classify(p(gpu), far(0)), PathClass::Node);
         assert_eq!(classify(p(gpu), far(1)), PathClass::Sys);
         assert_eq!(classify(p(gpu), far(-1)), PathClass::Node);

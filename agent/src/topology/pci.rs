@@ -42,11 +42,7 @@ pub fn parse_hex(s: &str) -> Option<u32> {
 
 /// Parses `numa_node`: -1 (unknown) and garbage both read as -1.
 pub fn parse_numa(s: &str) -> i32 {
-    s.trim()
-        .parse::<i32>()
-        .ok()
-        .filter(|n| (-1..=4096).contains(n))
-        .unwrap_or(-1)
+    s.trim().parse::<i32>().ok().filter(|n| (-1..=4096).contains(n)).unwrap_or(-1)
 }
 
 /// Splits a resolved device path (`devices/pci0000:00/0000:00:01.0/0000:01:00.0`) into the
@@ -62,11 +58,7 @@ pub fn split_pci_path(path: &std::path::Path) -> Option<(String, Vec<Bdf>)> {
     }
     let root = root?;
     let chain: Vec<Bdf> = parts.map_while(|p| p.parse().ok()).collect();
-    if chain.is_empty() {
-        None
-    } else {
-        Some((root, chain))
-    }
+    if chain.is_empty() { None } else { Some((root, chain)) }
 }
 
 /// Reads every device under `bus/pci/devices`. Unreadable devices are skipped with a warning.
@@ -93,13 +85,10 @@ fn read_device(sys: &SysRoot, name: &str) -> Result<PciDevice, String> {
     let bdf: Bdf = name.parse().map_err(|e| format!("{e}"))?;
     let base = format!("bus/pci/devices/{name}");
     let path = sys.resolve(&base).map_err(|e| e.to_string())?;
-    let (root, chain) = split_pci_path(&path)
-        .ok_or_else(|| format!("{} is not under a PCI host bridge", path.display()))?;
+    let (root, chain) =
+        split_pci_path(&path).ok_or_else(|| format!("{} is not under a PCI host bridge", path.display()))?;
     if chain.last() != Some(&bdf) {
-        return Err(format!(
-            "link points at {} rather than the device itself",
-            path.display()
-        ));
+        return Err(format!("link points at {} rather than the device itself", path.display()));
     }
     let hex = |f: &str| -> Result<u32, String> {
         let v = sys.read(format!("{base}/{f}")).map_err(|e| e.to_string())?;
@@ -108,19 +97,8 @@ fn read_device(sys: &SysRoot, name: &str) -> Result<PciDevice, String> {
     let vendor = u16::try_from(hex("vendor")?).map_err(|_| "vendor id out of range".to_owned())?;
     let device = u16::try_from(hex("device")?).map_err(|_| "device id out of range".to_owned())?;
     let class = hex("class")? >> 8;
-    let numa_node = sys
-        .read(format!("{base}/numa_node"))
-        .map(|s| parse_numa(&s))
-        .unwrap_or(-1);
-    Ok(PciDevice {
-        bdf,
-        vendor,
-        device,
-        class,
-        numa_node,
-        root,
-        chain,
-    })
+    let numa_node = sys.read(format!("{base}/numa_node")).map(|s| parse_numa(&s)).unwrap_or(-1);
+    Ok(PciDevice { bdf, vendor, device, class, numa_node, root, chain })
 }
 
 #[cfg(test)]

@@ -77,22 +77,12 @@ impl IbHca {
             .map(|d| d.trim().to_owned())
             .filter(|d| !d.is_empty())
             .collect();
-        Some(IbHca {
-            exclude,
-            exact,
-            names,
-        })
+        Some(IbHca { exclude, exact, names })
     }
 
     pub fn allows(&self, nic: &str) -> bool {
         // Without '=', NCCL matches names by prefix.
-        let hit = self.names.iter().any(|n| {
-            if self.exact {
-                n == nic
-            } else {
-                nic.starts_with(n.as_str())
-            }
-        });
+        let hit = self.names.iter().any(|n| if self.exact { n == nic } else { nic.starts_with(n.as_str()) });
         hit != self.exclude
     }
 }
@@ -113,16 +103,10 @@ pub struct Prediction {
 
 /// `nics[i]` = (name, class of the path from this GPU).
 pub fn predict(nics: &[(&str, PathClass)], ucx: &NetDevices, nccl: Option<&IbHca>) -> Prediction {
-    let best = |allowed: &dyn Fn(&str) -> bool,
-                rank: &dyn Fn(PathClass) -> u8|
-     -> Option<(String, PathClass)> {
+    let best = |allowed: &dyn Fn(&str) -> bool, rank: &dyn Fn(PathClass) -> u8| -> Option<(String, PathClass)> {
         nics.iter()
             .filter(|(n, _)| allowed(n))
-            .min_by(|a, b| {
-                rank(a.1)
-                    .cmp(&rank(b.1))
-                    .then_with(|| natural_cmp(a.0, b.0))
-            })
+            .min_by(|a, b| rank(a.1).cmp(&rank(b.1)).then_with(|| natural_cmp(a.0, b.0)))
             .map(|(n, c)| ((*n).to_owned(), *c))
     };
     let affine = best(&|_| true, &|c| c as u8);
@@ -174,10 +158,7 @@ mod tests {
         assert_eq!(p.predicted_nic.as_deref(), Some("mlx5_0"));
         assert_eq!(p.affine_nic.as_deref(), Some("mlx5_1"));
         // A pin naming only non-RDMA devices leaves no RDMA NIC.
-        assert_eq!(
-            predict(&nics, &NetDevices::parse("eth0,lo"), None).predicted_nic,
-            None
-        );
+        assert_eq!(predict(&nics, &NetDevices::parse("eth0,lo"), None).predicted_nic, None);
     }
 
     #[test]

@@ -16,10 +16,7 @@ pub struct RdmaDevice {
 /// Parses a port `state` file: `4: ACTIVE` → `ACTIVE`.
 pub fn parse_port_state(s: &str) -> String {
     let s = s.trim();
-    s.split_once(':')
-        .map(|(_, name)| name.trim())
-        .unwrap_or(s)
-        .to_owned()
+    s.split_once(':').map(|(_, name)| name.trim()).unwrap_or(s).to_owned()
 }
 
 pub fn enumerate(sys: &SysRoot, warnings: &mut Vec<String>) -> Vec<RdmaDevice> {
@@ -39,27 +36,15 @@ pub fn enumerate(sys: &SysRoot, warnings: &mut Vec<String>) -> Vec<RdmaDevice> {
 
 fn read_device(sys: &SysRoot, name: &str) -> Result<RdmaDevice, String> {
     let base = format!("class/infiniband/{name}");
-    let dev = sys
-        .resolve(format!("{base}/device"))
-        .map_err(|e| e.to_string())?;
-    let (root, chain) = split_pci_path(&dev).ok_or_else(|| {
-        format!(
-            "{} is not a PCI device (soft RDMA devices are not probed)",
-            dev.display()
-        )
-    })?;
+    let dev = sys.resolve(format!("{base}/device")).map_err(|e| e.to_string())?;
+    let (root, chain) = split_pci_path(&dev)
+        .ok_or_else(|| format!("{} is not a PCI device (soft RDMA devices are not probed)", dev.display()))?;
     let bdf = *chain.last().ok_or("empty PCI path")?;
-    let numa_node = sys
-        .read(format!("{base}/device/numa_node"))
-        .map(|s| parse_numa(&s))
-        .unwrap_or(-1);
+    let numa_node = sys.read(format!("{base}/device/numa_node")).map(|s| parse_numa(&s)).unwrap_or(-1);
     let mut ports = Vec::new();
     for p in sys.list(format!("{base}/ports")).unwrap_or_default() {
         let Ok(port) = p.parse::<u32>() else { continue };
-        let field = |f: &str| {
-            sys.read(format!("{base}/ports/{p}/{f}"))
-                .unwrap_or_default()
-        };
+        let field = |f: &str| sys.read(format!("{base}/ports/{p}/{f}")).unwrap_or_default();
         ports.push(NicPort {
             port,
             state: parse_port_state(&field("state")),
@@ -69,17 +54,7 @@ fn read_device(sys: &SysRoot, name: &str) -> Result<RdmaDevice, String> {
     }
     ports.sort_by_key(|p| p.port);
     let netdevs = sys.list(format!("{base}/device/net")).unwrap_or_default();
-    Ok(RdmaDevice {
-        nic: Nic {
-            name: name.to_owned(),
-            bdf,
-            numa_node,
-            ports,
-            netdevs,
-        },
-        root,
-        chain,
-    })
+    Ok(RdmaDevice { nic: Nic { name: name.to_owned(), bdf, numa_node, ports, netdevs }, root, chain })
 }
 
 /// `mlx5_2 < mlx5_10`: names compared with their digit runs as numbers.

@@ -21,9 +21,7 @@ fn tri(t: Tristate) -> Value {
 /// The JSON document of `topo --json`.
 pub fn json_report(topo: &Topology, policy: &SelectionPolicy) -> Value {
     let h = &topo.host.facts;
-    let assessments: Vec<GpuAssessment> = (0..topo.gpus.len())
-        .map(|g| assess_gpu(topo, g, policy))
-        .collect();
+    let assessments: Vec<GpuAssessment> = (0..topo.gpus.len()).map(|g| assess_gpu(topo, g, policy)).collect();
     let gpus: Vec<Value> = topo
         .gpus
         .iter()
@@ -132,9 +130,7 @@ pub fn matrix(topo: &Topology, policy: &SelectionPolicy) -> String {
         let _ = write!(out, "{c:<w$}");
     }
     let _ = writeln!(out, "{:<14}{:<10}Risk", "NUMA Affinity", "Uses NIC");
-    let assessments: Vec<GpuAssessment> = (0..topo.gpus.len())
-        .map(|g| assess_gpu(topo, g, policy))
-        .collect();
+    let assessments: Vec<GpuAssessment> = (0..topo.gpus.len()).map(|g| assess_gpu(topo, g, policy)).collect();
     for (g, gn) in topo.gpus.iter().enumerate() {
         let _ = write!(out, "{:<w$}", format!("GPU{}", gn.gpu.index));
         for h in 0..topo.gpus.len() {
@@ -142,20 +138,14 @@ pub fn matrix(topo: &Topology, policy: &SelectionPolicy) -> String {
         }
         for n in 0..topo.nics.len() {
             let label = topo.gpu_nic[g][n].label();
-            let mark = if assessments[g].prediction.predicted_nic.as_deref()
-                == Some(topo.nics[n].nic.name.as_str())
-            {
+            let mark = if assessments[g].prediction.predicted_nic.as_deref() == Some(topo.nics[n].nic.name.as_str()) {
                 "*"
             } else {
                 ""
             };
             let _ = write!(out, "{:<w$}", format!("{label}{mark}"));
         }
-        let numa = if gn.gpu.numa_node < 0 {
-            "N/A".to_owned()
-        } else {
-            gn.gpu.numa_node.to_string()
-        };
+        let numa = if gn.gpu.numa_node < 0 { "N/A".to_owned() } else { gn.gpu.numa_node.to_string() };
         let uses = assessments[g]
             .prediction
             .predicted_nic
@@ -163,11 +153,7 @@ pub fn matrix(topo: &Topology, policy: &SelectionPolicy) -> String {
             .and_then(|n| topo.nic_index(n))
             .map(|n| format!("NIC{n}"))
             .unwrap_or_else(|| "-".into());
-        let _ = writeln!(
-            out,
-            "{numa:<14}{uses:<10}{}",
-            level_label(assessments[g].level)
-        );
+        let _ = writeln!(out, "{numa:<14}{uses:<10}{}", level_label(assessments[g].level));
     }
     for (m, nic) in topo.nics.iter().enumerate() {
         let _ = write!(out, "{:<w$}", format!("NIC{m}"));
@@ -177,41 +163,19 @@ pub fn matrix(topo: &Topology, policy: &SelectionPolicy) -> String {
         for n in 0..topo.nics.len() {
             let _ = write!(out, "{:<w$}", topo.nic_nic[m][n].label());
         }
-        let _ = writeln!(
-            out,
-            "{}",
-            if nic.nic.numa_node < 0 {
-                "N/A".to_owned()
-            } else {
-                nic.nic.numa_node.to_string()
-            }
-        );
+        let _ =
+            writeln!(out, "{}", if nic.nic.numa_node < 0 { "N/A".to_owned() } else { nic.nic.numa_node.to_string() });
     }
     let _ = writeln!(out, "\nLegend:\n");
     for (k, v) in [
         ("X", "Self"),
-        (
-            "SYS",
-            "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
-        ),
-        (
-            "NODE",
-            "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node",
-        ),
-        (
-            "PHB",
-            "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
-        ),
-        (
-            "PXB",
-            "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
-        ),
+        ("SYS", "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)"),
+        ("NODE", "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node"),
+        ("PHB", "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)"),
+        ("PXB", "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)"),
         ("PIX", "Connection traversing at most a single PCIe bridge"),
         ("NV#", "Connection traversing a bonded set of # NVLinks"),
-        (
-            "*",
-            "The NIC this GPU's workload is predicted to use (railguard)",
-        ),
+        ("*", "The NIC this GPU's workload is predicted to use (railguard)"),
     ] {
         let _ = writeln!(out, "  {k:<4} = {v}");
     }
@@ -226,11 +190,7 @@ pub fn matrix(topo: &Topology, policy: &SelectionPolicy) -> String {
         out,
         "\nHost: virtualized={} hypervisor={} vIOMMU={} GPUDirect={} kernel IOMMU flags={:?} UCX_NET_DEVICES={}",
         h.virtualized,
-        if h.hypervisor.is_empty() {
-            "-"
-        } else {
-            &h.hypervisor
-        },
+        if h.hypervisor.is_empty() { "-" } else { &h.hypervisor },
         h.viommu,
         h.gpudirect,
         h.kernel_iommu_flags,
@@ -253,10 +213,8 @@ pub fn matrix(topo: &Topology, policy: &SelectionPolicy) -> String {
                         );
                     }
                     None => {
-                        let _ = writeln!(
-                            out,
-                            "    → no NIC reaches this GPU through the root complex on its NUMA node"
-                        );
+                        let _ =
+                            writeln!(out, "    → no NIC reaches this GPU through the root complex on its NUMA node");
                     }
                 }
             }

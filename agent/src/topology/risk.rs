@@ -14,20 +14,13 @@ pub struct PairRisk {
 }
 
 fn pair(level: RiskLevel, reason: String) -> PairRisk {
-    PairRisk {
-        level,
-        reasons: vec![reason],
-    }
+    PairRisk { level, reasons: vec![reason] }
 }
 
 /// Bridges strictly between the two endpoints below their common ancestor.
 fn bridges_between<'a>(a: &'a [Bdf], b: &'a [Bdf]) -> Vec<Bdf> {
     let common = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-    let side = |c: &'a [Bdf]| {
-        c.get(common..c.len().saturating_sub(1))
-            .unwrap_or(&[])
-            .to_vec()
-    };
+    let side = |c: &'a [Bdf]| c.get(common..c.len().saturating_sub(1)).unwrap_or(&[]).to_vec();
     // Downstream ports: where a switch applies ACS redirect (upstream ports do not).
     let mut v = side(a);
     v.extend(side(b));
@@ -44,9 +37,7 @@ pub fn pair_risk(topo: &Topology, g: usize, n: usize) -> PairRisk {
     if !class.is_peer_to_peer_under_switch() {
         return pair(
             RiskLevel::None,
-            format!(
-                "{who}: traffic crosses the root complex, where the IOMMU translates it; no switch-local P2P"
-            ),
+            format!("{who}: traffic crosses the root complex, where the IOMMU translates it; no switch-local P2P"),
         );
     }
     if host.gpudirect == "none" {
@@ -101,10 +92,9 @@ pub fn pair_risk(topo: &Topology, g: usize, n: usize) -> PairRisk {
             ),
         ),
         Tristate::No => {
-            let types =
-                [gpu.gpu.bdf, nic.nic.bdf].map(|b| topo.host.iommu_group_type.get(&b).cloned());
-            let translating = !topo.host.iommu_passthrough_cmdline
-                && types.iter().flatten().any(|t| t == "DMA" || t == "DMA-FQ");
+            let types = [gpu.gpu.bdf, nic.nic.bdf].map(|b| topo.host.iommu_group_type.get(&b).cloned());
+            let translating =
+                !topo.host.iommu_passthrough_cmdline && types.iter().flatten().any(|t| t == "DMA" || t == "DMA-FQ");
             if !translating {
                 return pair(
                     RiskLevel::None,
@@ -114,11 +104,8 @@ pub fn pair_risk(topo: &Topology, g: usize, n: usize) -> PairRisk {
                 );
             }
             let bridges = bridges_between(&gpu.chain, &nic.chain);
-            let redirect: Vec<Tristate> = bridges
-                .iter()
-                .filter_map(|b| topo.acs.get(b))
-                .map(|a| a.redirect())
-                .collect();
+            let redirect: Vec<Tristate> =
+                bridges.iter().filter_map(|b| topo.acs.get(b)).map(|a| a.redirect()).collect();
             if redirect.contains(&Tristate::Unknown) || redirect.is_empty() {
                 pair(
                     RiskLevel::Low,
@@ -177,11 +164,7 @@ pub fn assess_gpu(topo: &Topology, g: usize, policy: &SelectionPolicy) -> GpuAss
     let gpu = &topo.gpus[g].gpu;
     let prediction = topo.predict(g, policy);
     let mut reasons = Vec::new();
-    let level = match prediction
-        .predicted_nic
-        .as_deref()
-        .and_then(|n| topo.nic_index(n))
-    {
+    let level = match prediction.predicted_nic.as_deref().and_then(|n| topo.nic_index(n)) {
         Some(n) => {
             let class = topo.gpu_nic[g][n];
             reasons.push(match &policy.ucx {
@@ -190,16 +173,20 @@ pub fn assess_gpu(topo: &Topology, g: usize, policy: &SelectionPolicy) -> GpuAss
                     topo.nics[n].nic.name,
                     class.label()
                 ),
-                pin => format!("UCX_NET_DEVICES={} pins {} ({} from GPU{})", pin.describe(), topo.nics[n].nic.name, class.label(), gpu.index),
+                pin => format!(
+                    "UCX_NET_DEVICES={} pins {} ({} from GPU{})",
+                    pin.describe(),
+                    topo.nics[n].nic.name,
+                    class.label(),
+                    gpu.index
+                ),
             });
             let r = pair_risk(topo, g, n);
             reasons.extend(r.reasons);
             r.level
         }
         None if topo.nics.is_empty() => {
-            reasons.push(
-                "no RDMA NIC on this node: KV transfers cannot use GPUDirect RDMA here".to_owned(),
-            );
+            reasons.push("no RDMA NIC on this node: KV transfers cannot use GPUDirect RDMA here".to_owned());
             RiskLevel::None
         }
         None => {

@@ -23,18 +23,12 @@ pub fn capture(sys_root: &Path, proc_root: &Path, out: &Path) -> Result<usize, S
     let proc_ = SysRoot::recording(proc_root);
     let mut topo = super::Topology::discover(&sys, &proc_);
     let _ = super::nvml::enrich(&mut topo); // NVML reads nothing from sysfs that matters here
-    let io = |source| SnapshotError::Io {
-        path: out.to_path_buf(),
-        source,
-    };
+    let io = |source| SnapshotError::Io { path: out.to_path_buf(), source };
     let file = std::fs::File::create(out).map_err(io)?;
     let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
     let mut n = 0;
-    for (prefix, recorded) in [
-        ("sys", sys.take_recorded()),
-        ("proc", proc_.take_recorded()),
-    ] {
+    for (prefix, recorded) in [("sys", sys.take_recorded()), ("proc", proc_.take_recorded())] {
         n += append(&mut tar, prefix, recorded).map_err(io)?;
     }
     let gz = tar.into_inner().map_err(io)?;

@@ -41,18 +41,12 @@ pub struct SysRoot {
 
 impl SysRoot {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        SysRoot {
-            root: root.into(),
-            record: None,
-        }
+        SysRoot { root: root.into(), record: None }
     }
 
     /// The same, remembering everything read (for `snapshot`).
     pub fn recording(root: impl Into<PathBuf>) -> Self {
-        SysRoot {
-            root: root.into(),
-            record: Some(Mutex::default()),
-        }
+        SysRoot { root: root.into(), record: Some(Mutex::default()) }
     }
 
     pub fn root(&self) -> &Path {
@@ -60,10 +54,7 @@ impl SysRoot {
     }
 
     pub fn take_recorded(&self) -> BTreeMap<PathBuf, Recorded> {
-        self.record
-            .as_ref()
-            .and_then(|m| m.lock().ok().map(|mut g| std::mem::take(&mut *g)))
-            .unwrap_or_default()
+        self.record.as_ref().and_then(|m| m.lock().ok().map(|mut g| std::mem::take(&mut *g))).unwrap_or_default()
     }
 
     fn note(&self, rel: &Path, what: Recorded) {
@@ -97,17 +88,10 @@ impl SysRoot {
                 Ok(m) if m.file_type().is_symlink() => {
                     hops += 1;
                     if hops > MAX_LINK_HOPS {
-                        return Err(SysError::LinkLoop {
-                            path: rel.display().to_string(),
-                        });
+                        return Err(SysError::LinkLoop { path: rel.display().to_string() });
                     }
-                    let target =
-                        std::fs::read_link(self.host_path(&candidate)).map_err(|source| {
-                            SysError::Io {
-                                path: candidate.display().to_string(),
-                                source,
-                            }
-                        })?;
+                    let target = std::fs::read_link(self.host_path(&candidate))
+                        .map_err(|source| SysError::Io { path: candidate.display().to_string(), source })?;
                     self.note(&candidate, Recorded::Link(target.clone()));
                     if target.is_absolute() {
                         done = PathBuf::new();
@@ -119,10 +103,7 @@ impl SysRoot {
                 }
                 Ok(_) => done = candidate,
                 Err(source) => {
-                    return Err(SysError::Io {
-                        path: candidate.display().to_string(),
-                        source,
-                    });
+                    return Err(SysError::Io { path: candidate.display().to_string(), source });
                 }
             }
         }
@@ -138,10 +119,8 @@ impl SysRoot {
     pub fn read_bytes(&self, rel: impl AsRef<Path>) -> Result<Vec<u8>, SysError> {
         let rel = rel.as_ref();
         let real = self.resolve(rel)?;
-        let bytes = std::fs::read(self.host_path(&real)).map_err(|source| SysError::Io {
-            path: rel.display().to_string(),
-            source,
-        })?;
+        let bytes = std::fs::read(self.host_path(&real))
+            .map_err(|source| SysError::Io { path: rel.display().to_string(), source })?;
         self.note(&real, Recorded::File(bytes.clone()));
         Ok(bytes)
     }
@@ -150,15 +129,11 @@ impl SysRoot {
     pub fn list(&self, rel: impl AsRef<Path>) -> Result<Vec<String>, SysError> {
         let rel = rel.as_ref();
         let real = self.resolve(rel)?;
-        let rd = std::fs::read_dir(self.host_path(&real)).map_err(|source| SysError::Io {
-            path: rel.display().to_string(),
-            source,
-        })?;
+        let rd = std::fs::read_dir(self.host_path(&real))
+            .map_err(|source| SysError::Io { path: rel.display().to_string(), source })?;
         self.note(&real, Recorded::Dir);
-        let mut names: Vec<String> = rd
-            .filter_map(Result::ok)
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect();
+        let mut names: Vec<String> =
+            rd.filter_map(Result::ok).filter_map(|e| e.file_name().into_string().ok()).collect();
         if self.record.is_some() {
             // A snapshot must list the same names: keep links and subdirectories (not file contents).
             for n in &names {
@@ -221,30 +196,14 @@ mod tests {
         std::fs::create_dir_all(r.join("devices/pci0000:00/0000:00:01.0")).unwrap();
         std::fs::write(r.join("devices/pci0000:00/0000:00:01.0/vendor"), "0x10de\n").unwrap();
         std::fs::create_dir_all(r.join("bus/pci/devices")).unwrap();
-        symlink(
-            "../../../devices/pci0000:00/0000:00:01.0",
-            r.join("bus/pci/devices/0000:00:01.0"),
-        )
-        .unwrap();
+        symlink("../../../devices/pci0000:00/0000:00:01.0", r.join("bus/pci/devices/0000:00:01.0")).unwrap();
         symlink("/devices/pci0000:00/0000:00:01.0", r.join("abs")).unwrap();
         let s = SysRoot::recording(r);
-        assert_eq!(
-            s.read("bus/pci/devices/0000:00:01.0/vendor").unwrap(),
-            "0x10de"
-        );
-        assert_eq!(
-            s.resolve("abs").unwrap(),
-            Path::new("devices/pci0000:00/0000:00:01.0")
-        );
+        assert_eq!(s.read("bus/pci/devices/0000:00:01.0/vendor").unwrap(), "0x10de");
+        assert_eq!(s.resolve("abs").unwrap(), Path::new("devices/pci0000:00/0000:00:01.0"));
         let rec = s.take_recorded();
-        assert!(matches!(
-            rec.get(Path::new("bus/pci/devices/0000:00:01.0")),
-            Some(Recorded::Link(_))
-        ));
-        assert!(matches!(
-            rec.get(Path::new("devices/pci0000:00/0000:00:01.0/vendor")),
-            Some(Recorded::File(_))
-        ));
+        assert!(matches!(rec.get(Path::new("bus/pci/devices/0000:00:01.0")), Some(Recorded::Link(_))));
+        assert!(matches!(rec.get(Path::new("devices/pci0000:00/0000:00:01.0/vendor")), Some(Recorded::File(_))));
     }
 
     #[test]

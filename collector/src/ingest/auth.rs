@@ -21,11 +21,7 @@ pub enum CredentialsError {
         source: std::io::Error,
     },
     #[error("{path}:{line}: {reason}")]
-    Line {
-        path: PathBuf,
-        line: usize,
-        reason: String,
-    },
+    Line { path: PathBuf, line: usize, reason: String },
     #[error("{path}:{line}: {source}")]
     NodeId {
         path: PathBuf,
@@ -67,10 +63,8 @@ fn hex_digest(s: &str) -> Option<Digest32> {
 
 impl Credentials {
     pub fn load(path: &Path) -> Result<Self, CredentialsError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CredentialsError::Io {
-            path: path.into(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| CredentialsError::Io { path: path.into(), source })?;
         Self::parse(&text, path)
     }
 
@@ -82,11 +76,7 @@ impl Credentials {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let bad = |reason: &str| CredentialsError::Line {
-                path: path.into(),
-                line: line_no,
-                reason: reason.into(),
-            };
+            let bad = |reason: &str| CredentialsError::Line { path: path.into(), line: line_no, reason: reason.into() };
             let mut parts = line.split_whitespace();
             let (Some(node), Some(token), None) = (parts.next(), parts.next(), parts.next()) else {
                 return Err(bad("expected `NODE_ID TOKEN`"));
@@ -97,17 +87,14 @@ impl Credentials {
                 source,
             })?;
             let digest = match token.strip_prefix("sha256:") {
-                Some(hex) => hex_digest(hex)
-                    .ok_or_else(|| bad("sha256: must be followed by 64 hex digits"))?,
+                Some(hex) => hex_digest(hex).ok_or_else(|| bad("sha256: must be followed by 64 hex digits"))?,
                 None if token.len() < MIN_TOKEN_LEN => {
                     return Err(bad("token shorter than 16 characters"));
                 }
                 None => token_digest(token),
             };
             if creds.by_digest.insert(digest, node).is_some() {
-                return Err(bad(
-                    "the same token is given to two nodes; each node needs its own",
-                ));
+                return Err(bad("the same token is given to two nodes; each node needs its own"));
             }
         }
         Ok(creds)
@@ -129,16 +116,15 @@ impl Credentials {
     /// request with the node the token belongs to.
     #[allow(clippy::result_large_err)] // tonic's interceptor signature
     pub fn authenticate<T>(&self, mut req: Request<T>) -> Result<Request<T>, Status> {
-        let header = req.metadata().get("authorization").ok_or_else(|| {
-            Status::unauthenticated("missing `authorization: Bearer <token>` metadata")
-        })?;
+        let header = req
+            .metadata()
+            .get("authorization")
+            .ok_or_else(|| Status::unauthenticated("missing `authorization: Bearer <token>` metadata"))?;
         let token = header
             .to_str()
             .ok()
             .and_then(|h| h.strip_prefix("Bearer "))
-            .ok_or_else(|| {
-                Status::unauthenticated("authorization metadata must be `Bearer <token>`")
-            })?;
+            .ok_or_else(|| Status::unauthenticated("authorization metadata must be `Bearer <token>`"))?;
         let node = self
             .by_digest
             .get(&token_digest(token.trim()))
@@ -156,15 +142,8 @@ mod tests {
     const TOKEN: &str = "0123456789abcdef-node-a";
 
     fn creds() -> Credentials {
-        let hashed: String = token_digest("another-long-token-b")
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        Credentials::parse(
-            &format!("# fleet\nnode-a {TOKEN}\n\nnode-b sha256:{hashed}\n"),
-            Path::new("t"),
-        )
-        .unwrap()
+        let hashed: String = token_digest("another-long-token-b").iter().map(|b| format!("{b:02x}")).collect();
+        Credentials::parse(&format!("# fleet\nnode-a {TOKEN}\n\nnode-b sha256:{hashed}\n"), Path::new("t")).unwrap()
     }
 
     fn req(auth: Option<&str>) -> Request<()> {
@@ -179,43 +158,17 @@ mod tests {
     fn known_tokens_map_to_their_node() {
         let c = creds();
         assert_eq!(c.len(), 2);
-        let r = c
-            .authenticate(req(Some(&format!("Bearer {TOKEN}"))))
-            .unwrap();
-        assert_eq!(
-            r.extensions()
-                .get::<AuthenticatedNode>()
-                .unwrap()
-                .0
-                .as_str(),
-            "node-a"
-        );
-        let r = c
-            .authenticate(req(Some("Bearer another-long-token-b")))
-            .unwrap();
-        assert_eq!(
-            r.extensions()
-                .get::<AuthenticatedNode>()
-                .unwrap()
-                .0
-                .as_str(),
-            "node-b"
-        );
+        let r = c.authenticate(req(Some(&format!("Bearer {TOKEN}")))).unwrap();
+        assert_eq!(r.extensions().get::<AuthenticatedNode>().unwrap().0.as_str(), "node-a");
+        let r = c.authenticate(req(Some("Bearer another-long-token-b"))).unwrap();
+        assert_eq!(r.extensions().get::<AuthenticatedNode>().unwrap().0.as_str(), "node-b");
     }
 
     #[test]
     fn unknown_missing_or_malformed_tokens_are_rejected() {
         let c = creds();
-        for r in [
-            req(None),
-            req(Some("Bearer nope")),
-            req(Some(TOKEN)),
-            req(Some("Basic abc")),
-        ] {
-            assert_eq!(
-                c.authenticate(r).unwrap_err().code(),
-                tonic::Code::Unauthenticated
-            );
+        for r in [req(None), req(Some("Bearer nope")), req(Some(TOKEN)), req(Some("Basic abc"))] {
+            assert_eq!(c.authenticate(r).unwrap_err().code(), tonic::Code::Unauthenticated);
         }
     }
 
@@ -228,13 +181,8 @@ mod tests {
             ("node-a sha256:xyz", "64 hex"),
             ("a 0123456789abcdef0\nb 0123456789abcdef0", "two nodes"),
         ] {
-            let e = Credentials::parse(text, Path::new("creds"))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                e.contains(want) && e.starts_with("creds:"),
-                "{text:?} → {e}"
-            );
+            let e = Credentials::parse(text, Path::new("creds")).unwrap_err().to_string();
+            assert!(e.contains(want) && e.starts_with("creds:"), "{text:?} → {e}");
         }
     }
 }

@@ -23,6 +23,8 @@ pub struct IngestStats {
     pub records_duplicate: AtomicU64,
     pub batches_rejected: AtomicU64,
     pub batches_failed: AtomicU64,
+    /// Stored probe results per (node, GPU, NIC, verdict), for `railguard_probe_verdicts_total`.
+    pub verdicts: std::sync::Mutex<std::collections::BTreeMap<(String, u32, String, &'static str), u64>>,
 }
 
 #[derive(Debug, Clone)]
@@ -47,9 +49,7 @@ impl IngestService {
         let server = IngestServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        tonic::service::interceptor::InterceptedService::new(server, move |req| {
-            creds.authenticate(req)
-        })
+        tonic::service::interceptor::InterceptedService::new(server, move |req| creds.authenticate(req))
     }
 }
 
@@ -85,10 +85,7 @@ fn store_status(e: StoreError) -> Status {
 
 #[tonic::async_trait]
 impl Ingest for IngestService {
-    async fn register(
-        &self,
-        req: Request<RegisterRequest>,
-    ) -> Result<Response<RegisterResponse>, Status> {
+    async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<RegisterResponse>, Status> {
         let node = writer(&req, &req.get_ref().node_id)?;
         let r = req.into_inner();
         let hostname = railguard_schema::convert::text("hostname", r.hostname)
@@ -102,16 +99,9 @@ impl Ingest for IngestService {
             }
             None => None,
         };
-        let dropped = self
-            .store
-            .register_node(&node, &hostname, &version)
-            .await
-            .map_err(store_status)?;
+        let dropped = self.store.register_node(&node, &hostname, &version).await.map_err(store_status)?;
         if let Some(t) = topology {
-            self.store
-                .ingest(&node, vec![t], 0)
-                .await
-                .map_err(store_status)?;
+            self.store.ingest(&node, vec![t], 0).await.map_err(store_status)?;
         }
         tracing::info!(%node, %hostname, agent_version = %version, "node registered");
         Ok(Response::new(RegisterResponse {
@@ -143,11 +133,14 @@ impl Ingest for IngestService {
                 }
             }
         }
-        let outcome = match self
-            .store
-            .ingest(&node, records, batch.spool_dropped_total)
-            .await
-        {
+        let verdict_keys: Vec<(u32, String, &'static str)> = records
+            .iter()
+            .filter_map(|r| match &r.body {
+                railguard_schema::RecordBody::Probe(p) => Some((p.gpu, p.nic.clone(), p.verdict.as_str())),
+                _ => None,
+            })
+            .collect();
+        let outcome = match self.store.ingest(&node, records, batch.spool_dropped_total).await {
             Ok(o) => o,
             Err(e) => {
                 self.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
@@ -155,12 +148,16 @@ impl Ingest for IngestService {
             }
         };
         self.stats.batches_committed.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .records_stored
-            .fetch_add(outcome.stored, Ordering::Relaxed);
-        self.stats
-            .records_duplicate
-            .fetch_add(outcome.duplicates, Ordering::Relaxed);
+        // A batch with duplicates was (partly) counted when it first arrived.
+        if outcome.duplicates == 0
+            && let Ok(mut v) = self.stats.verdicts.lock()
+        {
+            for (gpu, nic, verdict) in verdict_keys {
+                *v.entry((node.to_string(), gpu, nic, verdict)).or_default() += 1;
+            }
+        }
+        self.stats.records_stored.fetch_add(outcome.stored, Ordering::Relaxed);
+        self.stats.records_duplicate.fetch_add(outcome.duplicates, Ordering::Relaxed);
         Ok(Response::new(wire::BatchAck {
             stored: u32::try_from(outcome.stored).unwrap_or(u32::MAX),
             duplicates: u32::try_from(outcome.duplicates).unwrap_or(u32::MAX),

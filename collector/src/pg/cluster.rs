@@ -26,9 +26,7 @@ pub enum ClusterError {
          or set DATABASE_URL to an existing database"
     )]
     BinariesNotFound,
-    #[error(
-        "unprivileged user {user:?} to run postgres as (we are root) does not exist; set RAILGUARD_PG_USER"
-    )]
+    #[error("unprivileged user {user:?} to run postgres as (we are root) does not exist; set RAILGUARD_PG_USER")]
     NoUser { user: String },
     #[error(
         "{path} is not reachable by user {user:?} (a parent directory lacks o+x); choose a data dir under /var/lib or /tmp"
@@ -69,21 +67,11 @@ impl PrivateCluster {
         let (run_as, user_name) = unprivileged_user()?;
         if let Some((uid, gid)) = run_as {
             check_traversable(&data_dir, &user_name)?;
-            nix::unistd::chown(&data_dir, Some(uid.into()), Some(gid.into())).map_err(|e| {
-                ClusterError::Io {
-                    path: data_dir.clone(),
-                    source: e.into(),
-                }
-            })?;
+            nix::unistd::chown(&data_dir, Some(uid.into()), Some(gid.into()))
+                .map_err(|e| ClusterError::Io { path: data_dir.clone(), source: e.into() })?;
         }
-        std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(io(&data_dir))?;
-        let cluster = PrivateCluster {
-            bin_dir,
-            data_dir,
-            run_as,
-            user_name,
-        };
+        std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700)).map_err(io(&data_dir))?;
+        let cluster = PrivateCluster { bin_dir, data_dir, run_as, user_name };
         if !cluster.data_dir.join("PG_VERSION").exists() {
             cluster.initdb()?;
         }
@@ -98,12 +86,7 @@ impl PrivateCluster {
     fn initdb(&self) -> Result<(), ClusterError> {
         let out = self
             .command("initdb")
-            .args([
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--locale=C",
-                "--no-instructions",
-            ])
+            .args(["--auth=trust", "--encoding=UTF8", "--locale=C", "--no-instructions"])
             .arg(format!("--username={SUPERUSER}"))
             .arg("-D")
             .arg(&self.data_dir)
@@ -122,17 +105,10 @@ impl PrivateCluster {
             fsync = if durable { "on" } else { "off" },
         );
         let path = self.data_dir.join("postgresql.auto.conf");
-        std::fs::write(&path, conf).map_err(|source| ClusterError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        std::fs::write(&path, conf).map_err(|source| ClusterError::Io { path: path.clone(), source })?;
         if let Some((uid, gid)) = self.run_as {
-            nix::unistd::chown(&path, Some(uid.into()), Some(gid.into())).map_err(|e| {
-                ClusterError::Io {
-                    path,
-                    source: e.into(),
-                }
-            })?;
+            nix::unistd::chown(&path, Some(uid.into()), Some(gid.into()))
+                .map_err(|e| ClusterError::Io { path, source: e.into() })?;
         }
         Ok(())
     }
@@ -148,16 +124,8 @@ impl PrivateCluster {
     }
 
     fn pg_ctl(&self, args: &[&str]) -> Result<Output, ClusterError> {
-        let out = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(&self.data_dir)
-            .args(args)
-            .output();
-        check(
-            &format!("pg_ctl {}", args.first().copied().unwrap_or("")),
-            out,
-        )
+        let out = self.command("pg_ctl").arg("-D").arg(&self.data_dir).args(args).output();
+        check(&format!("pg_ctl {}", args.first().copied().unwrap_or("")), out)
     }
 
     fn command(&self, program: &str) -> Command {
@@ -170,10 +138,7 @@ impl PrivateCluster {
             }
         }
         if let Some((uid, gid)) = self.run_as {
-            cmd.uid(uid)
-                .gid(gid)
-                .env("HOME", &self.data_dir)
-                .env("USER", &self.user_name);
+            cmd.uid(uid).gid(gid).env("HOME", &self.data_dir).env("USER", &self.user_name);
         }
         cmd
     }
@@ -198,38 +163,26 @@ impl PrivateCluster {
 
     /// Connection options for `database` over the cluster's Unix socket.
     pub fn connect_options(&self, database: &str) -> PgConnectOptions {
-        PgConnectOptions::new()
-            .host(&self.data_dir.to_string_lossy())
-            .port(PORT)
-            .username(SUPERUSER)
-            .database(database)
+        PgConnectOptions::new().host(&self.data_dir.to_string_lossy()).port(PORT).username(SUPERUSER).database(database)
     }
 
     /// A `postgresql://` URL (socket directory in the query), understood by psql and sqlx.
     pub fn url(&self, database: &str) -> String {
-        format!(
-            "postgresql:///{database}?host={}&port={PORT}&user={SUPERUSER}",
-            self.data_dir.display()
-        )
+        format!("postgresql:///{database}?host={}&port={PORT}&user={SUPERUSER}", self.data_dir.display())
     }
 
     /// Creates `name` (if missing) from the `postgres` maintenance database.
     pub async fn create_database(&self, name: &str) -> Result<(), sqlx::Error> {
         use sqlx::{Connection, Executor};
         let mut conn = sqlx::PgConnection::connect_with(&self.connect_options("postgres")).await?;
-        let exists: Option<i32> =
-            sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
-                .bind(name)
-                .fetch_optional(&mut conn)
-                .await?;
+        let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+            .bind(name)
+            .fetch_optional(&mut conn)
+            .await?;
         if exists.is_none() {
             // CREATE DATABASE takes no bind parameters; quote_ident() makes the name safe.
-            let quoted: String = sqlx::query_scalar("SELECT quote_ident($1)")
-                .bind(name)
-                .fetch_one(&mut conn)
-                .await?;
-            conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {quoted}")))
-                .await?;
+            let quoted: String = sqlx::query_scalar("SELECT quote_ident($1)").bind(name).fetch_one(&mut conn).await?;
+            conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {quoted}"))).await?;
         }
         conn.close().await
     }
@@ -240,16 +193,9 @@ fn check(what: &str, out: std::io::Result<Output>) -> Result<Output, ClusterErro
         Ok(o) if o.status.success() => Ok(o),
         Ok(o) => Err(ClusterError::Command {
             what: what.to_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr)
-                .trim()
-                .chars()
-                .take(2000)
-                .collect(),
+            stderr: String::from_utf8_lossy(&o.stderr).trim().chars().take(2000).collect(),
         }),
-        Err(e) => Err(ClusterError::Command {
-            what: what.to_owned(),
-            stderr: e.to_string(),
-        }),
+        Err(e) => Err(ClusterError::Command { what: what.to_owned(), stderr: e.to_string() }),
     }
 }
 
@@ -264,11 +210,7 @@ fn has_tools(d: &Path) -> bool {
 
 fn find_bindir_with(explicit: Option<PathBuf>) -> Result<PathBuf, ClusterError> {
     if let Some(d) = explicit {
-        return if has_tools(&d) {
-            Ok(d)
-        } else {
-            Err(ClusterError::BinariesNotFound)
-        };
+        return if has_tools(&d) { Ok(d) } else { Err(ClusterError::BinariesNotFound) };
     }
     if let Ok(o) = Command::new("pg_config").arg("--bindir").output() {
         let d = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
@@ -292,12 +234,7 @@ fn find_bindir_with(explicit: Option<PathBuf>) -> Result<PathBuf, ClusterError> 
         .iter()
         .flat_map(std::env::split_paths)
         .find(|d| has_tools(d))
-        .and_then(|d| {
-            std::fs::canonicalize(d.join("initdb"))
-                .ok()?
-                .parent()
-                .map(Path::to_path_buf)
-        })
+        .and_then(|d| std::fs::canonicalize(d.join("initdb")).ok()?.parent().map(Path::to_path_buf))
         .filter(|d| has_tools(d))
         .ok_or(ClusterError::BinariesNotFound)
 }
@@ -319,10 +256,7 @@ fn check_traversable(dir: &Path, user: &str) -> Result<(), ClusterError> {
             continue;
         };
         if meta.permissions().mode() & 0o001 == 0 {
-            return Err(ClusterError::NotTraversable {
-                path: anc.to_path_buf(),
-                user: user.to_owned(),
-            });
+            return Err(ClusterError::NotTraversable { path: anc.to_path_buf(), user: user.to_owned() });
         }
     }
     Ok(())
@@ -336,9 +270,7 @@ mod tests {
     #[test]
     fn missing_binaries_name_the_package_to_install() {
         let empty = tempfile::tempdir().unwrap();
-        let e = find_bindir_with(Some(empty.path().to_path_buf()))
-            .unwrap_err()
-            .to_string();
+        let e = find_bindir_with(Some(empty.path().to_path_buf())).unwrap_err().to_string();
         assert!(e.contains("apt-get install postgresql"), "{e}");
         // This machine has them (CI installs them through scripts/setup.sh).
         assert!(has_tools(&find_bindir_with(None).unwrap()));
@@ -353,10 +285,7 @@ mod tests {
             user_name: String::new(),
         };
         let opts: PgConnectOptions = c.url("railguard").parse().unwrap();
-        assert_eq!(
-            opts.get_socket().map(|p| p.as_path()),
-            Some(Path::new("/tmp/rg data/pg"))
-        );
+        assert_eq!(opts.get_socket().map(|p| p.as_path()), Some(Path::new("/tmp/rg data/pg")));
         assert_eq!(opts.get_username(), SUPERUSER);
         assert_eq!(opts.get_database(), Some("railguard"));
     }

@@ -9,10 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use std::time::Duration;
 
 /// Opens a pool and applies the migrations in `migrations/`.
-pub async fn connect_and_migrate(
-    opts: PgConnectOptions,
-    max_connections: u32,
-) -> Result<PgPool, sqlx::Error> {
+pub async fn connect_and_migrate(opts: PgConnectOptions, max_connections: u32) -> Result<PgPool, sqlx::Error> {
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))

@@ -6,8 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use railguard_schema::{
-    NodeId, ProbeResult, Record, RecordBody, SignalEvent, SignalKind, SignalSource,
-    TopologySnapshot,
+    NodeId, ProbeResult, Record, RecordBody, SignalEvent, SignalKind, SignalSource, TopologySnapshot,
 };
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
@@ -49,12 +48,7 @@ const DERIVED_ID_NAMESPACE: Uuid = Uuid::from_u128(0x5a1d_7a3e_0b1e_4c3a_9f00_72
 
 impl Store {
     /// Creates or refreshes a node's row.
-    pub async fn register_node(
-        &self,
-        node: &NodeId,
-        hostname: &str,
-        agent_version: &str,
-    ) -> Result<u64, StoreError> {
+    pub async fn register_node(&self, node: &NodeId, hostname: &str, agent_version: &str) -> Result<u64, StoreError> {
         let dropped: i64 = sqlx::query_scalar(
             "INSERT INTO nodes (node_id, hostname, agent_version) VALUES ($1, $2, $3)
              ON CONFLICT (node_id) DO UPDATE
@@ -88,13 +82,10 @@ impl Store {
         }
         let total = (probes.len() + signals.len() + topologies.len()) as u64;
 
-        let days = |ts: &mut dyn Iterator<Item = &DateTime<Utc>>| {
-            ts.map(|t| t.date_naive()).collect::<BTreeSet<NaiveDate>>()
-        };
+        let days =
+            |ts: &mut dyn Iterator<Item = &DateTime<Utc>>| ts.map(|t| t.date_naive()).collect::<BTreeSet<NaiveDate>>();
         for day in days(&mut probes.iter().map(|p| &p.1)) {
-            self.partitions
-                .ensure(&self.pool, HistoryTable::ProbeResults, day)
-                .await?;
+            self.partitions.ensure(&self.pool, HistoryTable::ProbeResults, day).await?;
         }
         // Spool-drop events are signals dated now.
         let mut signal_days = days(&mut signals.iter().map(|s| &s.1));
@@ -102,9 +93,7 @@ impl Store {
             signal_days.insert(Utc::now().date_naive());
         }
         for day in signal_days {
-            self.partitions
-                .ensure(&self.pool, HistoryTable::SignalEvents, day)
-                .await?;
+            self.partitions.ensure(&self.pool, HistoryTable::SignalEvents, day).await?;
         }
 
         let mut tx = self.pool.begin().await?;
@@ -116,10 +105,7 @@ impl Store {
             stored += insert_topology(&mut tx, node, id, at, t).await?;
         }
         tx.commit().await?;
-        Ok(IngestOutcome {
-            stored,
-            duplicates: total - stored,
-        })
+        Ok(IngestOutcome { stored, duplicates: total - stored })
     }
 }
 
@@ -147,10 +133,7 @@ async fn upsert_node_seen(
     .await?;
     let previous = previous.unwrap_or(0);
     if dropped > previous {
-        let id = Uuid::new_v5(
-            &DERIVED_ID_NAMESPACE,
-            format!("spool-drops/{node}/{dropped}").as_bytes(),
-        );
+        let id = Uuid::new_v5(&DERIVED_ID_NAMESPACE, format!("spool-drops/{node}/{dropped}").as_bytes());
         let event = SignalEvent {
             source: SignalSource::Agent,
             kind: SignalKind::AgentSpoolDrops,
@@ -163,10 +146,7 @@ async fn upsert_node_seen(
             ),
             attrs: BTreeMap::from([
                 ("dropped_total".to_owned(), dropped.to_string()),
-                (
-                    "dropped_since_last".to_owned(),
-                    (dropped - previous).to_string(),
-                ),
+                ("dropped_since_last".to_owned(), (dropped - previous).to_string()),
             ]),
         };
         insert_signals(tx, node, vec![(id, Utc::now(), event)]).await?;
@@ -292,12 +272,7 @@ async fn insert_signals(
         gpu.push(s.gpu.map(i32_sat));
         nic.push(s.nic);
         summary.push(s.summary);
-        attrs.push(
-            serde_json::to_value(&s.attrs).map_err(|source| StoreError::Json {
-                what: "signal attrs",
-                source,
-            })?,
-        );
+        attrs.push(serde_json::to_value(&s.attrs).map_err(|source| StoreError::Json { what: "signal attrs", source })?);
     }
     let res = sqlx::query(
         "INSERT INTO signal_events (record_id, node_id, observed_at, source, kind, bdf, gpu_index, nic, summary, attrs)
@@ -329,10 +304,7 @@ async fn insert_topology(
     at: DateTime<Utc>,
     t: TopologySnapshot,
 ) -> Result<u64, StoreError> {
-    let json = |what, v: &dyn erased::Ser| {
-        v.to_json()
-            .map_err(|source| StoreError::Json { what, source })
-    };
+    let json = |what, v: &dyn erased::Ser| v.to_json().map_err(|source| StoreError::Json { what, source });
     let inserted = sqlx::query(
         "INSERT INTO topology_snapshots (record_id, node_id, observed_at, virtualized, hypervisor, viommu, gpudirect,
              kernel_iommu_flags, risks, warnings)
@@ -395,12 +367,7 @@ async fn insert_topology(
     .bind(t.paths.iter().map(|p| p.a.clone()).collect::<Vec<_>>())
     .bind(t.paths.iter().map(|p| p.b.clone()).collect::<Vec<_>>())
     .bind(t.paths.iter().map(|p| p.class.as_str()).collect::<Vec<_>>())
-    .bind(
-        t.paths
-            .iter()
-            .map(|p| i32_sat(p.nvlinks))
-            .collect::<Vec<_>>(),
-    )
+    .bind(t.paths.iter().map(|p| i32_sat(p.nvlinks)).collect::<Vec<_>>())
     .execute(&mut **tx)
     .await?;
     Ok(1)

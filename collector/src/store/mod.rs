@@ -18,10 +18,7 @@ pub struct Store {
 
 impl Store {
     pub fn new(pool: PgPool) -> Self {
-        Store {
-            pool,
-            partitions: Arc::default(),
-        }
+        Store { pool, partitions: Arc::default() }
     }
 
     pub fn pool(&self) -> &PgPool {

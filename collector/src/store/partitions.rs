@@ -30,18 +30,8 @@ pub struct PartitionCache {
 }
 
 impl PartitionCache {
-    pub async fn ensure(
-        &self,
-        pool: &PgPool,
-        table: HistoryTable,
-        day: NaiveDate,
-    ) -> Result<(), sqlx::Error> {
-        if self
-            .known
-            .lock()
-            .map(|k| k.contains(&(table, day)))
-            .unwrap_or(false)
-        {
+    pub async fn ensure(&self, pool: &PgPool, table: HistoryTable, day: NaiveDate) -> Result<(), sqlx::Error> {
+        if self.known.lock().map(|k| k.contains(&(table, day))).unwrap_or(false) {
             return Ok(());
         }
         // Outside the batch's transaction: the DDL commits on its own and briefly locks the

@@ -19,22 +19,13 @@ pub struct TransferReport {
 
 impl TransferReport {
     pub fn success() -> Self {
-        TransferReport {
-            reported: Reported::Success,
-            detail: String::new(),
-        }
+        TransferReport { reported: Reported::Success, detail: String::new() }
     }
     pub fn error(detail: impl Into<String>) -> Self {
-        TransferReport {
-            reported: Reported::Error,
-            detail: detail.into(),
-        }
+        TransferReport { reported: Reported::Error, detail: detail.into() }
     }
     pub fn nothing(detail: impl Into<String>) -> Self {
-        TransferReport {
-            reported: Reported::Nothing,
-            detail: detail.into(),
-        }
+        TransferReport { reported: Reported::Nothing, detail: detail.into() }
     }
 }
 
@@ -51,10 +42,7 @@ pub enum Sabotage {
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     #[error("{transport} transport unavailable: {reason}")]
-    Unavailable {
-        transport: &'static str,
-        reason: String,
-    },
+    Unavailable { transport: &'static str, reason: String },
     #[error("{transport} transport: {source}")]
     Io {
         transport: &'static str,

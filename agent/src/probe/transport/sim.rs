@@ -32,9 +32,7 @@ impl ProbeTransport for SimFabric {
             Sabotage::Truncate => {
                 let half = src.len() / 2;
                 dst[..half].copy_from_slice(&src[..half]);
-                TransferReport::error(
-                    "simulated: work completion with error after a partial transfer",
-                )
+                TransferReport::error("simulated: work completion with error after a partial transfer")
             }
             Sabotage::Stall => {
                 std::thread::sleep(timeout.min(Duration::from_millis(50)));

@@ -28,10 +28,7 @@ fn connect() -> std::io::Result<(TcpStream, TcpStream)> {
 
 impl TcpLoopback {
     pub fn new() -> Result<Self, TransportError> {
-        let (tx, rx) = connect().map_err(|source| TransportError::Io {
-            transport: "tcp",
-            source,
-        })?;
+        let (tx, rx) = connect().map_err(|source| TransportError::Io { transport: "tcp", source })?;
         Ok(TcpLoopback { tx, rx })
     }
 
@@ -49,26 +46,15 @@ fn receive(rx: &mut TcpStream, dst: &mut [u8], deadline: Instant) -> Result<(), 
         while got < buf.len() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(TransferReport::nothing(format!(
-                    "receiver timed out after {got} of {} bytes",
-                    buf.len()
-                )));
+                return Err(TransferReport::nothing(format!("receiver timed out after {got} of {} bytes", buf.len())));
             }
             let _ = rx.set_read_timeout(Some(left));
             match rx.read(&mut buf[got..]) {
                 Ok(0) => {
-                    return Err(TransferReport::error(format!(
-                        "connection closed after {got} of {} bytes",
-                        buf.len()
-                    )));
+                    return Err(TransferReport::error(format!("connection closed after {got} of {} bytes", buf.len())));
                 }
                 Ok(n) => got += n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                     return Err(TransferReport::nothing(format!(
                         "receiver timed out after {got} of {} bytes",
                         buf.len()
@@ -84,10 +70,7 @@ fn receive(rx: &mut TcpStream, dst: &mut [u8], deadline: Instant) -> Result<(), 
     read_exact(&mut header)?;
     let len = u64::from_le_bytes(header);
     if len != dst.len() as u64 {
-        return Err(TransferReport::error(format!(
-            "sender announced {len} bytes, receiver expected {}",
-            dst.len()
-        )));
+        return Err(TransferReport::error(format!("sender announced {len} bytes, receiver expected {}", dst.len())));
     }
     read_exact(dst)
 }
@@ -112,19 +95,15 @@ impl ProbeTransport for TcpLoopback {
         let report = std::thread::scope(|s| {
             let receiver = s.spawn(move || receive(&mut rx, dst, deadline));
             let mut tx = &self.tx;
-            let sent =
-                tx.write_all(&(src.len() as u64).to_le_bytes())
-                    .and_then(|_| match sabotage {
-                        Sabotage::None => tx.write_all(src),
-                        Sabotage::Truncate => {
-                            tx.write_all(&src[..src.len() / 2])?;
-                            tx.shutdown(Shutdown::Write)
-                        }
-                        Sabotage::Stall => Ok(()),
-                    });
-            let received = receiver
-                .join()
-                .unwrap_or_else(|_| Err(TransferReport::error("receiver thread panicked")));
+            let sent = tx.write_all(&(src.len() as u64).to_le_bytes()).and_then(|_| match sabotage {
+                Sabotage::None => tx.write_all(src),
+                Sabotage::Truncate => {
+                    tx.write_all(&src[..src.len() / 2])?;
+                    tx.shutdown(Shutdown::Write)
+                }
+                Sabotage::Stall => Ok(()),
+            });
+            let received = receiver.join().unwrap_or_else(|_| Err(TransferReport::error("receiver thread panicked")));
             match (sent, received) {
                 (Ok(()), Ok(())) => TransferReport::success(),
                 (_, Err(r)) => r,

@@ -20,12 +20,7 @@ struct RgUcx {
 }
 
 unsafe extern "C" {
-    fn rg_ucx_open(
-        net_devices: *const c_char,
-        tls: *const c_char,
-        err: *mut c_char,
-        errlen: usize,
-    ) -> *mut RgUcx;
+    fn rg_ucx_open(net_devices: *const c_char, tls: *const c_char, err: *mut c_char, errlen: usize) -> *mut RgUcx;
     fn rg_ucx_put(
         u: *mut RgUcx,
         src: *const c_void,
@@ -79,21 +74,14 @@ fn err_string(buf: &[u8]) -> String {
 impl Ucx {
     /// Opens a UCX context. `tls` restricts transports (UCX_TLS), e.g. `tcp`.
     pub fn open(choice: NicChoice, tls: Option<&str>) -> Result<Self, TransportError> {
-        let unavailable = |reason: String| TransportError::Unavailable {
-            transport: "ucx",
-            reason,
-        };
+        let unavailable = |reason: String| TransportError::Unavailable { transport: "ucx", reason };
         let dev = match &choice {
             NicChoice::Auto => None,
-            NicChoice::Pin(v) => Some(
-                CString::new(v.as_str())
-                    .map_err(|_| unavailable("NIC name contains NUL".into()))?,
-            ),
+            NicChoice::Pin(v) => {
+                Some(CString::new(v.as_str()).map_err(|_| unavailable("NIC name contains NUL".into()))?)
+            }
         };
-        let tls = tls
-            .map(CString::new)
-            .transpose()
-            .map_err(|_| unavailable("UCX_TLS contains NUL".into()))?;
+        let tls = tls.map(CString::new).transpose().map_err(|_| unavailable("UCX_TLS contains NUL".into()))?;
         let mut err = [0u8; ERR_LEN];
         // SAFETY: the strings are NUL-terminated and outlive the call; err is ERR_LEN bytes.
         let handle = unsafe {
@@ -139,9 +127,7 @@ impl ProbeTransport for Ucx {
             return TransferReport::error("source and destination differ in length");
         }
         if sabotage != Sabotage::None {
-            return TransferReport::error(
-                "ucx transport does not sabotage itself; the engine emulates it",
-            );
+            return TransferReport::error("ucx transport does not sabotage itself; the engine emulates it");
         }
         let mut err = [0u8; ERR_LEN];
         let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);

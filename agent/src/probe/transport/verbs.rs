@@ -6,11 +6,7 @@ use super::TransportError;
 /// Lists RDMA devices the kernel exposes (`/sys/class/infiniband`).
 pub fn rdma_devices() -> Vec<String> {
     std::fs::read_dir("/sys/class/infiniband")
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect()
-        })
+        .map(|rd| rd.filter_map(Result::ok).filter_map(|e| e.file_name().into_string().ok()).collect())
         .unwrap_or_default()
 }
 
@@ -25,8 +21,5 @@ pub fn open() -> Result<std::convert::Infallible, TransportError> {
             devices.join(", ")
         )
     };
-    Err(TransportError::Unavailable {
-        transport: "verbs",
-        reason,
-    })
+    Err(TransportError::Unavailable { transport: "verbs", reason })
 }

@@ -1,0 +1,299 @@
+//! Assessment: per GPU, is it ok, to watch, at risk, or corrupting — from structural risk
+//! (topology records), active evidence (probe verdicts in a sliding window), passive evidence
+//! (signals attributed to the GPU or its NIC) and which NIC its workload uses. Status changes
+//! are stored as history. Rules live in [`rules`]; this module loads their inputs.
+
+pub mod rules;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use railguard_schema::RiskLevel;
+use sqlx::PgPool;
+
+pub use rules::{Assessment, GpuInput, GpuStatus, PairCounts, Previous, RulesConfig, SignalCount};
+
+#[derive(Debug, Clone)]
+pub struct AssessConfig {
+    pub window: Duration,
+    pub rules: RulesConfig,
+}
+
+impl Default for AssessConfig {
+    fn default() -> Self {
+        AssessConfig { window: Duration::from_secs(15 * 60), rules: RulesConfig::default() }
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct StoredRisk {
+    gpu: u32,
+    level: RiskLevel,
+    #[serde(default)]
+    reasons: Vec<String>,
+    predicted_nic: Option<String>,
+    #[serde(default)]
+    pinned: bool,
+    #[serde(default)]
+    safe_nics: Vec<String>,
+}
+
+type Key = (String, u32);
+
+/// Loads the inputs of every GPU of `nodes` (all nodes when None) as of `now`.
+pub async fn load_inputs(
+    pool: &PgPool,
+    nodes: Option<&[String]>,
+    now: DateTime<Utc>,
+    window: Duration,
+) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
+    let since = now - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::minutes(15));
+    let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
+    let mut inputs: BTreeMap<Key, GpuInput> = BTreeMap::new();
+
+    // Latest topology per node: structural risk and the workload's NIC per GPU.
+    let topo: Vec<(String, serde_json::Value)> = sqlx::query_as(
+        "SELECT DISTINCT ON (node_id) node_id, risks FROM topology_snapshots
+         WHERE ($1::text[] IS NULL OR node_id = ANY($1)) ORDER BY node_id, observed_at DESC",
+    )
+    .bind(&filter)
+    .fetch_all(pool)
+    .await?;
+    for (node, risks) in topo {
+        let risks: Vec<StoredRisk> = serde_json::from_value(risks).unwrap_or_default();
+        for r in risks {
+            inputs.insert(
+                (node.clone(), r.gpu),
+                GpuInput {
+                    node: node.clone(),
+                    gpu: r.gpu,
+                    structural: Some(r.level),
+                    structural_reasons: r.reasons,
+                    workload_nic: r.predicted_nic,
+                    pinned: r.pinned,
+                    safe_nics: r.safe_nics,
+                    ..Default::default()
+                },
+            );
+        }
+    }
+
+    // Probe verdicts per pair in the window.
+    let counts: Vec<(String, i32, String, i64, i64, i64, i64, Option<String>)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic,
+                count(*) FILTER (WHERE verdict = 'ok'),
+                count(*) FILTER (WHERE verdict = 'silent_corruption'),
+                count(*) FILTER (WHERE verdict = 'reported_failure'),
+                count(*) FILTER (WHERE verdict = 'timeout'),
+                mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE verdict = 'silent_corruption')
+         FROM probe_results
+         WHERE observed_at > $2 AND observed_at <= $3 AND ($1::text[] IS NULL OR node_id = ANY($1))
+         GROUP BY node_id, gpu_index, nic",
+    )
+    .bind(&filter)
+    .bind(since)
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    for (node, gpu, nic, ok, silent, reported, timeout, diagnosis) in counts {
+        let gpu = u32::try_from(gpu).unwrap_or(0);
+        let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput {
+            node: node.clone(),
+            gpu,
+            ..Default::default()
+        });
+        let n = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
+        input.pairs.push(PairCounts {
+            nic,
+            ok: n(ok),
+            silent_corruption: n(silent),
+            reported_failure: n(reported),
+            timeout: n(timeout),
+            diagnosis,
+        });
+    }
+    for input in inputs.values_mut() {
+        input.pairs.sort_by(|a, b| a.nic.cmp(&b.nic));
+    }
+
+    // The last verdicts on each GPU's workload pair (hysteresis), within a day.
+    let recent: Vec<(String, i32, String, String)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic, verdict FROM (
+            SELECT node_id, gpu_index, nic, verdict, observed_at,
+                   row_number() OVER (PARTITION BY node_id, gpu_index, nic ORDER BY observed_at DESC) AS rn
+            FROM probe_results
+            WHERE observed_at > $2 - interval '1 day' AND observed_at <= $2 AND ($1::text[] IS NULL OR node_id = ANY($1))
+         ) r WHERE rn <= 10 ORDER BY node_id, gpu_index, nic, rn",
+    )
+    .bind(&filter)
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    for (node, gpu, nic, verdict) in recent {
+        if let Some(i) = inputs.get_mut(&(node, u32::try_from(gpu).unwrap_or(0)))
+            && i.workload_nic.as_deref() == Some(nic.as_str())
+        {
+            i.workload_recent.push(verdict);
+        }
+    }
+
+    // Signals in the window, attributed to a GPU or to a NIC.
+    let signals: Vec<(String, Option<i32>, String, String, Option<String>, i64, String)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic, kind, attrs->>'xid', count(*),
+                (array_agg(summary ORDER BY observed_at DESC))[1]
+         FROM signal_events
+         WHERE observed_at > $2 AND observed_at <= $3 AND kind <> 'agent_spool_drops'
+           AND ($1::text[] IS NULL OR node_id = ANY($1))
+         GROUP BY node_id, gpu_index, nic, kind, attrs->>'xid'",
+    )
+    .bind(&filter)
+    .bind(since)
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    let mut by_nic: HashMap<(String, String), Vec<SignalCount>> = HashMap::new();
+    for (node, gpu, nic, kind, xid, count, summary) in signals {
+        let s = SignalCount {
+            kind,
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+            summary,
+            xid: xid.and_then(|x| x.parse().ok()),
+            on_nic: gpu.is_none(),
+        };
+        match gpu {
+            Some(g) => {
+                let g = u32::try_from(g).unwrap_or(0);
+                inputs
+                    .entry((node.clone(), g))
+                    .or_insert_with(|| GpuInput { node, gpu: g, ..Default::default() })
+                    .signals
+                    .push(s);
+            }
+            None if !nic.is_empty() => by_nic.entry((node, nic)).or_default().push(s),
+            None => {}
+        }
+    }
+    for input in inputs.values_mut() {
+        if let Some(nic) = &input.workload_nic
+            && let Some(v) = by_nic.get(&(input.node.clone(), nic.clone()))
+        {
+            input.signals.extend(v.iter().cloned());
+        }
+    }
+    Ok(inputs)
+}
+
+/// Assesses GPUs and stores the results: current status per GPU, and a history row per change.
+pub async fn assess_and_store(
+    pool: &PgPool,
+    nodes: Option<&[String]>,
+    cfg: &AssessConfig,
+) -> Result<Vec<Assessment>, sqlx::Error> {
+    let now = Utc::now();
+    let inputs = load_inputs(pool, nodes, now, cfg.window).await?;
+    let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
+    let prev: Vec<(String, i32, String)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, status FROM gpu_status WHERE ($1::text[] IS NULL OR node_id = ANY($1))",
+    )
+    .bind(&filter)
+    .fetch_all(pool)
+    .await?;
+    let prev: HashMap<Key, GpuStatus> =
+        prev.into_iter().filter_map(|(n, g, s)| Some(((n, u32::try_from(g).ok()?), GpuStatus::parse(&s)?))).collect();
+    let results: Vec<Assessment> = inputs
+        .iter()
+        .map(|(k, i)| rules::assess(i, prev.get(k).map(|s| Previous { status: *s }), &cfg.rules))
+        .collect();
+
+    let mut tx = pool.begin().await?;
+    let mut cols: (
+        Vec<String>,
+        Vec<i32>,
+        Vec<String>,
+        Vec<Option<String>>,
+        Vec<String>,
+        Vec<serde_json::Value>,
+        Vec<Option<String>>,
+        Vec<i32>,
+    ) = Default::default();
+    let mut changes: (Vec<String>, Vec<i32>, Vec<Option<String>>, Vec<String>, Vec<serde_json::Value>) =
+        Default::default();
+    for a in &results {
+        let reasons = serde_json::json!(a.reasons);
+        cols.0.push(a.node.clone());
+        cols.1.push(i32::try_from(a.gpu).unwrap_or(i32::MAX));
+        cols.2.push(a.status.as_str().to_owned());
+        cols.3.push(a.workload_nic.clone());
+        cols.4.push(a.structural_risk.map(|r| r.as_str()).unwrap_or("unknown").to_owned());
+        cols.5.push(reasons.clone());
+        cols.6.push(a.recommendation.clone());
+        cols.7.push(i32::try_from(a.ok_streak).unwrap_or(i32::MAX));
+        let before = prev.get(&(a.node.clone(), a.gpu)).copied();
+        if before != Some(a.status) {
+            changes.0.push(a.node.clone());
+            changes.1.push(i32::try_from(a.gpu).unwrap_or(i32::MAX));
+            changes.2.push(before.map(|s| s.as_str().to_owned()));
+            changes.3.push(a.status.as_str().to_owned());
+            changes.4.push(reasons);
+        }
+    }
+    sqlx::query(
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation, ok_streak)
+         SELECT u.node, u.gpu, u.status, $9, $9, u.nic, u.risk, u.reasons, u.rec, u.streak
+         FROM UNNEST($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::int[])
+              AS u(node, gpu, status, nic, risk, reasons, rec, streak)
+         ON CONFLICT (node_id, gpu_index) DO UPDATE SET
+            since = CASE WHEN gpu_status.status = EXCLUDED.status THEN gpu_status.since ELSE EXCLUDED.since END,
+            status = EXCLUDED.status, assessed_at = EXCLUDED.assessed_at, workload_nic = EXCLUDED.workload_nic,
+            structural_risk = EXCLUDED.structural_risk, reasons = EXCLUDED.reasons,
+            recommendation = EXCLUDED.recommendation, ok_streak = EXCLUDED.ok_streak",
+    )
+    .bind(cols.0)
+    .bind(cols.1)
+    .bind(cols.2)
+    .bind(cols.3)
+    .bind(cols.4)
+    .bind(cols.5)
+    .bind(cols.6)
+    .bind(cols.7)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    if !changes.0.is_empty() {
+        sqlx::query(
+            "INSERT INTO gpu_status_changes (node_id, gpu_index, at, from_status, to_status, reasons)
+             SELECT u.node, u.gpu, $6, u.f, u.t, u.r FROM UNNEST($1::text[], $2::int[], $3::text[], $4::text[], $5::jsonb[]) AS u(node, gpu, f, t, r)",
+        )
+        .bind(changes.0)
+        .bind(changes.1)
+        .bind(changes.2)
+        .bind(changes.3)
+        .bind(changes.4)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(results)
+}
+
+/// Re-assesses the whole fleet every `every` until `shutdown`.
+pub async fn run_periodic(
+    pool: PgPool,
+    cfg: AssessConfig,
+    every: Duration,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut shutdown = shutdown;
+    loop {
+        match assess_and_store(&pool, None, &cfg).await {
+            Ok(r) => tracing::debug!(gpus = r.len(), "fleet assessed"),
+            Err(e) => tracing::warn!(error = %e, "assessment failed; will retry"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The assessment rules: deterministic, pure, one GPU at a time. Inputs are what the store
+//! knows about the GPU (structural risk, probe counts per pair in the window, recent verdicts on
+//! the workload's pair, attributed signals) and the GPU's previous status (hysteresis).
+
+use serde::Serialize;
+
+use railguard_schema::RiskLevel;
+
+/// Per-GPU status, worst last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuStatus {
+    Ok,
+    Watch,
+    AtRisk,
+    Corrupting,
+}
+
+impl GpuStatus {
+    pub const ALL: [GpuStatus; 4] = [GpuStatus::Ok, GpuStatus::Watch, GpuStatus::AtRisk, GpuStatus::Corrupting];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuStatus::Ok => "ok",
+            GpuStatus::Watch => "watch",
+            GpuStatus::AtRisk => "at_risk",
+            GpuStatus::Corrupting => "corrupting",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<GpuStatus> {
+        GpuStatus::ALL.into_iter().find(|g| g.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for GpuStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Probe verdict counts for one GPU/NIC pair inside the window.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PairCounts {
+    pub nic: String,
+    pub ok: u32,
+    pub silent_corruption: u32,
+    pub reported_failure: u32,
+    pub timeout: u32,
+    /// Most common receiver diagnosis among the silent corruptions.
+    pub diagnosis: Option<String>,
+}
+
+impl PairCounts {
+    pub fn bad(&self) -> u32 {
+        self.silent_corruption + self.reported_failure + self.timeout
+    }
+    pub fn total(&self) -> u32 {
+        self.ok + self.bad()
+    }
+}
+
+/// A signal attributed to the GPU or its workload NIC, inside the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SignalCount {
+    pub kind: String,
+    pub count: u32,
+    /// Latest summary line of this kind.
+    pub summary: String,
+    /// For GPU Xids: the Xid number.
+    pub xid: Option<u32>,
+    /// Attributed to the NIC (not the GPU itself).
+    pub on_nic: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GpuInput {
+    pub node: String,
+    pub gpu: u32,
+    pub structural: Option<RiskLevel>,
+    pub structural_reasons: Vec<String>,
+    /// The NIC the workload uses (predicted or pinned), from the latest topology.
+    pub workload_nic: Option<String>,
+    pub pinned: bool,
+    /// NICs through the root complex on the GPU's NUMA node, best first.
+    pub safe_nics: Vec<String>,
+    pub pairs: Vec<PairCounts>,
+    /// Verdicts on the workload pair, newest first (whole history bound, not only the window).
+    pub workload_recent: Vec<String>,
+    pub signals: Vec<SignalCount>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Previous {
+    pub status: GpuStatus,
+}
+
+#[derive(Debug, Clone)]
+pub struct RulesConfig {
+    /// Silent corruptions on the workload pair that make a GPU `corrupting`.
+    pub corrupting_after: u32,
+    /// Consecutive verified probes on the workload pair before `corrupting` is lifted.
+    pub recover_after: u32,
+    pub window_label: String,
+}
+
+impl Default for RulesConfig {
+    fn default() -> Self {
+        RulesConfig { corrupting_after: 2, recover_after: 3, window_label: "15 min".into() }
+    }
+}
+
+/// The outcome for one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Assessment {
+    pub node: String,
+    pub gpu: u32,
+    pub status: GpuStatus,
+    /// The evidence chain, most important first.
+    pub reasons: Vec<String>,
+    /// `UCX_NET_DEVICES=...` for this GPU's process, when it should move.
+    pub recommendation: Option<String>,
+    pub workload_nic: Option<String>,
+    pub structural_risk: Option<RiskLevel>,
+    pub ok_streak: u32,
+}
+
+/// Xids that mean the GPU itself is failing (DOMAIN.md §5): 48 DBE, 79 fell off the bus,
+/// 94/95 contained/uncontained ECC, 119/120 GSP; 31 MMU fault and 74 NVLink count too when
+/// repeated.
+fn xid_is_critical(xid: u32, count: u32) -> bool {
+    matches!(xid, 48 | 79 | 94 | 95 | 119 | 120) || (matches!(xid, 31 | 43 | 74) && count >= 3)
+}
+
+pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -> Assessment {
+    let mut status = GpuStatus::Ok;
+    let mut reasons: Vec<(GpuStatus, String)> = Vec::new();
+    let mut raise = |s: GpuStatus, why: String, status: &mut GpuStatus| {
+        *status = (*status).max(s);
+        reasons.push((s, why));
+    };
+    let g = input.gpu;
+    let w = &cfg.window_label;
+
+    // Structural risk of the pair the workload uses.
+    match input.structural {
+        Some(RiskLevel::High) | Some(RiskLevel::Medium) => {
+            let lvl = input.structural.map(|l| l.as_str()).unwrap_or("");
+            raise(
+                GpuStatus::AtRisk,
+                format!("structural risk {lvl}: {}", input.structural_reasons.last().cloned().unwrap_or_default()),
+                &mut status,
+            );
+        }
+        Some(RiskLevel::Low) => raise(
+            GpuStatus::Watch,
+            format!("structural note: {}", input.structural_reasons.last().cloned().unwrap_or_default()),
+            &mut status,
+        ),
+        _ => {}
+    }
+
+    // Active evidence on the workload pair.
+    let ok_streak = input.workload_recent.iter().take_while(|v| *v == "ok").count() as u32;
+    if let Some(nic) = &input.workload_nic
+        && let Some(p) = input.pairs.iter().find(|p| &p.nic == nic)
+    {
+        {
+            let diag = p.diagnosis.as_deref().map(|d| format!(", receiver found {d}")).unwrap_or_default();
+            let recent_silent =
+                input.workload_recent.iter().take(5).filter(|v| *v == "silent_corruption").count() as u32;
+            if p.silent_corruption >= cfg.corrupting_after && recent_silent >= cfg.corrupting_after.min(5) {
+                raise(
+                    GpuStatus::Corrupting,
+                    format!(
+                        "GPU{g} via {nic} (the NIC its workload uses{}): {} of {} probes in the last {w} were silent corruption — the transport said success{diag}",
+                        if input.pinned { ", pinned" } else { "" },
+                        p.silent_corruption,
+                        p.total()
+                    ),
+                    &mut status,
+                );
+            } else if p.bad() >= 2 || (p.bad() >= 1 && p.bad() * 2 >= p.total()) {
+                raise(
+                    GpuStatus::AtRisk,
+                    format!(
+                        "GPU{g} via {nic}: {} of {} probes in the last {w} failed ({} silent, {} reported, {} timed out){diag}",
+                        p.bad(),
+                        p.total(),
+                        p.silent_corruption,
+                        p.reported_failure,
+                        p.timeout
+                    ),
+                    &mut status,
+                );
+            } else if p.bad() == 1 {
+                raise(
+                    GpuStatus::Watch,
+                    format!("GPU{g} via {nic}: one transient failure among {} probes in the last {w}", p.total()),
+                    &mut status,
+                );
+            }
+        }
+    }
+    // Pairs the workload does not use: worth knowing before anyone re-pins.
+    for p in input.pairs.iter().filter(|p| Some(&p.nic) != input.workload_nic.as_ref() && p.bad() > 0) {
+        raise(
+            GpuStatus::Watch,
+            format!(
+                "GPU{g}↔{} (not used by the workload) failed {} of {} probes in the last {w}: do not pin it",
+                p.nic,
+                p.bad(),
+                p.total()
+            ),
+            &mut status,
+        );
+    }
+
+    // Passive evidence.
+    for s in &input.signals {
+        let critical = s.xid.is_some_and(|x| xid_is_critical(x, s.count))
+            || (s.kind == "pcie_aer" && s.summary.to_lowercase().contains("uncorrect"))
+            || (s.on_nic && matches!(s.kind.as_str(), "ucx_error_cqe" | "mlx5_error_cqe") && s.count >= 3);
+        let level = if critical { GpuStatus::AtRisk } else { GpuStatus::Watch };
+        raise(
+            level,
+            format!(
+                "{}×{} in the last {w}{}: {}",
+                s.count,
+                s.kind,
+                if s.on_nic { " on its NIC" } else { "" },
+                s.summary
+            ),
+            &mut status,
+        );
+    }
+
+    // Hysteresis: leaving `corrupting` needs consecutive verified probes on the workload pair.
+    if previous.is_some_and(|p| p.status == GpuStatus::Corrupting)
+        && status < GpuStatus::Corrupting
+        && ok_streak < cfg.recover_after
+    {
+        status = GpuStatus::Corrupting;
+        reasons.insert(
+            0,
+            (
+                GpuStatus::Corrupting,
+                format!(
+                    "still corrupting until {} consecutive verified probes on the workload pair ({ok_streak} so far)",
+                    cfg.recover_after
+                ),
+            ),
+        );
+    }
+
+    let recommendation = if status >= GpuStatus::AtRisk {
+        // A verified-good NIC: probed in the window, never failed, through the root complex.
+        let verified = |n: &&String| input.pairs.iter().any(|p| &p.nic == *n && p.ok > 0 && p.bad() == 0);
+        match input.safe_nics.iter().find(verified) {
+            Some(n) => Some(format!("UCX_NET_DEVICES={n}:1")),
+            None => input.safe_nics.first().map(|n| format!("UCX_NET_DEVICES={n}:1 (not yet verified by a probe)")),
+        }
+    } else {
+        None
+    };
+    if let Some(r) = &recommendation {
+        reasons.push((status, format!("recommendation: set {r} for GPU{g}'s process")));
+    }
+    if reasons.is_empty() {
+        reasons.push((
+            GpuStatus::Ok,
+            match &input.workload_nic {
+                Some(n) => {
+                    format!("GPU{g} via {n}: every probe in the last {w} verified, no structural risk, no signals")
+                }
+                None => format!("GPU{g}: no RDMA NIC in use, no signals in the last {w}"),
+            },
+        ));
+    }
+    // Most severe evidence first; the order within a level is the order found.
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.0));
+    Assessment {
+        node: input.node.clone(),
+        gpu: g,
+        status,
+        reasons: reasons.into_iter().map(|r| r.1).collect(),
+        recommendation,
+        workload_nic: input.workload_nic.clone(),
+        structural_risk: input.structural,
+        ok_streak,
+    }
+}
+
+#[cfg(test)]
+mod tests;

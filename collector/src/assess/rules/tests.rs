@@ -1,0 +1,125 @@
+use super::*;
+
+fn pair(nic: &str, ok: u32, silent: u32) -> PairCounts {
+    PairCounts {
+        nic: nic.into(),
+        ok,
+        silent_corruption: silent,
+        diagnosis: (silent > 0).then(|| "untouched".into()),
+        ..Default::default()
+    }
+}
+
+fn seed_gpu(g: u32, workload: &str, structural: RiskLevel) -> GpuInput {
+    let range = if g < 4 { 0..4 } else { 4..8 };
+    let safe = range.filter(|n| *n != g).map(|n| format!("mlx5_{n}")).collect();
+    GpuInput {
+        node: "seed".into(),
+        gpu: g,
+        structural: Some(structural),
+        structural_reasons: vec!["GPU↔NIC is PIX in a VM without vIOMMU".into()],
+        workload_nic: Some(workload.into()),
+        pinned: workload == "mlx5_0" && g != 0,
+        safe_nics: safe,
+        pairs: (0..8)
+            .map(|n| {
+                let nic = format!("mlx5_{n}");
+                // The simulated fabric rejects DMA on every PIX pair (GPU i ↔ mlx5_i).
+                let pix = n == g;
+                let probes = if nic == workload { 4 } else { 1 };
+                if pix { pair(&nic, 0, probes) } else { pair(&nic, probes, 0) }
+            })
+            .collect(),
+        workload_recent: vec![if workload == format!("mlx5_{g}") { "silent_corruption" } else { "ok" }.into(); 4],
+        signals: vec![],
+    }
+}
+
+#[test]
+fn seed_auto_selection_every_gpu_corrupting_with_a_verified_pin() {
+    for g in 0..8 {
+        let a = assess(&seed_gpu(g, &format!("mlx5_{g}"), RiskLevel::High), None, &RulesConfig::default());
+        assert_eq!(a.status, GpuStatus::Corrupting, "GPU{g}: {:?}", a.reasons);
+        assert!(a.reasons[0].contains("silent corruption"), "{:?}", a.reasons);
+        let want = if g < 4 {
+            if g == 0 { "mlx5_1" } else { "mlx5_0" }
+        } else if g == 4 {
+            "mlx5_5"
+        } else {
+            "mlx5_4"
+        };
+        assert_eq!(a.recommendation.as_deref(), Some(format!("UCX_NET_DEVICES={want}:1").as_str()), "GPU{g}");
+        assert!(a.reasons.iter().any(|r| r.contains("structural risk high")));
+    }
+}
+
+#[test]
+fn seed_pinned_to_mlx5_0_only_gpu0_is_corrupting() {
+    let a0 = assess(&seed_gpu(0, "mlx5_0", RiskLevel::High), None, &RulesConfig::default());
+    assert_eq!(a0.status, GpuStatus::Corrupting);
+    for g in 1..8 {
+        let a = assess(&seed_gpu(g, "mlx5_0", RiskLevel::None), None, &RulesConfig::default());
+        assert_eq!(a.status, GpuStatus::Watch, "GPU{g}: {:?}", a.reasons);
+        assert!(a.reasons[0].contains(&format!("GPU{g}↔mlx5_{g} (not used by the workload)")), "{:?}", a.reasons);
+        assert_eq!(a.recommendation, None, "nothing to move: the workload's path is verified");
+    }
+}
+
+#[test]
+fn one_transient_failure_is_watch_not_at_risk() {
+    let mut i = seed_gpu(2, "mlx5_2", RiskLevel::None);
+    i.pairs = vec![PairCounts { nic: "mlx5_2".into(), ok: 19, timeout: 1, ..Default::default() }];
+    i.workload_recent = vec!["ok".into(), "ok".into(), "timeout".into(), "ok".into()];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Watch, "{:?}", a.reasons);
+    assert!(a.reasons[0].contains("one transient failure"));
+    // ...and a single silent corruption does not make a healthy GPU `corrupting` either.
+    i.pairs = vec![pair("mlx5_2", 19, 1)];
+    i.workload_recent = vec!["silent_corruption".into(), "ok".into()];
+    assert_eq!(assess(&i, None, &RulesConfig::default()).status, GpuStatus::Watch);
+}
+
+#[test]
+fn an_xid_storm_puts_the_gpu_at_risk() {
+    let mut i = seed_gpu(7, "mlx5_1", RiskLevel::None);
+    i.pairs = vec![pair("mlx5_1", 10, 0)];
+    i.workload_recent = vec!["ok".into(); 10];
+    i.signals = vec![SignalCount {
+        kind: "gpu_xid".into(),
+        count: 40,
+        summary: "NVRM: Xid (PCI:0000:91:00): 79, GPU has fallen off the bus.".into(),
+        xid: Some(79),
+        on_nic: false,
+    }];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::AtRisk, "{:?}", a.reasons);
+    assert!(a.reasons[0].starts_with("40×gpu_xid"), "{:?}", a.reasons);
+    // A single non-critical Xid is only watch.
+    i.signals[0].xid = Some(13);
+    i.signals[0].count = 1;
+    assert_eq!(assess(&i, None, &RulesConfig::default()).status, GpuStatus::Watch);
+}
+
+#[test]
+fn corrupting_holds_until_enough_verified_probes() {
+    let mut i = seed_gpu(3, "mlx5_1", RiskLevel::None);
+    i.pairs = vec![pair("mlx5_1", 2, 0)];
+    i.workload_recent = vec!["ok".into(), "ok".into(), "silent_corruption".into(), "silent_corruption".into()];
+    let prev = Some(Previous { status: GpuStatus::Corrupting });
+    let a = assess(&i, prev, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Corrupting);
+    assert!(a.reasons[0].contains("2 so far"), "{:?}", a.reasons);
+    i.workload_recent.insert(0, "ok".into());
+    i.pairs = vec![pair("mlx5_1", 3, 0)];
+    assert_eq!(assess(&i, prev, &RulesConfig::default()).status, GpuStatus::Ok);
+}
+
+#[test]
+fn healthy_gpu_says_why_it_is_ok() {
+    let mut i = seed_gpu(1, "mlx5_1", RiskLevel::None);
+    i.pairs = vec![pair("mlx5_1", 8, 0)];
+    i.workload_recent = vec!["ok".into(); 8];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Ok);
+    assert!(a.reasons[0].contains("every probe in the last 15 min verified"));
+}

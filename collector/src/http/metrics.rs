@@ -1,0 +1,90 @@
+//! Prometheus text exposition: per-GPU status, per-pair verdict counts, ingest throughput and
+//! lag. Names follow Prometheus conventions (`_total` counters, base units, `railguard_` prefix).
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::assess::GpuStatus;
+
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+    let mut out = String::new();
+    let st = &s.stats;
+    let _ = writeln!(
+        out,
+        "# HELP railguard_ingest_batches_total Agent batches by outcome.\n# TYPE railguard_ingest_batches_total counter"
+    );
+    for (k, v) in
+        [("committed", &st.batches_committed), ("rejected", &st.batches_rejected), ("failed", &st.batches_failed)]
+    {
+        let _ = writeln!(out, "railguard_ingest_batches_total{{result=\"{k}\"}} {}", v.load(Ordering::Relaxed));
+    }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_ingest_records_total Records received, stored or already present.\n# TYPE railguard_ingest_records_total counter"
+    );
+    for (k, v) in [("stored", &st.records_stored), ("duplicate", &st.records_duplicate)] {
+        let _ = writeln!(out, "railguard_ingest_records_total{{result=\"{k}\"}} {}", v.load(Ordering::Relaxed));
+    }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_probe_verdicts_total Probe results stored, per GPU/NIC pair and verdict.\n# TYPE railguard_probe_verdicts_total counter"
+    );
+    if let Ok(v) = st.verdicts.lock() {
+        for ((node, gpu, nic, verdict), n) in v.iter() {
+            let _ = writeln!(
+                out,
+                "railguard_probe_verdicts_total{{node=\"{}\",gpu=\"{gpu}\",nic=\"{}\",verdict=\"{verdict}\"}} {n}",
+                label(node),
+                label(nic)
+            );
+        }
+    }
+    let rows: Vec<(String, i32, String)> =
+        sqlx::query_as("SELECT node_id, gpu_index, status FROM gpu_status ORDER BY node_id, gpu_index")
+            .fetch_all(&s.pool)
+            .await?;
+    let _ = writeln!(
+        out,
+        "# HELP railguard_gpu_status Current status of each GPU (1 for its status).\n# TYPE railguard_gpu_status gauge"
+    );
+    for (node, gpu, status) in &rows {
+        for st in GpuStatus::ALL {
+            let _ = writeln!(
+                out,
+                "railguard_gpu_status{{node=\"{}\",gpu=\"{gpu}\",status=\"{st}\"}} {}",
+                label(node),
+                u8::from(st.as_str() == status)
+            );
+        }
+    }
+    let lag: Vec<(String, f64, i64)> = sqlx::query_as(
+        "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, spool_dropped_total FROM nodes ORDER BY node_id",
+    )
+    .fetch_all(&s.pool)
+    .await?;
+    let _ = writeln!(
+        out,
+        "# HELP railguard_node_last_seen_age_seconds Time since a node's last batch (ingest lag).\n# TYPE railguard_node_last_seen_age_seconds gauge"
+    );
+    for (node, age, _) in &lag {
+        let _ = writeln!(out, "railguard_node_last_seen_age_seconds{{node=\"{}\"}} {age:.3}", label(node));
+    }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_agent_spool_dropped_total Records an agent's full spool dropped.\n# TYPE railguard_agent_spool_dropped_total counter"
+    );
+    for (node, _, dropped) in &lag {
+        let _ = writeln!(out, "railguard_agent_spool_dropped_total{{node=\"{}\"}} {dropped}", label(node));
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
+}

@@ -1,0 +1,64 @@
+//! The read-only HTTP side of the collector: JSON API (`/api/v1/...`), its OpenAPI document,
+//! Prometheus `/metrics`. `app(state)` builds the router; `serve` lives in `crate::serve`.
+
+mod api;
+mod error;
+mod metrics;
+pub mod params;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use sqlx::PgPool;
+
+pub use error::ApiError;
+
+use crate::ingest::IngestStats;
+
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub stats: Arc<IngestStats>,
+    /// When set, every API call needs `Authorization: Bearer <token>` (metrics stay open).
+    pub api_token: Option<Arc<str>>,
+    pub window_minutes: i64,
+}
+
+pub fn app(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/api/v1/fleet", get(api::fleet))
+        .route("/api/v1/nodes/{node}", get(api::node))
+        .route("/api/v1/nodes/{node}/gpus/{gpu}", get(api::gpu))
+        .route("/api/v1/nodes/{node}/gpus/{gpu}/history", get(api::history))
+        .route("/api/v1/gpus", get(api::gpus))
+        .route("/api/v1/failures", get(api::failures))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .merge(api)
+        .route("/api/v1/openapi.json", get(api::openapi))
+        .route("/metrics", get(metrics::metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(state)
+}
+
+async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
+    if let Some(want) = &state.api_token {
+        let got = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        // Compare digests so the comparison time says nothing about the token.
+        use sha2::{Digest, Sha256};
+        let ok = got.is_some_and(|g| Sha256::digest(g.as_bytes()) == Sha256::digest(want.as_bytes()));
+        if !ok {
+            return Err(ApiError::Unauthorized);
+        }
+    }
+    Ok(next.run(req).await)
+}

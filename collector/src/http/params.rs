@@ -1,0 +1,96 @@
+//! Parsing of query parameters: times (RFC 3339 or relative like `30d`), node ids, statuses.
+
+use chrono::{DateTime, Duration, Utc};
+use railguard_schema::NodeId;
+
+use super::error::ApiError;
+use crate::assess::GpuStatus;
+
+/// `2026-11-01T00:00:00Z`, or a duration before now: `90s`, `15m`, `2h`, `30d`.
+pub fn parse_time(name: &str, s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, ApiError> {
+    let bad = || {
+        ApiError::BadRequest(format!(
+            "{name}={s:?}: expected RFC 3339 (2026-11-01T00:00:00Z) or a duration like 30d, 2h, 15m"
+        ))
+    };
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    let (num, unit) = s.split_at(s.len().saturating_sub(1));
+    let n: i64 = num.parse().map_err(|_| bad())?;
+    if !(0..=3650 * 86400).contains(&n) {
+        return Err(bad());
+    }
+    let d = match unit {
+        "s" => Duration::seconds(n),
+        "m" => Duration::minutes(n),
+        "h" => Duration::hours(n),
+        "d" => Duration::days(n),
+        _ => return Err(bad()),
+    };
+    Ok(now - d)
+}
+
+/// A `since`/`until` pair: defaults 24 h ago and now; since must not be after until.
+pub fn time_range(
+    since: Option<&str>,
+    until: Option<&str>,
+    default_since: &str,
+) -> Result<(DateTime<Utc>, DateTime<Utc>), ApiError> {
+    let now = Utc::now();
+    let since = parse_time("since", since.unwrap_or(default_since), now)?;
+    let until = match until {
+        Some(u) => parse_time("until", u, now)?,
+        None => now,
+    };
+    if since > until {
+        return Err(ApiError::BadRequest(format!("since ({since}) is after until ({until})")));
+    }
+    Ok((since, until))
+}
+
+pub fn node(s: &str) -> Result<NodeId, ApiError> {
+    NodeId::new(s).map_err(|e| ApiError::BadRequest(format!("node: {e}")))
+}
+
+pub fn gpu(s: &str) -> Result<i32, ApiError> {
+    s.parse::<u16>().map(i32::from).map_err(|_| ApiError::BadRequest(format!("gpu {s:?} is not a GPU index (0-65535)")))
+}
+
+/// `corrupting,at_risk` → statuses.
+pub fn statuses(s: &str) -> Result<Vec<String>, ApiError> {
+    s.split(',')
+        .map(|x| {
+            GpuStatus::parse(x.trim()).map(|g| g.as_str().to_owned()).ok_or_else(|| {
+                ApiError::BadRequest(format!("status {x:?} is not one of ok, watch, at_risk, corrupting"))
+            })
+        })
+        .collect()
+}
+
+pub fn limit(s: Option<u32>, default: u32) -> Result<i64, ApiError> {
+    match s.unwrap_or(default) {
+        0 => Err(ApiError::BadRequest("limit must be at least 1".into())),
+        n if n > 10_000 => Err(ApiError::BadRequest("limit must be at most 10000".into())),
+        n => Ok(i64::from(n)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_or_say_why_not() {
+        let now = Utc::now();
+        assert_eq!(parse_time("since", "2h", now).unwrap(), now - Duration::hours(2));
+        assert!(parse_time("since", "2026-11-01T00:00:00Z", now).is_ok());
+        for bad in ["", "yesterday", "-5d", "5w", "99999999999d", "2026-13-01"] {
+            assert!(matches!(parse_time("since", bad, now), Err(ApiError::BadRequest(_))), "{bad:?}");
+        }
+        assert!(time_range(Some("1h"), Some("2h"), "1d").is_err(), "since after until");
+        assert!(statuses("corrupting,at_risk").is_ok());
+        assert!(statuses("broken").is_err());
+        assert!(gpu("-1").is_err() && gpu("x").is_err() && gpu("7").is_ok());
+    }
+}

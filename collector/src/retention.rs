@@ -1,0 +1,35 @@
+//! Retention: whole day partitions of the history tables older than the retention period are
+//! dropped (no row-by-row DELETE, no bloat).
+
+use chrono::{Duration, NaiveDate, Utc};
+use sqlx::PgPool;
+
+/// Drops partitions holding only days before `keep_from`; returns the dropped tables.
+pub async fn drop_before(pool: &PgPool, keep_from: NaiveDate) -> Result<Vec<String>, sqlx::Error> {
+    let mut dropped = Vec::new();
+    for table in ["probe_results", "signal_events"] {
+        let names: Vec<String> = sqlx::query_scalar("SELECT railguard_drop_partitions_before($1::regclass, $2)")
+            .bind(table)
+            .bind(keep_from)
+            .fetch_all(pool)
+            .await?;
+        dropped.extend(names);
+    }
+    Ok(dropped)
+}
+
+/// Keeps `days` of history: drops older partitions now and every hour until `shutdown`.
+pub async fn run_periodic(pool: PgPool, days: u32, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let keep_from = (Utc::now() - Duration::days(i64::from(days))).date_naive();
+        match drop_before(&pool, keep_from).await {
+            Ok(d) if !d.is_empty() => tracing::info!(dropped = ?d, "retention dropped old partitions"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "retention failed; will retry"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(3600)) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}

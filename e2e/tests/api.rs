@@ -1,0 +1,299 @@
+//! Assessment and the read-only API on real Postgres, fed over gRPC with scripted record
+//! streams: the seed under auto-selection, the seed pinned to mlx5_0:1, a healthy node with
+//! one transient failure, and an Xid storm on one GPU.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use railguard_agent::topology::fixture::{self, FixtureSpec};
+use railguard_agent::topology::predict::NetDevices;
+use railguard_agent::topology::{SelectionPolicy, SysRoot, Topology};
+use railguard_e2e::*;
+use railguard_schema::wire::RecordBatch;
+use railguard_schema::wire::ingest_client::IngestClient;
+use railguard_schema::*;
+use serde_json::Value;
+
+fn topology(spec: &FixtureSpec, pin: Option<&str>) -> TopologySnapshot {
+    let d = tempfile::tempdir().unwrap();
+    spec.write(d.path()).unwrap();
+    let t = Topology::discover(&SysRoot::new(d.path().join("sys")), &SysRoot::new(d.path().join("proc")));
+    let policy = SelectionPolicy { ucx: pin.map(NetDevices::parse).unwrap_or_default(), nccl: None };
+    t.to_snapshot(&policy)
+}
+
+fn probe_rec(gpu: u32, nic: &str, verdict: ProbeVerdict, selection: PairSelection, ago_s: i64) -> wire::Record {
+    let mut p = probe(0);
+    p.gpu = gpu;
+    p.nic = nic.into();
+    p.verdict = verdict;
+    p.selection = selection;
+    p.diagnosis = if verdict == ProbeVerdict::SilentCorruption { Diagnosis::Untouched } else { Diagnosis::None };
+    if verdict == ProbeVerdict::Timeout {
+        p.reported = Reported::Nothing;
+        p.diagnosis = Diagnosis::Untouched;
+    }
+    Record {
+        id: RecordId::random(),
+        observed_at: Utc::now() - chrono::Duration::seconds(ago_s),
+        body: RecordBody::Probe(p),
+    }
+    .into()
+}
+
+/// The probe stream of an 8-GPU node whose PIX pairs reject DMA, with `workload(g)` the NIC
+/// each GPU's workload uses: 4 probes of that pair, 1 of every other pair.
+fn seed_probes(workload: impl Fn(u32) -> String, selection: PairSelection) -> Vec<wire::Record> {
+    let mut v = Vec::new();
+    for g in 0..8u32 {
+        for n in 0..8u32 {
+            let nic = format!("mlx5_{n}");
+            let verdict = if n == g { ProbeVerdict::SilentCorruption } else { ProbeVerdict::Ok };
+            let (count, sel) = if nic == workload(g) { (4, selection) } else { (1, PairSelection::Sweep) };
+            for k in 0..count {
+                v.push(probe_rec(g, &nic, verdict, sel, 60 - k * 10));
+            }
+        }
+    }
+    v
+}
+
+async fn send(collector: &CollectorProc, node: &str, records: Vec<wire::Record>) {
+    let mut client = IngestClient::connect(collector.url()).await.unwrap();
+    for chunk in records.chunks(1000) {
+        let mut req =
+            tonic::Request::new(RecordBatch { node_id: node.into(), records: chunk.to_vec(), spool_dropped_total: 0 });
+        req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(node)).parse().unwrap());
+        client.push_batch(req).await.unwrap();
+    }
+}
+
+fn topo_rec(t: TopologySnapshot) -> wire::Record {
+    Record {
+        id: RecordId::random(),
+        observed_at: Utc::now() - chrono::Duration::seconds(120),
+        body: RecordBody::Topology(t),
+    }
+    .into()
+}
+
+fn json(c: &CollectorProc, path: &str) -> Value {
+    let (code, body) = c.get(path, None);
+    assert_eq!(code, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn statuses(c: &CollectorProc, node: &str) -> Vec<String> {
+    let v = json(c, &format!("/api/v1/nodes/{node}"));
+    v["gpus"].as_array().unwrap().iter().map(|g| g["status"].as_str().unwrap().to_owned()).collect()
+}
+
+const NODES: [&str; 4] = ["seed-auto", "seed-pinned", "healthy", "xid-storm"];
+
+async fn scripted_fleet(pg: &TestPg) -> CollectorProc {
+    let c = CollectorProc::start_with(&pg.url(), &NODES, &[]);
+    send(&c, "seed-auto", vec![topo_rec(topology(&fixture::seed_kvm_guest(), None))]).await;
+    send(&c, "seed-auto", seed_probes(|g| format!("mlx5_{g}"), PairSelection::Predicted)).await;
+    send(&c, "seed-pinned", vec![topo_rec(topology(&fixture::seed_kvm_guest(), Some("mlx5_0:1")))]).await;
+    send(&c, "seed-pinned", seed_probes(|_| "mlx5_0".into(), PairSelection::Pinned)).await;
+    // A healthy bare-metal node, and one timeout on GPU2's pair.
+    let mut healthy = vec![topo_rec(topology(&fixture::dgx_h100_like(), None))];
+    for g in 0..8u32 {
+        for k in 0..6 {
+            let v = if g == 2 && k == 3 { ProbeVerdict::Timeout } else { ProbeVerdict::Ok };
+            healthy.push(probe_rec(g, &format!("mlx5_{g}"), v, PairSelection::Predicted, 300 - k * 30));
+        }
+    }
+    send(&c, "healthy", healthy).await;
+    // The same healthy node shape, with an Xid storm on GPU7.
+    let mut storm = vec![topo_rec(topology(&fixture::dgx_h100_like(), None))];
+    for g in 0..8u32 {
+        storm.push(probe_rec(g, &format!("mlx5_{g}"), ProbeVerdict::Ok, PairSelection::Predicted, 30));
+    }
+    for i in 0..40 {
+        let mut s = signal(i);
+        s.gpu = Some(7);
+        storm.push(
+            Record {
+                id: RecordId::random(),
+                observed_at: Utc::now() - chrono::Duration::seconds(5),
+                body: RecordBody::Signal(s),
+            }
+            .into(),
+        );
+    }
+    send(&c, "xid-storm", storm).await;
+    // Assessment runs every second; wait until every node's GPUs are assessed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while NODES.iter().any(|n| statuses(&c, n).len() < 8) {
+        assert!(Instant::now() < deadline, "assessment did not cover the fleet in 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await; // one more pass: nothing flaps
+    c
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
+    let pg = TestPg::start().await;
+    let c = scripted_fleet(&pg).await;
+
+    assert_eq!(statuses(&c, "seed-auto"), vec!["corrupting"; 8]);
+    let gpu3 = json(&c, "/api/v1/nodes/seed-auto/gpus/3");
+    let reasons: Vec<&str> =
+        gpu3["status"]["reasons"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+    assert!(
+        reasons[0].contains("GPU3 via mlx5_3")
+            && reasons[0].contains("4 of 4 probes")
+            && reasons[0].contains("untouched"),
+        "{reasons:?}"
+    );
+    assert!(reasons.iter().any(|r| r.contains("structural risk high")), "{reasons:?}");
+    assert_eq!(gpu3["status"]["recommendation"], "UCX_NET_DEVICES=mlx5_0:1");
+    assert_eq!(gpu3["status"]["workload_nic"], "mlx5_3");
+
+    let pinned = statuses(&c, "seed-pinned");
+    assert_eq!(pinned[0], "corrupting");
+    assert_eq!(&pinned[1..], vec!["watch"; 7], "not corrupting: their own PIX pair is bad but unused");
+    let g0 = json(&c, "/api/v1/nodes/seed-pinned/gpus/0");
+    assert_eq!(g0["status"]["recommendation"], "UCX_NET_DEVICES=mlx5_1:1");
+
+    let healthy = statuses(&c, "healthy");
+    assert_eq!(healthy[2], "watch");
+    assert!(healthy.iter().enumerate().all(|(g, s)| g == 2 || s == "ok"), "{healthy:?}");
+    let g2 = json(&c, "/api/v1/nodes/healthy/gpus/2");
+    assert!(g2["status"]["reasons"][0].as_str().unwrap().contains("one transient failure"), "{g2}");
+
+    let storm = statuses(&c, "xid-storm");
+    assert_eq!(storm[7], "at_risk");
+    assert!(storm[..7].iter().all(|s| s == "ok"), "{storm:?}");
+
+    // The fleet view never hides a bad GPU behind a node aggregate.
+    let fleet = json(&c, "/api/v1/fleet");
+    assert_eq!(fleet["totals"]["corrupting"], 9);
+    assert_eq!(fleet["nodes"][0]["worst"], "corrupting");
+    let pinned_row = fleet["nodes"].as_array().unwrap().iter().find(|n| n["node"] == "seed-pinned").unwrap();
+    assert_eq!(pinned_row["status_counts"]["corrupting"], 1);
+    assert!(fleet["changes_last_hour"].as_array().unwrap().len() >= 32);
+
+    // Status filter across the fleet.
+    let bad = json(&c, "/api/v1/gpus?status=corrupting,at_risk");
+    let list = bad["gpus"].as_array().unwrap();
+    assert_eq!(list.len(), 10);
+    assert_eq!(list[0]["status"], "corrupting");
+    assert_eq!(list.last().unwrap()["node"], "xid-storm");
+
+    // History: probes, signals and status changes of one GPU.
+    let h = json(&c, "/api/v1/nodes/xid-storm/gpus/7/history?since=1h");
+    assert_eq!(h["signals"].as_array().unwrap().len(), 40);
+    assert_eq!(h["probes"].as_array().unwrap().len(), 1);
+    assert_eq!(h["status_changes"][0]["to"], "at_risk");
+    let h = json(&c, "/api/v1/nodes/seed-auto/gpus/0/history?since=1h&limit=3");
+    assert_eq!(h["probes"].as_array().unwrap().len(), 3);
+
+    // Which GPUs failed verification, on which NIC, how often.
+    let f = json(&c, "/api/v1/failures?since=30d");
+    let rows = f["failures"].as_array().unwrap();
+    assert_eq!(rows.len(), 8 + 8 + 1, "{rows:?}");
+    assert_eq!(rows[0]["failures"], 4);
+    let out = std::process::Command::new(bin("railguard-collector"))
+        .args(["query", "failures", "--since", "1d", "--json"])
+        .env("DATABASE_URL", pg.url())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cli.as_array().unwrap().len(), 17);
+    let table = std::process::Command::new(bin("railguard-collector"))
+        .args(["query", "gpus", "--status", "corrupting"])
+        .env("DATABASE_URL", pg.url())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert_eq!(text.lines().count(), 1 + 9, "{text}");
+    assert!(text.lines().next().unwrap().contains("recommendation"), "{text}");
+
+    // Prometheus metrics.
+    let (code, m) = c.get("/metrics", None);
+    assert_eq!(code, 200);
+    assert!(m.contains("railguard_gpu_status{node=\"seed-auto\",gpu=\"3\",status=\"corrupting\"} 1"), "{m}");
+    assert!(m.contains("railguard_gpu_status{node=\"seed-auto\",gpu=\"3\",status=\"ok\"} 0"));
+    assert!(m.contains("railguard_probe_verdicts_total{node=\"seed-auto\",gpu=\"3\",nic=\"mlx5_3\",verdict=\"silent_corruption\"} 4"), "{m}");
+    assert!(m.contains("railguard_ingest_records_total{result=\"stored\"}"));
+    assert!(m.contains("railguard_node_last_seen_age_seconds{node=\"healthy\"}"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn api_contract_bad_parameters_get_400_and_json() {
+    let pg = TestPg::start().await;
+    let c = CollectorProc::start_with(&pg.url(), &NODES, &[]);
+    send(&c, "healthy", vec![topo_rec(topology(&fixture::dgx_h100_like(), None))]).await;
+    for (path, code, needle) in [
+        ("/api/v1/nodes/bad!node", 400, "node"),
+        ("/api/v1/nodes/nobody", 404, "no node"),
+        ("/api/v1/nodes/healthy/gpus/abc", 400, "GPU index"),
+        ("/api/v1/nodes/healthy/gpus/99", 404, "no GPU99"),
+        ("/api/v1/gpus?status=melting", 400, "melting"),
+        ("/api/v1/gpus?limit=0", 400, "limit"),
+        ("/api/v1/gpus?limit=x", 400, ""),
+        ("/api/v1/nodes/healthy/gpus/0/history?since=yesterday", 400, "since"),
+        ("/api/v1/nodes/healthy/gpus/0/history?since=1h&until=2h", 400, "after until"),
+        ("/api/v1/nodes/healthy/gpus/0/history?limit=20000", 400, "limit"),
+        ("/api/v1/failures?since=2026-13-45", 400, "since"),
+        ("/api/v1/nodes/x'%3B%20DROP%20TABLE%20nodes", 400, "node"),
+    ] {
+        let (got, body) = c.get(path, None);
+        assert_eq!(got, code, "{path}: {body}");
+        if !needle.is_empty() {
+            let v: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{path}: not JSON: {body}"));
+            assert!(v["error"].as_str().unwrap().contains(needle), "{path}: {body}");
+        }
+    }
+    // Good requests on an empty fleet answer 200 with empty lists.
+    for path in [
+        "/api/v1/fleet",
+        "/api/v1/gpus",
+        "/api/v1/failures",
+        "/api/v1/nodes/healthy",
+        "/api/v1/nodes/healthy/gpus/0/history",
+    ] {
+        assert_eq!(c.get(path, None).0, 200, "{path}");
+    }
+    let spec = json(&c, "/api/v1/openapi.json");
+    assert_eq!(spec["openapi"], "3.0.3");
+    for p in [
+        "/api/v1/fleet",
+        "/api/v1/nodes/{node}",
+        "/api/v1/nodes/{node}/gpus/{gpu}",
+        "/api/v1/nodes/{node}/gpus/{gpu}/history",
+        "/api/v1/gpus",
+        "/api/v1/failures",
+    ] {
+        assert!(spec["paths"][p].is_object(), "{p} missing from the OpenAPI document");
+    }
+    // Read-only: nothing but GET is routed.
+    let (code, _) = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", c.http_port)).unwrap();
+        write!(s, "DELETE /api/v1/nodes/healthy HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut b = String::new();
+        s.read_to_string(&mut b).unwrap();
+        (b.split_whitespace().nth(1).unwrap().parse::<u16>().unwrap(), b)
+    };
+    assert_eq!(code, 405);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_token_when_set_is_required() {
+    let pg = TestPg::start().await;
+    let d = tempfile::tempdir().unwrap();
+    let tok = d.path().join("api-token");
+    std::fs::write(&tok, "api-secret-0123456789\n").unwrap();
+    let c = CollectorProc::start_with(&pg.url(), &[], &["--api-token-file", tok.to_str().unwrap()]);
+    assert_eq!(c.get("/api/v1/fleet", None).0, 401);
+    assert_eq!(c.get("/api/v1/fleet", Some("wrong")).0, 401);
+    assert_eq!(c.get("/api/v1/fleet", Some("api-secret-0123456789")).0, 200);
+    assert_eq!(c.get("/metrics", None).0, 200, "metrics stay scrapeable");
+    assert_eq!(c.get("/api/v1/openapi.json", None).0, 200);
+}
