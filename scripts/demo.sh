@@ -15,6 +15,7 @@ state="${RAILGUARD_DEMO_DIR:-/tmp/railguard-demo}"
 mkdir -p "$state"
 chmod 755 "$state" # the private Postgres runs as an unprivileged user when we are root
 grpc="127.0.0.1:${RAILGUARD_DEMO_GRPC_PORT:-7700}"
+http="127.0.0.1:${RAILGUARD_DEMO_HTTP_PORT:-7701}"
 
 nodes=("$(hostname | tr -c 'A-Za-z0-9._\n-' '-')" sim-seed-kvm-auto sim-seed-kvm-pinned sim-bare-metal-healthy)
 : >"$state/credentials"
@@ -36,7 +37,8 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 RUST_LOG=${RUST_LOG:-info,sqlx=warn,h2=warn} "$bin/railguard-collector" serve \
-  --grpc-listen "$grpc" --data-dir "$state/collector" --credentials "$state/credentials" &
+  --grpc-listen "$grpc" --http-listen "$http" --data-dir "$state/collector" --credentials "$state/credentials" \
+  --window-minutes 5 --assess-every-secs 5 &
 pids+=($!)
 for _ in $(seq 1 300); do
   (exec 3<>"/dev/tcp/${grpc%:*}/${grpc#*:}") 2>/dev/null && break
@@ -45,6 +47,11 @@ done
 
 "$bin/railguard-agent" sim-fixture seed-kvm --out "$state/sim/seed-kvm" 2>/dev/null
 "$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/dgx-h100" 2>/dev/null
+# The seed's failure on the simulated fabric: the NIC's DMA read of GPU memory is rejected on
+# every switch-local (PIX) pair, and the stack reports success.
+cat >"$state/sim/seed-faults.json" <<'JSON'
+{"faults": [{"path": ["pix"], "kind": "dma_read_rejected", "reported": "success"}]}
+JSON
 
 agent() { # node, extra args…
   local n=$1
@@ -53,28 +60,33 @@ agent() { # node, extra args…
     --token-file "$state/token-$n" --spool-dir "$state/spool/$n" --topology-interval 30 "$@" &
   pids+=($!)
 }
+sim=(--fabric sim --probe-cycle-secs 20 --probe-bytes 4M)
 agent "${nodes[0]}"
-agent sim-seed-kvm-auto --sysfs-root "$state/sim/seed-kvm/sys"
-agent sim-seed-kvm-pinned --sysfs-root "$state/sim/seed-kvm/sys" --ucx-net-devices mlx5_0:1
-agent sim-bare-metal-healthy --sysfs-root "$state/sim/dgx-h100/sys"
+agent sim-seed-kvm-auto --sysfs-root "$state/sim/seed-kvm/sys" "${sim[@]}" --faults "$state/sim/seed-faults.json"
+agent sim-seed-kvm-pinned --sysfs-root "$state/sim/seed-kvm/sys" --ucx-net-devices mlx5_0:1 "${sim[@]}" --faults "$state/sim/seed-faults.json"
+agent sim-bare-metal-healthy --sysfs-root "$state/sim/dgx-h100/sys" "${sim[@]}"
 
 db="postgresql:///railguard?host=$state/collector/postgres&port=5432&user=railguard"
-sleep 3
+echo "demo: waiting for the first probe cycle and assessment…"
+for _ in $(seq 1 60); do
+  n=$("$bin/railguard-collector" query gpus --json --data-dir "$state/collector" 2>/dev/null | grep -c '"status"' || true)
+  [ "${n:-0}" -ge 24 ] && break
+  sleep 2
+done
 cat <<TXT
 
 railguard demo is running.
+  API:              http://$http/api/v1/fleet   (also /api/v1/gpus?status=corrupting, /api/v1/nodes/sim-seed-kvm-auto)
+  OpenAPI:          http://$http/api/v1/openapi.json
+  metrics:          http://$http/metrics
   collector gRPC:   $grpc (agents authenticate with per-node tokens in $state/credentials)
   Postgres:         psql '$db'
   this host's view: $bin/railguard-agent topo
   a simulated node: $bin/railguard-agent topo --sysfs-root $state/sim/seed-kvm/sys
 
-Structural risk per GPU, as stored by the collector (latest topology per node):
+GPUs that are not ok (railguard-collector query gpus --status corrupting,at_risk,watch):
 TXT
-psql "$db" -X -q -c "
-  SELECT DISTINCT ON (s.node_id, r->>'gpu') s.node_id AS node, 'GPU' || (r->>'gpu') AS gpu,
-         r->>'level' AS risk, r->>'predicted_nic' AS uses_nic,
-         CASE WHEN r->>'level' IN ('high', 'medium') THEN (r->'safe_nics'->>0) || ':1' END AS pin_instead
-  FROM topology_snapshots s, jsonb_array_elements(s.risks) r
-  ORDER BY s.node_id, r->>'gpu', s.observed_at DESC" 2>/dev/null || echo "(psql not available: install postgresql-client to see the table)"
+"$bin/railguard-collector" query gpus --status corrupting,at_risk,watch --data-dir "$state/collector" 2>/dev/null || true
+echo
 echo "Ctrl-C stops everything."
 wait

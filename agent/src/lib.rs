@@ -4,6 +4,7 @@
 
 pub mod probe;
 pub mod shipper;
+pub mod signals;
 pub mod spool;
 pub mod topology;
 

@@ -196,7 +196,7 @@ pub fn agent_ship(collector_url: &str, spool_dir: &Path, token_file: &Path, batc
             "--backoff-max-ms",
             "500",
         ])
-        .args(["--topology-interval", "0", "--probe-cycle-secs", "0"]) // spool contents only
+        .args(["--topology-interval", "0", "--probe-cycle-secs", "0", "--no-signals"]) // spool contents only
         .arg("--batch-records")
         .arg(batch_records.to_string())
         .arg("--token-file")

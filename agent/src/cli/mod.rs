@@ -8,6 +8,7 @@ mod run;
 mod selftest;
 mod snapshot;
 pub mod topo;
+pub mod watch;
 
 use std::process::ExitCode;
 
@@ -37,6 +38,8 @@ enum Command {
     Preflight(preflight::PreflightArgs),
     /// Inject every fault kind into real transports and check each is classified correctly.
     Selftest(selftest::SelftestArgs),
+    /// Stream attributed events as they happen: kernel log, NIC error counters.
+    Watch(watch::WatchArgs),
 }
 
 impl Cli {
@@ -49,6 +52,7 @@ impl Cli {
             Command::Probe(a) => a.run(),
             Command::Preflight(a) => a.run(),
             Command::Selftest(a) => a.run(),
+            Command::Watch(a) => a.run(),
         }
     }
 }

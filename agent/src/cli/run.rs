@@ -53,6 +53,12 @@ pub struct RunArgs {
     /// Share of the slowest NIC's link rate probes may use on average.
     #[arg(long, default_value_t = 0.01)]
     probe_budget: f64,
+    /// Kernel log and NIC counter settings.
+    #[command(flatten)]
+    signals: super::watch::SignalArgs,
+    /// Do not collect passive signals (kernel log, NIC counters).
+    #[arg(long)]
+    no_signals: bool,
     /// Exit once the spool is drained (for one-shot shipping and tests).
     #[arg(long)]
     exit_when_drained: bool,
@@ -105,6 +111,27 @@ impl RunArgs {
         } else {
             None
         };
+        let signal_thread = if self.no_signals {
+            None
+        } else {
+            let (source, args, spool, wake, stopping) =
+                (self.topology.clone(), self.signals.clone(), spool.clone(), wake_for_probes.clone(), stopping.clone());
+            let state = self.spool_dir.join("kmsg.state");
+            Some(std::thread::spawn(move || {
+                let stop = || stopping.load(std::sync::atomic::Ordering::Relaxed);
+                let mut emit = |ev: railguard_schema::SignalEvent| {
+                    let rec: railguard_schema::wire::Record =
+                        railguard_schema::Record::now(railguard_schema::RecordBody::Signal(ev)).into();
+                    if let Err(e) = spool.lock().unwrap_or_else(|p| p.into_inner()).append(&[rec]) {
+                        tracing::error!(error = %e, "spooling a signal failed");
+                    }
+                    wake.notify_one();
+                };
+                if let Err(e) = super::watch::follow_signals(&source, &args, Some(&state), &stop, &mut emit) {
+                    tracing::warn!(error = %e, "signal collection stopped");
+                }
+            }))
+        };
         let stop = async move {
             if self.exit_when_drained {
                 loop {
@@ -119,7 +146,7 @@ impl RunArgs {
         };
         let shipped = shipper.run(stop).await;
         stopping.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = probe_thread {
+        for t in [probe_thread, signal_thread].into_iter().flatten() {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
         shipped?;

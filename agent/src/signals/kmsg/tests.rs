@@ -1,0 +1,126 @@
+use super::*;
+
+fn p(line: &str) -> KernelEvent {
+    parse_line(line, &DomainZero).unwrap_or_else(|| panic!("not parsed: {line}"))
+}
+
+#[test]
+fn intel_dmar_fault() {
+    let e = p(
+        "DMAR: [DMA Read NO_PASID] Request device [00:02.0] fault addr 0x0 [fault reason 0x06] PTE Read access is not set",
+    );
+    assert_eq!(e.kind, SignalKind::DmarFault);
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0, 2, 0)));
+    assert_eq!(e.attrs["access"], "DMA Read NO_PASID");
+    assert_eq!(e.attrs["address"], "0x0");
+    assert_eq!(e.attrs["reason"], "0x06");
+    assert_eq!(e.attrs["reason_text"], "PTE Read access is not set");
+    let known = KnownDevices(vec![Bdf::new(2, 0x3b, 0, 0), Bdf::new(0, 0x18, 0, 0)]);
+    let e = parse_line(
+        "DMAR: [DMA Write] Request device [3b:00.0] PASID ffffffff fault addr 7fff0000 [fault reason 05] PTE Write access is not set",
+        &known,
+    )
+    .unwrap();
+    assert_eq!(e.bdf, Some(Bdf::new(2, 0x3b, 0, 0)), "domain resolved against the node's devices");
+}
+
+#[test]
+fn amd_vi_both_forms() {
+    let e = p(
+        "mlx5_core 0000:28:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0035 address=0x7fffff00000 flags=0x0000]",
+    );
+    assert_eq!(e.kind, SignalKind::AmdViPageFault);
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0x28, 0, 0)));
+    assert_eq!(e.attrs["domain"], "0x0035");
+    assert_eq!(e.attrs["address"], "0x7fffff00000");
+    let e = p("AMD-Vi: Event logged [IO_PAGE_FAULT device=07:00.0 domain=0x000e address=0x1000 flags=0x0020]");
+    assert_eq!(e.bdf, Some(Bdf::new(0, 7, 0, 0)));
+    assert_eq!(e.attrs["flags"], "0x0020");
+}
+
+#[test]
+fn nvidia_xid_with_and_without_mig() {
+    let e = p("NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.");
+    assert_eq!(e.kind, SignalKind::GpuXid);
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0x91, 0, 0)));
+    assert_eq!(e.attrs["xid"], "79");
+    assert_eq!(e.attrs["pid"], "<unknown>");
+    assert_eq!(e.attrs["text"], "GPU has fallen off the bus.");
+    let e = p(
+        "NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:00): 31, pid=1234, name=python3, Ch 00000008, intr 00000000. MMU Fault",
+    );
+    assert_eq!(e.attrs["xid"], "31");
+    assert_eq!(e.attrs["gpu_i"], "01");
+    assert_eq!(e.attrs["gpu_ci"], "00");
+    assert_eq!(e.attrs["pid"], "1234");
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0x3b, 0, 0)));
+}
+
+#[test]
+fn mlx5_error_cqe() {
+    let e = p(
+        "mlx5_core 0000:3b:00.0 mlx5_3: Error cqe on cqn 0x4a1, ci 0x1f, qn 0x2c8, opcode 0xd, syndrome 0x4, vendor syndrome 0x32",
+    );
+    assert_eq!(e.kind, SignalKind::Mlx5ErrorCqe);
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0x3b, 0, 0)));
+    assert_eq!(e.rdma_dev.as_deref(), Some("mlx5_3"));
+    assert_eq!(e.attrs["syndrome"], "0x4");
+    assert_eq!(e.attrs["syndrome_name"], "local protection error");
+    assert_eq!(e.attrs["vendor_syndrome"], "0x32");
+    assert_eq!(e.attrs["qn"], "0x2c8");
+}
+
+#[test]
+fn pcie_aer() {
+    let e = p("pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0");
+    assert_eq!(e.kind, SignalKind::PcieAer);
+    assert_eq!(e.bdf, Some(Bdf::new(0, 1, 0, 0)));
+    assert_eq!(e.attrs["severity"], "Corrected");
+    assert_eq!(e.attrs["port"], "0000:00:01.0");
+    let e = p("pcieport 0000:80:03.1: AER: Uncorrected (Non-Fatal) error received: 0000:83:00.0");
+    assert_eq!(e.attrs["severity"], "Uncorrected (Non-Fatal)");
+}
+
+#[test]
+fn records_and_other_lines() {
+    let r = parse_record("3,1234,5678901,-;NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n SUBSYSTEM=pci\n").unwrap();
+    assert_eq!((r.priority, r.seq, r.timestamp_us), (3, 1234, 5678901));
+    assert!(r.message.starts_with("NVRM: Xid"));
+    assert!(parse_record("garbage").is_none());
+    assert!(parse_line("eth0: link up", &DomainZero).is_none());
+    assert!(parse_line("NVRM: Xid (PCI:zz): x", &DomainZero).is_none());
+    assert!(parse_line("DMAR: [DMA Read] Request device [zz:00.0]", &DomainZero).is_none());
+}
+
+#[test]
+fn random_and_mangled_lines_never_panic() {
+    use rand::{Rng, SeedableRng};
+    let seeds = [
+        "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        "DMAR: [DMA Read NO_PASID] Request device [00:02.0] fault addr 0x0 [fault reason 0x06] PTE Read access is not set",
+        "mlx5_core 0000:28:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0035 address=0x7fffff00000 flags=0x0000]",
+        "mlx5_core 0000:3b:00.0 mlx5_3: Error cqe on cqn 0x4a1, ci 0x1f, qn 0x2c8, opcode 0xd, syndrome 0x4, vendor syndrome 0x32",
+        "pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0",
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    for _ in 0..20_000 {
+        let base = seeds[rng.random_range(0..seeds.len())];
+        let mut chars: Vec<char> = base.chars().collect();
+        for _ in 0..rng.random_range(1..6) {
+            if chars.is_empty() {
+                break;
+            }
+            let i = rng.random_range(0..chars.len());
+            match rng.random_range(0..3) {
+                0 => {
+                    chars.remove(i);
+                }
+                1 => chars.insert(i, char::from_u32(rng.random_range(0..0x3000)).unwrap_or('x')),
+                _ => chars.truncate(i),
+            }
+        }
+        let line: String = chars.into_iter().collect();
+        let _ = parse_line(&line, &DomainZero);
+        let _ = parse_record(&line);
+    }
+}

@@ -1,0 +1,71 @@
+//! Passive evidence: the kernel log, NIC error counters, attributed to the node's GPUs and
+//! NICs and turned into signal records. (eBPF programs and NVML events are not written yet.)
+
+pub mod counters;
+pub mod follow;
+pub mod kmsg;
+
+use chrono::{DateTime, Utc};
+use railguard_schema::{Bdf, SignalEvent, SignalSource};
+
+use crate::topology::Topology;
+use kmsg::{KernelEvent, KnownDevices};
+
+/// Maps PCI addresses and RDMA device names to this node's GPUs and NICs.
+#[derive(Debug, Default)]
+pub struct Attributor {
+    gpus: Vec<(Bdf, u32)>,
+    nics: Vec<(Bdf, String)>,
+    pub known: KnownDevices,
+}
+
+impl Attributor {
+    pub fn from_topology(t: &Topology) -> Self {
+        let gpus: Vec<(Bdf, u32)> = t.gpus.iter().map(|g| (g.gpu.bdf, g.gpu.index)).collect();
+        let nics: Vec<(Bdf, String)> = t.nics.iter().map(|n| (n.nic.bdf, n.nic.name.clone())).collect();
+        let mut known: Vec<Bdf> = gpus.iter().map(|g| g.0).chain(nics.iter().map(|n| n.0)).collect();
+        known.extend(t.acs.keys().copied());
+        Attributor { gpus, nics, known: KnownDevices(known) }
+    }
+
+    /// Turns a kernel event into a signal, naming the GPU and/or NIC it concerns.
+    pub fn attribute(&self, ev: KernelEvent, source: SignalSource) -> SignalEvent {
+        let gpu = ev.bdf.and_then(|b| self.gpus.iter().find(|g| g.0 == b).map(|g| g.1));
+        let nic = ev
+            .rdma_dev
+            .clone()
+            .filter(|d| self.nics.iter().any(|n| &n.1 == d))
+            .or_else(|| ev.bdf.and_then(|b| self.nics.iter().find(|n| n.0 == b).map(|n| n.1.clone())))
+            .or(ev.rdma_dev)
+            .unwrap_or_default();
+        SignalEvent { source, kind: ev.kind, bdf: ev.bdf, gpu, nic, summary: ev.summary, attrs: ev.attrs }
+    }
+}
+
+/// An attributed event with its time, as `watch --json` prints it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Observed {
+    pub time: DateTime<Utc>,
+    pub source: SignalSource,
+    pub kind: railguard_schema::SignalKind,
+    pub bdf: Option<Bdf>,
+    pub gpu: Option<u32>,
+    pub nic: Option<String>,
+    pub detail: String,
+    pub attrs: std::collections::BTreeMap<String, String>,
+}
+
+impl From<&SignalEvent> for Observed {
+    fn from(s: &SignalEvent) -> Self {
+        Observed {
+            time: Utc::now(),
+            source: s.source,
+            kind: s.kind,
+            bdf: s.bdf,
+            gpu: s.gpu,
+            nic: Some(s.nic.clone()).filter(|n| !n.is_empty()),
+            detail: s.summary.clone(),
+            attrs: s.attrs.clone(),
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! `watch` on this machine's real kernel log and on fixture NIC counters.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use railguard_agent::signals::counters::CounterPoller;
+use railguard_agent::topology::{SysRoot, Topology, fixture};
+
+fn seed() -> (tempfile::TempDir, Topology) {
+    let d = tempfile::tempdir().unwrap();
+    fixture::seed_kvm_guest().write(&d.path().join("node")).unwrap();
+    let t = Topology::discover(&SysRoot::new(d.path().join("node/sys")), &SysRoot::new(d.path().join("node/proc")));
+    (d, t)
+}
+
+fn watch(d: &tempfile::TempDir, extra: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["watch", "--json", "--sysfs-root"])
+        .arg(d.path().join("node/sys"))
+        .args(extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn lines(child: std::process::Child) -> Vec<serde_json::Value> {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn real_kernel_lines_become_typed_attributed_events_once() {
+    let (d, t) = seed();
+    let marker = format!("railguard-test-{}", uuid::Uuid::new_v4());
+    let gpu0 = t.gpus[0].gpu.bdf;
+    let nic3 = t.nics[3].nic.bdf;
+    let state = d.path().join("kmsg.state");
+    let child = watch(&d, &["--seconds", "4", "--state-file", state.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut kmsg = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/kmsg")
+        .expect("tests run as root and write real lines to /dev/kmsg");
+    let gpu_short = format!("{:04x}:{:02x}:{:02x}", gpu0.domain, gpu0.bus, gpu0.device);
+    for line in [
+        format!(
+            "<3>NVRM: Xid (PCI:{gpu_short}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus. {marker}"
+        ),
+        format!(
+            "<3>mlx5_core {nic3} mlx5_3: Error cqe on cqn 0x4a1, ci 0x1f, qn 0x2c8, opcode 0xd, syndrome 0x4, vendor syndrome 0x32 {marker}"
+        ),
+        format!(
+            "<3>DMAR: [DMA Read NO_PASID] Request device [{:02x}:{:02x}.0] fault addr 0x0 [fault reason 0x06] PTE Read access is not set {marker}",
+            nic3.bus, nic3.device
+        ),
+        format!("<3>NVRM: Xid (PCI:broken {marker}"),
+    ] {
+        kmsg.write_all(line.as_bytes()).unwrap();
+    }
+    let events: Vec<serde_json::Value> =
+        lines(child).into_iter().filter(|e| e["detail"].as_str().unwrap_or("").contains(&marker)).collect();
+    assert_eq!(events.len(), 3, "{events:#?}");
+    let xid = &events[0];
+    assert_eq!((xid["kind"].as_str(), xid["source"].as_str()), (Some("gpu_xid"), Some("kmsg")));
+    assert_eq!(xid["gpu"], 0);
+    assert_eq!(xid["attrs"]["xid"], "79");
+    assert_eq!(xid["bdf"], gpu0.to_string());
+    let cqe = &events[1];
+    assert_eq!(cqe["kind"], "mlx5_error_cqe");
+    assert_eq!(cqe["nic"], "mlx5_3");
+    assert_eq!(cqe["attrs"]["syndrome_name"], "local protection error");
+    let dmar = &events[2];
+    assert_eq!(dmar["kind"], "dmar_fault");
+    assert_eq!(dmar["nic"], "mlx5_3", "the domain-less address resolved against the node's devices");
+
+    // A restart with the same state file does not report them again.
+    let again = lines(watch(&d, &["--seconds", "2", "--state-file", state.to_str().unwrap()]));
+    assert!(!again.iter().any(|e| e["detail"].as_str().unwrap_or("").contains(&marker)), "{again:?}");
+}
+
+#[test]
+fn hw_counter_increases_in_a_fixture_tree_become_events() {
+    let (d, _) = seed();
+    let child = watch(&d, &["--seconds", "4", "--kmsg", "/dev/null", "--counter-interval-secs", "1"]);
+    std::thread::sleep(Duration::from_millis(1800));
+    let counter = d.path().join("node/sys/class/infiniband/mlx5_2/ports/1/hw_counters/req_cqe_error");
+    std::fs::write(&counter, "7\n").unwrap();
+    let events = lines(child);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["kind"], "nic_counter_increase");
+    assert_eq!(events[0]["source"], "nic_counter");
+    assert_eq!(events[0]["nic"], "mlx5_2");
+    assert_eq!(events[0]["attrs"]["counter"], "req_cqe_error");
+    assert_eq!(events[0]["attrs"]["delta"], "7");
+}
+
+#[test]
+fn counter_resets_and_vanished_devices() {
+    let (d, t) = seed();
+    let sys = SysRoot::new(d.path().join("node/sys"));
+    let nics: Vec<(String, Option<railguard_schema::Bdf>)> =
+        t.nics.iter().map(|n| (n.nic.name.clone(), Some(n.nic.bdf))).collect();
+    let mut p = CounterPoller::default();
+    assert!(p.poll(&sys, &nics).is_empty(), "the first poll is the baseline");
+    let c = d.path().join("node/sys/class/infiniband/mlx5_0/ports/1/hw_counters/local_ack_timeout_err");
+    std::fs::write(&c, "100").unwrap();
+    assert_eq!(p.poll(&sys, &nics)[0].attrs["delta"], "100");
+    std::fs::write(&c, "3").unwrap();
+    let ev = p.poll(&sys, &nics);
+    assert_eq!((ev[0].attrs["delta"].as_str(), ev[0].attrs.get("reset").map(String::as_str)), ("3", Some("true")));
+    std::fs::write(&c, "garbage").unwrap();
+    assert!(p.poll(&sys, &nics).is_empty());
+    std::fs::remove_file(d.path().join("node/sys/class/infiniband/mlx5_0")).unwrap();
+    assert!(p.poll(&sys, &nics).is_empty(), "a vanished device is skipped");
+}
