@@ -6,13 +6,10 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,h2=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match cli::Cli::parse().run().await {
+    let mut telemetry = railguard_telemetry::init("railguard-agent", "info,h2=warn");
+    let result = cli::Cli::parse().run().await;
+    telemetry.shutdown(); // flush OTLP before exit
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("railguard-agent: {e:#}");

@@ -172,7 +172,7 @@ impl Shipper {
             };
             let result = tokio::select! {
                 _ = &mut shutdown => return Ok(()),
-                r = self.client.push_batch(req) => r,
+                r = tracing::Instrument::instrument(self.client.push_batch(req), tracing::info_span!("ship_batch", records = n)) => r,
             };
             match result {
                 Ok(ack) => {

@@ -8,6 +8,7 @@
 //! partitions.
 
 pub mod assess;
+pub mod export;
 pub mod http;
 pub mod ingest;
 pub mod pg;

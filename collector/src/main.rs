@@ -25,6 +25,45 @@ enum Command {
     Serve(ServeArgs),
     /// Ask the history from a terminal (table or JSON).
     Query(QueryArgs),
+    /// Write probe, signal and status history to Parquet or CSV files.
+    Export(ExportArgs),
+    /// Fleet report: failure rates per GPU and per pair, and patterns across nodes.
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum FormatArg {
+    Parquet,
+    Csv,
+}
+
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// RFC 3339 time or a duration before now (30d, 2h).
+    #[arg(long, default_value = "30d")]
+    since: String,
+    #[arg(long)]
+    until: Option<String>,
+    #[arg(long, value_enum, default_value = "parquet")]
+    format: FormatArg,
+    /// Directory for probes.*, signals.*, status_changes.*.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+struct ReportArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    #[arg(long, default_value = "30d")]
+    since: String,
+    #[arg(long)]
+    until: Option<String>,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -96,16 +135,14 @@ enum QueryWhat {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn,h2=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let mut telemetry = railguard_telemetry::init("railguard-collector", "info,sqlx=warn,h2=warn");
     let result = match Cli::parse().command {
         Command::Serve(a) => run_serve(a).await,
         Command::Query(q) => run_query(q).await,
+        Command::Export(e) => run_export(e).await,
+        Command::Report(r) => run_report(r).await,
     };
+    telemetry.shutdown(); // flush OTLP before exit
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -138,8 +175,8 @@ async fn run_serve(a: ServeArgs) -> anyhow::Result<()> {
     serve(cfg, shutdown_signal()).await
 }
 
-async fn run_query(q: QueryArgs) -> anyhow::Result<()> {
-    let opts = match database(q.db) {
+async fn pool(db: DbArgs) -> anyhow::Result<sqlx::PgPool> {
+    let opts = match database(db) {
         DatabaseConfig::Url(url) => url.parse().context("DATABASE_URL is not a valid Postgres URL")?,
         DatabaseConfig::Private { data_dir } => {
             // Reuses the collector's running cluster (or starts it: the data stays where it is).
@@ -148,7 +185,52 @@ async fn run_query(q: QueryArgs) -> anyhow::Result<()> {
             cluster.connect_options(pg::DATABASE_NAME)
         }
     };
-    let pool = pg::connect_and_migrate(opts, 2).await?;
+    Ok(pg::connect_and_migrate(opts, 2).await?)
+}
+
+fn range(
+    since: &str,
+    until: Option<&str>,
+) -> anyhow::Result<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> {
+    params::time_range(Some(since), until, "30d").map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+async fn run_export(e: ExportArgs) -> anyhow::Result<()> {
+    let (since, until) = range(&e.since, e.until.as_deref())?;
+    let pool = pool(e.db).await?;
+    let format = match e.format {
+        FormatArg::Parquet => railguard_collector::export::Format::Parquet,
+        FormatArg::Csv => railguard_collector::export::Format::Csv,
+    };
+    for (path, rows) in railguard_collector::export::export(&pool, since, until, format, &e.out).await? {
+        println!("{} ({rows} rows)", path.display());
+    }
+    Ok(())
+}
+
+async fn run_report(r: ReportArgs) -> anyhow::Result<()> {
+    let (since, until) = range(&r.since, r.until.as_deref())?;
+    let pool = pool(r.db).await?;
+    let probes = railguard_collector::export::probes(&pool, since, until).await?;
+    let report = railguard_collector::export::report(&probes)?;
+    if r.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("fleet report {since} .. {until}: {} probes on {} nodes", report["probes"], report["nodes"]);
+    println!("\npatterns:");
+    for p in report["patterns"].as_array().into_iter().flatten() {
+        println!("  - {}", p["meaning"].as_str().unwrap_or(""));
+    }
+    println!("\nfailing GPUs:");
+    print_table(&report["per_gpu"]);
+    println!("\nfailing GPU/NIC pairs:");
+    print_table(&report["per_pair"]);
+    Ok(())
+}
+
+async fn run_query(q: QueryArgs) -> anyhow::Result<()> {
+    let pool = pool(q.db).await?;
     let rows = match q.what {
         QueryWhat::Failures { since, until } => {
             let (since, until) =

@@ -214,6 +214,40 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     assert_eq!(text.lines().count(), 1 + 9, "{text}");
     assert!(text.lines().next().unwrap().contains("recommendation"), "{text}");
 
+    // Export (Parquet and CSV) and the fleet report, from the CLI.
+    let out_dir = tempfile::tempdir().unwrap();
+    for format in ["parquet", "csv"] {
+        let out = std::process::Command::new(bin("railguard-collector"))
+            .args(["export", "--since", "1d", "--format", format, "--out"])
+            .arg(out_dir.path().join(format))
+            .env("DATABASE_URL", pg.url())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let pq = std::fs::read(out_dir.path().join("parquet/probes.parquet")).unwrap();
+    assert!(pq.starts_with(b"PAR1") && pq.ends_with(b"PAR1"), "a Parquet file");
+    let csv = std::fs::read_to_string(out_dir.path().join("csv/probes.csv")).unwrap();
+    let probes_stored: i64 = pg.count("probe_results").await;
+    assert_eq!(csv.lines().count() as i64, probes_stored + 1, "header + every probe");
+    assert!(csv.lines().next().unwrap().contains("verdict"));
+    let sig = std::fs::read_to_string(out_dir.path().join("csv/signals.csv")).unwrap();
+    assert_eq!(sig.lines().count(), 41);
+    assert!(out_dir.path().join("parquet/status_changes.parquet").exists());
+    let out = std::process::Command::new(bin("railguard-collector"))
+        .args(["report", "--since", "1d", "--json"])
+        .env("DATABASE_URL", pg.url())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let patterns = report["patterns"].as_array().unwrap();
+    assert!(
+        patterns.iter().any(|p| p["what"] == "GPU index" && p["value"] == "3" && p["nodes"] == 2),
+        "GPU3 fails on both seed nodes: {patterns:?}"
+    );
+    assert_eq!(report["per_gpu"][0]["failures"], 4);
+
     // Prometheus metrics.
     let (code, m) = c.get("/metrics", None);
     assert_eq!(code, 200);

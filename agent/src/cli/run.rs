@@ -297,6 +297,7 @@ impl ProbeLoop {
                     plan.probe_bytes as usize,
                     faults.pick(pair.gpu, &pair.nic, pair.class),
                 );
+                probe_counter().add(1, &[opentelemetry::KeyValue::new("verdict", out.result.verdict.as_str())]);
                 if out.result.verdict != railguard_schema::ProbeVerdict::Ok {
                     tracing::warn!(gpu = pair.gpu, nic = %pair.nic, verdict = %out.result.verdict, diagnosis = %out.result.diagnosis, "probe failed");
                 }
@@ -314,4 +315,10 @@ impl ProbeLoop {
             }
         }
     }
+}
+
+/// Probes run by this agent, by verdict, over OTLP (a no-op unless OTEL_EXPORTER_OTLP_ENDPOINT is set).
+fn probe_counter() -> &'static opentelemetry::metrics::Counter<u64> {
+    static C: std::sync::OnceLock<opentelemetry::metrics::Counter<u64>> = std::sync::OnceLock::new();
+    C.get_or_init(|| opentelemetry::global::meter("railguard-agent").u64_counter("railguard.probes").build())
 }

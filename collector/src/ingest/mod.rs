@@ -53,6 +53,23 @@ impl IngestService {
     }
 }
 
+/// The collector's own metrics over OTLP (a no-op unless OTEL_EXPORTER_OTLP_ENDPOINT is set).
+struct OtelCounters {
+    records: opentelemetry::metrics::Counter<u64>,
+    batches: opentelemetry::metrics::Counter<u64>,
+}
+
+fn otel_counters() -> &'static OtelCounters {
+    static C: std::sync::OnceLock<OtelCounters> = std::sync::OnceLock::new();
+    C.get_or_init(|| {
+        let m = opentelemetry::global::meter("railguard-collector");
+        OtelCounters {
+            records: m.u64_counter("railguard.ingest.records").with_description("records received").build(),
+            batches: m.u64_counter("railguard.ingest.batches").with_description("batches committed").build(),
+        }
+    })
+}
+
 /// The node a request may write as: the authenticated one, and only if the message names it.
 #[allow(clippy::result_large_err)] // tonic::Status is what handlers return
 fn writer<T>(req: &Request<T>, claimed: &str) -> Result<NodeId, Status> {
@@ -114,6 +131,13 @@ impl Ingest for IngestService {
     async fn push_batch(&self, req: Request<RecordBatch>) -> Result<Response<BatchAck>, Status> {
         let node = writer(&req, &req.get_ref().node_id)?;
         let batch = req.into_inner();
+        let span = tracing::info_span!("push_batch", node = %node, records = batch.records.len());
+        tracing::Instrument::instrument(self.push_batch_inner(node, batch), span).await
+    }
+}
+
+impl IngestService {
+    async fn push_batch_inner(&self, node: NodeId, batch: RecordBatch) -> Result<Response<BatchAck>, Status> {
         if batch.records.len() > MAX_BATCH_RECORDS {
             self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);
             return Err(Status::invalid_argument(format!(
@@ -157,6 +181,9 @@ impl Ingest for IngestService {
             }
         }
         self.stats.records_stored.fetch_add(outcome.stored, Ordering::Relaxed);
+        otel_counters().records.add(outcome.stored, &[opentelemetry::KeyValue::new("result", "stored")]);
+        otel_counters().records.add(outcome.duplicates, &[opentelemetry::KeyValue::new("result", "duplicate")]);
+        otel_counters().batches.add(1, &[opentelemetry::KeyValue::new("result", "committed")]);
         self.stats.records_duplicate.fetch_add(outcome.duplicates, Ordering::Relaxed);
         Ok(Response::new(wire::BatchAck {
             stored: u32::try_from(outcome.stored).unwrap_or(u32::MAX),

@@ -1,0 +1,125 @@
+//! The collector's and the agent's own traces and metrics reach an OTLP receiver when
+//! OTEL_EXPORTER_OTLP_ENDPOINT is set (an in-process receiver on loopback).
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use railguard_e2e::*;
+
+/// (service.name, span or metric name) pairs received.
+#[derive(Clone, Default)]
+struct Receiver(Arc<Mutex<Vec<(String, String)>>>);
+
+fn service_of(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> String {
+    attrs
+        .iter()
+        .find(|kv| kv.key == "service.name")
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => Some(s.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+#[tonic::async_trait]
+impl TraceService for Receiver {
+    async fn export(
+        &self,
+        req: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        for rs in req.into_inner().resource_spans {
+            let svc = service_of(&rs.resource.map(|r| r.attributes).unwrap_or_default());
+            for ss in rs.scope_spans {
+                for s in ss.spans {
+                    self.0.lock().unwrap().push((svc.clone(), s.name));
+                }
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
+    }
+}
+
+#[tonic::async_trait]
+impl MetricsService for Receiver {
+    async fn export(
+        &self,
+        req: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        for rm in req.into_inner().resource_metrics {
+            let svc = service_of(&rm.resource.map(|r| r.attributes).unwrap_or_default());
+            for sm in rm.scope_metrics {
+                for m in sm.metrics {
+                    self.0.lock().unwrap().push((svc.clone(), m.name));
+                }
+            }
+        }
+        Ok(tonic::Response::new(ExportMetricsServiceResponse { partial_success: None }))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traces_and_metrics_reach_an_otlp_receiver() {
+    let recv = Receiver::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let otlp = format!("http://{}", listener.local_addr().unwrap());
+    let server = tonic::transport::Server::builder()
+        .add_service(TraceServiceServer::new(recv.clone()))
+        .add_service(MetricsServiceServer::new(recv.clone()))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+    tokio::spawn(server);
+
+    let pg = TestPg::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("creds");
+    std::fs::write(&creds, format!("node-a {TOKEN_A}\n")).unwrap();
+    let (grpc, http) = (free_port(), free_port());
+    let mut collector = Command::new(bin("railguard-collector"))
+        .args(["serve", "--grpc-listen", &format!("127.0.0.1:{grpc}"), "--http-listen", &format!("127.0.0.1:{http}")])
+        .arg("--credentials")
+        .arg(&creds)
+        .env("DATABASE_URL", pg.url())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(grpc);
+    let (spool, token) = filled_spool(dir.path(), 50);
+    let mut agent = Command::new(bin("railguard-agent"))
+        .args(["run", "--node-id", "node-a", "--collector", &format!("http://127.0.0.1:{grpc}"), "--exit-when-drained"])
+        .args(["--topology-interval", "0", "--probe-cycle-secs", "0", "--no-signals", "--batch-records", "10"])
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--spool-dir")
+        .arg(&spool)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_exit(&mut agent, Duration::from_secs(60)).success());
+    kill(Pid::from_raw(collector.id() as i32), Signal::SIGTERM).unwrap();
+    assert!(wait_exit(&mut collector, Duration::from_secs(30)).success());
+
+    let got = recv.0.lock().unwrap().clone();
+    let has = |svc: &str, name: &str| got.iter().any(|(s, n)| s == svc && n == name);
+    assert!(has("railguard-collector", "push_batch"), "{got:?}");
+    assert!(has("railguard-agent", "ship_batch"), "{got:?}");
+    assert!(has("railguard-collector", "railguard.ingest.records"), "{got:?}");
+    assert_eq!(
+        got.iter().filter(|(s, n)| s == "railguard-collector" && n == "push_batch").count(),
+        5,
+        "one span per batch"
+    );
+}
