@@ -16,6 +16,8 @@ have pkg-config || need+=(pkg-config)
 # UCX: headers to build the agent's ucx transport, the library (with its tcp transport) to run it.
 [ -f /usr/include/ucp/api/ucp.h ] || need+=(libucx-dev)
 ls /usr/lib/*/libucp.so.0 >/dev/null 2>&1 || need+=(libucx0)
+# The dashboard tests drive Debian's chromium, headless.
+have chromium || need+=(chromium)
 
 if ((${#need[@]})); then
   if [ "$(id -u)" -ne 0 ]; then

@@ -2,6 +2,8 @@
 //! binaries as child processes, and record generators.
 #![allow(clippy::unwrap_used)] // test support: a failed setup should fail the test loudly
 
+pub mod scripted;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

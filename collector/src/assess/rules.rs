@@ -264,7 +264,8 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
         None
     };
     if let Some(r) = &recommendation {
-        reasons.push((status, format!("recommendation: set {r} for GPU{g}'s process")));
+        // Listed last: the evidence first, then what to do about it.
+        reasons.push((GpuStatus::Ok, format!("recommendation: set {r} for GPU{g}'s process")));
     }
     if reasons.is_empty() {
         reasons.push((

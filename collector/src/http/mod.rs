@@ -1,10 +1,11 @@
-//! The read-only HTTP side of the collector: JSON API (`/api/v1/...`), its OpenAPI document,
-//! Prometheus `/metrics`. `app(state)` builds the router; `serve` lives in `crate::serve`.
+//! The read-only HTTP side of the collector: the dashboard (`/`), JSON API (`/api/v1/...`), its
+//! OpenAPI document, Prometheus `/metrics`. `app(state)` builds the router; `serve` lives in `crate::serve`.
 
 mod api;
 mod error;
 mod metrics;
 pub mod params;
+mod ui;
 
 use std::sync::Arc;
 
@@ -40,6 +41,8 @@ pub fn app(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(api)
+        .route("/", get(ui::index))
+        .route("/ui/{file}", get(ui::asset))
         .route("/api/v1/openapi.json", get(api::openapi))
         .route("/metrics", get(metrics::metrics))
         .route("/healthz", get(|| async { "ok" }))

@@ -1,0 +1,91 @@
+//! The dashboard in a real browser (Debian's chromium, headless): pages load from the
+//! collector alone, the seed nodes show the right flags, the drill-down links lead to the GPU
+//! view. Screenshots are kept in target/dashboard-screenshots/ as test artifacts.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use railguard_e2e::scripted::*;
+use railguard_e2e::*;
+
+fn chromium() -> PathBuf {
+    for c in ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"] {
+        if Path::new(c).exists() {
+            return c.into();
+        }
+    }
+    panic!("no chromium: scripts/setup.sh installs Debian's chromium for the dashboard tests");
+}
+
+/// Loads `url` headless, lets its fetches finish, returns the DOM; also saves a screenshot.
+fn browse(url: &str, shot: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let base = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--virtual-time-budget=4000",
+        "--window-size=1400,1000",
+    ];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/dashboard-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(chromium())
+        .args(base)
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", dir.join(shot).display()))
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(chromium())
+        .args(base)
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(dom.contains("data-ready=\"1\""), "the page did not finish rendering: {dom}");
+    dom
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
+    let pg = TestPg::start().await;
+    let c = scripted_fleet(&pg).await;
+    let base = format!("http://127.0.0.1:{}/", c.http_port);
+
+    let fleet = tokio::task::block_in_place(|| browse(&base, "fleet.png"));
+    for n in NODES {
+        assert!(fleet.contains(&format!("data-node=\"{n}\"")), "{n} missing from the fleet view");
+    }
+    assert!(fleet.contains("id=\"total-corrupting\">9<"), "{fleet}");
+    assert!(fleet.contains("href=\"#/node/seed-auto\""));
+
+    let auto = tokio::task::block_in_place(|| browse(&format!("{base}#/node/seed-auto"), "node-seed-auto.png"));
+    assert_eq!(auto.matches("data-status=\"corrupting\"><td>").count(), 8, "all 8 GPUs flagged");
+    assert_eq!(auto.matches("v-bad workload").count(), 8, "each GPU's workload pair (outlined) failed");
+    assert!(auto.contains("UCX_NET_DEVICES=mlx5_0:1"));
+    assert!(auto.contains("href=\"#/node/seed-auto/gpu/3\""), "drill-down links");
+
+    let pinned = tokio::task::block_in_place(|| browse(&format!("{base}#/node/seed-pinned"), "node-seed-pinned.png"));
+    assert_eq!(pinned.matches("data-status=\"corrupting\"><td>").count(), 1, "exactly one GPU");
+    assert_eq!(pinned.matches("data-status=\"watch\"><td>").count(), 7);
+
+    let gpu = tokio::task::block_in_place(|| browse(&format!("{base}#/node/seed-auto/gpu/3"), "gpu-seed-auto-3.png"));
+    assert!(gpu.contains("id=\"pin\">UCX_NET_DEVICES=mlx5_0:1<"), "{gpu}");
+    assert!(gpu.contains("GPU3 via mlx5_3"));
+    assert_eq!(gpu.matches("class=\"tick bad\"").count(), 4, "the timeline shows the four failed probes");
+
+    let healthy = tokio::task::block_in_place(|| browse(&format!("{base}#/node/healthy"), "node-healthy.png"));
+    assert_eq!(healthy.matches("data-status=\"ok\"><td>").count(), 7);
+    assert_eq!(healthy.matches("data-status=\"watch\"><td>").count(), 1);
+}
