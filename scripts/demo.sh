@@ -56,7 +56,8 @@ JSON
 agent() { # node, extra args…
   local n=$1
   shift
-  RUST_LOG=${RUST_LOG:-warn} "$bin/railguard-agent" run --collector "http://$grpc" --node-id "$n" \
+  # Agents log errors only: failed probes are the point of the demo, the dashboard shows them.
+  RUST_LOG=${RUST_LOG:-error} "$bin/railguard-agent" run --collector "http://$grpc" --node-id "$n" \
     --token-file "$state/token-$n" --spool-dir "$state/spool/$n" --topology-interval 30 "$@" &
   pids+=($!)
 }
@@ -76,6 +77,7 @@ done
 cat <<TXT
 
 railguard demo is running.
+  dashboard:        http://$http/
   API:              http://$http/api/v1/fleet   (also /api/v1/gpus?status=corrupting, /api/v1/nodes/sim-seed-kvm-auto)
   OpenAPI:          http://$http/api/v1/openapi.json
   metrics:          http://$http/metrics

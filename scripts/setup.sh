@@ -30,6 +30,12 @@ if ((${#need[@]})); then
   apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
+# Schema check of the Kubernetes manifests (ships the schemas: no cluster, no network at run time).
+if ! have kubernetes-validate; then
+  echo "setup: installing kubernetes-validate (PyPI)"
+  python3 -m pip install -q --disable-pip-version-check kubernetes-validate
+fi
+
 if ! have cargo; then
   echo "setup: Rust (cargo) is required: https://rustup.rs (stable >= 1.95)" >&2
   exit 1

@@ -8,6 +8,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== Kubernetes manifests (schema check)"
+kubernetes-validate --strict -k 1.30.0 deploy/k8s/*.yaml
 echo "== cargo build (binaries the end-to-end tests run)"
 cargo build --workspace --locked
 echo "== tests"

@@ -70,10 +70,10 @@ struct ReportArgs {
 struct DbArgs {
     /// Postgres to use. Unset: a private cluster under --data-dir, started and stopped with
     /// the collector (needs the PostgreSQL server binaries installed).
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", global = true)]
     database_url: Option<String>,
     /// Directory for the private Postgres cluster (when --database-url is unset).
-    #[arg(long, env = "RAILGUARD_DATA_DIR", default_value = ".railguard/collector")]
+    #[arg(long, env = "RAILGUARD_DATA_DIR", default_value = ".railguard/collector", global = true)]
     data_dir: PathBuf,
 }
 
@@ -256,7 +256,15 @@ fn print_table(rows: &serde_json::Value) {
         println!("(none)");
         return;
     };
-    let cols: Vec<String> = rows[0].as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
+    // Identity columns first, in reading order; the rest as they come.
+    let lead = ["node", "node_id", "gpu", "gpu_index", "nic", "status", "failures", "probes"];
+    let mut cols: Vec<String> = lead.iter().filter(|c| rows[0].get(**c).is_some()).map(|c| (*c).to_owned()).collect();
+    cols.extend(
+        rows[0]
+            .as_object()
+            .map(|o| o.keys().filter(|k| !lead.contains(&k.as_str())).cloned().collect::<Vec<_>>())
+            .unwrap_or_default(),
+    );
     let cell = |v: &serde_json::Value| match v {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Null => "-".into(),

@@ -1,0 +1,109 @@
+//! The systemd units' command lines, run as written (binary paths and Environment= values
+//! substituted for this test's): the collector unit with its private Postgres, the agent unit
+//! against it, until the node's topology is stored and served.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use railguard_agent::topology::fixture;
+use railguard_e2e::*;
+
+/// The unit's ExecStart as argv, with `${VAR}` from Environment= lines, overridden by `env`.
+fn exec_start(unit: &str, env: &HashMap<&str, String>) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("{}/../deploy/systemd/{unit}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let mut vars: HashMap<String, String> = HashMap::new();
+    for line in text.lines() {
+        if let Some(kv) = line.strip_prefix("Environment=") {
+            let (k, v) = kv.split_once('=').unwrap();
+            vars.insert(k.to_owned(), v.to_owned());
+        }
+    }
+    for (k, v) in env {
+        vars.insert((*k).to_owned(), v.clone());
+    }
+    let exec = text.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("ExecStart");
+    exec.split_whitespace()
+        .map(|w| {
+            let mut w = w.to_owned();
+            for (k, v) in &vars {
+                w = w.replace(&format!("${{{k}}}"), v);
+            }
+            assert!(!w.contains("${"), "unset variable in {unit}: {w}");
+            match w.strip_prefix("/usr/local/bin/") {
+                Some(name) => bin(name).display().to_string(),
+                None => w,
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_systemd_units_run_as_written() {
+    let dir = tempfile::Builder::new().prefix("railguard-units-").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let creds = dir.path().join("credentials");
+    std::fs::write(&creds, format!("node-a {TOKEN_A}\n")).unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let (grpc, http) = (free_port(), free_port());
+
+    let argv = exec_start(
+        "railguard-collector.service",
+        &HashMap::from([
+            ("RAILGUARD_GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
+            ("RAILGUARD_HTTP_LISTEN", format!("127.0.0.1:{http}")),
+            ("RAILGUARD_DATA_DIR", dir.path().join("collector").display().to_string()),
+            ("RAILGUARD_CREDENTIALS", creds.display().to_string()),
+        ]),
+    );
+    let mut collector = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(grpc);
+    wait_for_port(http);
+
+    let argv = exec_start(
+        "railguard-agent.service",
+        &HashMap::from([
+            ("RAILGUARD_COLLECTOR", format!("http://127.0.0.1:{grpc}")),
+            ("RAILGUARD_TOKEN_FILE", token.display().to_string()),
+            ("RAILGUARD_SPOOL_DIR", dir.path().join("spool").display().to_string()),
+            ("RAILGUARD_SYSFS_ROOT", dir.path().join("node/sys").display().to_string()),
+        ]),
+    );
+    let mut agent = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env("RAILGUARD_NODE_ID", "node-a") // what /etc/railguard/agent.env would set
+        .env("RAILGUARD_PROBE_CYCLE", "0")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, body) = http_get(http, "/api/v1/nodes/node-a", None);
+        if code == 200 && body.contains("\"bdf\"") && body.matches("\"index\"").count() == 8 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent unit's topology never reached the collector unit: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    kill(Pid::from_raw(agent.id() as i32), Signal::SIGTERM).unwrap();
+    assert!(wait_exit(&mut agent, Duration::from_secs(30)).success());
+    kill(Pid::from_raw(collector.id() as i32), Signal::SIGTERM).unwrap();
+    assert!(
+        wait_exit(&mut collector, Duration::from_secs(60)).success(),
+        "the collector stops its Postgres and exits cleanly"
+    );
+    assert!(!dir.path().join("collector/postgres/postmaster.pid").exists(), "private Postgres stopped");
+}
