@@ -8,6 +8,7 @@
 //! partitions.
 
 pub mod assess;
+#[cfg(feature = "analysis")]
 pub mod export;
 pub mod http;
 pub mod ingest;

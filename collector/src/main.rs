@@ -26,17 +26,21 @@ enum Command {
     /// Ask the history from a terminal (table or JSON).
     Query(QueryArgs),
     /// Write probe, signal and status history to Parquet or CSV files.
+    #[cfg(feature = "analysis")]
     Export(ExportArgs),
     /// Fleet report: failure rates per GPU and per pair, and patterns across nodes.
+    #[cfg(feature = "analysis")]
     Report(ReportArgs),
 }
 
+#[cfg(feature = "analysis")]
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum FormatArg {
     Parquet,
     Csv,
 }
 
+#[cfg(feature = "analysis")]
 #[derive(Debug, clap::Args)]
 struct ExportArgs {
     #[command(flatten)]
@@ -53,6 +57,7 @@ struct ExportArgs {
     out: PathBuf,
 }
 
+#[cfg(feature = "analysis")]
 #[derive(Debug, clap::Args)]
 struct ReportArgs {
     #[command(flatten)]
@@ -139,7 +144,9 @@ async fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Serve(a) => run_serve(a).await,
         Command::Query(q) => run_query(q).await,
+        #[cfg(feature = "analysis")]
         Command::Export(e) => run_export(e).await,
+        #[cfg(feature = "analysis")]
         Command::Report(r) => run_report(r).await,
     };
     telemetry.shutdown(); // flush OTLP before exit
@@ -188,6 +195,7 @@ async fn pool(db: DbArgs) -> anyhow::Result<sqlx::PgPool> {
     Ok(pg::connect_and_migrate(opts, 2).await?)
 }
 
+#[cfg(feature = "analysis")]
 fn range(
     since: &str,
     until: Option<&str>,
@@ -195,6 +203,7 @@ fn range(
     params::time_range(Some(since), until, "30d").map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+#[cfg(feature = "analysis")]
 async fn run_export(e: ExportArgs) -> anyhow::Result<()> {
     let (since, until) = range(&e.since, e.until.as_deref())?;
     let pool = pool(e.db).await?;
@@ -208,6 +217,7 @@ async fn run_export(e: ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "analysis")]
 async fn run_report(r: ReportArgs) -> anyhow::Result<()> {
     let (since, until) = range(&r.since, r.until.as_deref())?;
     let pool = pool(r.db).await?;
