@@ -18,6 +18,7 @@ have pkg-config || need+=(pkg-config)
 ls /usr/lib/*/libucp.so.0 >/dev/null 2>&1 || need+=(libucx0)
 # The dashboard tests drive Debian's chromium, headless.
 have chromium || need+=(chromium)
+have chromedriver || need+=(chromium-driver)
 
 if ((${#need[@]})); then
   if [ "$(id -u)" -ne 0 ]; then

@@ -316,3 +316,49 @@ fn dechunk(mut body: &str) -> String {
     }
     out
 }
+
+/// A minimal HTTP/1.1 request with a JSON body (WebDriver speaks this): (status, body).
+pub fn http_json(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // Read the head, then exactly Content-Length bytes: chromedriver keeps the connection open.
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    let (head, body_start) = loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed before the response head");
+        raw.extend_from_slice(&buf[..n]);
+        if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break (String::from_utf8_lossy(&raw[..i]).into_owned(), i + 4);
+        }
+    };
+    let code: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let len: Option<usize> = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)));
+    let mut body = raw[body_start..].to_vec();
+    match len {
+        Some(len) => {
+            while body.len() < len {
+                let n = s.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&buf[..n]);
+            }
+        }
+        None => {
+            s.read_to_end(&mut body).unwrap();
+        }
+    }
+    let rest = String::from_utf8_lossy(&body).into_owned();
+    let rest = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(&rest) } else { rest };
+    (code, rest)
+}

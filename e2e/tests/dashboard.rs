@@ -89,3 +89,106 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
     assert_eq!(healthy.matches("data-status=\"ok\"><td>").count(), 7);
     assert_eq!(healthy.matches("data-status=\"watch\"><td>").count(), 1);
 }
+
+/// A WebDriver session on chromedriver (Debian's chromium-driver), headless.
+struct Browser {
+    port: u16,
+    session: String,
+    driver: std::process::Child,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let port = free_port();
+        let driver = Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("chromedriver (Debian's chromium-driver; scripts/setup.sh installs it)");
+        wait_for_port(port);
+        let caps = serde_json::json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
+            "binary": chromium().display().to_string(),
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     "--window-size=1400,1000"]}}}});
+        let (code, body) = http_json(port, "POST", "/session", &caps.to_string());
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        Browser { port, session: v["value"]["sessionId"].as_str().unwrap().to_owned(), driver }
+    }
+
+    fn call(&self, method: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
+        let body = if body.is_null() { String::new() } else { body.to_string() };
+        let (code, out) = http_json(self.port, method, &format!("/session/{}{path}", self.session), &body);
+        assert_eq!(code, 200, "{method} {path}: {out}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["value"].clone()
+    }
+
+    fn go(&self, url: &str) {
+        self.call("POST", "/url", serde_json::json!({ "url": url }));
+    }
+
+    /// Waits until `css` matches, then returns the element id.
+    fn find(&self, css: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let (code, out) = http_json(
+                self.port,
+                "POST",
+                &format!("/session/{}/element", self.session),
+                &serde_json::json!({"using": "css selector", "value": css}).to_string(),
+            );
+            if code == 200 {
+                let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+                return v["value"].as_object().unwrap().values().next().unwrap().as_str().unwrap().to_owned();
+            }
+            assert!(std::time::Instant::now() < deadline, "{css} never appeared");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn click(&self, css: &str) {
+        let id = self.find(css);
+        self.call("POST", &format!("/element/{id}/click"), serde_json::json!({}));
+    }
+
+    fn text(&self, css: &str) -> String {
+        let id = self.find(css);
+        self.call("GET", &format!("/element/{id}/text"), serde_json::Value::Null).as_str().unwrap().to_owned()
+    }
+
+    fn url(&self) -> String {
+        self.call("GET", "/url", serde_json::Value::Null).as_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = http_json(self.port, "DELETE", &format!("/session/{}", self.session), "");
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clicking_drills_down_from_fleet_to_node_to_gpu() {
+    let pg = TestPg::start().await;
+    let c = scripted_fleet(&pg).await;
+    tokio::task::block_in_place(|| {
+        let b = Browser::start();
+        b.go(&format!("http://127.0.0.1:{}/", c.http_port));
+        b.click("a[href=\"#/node/seed-pinned\"]");
+        b.find("#matrix");
+        assert!(b.url().ends_with("#/node/seed-pinned"), "{}", b.url());
+        let gpus = b.text("#gpus");
+        assert_eq!(gpus.matches("corrupting").count(), 1, "{gpus}");
+        b.click("#gpus a[href=\"#/node/seed-pinned/gpu/0\"]");
+        let pin = b.text("#pin");
+        assert_eq!(pin, "UCX_NET_DEVICES=mlx5_1:1");
+        assert!(b.text("#evidence").contains("GPU0 via mlx5_0"));
+        // The crumb leads back up.
+        b.click("#crumbs a[href=\"#/node/seed-pinned\"]");
+        b.find("#matrix");
+    });
+}
