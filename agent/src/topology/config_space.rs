@@ -77,37 +77,35 @@ pub fn parse(config: &[u8]) -> AcsAts {
     out
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// Builds a 4 KiB config space with an ACS and/or ATS capability.
-    pub fn config_with(acs_ctrl: Option<u16>, ats_enabled: Option<bool>) -> Vec<u8> {
-        let mut c = vec![0u8; 4096];
-        let mut caps: Vec<(u16, u16)> = Vec::new();
-        if let Some(a) = acs_ctrl {
-            caps.push((EXT_CAP_ACS, a));
-        }
-        if let Some(e) = ats_enabled {
-            caps.push((EXT_CAP_ATS, if e { ATS_ENABLE } else { 0 }));
-        }
-        let mut off = 0x100usize;
-        for (i, (id, ctrl)) in caps.iter().enumerate() {
-            let next = if i + 1 < caps.len() { off + 0x40 } else { 0 };
-            let hdr = u32::from(*id) | (1 << 16) | ((next as u32) << 20);
-            c[off..off + 4].copy_from_slice(&hdr.to_le_bytes());
-            c[off + 6..off + 8].copy_from_slice(&ctrl.to_le_bytes());
-            off += 0x40;
-        }
-        c
+/// A 4 KiB config space holding an ACS and/or ATS extended capability (fixtures and tests).
+pub fn build(acs_ctrl: Option<u16>, ats_enabled: Option<bool>) -> Vec<u8> {
+    let mut c = vec![0u8; 4096];
+    let caps: Vec<(u16, u16)> = acs_ctrl
+        .map(|a| (EXT_CAP_ACS, a))
+        .into_iter()
+        .chain(ats_enabled.map(|e| (EXT_CAP_ATS, if e { ATS_ENABLE } else { 0 })))
+        .collect();
+    let mut off = EXT_CAP_START;
+    for (i, (id, ctrl)) in caps.iter().enumerate() {
+        let next = if i + 1 < caps.len() { off + 0x40 } else { 0 };
+        let hdr = u32::from(*id) | (1 << 16) | ((next as u32) << 20);
+        c[off..off + 4].copy_from_slice(&hdr.to_le_bytes());
+        c[off + 6..off + 8].copy_from_slice(&ctrl.to_le_bytes());
+        off += 0x40;
     }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     #[test]
     fn reads_acs_and_ats() {
-        let p = parse(&config_with(Some(ACS_SV | ACS_RR | ACS_CR | ACS_UF), Some(true)));
+        let p = parse(&build(Some(ACS_SV | ACS_RR | ACS_CR | ACS_UF), Some(true)));
         assert_eq!(p.redirect(), Tristate::Yes);
         assert_eq!(p.ats_enabled, Some(true));
-        let p = parse(&config_with(Some(ACS_SV), None));
+        let p = parse(&build(Some(ACS_SV), None));
         assert_eq!(p.redirect(), Tristate::No);
         assert_eq!(p.ats_enabled, None);
     }

@@ -113,18 +113,7 @@ impl Writer<'_> {
         if !self.spec.config_readable {
             return vec![0u8; 64];
         }
-        let mut c = vec![0u8; 4096];
-        let caps: Vec<(u16, u16)> =
-            acs.map(|a| (0x000d, a)).into_iter().chain(ats.map(|e| (0x000f, if e { 0x8000 } else { 0 }))).collect();
-        let mut off = 0x100usize;
-        for (i, (id, ctrl)) in caps.iter().enumerate() {
-            let next = if i + 1 < caps.len() { off + 0x40 } else { 0 };
-            let hdr = u32::from(*id) | (1 << 16) | ((next as u32) << 20);
-            c[off..off + 4].copy_from_slice(&hdr.to_le_bytes());
-            c[off + 6..off + 8].copy_from_slice(&ctrl.to_le_bytes());
-            off += 0x40;
-        }
-        c
+        super::config_space::build(acs, ats)
     }
 
     /// Writes one PCI function under `parent` (a directory relative to the tree root).
