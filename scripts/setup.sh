@@ -16,6 +16,9 @@ have pkg-config || need+=(pkg-config)
 # UCX: headers to build the agent's ucx transport, the library (with its tcp transport) to run it.
 [ -f /usr/include/ucp/api/ucp.h ] || need+=(libucx-dev)
 ls /usr/lib/*/libucp.so.0 >/dev/null 2>&1 || need+=(libucx0)
+# eBPF programs: clang (-target bpf) and libbpf's headers (bpf_helpers.h, bpf_tracing.h).
+have clang || need+=(clang)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 # The dashboard tests drive Debian's chromium, headless.
 have chromium || need+=(chromium)
 have chromedriver || need+=(chromium-driver)

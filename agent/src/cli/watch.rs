@@ -17,9 +17,15 @@ pub struct SignalArgs {
     /// Kernel log to follow.
     #[arg(long, default_value = "/dev/kmsg")]
     pub kmsg: PathBuf,
-    /// Seconds between NIC counter polls.
+    /// Seconds between NIC counter polls (and scans for new UCX libraries to uprobe).
     #[arg(long, default_value_t = 5)]
     pub counter_interval_secs: u64,
+    /// Do not load the eBPF programs.
+    #[arg(long)]
+    pub no_ebpf: bool,
+    /// Also attach the UCX uprobe to this library (repeat), besides those running processes map.
+    #[arg(long)]
+    pub ucx_lib: Vec<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -61,6 +67,25 @@ pub fn follow_signals(
         }
     };
     let mut poller = CounterPoller::default();
+    let mut probes = if args.no_ebpf {
+        None
+    } else {
+        match railguard_agent::signals::ebpf::Probes::load() {
+            Ok(mut p) => {
+                for lib in &args.ucx_lib {
+                    if let Err(e) = p.attach_ucx(lib) {
+                        tracing::warn!(error = %e, "UCX uprobe not attached");
+                    }
+                }
+                tracing::info!(attached = ?p.report.attached, skipped = ?p.report.skipped, "eBPF programs loaded");
+                Some(p)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "eBPF unavailable; kernel log and NIC counters only");
+                None
+            }
+        }
+    };
     let every = Duration::from_secs(args.counter_interval_secs.max(1));
     let mut next_poll = std::time::Instant::now();
     while !stop() {
@@ -71,13 +96,27 @@ pub fn follow_signals(
                 }
             }
         }
+        if let Some(p) = probes.as_mut() {
+            for ev in p.drain() {
+                emit(attributor.attribute_signal(ev));
+            }
+        }
         if std::time::Instant::now() >= next_poll {
             for ev in poller.poll(&sys, &nics) {
                 emit(ev);
             }
+            if let Some(p) = probes.as_mut() {
+                p.scan_processes();
+            }
             next_poll = std::time::Instant::now() + every;
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+    if let Some(p) = &probes {
+        // What the programs cost, from the kernel's own BPF run-time statistics.
+        for c in p.costs().iter().filter(|c| c.runs > 0) {
+            tracing::info!(program = %c.program, runs = c.runs, ns_per_run = c.run_time_ns / c.runs, "eBPF program cost");
+        }
     }
     Ok(())
 }

@@ -1,7 +1,9 @@
-//! Passive evidence: the kernel log, NIC error counters, attributed to the node's GPUs and
-//! NICs and turned into signal records. (eBPF programs and NVML events are not written yet.)
+//! Passive evidence: eBPF (UCX error CQEs, IOMMU/AER/devlink tracepoints), the kernel log, NIC
+//! error counters, attributed to the node's GPUs and NICs and turned into signal records.
+//! (NVML events are not written yet.)
 
 pub mod counters;
+pub mod ebpf;
 pub mod follow;
 pub mod kmsg;
 
@@ -26,6 +28,19 @@ impl Attributor {
         let mut known: Vec<Bdf> = gpus.iter().map(|g| g.0).chain(nics.iter().map(|n| n.0)).collect();
         known.extend(t.acs.keys().copied());
         Attributor { gpus, nics, known: KnownDevices(known) }
+    }
+
+    /// Names the GPU and/or NIC of a signal that carries a PCI address.
+    pub fn attribute_signal(&self, mut s: SignalEvent) -> SignalEvent {
+        if let Some(b) = s.bdf {
+            s.gpu = s.gpu.or_else(|| self.gpus.iter().find(|g| g.0 == b).map(|g| g.1));
+            if s.nic.is_empty()
+                && let Some(n) = self.nics.iter().find(|n| n.0 == b)
+            {
+                s.nic = n.1.clone();
+            }
+        }
+        s
     }
 
     /// Turns a kernel event into a signal, naming the GPU and/or NIC it concerns.

@@ -1,0 +1,107 @@
+//! eBPF on this machine's real kernel (as root): the tracepoints attach or are reported
+//! absent, and the UCX uprobe decodes crafted error CQEs from a test library with UCX's
+//! signature, each error once.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use railguard_agent::signals::ebpf::Probes;
+
+fn gcc(args: &[&str]) {
+    let st = Command::new("cc").args(args).status().unwrap();
+    assert!(st.success(), "cc {args:?}");
+}
+
+#[test]
+fn tracepoints_attach_and_the_ucx_uprobe_decodes_each_error_once() {
+    let mut probes = Probes::load().expect("eBPF needs root and a kernel with BPF (tests run as root)");
+    // This kernel has iommu:io_page_fault; what it lacks is reported with a reason.
+    assert!(probes.report.attached.iter().any(|a| a == "iommu:io_page_fault"), "{:?}", probes.report);
+    for (tp, why) in &probes.report.skipped {
+        assert!(!why.is_empty(), "{tp} skipped without a reason");
+    }
+    assert_eq!(probes.report.attached.len() + probes.report.skipped.len(), 3);
+
+    let d = tempfile::tempdir().unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ucx_fake");
+    let lib = d.path().join("libuct_ib_mlx5.so.0");
+    gcc(&["-O2", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{src}/uct_fake.c")]);
+    let exe = d.path().join("caller");
+    gcc(&[
+        "-O2",
+        "-o",
+        exe.to_str().unwrap(),
+        &format!("{src}/caller.c"),
+        lib.to_str().unwrap(),
+        &format!("-Wl,-rpath,{}", d.path().display()),
+    ]);
+    assert!(probes.attach_ucx(&lib).unwrap());
+    assert!(!probes.attach_ucx(&lib).unwrap(), "attached once per library");
+
+    let st = Command::new(&exe).status().unwrap();
+    assert!(st.success());
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while events.len() < 3 && Instant::now() < deadline {
+        events.extend(probes.drain().into_iter().filter(|e| e.kind == railguard_schema::SignalKind::UcxErrorCqe));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    events.extend(probes.drain().into_iter().filter(|e| e.kind == railguard_schema::SignalKind::UcxErrorCqe));
+    assert_eq!(events.len(), 3, "6 calls, 3 errors: {events:#?}");
+    let a = &events[0].attrs;
+    assert_eq!(a["syndrome"], "0x4");
+    assert_eq!(a["syndrome_name"], "local protection error");
+    assert_eq!(a["vendor_syndrome"], "0x32");
+    assert_eq!(a["hw_syndrome"], "0x1");
+    assert_eq!(a["hw_syndrome_type"], "3");
+    assert_eq!(a["qpn"], "0x2c8");
+    assert_eq!(a["opcode"], "0xd");
+    assert_eq!(a["wqe_counter"], "7");
+    assert_eq!(a["side"], "requester");
+    assert_eq!(a["log_level"], "5", "the first of UCX's two calls is kept");
+    assert_eq!(events[1].attrs["syndrome_name"], "remote access error");
+    assert_eq!(events[2].attrs["syndrome_name"], "transport retry counter exceeded");
+    // The kernel's own statistics count the uprobe's six runs.
+    let cost = probes.costs().into_iter().find(|c| c.program == "ucx_completion_with_err").unwrap();
+    assert_eq!(cost.runs, 6, "{cost:?}");
+    assert!(cost.run_time_ns > 0);
+}
+
+#[test]
+fn watch_json_shows_each_ucx_error_once_with_its_fields() {
+    let d = tempfile::tempdir().unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ucx_fake");
+    let lib = d.path().join("libuct_ib_mlx5.so.0");
+    gcc(&["-O2", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{src}/uct_fake.c")]);
+    let exe = d.path().join("caller");
+    gcc(&[
+        "-O2",
+        "-o",
+        exe.to_str().unwrap(),
+        &format!("{src}/caller.c"),
+        lib.to_str().unwrap(),
+        &format!("-Wl,-rpath,{}", d.path().display()),
+    ]);
+    let watch = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["watch", "--json", "--seconds", "4", "--kmsg", "/dev/null", "--ucx-lib", lib.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(Command::new(&exe).status().unwrap().success());
+    let out = watch.wait_with_output().unwrap();
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["kind"] == "ucx_error_cqe")
+        .collect();
+    assert_eq!(events.len(), 3, "{events:#?}");
+    assert_eq!(events[0]["source"], "ebpf_uprobe");
+    assert_eq!(events[0]["attrs"]["syndrome_name"], "local protection error");
+    assert_eq!(events[0]["attrs"]["qpn"], "0x2c8");
+    assert_eq!(events[1]["attrs"]["vendor_syndrome"], "0x88");
+    assert_eq!(events[2]["attrs"]["wqe_counter"], "9");
+    assert!(events[0]["detail"].as_str().unwrap().contains("requester local protection error"));
+}
