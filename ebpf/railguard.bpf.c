@@ -36,6 +36,29 @@ int ucx_completion_with_err(struct pt_regs *ctx)
     return 0;
 }
 
+/* Return-status targets (e.g. NIXL calls): a negative return is an error; the attach cookie
+ * says which target of the agent's list it was. */
+SEC("uretprobe")
+int status_return(struct pt_regs *ctx)
+{
+    long rc = (long)(int)PT_REGS_RC(ctx);
+    if (rc >= 0)
+        return 0;
+    struct rg_status_event *e = bpf_ringbuf_reserve(&EVENTS, sizeof(*e), 0);
+    if (!e)
+        return 0;
+    __u64 id = bpf_get_current_pid_tgid();
+    e->kind = RG_EV_STATUS_RETURN;
+    e->pid = id >> 32;
+    e->tid = (__u32)id;
+    e->pad = 0;
+    e->ktime_ns = bpf_ktime_get_ns();
+    e->status = rc;
+    e->cookie = bpf_get_attach_cookie(ctx);
+    bpf_ringbuf_submit(e, 0);
+    return 0;
+}
+
 static __always_inline int copy_record(void *ctx, __u32 tp)
 {
     struct rg_tracepoint_event *e = bpf_ringbuf_reserve(&EVENTS, sizeof(*e), 0);

@@ -6,6 +6,7 @@
 
 /* Event kinds, numbered by category as the wire schema's SignalKind. */
 #define RG_EV_UCX_ERROR_CQE 100
+#define RG_EV_STATUS_RETURN 102
 #define RG_EV_TRACEPOINT 200 /* raw tracepoint record; decoded with the format file */
 
 #define RG_CQE_BYTES 64
@@ -27,6 +28,16 @@ struct rg_tracepoint_event {
     __u32 pad;
     __u64 ktime_ns;
     __u8 raw[RG_RAW_BYTES]; /* the trace record from offset 0 (common fields included) */
+};
+
+struct rg_status_event {
+    __u32 kind;        /* RG_EV_STATUS_RETURN */
+    __u32 pid;
+    __u32 tid;
+    __u32 pad;
+    __u64 ktime_ns;
+    __s64 status;      /* the function's (negative) return value */
+    __u64 cookie;      /* which target of the agent's list fired */
 };
 
 #endif

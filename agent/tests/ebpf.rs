@@ -105,3 +105,44 @@ fn watch_json_shows_each_ucx_error_once_with_its_fields() {
     assert_eq!(events[2]["attrs"]["wqe_counter"], "9");
     assert!(events[0]["detail"].as_str().unwrap().contains("requester local protection error"));
 }
+
+#[test]
+fn a_configured_return_status_target_reports_negative_returns() {
+    let d = tempfile::tempdir().unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ucx_fake");
+    let lib = d.path().join("libnixl_fake.so");
+    gcc(&["-O2", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{src}/uct_fake.c")]);
+    let exe = d.path().join("status_caller");
+    gcc(&[
+        "-O2",
+        "-o",
+        exe.to_str().unwrap(),
+        &format!("{src}/status_caller.c"),
+        lib.to_str().unwrap(),
+        &format!("-Wl,-rpath,{}", d.path().display()),
+    ]);
+    let targets = d.path().join("targets.json");
+    std::fs::write(&targets, r#"[{"glob": "libnixl*", "symbol": "nixl_fake_post_xfer", "decoder": "return_status"}]"#)
+        .unwrap();
+    let watch = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["watch", "--json", "--seconds", "4", "--kmsg", "/dev/null"])
+        .arg("--uprobe-targets")
+        .arg(&targets)
+        .arg("--uprobe-file")
+        .arg(&lib)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(Command::new(&exe).status().unwrap().success());
+    let out = watch.wait_with_output().unwrap();
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["kind"] == "transfer_status_error")
+        .collect();
+    assert_eq!(events.len(), 2, "{events:#?}");
+    assert_eq!(events[0]["attrs"]["status"], "-3");
+    assert_eq!(events[1]["attrs"]["status"], "-7");
+    assert_eq!(events[0]["attrs"]["symbol"], "nixl_fake_post_xfer");
+}

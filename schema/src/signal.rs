@@ -23,6 +23,7 @@ wire_enum! {
     pub enum SignalKind: crate::wire::SignalKind as "signal kind" {
         UcxErrorCqe = UcxErrorCqe => "ucx_error_cqe",
         VerbsCompletionError = VerbsCompletionError => "verbs_completion_error",
+        TransferStatusError = TransferStatusError => "transfer_status_error",
         IommuPageFault = IommuPageFault => "iommu_page_fault",
         DmarFault = DmarFault => "dmar_fault",
         AmdViPageFault = AmdViPageFault => "amd_vi_page_fault",

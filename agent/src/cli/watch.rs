@@ -26,6 +26,13 @@ pub struct SignalArgs {
     /// Also attach the UCX uprobe to this library (repeat), besides those running processes map.
     #[arg(long)]
     pub ucx_lib: Vec<PathBuf>,
+    /// Uprobe target list (JSON: [{"glob", "symbol", "decoder": "mlx5_err_cqe"|"return_status"}])
+    /// replacing the default (UCX's error-CQE hook).
+    #[arg(long)]
+    pub uprobe_targets: Option<PathBuf>,
+    /// Also attach every target of the list to this file (repeat).
+    #[arg(long)]
+    pub uprobe_file: Vec<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -72,6 +79,16 @@ pub fn follow_signals(
     } else {
         match railguard_agent::signals::ebpf::Probes::load() {
             Ok(mut p) => {
+                if let Some(path) = &args.uprobe_targets {
+                    p.set_targets(railguard_agent::signals::ebpf::load_targets(path).map_err(anyhow::Error::msg)?);
+                }
+                for file in &args.uprobe_file {
+                    for i in 0..p.targets().len() {
+                        if let Err(e) = p.attach_target(i, file) {
+                            tracing::warn!(error = %e, "uprobe target not attached");
+                        }
+                    }
+                }
                 for lib in &args.ucx_lib {
                     if let Err(e) = p.attach_ucx(lib) {
                         tracing::warn!(error = %e, "UCX uprobe not attached");
@@ -87,8 +104,25 @@ pub fn follow_signals(
         }
     };
     let every = Duration::from_secs(args.counter_interval_secs.max(1));
+    let nvml_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nvml = if topo.gpus.is_empty() {
+        None
+    } else {
+        match railguard_agent::signals::nvml::spawn(nvml_stop.clone()) {
+            Ok(rx) => Some(rx),
+            Err(e) => {
+                tracing::warn!(error = %e, "no NVML events");
+                None
+            }
+        }
+    };
     let mut next_poll = std::time::Instant::now();
     while !stop() {
+        if let Some(rx) = &nvml {
+            while let Ok(ev) = rx.try_recv() {
+                emit(attributor.attribute_signal(ev));
+            }
+        }
         if let Some(f) = follower.as_mut() {
             for rec in f.read_available() {
                 if let Some(ev) = kmsg::parse_line(&rec.message, &attributor.known) {
@@ -112,6 +146,7 @@ pub fn follow_signals(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    nvml_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     if let Some(p) = &probes {
         // What the programs cost, from the kernel's own BPF run-time statistics.
         for c in p.costs().iter().filter(|c| c.runs > 0) {

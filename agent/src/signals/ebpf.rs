@@ -36,6 +36,82 @@ pub struct TracepointEvent {
     pub raw: [u8; 256],
 }
 
+/// Mirrors `struct rg_status_event`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct StatusEvent {
+    pub kind: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub pad: u32,
+    pub ktime_ns: u64,
+    pub status: i64,
+    pub cookie: u64,
+}
+
+pub const EV_STATUS_RETURN: u32 = 102;
+
+/// How a uprobe target's arguments or return value are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decoder {
+    /// `(iface, struct mlx5_err_cqe *ecqe, txwq, int log_level)`: UCX's error-CQE hook.
+    Mlx5ErrCqe,
+    /// A function returning a status: a negative return is an error (NIXL calls, say).
+    ReturnStatus,
+}
+
+/// One completion path to watch: files named like `glob` (`*` wildcards) exporting `symbol`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UprobeTarget {
+    pub glob: String,
+    pub symbol: String,
+    pub decoder: Decoder,
+}
+
+/// The targets watched by default (DOMAIN.md §5): UCX's mlx5 transport, and Debian's older
+/// UCX, which exports the same function from `libuct_ib.so`.
+pub fn default_targets() -> Vec<UprobeTarget> {
+    vec![
+        UprobeTarget {
+            glob: "libuct_ib_mlx5*".into(),
+            symbol: "uct_ib_mlx5_completion_with_err".into(),
+            decoder: Decoder::Mlx5ErrCqe,
+        },
+        UprobeTarget {
+            glob: "libuct_ib.so*".into(),
+            symbol: "uct_ib_mlx5_completion_with_err".into(),
+            decoder: Decoder::Mlx5ErrCqe,
+        },
+    ]
+}
+
+/// Reads a target list (JSON array of {glob, symbol, decoder}).
+pub fn load_targets(path: &Path) -> Result<Vec<UprobeTarget>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `*` matches any run of characters; everything else literally.
+pub fn glob_match(glob: &str, name: &str) -> bool {
+    let parts: Vec<&str> = glob.split('*').collect();
+    if parts.len() == 1 {
+        return glob == name;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first) || !name[first.len()..].ends_with(last) || name.len() < first.len() + last.len() {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for p in &parts[1..parts.len() - 1] {
+        match rest.find(p) {
+            Some(i) => rest = &rest[i + p.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
 pub const EV_UCX_ERROR_CQE: u32 = 100;
 pub const EV_TRACEPOINT: u32 = 200;
 
@@ -193,6 +269,17 @@ pub struct ProgramCost {
     pub run_time_ns: u64,
 }
 
+/// The RDMA NIC a UCX process is pinned to (first device of its UCX_NET_DEVICES), if any: the
+/// error CQE itself does not name the device.
+fn process_nic(pid: u32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let (ucx, _) = crate::topology::predict::from_environ(&env);
+    match ucx {
+        crate::topology::predict::NetDevices::Devices(d) => d.into_iter().map(|(n, _)| n).next(),
+        crate::topology::predict::NetDevices::Auto => None,
+    }
+}
+
 /// What loading and attaching did.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct AttachReport {
@@ -207,7 +294,8 @@ pub struct Probes {
     _stats: Option<std::os::fd::OwnedFd>,
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     formats: Vec<Vec<Field>>,
-    uprobed: HashSet<PathBuf>,
+    uprobed: HashSet<(PathBuf, usize)>,
+    targets: Vec<UprobeTarget>,
     dedup: CqeDedup,
     pub report: AttachReport,
 }
@@ -259,58 +347,85 @@ impl Probes {
                 Err(e) => report.skipped.push((label, e)),
             }
         }
-        {
-            let p: &mut aya::programs::UProbe = ebpf
-                .program_mut("ucx_completion_with_err")
-                .ok_or("uprobe program missing")?
-                .try_into()
-                .map_err(|e| format!("{e}"))?;
-            p.load().map_err(|e| format!("loading the UCX uprobe: {e}"))?;
+        for prog in ["ucx_completion_with_err", "status_return"] {
+            let p: &mut aya::programs::UProbe =
+                ebpf.program_mut(prog).ok_or("uprobe program missing")?.try_into().map_err(|e| format!("{e}"))?;
+            p.load().map_err(|e| format!("loading {prog}: {e}"))?;
         }
         let map = ebpf.take_map("EVENTS").ok_or("ring buffer map missing")?;
         let ring = aya::maps::RingBuf::try_from(map).map_err(|e| format!("ring buffer: {e}"))?;
         let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
-        Ok(Probes { ebpf, _stats: stats, ring, formats, uprobed: HashSet::new(), dedup: CqeDedup::default(), report })
+        Ok(Probes {
+            ebpf,
+            _stats: stats,
+            ring,
+            formats,
+            uprobed: HashSet::new(),
+            targets: default_targets(),
+            dedup: CqeDedup::default(),
+            report,
+        })
     }
 
-    /// Attaches the UCX uprobe to `lib` (a file exporting `uct_ib_mlx5_completion_with_err`).
-    pub fn attach_ucx(&mut self, lib: &Path) -> Result<bool, String> {
+    /// Replaces the target list (the defaults are UCX's mlx5 error-CQE hook).
+    pub fn set_targets(&mut self, targets: Vec<UprobeTarget>) {
+        self.targets = targets;
+    }
+
+    pub fn targets(&self) -> &[UprobeTarget] {
+        &self.targets
+    }
+
+    /// Attaches target `index` of the list to the file `lib`. False if it already was.
+    pub fn attach_target(&mut self, index: usize, lib: &Path) -> Result<bool, String> {
+        let target = self.targets.get(index).cloned().ok_or("no such target")?;
         let real = lib.canonicalize().map_err(|e| format!("{}: {e}", lib.display()))?;
-        if self.uprobed.contains(&real) {
+        if self.uprobed.contains(&(real.clone(), index)) {
             return Ok(false);
         }
-        let p: &mut aya::programs::UProbe = self
-            .ebpf
-            .program_mut("ucx_completion_with_err")
-            .ok_or("uprobe program missing")?
-            .try_into()
-            .map_err(|e| format!("{e}"))?;
-        p.attach("uct_ib_mlx5_completion_with_err", &real, aya::programs::uprobe::UProbeScope::AllProcesses)
-            .map_err(|e| format!("attaching to {}: {e}", real.display()))?;
-        self.report.attached.push(format!("uprobe:{}", real.display()));
-        self.uprobed.insert(real);
+        let prog = match target.decoder {
+            Decoder::Mlx5ErrCqe => "ucx_completion_with_err",
+            Decoder::ReturnStatus => "status_return",
+        };
+        let p: &mut aya::programs::UProbe =
+            self.ebpf.program_mut(prog).ok_or("uprobe program missing")?.try_into().map_err(|e| format!("{e}"))?;
+        let point = aya::programs::uprobe::UProbeAttachPoint {
+            location: aya::programs::uprobe::UProbeAttachLocation::Symbol(&target.symbol),
+            cookie: Some(index as u64),
+        };
+        p.attach(point, &real, aya::programs::uprobe::UProbeScope::AllProcesses)
+            .map_err(|e| format!("attaching {} to {}: {e}", target.symbol, real.display()))?;
+        self.report.attached.push(format!("uprobe:{}:{}", real.display(), target.symbol));
+        self.uprobed.insert((real, index));
         Ok(true)
     }
 
-    /// Finds UCX's mlx5 libraries mapped by running processes (renamed copies in Python wheels
-    /// included) and attaches to the new ones. Returns how many were attached.
+    /// Attaches the UCX error-CQE uprobe (the first target) to `lib`.
+    pub fn attach_ucx(&mut self, lib: &Path) -> Result<bool, String> {
+        let index = self.targets.iter().position(|t| t.decoder == Decoder::Mlx5ErrCqe).ok_or("no mlx5 target")?;
+        self.attach_target(index, lib)
+    }
+
+    /// Finds files of the target list mapped by running processes (renamed copies in Python
+    /// wheels included, as the globs allow) and attaches to the new ones. Returns how many.
     pub fn scan_processes(&mut self) -> usize {
-        let mut libs = HashSet::new();
+        let mut found: HashSet<(PathBuf, usize)> = HashSet::new();
         for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
             if !e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
                 continue;
             }
             let Ok(maps) = std::fs::read_to_string(e.path().join("maps")) else { continue };
             for l in maps.lines() {
-                if let Some(path) = l.split_whitespace().nth(5)
-                    && let Some(file) = Path::new(path).file_name().and_then(|f| f.to_str())
-                    && (file.starts_with("libuct_ib_mlx5") || file.starts_with("libuct_ib.so"))
-                {
-                    libs.insert(PathBuf::from(path));
+                let Some(path) = l.split_whitespace().nth(5) else { continue };
+                let Some(file) = Path::new(path).file_name().and_then(|f| f.to_str()) else { continue };
+                for (i, t) in self.targets.iter().enumerate() {
+                    if glob_match(&t.glob, file) {
+                        found.insert((PathBuf::from(path), i));
+                    }
                 }
             }
         }
-        libs.iter().filter(|l| matches!(self.attach_ucx(l), Ok(true))).count()
+        found.iter().filter(|(p, i)| matches!(self.attach_target(*i, p), Ok(true))).count()
     }
 
     /// Each loaded program's cost so far, from the kernel's BPF statistics: (program, runs,
@@ -340,8 +455,26 @@ impl Probes {
                     // SAFETY: the kernel wrote a struct rg_ucx_cqe_event (size checked); read unaligned.
                     let ev: UcxCqeEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
                     if self.dedup.first(ev.pid, &decode_cqe(&ev.cqe)) {
-                        out.push(ucx_signal(&ev, None));
+                        out.push(ucx_signal(&ev, process_nic(ev.pid)));
                     }
+                }
+                Some(EV_STATUS_RETURN) if bytes.len() >= std::mem::size_of::<StatusEvent>() => {
+                    // SAFETY: as above, struct rg_status_event.
+                    let ev: StatusEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+                    let symbol = self.targets.get(ev.cookie as usize).map(|t| t.symbol.clone()).unwrap_or_default();
+                    out.push(SignalEvent {
+                        source: SignalSource::EbpfUprobe,
+                        kind: SignalKind::TransferStatusError,
+                        bdf: None,
+                        gpu: None,
+                        nic: process_nic(ev.pid).unwrap_or_default(),
+                        summary: format!("{symbol} returned {} in pid {}", ev.status, ev.pid),
+                        attrs: BTreeMap::from([
+                            ("symbol".to_owned(), symbol),
+                            ("status".to_owned(), ev.status.to_string()),
+                            ("pid".to_owned(), ev.pid.to_string()),
+                        ]),
+                    });
                 }
                 Some(EV_TRACEPOINT) if bytes.len() >= std::mem::size_of::<TracepointEvent>() => {
                     // SAFETY: as above, struct rg_tracepoint_event.
@@ -381,6 +514,22 @@ mod tests {
         assert_eq!(std::mem::size_of::<TracepointEvent>(), 280);
         assert_eq!(std::mem::offset_of!(UcxCqeEvent, cqe), 24);
         assert_eq!(std::mem::offset_of!(TracepointEvent, raw), 24);
+    }
+
+    #[test]
+    fn globs_and_target_files() {
+        assert!(glob_match("libuct_ib_mlx5*", "libuct_ib_mlx5.so.0.0.0"));
+        assert!(glob_match("libuct_ib_mlx5*", "libuct_ib_mlx5-2fe1a3.so.0"), "renamed copy in a wheel");
+        assert!(!glob_match("libuct_ib.so*", "libuct_ib_mlx5.so.0"));
+        assert!(glob_match("*nixl*.so", "libnixl_ucx.so"));
+        assert!(!glob_match("a*b*c", "acb"));
+        assert_eq!(std::mem::size_of::<StatusEvent>(), 40);
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.json");
+        std::fs::write(&p, r#"[{"glob": "libnixl*", "symbol": "postXferReq", "decoder": "return_status"}]"#).unwrap();
+        assert_eq!(load_targets(&p).unwrap()[0].decoder, Decoder::ReturnStatus);
+        std::fs::write(&p, r#"[{"glob": "x", "symbol": "y", "decoder": "nope"}]"#).unwrap();
+        assert!(load_targets(&p).unwrap_err().contains("unknown variant"));
     }
 
     #[test]
