@@ -69,7 +69,8 @@ agent sim-seed-kvm-pinned --sysfs-root "$state/sim/seed-kvm/sys" --ucx-net-devic
 agent sim-bare-metal-healthy --sysfs-root "$state/sim/dgx-h100/sys" "${sim[@]}"
 
 db="postgresql:///railguard?host=$state/collector/postgres&port=5432&user=railguard"
-echo "demo: waiting for the first probe cycle and assessment…"
+echo "demo: waiting for the first probe cycle (20 s) and assessment…"
+sleep 25 # a second run finds the last run's statuses: wait for this run's evidence
 for _ in $(seq 1 60); do
   n=$("$bin/railguard-collector" query gpus --json --data-dir "$state/collector" 2>/dev/null | grep -c '"status"' || true)
   [ "${n:-0}" -ge 24 ] && break
