@@ -13,6 +13,18 @@ fn gcc(args: &[&str]) {
     assert!(st.success(), "cc {args:?}");
 }
 
+/// Builds the fake UCX library as `lib_name` in `dir` and `caller` (one of tests/ucx_fake/*.c)
+/// linked against it; returns (library, executable).
+fn build_fake(dir: &std::path::Path, lib_name: &str, caller: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ucx_fake");
+    let lib = dir.join(lib_name);
+    gcc(&["-O2", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{src}/uct_fake.c")]);
+    let exe = dir.join(caller);
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    gcc(&["-O2", "-o", exe.to_str().unwrap(), &format!("{src}/{caller}.c"), lib.to_str().unwrap(), &rpath]);
+    (lib, exe)
+}
+
 #[test]
 fn tracepoints_attach_and_the_ucx_uprobe_decodes_each_error_once() {
     let mut probes = Probes::load().expect("eBPF needs root and a kernel with BPF (tests run as root)");
@@ -24,18 +36,7 @@ fn tracepoints_attach_and_the_ucx_uprobe_decodes_each_error_once() {
     assert_eq!(probes.report.attached.len() + probes.report.skipped.len(), 3);
 
     let d = tempfile::tempdir().unwrap();
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ucx_fake");
-    let lib = d.path().join("libuct_ib_mlx5.so.0");
-    gcc(&["-O2", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{src}/uct_fake.c")]);
-    let exe = d.path().join("caller");
-    gcc(&[
-        "-O2",
-        "-o",
-        exe.to_str().unwrap(),
-        &format!("{src}/caller.c"),
-        lib.to_str().unwrap(),
-        &format!("-Wl,-rpath,{}", d.path().display()),
-    ]);
+    let (lib, exe) = build_fake(d.path(), "libuct_ib_mlx5.so.0", "caller");
     assert!(probes.attach_ucx(&lib).unwrap());
     assert!(!probes.attach_ucx(&lib).unwrap(), "attached once per library");
 
@@ -72,18 +73,7 @@ fn tracepoints_attach_and_the_ucx_uprobe_decodes_each_error_once() {
 #[test]
 fn watch_json_shows_each_ucx_error_once_with_its_fields() {
     let d = tempfile::tempdir().unwrap();
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ucx_fake");
-    let lib = d.path().join("libuct_ib_mlx5.so.0");
-    gcc(&["-O2", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{src}/uct_fake.c")]);
-    let exe = d.path().join("caller");
-    gcc(&[
-        "-O2",
-        "-o",
-        exe.to_str().unwrap(),
-        &format!("{src}/caller.c"),
-        lib.to_str().unwrap(),
-        &format!("-Wl,-rpath,{}", d.path().display()),
-    ]);
+    let (lib, exe) = build_fake(d.path(), "libuct_ib_mlx5.so.0", "caller");
     let watch = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
         .args(["watch", "--json", "--seconds", "4", "--kmsg", "/dev/null", "--ucx-lib", lib.to_str().unwrap()])
         .stdout(std::process::Stdio::piped())
@@ -109,18 +99,7 @@ fn watch_json_shows_each_ucx_error_once_with_its_fields() {
 #[test]
 fn a_configured_return_status_target_reports_negative_returns() {
     let d = tempfile::tempdir().unwrap();
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ucx_fake");
-    let lib = d.path().join("libnixl_fake.so");
-    gcc(&["-O2", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{src}/uct_fake.c")]);
-    let exe = d.path().join("status_caller");
-    gcc(&[
-        "-O2",
-        "-o",
-        exe.to_str().unwrap(),
-        &format!("{src}/status_caller.c"),
-        lib.to_str().unwrap(),
-        &format!("-Wl,-rpath,{}", d.path().display()),
-    ]);
+    let (lib, exe) = build_fake(d.path(), "libnixl_fake.so", "status_caller");
     let targets = d.path().join("targets.json");
     std::fs::write(&targets, r#"[{"glob": "libnixl*", "symbol": "nixl_fake_post_xfer", "decoder": "return_status"}]"#)
         .unwrap();
