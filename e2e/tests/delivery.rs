@@ -48,54 +48,63 @@ async fn collector_stores_exactly_what_the_agent_sent() {
     assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
 }
 
+/// 30,000 records streaming from the agent binary in batches of 100, caught mid-stream.
+struct MidStream {
+    pg: TestPg,
+    collector: CollectorProc,
+    spool: std::path::PathBuf,
+    token: std::path::PathBuf,
+    agent: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+const STREAM: u64 = 30_000;
+
+impl MidStream {
+    /// Starts the stream and returns once some, not all, records are stored.
+    async fn start() -> MidStream {
+        let pg = TestPg::start().await;
+        let collector = CollectorProc::start(&pg.url());
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, token) = filled_spool(dir.path(), STREAM);
+        let agent = agent_ship(&collector.url(), &spool, &token, 100);
+        let stored = wait_stored(&pg, 3_000).await;
+        assert!(stored < STREAM as i64, "the stream finished before the fault ({stored}); the test proves nothing");
+        MidStream { pg, collector, spool, token, agent, _dir: dir }
+    }
+
+    /// Lets the agent finish; every record stored exactly once.
+    async fn finish(mut self) -> MidStream {
+        assert!(wait_exit(&mut self.agent, SHIP_TIMEOUT).success());
+        assert_eq!(self.pg.stored_and_distinct().await, (STREAM as i64, STREAM as i64));
+        self
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn collector_killed_and_restarted_mid_stream_loses_nothing() {
-    let pg = TestPg::start().await;
-    let mut collector = CollectorProc::start(&pg.url());
-    let dir = tempfile::tempdir().unwrap();
-    let n = 30_000;
-    let (spool, token) = filled_spool(dir.path(), n);
-    let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
-    let at_kill = wait_stored(&pg, 3_000).await;
-    collector.kill();
-    assert!(at_kill < n as i64, "the stream finished before the kill ({at_kill}); the test proves nothing");
+    let mut s = MidStream::start().await;
+    s.collector.kill();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    collector.restart();
-    assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
-    assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
-    assert!(collector.is_running());
+    s.collector.restart();
+    let mut s = s.finish().await;
+    assert!(s.collector.is_running());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_restarted_mid_stream_loses_nothing() {
-    let pg = TestPg::start().await;
-    let collector = CollectorProc::start(&pg.url());
-    let dir = tempfile::tempdir().unwrap();
-    let n = 30_000;
-    let (spool, token) = filled_spool(dir.path(), n);
-    let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
-    let at_restart = wait_stored(&pg, 3_000).await;
-    assert!(at_restart < n as i64, "the stream finished before the restart; the test proves nothing");
-    tokio::task::block_in_place(|| pg.cluster.restart()).unwrap();
-    assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
-    assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
+    let s = MidStream::start().await;
+    tokio::task::block_in_place(|| s.pg.cluster.restart()).unwrap();
+    s.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn agent_killed_mid_send_and_restarted_loses_nothing() {
-    let pg = TestPg::start().await;
-    let collector = CollectorProc::start(&pg.url());
-    let dir = tempfile::tempdir().unwrap();
-    let n = 30_000;
-    let (spool, token) = filled_spool(dir.path(), n);
-    let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
-    let at_kill = wait_stored(&pg, 3_000).await;
-    kill(Pid::from_raw(agent.id() as i32), Signal::SIGKILL).unwrap();
-    let _ = agent.wait();
-    assert!(at_kill < n as i64, "the stream finished before the kill; the test proves nothing");
-    let mut agent = agent_ship(&collector.url(), &spool, &token, 100);
-    assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
-    assert_eq!(pg.stored_and_distinct().await, (n as i64, n as i64));
+    let mut s = MidStream::start().await;
+    kill(Pid::from_raw(s.agent.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = s.agent.wait();
+    s.agent = agent_ship(&s.collector.url(), &s.spool, &s.token, 100);
+    s.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
