@@ -147,7 +147,7 @@ impl Shipper {
         // Shrinks while isolating a record the collector refuses; grows back after successes.
         let mut batch_limit = self.cfg.batch_records;
         loop {
-            let (batch, dropped_total) = {
+            let (mut batch, dropped_total) = {
                 let spool = self.spool.clone();
                 let (limit, bytes) = (batch_limit, self.cfg.batch_bytes);
                 tokio::task::spawn_blocking(move || {
@@ -167,7 +167,8 @@ impl Shipper {
             let n = batch.records.len();
             let req = RecordBatch {
                 node_id: self.cfg.node_id.to_string(),
-                records: batch.records.clone(),
+                // Moved, not copied: a retry peeks the spool again.
+                records: std::mem::take(&mut batch.records),
                 spool_dropped_total: dropped_total,
             };
             let result = tokio::select! {
@@ -195,7 +196,9 @@ impl Shipper {
                     batch_limit = (n / 2).max(1);
                 }
                 Err(status) if status.code() == Code::InvalidArgument && n == 1 => {
-                    self.reject(&batch, status.message())?;
+                    // The one refused record, read back from the spool (it is not acknowledged yet).
+                    let refused = self.spool.lock().unwrap_or_else(|p| p.into_inner()).peek(1, u64::MAX)?;
+                    self.reject(&refused, status.message())?;
                     self.ack(batch.end).await?;
                     self.stats.records_rejected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
