@@ -13,6 +13,25 @@ fn gcc(args: &[&str]) {
     assert!(st.success(), "cc {args:?}");
 }
 
+/// Runs `watch --json` with `args` for 4 s, runs `exe` once it is loaded, returns the events
+/// of `kind` it printed.
+fn watch_while_running(args: &[&std::ffi::OsStr], exe: &std::path::Path, kind: &str) -> Vec<serde_json::Value> {
+    let watch = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["watch", "--json", "--seconds", "4", "--kmsg", "/dev/null"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(Command::new(exe).status().unwrap().success());
+    let out = watch.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["kind"] == kind)
+        .collect()
+}
+
 /// Builds the fake UCX library as `lib_name` in `dir` and `caller` (one of tests/ucx_fake/*.c)
 /// linked against it; returns (library, executable).
 fn build_fake(dir: &std::path::Path, lib_name: &str, caller: &str) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -74,19 +93,7 @@ fn tracepoints_attach_and_the_ucx_uprobe_decodes_each_error_once() {
 fn watch_json_shows_each_ucx_error_once_with_its_fields() {
     let d = tempfile::tempdir().unwrap();
     let (lib, exe) = build_fake(d.path(), "libuct_ib_mlx5.so.0", "caller");
-    let watch = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
-        .args(["watch", "--json", "--seconds", "4", "--kmsg", "/dev/null", "--ucx-lib", lib.to_str().unwrap()])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(2000));
-    assert!(Command::new(&exe).status().unwrap().success());
-    let out = watch.wait_with_output().unwrap();
-    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|e: &serde_json::Value| e["kind"] == "ucx_error_cqe")
-        .collect();
+    let events = watch_while_running(&["--ucx-lib".as_ref(), lib.as_os_str()], &exe, "ucx_error_cqe");
     assert_eq!(events.len(), 3, "{events:#?}");
     assert_eq!(events[0]["source"], "ebpf_uprobe");
     assert_eq!(events[0]["attrs"]["syndrome_name"], "local protection error");
@@ -103,23 +110,11 @@ fn a_configured_return_status_target_reports_negative_returns() {
     let targets = d.path().join("targets.json");
     std::fs::write(&targets, r#"[{"glob": "libnixl*", "symbol": "nixl_fake_post_xfer", "decoder": "return_status"}]"#)
         .unwrap();
-    let watch = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
-        .args(["watch", "--json", "--seconds", "4", "--kmsg", "/dev/null"])
-        .arg("--uprobe-targets")
-        .arg(&targets)
-        .arg("--uprobe-file")
-        .arg(&lib)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(2000));
-    assert!(Command::new(&exe).status().unwrap().success());
-    let out = watch.wait_with_output().unwrap();
-    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|e: &serde_json::Value| e["kind"] == "transfer_status_error")
-        .collect();
+    let events = watch_while_running(
+        &["--uprobe-targets".as_ref(), targets.as_os_str(), "--uprobe-file".as_ref(), lib.as_os_str()],
+        &exe,
+        "transfer_status_error",
+    );
     assert_eq!(events.len(), 2, "{events:#?}");
     assert_eq!(events[0]["attrs"]["status"], "-3");
     assert_eq!(events[1]["attrs"]["status"], "-7");

@@ -289,19 +289,8 @@ pub fn filled_spool(dir: &Path, n: u64) -> (PathBuf, PathBuf) {
 
 /// A minimal HTTP/1.1 GET over loopback (no client library needed for a read-only API).
 pub fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body =
-        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
-    (code, body)
+    http_request(port, "GET", path, &auth, "")
 }
 
 fn dechunk(mut body: &str) -> String {
@@ -319,12 +308,17 @@ fn dechunk(mut body: &str) -> String {
 
 /// A minimal HTTP/1.1 request with a JSON body (WebDriver speaks this): (status, body).
 pub fn http_json(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_request(port, method, path, "Content-Type: application/json\r\n", body)
+}
+
+/// One request on a fresh connection; `headers` are complete `Name: value\r\n` lines.
+fn http_request(port: u16, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
