@@ -1,6 +1,6 @@
 //! The agent binary reads a node's topology (the seed incident's KVM guest, as a fixture tree)
-#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 //! and the collector stores it: GPUs, NICs, every pair's path class, per-GPU risk.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -8,27 +8,34 @@ use std::time::Duration;
 use railguard_agent::topology::fixture;
 use railguard_e2e::*;
 
+/// The agent binary as node-a on the seed fixture (written into `dir`), with `extra` flags.
+fn seed_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&std::ffi::OsStr]) -> std::process::Child {
+    fixture::seed_kvm_guest().write(&dir.join("node")).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    Command::new(bin("railguard-agent"))
+        .args(["run", "--node-id", "node-a", "--collector", &collector.url()])
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--spool-dir")
+        .arg(dir.join("spool"))
+        .arg("--sysfs-root")
+        .arg(dir.join("node/sys"))
+        .args(extra)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_seed_topology_reaches_postgres_with_its_risks() {
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
-    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
-    let token = dir.path().join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
-    let mut agent = Command::new(bin("railguard-agent"))
-        .args(["run", "--node-id", "node-a", "--collector", &collector.url(), "--exit-when-drained"])
-        .arg("--token-file")
-        .arg(&token)
-        .arg("--spool-dir")
-        .arg(dir.path().join("spool"))
-        .arg("--sysfs-root")
-        .arg(dir.path().join("node/sys"))
-        .args(["--ucx-net-devices", "mlx5_0:1", "--probe-cycle-secs", "0", "--no-signals"])
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    let args = ["--exit-when-drained", "--ucx-net-devices", "mlx5_0:1", "--probe-cycle-secs", "0", "--no-signals"];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    let mut agent = seed_agent(&collector, dir.path(), &args);
     assert!(wait_exit(&mut agent, Duration::from_secs(60)).success());
 
     let (virtualized, viommu, gpudirect): (String, String, String) =
@@ -61,27 +68,24 @@ async fn probes_of_the_simulated_seed_fabric_reach_postgres() {
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
-    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
     let faults = dir.path().join("faults.json");
     std::fs::write(&faults, r#"{"faults": [{"path": ["pix"], "kind": "dma_read_rejected", "reported": "success"}]}"#)
         .unwrap();
-    let token = dir.path().join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
-    let mut agent = Command::new(bin("railguard-agent"))
-        .args(["run", "--node-id", "node-a", "--collector", &collector.url()])
-        .arg("--token-file")
-        .arg(&token)
-        .arg("--spool-dir")
-        .arg(dir.path().join("spool"))
-        .arg("--sysfs-root")
-        .arg(dir.path().join("node/sys"))
-        .args(["--fabric", "sim", "--faults"])
-        .arg(&faults)
-        .args(["--probe-cycle-secs", "2", "--probe-bytes", "256K", "--no-signals"])
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut agent = seed_agent(
+        &collector,
+        dir.path(),
+        &[
+            "--fabric".as_ref(),
+            "sim".as_ref(),
+            "--faults".as_ref(),
+            faults.as_os_str(),
+            "--probe-cycle-secs".as_ref(),
+            "2".as_ref(),
+            "--probe-bytes".as_ref(),
+            "256K".as_ref(),
+            "--no-signals".as_ref(),
+        ],
+    );
     // One cycle: 64 pairs, the 8 predicted ones four times.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
