@@ -179,7 +179,7 @@ async fn run_serve(a: ServeArgs) -> anyhow::Result<()> {
     cfg.assess.rules.window_label = format!("{} min", a.window_minutes.max(1));
     cfg.assess_every = std::time::Duration::from_secs(a.assess_every_secs.max(1));
     cfg.retention_days = a.retention_days.max(1);
-    serve(cfg, shutdown_signal()).await
+    serve(cfg, railguard_telemetry::shutdown_signal()).await
 }
 
 async fn pool(db: DbArgs) -> anyhow::Result<sqlx::PgPool> {
@@ -295,22 +295,4 @@ fn print_table(rows: &serde_json::Value) {
     for r in rows {
         println!("{}", line(cols.iter().map(|c| cell(&r[c])).collect()));
     }
-}
-
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the collector");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutting down");
 }

@@ -1,5 +1,6 @@
-//! railguard-telemetry: logs to stderr always; traces and metrics over OTLP (gRPC) when
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, for the collector's and the agent's own behaviour.
+//! railguard-telemetry: what both binaries share about running as a service — logs to stderr
+//! always, traces and metrics over OTLP (gRPC) when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and
+//! the shutdown signal.
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
@@ -81,4 +82,22 @@ pub fn init(service: &'static str, default_filter: &str) -> Telemetry {
             Telemetry::default()
         }
     }
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM (what systemd and Kubernetes send).
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops this process");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("shutting down");
 }

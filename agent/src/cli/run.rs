@@ -141,7 +141,7 @@ impl RunArgs {
                     }
                 }
             } else {
-                super::shutdown_signal().await;
+                railguard_telemetry::shutdown_signal().await;
             }
         };
         let shipped = shipper.run(stop).await;
