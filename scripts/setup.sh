@@ -19,6 +19,19 @@ ls /usr/lib/*/libucp.so.0 >/dev/null 2>&1 || need+=(libucx0)
 # eBPF programs: clang (-target bpf) and libbpf's headers (bpf_helpers.h, bpf_tracing.h).
 have clang || need+=(clang)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+# verbs transport: sideway builds rdma-core's headers (cmake) and binds them (bindgen: libclang);
+# at run time libibverbs and its providers (Soft-RoCE among them).
+have cmake || need+=(cmake)
+ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need+=(libclang-dev)
+ls /usr/lib/*/libibverbs.so.1 >/dev/null 2>&1 || need+=(libibverbs1)
+ls /usr/lib/*/libibverbs/librxe-rdmav*.so >/dev/null 2>&1 || need+=(ibverbs-providers)
+# The verbs tests boot a small VM with Soft-RoCE (scripts/rxe-vm.sh): QEMU, busybox for its
+# init, cpio for its initramfs, kmod to resolve the kernel modules, iproute2's `rdma` tool.
+have qemu-system-x86_64 || need+=(qemu-system-x86)
+have busybox || need+=(busybox-static)
+have cpio || need+=(cpio)
+have depmod || need+=(kmod)
+have rdma || need+=(iproute2)
 # The dashboard tests drive Debian's chromium, headless.
 have chromium || need+=(chromium)
 have chromedriver || need+=(chromium-driver)
@@ -39,6 +52,9 @@ if ! have kubernetes-validate; then
   echo "setup: installing kubernetes-validate (PyPI)"
   python3 -m pip install -q --disable-pip-version-check kubernetes-validate
 fi
+
+# The Debian kernel (with rdma_rxe) the verbs test VM boots: fetched once into a cache.
+"$(dirname "$0")/rxe-vm.sh" prepare
 
 if ! have cargo; then
   echo "setup: Rust (cargo) is required: https://rustup.rs (stable >= 1.95)" >&2

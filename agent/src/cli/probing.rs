@@ -5,10 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use railguard_agent::probe::fault::FaultFile;
+use railguard_agent::probe::transport::ProbeTransport;
 use railguard_agent::probe::transport::sim::SimFabric;
 use railguard_agent::probe::transport::tcp::TcpLoopback;
 use railguard_agent::probe::transport::ucx::{NicChoice, Ucx};
-use railguard_agent::probe::transport::{ProbeTransport, verbs};
+use railguard_agent::probe::transport::verbs::{Verbs, VerbsOp};
 use railguard_agent::probe::{EngineConfig, Pair};
 use railguard_agent::topology::{SelectionPolicy, Topology};
 use railguard_schema::PairSelection;
@@ -47,6 +48,12 @@ pub struct TransportArgs {
     /// UCX: restrict transports (UCX_TLS), e.g. `tcp`.
     #[arg(long, env = "RAILGUARD_UCX_TLS")]
     pub ucx_tls: Option<String>,
+    /// verbs: the RDMA operation that carries the probe.
+    #[arg(long, value_enum, default_value = "write")]
+    pub verbs_op: VerbsOp,
+    /// verbs: probe through this RDMA device instead of the pair's NIC (e.g. `rxe0`).
+    #[arg(long, env = "RAILGUARD_VERBS_DEVICE")]
+    pub verbs_device: Option<String>,
     /// Give up on a transfer after this many milliseconds (verdict `timeout`).
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
@@ -79,7 +86,7 @@ impl TransportArgs {
                 };
                 Box::new(Ucx::open(choice, self.ucx_tls.as_deref())?)
             }
-            TransportArg::Verbs => match verbs::open()? {},
+            TransportArg::Verbs => Box::new(Verbs::open(self.verbs_op, self.verbs_device.clone())?),
             TransportArg::Sim => Box::new(SimFabric),
         })
     }

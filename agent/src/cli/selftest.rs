@@ -4,9 +4,10 @@
 use std::process::ExitCode;
 
 use railguard_agent::probe::fault::{Fault, FaultKind};
-use railguard_agent::probe::transport::ProbeTransport;
 use railguard_agent::probe::transport::tcp::TcpLoopback;
 use railguard_agent::probe::transport::ucx::{NicChoice, Ucx};
+use railguard_agent::probe::transport::verbs::{Verbs, VerbsOp};
+use railguard_agent::probe::transport::{ProbeTransport, verbs};
 use railguard_agent::probe::{Engine, EngineConfig, Pair, expected_classification};
 
 use super::probing::parse_bytes;
@@ -15,6 +16,8 @@ use super::probing::parse_bytes;
 pub enum Which {
     Tcp,
     Ucx,
+    /// RDMA WRITE and RDMA READ on an RDMA device (`--verbs-device`, default the first).
+    Verbs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -31,6 +34,9 @@ pub struct SelftestArgs {
     /// UCX_TLS for the ucx test.
     #[arg(long, env = "RAILGUARD_UCX_TLS", default_value = "tcp")]
     ucx_tls: String,
+    /// RDMA device for the verbs test (default: the first the kernel lists).
+    #[arg(long, env = "RAILGUARD_VERBS_DEVICE")]
+    verbs_device: Option<String>,
     /// One JSON object per check.
     #[arg(long)]
     json: bool,
@@ -40,7 +46,14 @@ impl SelftestArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let which = if self.transport.is_empty() { vec![Which::Tcp, Which::Ucx] } else { self.transport.clone() };
         let mut failures = 0;
+        let mut runs: Vec<(Which, Option<VerbsOp>)> = Vec::new();
         for w in which {
+            match w {
+                Which::Verbs => runs.extend([(w, Some(VerbsOp::Write)), (w, Some(VerbsOp::Read))]),
+                _ => runs.push((w, None)),
+            }
+        }
+        for (w, op) in runs {
             let opened: Result<Box<dyn ProbeTransport>, _> = match w {
                 Which::Tcp => TcpLoopback::new().map(|t| Box::new(t) as Box<dyn ProbeTransport>),
                 Which::Ucx => {
@@ -52,6 +65,10 @@ impl SelftestArgs {
                     Ucx::open(choice, Some(self.ucx_tls.as_str()).filter(|s| !s.is_empty()))
                         .map(|t| Box::new(t) as Box<dyn ProbeTransport>)
                 }
+                Which::Verbs => {
+                    let device = self.verbs_device.clone().or_else(|| verbs::rdma_devices().into_iter().next());
+                    Verbs::open(op.unwrap_or_default(), device).map(|t| Box::new(t) as Box<dyn ProbeTransport>)
+                }
             };
             let mut t = match opened {
                 Ok(t) => t,
@@ -61,7 +78,7 @@ impl SelftestArgs {
                     continue;
                 }
             };
-            failures += self.check(t.as_mut());
+            failures += self.check(t.as_mut(), op);
         }
         if failures == 0 {
             println!("selftest passed: every fault kind classified correctly");
@@ -72,13 +89,20 @@ impl SelftestArgs {
         }
     }
 
-    fn check(&self, t: &mut dyn ProbeTransport) -> usize {
+    fn check(&self, t: &mut dyn ProbeTransport, op: Option<VerbsOp>) -> usize {
         let mut engine =
             Engine::new(EngineConfig { timeout: std::time::Duration::from_millis(500), ..Default::default() });
         let pair = Pair::named(0, "selftest-a");
         let other = Pair::named(1, "selftest-b");
         let mut failures = 0;
-        let name = t_name(t);
+        let name = match op {
+            Some(op) => format!(
+                "{}-{}",
+                t_name(t),
+                serde_json::to_value(op).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+            ),
+            None => t_name(t),
+        };
         let mut report = |label: String, ok: bool, got: String, want: String| {
             if self.json {
                 println!(
@@ -87,7 +111,7 @@ impl SelftestArgs {
                 );
             } else {
                 println!(
-                    "{:<5} {:<18} {:<4} got {got}{}",
+                    "{:<11} {:<18} {:<4} got {got}{}",
                     name,
                     label,
                     if ok { "ok" } else { "FAIL" },
