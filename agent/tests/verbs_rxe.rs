@@ -9,6 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod support;
+
 use railguard_agent::topology::fixture;
 
 fn repo_root() -> PathBuf {
@@ -59,6 +61,7 @@ fn verbs_transport_on_soft_roce() {
         r#"{"faults": [{"nic": "mlx5_3", "kind": "error"}, {"nic": "mlx5_5", "kind": "bitflip"}]}"#,
     )
     .unwrap();
+    support::build_fake_cuda(dir.path());
     let agent = env!("CARGO_BIN_EXE_railguard-agent");
     let d = dir.path().display();
     let script = format!(
@@ -67,6 +70,8 @@ echo "=== devices"; ls /sys/class/infiniband
 echo "=== selftest"; {agent} selftest --transport verbs --bytes 5M --json; echo "exit=$?"
 echo "=== probe-write"; {agent} probe --transport verbs --verbs-device rxe0 --sysfs-root {sys} --gpu 0 --nic all --bytes 3M --json --faults {d}/faults.json; echo "exit=$?"
 echo "=== probe-read"; {agent} probe --transport verbs --verbs-op read --verbs-device rxe0 --sysfs-root {sys} --gpu 2 --nic auto --bytes 64M --json; echo "exit=$?"
+echo "=== selftest-gpu"; LD_LIBRARY_PATH={d} {agent} selftest --transport verbs --memory gpu --bytes 3M --json; echo "exit=$?"
+echo "=== probe-gpu"; LD_LIBRARY_PATH={d} RAILGUARD_FAKE_CUDA_BDF=0000:03:00.0 RAILGUARD_FAKE_CUDA_DMABUF=1 {agent} probe --transport verbs --verbs-device rxe0 --memory gpu --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --json; echo "exit=$?"
 echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9 --sysfs-root {sys} --gpu 0 --nic auto --json; echo "exit=$?"
 "#,
         sys = sys.display()
@@ -113,6 +118,20 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
     assert_eq!(results[0]["verdict"], "ok", "{pr}");
     assert_eq!(results[0]["bytes"], 64 << 20, "{pr}");
     assert!(pr.contains("exit=0"), "{pr}");
+
+    // GPU memory (the libcuda test double: its device memory is host memory) through the NIC:
+    // every fault kind again, then the registration fallback: the dma-buf CUDA exported is
+    // refused by the NIC, so the buffers are registered by address (nvidia-peermem's path).
+    let sg = section(&s, "selftest-gpu");
+    let checks = json_lines(sg);
+    assert_eq!(checks.len(), 20, "{sg}");
+    assert!(checks.iter().all(|c| c["ok"] == true && c["memory"] == "cuda"), "{sg}");
+    let pg = section(&s, "probe-gpu");
+    let r = json_lines(pg);
+    assert_eq!(r.len(), 1, "{pg}");
+    assert_eq!((r[0]["verdict"].as_str(), r[0]["memory"].as_str()), (Some("ok"), Some("cuda")), "{pg}");
+    let detail = r[0]["reported_detail"].as_str().unwrap();
+    assert!(detail.contains("registered by address (nvidia-peermem)") && detail.contains("dma-buf MR"), "{detail}");
 
     let nd = section(&s, "no-such-device");
     assert!(nd.contains("no RDMA device \"mlx5_9\"") && nd.contains("rxe0"), "{nd}");

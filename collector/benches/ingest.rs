@@ -40,6 +40,7 @@ fn probe(i: usize) -> ProbeResult {
         simulated: true,
         bit_flips: 0,
         receiver_detail: String::new(),
+        memory: railguard_schema::Memory::Host,
     }
 }
 

@@ -247,6 +247,7 @@ pub fn probe(i: u64) -> ProbeResult {
         simulated: true,
         bit_flips: 0,
         receiver_detail: String::new(),
+        memory: railguard_schema::Memory::Host,
     }
 }
 

@@ -165,6 +165,8 @@ impl TryFrom<wire::ProbeResult> for ProbeResult {
             simulated: p.simulated,
             bit_flips: p.bit_flips,
             receiver_detail: text("probe.receiver_detail", p.receiver_detail)?,
+            // Agents older than the field send 0: their buffers were host memory.
+            memory: if p.memory == 0 { Memory::Host } else { p.memory.try_into()? },
         })
     }
 }
@@ -190,6 +192,7 @@ impl From<ProbeResult> for wire::ProbeResult {
             simulated: p.simulated,
             bit_flips: p.bit_flips,
             receiver_detail: p.receiver_detail,
+            memory: p.memory.into(),
         }
     }
 }
@@ -406,6 +409,7 @@ mod tests {
             simulated: true,
             bit_flips: 0,
             receiver_detail: "16 chunk(s) untouched (poison intact)".into(),
+            memory: Memory::Cuda,
         }
     }
 
@@ -416,6 +420,22 @@ mod tests {
         let back = Record::try_from(w).unwrap();
         // nanosecond timestamps survive
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn memory_unset_by_older_agents_reads_as_host_and_unknown_is_refused() {
+        let mut w: wire::Record = Record::now(RecordBody::Probe(probe())).into();
+        if let Some(wire::record::Body::Probe(p)) = w.body.as_mut() {
+            assert_eq!(p.memory, wire::Memory::Cuda as i32);
+            p.memory = 0;
+        }
+        let back = Record::try_from(w.clone()).unwrap();
+        let RecordBody::Probe(p) = back.body else { panic!("not a probe") };
+        assert_eq!(p.memory, Memory::Host);
+        if let Some(wire::record::Body::Probe(p)) = w.body.as_mut() {
+            p.memory = 9;
+        }
+        assert!(matches!(Record::try_from(w).unwrap_err(), WireError::UnknownEnum { what: "memory", value: 9 }));
     }
 
     #[test]

@@ -26,7 +26,7 @@ macro_rules! wire_enum {
 
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
+                f.pad(self.as_str()) // honours width and alignment in tables
             }
         }
 

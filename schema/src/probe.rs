@@ -47,6 +47,22 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// Where a probe's buffers were: host memory, or GPU memory through CUDA (the path the
+    /// workload's KV cache takes, and the one the seed case fails on).
+    pub enum Memory: crate::wire::Memory as "memory" {
+        Host = Host => "host",
+        Cuda = Cuda => "cuda",
+    }
+}
+
+#[allow(clippy::derivable_impls, reason = "wire_enum! declares the enum with a fixed derive list")]
+impl Default for Memory {
+    fn default() -> Self {
+        Memory::Host
+    }
+}
+
+wire_enum! {
     /// Why this pair was probed.
     pub enum PairSelection: crate::wire::PairSelection as "pair selection" {
         Sweep = Sweep => "sweep",
@@ -80,4 +96,6 @@ pub struct ProbeResult {
     pub bit_flips: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub receiver_detail: String,
+    #[serde(default)]
+    pub memory: Memory,
 }

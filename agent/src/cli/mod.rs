@@ -44,6 +44,9 @@ enum Command {
 
 impl Cli {
     pub async fn run(self) -> anyhow::Result<ExitCode> {
+        if !matches!(self.command, Command::Run(_)) {
+            quiet_on_closed_stdout();
+        }
         match self.command {
             Command::Run(a) => a.run().await,
             Command::Topo(a) => a.run(),
@@ -54,5 +57,17 @@ impl Cli {
             Command::Selftest(a) => a.run(),
             Command::Watch(a) => a.run(),
         }
+    }
+}
+
+/// A command whose output is piped into `head` ends quietly when the reader goes, as Unix tools
+/// do, instead of Rust's panic on a failed print. (Socket writes are unaffected: std sends with
+/// MSG_NOSIGNAL.) Not for `run`, the long-lived service.
+#[allow(unsafe_code)]
+fn quiet_on_closed_stdout() {
+    // SAFETY: sets the process's SIGPIPE disposition to the default before any thread that
+    // could rely on it being ignored exists; no handler code runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -63,8 +63,8 @@ impl ProbeArgs {
                     )
                 };
                 println!(
-                    "GPU{:<3} {:<10} {:<9} {:<6} {:>10} B  reported {:<8} verdict {}{}",
-                    r.gpu, r.nic, r.selection, r.transport, r.bytes, r.reported, r.verdict, what
+                    "GPU{:<3} {:<10} {:<9} {:<6} {:<4} {:>10} B  reported {:<8} verdict {}{}",
+                    r.gpu, r.nic, r.selection, r.transport, r.memory, r.bytes, r.reported, r.verdict, what
                 );
             }
         }

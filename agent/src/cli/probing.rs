@@ -10,7 +10,7 @@ use railguard_agent::probe::transport::sim::SimFabric;
 use railguard_agent::probe::transport::tcp::TcpLoopback;
 use railguard_agent::probe::transport::ucx::{NicChoice, Ucx};
 use railguard_agent::probe::transport::verbs::{Verbs, VerbsOp};
-use railguard_agent::probe::{EngineConfig, Pair};
+use railguard_agent::probe::{EngineConfig, MemoryPref, Pair};
 use railguard_agent::topology::{SelectionPolicy, Topology};
 use railguard_schema::PairSelection;
 
@@ -54,6 +54,10 @@ pub struct TransportArgs {
     /// verbs: probe through this RDMA device instead of the pair's NIC (e.g. `rxe0`).
     #[arg(long, env = "RAILGUARD_VERBS_DEVICE")]
     pub verbs_device: Option<String>,
+    /// Probe buffers: `auto` puts them in the pair's GPU memory when CUDA can open it (host
+    /// memory otherwise), `gpu` fails probes that cannot, `host` never uses the GPU.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub memory: MemoryPref,
     /// Give up on a transfer after this many milliseconds (verdict `timeout`).
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
@@ -68,7 +72,13 @@ impl TransportArgs {
     }
 
     pub fn engine_config(&self) -> EngineConfig {
-        EngineConfig { timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)), ..Default::default() }
+        // The simulated fabric stands in for the GPU too: its buffers stay in host memory.
+        let sim = self.fabric == FabricArg::Sim || self.transport == TransportArg::Sim;
+        EngineConfig {
+            timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)),
+            memory: if sim { MemoryPref::Host } else { self.memory },
+            ..Default::default()
+        }
     }
 
     /// The transport for probes of `nic`.

@@ -8,7 +8,8 @@ use railguard_agent::probe::transport::tcp::TcpLoopback;
 use railguard_agent::probe::transport::ucx::{NicChoice, Ucx};
 use railguard_agent::probe::transport::verbs::{Verbs, VerbsOp};
 use railguard_agent::probe::transport::{ProbeTransport, verbs};
-use railguard_agent::probe::{Engine, EngineConfig, Pair, expected_classification};
+use railguard_agent::probe::{Engine, EngineConfig, MemoryPref, Pair, expected_classification};
+use railguard_schema::Memory;
 
 use super::probing::parse_bytes;
 
@@ -37,6 +38,9 @@ pub struct SelftestArgs {
     /// RDMA device for the verbs test (default: the first the kernel lists).
     #[arg(long, env = "RAILGUARD_VERBS_DEVICE")]
     verbs_device: Option<String>,
+    /// Probe buffers: GPU memory (CUDA device 0) when available, else host (`auto`).
+    #[arg(long, value_enum, default_value = "auto")]
+    memory: MemoryPref,
     /// One JSON object per check.
     #[arg(long)]
     json: bool,
@@ -90,10 +94,13 @@ impl SelftestArgs {
     }
 
     fn check(&self, t: &mut dyn ProbeTransport, op: Option<VerbsOp>) -> usize {
-        let mut engine =
-            Engine::new(EngineConfig { timeout: std::time::Duration::from_millis(500), ..Default::default() });
+        let mut engine = Engine::new(EngineConfig {
+            timeout: std::time::Duration::from_millis(500),
+            memory: self.memory,
+            ..Default::default()
+        });
         let pair = Pair::named(0, "selftest-a");
-        let other = Pair::named(1, "selftest-b");
+        let other = Pair::named(0, "selftest-b");
         let mut failures = 0;
         let name = match op {
             Some(op) => format!(
@@ -103,16 +110,17 @@ impl SelftestArgs {
             ),
             None => t_name(t),
         };
-        let mut report = |label: String, ok: bool, got: String, want: String| {
+        let mut report = |label: String, memory: Memory, ok: bool, got: String, want: String| {
             if self.json {
                 println!(
                     "{}",
-                    serde_json::json!({"transport": name, "check": label, "ok": ok, "got": got, "want": want})
+                    serde_json::json!({"transport": name, "memory": memory, "check": label, "ok": ok, "got": got, "want": want})
                 );
             } else {
                 println!(
-                    "{:<11} {:<18} {:<4} got {got}{}",
+                    "{:<11} {:<4} {:<18} {:<4} got {got}{}",
                     name,
+                    memory,
                     label,
                     if ok { "ok" } else { "FAIL" },
                     if ok { String::new() } else { format!(", want {want}") }
@@ -126,6 +134,7 @@ impl SelftestArgs {
             let out = engine.probe(t, p, self.bytes, None);
             report(
                 "clean".into(),
+                out.result.memory,
                 out.result.verdict == railguard_schema::ProbeVerdict::Ok,
                 out.result.verdict.to_string(),
                 "ok".into(),
@@ -137,6 +146,7 @@ impl SelftestArgs {
             let got = (out.result.verdict, out.result.diagnosis);
             report(
                 serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+                out.result.memory,
                 got == want,
                 format!("{} / {}", got.0, got.1),
                 format!("{} / {}", want.0, want.1),

@@ -8,16 +8,17 @@
 //! stale, misdirected, swapped, corrupt).
 
 pub mod fault;
+pub mod gpu;
 pub mod pattern;
 pub mod schedule;
 pub mod transport;
 pub mod verify;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use railguard_schema::{Bdf, Diagnosis, PairSelection, PathClass, ProbeResult, ProbeVerdict, Reported};
+use railguard_schema::{Bdf, Diagnosis, Memory, PairSelection, PathClass, ProbeResult, ProbeVerdict, Reported};
 
 use fault::{Fault, FaultKind};
 use transport::{ProbeTransport, Sabotage, TransferReport};
@@ -45,6 +46,27 @@ impl Pair {
     }
 }
 
+/// Where the probe's buffers are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryPref {
+    /// GPU memory where CUDA can open the pair's GPU, host memory otherwise.
+    #[default]
+    Auto,
+    /// Host memory always.
+    Host,
+    /// GPU memory or the probe fails (a node that must prove its GPU path).
+    Gpu,
+}
+
+/// One GPU's CUDA context and probe buffers, or why there are none.
+#[derive(Debug)]
+struct GpuSlot {
+    cuda: gpu::Cuda,
+    src: gpu::DevBuf,
+    dst: gpu::DevBuf,
+}
+
 /// A probe's result with what only the receiver knows.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ProbeOutcome {
@@ -63,11 +85,18 @@ pub struct EngineConfig {
     pub timeout: Duration,
     /// Probes remembered to recognise stale and misdirected bytes.
     pub history: usize,
+    /// Where the buffers are.
+    pub memory: MemoryPref,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { chunk_bytes: pattern::DEFAULT_CHUNK_BYTES, timeout: Duration::from_secs(10), history: 64 }
+        EngineConfig {
+            chunk_bytes: pattern::DEFAULT_CHUNK_BYTES,
+            timeout: Duration::from_secs(10),
+            history: 64,
+            memory: MemoryPref::Auto,
+        }
     }
 }
 
@@ -82,7 +111,8 @@ struct Prepared {
     digests: Arc<Vec<u64>>,
 }
 
-/// Runs probes. Host-memory buffers (GPU memory through CUDA is not wired in yet).
+/// Runs probes. Patterns are made and checked in host memory; with a GPU (CUDA) the bytes
+/// travel from one GPU allocation to another (see [`gpu`]).
 #[derive(Debug)]
 pub struct Engine {
     cfg: EngineConfig,
@@ -90,11 +120,42 @@ pub struct Engine {
     next_id: u64,
     prepared: Option<Prepared>,
     spare: (Vec<u64>, Vec<u64>),
+    /// Per GPU index: its buffers, or why GPU memory cannot be used (said once, then host).
+    gpus: HashMap<u32, Result<GpuSlot, String>>,
 }
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Self {
-        Engine { cfg, history: VecDeque::new(), next_id: 1, prepared: None, spare: (Vec::new(), Vec::new()) }
+        Engine {
+            cfg,
+            history: VecDeque::new(),
+            next_id: 1,
+            prepared: None,
+            spare: (Vec::new(), Vec::new()),
+            gpus: HashMap::new(),
+        }
+    }
+
+    /// The pair's GPU buffers sized for `bytes`, or why there are none.
+    fn gpu_slot(&mut self, pair: &Pair, bytes: usize) -> Result<&mut GpuSlot, String> {
+        let entry = self.gpus.entry(pair.gpu).or_insert_with(|| {
+            let cuda = gpu::Cuda::open(pair.gpu_bdf, pair.gpu).map_err(|e| e.to_string())?;
+            let src = cuda.alloc(bytes).map_err(|e| e.to_string())?;
+            let dst = cuda.alloc(bytes).map_err(|e| e.to_string())?;
+            tracing::info!(gpu = pair.gpu, cuda = cuda.ordinal, name = %cuda.name, dma_buf = cuda.dma_buf, "probe buffers in GPU memory");
+            Ok(GpuSlot { cuda, src, dst })
+        });
+        let slot = match entry {
+            Ok(s) => s,
+            Err(e) => return Err(e.clone()),
+        };
+        if slot.src.capacity() < bytes {
+            slot.src = slot.cuda.alloc(bytes).map_err(|e| e.to_string())?;
+            slot.dst = slot.cuda.alloc(bytes).map_err(|e| e.to_string())?;
+        }
+        slot.src.set_len(bytes).map_err(|e| e.to_string())?;
+        slot.dst.set_len(bytes).map_err(|e| e.to_string())?;
+        Ok(slot)
     }
 
     fn chunk_bytes(&self) -> usize {
@@ -212,12 +273,31 @@ impl Engine {
             }
         }
         let dst_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut dst)[..bytes];
-        let started = Instant::now();
-        let mut report = match skip {
-            Some(r) => r,
-            None => transport.transfer(&pair.nic, src_view, dst_view, self.cfg.timeout, sabotage),
+        let timeout = self.cfg.timeout;
+        let (memory, mut report, duration_ns) = match (skip, self.cfg.memory) {
+            // Nothing moved; the buffers were (or would have been) where the pair's probes live.
+            (Some(r), MemoryPref::Host) => (Memory::Host, r, 0),
+            (Some(r), _) => (if self.gpu_slot(pair, bytes).is_ok() { Memory::Cuda } else { Memory::Host }, r, 0),
+            (None, MemoryPref::Host) => {
+                let started = Instant::now();
+                let r = transport.transfer(&pair.nic, src_view, dst_view, timeout, sabotage);
+                (Memory::Host, r, started.elapsed().as_nanos() as u64)
+            }
+            (None, pref) => match self.gpu_slot(pair, bytes) {
+                Ok(slot) => {
+                    let (r, ns) = gpu_transfer(slot, transport, &pair.nic, src_view, dst_view, timeout, sabotage);
+                    (Memory::Cuda, r, ns)
+                }
+                Err(why) if pref == MemoryPref::Gpu => {
+                    (Memory::Host, TransferReport::error(format!("GPU memory required (--memory gpu): {why}")), 0)
+                }
+                Err(_) => {
+                    let started = Instant::now();
+                    let r = transport.transfer(&pair.nic, src_view, dst_view, timeout, sabotage);
+                    (Memory::Host, r, started.elapsed().as_nanos() as u64)
+                }
+            },
         };
-        let duration_ns = started.elapsed().as_nanos() as u64;
         if let Some(r) = fault.and_then(|f| f.reported) {
             // The fault file decides what the (simulated) stack claims, e.g. success for a failed read.
             report.reported = r;
@@ -253,11 +333,36 @@ impl Engine {
                 simulated: transport.kind() == railguard_schema::Transport::Sim,
                 bit_flips: v.bit_flips,
                 receiver_detail: v.detail.chars().take(1000).collect(),
+                memory,
             },
             fault: fault.map(|f| f.kind),
             receiver: v,
         }
     }
+}
+
+/// Uploads the filled source and the poisoned destination to the GPU, lets the transport move
+/// GPU memory to GPU memory, and downloads the destination for the receiver's check. Only the
+/// transport's part is timed.
+fn gpu_transfer(
+    slot: &mut GpuSlot,
+    transport: &mut dyn ProbeTransport,
+    nic: &str,
+    src: &[u8],
+    dst: &mut [u8],
+    timeout: Duration,
+    sabotage: Sabotage,
+) -> (TransferReport, u64) {
+    if let Err(e) = slot.src.upload(src).and_then(|()| slot.dst.upload(dst)) {
+        return (TransferReport::error(format!("GPU memory: {e}")), 0);
+    }
+    let started = Instant::now();
+    let report = transport.transfer_device(nic, &slot.src, &mut slot.dst, timeout, sabotage);
+    let ns = started.elapsed().as_nanos() as u64;
+    if let Err(e) = slot.dst.download(dst) {
+        return (TransferReport::error(format!("GPU memory: reading the destination back: {e}")), ns);
+    }
+    (report, ns)
 }
 
 /// What the receiver must conclude under each fault (DOMAIN.md §1: a failed read that the

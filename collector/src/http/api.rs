@@ -207,7 +207,7 @@ pub async fn history(
         "SELECT coalesce(jsonb_agg(jsonb_build_object('at', observed_at, 'nic', nic, 'transport', transport, 'bytes', bytes,
                 'reported', reported, 'verdict', verdict, 'diagnosis', diagnosis, 'bad_chunks', bad_chunks, 'chunks', chunks,
                 'first_bad_offset', first_bad_offset, 'selection', selection, 'simulated', simulated,
-                'receiver_detail', receiver_detail) ORDER BY observed_at DESC), '[]')
+                'receiver_detail', receiver_detail, 'memory', memory) ORDER BY observed_at DESC), '[]')
          FROM (SELECT * FROM probe_results WHERE node_id = $1 AND gpu_index = $2 AND observed_at >= $3 AND observed_at <= $4
                ORDER BY observed_at DESC LIMIT $5) p",
     )

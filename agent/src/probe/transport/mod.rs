@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use railguard_schema::{Reported, Transport};
 
+use super::gpu::DevBuf;
+
 /// What the transport said about one transfer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransferReport {
@@ -63,6 +65,33 @@ pub trait ProbeTransport: Send {
         timeout: Duration,
         sabotage: Sabotage,
     ) -> TransferReport;
+
+    /// Moves GPU memory `src` into GPU memory `dst`. By default the bytes are staged through
+    /// host memory (all tcp, or UCX built without CUDA, can do); verbs registers the GPU memory
+    /// with the NIC itself.
+    fn transfer_device(
+        &mut self,
+        nic: &str,
+        src: &DevBuf,
+        dst: &mut DevBuf,
+        timeout: Duration,
+        sabotage: Sabotage,
+    ) -> TransferReport {
+        let mut hs = vec![0u8; src.len()];
+        let mut hd = vec![0u8; dst.len()];
+        if let Err(e) = src.download(&mut hs).and_then(|()| dst.download(&mut hd)) {
+            return TransferReport::error(format!("staging GPU memory through the host: {e}"));
+        }
+        let mut r = self.transfer(nic, &hs, &mut hd, timeout, sabotage);
+        if let Err(e) = dst.upload(&hd) {
+            return TransferReport::error(format!("staging GPU memory through the host: {e}"));
+        }
+        if !r.detail.is_empty() {
+            r.detail.push_str("; ");
+        }
+        r.detail.push_str("GPU memory staged through the host");
+        r
+    }
 
     /// Whether [`Sabotage`] is carried out by the transport itself (else the engine emulates it).
     fn supports_sabotage(&self) -> bool {

@@ -17,6 +17,7 @@
 #![allow(unsafe_code)] // memory registration and work requests take raw addresses; each use says why it holds
 
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,7 @@ use sideway::ibverbs::queue_pair::{
     WorkRequestFlags,
 };
 
+use super::super::gpu::DevBuf;
 use super::{ProbeTransport, Sabotage, TransferReport, TransportError};
 
 /// Bytes per work request: well under every port's max message size, small enough that a
@@ -96,8 +98,9 @@ pub fn wc_status_name(status: u32) -> &'static str {
 /// Memory a probe buffer lives in, as the NIC must be told about it.
 #[derive(Debug, Clone, Copy)]
 pub enum Region {
-    /// Host memory at this address.
-    Host { addr: u64, len: usize },
+    /// Memory at this virtual address: host memory, or (with nvidia-peermem loaded) a CUDA
+    /// device address, which `ibv_reg_mr` then pins through the GPU driver.
+    Address { addr: u64, len: usize },
     /// GPU memory exported as a dma-buf: `fd`, and the device address the NIC will use.
     DmaBuf { fd: i32, offset: u64, len: usize, iova: u64 },
 }
@@ -105,7 +108,7 @@ pub enum Region {
 impl Region {
     pub fn len(&self) -> usize {
         match *self {
-            Region::Host { len, .. } | Region::DmaBuf { len, .. } => len,
+            Region::Address { len, .. } | Region::DmaBuf { len, .. } => len,
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -113,7 +116,7 @@ impl Region {
     }
     fn addr(&self) -> u64 {
         match *self {
-            Region::Host { addr, .. } => addr,
+            Region::Address { addr, .. } => addr,
             Region::DmaBuf { iova, .. } => iova,
         }
     }
@@ -192,7 +195,7 @@ impl Verbs {
         self.devs.get_mut(&name).ok_or_else(|| "device vanished".to_owned())
     }
 
-    /// Moves `src` into `dst` (registered regions of equal length) over the NIC.
+    /// Moves `src` into `dst` (regions of equal length) over the NIC.
     pub fn transfer_regions(
         &mut self,
         nic: &str,
@@ -201,27 +204,36 @@ impl Verbs {
         timeout: Duration,
         sabotage: Sabotage,
     ) -> TransferReport {
+        self.try_transfer_regions(nic, src, dst, timeout, sabotage).unwrap_or_else(TransferReport::error)
+    }
+
+    /// As [`Self::transfer_regions`], but a region the NIC will not register is `Err` (so the
+    /// caller can try another registration path) rather than a failed transfer.
+    pub fn try_transfer_regions(
+        &mut self,
+        nic: &str,
+        src: Region,
+        dst: Region,
+        timeout: Duration,
+        sabotage: Sabotage,
+    ) -> Result<TransferReport, String> {
         let op = self.op;
         let dev = match self.dev(nic) {
             Ok(d) => d,
-            Err(e) => return TransferReport::error(e),
+            Err(e) => return Ok(TransferReport::error(e)),
         };
         if src.len() != dst.len() {
-            return TransferReport::error(format!("source {} bytes, destination {}", src.len(), dst.len()));
+            return Ok(TransferReport::error(format!("source {} bytes, destination {}", src.len(), dst.len())));
         }
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
-        let src_mr = match register(&dev.pd, src, access) {
-            Ok(m) => m,
-            Err(e) => return TransferReport::error(format!("registering the source with {}: {e}", dev.describe)),
-        };
-        let dst_mr = match register(&dev.pd, dst, access) {
-            Ok(m) => m,
-            Err(e) => return TransferReport::error(format!("registering the destination with {}: {e}", dev.describe)),
-        };
+        let src_mr =
+            register(&dev.pd, src, access).map_err(|e| format!("registering the source with {}: {e}", dev.describe))?;
+        let dst_mr = register(&dev.pd, dst, access)
+            .map_err(|e| format!("registering the destination with {}: {e}", dev.describe))?;
         if dev.lp.is_none() {
             match connect_loop(&dev.ctx, &dev.pd, None) {
                 Ok(l) => dev.lp = Some(l),
-                Err(e) => return TransferReport::error(format!("{}: {e}", dev.describe)),
+                Err(e) => return Ok(TransferReport::error(format!("{}: {e}", dev.describe))),
             }
         }
         let report = match sabotage {
@@ -238,7 +250,7 @@ impl Verbs {
             // The QP is in the error state (or has work in flight): start clean next time.
             dev.lp = None;
         }
-        report
+        Ok(report)
     }
 }
 
@@ -264,7 +276,7 @@ fn register(pd: &Arc<ProtectionDomain>, r: Region, access: AccessFlags) -> Resul
     match r {
         // SAFETY: the caller's buffer outlives the registration: both live for one transfer, and
         // the MR is dropped (deregistered) before the transfer returns.
-        Region::Host { addr, len } => unsafe { pd.reg_mr(addr as usize, len, access) }.map_err(|e| e.to_string()),
+        Region::Address { addr, len } => unsafe { pd.reg_mr(addr as usize, len, access) }.map_err(|e| e.to_string()),
         // SAFETY: `fd` is a dma-buf CUDA exported for this range, kept open and allocated for
         // the whole transfer (see gpu.rs); the MR is dropped before either goes.
         Region::DmaBuf { fd, offset, len, iova } => {
@@ -427,9 +439,56 @@ impl ProbeTransport for Verbs {
         timeout: Duration,
         sabotage: Sabotage,
     ) -> TransferReport {
-        let s = Region::Host { addr: src.as_ptr() as u64, len: src.len() };
-        let d = Region::Host { addr: dst.as_mut_ptr() as u64, len: dst.len() };
+        let s = Region::Address { addr: src.as_ptr() as u64, len: src.len() };
+        let d = Region::Address { addr: dst.as_mut_ptr() as u64, len: dst.len() };
         self.transfer_regions(nic, s, d, timeout, sabotage)
+    }
+
+    /// GPU memory to GPU memory through the NIC: both buffers registered as dma-bufs CUDA
+    /// exports (the upstream GPUDirect RDMA path), or, where export is not available, by device
+    /// address through nvidia-peermem. Which path was taken goes into the report's detail.
+    fn transfer_device(
+        &mut self,
+        nic: &str,
+        src: &DevBuf,
+        dst: &mut DevBuf,
+        timeout: Duration,
+        sabotage: Sabotage,
+    ) -> TransferReport {
+        let len = src.len();
+        let dma_buf = match (src.export_dma_buf(), dst.export_dma_buf()) {
+            (Ok(sf), Ok(df)) => {
+                let s = Region::DmaBuf { fd: sf.as_raw_fd(), offset: 0, len, iova: src.device_ptr_ro() };
+                let d = Region::DmaBuf { fd: df.as_raw_fd(), offset: 0, len, iova: dst.device_ptr() };
+                // The descriptors stay open until the transfer (and its MRs) are done.
+                self.try_transfer_regions(nic, s, d, timeout, sabotage)
+            }
+            (a, b) => Err(a.err().or(b.err()).map(|e| e.to_string()).unwrap_or_default()),
+        };
+        let (mut report, how) = match dma_buf {
+            Ok(r) => (r, "GPU memory registered as dma-buf".to_owned()),
+            Err(why) => {
+                // nvidia-peermem: ibv_reg_mr accepts a CUDA device address directly.
+                let s = Region::Address { addr: src.device_ptr_ro(), len };
+                let d = Region::Address { addr: dst.device_ptr(), len };
+                match self.try_transfer_regions(nic, s, d, timeout, sabotage) {
+                    Ok(r) => (r, format!("GPU memory registered by address (nvidia-peermem); no dma-buf: {why}")),
+                    Err(e) => (
+                        TransferReport::error(format!(
+                            "the NIC cannot register GPU memory: dma-buf: {why}; by address (nvidia-peermem): {e}"
+                        )),
+                        String::new(),
+                    ),
+                }
+            }
+        };
+        if !how.is_empty() {
+            if !report.detail.is_empty() {
+                report.detail.push_str("; ");
+            }
+            report.detail.push_str(&how);
+        }
+        report
     }
 
     fn supports_sabotage(&self) -> bool {
