@@ -91,7 +91,7 @@ async function gpu(name, idx) {
     ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span></p>` : ""}
     <h2>Evidence</h2><ol class="reasons" id="evidence">${s.reasons.map(r => `<li>${esc(r)}</li>`).join("")}</ol>
     <h2>Probe verdicts (last day, oldest → newest)</h2><div class="timeline" id="timeline">${hist.probes.slice().reverse().map(p =>
-      `<div class="tick ${p.verdict === "ok" ? "ok" : "bad"}" title="${esc(`${p.at} ${p.nic} ${p.verdict} ${p.diagnosis}`)}"></div>`).join("") || '<span class="muted">no probes</span>'}</div>
+      `<div class="tick ${p.verdict === "ok" ? "ok" : "bad"}" title="${esc(`${p.at} ${p.nic} ${p.transport} (${p.memory} memory) ${p.verdict} ${p.diagnosis}`)}"></div>`).join("") || '<span class="muted">no probes</span>'}</div>
     <h2>Pairs</h2><table><tr><th>NIC</th><th>latest</th><th>diagnosis</th><th>ok / bad in window</th></tr>${g.pairs.map(p =>
       `<tr><td>${esc(p.nic)}</td><td>${esc(p.latest)}</td><td>${esc(p.latest_diagnosis)}</td><td>${p.window.ok} / ${p.window.bad}</td></tr>`).join("")}</table>
     <h2>Signals</h2>${hist.signals.length ? `<table><tr><th>when</th><th>kind</th><th>summary</th></tr>${hist.signals.slice(0, 50).map(e =>

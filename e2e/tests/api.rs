@@ -65,6 +65,9 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     assert_eq!(h["status_changes"][0]["to"], "at_risk");
     let h = json(&c, "/api/v1/nodes/seed-auto/gpus/0/history?since=1h&limit=3");
     assert_eq!(h["probes"].as_array().unwrap().len(), 3);
+    // Where each probe's buffers were is kept and served.
+    assert_eq!(h["probes"][0]["verdict"], "silent_corruption");
+    assert_eq!(h["probes"][0]["memory"], "cuda");
 
     // Which GPUs failed verification, on which NIC, how often.
     let f = json(&c, "/api/v1/failures?since=30d");

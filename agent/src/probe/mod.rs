@@ -333,7 +333,8 @@ impl Engine {
                 simulated: transport.kind() == railguard_schema::Transport::Sim,
                 bit_flips: v.bit_flips,
                 receiver_detail: v.detail.chars().take(1000).collect(),
-                memory,
+                // The simulated fabric stands in for GPU memory as for the NIC (`simulated` says so).
+                memory: if transport.kind() == railguard_schema::Transport::Sim { Memory::Cuda } else { memory },
             },
             fault: fault.map(|f| f.kind),
             receiver: v,

@@ -80,12 +80,14 @@ pub async fn load_inputs(
     }
 
     // Probe verdicts per pair in the window.
-    let counts: Vec<(String, i32, String, i64, i64, i64, i64, Option<String>)> = sqlx::query_as(
+    #[allow(clippy::type_complexity, reason = "one row of the query just below, column for column")]
+    let counts: Vec<(String, i32, String, i64, i64, i64, i64, i64, Option<String>)> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic,
                 count(*) FILTER (WHERE verdict = 'ok'),
                 count(*) FILTER (WHERE verdict = 'silent_corruption'),
                 count(*) FILTER (WHERE verdict = 'reported_failure'),
                 count(*) FILTER (WHERE verdict = 'timeout'),
+                count(*) FILTER (WHERE verdict = 'ok' AND memory = 'cuda'),
                 mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE verdict = 'silent_corruption')
          FROM probe_results
          WHERE observed_at > $2 AND observed_at <= $3 AND ($1::text[] IS NULL OR node_id = ANY($1))
@@ -96,7 +98,7 @@ pub async fn load_inputs(
     .bind(now)
     .fetch_all(pool)
     .await?;
-    for (node, gpu, nic, ok, silent, reported, timeout, diagnosis) in counts {
+    for (node, gpu, nic, ok, silent, reported, timeout, ok_gpu_memory, diagnosis) in counts {
         let gpu = u32::try_from(gpu).unwrap_or(0);
         let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput {
             node: node.clone(),
@@ -110,6 +112,7 @@ pub async fn load_inputs(
             silent_corruption: n(silent),
             reported_failure: n(reported),
             timeout: n(timeout),
+            ok_gpu_memory: n(ok_gpu_memory),
             diagnosis,
         });
     }

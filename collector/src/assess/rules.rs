@@ -47,6 +47,9 @@ pub struct PairCounts {
     pub silent_corruption: u32,
     pub reported_failure: u32,
     pub timeout: u32,
+    /// Of the `ok` probes, those whose buffers were in GPU memory (the workload's path).
+    #[serde(default)]
+    pub ok_gpu_memory: u32,
     /// Most common receiver diagnosis among the silent corruptions.
     pub diagnosis: Option<String>,
 }
@@ -255,10 +258,23 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
 
     let recommendation = if status >= GpuStatus::AtRisk {
         // A verified-good NIC: probed in the window, never failed, through the root complex.
-        let verified = |n: &&String| input.pairs.iter().any(|p| &p.nic == *n && p.ok > 0 && p.bad() == 0);
-        match input.safe_nics.iter().find(verified) {
-            Some(n) => Some(format!("UCX_NET_DEVICES={n}:1")),
-            None => input.safe_nics.first().map(|n| format!("UCX_NET_DEVICES={n}:1 (not yet verified by a probe)")),
+        // Verified in GPU memory (the workload's path) beats verified in host memory only.
+        let verified = |gpu_memory: bool| {
+            move |n: &&String| {
+                input
+                    .pairs
+                    .iter()
+                    .any(|p| &p.nic == *n && p.ok > 0 && p.bad() == 0 && (!gpu_memory || p.ok_gpu_memory > 0))
+            }
+        };
+        match (input.safe_nics.iter().find(verified(true)), input.safe_nics.iter().find(verified(false))) {
+            (Some(n), _) => Some(format!("UCX_NET_DEVICES={n}:1")),
+            (None, Some(n)) => {
+                Some(format!("UCX_NET_DEVICES={n}:1 (verified in host memory only: its GPU-memory path is unproven)"))
+            }
+            (None, None) => {
+                input.safe_nics.first().map(|n| format!("UCX_NET_DEVICES={n}:1 (not yet verified by a probe)"))
+            }
         }
     } else {
         None

@@ -5,6 +5,7 @@ fn pair(nic: &str, ok: u32, silent: u32) -> PairCounts {
         nic: nic.into(),
         ok,
         silent_corruption: silent,
+        ok_gpu_memory: ok,
         diagnosis: (silent > 0).then(|| "untouched".into()),
         ..Default::default()
     }
@@ -122,4 +123,25 @@ fn healthy_gpu_says_why_it_is_ok() {
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Ok);
     assert!(a.reasons[0].contains("every probe in the last 15 min verified"));
+}
+
+#[test]
+fn a_pin_verified_in_gpu_memory_is_preferred_and_host_only_verification_is_said() {
+    let mut i = seed_gpu(1, "mlx5_1", RiskLevel::High);
+    // mlx5_0 verified in host memory only; mlx5_2 in GPU memory.
+    for p in &mut i.pairs {
+        if p.nic == "mlx5_0" {
+            p.ok_gpu_memory = 0;
+        }
+    }
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(a.recommendation.as_deref(), Some("UCX_NET_DEVICES=mlx5_2:1"));
+    for p in &mut i.pairs {
+        p.ok_gpu_memory = 0;
+    }
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(
+        a.recommendation.as_deref(),
+        Some("UCX_NET_DEVICES=mlx5_0:1 (verified in host memory only: its GPU-memory path is unproven)")
+    );
 }
