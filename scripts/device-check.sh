@@ -13,5 +13,11 @@ bin=target/release/railguard-agent
   echo "== railguard-agent topo"; "$bin" topo
 } 2>&1 | tee "$out/topo.txt"
 "$bin" topo --json >"$out/topo.json" 2>"$out/topo.stderr"
-"$bin" selftest --transport tcp --bytes 64M 2>&1 | tee "$out/selftest.txt"
+# Probe buffers in real GPU memory (CUDA): must say "cuda" on every line.
+"$bin" selftest --transport tcp --memory gpu --bytes 64M 2>&1 | tee "$out/selftest.txt"
+"$bin" probe --transport tcp --memory gpu --nic all --bytes 64M --json >"$out/probe.json" 2>"$out/probe.stderr"
+# RDMA devices, if the machine has any: the NIC reads GPU memory (dma-buf or peermem).
+if [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
+  "$bin" selftest --transport verbs --memory gpu --bytes 64M 2>&1 | tee "$out/selftest-verbs.txt"
+fi
 echo "results in $out"

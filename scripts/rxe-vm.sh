@@ -11,7 +11,7 @@
 # RAILGUARD_VM_ACCEL (default tcg) may be set to kvm where nested KVM works.
 set -euo pipefail
 
-VM_DIR=${RAILGUARD_VM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/railguard/rxe-vm}
+VM_DIR=${RAILGUARD_VM_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/railguard/rxe-vm}
 MODULES=(crc32_generic rdma_rxe ib_uverbs 9p 9pnet_virtio virtio_pci dummy)
 
 die() { echo "rxe-vm: $*" >&2; exit 2; }

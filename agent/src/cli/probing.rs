@@ -32,8 +32,9 @@ pub enum FabricArg {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TransportArgs {
-    /// Data path for the probes.
-    #[arg(long, value_enum, default_value = "tcp")]
+    /// Data path for the probes. On GPU nodes with RDMA NICs use `verbs`: the NIC itself reads
+    /// the probe from GPU memory, as KV-cache transfers do; `tcp` exercises no NIC.
+    #[arg(long, value_enum, default_value = "tcp", env = "RAILGUARD_TRANSPORT")]
     pub transport: TransportArg,
     /// `sim` replaces the transport by the simulated fabric.
     #[arg(long, value_enum, default_value = "real")]
@@ -56,7 +57,7 @@ pub struct TransportArgs {
     pub verbs_device: Option<String>,
     /// Probe buffers: `auto` puts them in the pair's GPU memory when CUDA can open it (host
     /// memory otherwise), `gpu` fails probes that cannot, `host` never uses the GPU.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, value_enum, default_value = "auto", env = "RAILGUARD_MEMORY")]
     pub memory: MemoryPref,
     /// Give up on a transfer after this many milliseconds (verdict `timeout`).
     #[arg(long, default_value_t = 10_000)]
