@@ -2,7 +2,8 @@
 # A small VM with a real RDMA device, for testing railguard's verbs transport on machines that
 # have no RDMA NIC (this project's CI included): Debian's kernel, booted by QEMU, loads
 # Soft-RoCE (rdma_rxe) on a dummy netdev, mounts this machine's root read-only over 9p and runs
-# one command there, chrooted, against device rxe0. The VM has no network to the outside.
+# one command there, chrooted, against device rxe0 (writable: /run only; TMPDIR points there).
+# The VM has no network to the outside.
 #
 #   scripts/rxe-vm.sh prepare           fetch the kernel package and build the initramfs (once)
 #   scripts/rxe-vm.sh run -- CMD ARGS   boot, run CMD in the current directory, exit with its code
@@ -71,7 +72,7 @@ run() {
     {
         printf 'cd %q || exit 97\n' "$PWD"
         env | grep -E '^(RUST_|RAILGUARD_|UCX_)' | while IFS='=' read -r k v; do printf 'export %s=%q\n' "$k" "$v"; done
-        printf 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp\n'
+        printf 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/run/home TMPDIR=/run/tmp\n'
         printf '%q ' "$@"
         printf '\n'
     } >"$work/ir/cmd.sh"
@@ -82,12 +83,13 @@ mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 for m in $(cat /mods/order); do insmod /mods/$m || echo "rxe-vm: insmod $m failed"; done
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=262144 hostroot /host || echo "rxe-vm: 9p mount failed"
 mount -t proc proc /host/proc; mount -t sysfs sys /host/sys; mount -t devtmpfs dev /host/dev
-mount -t tmpfs tmp /host/tmp; mount -t tmpfs run /host/run
+# Writable scratch on /run only: the host's /tmp stays visible (the repo may live there).
+mount -t tmpfs run /host/run; mkdir -p /host/run/tmp /host/run/home
 ip link set lo up; ip link set dummy0 up; ip addr add 10.77.0.1/24 dev dummy0
 chroot /host /usr/bin/rdma link add rxe0 type rxe netdev dummy0 || echo "rxe-vm: rdma link add failed"
-cp /cmd.sh /host/tmp/.rxe-vm-cmd.sh
+cp /cmd.sh /host/run/rxe-vm-cmd.sh
 echo "rxe-vm: running"
-chroot /host /bin/sh /tmp/.rxe-vm-cmd.sh
+chroot /host /bin/sh /run/rxe-vm-cmd.sh
 echo "RXE_VM_EXIT=$?"
 poweroff -f
 EOF

@@ -52,8 +52,8 @@ fn json_lines(body: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn verbs_transport_on_soft_roce() {
-    // Under target/: the VM sees the host's files read-only, but its /tmp is its own.
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // The VM sees this machine's files read-only: everything it reads is written beforehand.
+    let dir = tempfile::tempdir().unwrap();
     fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
     let sys = dir.path().join("node/sys");
     std::fs::write(
