@@ -26,6 +26,10 @@ prepare() {
         # The distribution's current kernel image package (the meta package names it).
         local pkg
         pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+        if [[ -z "$pkg" && $(id -u) -eq 0 ]]; then
+            apt-get update -qq >/dev/null
+            pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+        fi
         [[ -n "$pkg" ]] || die "cannot find the kernel package behind linux-image-amd64 (apt-get update?)"
         local tmp
         tmp=$(mktemp -d)
