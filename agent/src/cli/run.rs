@@ -225,6 +225,7 @@ impl ProbeLoop {
             String,
             Box<dyn railguard_agent::probe::transport::ProbeTransport>,
         > = std::collections::HashMap::new();
+        let mut open_errors: std::collections::HashMap<String, String> = std::collections::HashMap::new();
         let mut said_idle = false;
         while !self.stopped() {
             let cycle_start = std::time::Instant::now();
@@ -283,7 +284,13 @@ impl ProbeLoop {
                             transports.insert(pair.nic.clone(), t);
                         }
                         Err(e) => {
-                            tracing::warn!(nic = %pair.nic, error = %e, "cannot open the probe transport");
+                            // Said once per NIC and error, not every cycle; the collector shows
+                            // the pair as unprobed (unverified) meanwhile.
+                            let e = format!("{e:#}");
+                            if open_errors.get(&pair.nic) != Some(&e) {
+                                tracing::warn!(nic = %pair.nic, error = %e, "cannot open the probe transport; the pair stays unprobed");
+                                open_errors.insert(pair.nic.clone(), e);
+                            }
                             continue;
                         }
                     }

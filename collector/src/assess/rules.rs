@@ -205,6 +205,20 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
             }
         }
     }
+    // A workload pair nobody probed is unverified, not fine: probing is off on that node, or its
+    // transport cannot run there (the agent's log says which).
+    if let Some(nic) = &input.workload_nic
+        && input.pairs.iter().find(|p| &p.nic == nic).is_none_or(|p| p.total() == 0)
+    {
+        raise(
+            GpuStatus::Watch,
+            format!(
+                "GPU{g} via {nic}: no probe of the workload's pair in the last {w}, so its path is unverified (probing off, or the probe transport cannot run on the node: see the agent's log)"
+            ),
+            &mut status,
+        );
+    }
+
     // Pairs the workload does not use: worth knowing before anyone re-pins.
     for p in input.pairs.iter().filter(|p| Some(&p.nic) != input.workload_nic.as_ref() && p.bad() > 0) {
         raise(

@@ -145,3 +145,17 @@ fn a_pin_verified_in_gpu_memory_is_preferred_and_host_only_verification_is_said(
         Some("UCX_NET_DEVICES=mlx5_0:1 (verified in host memory only: its GPU-memory path is unproven)")
     );
 }
+
+#[test]
+fn an_unprobed_workload_pair_is_watch_not_ok() {
+    let mut i = seed_gpu(2, "mlx5_1", RiskLevel::None);
+    i.structural = None;
+    i.pairs.retain(|p| p.nic != "mlx5_1");
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Watch, "{:?}", a.reasons);
+    assert!(a.reasons[0].contains("no probe of the workload's pair"), "{:?}", a.reasons);
+    i.pairs.push(pair("mlx5_1", 3, 0));
+    i.pairs.retain(|p| p.nic != "mlx5_2");
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Ok, "{:?}", a.reasons);
+}
