@@ -92,3 +92,27 @@ fn gpus_are_matched_by_pci_address_and_gpu_memory_can_be_required() {
     assert_eq!(code, 1, "{out}");
     assert!(json_lines(&out).iter().all(|x| x["reported_detail"].as_str().unwrap().contains("libcuda.so not found")));
 }
+
+#[test]
+fn each_transport_says_how_gpu_memory_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    support::build_fake_cuda(dir.path());
+    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let sys = dir.path().join("node/sys");
+    let lib = dir.path().to_str().unwrap();
+    let env = [("LD_LIBRARY_PATH", lib), ("RAILGUARD_FAKE_CUDA_BDF", "0000:03:00.0")];
+    for (transport, want) in [
+        ("tcp", "GPU memory staged through the host"),
+        // Debian's UCX is built without its CUDA transports: it cannot read GPU memory itself.
+        ("ucx", "GPU memory staged through the host (this UCX has no CUDA support)"),
+    ] {
+        let args = ["probe", "--transport", transport, "--ucx-device", "lo", "--memory", "gpu", "--sysfs-root"];
+        let args =
+            [&args[..], &[sys.to_str().unwrap(), "--gpu", "0", "--nic", "auto", "--bytes", "2M", "--json"]].concat();
+        let (code, out, err) = agent(&args, &env);
+        assert_eq!(code, 0, "{transport}: {out}{err}");
+        let r = json_lines(&out);
+        assert_eq!(r[0]["memory"], "cuda", "{out}");
+        assert_eq!(r[0]["reported_detail"], want, "{out}");
+    }
+}

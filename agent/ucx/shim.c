@@ -44,6 +44,7 @@ FN(ucp_request_free);
 FN(ucp_request_cancel);
 FN(ucs_status_string);
 FN(ucp_get_version_string);
+FN(ucp_context_query);
 
 static int loaded = 0;
 static char load_error[256];
@@ -73,7 +74,7 @@ static int load(void) {
     LOAD(ucp_rkey_pack); LOAD(ucp_rkey_buffer_release); LOAD(ucp_ep_rkey_unpack);
     LOAD(ucp_rkey_destroy); LOAD(ucp_put_nbx); LOAD(ucp_ep_flush_nbx);
     LOAD(ucp_request_check_status); LOAD(ucp_request_free); LOAD(ucp_request_cancel);
-    LOAD(ucs_status_string); LOAD(ucp_get_version_string);
+    LOAD(ucs_status_string); LOAD(ucp_get_version_string); LOAD(ucp_context_query);
     loaded = 1;
     return 1;
 }
@@ -170,13 +171,27 @@ static int wait_req(rg_ucx *u, void *req, double deadline, const char *what, cha
     return 0;
 }
 
-int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int timeout_ms, char *err, size_t errlen) {
+/* 1 when this UCX build moves CUDA memory itself (built with its cuda transports), else 0. */
+int rg_ucx_supports_cuda(rg_ucx *u) {
+    ucp_context_attr_t attr;
+    memset(&attr, 0, sizeof attr);
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (p_ucp_context_query(u->ctx, &attr) != UCS_OK) return 0;
+    return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+/* `cuda`: src and dst are CUDA device addresses (only when rg_ucx_supports_cuda said so). */
+int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int cuda, int timeout_ms, char *err, size_t errlen) {
     double deadline = now_ms() + timeout_ms;
     ucp_mem_map_params_t mp;
     memset(&mp, 0, sizeof mp);
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     mp.address = dst;
     mp.length = len;
+    if (cuda) {
+        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+        mp.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
     ucp_mem_h memh;
     ucs_status_t st = p_ucp_mem_map(u->ctx, &mp, &memh);
     if (st != UCS_OK) { fail(err, errlen, "ucp_mem_map", st); return 1; }
@@ -193,6 +208,10 @@ int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int timeout_ms
     if (st != UCS_OK) { fail(err, errlen, "ucp_ep_rkey_unpack", st); goto unmap; }
     ucp_request_param_t rp;
     memset(&rp, 0, sizeof rp);
+    if (cuda) {
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        rp.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
     rc = wait_req(u, p_ucp_put_nbx(u->ep, src, len, (uint64_t)(uintptr_t)dst, rkey, &rp), deadline, "ucp_put_nbx", err, errlen);
     if (rc == 0) {
         /* put completion frees the source only; the flush makes the data remote. */
@@ -237,8 +256,9 @@ rg_ucx *rg_ucx_open(const char *net_devices, const char *tls, char *err, size_t 
     snprintf(err, errlen, "this agent was built without UCX headers (install libucx-dev and rebuild)");
     return NULL;
 }
-int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int timeout_ms, char *err, size_t errlen) {
-    (void)u; (void)src; (void)dst; (void)len; (void)timeout_ms;
+int rg_ucx_supports_cuda(rg_ucx *u) { (void)u; return 0; }
+int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int cuda, int timeout_ms, char *err, size_t errlen) {
+    (void)u; (void)src; (void)dst; (void)len; (void)cuda; (void)timeout_ms;
     snprintf(err, errlen, "UCX unavailable");
     return 1;
 }

@@ -77,24 +77,37 @@ pub trait ProbeTransport: Send {
         timeout: Duration,
         sabotage: Sabotage,
     ) -> TransferReport {
-        let mut hs = vec![0u8; src.len()];
-        let mut hd = vec![0u8; dst.len()];
-        if let Err(e) = src.download(&mut hs).and_then(|()| dst.download(&mut hd)) {
-            return TransferReport::error(format!("staging GPU memory through the host: {e}"));
-        }
-        let mut r = self.transfer(nic, &hs, &mut hd, timeout, sabotage);
-        if let Err(e) = dst.upload(&hd) {
-            return TransferReport::error(format!("staging GPU memory through the host: {e}"));
-        }
-        if !r.detail.is_empty() {
-            r.detail.push_str("; ");
-        }
-        r.detail.push_str("GPU memory staged through the host");
-        r
+        stage_through_host(self, nic, src, dst, timeout, sabotage)
     }
 
     /// Whether [`Sabotage`] is carried out by the transport itself (else the engine emulates it).
     fn supports_sabotage(&self) -> bool {
         false
     }
+}
+
+/// GPU memory moved by a transport that only handles host memory: the source is downloaded,
+/// transferred host to host, and the result uploaded into the destination. The report says so.
+pub fn stage_through_host<T: ProbeTransport + ?Sized>(
+    t: &mut T,
+    nic: &str,
+    src: &DevBuf,
+    dst: &mut DevBuf,
+    timeout: Duration,
+    sabotage: Sabotage,
+) -> TransferReport {
+    let mut hs = vec![0u8; src.len()];
+    let mut hd = vec![0u8; dst.len()];
+    if let Err(e) = src.download(&mut hs).and_then(|()| dst.download(&mut hd)) {
+        return TransferReport::error(format!("staging GPU memory through the host: {e}"));
+    }
+    let mut r = t.transfer(nic, &hs, &mut hd, timeout, sabotage);
+    if let Err(e) = dst.upload(&hd) {
+        return TransferReport::error(format!("staging GPU memory through the host: {e}"));
+    }
+    if !r.detail.is_empty() {
+        r.detail.push_str("; ");
+    }
+    r.detail.push_str("GPU memory staged through the host");
+    r
 }

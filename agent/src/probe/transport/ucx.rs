@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use railguard_schema::Transport;
 
-use super::{ProbeTransport, Sabotage, TransferReport, TransportError};
+use super::super::gpu::DevBuf;
+use super::{ProbeTransport, Sabotage, TransferReport, TransportError, stage_through_host};
 
 #[repr(C)]
 struct RgUcx {
@@ -26,11 +27,13 @@ unsafe extern "C" {
         src: *const c_void,
         dst: *mut c_void,
         len: usize,
+        cuda: c_int,
         timeout_ms: c_int,
         err: *mut c_char,
         errlen: usize,
     ) -> c_int;
     fn rg_ucx_close(u: *mut RgUcx);
+    fn rg_ucx_supports_cuda(u: *mut RgUcx) -> c_int;
     fn rg_ucx_version() -> *const c_char;
 }
 
@@ -58,6 +61,8 @@ pub fn version() -> Option<String> {
 pub struct Ucx {
     handle: *mut RgUcx,
     choice: NicChoice,
+    /// This UCX build moves CUDA memory itself (its cuda transports are present).
+    cuda: bool,
 }
 
 // SAFETY: the UCX context and both workers are used from one thread at a time (&mut self);
@@ -95,11 +100,44 @@ impl Ucx {
         if handle.is_null() {
             return Err(unavailable(err_string(&err)));
         }
-        Ok(Ucx { handle, choice })
+        // SAFETY: handle is live (just opened).
+        let cuda = unsafe { rg_ucx_supports_cuda(handle) } != 0;
+        Ok(Ucx { handle, choice, cuda })
     }
 
     pub fn choice(&self) -> &NicChoice {
         &self.choice
+    }
+
+    /// Whether this UCX moves GPU memory itself (else GPU probes are staged through the host).
+    pub fn supports_cuda(&self) -> bool {
+        self.cuda
+    }
+
+    /// One put of `len` bytes from `src` to `dst` (CUDA device addresses when `cuda`).
+    fn put(&mut self, src: u64, dst: u64, len: usize, cuda: bool, timeout: Duration) -> TransferReport {
+        let mut err = [0u8; ERR_LEN];
+        let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+        // SAFETY: src and dst are valid for len bytes (host memory, or device memory UCX said it
+        // handles) for the whole call; dst is registered with UCX only inside it; handle is
+        // live; err is ERR_LEN bytes.
+        let rc = unsafe {
+            rg_ucx_put(
+                self.handle,
+                src as usize as *const c_void,
+                dst as usize as *mut c_void,
+                len,
+                c_int::from(cuda),
+                timeout_ms,
+                err.as_mut_ptr().cast(),
+                ERR_LEN,
+            )
+        };
+        match rc {
+            0 => TransferReport::success(),
+            2 => TransferReport::nothing(err_string(&err)),
+            _ => TransferReport::error(err_string(&err)),
+        }
     }
 }
 
@@ -129,25 +167,33 @@ impl ProbeTransport for Ucx {
         if sabotage != Sabotage::None {
             return TransferReport::error("ucx transport does not sabotage itself; the engine emulates it");
         }
-        let mut err = [0u8; ERR_LEN];
-        let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
-        // SAFETY: src and dst are valid for len bytes for the whole call (dst is registered
-        // with UCX only inside it); handle is live; err is ERR_LEN bytes.
-        let rc = unsafe {
-            rg_ucx_put(
-                self.handle,
-                src.as_ptr().cast(),
-                dst.as_mut_ptr().cast(),
-                src.len(),
-                timeout_ms,
-                err.as_mut_ptr().cast(),
-                ERR_LEN,
-            )
-        };
-        match rc {
-            0 => TransferReport::success(),
-            2 => TransferReport::nothing(err_string(&err)),
-            _ => TransferReport::error(err_string(&err)),
+        self.put(src.as_ptr() as u64, dst.as_mut_ptr() as u64, src.len(), false, timeout)
+    }
+
+    /// GPU memory as NIXL moves KV blocks: UCX registers the device memory (memory type CUDA)
+    /// and its own transports read it. A UCX built without CUDA support (Debian's) cannot, so
+    /// the bytes are staged through the host, and the report says so.
+    fn transfer_device(
+        &mut self,
+        nic: &str,
+        src: &DevBuf,
+        dst: &mut DevBuf,
+        timeout: Duration,
+        sabotage: Sabotage,
+    ) -> TransferReport {
+        if !self.cuda {
+            let mut r = stage_through_host(self, nic, src, dst, timeout, sabotage);
+            r.detail.push_str(" (this UCX has no CUDA support)");
+            return r;
         }
+        if sabotage != Sabotage::None {
+            return TransferReport::error("ucx transport does not sabotage itself; the engine emulates it");
+        }
+        let mut r = self.put(src.device_ptr_ro(), dst.device_ptr(), src.len(), true, timeout);
+        if !r.detail.is_empty() {
+            r.detail.push_str("; ");
+        }
+        r.detail.push_str("GPU memory registered with UCX (memory type cuda)");
+        r
     }
 }
