@@ -61,6 +61,7 @@ fn verbs_transport_on_soft_roce() {
         r#"{"faults": [{"nic": "mlx5_3", "kind": "error"}, {"nic": "mlx5_5", "kind": "bitflip"}]}"#,
     )
     .unwrap();
+    std::fs::write(dir.path().join("gpu3.json"), r#"{"faults": [{"gpu": 3, "kind": "error"}]}"#).unwrap();
     support::build_fake_cuda(dir.path());
     let agent = env!("CARGO_BIN_EXE_railguard-agent");
     let d = dir.path().display();
@@ -72,6 +73,7 @@ echo "=== probe-write"; {agent} probe --transport verbs --verbs-device rxe0 --sy
 echo "=== probe-read"; {agent} probe --transport verbs --verbs-op read --verbs-device rxe0 --sysfs-root {sys} --gpu 2 --nic auto --bytes 64M --json; echo "exit=$?"
 echo "=== selftest-gpu"; LD_LIBRARY_PATH={d} {agent} selftest --transport verbs --memory gpu --bytes 3M --json; echo "exit=$?"
 echo "=== probe-gpu"; LD_LIBRARY_PATH={d} RAILGUARD_FAKE_CUDA_BDF=0000:03:00.0 RAILGUARD_FAKE_CUDA_DMABUF=1 {agent} probe --transport verbs --verbs-device rxe0 --memory gpu --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --json; echo "exit=$?"
+echo "=== preflight"; {agent} preflight --transport verbs --verbs-device rxe0 --sysfs-root {sys} --faults {d}/gpu3.json; echo "exit=$?"
 echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9 --sysfs-root {sys} --gpu 0 --nic auto --json; echo "exit=$?"
 "#,
         sys = sys.display()
@@ -132,6 +134,15 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
     assert_eq!((r[0]["verdict"].as_str(), r[0]["memory"].as_str()), (Some("ok"), Some("cuda")), "{pg}");
     let detail = r[0]["reported_detail"].as_str().unwrap();
     assert!(detail.contains("registered by address (nvidia-peermem)") && detail.contains("dma-buf MR"), "{detail}");
+
+    // The init-container gate over the real device: all 8 predicted paths probed, exactly the
+    // GPU whose probes the NIC refused is named, with the NIC's own error and a pin.
+    let pf = section(&s, "preflight");
+    let lines: Vec<&str> = pf.lines().filter(|l| l.starts_with("GPU")).collect();
+    assert_eq!(lines.len(), 1, "{pf}");
+    assert!(lines[0].starts_with("GPU3 via mlx5_3 (predicted): reported_failure (verbs: RDMA WRITE"), "{pf}");
+    assert!(lines[0].contains("IBV_WC_REM_ACCESS_ERR") && lines[0].contains("pin UCX_NET_DEVICES="), "{pf}");
+    assert!(pf.contains("exit=1"), "{pf}");
 
     let nd = section(&s, "no-such-device");
     assert!(nd.contains("no RDMA device \"mlx5_9\"") && nd.contains("rxe0"), "{nd}");

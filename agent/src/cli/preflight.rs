@@ -46,11 +46,16 @@ impl PreflightArgs {
                         .map(|g| railguard_agent::topology::risk::assess_gpu(&topo, g, &policy).safe_nics)
                         .unwrap_or_default();
                     failing.push(format!(
-                        "GPU{} via {} ({}): {} — receiver found {} in {} of {} chunks{}",
+                        "GPU{} via {} ({}): {}{} — receiver found {} in {} of {} chunks{}",
                         pair.gpu,
                         pair.nic,
                         pair.selection,
                         out.result.verdict,
+                        if out.result.reported_detail.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({}: {})", out.result.transport, out.result.reported_detail)
+                        },
                         out.result.diagnosis,
                         out.result.bad_chunks,
                         out.result.chunks,
