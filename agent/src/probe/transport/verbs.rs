@@ -207,6 +207,25 @@ impl Verbs {
         self.try_transfer_regions(nic, src, dst, timeout, sabotage).unwrap_or_else(TransferReport::error)
     }
 
+    /// Runs `f`, turning a panic inside the verbs bindings (sideway asserts that destroying a
+    /// queue or region succeeds; a NIC that vanished makes that fail) into a failed transfer.
+    /// The device state is then abandoned, not dropped, so the failing destructors do not run
+    /// again; the next probe opens the device afresh.
+    fn guarded(&mut self, f: impl FnOnce(&mut Self) -> TransferReport) -> TransferReport {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self))) {
+            Ok(r) => r,
+            Err(p) => {
+                std::mem::forget(std::mem::take(&mut self.devs));
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                TransferReport::error(format!("the verbs library failed ({msg}); the device will be reopened"))
+            }
+        }
+    }
+
     /// As [`Self::transfer_regions`], but a region the NIC will not register is `Err` (so the
     /// caller can try another registration path) rather than a failed transfer.
     pub fn try_transfer_regions(
@@ -426,28 +445,8 @@ fn run(
     TransferReport::success()
 }
 
-impl ProbeTransport for Verbs {
-    fn kind(&self) -> Transport {
-        Transport::Verbs
-    }
-
-    fn transfer(
-        &mut self,
-        nic: &str,
-        src: &[u8],
-        dst: &mut [u8],
-        timeout: Duration,
-        sabotage: Sabotage,
-    ) -> TransferReport {
-        let s = Region::Address { addr: src.as_ptr() as u64, len: src.len() };
-        let d = Region::Address { addr: dst.as_mut_ptr() as u64, len: dst.len() };
-        self.transfer_regions(nic, s, d, timeout, sabotage)
-    }
-
-    /// GPU memory to GPU memory through the NIC: both buffers registered as dma-bufs CUDA
-    /// exports (the upstream GPUDirect RDMA path), or, where export is not available, by device
-    /// address through nvidia-peermem. Which path was taken goes into the report's detail.
-    fn transfer_device(
+impl Verbs {
+    fn device_transfer(
         &mut self,
         nic: &str,
         src: &DevBuf,
@@ -489,6 +488,39 @@ impl ProbeTransport for Verbs {
             report.detail.push_str(&how);
         }
         report
+    }
+}
+
+impl ProbeTransport for Verbs {
+    fn kind(&self) -> Transport {
+        Transport::Verbs
+    }
+
+    fn transfer(
+        &mut self,
+        nic: &str,
+        src: &[u8],
+        dst: &mut [u8],
+        timeout: Duration,
+        sabotage: Sabotage,
+    ) -> TransferReport {
+        let s = Region::Address { addr: src.as_ptr() as u64, len: src.len() };
+        let d = Region::Address { addr: dst.as_mut_ptr() as u64, len: dst.len() };
+        self.guarded(|v| v.transfer_regions(nic, s, d, timeout, sabotage))
+    }
+
+    /// GPU memory to GPU memory through the NIC: both buffers registered as dma-bufs CUDA
+    /// exports (the upstream GPUDirect RDMA path), or, where export is not available, by device
+    /// address through nvidia-peermem. Which path was taken goes into the report's detail.
+    fn transfer_device(
+        &mut self,
+        nic: &str,
+        src: &DevBuf,
+        dst: &mut DevBuf,
+        timeout: Duration,
+        sabotage: Sabotage,
+    ) -> TransferReport {
+        self.guarded(|v| v.device_transfer(nic, src, dst, timeout, sabotage))
     }
 
     fn supports_sabotage(&self) -> bool {
