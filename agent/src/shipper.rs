@@ -43,6 +43,9 @@ pub struct ShipperConfig {
     pub collector_url: String,
     pub node_id: NodeId,
     pub token: String,
+    /// Where `token` came from: re-read when the file changes (a Kubernetes projected
+    /// service-account token is rotated by the kubelet, about hourly).
+    pub token_file: Option<std::path::PathBuf>,
     pub hostname: String,
     pub batch_records: usize,
     pub batch_bytes: u64,
@@ -57,6 +60,7 @@ impl ShipperConfig {
             collector_url: collector_url.into(),
             node_id,
             token: token.into(),
+            token_file: None,
             hostname: crate::hostname(),
             batch_records: 1_000,
             batch_bytes: 4 * 1024 * 1024,
@@ -69,12 +73,43 @@ impl ShipperConfig {
 
 type Client = IngestClient<InterceptedService<Channel, BearerToken>>;
 
+/// The `authorization` header, re-read from the token file when the file changes.
 #[derive(Clone)]
-struct BearerToken(MetadataValue<tonic::metadata::Ascii>);
+struct BearerToken {
+    value: MetadataValue<tonic::metadata::Ascii>,
+    file: Option<std::path::PathBuf>,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl BearerToken {
+    fn new(value: MetadataValue<tonic::metadata::Ascii>, file: Option<std::path::PathBuf>) -> Self {
+        let modified = file.as_ref().and_then(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
+        BearerToken { value, file, modified }
+    }
+
+    /// Picks up a rotated token. A file that is missing, unreadable or not header text keeps
+    /// the token in use (the collector will say if it expired).
+    fn refresh(&mut self) {
+        let Some(f) = &self.file else { return };
+        let Ok(m) = std::fs::metadata(f).and_then(|m| m.modified()) else { return };
+        if self.modified == Some(m) {
+            return;
+        }
+        self.modified = Some(m);
+        match std::fs::read_to_string(f).map(|t| format!("Bearer {}", t.trim()).parse()) {
+            Ok(Ok(v)) => {
+                self.value = v;
+                tracing::info!(file = %f.display(), "token file changed: using the new token");
+            }
+            _ => tracing::warn!(file = %f.display(), "token file changed but is unusable; keeping the old token"),
+        }
+    }
+}
 
 impl tonic::service::Interceptor for BearerToken {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut().insert("authorization", self.0.clone());
+        self.refresh();
+        req.metadata_mut().insert("authorization", self.value.clone());
         Ok(req)
     }
 }
@@ -129,7 +164,8 @@ impl Shipper {
             .initial_stream_window_size(Some(WINDOW_BYTES))
             .initial_connection_window_size(Some(WINDOW_BYTES));
         let token = format!("Bearer {}", cfg.token).parse().map_err(|_| ShipperError::Token)?;
-        let client = IngestClient::with_interceptor(endpoint.connect_lazy(), BearerToken(token))
+        let bearer = BearerToken::new(token, cfg.token_file.clone());
+        let client = IngestClient::with_interceptor(endpoint.connect_lazy(), bearer)
             .max_decoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES);
         Ok(Shipper { cfg, spool, wake, client, stats: Arc::default() })
@@ -268,4 +304,40 @@ impl Shipper {
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tonic::service::Interceptor;
+
+    fn header(b: &mut BearerToken) -> String {
+        let r = b.call(tonic::Request::new(())).unwrap();
+        r.metadata().get("authorization").unwrap().to_str().unwrap().to_owned()
+    }
+
+    fn touch(path: &std::path::Path, text: &str, secs: u64) {
+        std::fs::write(path, text).unwrap();
+        let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs);
+        std::fs::File::options().write(true).open(path).unwrap().set_modified(t).unwrap();
+    }
+
+    #[test]
+    fn a_rotated_token_file_is_picked_up_and_a_broken_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("token");
+        touch(&f, "first-token\n", 1);
+        let mut b = BearerToken::new("Bearer first-token".parse().unwrap(), Some(f.clone()));
+        assert_eq!(header(&mut b), "Bearer first-token");
+        // The kubelet rotates the projected token: the next request carries the new one.
+        touch(&f, "second-token\n", 2);
+        assert_eq!(header(&mut b), "Bearer second-token");
+        // Not header text: the token in use stays.
+        touch(&f, "bad\u{1}token", 3);
+        assert_eq!(header(&mut b), "Bearer second-token");
+        // Gone: the token in use stays.
+        std::fs::remove_file(&f).unwrap();
+        assert_eq!(header(&mut b), "Bearer second-token");
+    }
 }

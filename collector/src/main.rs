@@ -98,6 +98,20 @@ struct ServeArgs {
     /// Agent credentials: one `NODE_ID TOKEN` (or `NODE_ID sha256:HEX`) per line.
     #[arg(long, env = "RAILGUARD_CREDENTIALS")]
     credentials: PathBuf,
+    /// Also accept agents' projected Kubernetes service-account tokens, verified with the
+    /// cluster's key set (`kubectl get --raw /openid/v1/jwks > jwks.json`); the node is the one
+    /// the token names. No per-node secret to distribute.
+    #[arg(long, env = "RAILGUARD_K8S_JWKS", requires = "k8s_issuer")]
+    k8s_jwks: Option<PathBuf>,
+    /// The cluster's service-account issuer (`iss` of its tokens).
+    #[arg(long, env = "RAILGUARD_K8S_ISSUER")]
+    k8s_issuer: Option<String>,
+    /// The audience the agent DaemonSet requests for its projected token.
+    #[arg(long, env = "RAILGUARD_K8S_AUDIENCE", default_value = "railguard")]
+    k8s_audience: String,
+    /// The agents' service account, `namespace:name`.
+    #[arg(long, env = "RAILGUARD_K8S_SERVICE_ACCOUNT", default_value = "railguard:agent")]
+    k8s_service_account: String,
     /// Sliding window of evidence for the assessment, in minutes.
     #[arg(long, default_value_t = 15)]
     window_minutes: u64,
@@ -169,6 +183,12 @@ fn database(db: DbArgs) -> DatabaseConfig {
 async fn run_serve(a: ServeArgs) -> anyhow::Result<()> {
     let mut cfg = ServeConfig::new(a.grpc_listen, database(a.db), a.credentials);
     cfg.http_listen = Some(a.http_listen);
+    cfg.k8s = a.k8s_jwks.map(|jwks| railguard_collector::ingest::k8s::K8sTokenConfig {
+        jwks,
+        issuer: a.k8s_issuer.clone().unwrap_or_default(),
+        audience: a.k8s_audience.clone(),
+        service_account: a.k8s_service_account.clone(),
+    });
     cfg.api_token = match a.api_token_file {
         Some(p) => {
             Some(std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?.trim().to_owned())

@@ -32,6 +32,8 @@ pub struct ServeConfig {
     pub api_token: Option<String>,
     pub database: DatabaseConfig,
     pub credentials: PathBuf,
+    /// Also accept agents' Kubernetes service-account tokens (node from the token).
+    pub k8s: Option<crate::ingest::k8s::K8sTokenConfig>,
     pub assess: AssessConfig,
     pub assess_every: std::time::Duration,
     pub retention_days: u32,
@@ -45,6 +47,7 @@ impl ServeConfig {
             api_token: None,
             database,
             credentials,
+            k8s: None,
             assess: AssessConfig::default(),
             assess_every: std::time::Duration::from_secs(10),
             retention_days: 30,
@@ -54,9 +57,17 @@ impl ServeConfig {
 
 /// Runs the collector until `shutdown` resolves.
 pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-    let creds = Credentials::load(&cfg.credentials)?;
+    let mut creds = Credentials::load(&cfg.credentials)?;
+    if let Some(k) = &cfg.k8s {
+        creds = creds.with_k8s(crate::ingest::k8s::K8sTokens::load(k)?);
+        tracing::info!(issuer = %k.issuer, audience = %k.audience, service_account = %k.service_account,
+            "agents may also authenticate with their Kubernetes service-account token");
+    }
     if creds.is_empty() {
-        anyhow::bail!("{} holds no agent credentials: no agent could write", cfg.credentials.display());
+        anyhow::bail!(
+            "{} holds no agent credentials and --k8s-jwks is not set: no agent could write",
+            cfg.credentials.display()
+        );
     }
     let (opts, cluster) = match &cfg.database {
         DatabaseConfig::Url(url) => (url.parse().context("DATABASE_URL is not a valid Postgres URL")?, None),

@@ -76,6 +76,7 @@ impl RunArgs {
         let spool = Arc::new(Mutex::new(spool));
         let wake = Arc::new(Notify::new());
         let mut cfg = ShipperConfig::new(self.collector, node_id, token);
+        cfg.token_file = Some(self.token_file.clone());
         cfg.batch_records = self.batch_records.max(1);
         cfg.backoff_max = std::time::Duration::from_millis(self.backoff_max_ms.max(100));
         let shipper = Shipper::new(cfg, spool.clone(), wake.clone())?;

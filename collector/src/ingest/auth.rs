@@ -12,6 +12,8 @@ use railguard_schema::{NodeId, NodeIdError};
 use sha2::{Digest, Sha256};
 use tonic::{Request, Status};
 
+use super::k8s::K8sTokens;
+
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
     #[error("reading credentials file {path}: {source}")]
@@ -33,10 +35,12 @@ pub enum CredentialsError {
 
 type Digest32 = [u8; 32];
 
-/// Token digests → node ids.
+/// Token digests → node ids; and, where configured, Kubernetes service-account tokens
+/// (see [`super::k8s`]) whose node claim is the node.
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
     by_digest: HashMap<Digest32, NodeId>,
+    k8s: Option<std::sync::Arc<K8sTokens>>,
 }
 
 /// Inserted into a request's extensions by [`Credentials::authenticate`].
@@ -100,6 +104,12 @@ impl Credentials {
         Ok(creds)
     }
 
+    /// Also accept agents' projected service-account tokens.
+    pub fn with_k8s(mut self, k8s: K8sTokens) -> Self {
+        self.k8s = Some(std::sync::Arc::new(k8s));
+        self
+    }
+
     pub fn insert(&mut self, node: NodeId, token: &str) {
         self.by_digest.insert(token_digest(token), node);
     }
@@ -108,8 +118,9 @@ impl Credentials {
         self.by_digest.len()
     }
 
+    /// No agent could authenticate: no static token and no Kubernetes identities.
     pub fn is_empty(&self) -> bool {
-        self.by_digest.is_empty()
+        self.by_digest.is_empty() && self.k8s.is_none()
     }
 
     /// A tonic interceptor body: rejects calls without a known bearer token and tags the
@@ -125,11 +136,15 @@ impl Credentials {
             .ok()
             .and_then(|h| h.strip_prefix("Bearer "))
             .ok_or_else(|| Status::unauthenticated("authorization metadata must be `Bearer <token>`"))?;
-        let node = self
-            .by_digest
-            .get(&token_digest(token.trim()))
-            .ok_or_else(|| Status::unauthenticated("unknown agent token"))?;
-        req.extensions_mut().insert(AuthenticatedNode(node.clone()));
+        let token = token.trim();
+        let node = match (&self.k8s, self.by_digest.get(&token_digest(token))) {
+            (_, Some(node)) => node.clone(),
+            (Some(k8s), None) if K8sTokens::looks_like_jwt(token) => {
+                k8s.verify(token).map_err(|e| Status::unauthenticated(format!("service-account token: {e}")))?
+            }
+            _ => return Err(Status::unauthenticated("unknown agent token")),
+        };
+        req.extensions_mut().insert(AuthenticatedNode(node));
         Ok(req)
     }
 }

@@ -2,6 +2,7 @@
 //! transaction, acknowledge after commit.
 
 pub mod auth;
+pub mod k8s;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,258 @@
+//! Agent identity from Kubernetes: the agent pod's projected service-account token.
+//!
+//! With a static token file every agent pod must be given its own secret, and in practice a
+//! DaemonSet mounts one secret holding all of them. Instead, the kubelet gives each agent pod a
+//! short-lived token signed by the cluster, for audience `railguard`, bound to the pod and
+//! naming the node it runs on (claim `kubernetes.io.node.name`, Kubernetes ≥ 1.30). The
+//! collector checks the signature against the cluster's public keys (`kubectl get --raw
+//! /openid/v1/jwks`, saved to a file), the issuer, audience, expiry and the service account,
+//! and the node named in the token is the only node that agent may write as. No secret is
+//! distributed, and a compromised node holds nothing that lets it write as another.
+
+use std::path::{Path, PathBuf};
+
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use railguard_schema::NodeId;
+
+#[derive(Debug, thiserror::Error)]
+pub enum K8sConfigError {
+    #[error("reading the service-account key set {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not a JSON Web Key Set ({reason})", .path.display())]
+    Parse { path: PathBuf, reason: String },
+    #[error("{path}: holds no usable signing key", path = .0.display())]
+    NoKeys(PathBuf),
+}
+
+/// What the collector requires of a service-account token.
+#[derive(Debug, Clone)]
+pub struct K8sTokenConfig {
+    /// The cluster's key set (JWKS), as `/openid/v1/jwks` serves it.
+    pub jwks: PathBuf,
+    /// The cluster's service-account issuer (`iss`), e.g. `https://kubernetes.default.svc`.
+    pub issuer: String,
+    /// The audience the DaemonSet requests in its projected token.
+    pub audience: String,
+    /// `namespace:name` of the agents' service account.
+    pub service_account: String,
+}
+
+struct Key {
+    kid: Option<String>,
+    alg: Algorithm,
+    key: DecodingKey,
+}
+
+/// Verifies agents' service-account tokens.
+pub struct K8sTokens {
+    keys: Vec<Key>,
+    issuer: String,
+    audience: String,
+    subject: String,
+}
+
+impl std::fmt::Debug for K8sTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("K8sTokens")
+            .field("keys", &self.keys.len())
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .field("subject", &self.subject)
+            .finish()
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Claims {
+    #[serde(rename = "kubernetes.io")]
+    kubernetes: Option<KubeClaims>,
+}
+
+#[derive(serde::Deserialize)]
+struct KubeClaims {
+    node: Option<Named>,
+}
+
+#[derive(serde::Deserialize)]
+struct Named {
+    name: String,
+}
+
+impl K8sTokens {
+    pub fn load(cfg: &K8sTokenConfig) -> Result<Self, K8sConfigError> {
+        let text = std::fs::read_to_string(&cfg.jwks)
+            .map_err(|source| K8sConfigError::Io { path: cfg.jwks.clone(), source })?;
+        Self::parse(&text, &cfg.jwks, cfg)
+    }
+
+    pub fn parse(text: &str, path: &Path, cfg: &K8sTokenConfig) -> Result<Self, K8sConfigError> {
+        let set: JwkSet = serde_json::from_str(text)
+            .map_err(|e| K8sConfigError::Parse { path: path.into(), reason: e.to_string() })?;
+        let mut keys = Vec::new();
+        for jwk in &set.keys {
+            // Only signature algorithms a cluster uses for service-account tokens.
+            let alg = match &jwk.algorithm {
+                AlgorithmParameters::RSA(_) => Algorithm::RS256,
+                AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => Algorithm::ES256,
+                AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P384 => Algorithm::ES384,
+                _ => continue,
+            };
+            let Ok(key) = DecodingKey::from_jwk(jwk) else { continue };
+            keys.push(Key { kid: jwk.common.key_id.clone(), alg, key });
+        }
+        if keys.is_empty() {
+            return Err(K8sConfigError::NoKeys(path.into()));
+        }
+        let (ns, name) = cfg.service_account.split_once(':').unwrap_or(("railguard", cfg.service_account.as_str()));
+        Ok(K8sTokens {
+            keys,
+            issuer: cfg.issuer.clone(),
+            audience: cfg.audience.clone(),
+            subject: format!("system:serviceaccount:{ns}:{name}"),
+        })
+    }
+
+    /// Whether `token` has a JWT's shape (three base64url parts): only those are checked here.
+    pub fn looks_like_jwt(token: &str) -> bool {
+        token.split('.').count() == 3 && token.starts_with("eyJ")
+    }
+
+    /// The node the token's pod runs on, or why the token is refused.
+    pub fn verify(&self, token: &str) -> Result<NodeId, String> {
+        let header = jsonwebtoken::decode_header(token).map_err(|e| format!("malformed token: {e}"))?;
+        let candidates: Vec<&Key> =
+            self.keys.iter().filter(|k| k.alg == header.alg && (header.kid.is_none() || k.kid == header.kid)).collect();
+        if candidates.is_empty() {
+            return Err(format!("no key for algorithm {:?} / key id {:?}", header.alg, header.kid));
+        }
+        let mut last = String::new();
+        for k in candidates {
+            let mut v = Validation::new(k.alg);
+            v.set_issuer(&[&self.issuer]);
+            v.set_audience(&[&self.audience]);
+            v.sub = Some(self.subject.clone());
+            v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+            v.validate_nbf = true;
+            v.leeway = 30;
+            match jsonwebtoken::decode::<Claims>(token, &k.key, &v) {
+                Ok(data) => {
+                    let node = data.claims.kubernetes.and_then(|c| c.node).ok_or(
+                        "the token names no node (kubernetes.io.node): is it a pod-bound token from Kubernetes ≥ 1.30?",
+                    )?;
+                    return NodeId::new(&node.name).map_err(|e| format!("the token's node name: {e}"));
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(format!("token refused: {last}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header};
+
+    const JWKS: &str = include_str!("../../tests/fixtures/k8s-sa-test-jwks.json");
+    const KEY: &[u8] = include_bytes!("../../tests/fixtures/k8s-sa-test-key.pem");
+    const OTHER_KEY: &[u8] = include_bytes!("../../tests/fixtures/k8s-sa-other-key.pem");
+
+    fn cfg() -> K8sTokenConfig {
+        K8sTokenConfig {
+            jwks: "jwks.json".into(),
+            issuer: "https://kubernetes.default.svc".into(),
+            audience: "railguard".into(),
+            service_account: "railguard:agent".into(),
+        }
+    }
+
+    /// A token as the kubelet would project it for the agent pod on `node`.
+    pub fn token(node: Option<&str>, edit: impl FnOnce(&mut serde_json::Value), key: &[u8]) -> String {
+        let now = chrono::Utc::now().timestamp();
+        let mut claims = serde_json::json!({
+            "aud": ["railguard"], "exp": now + 3600, "iat": now, "nbf": now,
+            "iss": "https://kubernetes.default.svc",
+            "sub": "system:serviceaccount:railguard:agent",
+            "kubernetes.io": {"namespace": "railguard", "pod": {"name": "agent-x", "uid": "1"},
+                               "serviceaccount": {"name": "agent", "uid": "2"}}
+        });
+        if let Some(n) = node {
+            claims["kubernetes.io"]["node"] = serde_json::json!({"name": n, "uid": "3"});
+        }
+        edit(&mut claims);
+        let mut h = Header::new(Algorithm::RS256);
+        h.kid = Some("test-key-1".into());
+        jsonwebtoken::encode(&h, &claims, &EncodingKey::from_rsa_pem(key).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_pod_bound_token_names_its_node() {
+        let v = K8sTokens::parse(JWKS, Path::new("j"), &cfg()).unwrap();
+        let t = token(Some("gpu-node-7"), |_| {}, KEY);
+        assert!(K8sTokens::looks_like_jwt(&t));
+        assert_eq!(v.verify(&t).unwrap().as_str(), "gpu-node-7");
+    }
+
+    #[test]
+    fn forged_foreign_expired_and_unbound_tokens_are_refused() {
+        let v = K8sTokens::parse(JWKS, Path::new("j"), &cfg()).unwrap();
+        let cases: Vec<(String, &str)> = vec![
+            (token(Some("n"), |_| {}, OTHER_KEY), "InvalidSignature"),
+            (token(Some("n"), |c| c["aud"] = serde_json::json!(["vault"]), KEY), "InvalidAudience"),
+            (token(Some("n"), |c| c["iss"] = "https://evil".into(), KEY), "InvalidIssuer"),
+            (token(Some("n"), |c| c["sub"] = "system:serviceaccount:default:default".into(), KEY), "InvalidSubject"),
+            (token(Some("n"), |c| c["exp"] = (chrono::Utc::now().timestamp() - 3600).into(), KEY), "ExpiredSignature"),
+            (token(None, |_| {}, KEY), "names no node"),
+            (token(Some("bad/node"), |_| {}, KEY), "node name"),
+            // Unsigned (`alg: none`), and HMAC with the public key as secret (algorithm confusion).
+            ("eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.".into(), "malformed token"),
+            (
+                jsonwebtoken::encode(
+                    &Header::new(Algorithm::HS256),
+                    &serde_json::json!({"sub": "x"}),
+                    &EncodingKey::from_secret(JWKS.as_bytes()),
+                )
+                .unwrap(),
+                "no key for algorithm HS256",
+            ),
+            ("eyJ.garbage.x".into(), "malformed"),
+        ];
+        for (t, want) in cases {
+            let e = v.verify(&t).unwrap_err();
+            assert!(e.contains(want), "want {want}: {e}");
+        }
+        // A token whose payload was edited after signing.
+        let t = token(Some("gpu-node-7"), |_| {}, KEY);
+        let mut parts: Vec<String> = t.split('.').map(str::to_owned).collect();
+        let forged =
+            serde_json::to_vec(&serde_json::json!({"kubernetes.io": {"node": {"name": "gpu-node-8"}}})).unwrap();
+        parts[1] = base64_url(&forged);
+        assert!(v.verify(&parts.join(".")).is_err());
+    }
+
+    #[test]
+    fn bad_key_sets_are_clear_errors() {
+        let e = K8sTokens::parse("{", Path::new("j.json"), &cfg()).unwrap_err().to_string();
+        assert!(e.starts_with("j.json: not a JSON Web Key Set"), "{e}");
+        let e = K8sTokens::parse(r#"{"keys": []}"#, Path::new("j.json"), &cfg()).unwrap_err().to_string();
+        assert!(e.contains("no usable signing key"), "{e}");
+    }
+
+    fn base64_url(b: &[u8]) -> String {
+        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for c in b.chunks(3) {
+            let n = c.iter().enumerate().fold(0u32, |acc, (i, &x)| acc | (u32::from(x) << (16 - 8 * i)));
+            for i in 0..=c.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+}
