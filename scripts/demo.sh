@@ -62,7 +62,9 @@ agent() { # node, extra args…
     --token-file "$state/token-$n" --spool-dir "$state/spool/$n" --topology-interval 30 "$@" &
   pids+=($!)
 }
-sim=(--fabric sim --probe-cycle-secs 20 --probe-bytes 4M)
+# Simulated nodes take no passive signals: this host's kernel log and eBPF events are not theirs
+# (the real agent on this host shows those).
+sim=(--fabric sim --probe-cycle-secs 20 --probe-bytes 4M --no-signals)
 agent "${nodes[0]}"
 agent sim-seed-kvm-auto --sysfs-root "$state/sim/seed-kvm/sys" "${sim[@]}" --faults "$state/sim/seed-faults.json"
 agent sim-seed-kvm-pinned --sysfs-root "$state/sim/seed-kvm/sys" --ucx-net-devices mlx5_0:1 "${sim[@]}" --faults "$state/sim/seed-faults.json"
