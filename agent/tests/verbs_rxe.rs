@@ -68,10 +68,10 @@ fn verbs_transport_on_soft_roce() {
     let script = format!(
         r#"
 echo "=== devices"; ls /sys/class/infiniband
-echo "=== selftest"; {agent} selftest --transport verbs --bytes 5M --json; echo "exit=$?"
+echo "=== selftest"; {agent} selftest --transport verbs --bytes 5M --timeout-ms 3000 --json; echo "exit=$?"
 echo "=== probe-write"; {agent} probe --transport verbs --verbs-device rxe0 --sysfs-root {sys} --gpu 0 --nic all --bytes 3M --json --faults {d}/faults.json; echo "exit=$?"
 echo "=== probe-read"; {agent} probe --transport verbs --verbs-op read --verbs-device rxe0 --sysfs-root {sys} --gpu 2 --nic auto --bytes 64M --json; echo "exit=$?"
-echo "=== selftest-gpu"; LD_LIBRARY_PATH={d} {agent} selftest --transport verbs --memory gpu --bytes 3M --json; echo "exit=$?"
+echo "=== selftest-gpu"; LD_LIBRARY_PATH={d} {agent} selftest --transport verbs --memory gpu --bytes 3M --timeout-ms 3000 --json; echo "exit=$?"
 echo "=== probe-gpu"; LD_LIBRARY_PATH={d} RAILGUARD_FAKE_CUDA_BDF=0000:03:00.0 RAILGUARD_FAKE_CUDA_DMABUF=1 {agent} probe --transport verbs --verbs-device rxe0 --memory gpu --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --json; echo "exit=$?"
 echo "=== preflight"; {agent} preflight --transport verbs --verbs-device rxe0 --sysfs-root {sys} --faults {d}/gpu3.json; echo "exit=$?"
 echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9 --sysfs-root {sys} --gpu 0 --nic auto --json; echo "exit=$?"

@@ -41,6 +41,10 @@ pub struct SelftestArgs {
     /// Probe buffers: GPU memory (CUDA device 0) when available, else host (`auto`).
     #[arg(long, value_enum, default_value = "auto")]
     memory: MemoryPref,
+    /// Per-transfer deadline; the `hang` check waits this long. Raise it on slow devices
+    /// (software RDMA in an emulated VM).
+    #[arg(long, default_value_t = 500)]
+    timeout_ms: u64,
     /// One JSON object per check.
     #[arg(long)]
     json: bool,
@@ -95,7 +99,7 @@ impl SelftestArgs {
 
     fn check(&self, t: &mut dyn ProbeTransport, op: Option<VerbsOp>) -> usize {
         let mut engine = Engine::new(EngineConfig {
-            timeout: std::time::Duration::from_millis(500),
+            timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)),
             memory: self.memory,
             ..Default::default()
         });
