@@ -29,6 +29,14 @@ impl TransferReport {
     pub fn nothing(detail: impl Into<String>) -> Self {
         TransferReport { reported: Reported::Nothing, detail: detail.into() }
     }
+    /// Adds how the bytes travelled (GPU memory staged, registered as dma-buf, ...) to the detail.
+    pub fn noted(mut self, note: &str) -> Self {
+        if !self.detail.is_empty() {
+            self.detail.push_str("; ");
+        }
+        self.detail.push_str(note);
+        self
+    }
 }
 
 /// A fault the transport itself is made to produce (for the self-test), where it can.
@@ -101,13 +109,9 @@ pub fn stage_through_host<T: ProbeTransport + ?Sized>(
     if let Err(e) = src.download(&mut hs).and_then(|()| dst.download(&mut hd)) {
         return TransferReport::error(format!("staging GPU memory through the host: {e}"));
     }
-    let mut r = t.transfer(nic, &hs, &mut hd, timeout, sabotage);
+    let r = t.transfer(nic, &hs, &mut hd, timeout, sabotage);
     if let Err(e) = dst.upload(&hd) {
         return TransferReport::error(format!("staging GPU memory through the host: {e}"));
     }
-    if !r.detail.is_empty() {
-        r.detail.push_str("; ");
-    }
-    r.detail.push_str("GPU memory staged through the host");
-    r
+    r.noted("GPU memory staged through the host")
 }

@@ -189,11 +189,7 @@ impl ProbeTransport for Ucx {
         if sabotage != Sabotage::None {
             return TransferReport::error("ucx transport does not sabotage itself; the engine emulates it");
         }
-        let mut r = self.put(src.device_ptr_ro(), dst.device_ptr(), src.len(), true, timeout);
-        if !r.detail.is_empty() {
-            r.detail.push_str("; ");
-        }
-        r.detail.push_str("GPU memory registered with UCX (memory type cuda)");
-        r
+        self.put(src.device_ptr_ro(), dst.device_ptr(), src.len(), true, timeout)
+            .noted("GPU memory registered with UCX (memory type cuda)")
     }
 }

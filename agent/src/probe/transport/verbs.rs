@@ -464,30 +464,19 @@ impl Verbs {
             }
             (a, b) => Err(a.err().or(b.err()).map(|e| e.to_string()).unwrap_or_default()),
         };
-        let (mut report, how) = match dma_buf {
-            Ok(r) => (r, "GPU memory registered as dma-buf".to_owned()),
-            Err(why) => {
-                // nvidia-peermem: ibv_reg_mr accepts a CUDA device address directly.
-                let s = Region::Address { addr: src.device_ptr_ro(), len };
-                let d = Region::Address { addr: dst.device_ptr(), len };
-                match self.try_transfer_regions(nic, s, d, timeout, sabotage) {
-                    Ok(r) => (r, format!("GPU memory registered by address (nvidia-peermem); no dma-buf: {why}")),
-                    Err(e) => (
-                        TransferReport::error(format!(
-                            "the NIC cannot register GPU memory: dma-buf: {why}; by address (nvidia-peermem): {e}"
-                        )),
-                        String::new(),
-                    ),
-                }
-            }
+        let why = match dma_buf {
+            Ok(r) => return r.noted("GPU memory registered as dma-buf"),
+            Err(why) => why,
         };
-        if !how.is_empty() {
-            if !report.detail.is_empty() {
-                report.detail.push_str("; ");
-            }
-            report.detail.push_str(&how);
+        // nvidia-peermem: ibv_reg_mr accepts a CUDA device address directly.
+        let s = Region::Address { addr: src.device_ptr_ro(), len };
+        let d = Region::Address { addr: dst.device_ptr(), len };
+        match self.try_transfer_regions(nic, s, d, timeout, sabotage) {
+            Ok(r) => r.noted(&format!("GPU memory registered by address (nvidia-peermem); no dma-buf: {why}")),
+            Err(e) => TransferReport::error(format!(
+                "the NIC cannot register GPU memory: dma-buf: {why}; by address (nvidia-peermem): {e}"
+            )),
         }
-        report
     }
 }
 
