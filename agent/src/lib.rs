@@ -1,5 +1,5 @@
-//! railguard-agent: the per-node agent. It will discover the GPU×NIC topology, run verified
-//! transfers and collect passive signals; everything it produces goes through the [`spool`]
+//! railguard-agent: the per-node agent. It discovers the GPU×NIC topology, runs verified
+//! transfers and collects passive signals; everything it produces goes through the [`spool`]
 //! to the collector via the [`shipper`], so nothing is lost across crashes and outages.
 
 pub mod probe;
@@ -7,6 +7,15 @@ pub mod shipper;
 pub mod signals;
 pub mod spool;
 pub mod topology;
+
+/// The text of a caught panic (`catch_unwind`'s payload), for an error message.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
+}
 
 /// This machine's host name (`/proc/sys/kernel/hostname`), or "unknown".
 pub fn hostname() -> String {

@@ -47,12 +47,7 @@ pub fn driver_present() -> bool {
 /// Runs a cudarc call, turning a panic inside it (missing symbol in an old driver) into an error.
 fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {
     std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let msg = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_default();
-        Err(GpuError::Cuda(format!("{what}: the CUDA library failed ({msg})")))
+        Err(GpuError::Cuda(format!("{what}: the CUDA library failed ({})", crate::panic_message(&*p))))
     })
 }
 

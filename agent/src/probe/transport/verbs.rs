@@ -216,12 +216,10 @@ impl Verbs {
             Ok(r) => r,
             Err(p) => {
                 std::mem::forget(std::mem::take(&mut self.devs));
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default();
-                TransferReport::error(format!("the verbs library failed ({msg}); the device will be reopened"))
+                TransferReport::error(format!(
+                    "the verbs library failed ({}); the device will be reopened",
+                    crate::panic_message(&*p)
+                ))
             }
         }
     }
