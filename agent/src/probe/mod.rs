@@ -67,6 +67,15 @@ struct GpuSlot {
     dst: gpu::DevBuf,
 }
 
+impl GpuSlot {
+    /// Source and destination buffers of `bytes` on `cuda`'s GPU.
+    fn new(cuda: gpu::Cuda, bytes: usize) -> Result<GpuSlot, String> {
+        let src = cuda.alloc(bytes).map_err(|e| e.to_string())?;
+        let dst = cuda.alloc(bytes).map_err(|e| e.to_string())?;
+        Ok(GpuSlot { cuda, src, dst })
+    }
+}
+
 /// A probe's result with what only the receiver knows.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ProbeOutcome {
@@ -140,18 +149,15 @@ impl Engine {
     fn gpu_slot(&mut self, pair: &Pair, bytes: usize) -> Result<&mut GpuSlot, String> {
         let entry = self.gpus.entry(pair.gpu).or_insert_with(|| {
             let cuda = gpu::Cuda::open(pair.gpu_bdf, pair.gpu).map_err(|e| e.to_string())?;
-            let src = cuda.alloc(bytes).map_err(|e| e.to_string())?;
-            let dst = cuda.alloc(bytes).map_err(|e| e.to_string())?;
             tracing::info!(gpu = pair.gpu, cuda = cuda.ordinal, name = %cuda.name, dma_buf = cuda.dma_buf, "probe buffers in GPU memory");
-            Ok(GpuSlot { cuda, src, dst })
+            GpuSlot::new(cuda, bytes)
         });
         let slot = match entry {
             Ok(s) => s,
             Err(e) => return Err(e.clone()),
         };
         if slot.src.capacity() < bytes {
-            slot.src = slot.cuda.alloc(bytes).map_err(|e| e.to_string())?;
-            slot.dst = slot.cuda.alloc(bytes).map_err(|e| e.to_string())?;
+            *slot = GpuSlot::new(slot.cuda.clone(), bytes)?;
         }
         slot.src.set_len(bytes).map_err(|e| e.to_string())?;
         slot.dst.set_len(bytes).map_err(|e| e.to_string())?;
@@ -273,30 +279,23 @@ impl Engine {
             }
         }
         let dst_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut dst)[..bytes];
-        let timeout = self.cfg.timeout;
-        let (memory, mut report, duration_ns) = match (skip, self.cfg.memory) {
-            // Nothing moved; the buffers were (or would have been) where the pair's probes live.
-            (Some(r), MemoryPref::Host) => (Memory::Host, r, 0),
-            (Some(r), _) => (if self.gpu_slot(pair, bytes).is_ok() { Memory::Cuda } else { Memory::Host }, r, 0),
-            (None, MemoryPref::Host) => {
+        let (timeout, pref) = (self.cfg.timeout, self.cfg.memory);
+        // Where the pair's buffers live: its GPU, unless host memory is asked for (`None`) or
+        // the GPU cannot be used (`Some(why)`).
+        let slot = if pref == MemoryPref::Host { Err(None) } else { self.gpu_slot(pair, bytes).map_err(Some) };
+        let memory = if slot.is_ok() { Memory::Cuda } else { Memory::Host };
+        let (mut report, duration_ns) = match (skip, slot) {
+            // Nothing moved.
+            (Some(r), _) => (r, 0),
+            (None, Ok(slot)) => gpu_transfer(slot, transport, &pair.nic, src_view, dst_view, timeout, sabotage),
+            (None, Err(Some(why))) if pref == MemoryPref::Gpu => {
+                (TransferReport::error(format!("GPU memory required (--memory gpu): {why}")), 0)
+            }
+            (None, Err(_)) => {
                 let started = Instant::now();
                 let r = transport.transfer(&pair.nic, src_view, dst_view, timeout, sabotage);
-                (Memory::Host, r, started.elapsed().as_nanos() as u64)
+                (r, started.elapsed().as_nanos() as u64)
             }
-            (None, pref) => match self.gpu_slot(pair, bytes) {
-                Ok(slot) => {
-                    let (r, ns) = gpu_transfer(slot, transport, &pair.nic, src_view, dst_view, timeout, sabotage);
-                    (Memory::Cuda, r, ns)
-                }
-                Err(why) if pref == MemoryPref::Gpu => {
-                    (Memory::Host, TransferReport::error(format!("GPU memory required (--memory gpu): {why}")), 0)
-                }
-                Err(_) => {
-                    let started = Instant::now();
-                    let r = transport.transfer(&pair.nic, src_view, dst_view, timeout, sabotage);
-                    (Memory::Host, r, started.elapsed().as_nanos() as u64)
-                }
-            },
         };
         if let Some(r) = fault.and_then(|f| f.reported) {
             // The fault file decides what the (simulated) stack claims, e.g. success for a failed read.
