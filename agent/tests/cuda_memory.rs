@@ -27,6 +27,15 @@ fn agent(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     )
 }
 
+/// The seed node's tree and the libcuda double, side by side in a fresh directory.
+fn seed_with_fake_cuda() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    support::build_fake_cuda(dir.path());
+    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let sys = dir.path().join("node/sys");
+    (dir, sys)
+}
+
 fn json_lines(s: &str) -> Vec<serde_json::Value> {
     s.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
@@ -57,10 +66,7 @@ fn selftest_in_gpu_memory_over_tcp_and_ucx() {
 
 #[test]
 fn gpus_are_matched_by_pci_address_and_gpu_memory_can_be_required() {
-    let dir = tempfile::tempdir().unwrap();
-    support::build_fake_cuda(dir.path());
-    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
-    let sys = dir.path().join("node/sys");
+    let (dir, sys) = seed_with_fake_cuda();
     let lib = dir.path().to_str().unwrap();
     // The double's one device sits at GPU0's address on the seed node.
     let env = [("LD_LIBRARY_PATH", lib), ("RAILGUARD_FAKE_CUDA_BDF", "0000:03:00.0")];
@@ -95,10 +101,7 @@ fn gpus_are_matched_by_pci_address_and_gpu_memory_can_be_required() {
 
 #[test]
 fn each_transport_says_how_gpu_memory_moved() {
-    let dir = tempfile::tempdir().unwrap();
-    support::build_fake_cuda(dir.path());
-    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
-    let sys = dir.path().join("node/sys");
+    let (dir, sys) = seed_with_fake_cuda();
     let lib = dir.path().to_str().unwrap();
     let env = [("LD_LIBRARY_PATH", lib), ("RAILGUARD_FAKE_CUDA_BDF", "0000:03:00.0")];
     for (transport, want) in [

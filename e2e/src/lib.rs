@@ -288,6 +288,13 @@ pub fn filled_spool(dir: &Path, n: u64) -> (PathBuf, PathBuf) {
     (spool_dir, token)
 }
 
+/// A gRPC request carrying `Bearer {token}`, as an agent sends it.
+pub fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
 /// A minimal HTTP/1.1 GET over loopback (no client library needed for a read-only API).
 pub fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();

@@ -56,12 +56,6 @@ mod bytes_codec {
     }
 }
 
-fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
-}
-
 fn batch(node: &str, records: Vec<wire::Record>) -> RecordBatch {
     RecordBatch { node_id: node.into(), records, spool_dropped_total: 0 }
 }

@@ -31,12 +31,6 @@ fn sa_token(node: &str, exp_in: i64) -> String {
     jsonwebtoken::encode(&h, &claims, &EncodingKey::from_rsa_pem(&key).unwrap()).unwrap()
 }
 
-fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn agents_write_as_the_node_their_service_account_token_names() {
     let pg = TestPg::start().await;
