@@ -1,8 +1,34 @@
-//! Builds the UCX bridge (agent/ucx/shim.c). With UCX headers present it talks to libucp,
-//! loaded at run time; without them it reports that UCX is unavailable.
+//! Builds the UCX bridge (agent/ucx/shim.c) and the eBPF object (ebpf/railguard.bpf.c) for the
+//! target architecture.
+//!
+//! Without UCX headers or clang the agent still builds (a developer's laptop), and says at run
+//! time what it lacks. `RAILGUARD_REQUIRE_NATIVE=1` (set by scripts/test.sh and the agent image)
+//! turns either gap into a build error, so no image ships without its eBPF or its UCX transport.
+
+#[path = "build/bpf_object.rs"]
+mod bpf_object;
+
 fn main() {
+    println!("cargo:rerun-if-env-changed=RAILGUARD_REQUIRE_NATIVE");
+    let required = std::env::var("RAILGUARD_REQUIRE_NATIVE").is_ok_and(|v| v == "1");
+    let gap = |what: String| {
+        if required {
+            // A build script reports a hard failure by exiting non-zero with its reason.
+            eprintln!("error: {what} (RAILGUARD_REQUIRE_NATIVE=1 makes this a build error)");
+            std::process::exit(1);
+        }
+        println!("cargo:warning={what}");
+    };
+    build_ucx_shim(&gap);
+    build_ebpf(&gap);
+}
+
+/// With UCX headers the shim talks to libucp (loaded at run time); without them the ucx
+/// transport reports itself unavailable.
+fn build_ucx_shim(gap: &dyn Fn(String)) {
     println!("cargo:rerun-if-changed=ucx/shim.c");
     println!("cargo:rerun-if-env-changed=UCX_INCLUDE_DIR");
+    println!("cargo:rustc-check-cfg=cfg(railguard_ucx_headers)");
     let include = std::env::var("UCX_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".to_owned());
     let have_ucx = std::path::Path::new(&include).join("ucp/api/ucp.h").exists();
     let mut build = cc::Build::new();
@@ -11,35 +37,29 @@ fn main() {
         build.define("RG_HAVE_UCX", None);
         println!("cargo:rustc-cfg=railguard_ucx_headers");
     } else {
-        println!(
-            "cargo:warning=UCX headers not found under {include}: the ucx transport will report itself unavailable"
-        );
+        gap(format!(
+            "UCX headers not found under {include} (apt-get install libucx-dev): the ucx transport will report itself unavailable"
+        ));
     }
-    println!("cargo:rustc-check-cfg=cfg(railguard_ucx_headers)");
     build.compile("railguard_ucx_shim");
     println!("cargo:rustc-link-lib=dl");
-    build_ebpf();
 }
 
-/// Compiles ebpf/railguard.bpf.c with clang (`-target bpf`). Without clang the agent is built
-/// without its eBPF programs and says so at run time.
-fn build_ebpf() {
+/// Compiles the eBPF programs for CARGO_CFG_TARGET_ARCH; without them the agent runs on the
+/// kernel log, NIC counters and NVML only, and says so at start.
+fn build_ebpf(gap: &dyn Fn(String)) {
     println!("cargo:rerun-if-changed=../ebpf/railguard.bpf.c");
     println!("cargo:rerun-if-changed=../ebpf/railguard_events.h");
+    println!("cargo:rerun-if-changed=build/bpf_object.rs");
+    println!("cargo:rerun-if-env-changed=CLANG");
     println!("cargo:rustc-check-cfg=cfg(railguard_ebpf)");
+    let target_arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("railguard.bpf.o");
-    let arch_include = "/usr/include/x86_64-linux-gnu";
-    let status = std::process::Command::new(std::env::var("CLANG").unwrap_or_else(|_| "clang".into()))
-        .args(["-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", "-Wall"])
-        .arg(format!("-I{arch_include}"))
-        .args(["-c", "../ebpf/railguard.bpf.c", "-o"])
-        .arg(&out)
-        .status();
-    match status {
-        Ok(s) if s.success() => println!("cargo:rustc-cfg=railguard_ebpf"),
-        Ok(s) => println!("cargo:warning=clang failed ({s}) on ebpf/railguard.bpf.c: the agent is built without eBPF"),
-        Err(e) => println!(
-            "cargo:warning=clang not found ({e}): the agent is built without eBPF (apt-get install clang libbpf-dev)"
-        ),
+    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
+    let built = bpf_object::arch(&target_arch)
+        .and_then(|arch| bpf_object::compile(&clang, std::path::Path::new("../ebpf/railguard.bpf.c"), arch, &out));
+    match built {
+        Ok(()) => println!("cargo:rustc-cfg=railguard_ebpf"),
+        Err(e) => gap(format!("the agent is built without eBPF: {e}")),
     }
 }

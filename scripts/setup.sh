@@ -19,6 +19,9 @@ ls /usr/lib/*/libucp.so.0 >/dev/null 2>&1 || need+=(libucx0)
 # eBPF programs: clang (-target bpf) and libbpf's headers (bpf_helpers.h, bpf_tracing.h).
 have clang || need+=(clang)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+# The BPF object is cross-checked for arm64 GPU nodes (Grace): arm64's asm/ headers.
+[ -f /usr/aarch64-linux-gnu/include/asm/ptrace.h ] || [ -f /usr/include/aarch64-linux-gnu/asm/ptrace.h ] \
+  || need+=(linux-libc-dev-arm64-cross)
 # verbs transport: sideway builds rdma-core's headers (cmake) and binds them (bindgen: libclang);
 # at run time libibverbs and its providers (Soft-RoCE among them).
 have cmake || need+=(cmake)

@@ -1,11 +1,14 @@
 //! railguard-agent: the per-node agent. It discovers the GPU×NIC topology, runs verified
 //! transfers and collects passive signals; everything it produces goes through the [`spool`]
-//! to the collector via the [`shipper`], so nothing is lost across crashes and outages.
+//! to the collector via the [`shipper`], so nothing is lost across crashes and outages. The
+//! running agent is [`service`]; the command line (src/cli) only parses and calls it.
 
 pub mod probe;
+pub mod service;
 pub mod shipper;
 pub mod signals;
 pub mod spool;
+pub mod stop;
 pub mod topology;
 
 /// The text of a caught panic (`catch_unwind`'s payload), for an error message.

@@ -4,23 +4,20 @@
 //! set aside in `rejected.jsonl` (kept, not retried forever, never silently lost).
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use railguard_schema::NodeId;
+use railguard_schema::limits::HTTP2_WINDOW_BYTES;
 use railguard_schema::wire::ingest_client::IngestClient;
 use railguard_schema::wire::{RecordBatch, RegisterRequest};
 use rand::Rng;
-use tokio::sync::Notify;
 use tonic::Code;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::spool::{PendingBatch, Spool, SpoolError};
-
-/// HTTP/2 flow-control window (the collector uses the same).
-const WINDOW_BYTES: u32 = 8 * 1024 * 1024;
+use crate::spool::{PendingBatch, SpoolError, SpoolHandle};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShipperError {
@@ -34,8 +31,6 @@ pub enum ShipperError {
     Token,
     #[error(transparent)]
     Spool(#[from] SpoolError),
-    #[error("spool task: {0}")]
-    Join(#[from] tokio::task::JoinError),
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +50,11 @@ pub struct ShipperConfig {
 }
 
 impl ShipperConfig {
+    /// Default records per batch (`run --batch-records`).
+    pub const DEFAULT_BATCH_RECORDS: usize = 1_000;
+    /// Default longest wait between retries (`run --backoff-max-ms`).
+    pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
     pub fn new(collector_url: impl Into<String>, node_id: NodeId, token: impl Into<String>) -> Self {
         ShipperConfig {
             collector_url: collector_url.into(),
@@ -62,11 +62,11 @@ impl ShipperConfig {
             token: token.into(),
             token_file: None,
             hostname: crate::hostname(),
-            batch_records: 1_000,
+            batch_records: Self::DEFAULT_BATCH_RECORDS,
             batch_bytes: 4 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
             backoff_min: Duration::from_millis(100),
-            backoff_max: Duration::from_secs(30),
+            backoff_max: Self::DEFAULT_BACKOFF_MAX,
         }
     }
 }
@@ -147,28 +147,26 @@ pub struct ShipperStats {
 
 pub struct Shipper {
     cfg: ShipperConfig,
-    spool: Arc<Mutex<Spool>>,
-    wake: Arc<Notify>,
+    spool: SpoolHandle,
     client: Client,
     pub stats: Arc<ShipperStats>,
 }
 
 impl Shipper {
-    pub fn new(cfg: ShipperConfig, spool: Arc<Mutex<Spool>>, wake: Arc<Notify>) -> Result<Self, ShipperError> {
+    pub fn new(cfg: ShipperConfig, spool: SpoolHandle) -> Result<Self, ShipperError> {
         let endpoint = Endpoint::from_shared(cfg.collector_url.clone())
             .map_err(|source| ShipperError::Url { url: cfg.collector_url.clone(), source })?
             .connect_timeout(Duration::from_secs(5))
             .timeout(cfg.request_timeout)
             .tcp_nodelay(true)
-            // A batch is ~150 KB; the default 64 KB HTTP/2 windows would add round trips.
-            .initial_stream_window_size(Some(WINDOW_BYTES))
-            .initial_connection_window_size(Some(WINDOW_BYTES));
+            .initial_stream_window_size(Some(HTTP2_WINDOW_BYTES))
+            .initial_connection_window_size(Some(HTTP2_WINDOW_BYTES));
         let token = format!("Bearer {}", cfg.token).parse().map_err(|_| ShipperError::Token)?;
         let bearer = BearerToken::new(token, cfg.token_file.clone());
         let client = IngestClient::with_interceptor(endpoint.connect_lazy(), bearer)
             .max_decoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES);
-        Ok(Shipper { cfg, spool, wake, client, stats: Arc::default() })
+        Ok(Shipper { cfg, spool, client, stats: Arc::default() })
     }
 
     /// Registers, then ships until `shutdown` fires. Returns early only on a spool error.
@@ -183,20 +181,13 @@ impl Shipper {
         // Shrinks while isolating a record the collector refuses; grows back after successes.
         let mut batch_limit = self.cfg.batch_records;
         loop {
-            let (mut batch, dropped_total) = {
-                let spool = self.spool.clone();
-                let (limit, bytes) = (batch_limit, self.cfg.batch_bytes);
-                tokio::task::spawn_blocking(move || {
-                    let s = spool.lock().unwrap_or_else(|p| p.into_inner());
-                    s.peek(limit, bytes).map(|b| (b, s.dropped_total()))
-                })
-                .await??
-            };
+            let (limit, bytes) = (batch_limit, self.cfg.batch_bytes);
+            let (mut batch, dropped_total) =
+                self.spool.with_async(move |s| s.peek(limit, bytes).map(|b| (b, s.dropped_total()))).await?;
             if batch.records.is_empty() && dropped_total <= reported_drops {
                 tokio::select! {
                     _ = &mut shutdown => return Ok(()),
-                    _ = self.wake.notified() => {}
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = self.spool.appended(Duration::from_secs(1)) => {}
                 }
                 continue;
             }
@@ -233,7 +224,7 @@ impl Shipper {
                 }
                 Err(status) if status.code() == Code::InvalidArgument && n == 1 => {
                     // The one refused record, read back from the spool (it is not acknowledged yet).
-                    let refused = self.spool.lock().unwrap_or_else(|p| p.into_inner()).peek(1, u64::MAX)?;
+                    let refused = self.spool.with_async(|s| s.peek(1, u64::MAX)).await?;
                     self.reject(&refused, status.message())?;
                     self.ack(batch.end).await?;
                     self.stats.records_rejected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -257,7 +248,6 @@ impl Shipper {
                 node_id: self.cfg.node_id.to_string(),
                 hostname: self.cfg.hostname.clone(),
                 agent_version: env!("CARGO_PKG_VERSION").to_owned(),
-                topology: None,
             };
             match self.client.register(req).await {
                 Ok(resp) => {
@@ -278,14 +268,12 @@ impl Shipper {
     }
 
     async fn ack(&self, end: crate::spool::Position) -> Result<(), ShipperError> {
-        let spool = self.spool.clone();
-        tokio::task::spawn_blocking(move || spool.lock().unwrap_or_else(|p| p.into_inner()).ack(end)).await??;
-        Ok(())
+        Ok(self.spool.with_async(move |s| s.ack(end)).await?)
     }
 
     /// Keeps a record the collector will never accept, with the reason, next to the spool.
     fn reject(&self, batch: &PendingBatch, reason: &str) -> Result<(), ShipperError> {
-        let dir = self.spool.lock().unwrap_or_else(|p| p.into_inner()).dir().to_path_buf();
+        let dir = self.spool.with(|s| s.dir().to_path_buf());
         let path = dir.join("rejected.jsonl");
         let line = serde_json::json!({
             "reason": reason,

@@ -127,8 +127,8 @@ async fn main() {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .tcp_nodelay(true)
-        .initial_stream_window_size(Some(railguard_collector::serve::WINDOW_BYTES))
-        .initial_connection_window_size(Some(railguard_collector::serve::WINDOW_BYTES))
+        .initial_stream_window_size(Some(railguard_schema::limits::HTTP2_WINDOW_BYTES))
+        .initial_connection_window_size(Some(railguard_schema::limits::HTTP2_WINDOW_BYTES))
         .connect()
         .await
         .unwrap();

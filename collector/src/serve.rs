@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use railguard_schema::limits::HTTP2_WINDOW_BYTES;
 use tokio::net::TcpListener;
 
 use crate::assess::AssessConfig;
@@ -131,9 +132,6 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     result
 }
 
-/// HTTP/2 flow-control window for ingest connections (agents use the same).
-pub const WINDOW_BYTES: u32 = 8 * 1024 * 1024;
-
 /// Serves the ingest gRPC service on `listener` until `shutdown` resolves.
 pub async fn serve_grpc(
     listener: TcpListener,
@@ -145,8 +143,8 @@ pub async fn serve_grpc(
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tonic::transport::Server::builder()
         // A 1,000-record batch is ~150 KB: HTTP/2's default 64 KB windows would cost round trips.
-        .initial_stream_window_size(Some(WINDOW_BYTES))
-        .initial_connection_window_size(Some(WINDOW_BYTES))
+        .initial_stream_window_size(Some(HTTP2_WINDOW_BYTES))
+        .initial_connection_window_size(Some(HTTP2_WINDOW_BYTES))
         .tcp_nodelay(true)
         .add_service(IngestService::new(store, stats).into_server(creds))
         .serve_with_incoming_shutdown(incoming, shutdown)

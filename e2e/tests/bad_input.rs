@@ -93,8 +93,7 @@ async fn bad_requests_get_clear_errors_and_store_nothing() {
     let err = client.push_batch(with_token(batch("node-a", records(3)), TOKEN_B)).await.unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("node-b"), "{err:?}");
-    let reg =
-        RegisterRequest { node_id: "node-a".into(), hostname: "x".into(), agent_version: "0".into(), topology: None };
+    let reg = RegisterRequest { node_id: "node-a".into(), hostname: "x".into(), agent_version: "0".into() };
     assert_eq!(client.register(with_token(reg, TOKEN_B)).await.unwrap_err().code(), Code::PermissionDenied);
 
     // Oversize batch: one record over the limit.

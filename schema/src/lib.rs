@@ -37,4 +37,7 @@ pub mod limits {
     pub const MAX_NODE_ID_LEN: usize = 128;
     /// Length of any free-text field (summaries, details, reasons).
     pub const MAX_TEXT_LEN: usize = 4_096;
+    /// HTTP/2 flow-control window of ingest connections, both ends: a batch is ~150 KB and the
+    /// default 64 KB windows would add round trips.
+    pub const HTTP2_WINDOW_BYTES: u32 = 8 * 1024 * 1024;
 }

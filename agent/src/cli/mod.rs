@@ -38,7 +38,8 @@ enum Command {
     Preflight(preflight::PreflightArgs),
     /// Inject every fault kind into real transports and check each is classified correctly.
     Selftest(selftest::SelftestArgs),
-    /// Stream attributed events as they happen: kernel log, NIC error counters.
+    /// Stream attributed events as they happen: eBPF (UCX error CQEs, IOMMU/AER/devlink
+    /// tracepoints), the kernel log, NIC error counters and NVML Xid events.
     Watch(watch::WatchArgs),
 }
 

@@ -5,9 +5,10 @@
 use std::process::ExitCode;
 
 use railguard_agent::probe::Engine;
+use railguard_agent::probe::pairs::{NicSelection, select_pairs};
 use railguard_schema::ProbeVerdict;
 
-use super::probing::{NicArg, TransportArgs, parse_bytes, select_pairs};
+use super::probing::{TransportArgs, parse_bytes};
 use super::topo::TopoSource;
 
 #[derive(Debug, clap::Args)]
@@ -29,13 +30,14 @@ pub struct PreflightArgs {
 
 impl PreflightArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
-        let (topo, policy) = self.source.discover()?;
-        let pairs = select_pairs(&topo, &policy, &self.gpu, &NicArg::Auto)?;
-        let faults = self.transport.faults()?;
-        let mut engine = Engine::new(self.transport.engine_config());
+        let (topo, policy) = self.source.source().discover()?;
+        let pairs = select_pairs(&topo, &policy, &self.gpu, &NicSelection::Workload)?;
+        let settings = self.transport.settings();
+        let faults = settings.faults()?;
+        let mut engine = Engine::new(settings.engine_config());
         let mut failing = Vec::new();
         for pair in &pairs {
-            let mut t = self.transport.open(&pair.nic)?;
+            let mut t = settings.open(&pair.nic)?;
             for _ in 0..self.probes.max(1) {
                 let out = engine.probe(t.as_mut(), pair, self.bytes, faults.pick(pair.gpu, &pair.nic, pair.class));
                 if out.result.verdict != ProbeVerdict::Ok {

@@ -3,9 +3,10 @@
 use std::process::ExitCode;
 
 use railguard_agent::probe::Engine;
+use railguard_agent::probe::pairs::{NicSelection, select_pairs};
 use railguard_schema::ProbeVerdict;
 
-use super::probing::{NicArg, TransportArgs, parse_bytes, select_pairs};
+use super::probing::{TransportArgs, parse_bytes};
 use super::topo::TopoSource;
 
 #[derive(Debug, clap::Args)]
@@ -19,7 +20,7 @@ pub struct ProbeArgs {
     gpu: Vec<u32>,
     /// `auto` (the NIC the workload will use), `all`, or a NIC name.
     #[arg(long, default_value = "auto")]
-    nic: NicArg,
+    nic: NicSelection,
     /// Bytes per probe (64M, 1G, ...).
     #[arg(long, default_value = "64M", value_parser = parse_bytes)]
     bytes: usize,
@@ -30,13 +31,14 @@ pub struct ProbeArgs {
 
 impl ProbeArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
-        let (topo, policy) = self.source.discover()?;
+        let (topo, policy) = self.source.source().discover()?;
         let pairs = select_pairs(&topo, &policy, &self.gpu, &self.nic)?;
-        let faults = self.transport.faults()?;
-        let mut engine = Engine::new(self.transport.engine_config());
+        let settings = self.transport.settings();
+        let faults = settings.faults()?;
+        let mut engine = Engine::new(settings.engine_config());
         let mut bad = 0;
         for pair in &pairs {
-            let mut t = self.transport.open(&pair.nic)?;
+            let mut t = settings.open(&pair.nic)?;
             let fault = faults.pick(pair.gpu, &pair.nic, pair.class);
             let out = engine.probe(t.as_mut(), pair, self.bytes, fault);
             if out.result.verdict != ProbeVerdict::Ok {

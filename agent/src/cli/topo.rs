@@ -3,10 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
-use railguard_agent::topology::predict::{IbHca, NetDevices, from_environ};
-use railguard_agent::topology::{SelectionPolicy, SysRoot, Topology, nvml, render};
+use railguard_agent::topology::{TopologySource, render};
 
+/// Where the topology is read from (shared by every subcommand that reads it).
 #[derive(Debug, Clone, clap::Args)]
 pub struct TopoSource {
     /// Read this directory as /sys (a fixture, or an unpacked snapshot holding sys/ and proc/).
@@ -27,45 +26,14 @@ pub struct TopoSource {
 }
 
 impl TopoSource {
-    /// The /sys and /proc roots; an unpacked snapshot (DIR with sys/ and proc/) is recognised.
-    pub fn roots(&self) -> (SysRoot, SysRoot) {
-        let dir = &self.sysfs_root;
-        let (sys, default_proc) = if dir.join("sys").is_dir() && !dir.join("bus").exists() {
-            (dir.join("sys"), dir.join("proc"))
-        } else {
-            (dir.clone(), if dir == std::path::Path::new("/sys") { "/proc".into() } else { dir.join("../proc") })
-        };
-        let proc_ = self.proc_root.clone().unwrap_or(default_proc);
-        (SysRoot::new(sys), SysRoot::new(proc_))
-    }
-
-    pub fn policy(&self, proc_: &SysRoot) -> anyhow::Result<SelectionPolicy> {
-        if let Some(pid) = self.pid {
-            let env = proc_
-                .read_bytes(format!("{pid}/environ"))
-                .with_context(|| format!("reading the environment of process {pid}"))?;
-            let (ucx, nccl) = from_environ(&env);
-            return Ok(SelectionPolicy { ucx, nccl });
+    pub fn source(&self) -> TopologySource {
+        TopologySource {
+            sysfs_root: self.sysfs_root.clone(),
+            proc_root: self.proc_root.clone(),
+            ucx_net_devices: self.ucx_net_devices.clone(),
+            nccl_ib_hca: self.nccl_ib_hca.clone(),
+            pid: self.pid,
         }
-        Ok(SelectionPolicy {
-            ucx: self.ucx_net_devices.as_deref().map(NetDevices::parse).unwrap_or_default(),
-            nccl: self.nccl_ib_hca.as_deref().and_then(IbHca::parse),
-        })
-    }
-
-    /// Discovers the topology (with NVML when the roots are the real ones).
-    pub fn discover(&self) -> anyhow::Result<(Topology, SelectionPolicy)> {
-        let (sys, proc_) = self.roots();
-        let policy = self.policy(&proc_)?;
-        let mut topo = Topology::discover(&sys, &proc_);
-        // NVML describes this machine only; a fixture or snapshot must not be mixed with it.
-        if sys.root() == std::path::Path::new("/sys")
-            && let Err(why) = nvml::enrich(&mut topo)
-            && !topo.gpus.is_empty()
-        {
-            topo.warnings.push(why);
-        }
-        Ok((topo, policy))
     }
 }
 
@@ -73,14 +41,14 @@ impl TopoSource {
 pub struct TopoArgs {
     #[command(flatten)]
     source: TopoSource,
-    /// JSON (BRIEF.md's contract) instead of the matrix.
+    /// JSON (`topo`'s stable contract: host, gpus, nics, gpu_nic, gpu_gpu, risk) instead of the matrix.
     #[arg(long)]
     json: bool,
 }
 
 impl TopoArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
-        let (topo, policy) = self.source.discover()?;
+        let (topo, policy) = self.source.source().discover()?;
         if self.json {
             println!("{}", serde_json::to_string_pretty(&render::json_report(&topo, &policy))?);
         } else {

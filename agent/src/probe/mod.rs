@@ -9,8 +9,10 @@
 
 pub mod fault;
 pub mod gpu;
+pub mod pairs;
 pub mod pattern;
 pub mod schedule;
+pub mod settings;
 pub mod transport;
 pub mod verify;
 

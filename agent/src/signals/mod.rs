@@ -1,6 +1,6 @@
 //! Passive evidence: eBPF (UCX error CQEs, IOMMU/AER/devlink tracepoints), the kernel log, NIC
-//! error counters, attributed to the node's GPUs and NICs and turned into signal records.
-//! (NVML events are not written yet.)
+//! error counters and NVML events (Xids), attributed to the node's GPUs and NICs and turned
+//! into signal records.
 
 pub mod counters;
 pub mod ebpf;

@@ -4,8 +4,6 @@
 //! (Written against nvml-wrapper 0.13; not yet run on a GPU machine.)
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
@@ -13,7 +11,10 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
 use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
 use railguard_schema::{Bdf, SignalEvent, SignalKind, SignalSource};
+
+use crate::stop::Stop;
 
 fn bdf_of(bus_id: &str) -> Option<Bdf> {
     Bdf::parse_with_domain(&bus_id.to_lowercase().replace("00000000:", "0000:"), 0).ok()
@@ -23,9 +24,10 @@ fn event(kind: SignalKind, bdf: Option<Bdf>, summary: String, attrs: BTreeMap<St
     SignalEvent { source: SignalSource::Nvml, kind, bdf, gpu: None, nic: String::new(), summary, attrs }
 }
 
-/// Starts the NVML watcher thread; events arrive on the returned channel until `stop`.
-pub fn spawn(stop: Arc<AtomicBool>) -> Result<Receiver<SignalEvent>, String> {
-    Nvml::init().map_err(|e| format!("NVML unavailable ({e}); no NVML events"))?;
+/// Starts the NVML watcher thread; events arrive on the returned channel until `stop`. Fails
+/// when NVML cannot be initialised (no driver).
+pub fn spawn(stop: Stop) -> Result<Receiver<SignalEvent>, NvmlError> {
+    Nvml::init()?;
     let (tx, rx) = channel();
     std::thread::spawn(move || {
         if let Err(e) = watch(&stop, &tx) {
@@ -35,7 +37,7 @@ pub fn spawn(stop: Arc<AtomicBool>) -> Result<Receiver<SignalEvent>, String> {
     Ok(rx)
 }
 
-fn watch(stop: &AtomicBool, tx: &Sender<SignalEvent>) -> Result<(), nvml_wrapper::error::NvmlError> {
+fn watch(stop: &Stop, tx: &Sender<SignalEvent>) -> Result<(), NvmlError> {
     let nvml = Nvml::init()?;
     let count = nvml.device_count()?;
     let mut set = nvml.create_event_set()?;
@@ -49,7 +51,7 @@ fn watch(stop: &AtomicBool, tx: &Sender<SignalEvent>) -> Result<(), nvml_wrapper
     }
     let mut last: HashMap<(u32, &'static str), u64> = HashMap::new();
     let mut next_poll = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_stopped() {
         if let Ok(ev) = set.wait(500) {
             let bdf = ev.device.pci_info().ok().and_then(|p| bdf_of(&p.bus_id));
             if ev.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
@@ -124,8 +126,14 @@ mod tests {
         if std::path::Path::new("/proc/driver/nvidia").exists() {
             return; // a GPU machine: the watcher runs for real there
         }
-        let e = spawn(Arc::new(AtomicBool::new(true))).unwrap_err();
-        assert!(e.contains("NVML unavailable"), "{e}");
+        let stop = Stop::new();
+        stop.stop();
+        let e = spawn(stop).unwrap_err();
+        // No driver: the library (or its symbols) could not be loaded.
+        assert!(
+            matches!(e, NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound | NvmlError::DriverNotLoaded),
+            "{e:?}"
+        );
         assert_eq!(bdf_of("00000000:91:00.0"), Some(Bdf::new(0, 0x91, 0, 0)));
     }
 }

@@ -12,12 +12,14 @@
 //! When the unacknowledged bytes would exceed [`SpoolConfig::max_bytes`], new records are
 //! refused and counted: the count travels with every batch, so drops are never silent.
 
+mod handle;
 mod segment;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+pub use handle::SpoolHandle;
 use prost::Message;
 use railguard_schema::wire;
 use segment::{FRAME_HEADER, Frame, Stop, read_frames, segment_name, segment_seq};
@@ -38,6 +40,17 @@ pub enum SpoolError {
     },
     #[error("a single record of {bytes} bytes can never fit in a spool of {max} bytes")]
     RecordTooLarge { bytes: u64, max: u64 },
+    #[error("spool task failed")]
+    Task {
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+impl SpoolError {
+    fn from_join(source: tokio::task::JoinError) -> Self {
+        SpoolError::Task { source }
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
@@ -52,9 +65,14 @@ pub struct SpoolConfig {
     pub segment_bytes: u64,
 }
 
+impl SpoolConfig {
+    /// Default bound of unacknowledged bytes (`run --spool-max-bytes`).
+    pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+}
+
 impl Default for SpoolConfig {
     fn default() -> Self {
-        SpoolConfig { max_bytes: 256 * 1024 * 1024, segment_bytes: 8 * 1024 * 1024 }
+        SpoolConfig { max_bytes: Self::DEFAULT_MAX_BYTES, segment_bytes: 8 * 1024 * 1024 }
     }
 }
 

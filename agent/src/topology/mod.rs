@@ -16,6 +16,7 @@ pub mod rdma;
 pub mod render;
 pub mod risk;
 pub mod snapshot;
+pub mod source;
 pub mod sysroot;
 
 use std::collections::BTreeMap;
@@ -26,6 +27,7 @@ use config_space::AcsAts;
 use host::HostDetail;
 use paths::{Place, classify};
 use predict::{IbHca, NetDevices, Prediction};
+pub use source::TopologySource;
 pub use sysroot::SysRoot;
 
 /// A GPU and where it sits.

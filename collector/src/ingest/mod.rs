@@ -110,17 +110,7 @@ impl Ingest for IngestService {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let version = railguard_schema::convert::text("agent_version", r.agent_version)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let topology = match r.topology {
-            Some(t) => {
-                let id = t.id.clone();
-                Some(Record::try_from(t).map_err(|e| invalid(0, &id, e))?)
-            }
-            None => None,
-        };
         let dropped = self.store.register_node(&node, &hostname, &version).await.map_err(store_status)?;
-        if let Some(t) = topology {
-            self.store.ingest(&node, vec![t], 0).await.map_err(store_status)?;
-        }
         tracing::info!(%node, %hostname, agent_version = %version, "node registered");
         Ok(Response::new(RegisterResponse {
             max_batch_records: MAX_BATCH_RECORDS as u32,

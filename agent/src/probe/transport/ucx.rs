@@ -109,11 +109,6 @@ impl Ucx {
         &self.choice
     }
 
-    /// Whether this UCX moves GPU memory itself (else GPU probes are staged through the host).
-    pub fn supports_cuda(&self) -> bool {
-        self.cuda
-    }
-
     /// One put of `len` bytes from `src` to `dst` (CUDA device addresses when `cuda`).
     fn put(&mut self, src: u64, dst: u64, len: usize, cuda: bool, timeout: Duration) -> TransferReport {
         let mut err = [0u8; ERR_LEN];

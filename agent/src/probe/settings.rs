@@ -1,0 +1,118 @@
+//! How probes move data on this node: which transport (or the simulated fabric), with which
+//! fault file, buffers in which memory. `probe`, `preflight`, `selftest` and the agent's probe
+//! loop all open their transports here.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::fault::{FaultFile, FaultFileError};
+use super::transport::sim::SimFabric;
+use super::transport::tcp::TcpLoopback;
+use super::transport::ucx::{NicChoice, Ucx};
+use super::transport::verbs::{Verbs, VerbsOp};
+use super::transport::{ProbeTransport, TransportError};
+use super::{EngineConfig, MemoryPref};
+
+/// The data path of the probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TransportKind {
+    /// Two loopback sockets: exercises the engine, no NIC and no GPU memory.
+    #[default]
+    Tcp,
+    /// UCX (libucp) between two workers, pinned to the pair's NIC unless told otherwise.
+    Ucx,
+    /// RDMA verbs: the NIC itself reads the source and writes the destination.
+    Verbs,
+    /// The simulated fabric (stands in for absent GPUs and RDMA NICs).
+    Sim,
+}
+
+/// Whether probes use the node's own data paths or the simulated fabric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Fabric {
+    /// The node's own data paths.
+    #[default]
+    Real,
+    /// The simulated fabric (stands in for absent GPUs/RDMA NICs), driven by the fault file.
+    Sim,
+}
+
+/// Everything that decides how a probe moves its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeSettings {
+    pub transport: TransportKind,
+    pub fabric: Fabric,
+    /// Faults per pair (simulated fabric, or injected into real transports).
+    pub faults: Option<PathBuf>,
+    /// UCX: UCX_NET_DEVICES for every probe instead of the pair's NIC; `auto` lets UCX choose.
+    pub ucx_device: Option<String>,
+    /// UCX: UCX_TLS.
+    pub ucx_tls: Option<String>,
+    /// verbs: the RDMA operation that carries the probe.
+    pub verbs_op: VerbsOp,
+    /// verbs: this RDMA device instead of the pair's NIC.
+    pub verbs_device: Option<String>,
+    pub memory: MemoryPref,
+    /// A transfer taking longer is a `timeout`.
+    pub timeout: Duration,
+}
+
+impl Default for ProbeSettings {
+    fn default() -> Self {
+        ProbeSettings {
+            transport: TransportKind::default(),
+            fabric: Fabric::default(),
+            faults: None,
+            ucx_device: None,
+            ucx_tls: None,
+            verbs_op: VerbsOp::default(),
+            verbs_device: None,
+            memory: MemoryPref::default(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ProbeSettings {
+    /// Probes go over the simulated fabric instead of the node's data paths.
+    pub fn simulated(&self) -> bool {
+        self.fabric == Fabric::Sim || self.transport == TransportKind::Sim
+    }
+
+    /// The fault file's faults (none without a file).
+    pub fn faults(&self) -> Result<FaultFile, FaultFileError> {
+        match &self.faults {
+            Some(p) => FaultFile::load(p),
+            None => Ok(FaultFile::default()),
+        }
+    }
+
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            timeout: self.timeout.max(Duration::from_millis(1)),
+            // The simulated fabric stands in for the GPU too: its buffers stay in host memory.
+            memory: if self.simulated() { MemoryPref::Host } else { self.memory },
+            ..Default::default()
+        }
+    }
+
+    /// The transport for probes of `nic`.
+    pub fn open(&self, nic: &str) -> Result<Box<dyn ProbeTransport>, TransportError> {
+        if self.simulated() {
+            return Ok(Box::new(SimFabric));
+        }
+        Ok(match self.transport {
+            TransportKind::Tcp => Box::new(TcpLoopback::new()?),
+            TransportKind::Ucx => {
+                let choice = match self.ucx_device.as_deref() {
+                    Some("auto") => NicChoice::Auto,
+                    Some(d) => NicChoice::Pin(d.to_owned()),
+                    None => NicChoice::Pin(format!("{nic}:1")),
+                };
+                Box::new(Ucx::open(choice, self.ucx_tls.as_deref())?)
+            }
+            TransportKind::Verbs => Box::new(Verbs::open(self.verbs_op, self.verbs_device.clone())?),
+            TransportKind::Sim => Box::new(SimFabric),
+        })
+    }
+}

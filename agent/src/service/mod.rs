@@ -1,0 +1,134 @@
+//! The agent as a service (`railguard-agent run`): one spool, one shared topology, one stop
+//! signal, and the loops that use them.
+//!
+//! - [`topology`]: the node's topology, read in one place and shared; changes are spooled.
+//! - [`probes`]: verified transfers over every GPU/NIC pair, each result spooled.
+//! - [`signals`]: passive evidence (eBPF, kernel log, NIC counters, NVML), attributed and spooled.
+//! - the [`crate::shipper`] sends what the spool holds and acknowledges it after the collector's
+//!   commit.
+//!
+//! Every record is made in one place, [`crate::spool::SpoolHandle::append`].
+
+pub mod probes;
+pub mod signals;
+pub mod topology;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use railguard_schema::RecordBody;
+
+use crate::shipper::{Shipper, ShipperConfig, ShipperError};
+use crate::spool::{Spool, SpoolConfig, SpoolError, SpoolHandle};
+use crate::stop::Stop;
+use crate::topology::TopologySource;
+use crate::topology::source::SourceError;
+use probes::ProbeLoopConfig;
+use signals::SignalSettings;
+use topology::SharedTopology;
+
+/// Everything `railguard-agent run` was told.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub shipper: ShipperConfig,
+    pub spool_dir: PathBuf,
+    pub spool: SpoolConfig,
+    pub topology: TopologySource,
+    /// Longest time between topology readings (they are also re-read every probe cycle).
+    pub topology_every: Duration,
+    /// Spool the topology at start and whenever it changes.
+    pub topology_records: bool,
+    /// None: no probes.
+    pub probes: Option<ProbeLoopConfig>,
+    /// None: no passive signals.
+    pub signals: Option<SignalSettings>,
+    /// Return once the spool is drained (one-shot shipping, tests), instead of at `shutdown`.
+    pub exit_when_drained: bool,
+}
+
+impl AgentConfig {
+    pub const DEFAULT_TOPOLOGY_EVERY: Duration = Duration::from_secs(300);
+}
+
+/// Why the agent could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("opening the spool")]
+    Spool(#[from] SpoolError),
+    #[error("reading the node's topology")]
+    Topology(#[from] SourceError),
+    #[error("the shipper")]
+    Shipper(#[from] ShipperError),
+    #[error("a start-up task failed")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Says a recurring condition once, and again only when it changes.
+#[derive(Debug, Default)]
+pub(crate) struct SaidOnce(Option<String>);
+
+impl SaidOnce {
+    /// True the first time `what` is said in a row.
+    pub(crate) fn first(&mut self, what: &str) -> bool {
+        if self.0.as_deref() == Some(what) {
+            return false;
+        }
+        self.0 = Some(what.to_owned());
+        true
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.0 = None;
+    }
+}
+
+/// Runs the agent until `shutdown` (or until drained, if so configured): starts every loop on
+/// the shared spool, topology and stop signal, ships until the end, then stops and joins them.
+pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    let spool = SpoolHandle::new(Spool::open(&cfg.spool_dir, cfg.spool.clone())?);
+    let stop = Stop::new();
+    let records = cfg.topology_records.then(|| spool.clone());
+    let source = cfg.topology.clone();
+    let topology = tokio::task::spawn_blocking(move || SharedTopology::discover(source, records)).await??;
+    let shipper = Shipper::new(cfg.shipper.clone(), spool.clone())?;
+
+    let mut threads = Vec::new();
+    {
+        let (topology, stop, every) = (topology.clone(), stop.clone(), cfg.topology_every);
+        threads.push(std::thread::spawn(move || topology.refresh_every(every, &stop)));
+    }
+    if let Some(probe_cfg) = cfg.probes.clone() {
+        let (topology, spool, stop) = (topology.clone(), spool.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || probes::run(&probe_cfg, &topology, &spool, &stop)));
+    }
+    if let Some(signal_cfg) = cfg.signals.clone() {
+        let (topology, spool, stop) = (topology.clone(), spool.clone(), stop.clone());
+        let state = cfg.spool_dir.join("kmsg.state");
+        threads.push(std::thread::spawn(move || {
+            let mut emit = |ev| {
+                if let Err(e) = spool.append(RecordBody::Signal(ev)) {
+                    tracing::error!(error = %e, "spooling a signal failed");
+                }
+            };
+            signals::follow(&signal_cfg, &topology, Some(&state), &stop, &mut emit);
+        }));
+    }
+
+    let drained = {
+        let spool = spool.clone();
+        async move {
+            while !spool.is_drained() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let shipped = if cfg.exit_when_drained { shipper.run(drained).await } else { shipper.run(shutdown).await };
+    stop.stop();
+    for t in threads {
+        if let Ok(Err(panic)) = tokio::task::spawn_blocking(move || t.join()).await {
+            tracing::error!(panic = %crate::panic_message(panic.as_ref()), "an agent loop panicked");
+        }
+    }
+    Ok(shipped?)
+}

@@ -1,0 +1,140 @@
+//! The probe loop: once per cycle, a plan over every GPU/NIC pair of the node (the workload's
+//! pairs first and more often, within the bandwidth budget), each probe's result spooled.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use railguard_schema::{ProbeVerdict, RecordBody};
+
+use super::SaidOnce;
+use super::topology::SharedTopology;
+use crate::probe::pairs::{NicSelection, select_pairs, slowest_link_bits_per_sec};
+use crate::probe::settings::ProbeSettings;
+use crate::probe::transport::ProbeTransport;
+use crate::probe::{Engine, schedule};
+use crate::spool::SpoolHandle;
+use crate::stop::Stop;
+
+/// How the agent probes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeLoopConfig {
+    pub settings: ProbeSettings,
+    /// Every pair is probed once per cycle (the workload's pairs more often).
+    pub cycle: Duration,
+    /// Bytes per probe (shrunk if the budget needs it).
+    pub probe_bytes: usize,
+    /// Share of the slowest NIC's link rate probes may use on average.
+    pub budget: f64,
+}
+
+impl ProbeLoopConfig {
+    pub const DEFAULT_CYCLE: Duration = Duration::from_secs(60);
+    pub const DEFAULT_PROBE_BYTES: usize = 64 << 20;
+    pub const DEFAULT_BUDGET: f64 = 0.01;
+}
+
+/// Runs the loop on this thread until `stop`.
+pub fn run(cfg: &ProbeLoopConfig, topology: &SharedTopology, spool: &SpoolHandle, stop: &Stop) {
+    let mut engine = Engine::new(cfg.settings.engine_config());
+    let mut transports: HashMap<String, Box<dyn ProbeTransport>> = HashMap::new();
+    // Said once per NIC and error, not every cycle; the collector shows the pair as unprobed
+    // (unverified) meanwhile.
+    let mut open_errors: HashMap<String, SaidOnce> = HashMap::new();
+    let mut idle = SaidOnce::default();
+    let mut refresh_failed = SaidOnce::default();
+    loop {
+        let cycle_start = Instant::now();
+        // The pairs follow the node: a pin applied since the last cycle moves the workload pair now.
+        match topology.refresh() {
+            Ok(_) => refresh_failed.clear(),
+            Err(e) => {
+                let e = format!("{:#}", anyhow::Error::from(e));
+                if refresh_failed.first(&e) {
+                    tracing::warn!(error = %e, "re-reading the topology failed; probing the last reading");
+                }
+            }
+        }
+        let node = topology.current();
+        let faults = match cfg.settings.faults() {
+            Ok(f) => f,
+            Err(e) => {
+                let why = format!("fault file unusable: {e}");
+                if idle.first(&why) {
+                    tracing::error!(reason = %why, "probes idle");
+                }
+                if !stop.sleep(cfg.cycle) {
+                    return;
+                }
+                continue;
+            }
+        };
+        let pairs = match select_pairs(&node.topology, &node.policy, &[], &NicSelection::All) {
+            Ok(p) => p,
+            Err(e) => {
+                let why = e.to_string();
+                if idle.first(&why) {
+                    tracing::info!(reason = %why, "probes idle");
+                }
+                if !stop.sleep(cfg.cycle) {
+                    return;
+                }
+                continue;
+            }
+        };
+        idle.clear();
+        let plan = schedule::plan(
+            &pairs,
+            &schedule::ScheduleConfig {
+                cycle: cfg.cycle,
+                probe_bytes: cfg.probe_bytes as u64,
+                link_bits_per_sec: slowest_link_bits_per_sec(&node.topology),
+                budget_fraction: cfg.budget,
+                ..Default::default()
+            },
+        );
+        for (at, pair) in plan.slots {
+            // Fill, digest and poison now, in the gap, so the probe is transfer + check.
+            engine.prepare(plan.probe_bytes as usize);
+            if !stop.sleep((cycle_start + at).saturating_duration_since(Instant::now())) {
+                return;
+            }
+            if !transports.contains_key(&pair.nic) {
+                match cfg.settings.open(&pair.nic) {
+                    Ok(t) => {
+                        transports.insert(pair.nic.clone(), t);
+                    }
+                    Err(e) => {
+                        let e = e.to_string();
+                        if open_errors.entry(pair.nic.clone()).or_default().first(&e) {
+                            tracing::warn!(nic = %pair.nic, error = %e, "cannot open the probe transport; the pair stays unprobed");
+                        }
+                        continue;
+                    }
+                }
+            }
+            let Some(t) = transports.get_mut(&pair.nic) else { continue };
+            let out = engine.probe(
+                t.as_mut(),
+                &pair,
+                plan.probe_bytes as usize,
+                faults.pick(pair.gpu, &pair.nic, pair.class),
+            );
+            probe_counter().add(1, &[opentelemetry::KeyValue::new("verdict", out.result.verdict.as_str())]);
+            if out.result.verdict != ProbeVerdict::Ok {
+                tracing::warn!(gpu = pair.gpu, nic = %pair.nic, verdict = %out.result.verdict, diagnosis = %out.result.diagnosis, "probe failed");
+            }
+            if let Err(e) = spool.append(RecordBody::Probe(out.result)) {
+                tracing::error!(error = %e, "spooling a probe result failed");
+            }
+        }
+        if !stop.sleep((cycle_start + cfg.cycle).saturating_duration_since(Instant::now())) {
+            return;
+        }
+    }
+}
+
+/// Probes run by this agent, by verdict, over OTLP (a no-op unless OTEL_EXPORTER_OTLP_ENDPOINT is set).
+fn probe_counter() -> &'static opentelemetry::metrics::Counter<u64> {
+    static C: std::sync::OnceLock<opentelemetry::metrics::Counter<u64>> = std::sync::OnceLock::new();
+    C.get_or_init(|| opentelemetry::global::meter("railguard-agent").u64_counter("railguard.probes").build())
+}

@@ -1,0 +1,160 @@
+//! The node's topology as every loop of the agent sees it: read in one place, re-read on a
+//! timer and at the start of every probe cycle, shared by the probe loop (which pairs, which is
+//! the workload's) and the signal loop (which PCI address is which GPU or NIC). A changed
+//! topology (a NIC gone, a pin applied, a link down) is spooled as a new record.
+
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use railguard_schema::{RecordBody, TopologySnapshot};
+
+use crate::spool::SpoolHandle;
+use crate::stop::Stop;
+use crate::topology::source::SourceError;
+use crate::topology::{SelectionPolicy, Topology, TopologySource};
+
+/// One reading of the node.
+#[derive(Debug)]
+pub struct NodeTopology {
+    pub topology: Topology,
+    pub policy: SelectionPolicy,
+    /// What is stored (and compared to tell a change).
+    pub snapshot: TopologySnapshot,
+    /// Increases with every change: a loop that cached something derived rebuilds it.
+    pub generation: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    source: TopologySource,
+    current: RwLock<Arc<NodeTopology>>,
+    /// Where changed snapshots are recorded; None: not recorded (`--topology-interval 0`).
+    records: Option<SpoolHandle>,
+    /// The last snapshot that reached the spool (a failed append is retried on the next read).
+    spooled: Mutex<Option<TopologySnapshot>>,
+}
+
+/// The shared topology; clone it for each loop.
+#[derive(Debug, Clone)]
+pub struct SharedTopology {
+    inner: Arc<Inner>,
+}
+
+impl SharedTopology {
+    /// Reads the node once. With `records`, the snapshot is spooled now and whenever it changes.
+    pub fn discover(source: TopologySource, records: Option<SpoolHandle>) -> Result<Self, SourceError> {
+        let (topology, policy) = source.discover()?;
+        let snapshot = topology.to_snapshot(&policy);
+        let shared = SharedTopology {
+            inner: Arc::new(Inner {
+                source,
+                current: RwLock::new(Arc::new(NodeTopology { topology, policy, snapshot, generation: 0 })),
+                records,
+                spooled: Mutex::new(None),
+            }),
+        };
+        shared.record();
+        Ok(shared)
+    }
+
+    /// The /sys and /proc this topology is read from (NIC counters are polled there too).
+    pub fn source_roots(&self) -> (crate::topology::SysRoot, crate::topology::SysRoot) {
+        self.inner.source.roots()
+    }
+
+    /// The latest reading.
+    pub fn current(&self) -> Arc<NodeTopology> {
+        self.inner.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Reads the node again (blocking: sysfs and NVML); publishes and records it if it changed.
+    /// True if it changed. On error the previous reading stays current.
+    pub fn refresh(&self) -> Result<bool, SourceError> {
+        let (topology, policy) = self.inner.source.discover()?;
+        let snapshot = topology.to_snapshot(&policy);
+        let changed = {
+            let mut current = self.inner.current.write().unwrap_or_else(PoisonError::into_inner);
+            let changed = current.snapshot != snapshot;
+            if changed {
+                tracing::info!(generation = current.generation + 1, "topology changed");
+                *current = Arc::new(NodeTopology { topology, policy, snapshot, generation: current.generation + 1 });
+            }
+            changed
+        };
+        self.record();
+        Ok(changed)
+    }
+
+    /// Re-reads every `every` until `stop` (a thread of its own).
+    pub fn refresh_every(&self, every: Duration, stop: &Stop) {
+        let mut failed = super::SaidOnce::default();
+        while stop.sleep(every) {
+            match self.refresh() {
+                Ok(_) => failed.clear(),
+                Err(e) => {
+                    let e = format!("{:#}", anyhow::Error::from(e));
+                    if failed.first(&e) {
+                        tracing::warn!(error = %e, "re-reading the topology failed; the last reading stays in use");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Spools the current snapshot if it is not the one spooled last.
+    fn record(&self) {
+        let Some(spool) = &self.inner.records else { return };
+        let snapshot = self.current().snapshot.clone();
+        let mut spooled = self.inner.spooled.lock().unwrap_or_else(PoisonError::into_inner);
+        if spooled.as_ref() == Some(&snapshot) {
+            return;
+        }
+        match spool.append(RecordBody::Topology(snapshot.clone())) {
+            Ok(_) => *spooled = Some(snapshot),
+            Err(e) => tracing::error!(error = %e, "spooling the topology failed; retried at the next reading"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spool::{Spool, SpoolConfig};
+    use crate::topology::fixture;
+
+    fn source(dir: &std::path::Path, pin: Option<&str>) -> TopologySource {
+        TopologySource {
+            sysfs_root: dir.join("sys"),
+            ucx_net_devices: pin.map(str::to_owned),
+            ..TopologySource::this_machine()
+        }
+    }
+
+    #[test]
+    fn a_change_is_published_once_and_spooled_once() {
+        let dir = tempfile::tempdir().unwrap();
+        fixture::seed_kvm_guest().write(dir.path()).unwrap();
+        let spool = SpoolHandle::new(Spool::open(&dir.path().join("spool"), SpoolConfig::default()).unwrap());
+        let shared = SharedTopology::discover(source(dir.path(), None), Some(spool.clone())).unwrap();
+        let records = || spool.with(|s| s.peek(100, u64::MAX).unwrap().records.len());
+        assert_eq!(records(), 1, "the first reading is recorded");
+        assert!(!shared.refresh().unwrap(), "nothing changed");
+        assert_eq!((shared.current().generation, records()), (0, 1));
+
+        // The same node read under a pin: a different prediction is a different topology.
+        let pinned = SharedTopology {
+            inner: Arc::new(Inner {
+                source: source(dir.path(), Some("mlx5_0:1")),
+                current: RwLock::new(shared.current()),
+                records: Some(spool.clone()),
+                spooled: Mutex::new(Some(shared.current().snapshot.clone())),
+            }),
+        };
+        assert!(pinned.refresh().unwrap());
+        assert_eq!(pinned.current().generation, 1);
+        assert_eq!(pinned.current().policy.ucx, crate::topology::predict::NetDevices::parse("mlx5_0:1"));
+        assert_eq!(records(), 2, "the change is recorded");
+        assert!(!pinned.refresh().unwrap());
+        assert_eq!(records(), 2, "and only once");
+    }
+}

@@ -1,0 +1,90 @@
+//! Where a node's topology is read from, and under which NIC-selection policy: this machine's
+//! /sys and /proc, a fixture tree, or an unpacked snapshot; the workload's UCX_NET_DEVICES /
+//! NCCL_IB_HCA given directly or read from a running process.
+
+use std::path::{Path, PathBuf};
+
+use super::predict::{IbHca, NetDevices, from_environ};
+use super::sysroot::SysError;
+use super::{SelectionPolicy, SysRoot, Topology, nvml};
+
+/// What could not be read to discover the topology.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// `--pid`: the process's environment (to learn its NIC selection) could not be read.
+    #[error("reading the environment of process {pid}")]
+    ProcessEnvironment {
+        pid: u32,
+        #[source]
+        source: SysError,
+    },
+}
+
+/// A topology source (the `topo`, `probe`, `run` … flags, parsed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopologySource {
+    /// Read as /sys: the real one, a fixture, or an unpacked snapshot holding sys/ and proc/.
+    pub sysfs_root: PathBuf,
+    /// Read as /proc (default: DIR/../proc for a fixture or snapshot, /proc for /sys).
+    pub proc_root: Option<PathBuf>,
+    /// Predict NIC use under this UCX_NET_DEVICES value; None: unset (UCX auto-selection).
+    pub ucx_net_devices: Option<String>,
+    /// Predict NIC use under this NCCL_IB_HCA value.
+    pub nccl_ib_hca: Option<String>,
+    /// Read UCX_NET_DEVICES and NCCL_IB_HCA from this running process instead.
+    pub pid: Option<u32>,
+}
+
+impl TopologySource {
+    /// This machine, with the workload's NIC selection unset.
+    pub fn this_machine() -> Self {
+        TopologySource { sysfs_root: PathBuf::from("/sys"), ..Default::default() }
+    }
+
+    /// Whether this is the machine itself (not a fixture or a snapshot): only then may NVML,
+    /// which describes this machine, be mixed in.
+    pub fn is_this_machine(&self) -> bool {
+        self.sysfs_root == Path::new("/sys")
+    }
+
+    /// The /sys and /proc roots; an unpacked snapshot (DIR with sys/ and proc/) is recognised.
+    pub fn roots(&self) -> (SysRoot, SysRoot) {
+        let dir = &self.sysfs_root;
+        let (sys, default_proc) = if dir.join("sys").is_dir() && !dir.join("bus").exists() {
+            (dir.join("sys"), dir.join("proc"))
+        } else {
+            (dir.clone(), if self.is_this_machine() { "/proc".into() } else { dir.join("../proc") })
+        };
+        let proc_ = self.proc_root.clone().unwrap_or(default_proc);
+        (SysRoot::new(sys), SysRoot::new(proc_))
+    }
+
+    /// The workload's NIC selection: from the process (`pid`), else the given values.
+    pub fn policy(&self, proc_: &SysRoot) -> Result<SelectionPolicy, SourceError> {
+        if let Some(pid) = self.pid {
+            let env = proc_
+                .read_bytes(format!("{pid}/environ"))
+                .map_err(|source| SourceError::ProcessEnvironment { pid, source })?;
+            let (ucx, nccl) = from_environ(&env);
+            return Ok(SelectionPolicy { ucx, nccl });
+        }
+        Ok(SelectionPolicy {
+            ucx: self.ucx_net_devices.as_deref().map(NetDevices::parse).unwrap_or_default(),
+            nccl: self.nccl_ib_hca.as_deref().and_then(IbHca::parse),
+        })
+    }
+
+    /// Discovers the topology (with NVML when the source is this machine) and the policy.
+    pub fn discover(&self) -> Result<(Topology, SelectionPolicy), SourceError> {
+        let (sys, proc_) = self.roots();
+        let policy = self.policy(&proc_)?;
+        let mut topo = Topology::discover(&sys, &proc_);
+        if self.is_this_machine()
+            && let Err(why) = nvml::enrich(&mut topo)
+            && !topo.gpus.is_empty()
+        {
+            topo.warnings.push(why);
+        }
+        Ok((topo, policy))
+    }
+}
