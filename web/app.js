@@ -38,7 +38,7 @@ async function fleet() {
   h += `</table><h2>Changes in the last hour</h2>`;
   h += f.changes_last_hour.length === 0 ? `<p class="muted">none</p>` :
     `<table><tr><th>when</th><th>node</th><th>GPU</th><th>from</th><th>to</th><th>why</th></tr>${f.changes_last_hour.slice(0, 50).map(c =>
-      `<tr><td>${ago(c.at)}</td><td><a href="#/node/${encodeURIComponent(c.node)}">${esc(c.node)}</a></td><td>GPU${c.gpu}</td><td>${c.from ? badge(c.from) : "-"}</td><td>${badge(c.to)}</td><td>${esc(c.reason)}</td></tr>`).join("")}</table>`;
+      `<tr><td>${ago(c.at)}</td><td><a href="#/node/${encodeURIComponent(c.node)}">${esc(c.node)}</a></td><td>GPU${c.gpu}</td><td>${c.from ? badge(c.from) : "-"}</td><td>${badge(c.to)}</td><td>${esc(c.reasons[0] || "")}</td></tr>`).join("")}</table>`;
   view.innerHTML = h;
 }
 
@@ -87,7 +87,7 @@ async function gpu(name, idx) {
   ]);
   const s = g.status;
   let out = `<h1>${esc(name)} · GPU${idx} ${badge(s.status)}</h1>
-    <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk)}</p>
+    <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
     ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span></p>` : ""}
     <h2>Evidence</h2><ol class="reasons" id="evidence">${s.reasons.map(r => `<li>${esc(r)}</li>`).join("")}</ol>
     <h2>Probe verdicts (last day, oldest → newest)</h2><div class="timeline" id="timeline">${hist.probes.slice().reverse().map(p =>

@@ -26,7 +26,7 @@ pub enum ExportError {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Parquet,
     Csv,
@@ -101,7 +101,7 @@ async fn signals(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> R
 
 async fn status_changes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> Result<DataFrame, ExportError> {
     let rows: Vec<(String, i32, DateTime<Utc>, Option<String>, String, Option<String>)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, at, from_status, to_status, reasons->>0
+        "SELECT node_id, gpu_index, at, from_status::text, to_status::text, reasons->>0
          FROM gpu_status_changes WHERE at >= $1 AND at <= $2 ORDER BY at",
     )
     .bind(since)

@@ -13,9 +13,9 @@ pub mod export;
 pub mod http;
 pub mod ingest;
 pub mod pg;
-pub mod query;
 pub mod retention;
 pub mod serve;
+pub mod status;
 pub mod store;
 
 pub use serve::{DatabaseConfig, ServeConfig};

@@ -41,6 +41,9 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
+    /// Days of probe and signal history kept by default (`serve --retention-days`).
+    pub const DEFAULT_RETENTION_DAYS: u32 = 30;
+
     pub fn new(grpc_listen: SocketAddr, database: DatabaseConfig, credentials: PathBuf) -> Self {
         ServeConfig {
             grpc_listen,
@@ -50,8 +53,8 @@ impl ServeConfig {
             credentials,
             k8s: None,
             assess: AssessConfig::default(),
-            assess_every: std::time::Duration::from_secs(10),
-            retention_days: 30,
+            assess_every: AssessConfig::DEFAULT_EVERY,
+            retention_days: Self::DEFAULT_RETENTION_DAYS,
         }
     }
 }
@@ -100,7 +103,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                     pool: pool.clone(),
                     stats: stats.clone(),
                     api_token: cfg.api_token.as_deref().map(Arc::from),
-                    window_minutes: (cfg.assess.window.as_secs() / 60).max(1) as i64,
+                    window_minutes: i32::try_from(cfg.assess.window.as_secs() / 60).unwrap_or(i32::MAX).max(1),
                 };
                 let mut rx = stop_rx.clone();
                 Some(tokio::spawn(async move {

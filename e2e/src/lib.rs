@@ -2,6 +2,7 @@
 //! binaries as child processes, and record generators.
 #![allow(clippy::unwrap_used)] // test support: a failed setup should fail the test loudly
 
+pub mod openapi;
 pub mod scripted;
 
 use std::os::unix::fs::PermissionsExt;

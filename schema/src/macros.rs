@@ -9,6 +9,7 @@ macro_rules! wire_enum {
     ) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         #[serde(rename_all = "snake_case")]
         pub enum $name {
             $( $(#[$vmeta])* $variant ),+
@@ -37,6 +38,45 @@ macro_rules! wire_enum {
                     $($text => Ok($name::$variant),)+
                     _ => Err($crate::convert::WireError::UnknownName { what: $label, value: s.to_owned() }),
                 }
+            }
+        }
+
+        // Stored as its text in Postgres (the collector's columns): decoding unknown text is an
+        // error, never a default.
+        #[cfg(feature = "sqlx")]
+        impl sqlx::Type<sqlx::Postgres> for $name {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl sqlx::postgres::PgHasArrayType for $name {
+            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
+            }
+            fn array_compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::postgres::PgHasArrayType>::array_compatible(ty)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $name {
+            fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(<&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?.parse()?)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl sqlx::Encode<'_, sqlx::Postgres> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<sqlx::Postgres>>::encode(self.as_str(), buf)
             }
         }
 

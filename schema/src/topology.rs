@@ -46,6 +46,7 @@ pub struct Gpu {
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NicPort {
     pub port: u32,
     pub state: String,
@@ -76,6 +77,7 @@ pub struct PairPath {
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuRisk {
     pub gpu: u32,
     pub level: RiskLevel,

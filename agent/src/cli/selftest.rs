@@ -15,7 +15,9 @@ use super::probing::parse_bytes;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Which {
+    /// Two loopback sockets.
     Tcp,
+    /// UCX between two workers, pinned to `--ucx-device` (default `lo`).
     Ucx,
     /// RDMA WRITE and RDMA READ on an RDMA device (`--verbs-device`, default the first).
     Verbs,

@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use railguard_schema::RiskLevel;
+use railguard_schema::{Diagnosis, GpuRisk, ProbeVerdict, RiskLevel, SignalKind};
 use sqlx::PgPool;
+use sqlx::types::Json;
 
 pub use rules::{Assessment, GpuInput, GpuStatus, PairCounts, Previous, RulesConfig, SignalCount};
 
@@ -20,23 +21,23 @@ pub struct AssessConfig {
     pub rules: RulesConfig,
 }
 
-impl Default for AssessConfig {
-    fn default() -> Self {
-        AssessConfig { window: Duration::from_secs(15 * 60), rules: RulesConfig::default() }
+impl AssessConfig {
+    /// The default sliding window of evidence (`serve --window-minutes`).
+    pub const DEFAULT_WINDOW: Duration = Duration::from_secs(15 * 60);
+    /// The default period between fleet assessments (`serve --assess-every-secs`).
+    pub const DEFAULT_EVERY: Duration = Duration::from_secs(10);
+
+    /// A window of evidence; the reasons name it ("in the last 15 min").
+    pub fn with_window(window: Duration) -> Self {
+        let rules = RulesConfig { window_label: rules::window_label(window), ..RulesConfig::default() };
+        AssessConfig { window, rules }
     }
 }
 
-#[derive(Debug, serde::Deserialize)]
-struct StoredRisk {
-    gpu: u32,
-    level: RiskLevel,
-    #[serde(default)]
-    reasons: Vec<String>,
-    predicted_nic: Option<String>,
-    #[serde(default)]
-    pinned: bool,
-    #[serde(default)]
-    safe_nics: Vec<String>,
+impl Default for AssessConfig {
+    fn default() -> Self {
+        AssessConfig::with_window(Self::DEFAULT_WINDOW)
+    }
 }
 
 type Key = (String, u32);
@@ -48,20 +49,23 @@ pub async fn load_inputs(
     now: DateTime<Utc>,
     window: Duration,
 ) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
-    let since = now - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::minutes(15));
+    let since = chrono::TimeDelta::from_std(window)
+        .ok()
+        .and_then(|w| now.checked_sub_signed(w))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
     let mut inputs: BTreeMap<Key, GpuInput> = BTreeMap::new();
 
-    // Latest topology per node: structural risk and the workload's NIC per GPU.
-    let topo: Vec<(String, serde_json::Value)> = sqlx::query_as(
+    // Latest topology per node: structural risk and the workload's NIC per GPU. The risks were
+    // validated at ingest; a row that no longer decodes is an error, not an empty list.
+    let topo: Vec<(String, Json<Vec<GpuRisk>>)> = sqlx::query_as(
         "SELECT DISTINCT ON (node_id) node_id, risks FROM topology_snapshots
          WHERE ($1::text[] IS NULL OR node_id = ANY($1)) ORDER BY node_id, observed_at DESC",
     )
     .bind(&filter)
     .fetch_all(pool)
     .await?;
-    for (node, risks) in topo {
-        let risks: Vec<StoredRisk> = serde_json::from_value(risks).unwrap_or_default();
+    for (node, Json(risks)) in topo {
         for r in risks {
             inputs.insert(
                 (node.clone(), r.gpu),
@@ -81,7 +85,7 @@ pub async fn load_inputs(
 
     // Probe verdicts per pair in the window.
     #[allow(clippy::type_complexity, reason = "one row of the query just below, column for column")]
-    let counts: Vec<(String, i32, String, i64, i64, i64, i64, i64, Option<String>)> = sqlx::query_as(
+    let counts: Vec<(String, i32, String, i64, i64, i64, i64, i64, Option<Diagnosis>)> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic,
                 count(*) FILTER (WHERE verdict = 'ok'),
                 count(*) FILTER (WHERE verdict = 'silent_corruption'),
@@ -121,7 +125,7 @@ pub async fn load_inputs(
     }
 
     // The last verdicts on each GPU's workload pair (hysteresis), within a day.
-    let recent: Vec<(String, i32, String, String)> = sqlx::query_as(
+    let recent: Vec<(String, i32, String, ProbeVerdict)> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic, verdict FROM (
             SELECT node_id, gpu_index, nic, verdict, observed_at,
                    row_number() OVER (PARTITION BY node_id, gpu_index, nic ORDER BY observed_at DESC) AS rn
@@ -142,7 +146,7 @@ pub async fn load_inputs(
     }
 
     // Signals in the window, attributed to a GPU or to a NIC.
-    let signals: Vec<(String, Option<i32>, String, String, Option<String>, i64, String)> = sqlx::query_as(
+    let signals: Vec<(String, Option<i32>, String, SignalKind, Option<String>, i64, String)> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic, kind, attrs->>'xid', count(*),
                 (array_agg(summary ORDER BY observed_at DESC))[1]
          FROM signal_events
@@ -196,14 +200,14 @@ pub async fn assess_and_store(
     let now = Utc::now();
     let inputs = load_inputs(pool, nodes, now, cfg.window).await?;
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
-    let prev: Vec<(String, i32, String)> = sqlx::query_as(
+    let prev: Vec<(String, i32, GpuStatus)> = sqlx::query_as(
         "SELECT node_id, gpu_index, status FROM gpu_status WHERE ($1::text[] IS NULL OR node_id = ANY($1))",
     )
     .bind(&filter)
     .fetch_all(pool)
     .await?;
     let prev: HashMap<Key, GpuStatus> =
-        prev.into_iter().filter_map(|(n, g, s)| Some(((n, u32::try_from(g).ok()?), GpuStatus::parse(&s)?))).collect();
+        prev.into_iter().filter_map(|(n, g, s)| Some(((n, u32::try_from(g).ok()?), s))).collect();
     let results: Vec<Assessment> = inputs
         .iter()
         .map(|(k, i)| rules::assess(i, prev.get(k).map(|s| Previous { status: *s }), &cfg.rules))
@@ -213,44 +217,42 @@ pub async fn assess_and_store(
     let mut cols: (
         Vec<String>,
         Vec<i32>,
-        Vec<String>,
+        Vec<GpuStatus>,
         Vec<Option<String>>,
-        Vec<String>,
+        Vec<Option<RiskLevel>>,
         Vec<serde_json::Value>,
         Vec<Option<String>>,
-        Vec<i32>,
     ) = Default::default();
-    let mut changes: (Vec<String>, Vec<i32>, Vec<Option<String>>, Vec<String>, Vec<serde_json::Value>) =
+    let mut changes: (Vec<String>, Vec<i32>, Vec<Option<GpuStatus>>, Vec<GpuStatus>, Vec<serde_json::Value>) =
         Default::default();
     for a in &results {
         let reasons = serde_json::json!(a.reasons);
         cols.0.push(a.node.clone());
         cols.1.push(i32::try_from(a.gpu).unwrap_or(i32::MAX));
-        cols.2.push(a.status.as_str().to_owned());
+        cols.2.push(a.status);
         cols.3.push(a.workload_nic.clone());
-        cols.4.push(a.structural_risk.map(|r| r.as_str()).unwrap_or("unknown").to_owned());
+        cols.4.push(a.structural_risk);
         cols.5.push(reasons.clone());
         cols.6.push(a.recommendation.clone());
-        cols.7.push(i32::try_from(a.ok_streak).unwrap_or(i32::MAX));
         let before = prev.get(&(a.node.clone(), a.gpu)).copied();
         if before != Some(a.status) {
             changes.0.push(a.node.clone());
             changes.1.push(i32::try_from(a.gpu).unwrap_or(i32::MAX));
-            changes.2.push(before.map(|s| s.as_str().to_owned()));
-            changes.3.push(a.status.as_str().to_owned());
+            changes.2.push(before);
+            changes.3.push(a.status);
             changes.4.push(reasons);
         }
     }
     sqlx::query(
-        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation, ok_streak)
-         SELECT u.node, u.gpu, u.status, $9, $9, u.nic, u.risk, u.reasons, u.rec, u.streak
-         FROM UNNEST($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::int[])
-              AS u(node, gpu, status, nic, risk, reasons, rec, streak)
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation)
+         SELECT u.node, u.gpu, u.status, $8, $8, u.nic, u.risk, u.reasons, u.rec
+         FROM UNNEST($1::text[], $2::int[], $3::gpu_status_kind[], $4::text[], $5::text[], $6::jsonb[], $7::text[])
+              AS u(node, gpu, status, nic, risk, reasons, rec)
          ON CONFLICT (node_id, gpu_index) DO UPDATE SET
             since = CASE WHEN gpu_status.status = EXCLUDED.status THEN gpu_status.since ELSE EXCLUDED.since END,
             status = EXCLUDED.status, assessed_at = EXCLUDED.assessed_at, workload_nic = EXCLUDED.workload_nic,
             structural_risk = EXCLUDED.structural_risk, reasons = EXCLUDED.reasons,
-            recommendation = EXCLUDED.recommendation, ok_streak = EXCLUDED.ok_streak",
+            recommendation = EXCLUDED.recommendation",
     )
     .bind(cols.0)
     .bind(cols.1)
@@ -259,14 +261,14 @@ pub async fn assess_and_store(
     .bind(cols.4)
     .bind(cols.5)
     .bind(cols.6)
-    .bind(cols.7)
     .bind(now)
     .execute(&mut *tx)
     .await?;
     if !changes.0.is_empty() {
         sqlx::query(
             "INSERT INTO gpu_status_changes (node_id, gpu_index, at, from_status, to_status, reasons)
-             SELECT u.node, u.gpu, $6, u.f, u.t, u.r FROM UNNEST($1::text[], $2::int[], $3::text[], $4::text[], $5::jsonb[]) AS u(node, gpu, f, t, r)",
+             SELECT u.node, u.gpu, $6, u.f, u.t, u.r
+             FROM UNNEST($1::text[], $2::int[], $3::gpu_status_kind[], $4::gpu_status_kind[], $5::jsonb[]) AS u(node, gpu, f, t, r)",
         )
         .bind(changes.0)
         .bind(changes.1)

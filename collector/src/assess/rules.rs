@@ -4,40 +4,9 @@
 
 use serde::Serialize;
 
-use railguard_schema::RiskLevel;
+use railguard_schema::{Diagnosis, ProbeVerdict, RiskLevel, SignalKind};
 
-/// Per-GPU status, worst last.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GpuStatus {
-    Ok,
-    Watch,
-    AtRisk,
-    Corrupting,
-}
-
-impl GpuStatus {
-    pub const ALL: [GpuStatus; 4] = [GpuStatus::Ok, GpuStatus::Watch, GpuStatus::AtRisk, GpuStatus::Corrupting];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GpuStatus::Ok => "ok",
-            GpuStatus::Watch => "watch",
-            GpuStatus::AtRisk => "at_risk",
-            GpuStatus::Corrupting => "corrupting",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<GpuStatus> {
-        GpuStatus::ALL.into_iter().find(|g| g.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for GpuStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::status::GpuStatus;
 
 /// Probe verdict counts for one GPU/NIC pair inside the window.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -51,7 +20,7 @@ pub struct PairCounts {
     #[serde(default)]
     pub ok_gpu_memory: u32,
     /// Most common receiver diagnosis among the silent corruptions.
-    pub diagnosis: Option<String>,
+    pub diagnosis: Option<Diagnosis>,
 }
 
 impl PairCounts {
@@ -66,7 +35,7 @@ impl PairCounts {
 /// A signal attributed to the GPU or its workload NIC, inside the window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SignalCount {
-    pub kind: String,
+    pub kind: SignalKind,
     pub count: u32,
     /// Latest summary line of this kind.
     pub summary: String,
@@ -89,7 +58,7 @@ pub struct GpuInput {
     pub safe_nics: Vec<String>,
     pub pairs: Vec<PairCounts>,
     /// Verdicts on the workload pair, newest first (whole history bound, not only the window).
-    pub workload_recent: Vec<String>,
+    pub workload_recent: Vec<ProbeVerdict>,
     pub signals: Vec<SignalCount>,
 }
 
@@ -109,7 +78,20 @@ pub struct RulesConfig {
 
 impl Default for RulesConfig {
     fn default() -> Self {
-        RulesConfig { corrupting_after: 2, recover_after: 3, window_label: "15 min".into() }
+        RulesConfig {
+            corrupting_after: 2,
+            recover_after: 3,
+            window_label: window_label(super::AssessConfig::DEFAULT_WINDOW),
+        }
+    }
+}
+
+/// How reasons name a window: "15 min", "2 h", "90 s".
+pub fn window_label(window: std::time::Duration) -> String {
+    match window.as_secs() {
+        s if s % 3600 == 0 && s > 0 => format!("{} h", s / 3600),
+        s if s % 60 == 0 && s > 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
     }
 }
 
@@ -125,7 +107,6 @@ pub struct Assessment {
     pub recommendation: Option<String>,
     pub workload_nic: Option<String>,
     pub structural_risk: Option<RiskLevel>,
-    pub ok_streak: u32,
 }
 
 /// Xids that mean the GPU itself is failing (DOMAIN.md §5): 48 DBE, 79 fell off the bus,
@@ -164,14 +145,14 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
     }
 
     // Active evidence on the workload pair.
-    let ok_streak = input.workload_recent.iter().take_while(|v| *v == "ok").count() as u32;
+    let ok_streak = input.workload_recent.iter().take_while(|v| **v == ProbeVerdict::Ok).count() as u32;
     if let Some(nic) = &input.workload_nic
         && let Some(p) = input.pairs.iter().find(|p| &p.nic == nic)
     {
         {
-            let diag = p.diagnosis.as_deref().map(|d| format!(", receiver found {d}")).unwrap_or_default();
+            let diag = p.diagnosis.map(|d| format!(", receiver found {d}")).unwrap_or_default();
             let recent_silent =
-                input.workload_recent.iter().take(5).filter(|v| *v == "silent_corruption").count() as u32;
+                input.workload_recent.iter().take(5).filter(|v| **v == ProbeVerdict::SilentCorruption).count() as u32;
             if p.silent_corruption >= cfg.corrupting_after && recent_silent >= cfg.corrupting_after.min(5) {
                 raise(
                     GpuStatus::Corrupting,
@@ -236,8 +217,8 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
     // Passive evidence.
     for s in &input.signals {
         let critical = s.xid.is_some_and(|x| xid_is_critical(x, s.count))
-            || (s.kind == "pcie_aer" && s.summary.to_lowercase().contains("uncorrect"))
-            || (s.on_nic && matches!(s.kind.as_str(), "ucx_error_cqe" | "mlx5_error_cqe") && s.count >= 3);
+            || (s.kind == SignalKind::PcieAer && s.summary.to_lowercase().contains("uncorrect"))
+            || (s.on_nic && matches!(s.kind, SignalKind::UcxErrorCqe | SignalKind::Mlx5ErrorCqe) && s.count >= 3);
         let level = if critical { GpuStatus::AtRisk } else { GpuStatus::Watch };
         raise(
             level,
@@ -318,7 +299,6 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
         recommendation,
         workload_nic: input.workload_nic.clone(),
         structural_risk: input.structural,
-        ok_streak,
     }
 }
 

@@ -5,6 +5,13 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+/// Every error's body: `{"error": "..."}`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What was wrong, for a person (internals of a 500 are only in the collector's log).
+    pub error: String,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
@@ -32,6 +39,6 @@ impl IntoResponse for ApiError {
             ApiError::Database(_) => "internal error; see the collector's log".to_owned(),
             other => other.to_string(),
         };
-        (status, Json(serde_json::json!({ "error": message }))).into_response()
+        (status, Json(ErrorBody { error: message })).into_response()
     }
 }

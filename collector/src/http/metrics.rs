@@ -49,10 +49,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             );
         }
     }
-    let rows: Vec<(String, i32, String)> =
-        sqlx::query_as("SELECT node_id, gpu_index, status FROM gpu_status ORDER BY node_id, gpu_index")
-            .fetch_all(&s.pool)
-            .await?;
+    let rows = crate::store::read::all_statuses(&s.pool).await?;
     let _ = writeln!(
         out,
         "# HELP railguard_gpu_status Current status of each GPU (1 for its status).\n# TYPE railguard_gpu_status gauge"
@@ -63,15 +60,11 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
                 out,
                 "railguard_gpu_status{{node=\"{}\",gpu=\"{gpu}\",status=\"{st}\"}} {}",
                 label(node),
-                u8::from(st.as_str() == status)
+                u8::from(st == *status)
             );
         }
     }
-    let lag: Vec<(String, f64, i64)> = sqlx::query_as(
-        "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, spool_dropped_total FROM nodes ORDER BY node_id",
-    )
-    .fetch_all(&s.pool)
-    .await?;
+    let lag = crate::store::read::node_lags(&s.pool).await?;
     let _ = writeln!(
         out,
         "# HELP railguard_node_last_seen_age_seconds Time since a node's last batch (ingest lag).\n# TYPE railguard_node_last_seen_age_seconds gauge"

@@ -1,9 +1,10 @@
 //! The read-only HTTP side of the collector: the dashboard (`/`), JSON API (`/api/v1/...`), its
 //! OpenAPI document, Prometheus `/metrics`. `app(state)` builds the router; `serve` lives in `crate::serve`.
 
-mod api;
+pub mod api;
 mod error;
 mod metrics;
+pub mod openapi;
 pub mod params;
 mod ui;
 
@@ -17,7 +18,7 @@ use axum::response::Response;
 use axum::routing::get;
 use sqlx::PgPool;
 
-pub use error::ApiError;
+pub use error::{ApiError, ErrorBody};
 
 use crate::ingest::IngestStats;
 
@@ -27,7 +28,8 @@ pub struct AppState {
     pub stats: Arc<IngestStats>,
     /// When set, every API call needs `Authorization: Bearer <token>` (metrics stay open).
     pub api_token: Option<Arc<str>>,
-    pub window_minutes: i64,
+    /// The assessment window (the API's per-pair window counts).
+    pub window_minutes: i32,
 }
 
 pub fn app(state: AppState) -> Router {
@@ -43,10 +45,15 @@ pub fn app(state: AppState) -> Router {
         .merge(api)
         .route("/", get(ui::index))
         .route("/ui/{file}", get(ui::asset))
-        .route("/api/v1/openapi.json", get(api::openapi))
+        .route("/api/v1/openapi.json", get(openapi_json))
         .route("/metrics", get(metrics::metrics))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state)
+}
+
+async fn openapi_json() -> ([(header::HeaderName, &'static str); 1], &'static str) {
+    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ([(header::CONTENT_TYPE, "application/json")], DOC.get_or_init(openapi::document))
 }
 
 async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {

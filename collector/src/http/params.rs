@@ -16,7 +16,9 @@ pub fn parse_time(name: &str, s: &str, now: DateTime<Utc>) -> Result<DateTime<Ut
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Ok(t.with_timezone(&Utc));
     }
-    let (num, unit) = s.split_at(s.len().saturating_sub(1));
+    // The unit is the last character (which may be any character, multi-byte included).
+    let unit_at = s.char_indices().last().map_or(0, |(i, _)| i);
+    let (num, unit) = s.split_at(unit_at);
     let n: i64 = num.parse().map_err(|_| bad())?;
     if !(0..=3650 * 86400).contains(&n) {
         return Err(bad());
@@ -58,22 +60,47 @@ pub fn gpu(s: &str) -> Result<i32, ApiError> {
 }
 
 /// `corrupting,at_risk` → statuses.
-pub fn statuses(s: &str) -> Result<Vec<String>, ApiError> {
+pub fn statuses(s: &str) -> Result<Vec<GpuStatus>, ApiError> {
     s.split(',')
         .map(|x| {
-            GpuStatus::parse(x.trim()).map(|g| g.as_str().to_owned()).ok_or_else(|| {
+            GpuStatus::parse(x.trim()).ok_or_else(|| {
                 ApiError::BadRequest(format!("status {x:?} is not one of ok, watch, at_risk, corrupting"))
             })
         })
         .collect()
 }
 
-pub fn limit(s: Option<u32>, default: u32) -> Result<i64, ApiError> {
-    match s.unwrap_or(default) {
+/// `limit`: 1–10000, `default` when absent.
+pub fn limit(s: Option<&str>, default: u32) -> Result<i64, ApiError> {
+    let n = match s {
+        None => default,
+        Some(s) => {
+            s.trim().parse::<u32>().map_err(|_| ApiError::BadRequest(format!("limit {s:?} is not a whole number")))?
+        }
+    };
+    match n {
         0 => Err(ApiError::BadRequest("limit must be at least 1".into())),
         n if n > 10_000 => Err(ApiError::BadRequest("limit must be at most 10000".into())),
         n => Ok(i64::from(n)),
     }
+}
+
+/// The `{node}` path parameter (documentation only: handlers take the text and check it).
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct NodePath {
+    /// Node id: letters, digits, `.`, `_`, `-`; 1–128 characters.
+    #[param(pattern = "^[A-Za-z0-9._-]{1,128}$")]
+    pub node: String,
+}
+
+/// The `{gpu}` path parameter: the GPU's index on its node (nvidia-smi's numbering).
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct GpuPath {
+    /// GPU index, 0–65535.
+    #[param(minimum = 0, maximum = 65535)]
+    pub gpu: u16,
 }
 
 #[cfg(test)]
@@ -85,12 +112,17 @@ mod tests {
         let now = Utc::now();
         assert_eq!(parse_time("since", "2h", now).unwrap(), now - Duration::hours(2));
         assert!(parse_time("since", "2026-11-01T00:00:00Z", now).is_ok());
-        for bad in ["", "yesterday", "-5d", "5w", "99999999999d", "2026-13-01"] {
+        for bad in ["", "yesterday", "-5d", "5w", "99999999999d", "2026-13-01", "1é", "é", "5日"] {
             assert!(matches!(parse_time("since", bad, now), Err(ApiError::BadRequest(_))), "{bad:?}");
         }
         assert!(time_range(Some("1h"), Some("2h"), "1d").is_err(), "since after until");
         assert!(statuses("corrupting,at_risk").is_ok());
         assert!(statuses("broken").is_err());
         assert!(gpu("-1").is_err() && gpu("x").is_err() && gpu("7").is_ok());
+        assert_eq!(limit(None, 1000).unwrap(), 1000);
+        assert_eq!(limit(Some("20"), 1000).unwrap(), 20);
+        for bad in ["0", "10001", "x", "-1", "1.5", ""] {
+            assert!(matches!(limit(Some(bad), 1000), Err(ApiError::BadRequest(_))), "{bad:?}");
+        }
     }
 }

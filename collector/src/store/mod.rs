@@ -1,7 +1,9 @@
-//! The history store: idempotent, transactional writes of agent records into Postgres.
+//! The history store: idempotent, transactional writes of agent records into Postgres
+//! ([`Store::ingest`]), and every read of them ([`read`]).
 
 mod ingest;
 mod partitions;
+pub mod read;
 
 pub use ingest::{IngestOutcome, StoreError};
 

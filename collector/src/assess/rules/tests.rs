@@ -6,7 +6,7 @@ fn pair(nic: &str, ok: u32, silent: u32) -> PairCounts {
         ok,
         silent_corruption: silent,
         ok_gpu_memory: ok,
-        diagnosis: (silent > 0).then(|| "untouched".into()),
+        diagnosis: (silent > 0).then_some(Diagnosis::Untouched),
         ..Default::default()
     }
 }
@@ -31,7 +31,14 @@ fn seed_gpu(g: u32, workload: &str, structural: RiskLevel) -> GpuInput {
                 if pix { pair(&nic, 0, probes) } else { pair(&nic, probes, 0) }
             })
             .collect(),
-        workload_recent: vec![if workload == format!("mlx5_{g}") { "silent_corruption" } else { "ok" }.into(); 4],
+        workload_recent: vec![
+            if workload == format!("mlx5_{g}") {
+                ProbeVerdict::SilentCorruption
+            } else {
+                ProbeVerdict::Ok
+            };
+            4
+        ],
         signals: vec![],
     }
 }
@@ -70,13 +77,13 @@ fn seed_pinned_to_mlx5_0_only_gpu0_is_corrupting() {
 fn one_transient_failure_is_watch_not_at_risk() {
     let mut i = seed_gpu(2, "mlx5_2", RiskLevel::None);
     i.pairs = vec![PairCounts { nic: "mlx5_2".into(), ok: 19, timeout: 1, ..Default::default() }];
-    i.workload_recent = vec!["ok".into(), "ok".into(), "timeout".into(), "ok".into()];
+    i.workload_recent = vec![ProbeVerdict::Ok, ProbeVerdict::Ok, ProbeVerdict::Timeout, ProbeVerdict::Ok];
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Watch, "{:?}", a.reasons);
     assert!(a.reasons[0].contains("one transient failure"));
     // ...and a single silent corruption does not make a healthy GPU `corrupting` either.
     i.pairs = vec![pair("mlx5_2", 19, 1)];
-    i.workload_recent = vec!["silent_corruption".into(), "ok".into()];
+    i.workload_recent = vec![ProbeVerdict::SilentCorruption, ProbeVerdict::Ok];
     assert_eq!(assess(&i, None, &RulesConfig::default()).status, GpuStatus::Watch);
 }
 
@@ -84,9 +91,9 @@ fn one_transient_failure_is_watch_not_at_risk() {
 fn an_xid_storm_puts_the_gpu_at_risk() {
     let mut i = seed_gpu(7, "mlx5_1", RiskLevel::None);
     i.pairs = vec![pair("mlx5_1", 10, 0)];
-    i.workload_recent = vec!["ok".into(); 10];
+    i.workload_recent = vec![ProbeVerdict::Ok; 10];
     i.signals = vec![SignalCount {
-        kind: "gpu_xid".into(),
+        kind: SignalKind::GpuXid,
         count: 40,
         summary: "NVRM: Xid (PCI:0000:91:00): 79, GPU has fallen off the bus.".into(),
         xid: Some(79),
@@ -105,12 +112,13 @@ fn an_xid_storm_puts_the_gpu_at_risk() {
 fn corrupting_holds_until_enough_verified_probes() {
     let mut i = seed_gpu(3, "mlx5_1", RiskLevel::None);
     i.pairs = vec![pair("mlx5_1", 2, 0)];
-    i.workload_recent = vec!["ok".into(), "ok".into(), "silent_corruption".into(), "silent_corruption".into()];
+    i.workload_recent =
+        vec![ProbeVerdict::Ok, ProbeVerdict::Ok, ProbeVerdict::SilentCorruption, ProbeVerdict::SilentCorruption];
     let prev = Some(Previous { status: GpuStatus::Corrupting });
     let a = assess(&i, prev, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Corrupting);
     assert!(a.reasons[0].contains("2 so far"), "{:?}", a.reasons);
-    i.workload_recent.insert(0, "ok".into());
+    i.workload_recent.insert(0, ProbeVerdict::Ok);
     i.pairs = vec![pair("mlx5_1", 3, 0)];
     assert_eq!(assess(&i, prev, &RulesConfig::default()).status, GpuStatus::Ok);
 }
@@ -119,7 +127,7 @@ fn corrupting_holds_until_enough_verified_probes() {
 fn healthy_gpu_says_why_it_is_ok() {
     let mut i = seed_gpu(1, "mlx5_1", RiskLevel::None);
     i.pairs = vec![pair("mlx5_1", 8, 0)];
-    i.workload_recent = vec!["ok".into(); 8];
+    i.workload_recent = vec![ProbeVerdict::Ok; 8];
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Ok);
     assert!(a.reasons[0].contains("every probe in the last 15 min verified"));

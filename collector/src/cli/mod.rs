@@ -1,0 +1,107 @@
+//! The collector's command line: one file per subcommand; the shared flags (database, time
+//! range) and the table printer are here.
+
+#[cfg(feature = "analysis")]
+mod export;
+mod query;
+#[cfg(feature = "analysis")]
+mod report;
+mod serve;
+mod table;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand};
+use railguard_collector::DatabaseConfig;
+use railguard_collector::http::params;
+use railguard_collector::pg::{self, PrivateCluster};
+
+/// railguard's central service: ingests agent records into Postgres, assesses every GPU, and
+/// serves the read-only API and metrics.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the collector: gRPC ingest for agents, assessment, HTTP API and /metrics.
+    Serve(serve::ServeArgs),
+    /// Ask the history from a terminal (table or JSON).
+    Query(query::QueryArgs),
+    /// Write probe, signal and status history to Parquet or CSV files.
+    #[cfg(feature = "analysis")]
+    Export(export::ExportArgs),
+    /// Fleet report: failure rates per GPU and per pair, and patterns across nodes.
+    #[cfg(feature = "analysis")]
+    Report(report::ReportArgs),
+}
+
+impl Cli {
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Serve(a) => a.run().await,
+            Command::Query(a) => a.run().await,
+            #[cfg(feature = "analysis")]
+            Command::Export(a) => a.run().await,
+            #[cfg(feature = "analysis")]
+            Command::Report(a) => a.run().await,
+        }
+    }
+}
+
+/// Which Postgres.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DbArgs {
+    /// Postgres to use. Unset: a private cluster under --data-dir, started and stopped with
+    /// the collector (needs the PostgreSQL server binaries installed).
+    #[arg(long, env = "DATABASE_URL", global = true)]
+    database_url: Option<String>,
+    /// Directory for the private Postgres cluster (when --database-url is unset).
+    #[arg(long, env = "RAILGUARD_DATA_DIR", default_value = ".railguard/collector", global = true)]
+    data_dir: PathBuf,
+}
+
+impl DbArgs {
+    pub fn config(&self) -> DatabaseConfig {
+        match &self.database_url {
+            Some(url) => DatabaseConfig::Url(url.clone()),
+            None => DatabaseConfig::Private { data_dir: self.data_dir.clone() },
+        }
+    }
+
+    /// A pool on the database, migrated. A private cluster is reused if the collector runs it,
+    /// else started (its data stays where it is).
+    pub async fn connect(&self) -> anyhow::Result<sqlx::PgPool> {
+        let opts = match self.config() {
+            DatabaseConfig::Url(url) => url.parse().context("DATABASE_URL is not a valid Postgres URL")?,
+            DatabaseConfig::Private { data_dir } => {
+                let dir = data_dir.join("postgres");
+                let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&dir, true)).await??;
+                cluster.connect_options(pg::DATABASE_NAME)
+            }
+        };
+        Ok(pg::connect_and_migrate(opts, 2).await?)
+    }
+}
+
+/// A period of history.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TimeRangeArgs {
+    /// Start: an RFC 3339 time or a duration before now (30d, 2h, 15m, 90s).
+    #[arg(long, default_value = "30d")]
+    since: String,
+    /// End: an RFC 3339 time or a duration before now. Default: now.
+    #[arg(long)]
+    until: Option<String>,
+}
+
+impl TimeRangeArgs {
+    pub fn range(&self) -> anyhow::Result<(DateTime<Utc>, DateTime<Utc>)> {
+        Ok(params::time_range(Some(&self.since), self.until.as_deref(), "30d")?)
+    }
+}

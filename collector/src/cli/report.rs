@@ -1,0 +1,39 @@
+//! `railguard-collector report`: failure rates per GPU and per pair, and patterns across nodes.
+
+use railguard_collector::export;
+
+use super::{DbArgs, TimeRangeArgs, table};
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    #[command(flatten)]
+    range: TimeRangeArgs,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ReportArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let (since, until) = self.range.range()?;
+        let pool = self.db.connect().await?;
+        let probes = export::probes(&pool, since, until).await?;
+        let report = export::report(&probes)?;
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            return Ok(());
+        }
+        println!("fleet report {since} .. {until}: {} probes on {} nodes", report["probes"], report["nodes"]);
+        println!("\npatterns:");
+        for p in report["patterns"].as_array().into_iter().flatten() {
+            println!("  - {}", p["meaning"].as_str().unwrap_or(""));
+        }
+        println!("\nfailing GPUs:");
+        table::print_value(&report["per_gpu"]);
+        println!("\nfailing GPU/NIC pairs:");
+        table::print_value(&report["per_pair"]);
+        Ok(())
+    }
+}

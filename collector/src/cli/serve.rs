@@ -1,0 +1,76 @@
+//! `railguard-collector serve`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use railguard_collector::assess::AssessConfig;
+use railguard_collector::ingest::k8s::K8sTokenConfig;
+use railguard_collector::{ServeConfig, serve::serve};
+
+use super::DbArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address for agents' gRPC connections.
+    #[arg(long, env = "RAILGUARD_GRPC_LISTEN", default_value = "127.0.0.1:7700")]
+    grpc_listen: SocketAddr,
+    /// Address for the dashboard, the JSON API, its OpenAPI document and /metrics.
+    #[arg(long, env = "RAILGUARD_HTTP_LISTEN", default_value = "127.0.0.1:7701")]
+    http_listen: SocketAddr,
+    /// Require this bearer token on /api/v1 (read from the file); unset: open read-only API.
+    #[arg(long, env = "RAILGUARD_API_TOKEN_FILE")]
+    api_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    db: DbArgs,
+    /// Agent credentials: one `NODE_ID TOKEN` (or `NODE_ID sha256:HEX`) per line.
+    #[arg(long, env = "RAILGUARD_CREDENTIALS")]
+    credentials: PathBuf,
+    /// Also accept agents' projected Kubernetes service-account tokens, verified with the
+    /// cluster's key set (`kubectl get --raw /openid/v1/jwks > jwks.json`); the node is the one
+    /// the token names. No per-node secret to distribute.
+    #[arg(long, env = "RAILGUARD_K8S_JWKS", requires = "k8s_issuer")]
+    k8s_jwks: Option<PathBuf>,
+    /// The cluster's service-account issuer (`iss` of its tokens).
+    #[arg(long, env = "RAILGUARD_K8S_ISSUER")]
+    k8s_issuer: Option<String>,
+    /// The audience the agent DaemonSet requests for its projected token.
+    #[arg(long, env = "RAILGUARD_K8S_AUDIENCE", default_value = "railguard")]
+    k8s_audience: String,
+    /// The agents' service account, `namespace:name`.
+    #[arg(long, env = "RAILGUARD_K8S_SERVICE_ACCOUNT", default_value = "railguard:agent")]
+    k8s_service_account: String,
+    /// Sliding window of evidence for the assessment, in minutes.
+    #[arg(long, default_value_t = AssessConfig::DEFAULT_WINDOW.as_secs() / 60)]
+    window_minutes: u64,
+    /// Seconds between assessments of the fleet.
+    #[arg(long, default_value_t = AssessConfig::DEFAULT_EVERY.as_secs())]
+    assess_every_secs: u64,
+    /// Days of probe and signal history kept (whole day partitions are dropped).
+    #[arg(long, env = "RAILGUARD_RETENTION_DAYS", default_value_t = ServeConfig::DEFAULT_RETENTION_DAYS)]
+    retention_days: u32,
+}
+
+impl ServeArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let mut cfg = ServeConfig::new(self.grpc_listen, self.db.config(), self.credentials);
+        cfg.http_listen = Some(self.http_listen);
+        cfg.k8s = self.k8s_jwks.map(|jwks| K8sTokenConfig {
+            jwks,
+            issuer: self.k8s_issuer.unwrap_or_default(),
+            audience: self.k8s_audience,
+            service_account: self.k8s_service_account,
+        });
+        cfg.api_token = match self.api_token_file {
+            Some(p) => {
+                Some(std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?.trim().to_owned())
+            }
+            None => None,
+        };
+        cfg.assess = AssessConfig::with_window(Duration::from_secs(self.window_minutes.max(1) * 60));
+        cfg.assess_every = Duration::from_secs(self.assess_every_secs.max(1));
+        cfg.retention_days = self.retention_days.max(1);
+        serve(cfg, railguard_telemetry::shutdown_signal()).await
+    }
+}

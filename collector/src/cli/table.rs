@@ -1,0 +1,48 @@
+//! Rows as an aligned text table (the `query` and `report` output without --json).
+
+/// Prints serialisable rows (flat objects) as a table: identity columns first, in reading
+/// order, the rest as they come; arrays show their first element.
+pub fn print<T: serde::Serialize>(rows: &[T]) -> anyhow::Result<()> {
+    let value = serde_json::to_value(rows)?;
+    print_value(&value);
+    Ok(())
+}
+
+/// The same for JSON already built (the report's tables).
+pub fn print_value(rows: &serde_json::Value) {
+    let Some(rows) = rows.as_array().filter(|r| !r.is_empty()) else {
+        println!("(none)");
+        return;
+    };
+    let lead = ["node", "gpu", "nic", "status", "failures", "probes"];
+    let mut cols: Vec<String> = lead.iter().filter(|c| rows[0].get(**c).is_some()).map(|c| (*c).to_owned()).collect();
+    cols.extend(
+        rows[0]
+            .as_object()
+            .map(|o| o.keys().filter(|k| !lead.contains(&k.as_str())).cloned().collect::<Vec<_>>())
+            .unwrap_or_default(),
+    );
+    let cell = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        serde_json::Value::Array(a) => {
+            a.first().map(|f| f.as_str().map_or_else(|| f.to_string(), str::to_owned)).unwrap_or_else(|| "-".into())
+        }
+        other => other.to_string(),
+    };
+    let widths: Vec<usize> = cols
+        .iter()
+        .map(|c| rows.iter().map(|r| cell(&r[c]).chars().count()).max().unwrap_or(0).max(c.len()).min(80))
+        .collect();
+    let line = |vals: Vec<String>| {
+        vals.iter()
+            .zip(&widths)
+            .map(|(v, w)| format!("{:<w$}", v.chars().take(80).collect::<String>(), w = *w))
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    println!("{}", line(cols.clone()));
+    for r in rows {
+        println!("{}", line(cols.iter().map(|c| cell(&r[c])).collect()));
+    }
+}

@@ -1,0 +1,498 @@
+//! Every read of the history: typed rows, one function per question, used by the JSON API, the
+//! `query` CLI, the dashboard (through the API) and /metrics. The rows are the API's response
+//! types, so the OpenAPI document is generated from them (`crate::http::openapi`).
+//!
+//! Status order lives in Postgres (`gpu_status_kind`'s declaration order: worst last); enums are
+//! decoded into the domain types, and a row that does not decode is an error, never a default.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use railguard_schema::{
+    Diagnosis, GpuRisk, Memory, NicPort, PairSelection, ProbeVerdict, Reported, RiskLevel, SignalKind, SignalSource,
+    Transport, Tristate,
+};
+use serde::Serialize;
+use sqlx::PgPool;
+use utoipa::ToSchema;
+
+use crate::status::GpuStatus;
+
+/// GPUs counted by status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct StatusCounts {
+    pub ok: i64,
+    pub watch: i64,
+    pub at_risk: i64,
+    pub corrupting: i64,
+}
+
+/// The fleet's GPUs, in all and by status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct FleetTotals {
+    pub gpus: i64,
+    pub ok: i64,
+    pub watch: i64,
+    pub at_risk: i64,
+    pub corrupting: i64,
+}
+
+/// A node with its GPUs counted by status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct NodeSummary {
+    pub node: String,
+    pub hostname: String,
+    pub agent_version: String,
+    pub last_seen: DateTime<Utc>,
+    pub spool_dropped_total: i64,
+    /// Assessed GPUs.
+    pub gpus: i64,
+    #[sqlx(flatten)]
+    pub status_counts: StatusCounts,
+    /// The worst status of its GPUs; null before any GPU was assessed.
+    pub worst: Option<GpuStatus>,
+}
+
+/// A GPU's status changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct StatusChange {
+    pub node: String,
+    pub gpu: i32,
+    pub at: DateTime<Utc>,
+    /// Null for the first assessment of the GPU.
+    pub from: Option<GpuStatus>,
+    pub to: GpuStatus,
+    /// The evidence chain at the change, most important first.
+    #[sqlx(json)]
+    pub reasons: Vec<String>,
+}
+
+/// `GET /api/v1/fleet`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct FleetSummary {
+    pub totals: FleetTotals,
+    /// Worst first, then by node id.
+    pub nodes: Vec<NodeSummary>,
+    /// Newest first, at most 200.
+    pub changes_last_hour: Vec<StatusChange>,
+}
+
+/// A GPU's current status, its evidence and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct GpuStatusRow {
+    pub node: String,
+    pub gpu: i32,
+    pub status: GpuStatus,
+    /// When the GPU entered this status.
+    pub since: DateTime<Utc>,
+    pub assessed_at: DateTime<Utc>,
+    /// The NIC its workload uses (predicted or pinned).
+    pub workload_nic: Option<String>,
+    /// Structural risk of that path; null when no topology was received.
+    pub structural_risk: Option<RiskLevel>,
+    /// The evidence chain, most important first.
+    #[sqlx(json)]
+    pub reasons: Vec<String>,
+    /// `UCX_NET_DEVICES=...` for the GPU's process, when it should move.
+    pub recommendation: Option<String>,
+}
+
+/// Probe verdicts of one GPU/NIC pair in the assessment window.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct WindowCounts {
+    pub ok: i64,
+    pub bad: i64,
+}
+
+/// One GPU/NIC pair: its latest verdict and the window's counts (pairs probed in the last day).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct PairRow {
+    pub gpu: i32,
+    pub nic: String,
+    pub latest: ProbeVerdict,
+    pub latest_diagnosis: Diagnosis,
+    pub latest_at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    pub window: WindowCounts,
+}
+
+/// A node as registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct NodeInfo {
+    pub node: String,
+    pub hostname: String,
+    pub agent_version: String,
+    pub first_seen: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
+    pub spool_dropped_total: i64,
+}
+
+/// Host facts of a topology snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct HostView {
+    pub virtualized: Tristate,
+    pub hypervisor: String,
+    pub viommu: Tristate,
+    pub gpudirect: String,
+    pub kernel_iommu_flags: String,
+}
+
+/// A GPU of a topology snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct TopologyGpu {
+    pub index: i32,
+    pub bdf: String,
+    pub numa_node: i32,
+    pub name: String,
+    pub uuid: String,
+}
+
+/// An RDMA NIC of a topology snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct TopologyNic {
+    pub name: String,
+    pub bdf: String,
+    pub numa_node: i32,
+    #[sqlx(json)]
+    pub ports: Vec<NicPort>,
+}
+
+/// The PCIe path class of a pair of devices (`nvidia-smi topo -m`'s names), and NVLinks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct TopologyPath {
+    pub a: String,
+    pub b: String,
+    pub class: String,
+    pub nvlinks: i32,
+}
+
+/// A node's latest topology snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct TopologyView {
+    pub observed_at: DateTime<Utc>,
+    pub host: HostView,
+    pub gpus: Vec<TopologyGpu>,
+    pub nics: Vec<TopologyNic>,
+    pub paths: Vec<TopologyPath>,
+    pub risks: Vec<GpuRisk>,
+    pub warnings: Vec<String>,
+}
+
+/// A signal (passive evidence) attributed to a GPU or NIC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct SignalRow {
+    pub at: DateTime<Utc>,
+    pub source: SignalSource,
+    pub kind: SignalKind,
+    pub bdf: Option<String>,
+    pub nic: String,
+    pub summary: String,
+    #[sqlx(json)]
+    pub attrs: BTreeMap<String, String>,
+}
+
+/// A probe result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct ProbeRow {
+    pub at: DateTime<Utc>,
+    pub nic: String,
+    pub transport: Transport,
+    pub bytes: i64,
+    /// What the transport said.
+    pub reported: Reported,
+    /// What the receiver found.
+    pub verdict: ProbeVerdict,
+    pub diagnosis: Diagnosis,
+    pub bad_chunks: i32,
+    pub chunks: i32,
+    pub first_bad_offset: Option<i64>,
+    pub selection: PairSelection,
+    pub simulated: bool,
+    pub receiver_detail: String,
+    pub memory: Memory,
+}
+
+/// How often one GPU/NIC pair failed verification in a period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct FailureRow {
+    pub node: String,
+    pub gpu: i32,
+    pub nic: String,
+    pub failures: i64,
+    pub silent_corruption: i64,
+    pub reported_failure: i64,
+    pub timeout: i64,
+    pub probes: i64,
+    /// The most common receiver diagnosis among the silent corruptions.
+    pub diagnosis: Option<Diagnosis>,
+    pub first_failure: Option<DateTime<Utc>>,
+    pub last_failure: Option<DateTime<Utc>>,
+}
+
+/// A GPU's history in a period: what `GET .../history` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Period {
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    /// Rows per kind (probes, signals, changes), newest first.
+    pub limit: i64,
+}
+
+// SQL fragments shared by several queries, as macros so every query stays one compile-time
+// string (`concat!`): nothing is assembled at run time.
+macro_rules! status_counts {
+    () => {
+        "count(*) FILTER (WHERE g.status = 'ok') AS ok,
+         count(*) FILTER (WHERE g.status = 'watch') AS watch,
+         count(*) FILTER (WHERE g.status = 'at_risk') AS at_risk,
+         count(*) FILTER (WHERE g.status = 'corrupting') AS corrupting"
+    };
+}
+macro_rules! gpu_status_columns {
+    () => {
+        "node_id AS node, gpu_index AS gpu, status, since, assessed_at, workload_nic, structural_risk, reasons,
+         recommendation"
+    };
+}
+
+/// Every node with its GPUs counted by status (worst first), the fleet's totals, and the status
+/// changes of the last hour.
+pub async fn fleet(pool: &PgPool) -> Result<FleetSummary, sqlx::Error> {
+    let nodes: Vec<NodeSummary> = sqlx::query_as(concat!(
+        "SELECT n.node_id AS node, n.hostname, n.agent_version, n.last_seen, n.spool_dropped_total,
+                count(g.gpu_index) AS gpus, ",
+        status_counts!(),
+        ", max(g.status) AS worst
+         FROM nodes n LEFT JOIN gpu_status g ON g.node_id = n.node_id
+         GROUP BY n.node_id
+         ORDER BY max(g.status) DESC NULLS LAST, n.node_id"
+    ))
+    .fetch_all(pool)
+    .await?;
+    let totals: FleetTotals =
+        sqlx::query_as(concat!("SELECT count(*) AS gpus, ", status_counts!(), " FROM gpu_status g"))
+            .fetch_one(pool)
+            .await?;
+    let changes_last_hour = sqlx::query_as(
+        "SELECT node_id AS node, gpu_index AS gpu, at, from_status AS \"from\", to_status AS \"to\", reasons
+         FROM gpu_status_changes WHERE at > now() - interval '1 hour' ORDER BY at DESC LIMIT 200",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(FleetSummary { totals, nodes, changes_last_hour })
+}
+
+/// The GPUs of `node` (or one of them), by index.
+pub async fn node_gpus(pool: &PgPool, node: &str, gpu: Option<i32>) -> Result<Vec<GpuStatusRow>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        gpu_status_columns!(),
+        " FROM gpu_status WHERE node_id = $1 AND ($2::int IS NULL OR gpu_index = $2) ORDER BY gpu_index"
+    ))
+    .bind(node)
+    .bind(gpu)
+    .fetch_all(pool)
+    .await
+}
+
+/// GPUs across the fleet, worst first (then node, index), optionally only some statuses.
+pub async fn gpus(pool: &PgPool, statuses: Option<&[GpuStatus]>, limit: i64) -> Result<Vec<GpuStatusRow>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        gpu_status_columns!(),
+        " FROM gpu_status WHERE ($1::gpu_status_kind[] IS NULL OR status = ANY($1))
+         ORDER BY status DESC, node_id, gpu_index LIMIT $2"
+    ))
+    .bind(statuses)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Per pair of a node (or one GPU) probed in the last day: the latest verdict and the counts of
+/// the last `window_minutes`.
+pub async fn pairs(
+    pool: &PgPool,
+    node: &str,
+    gpu: Option<i32>,
+    window_minutes: i32,
+) -> Result<Vec<PairRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT gpu_index AS gpu, nic,
+                (array_agg(verdict ORDER BY observed_at DESC))[1] AS latest,
+                (array_agg(diagnosis ORDER BY observed_at DESC))[1] AS latest_diagnosis,
+                max(observed_at) AS latest_at,
+                count(*) FILTER (WHERE verdict = 'ok' AND observed_at > now() - make_interval(mins => $3)) AS ok,
+                count(*) FILTER (WHERE verdict <> 'ok' AND observed_at > now() - make_interval(mins => $3)) AS bad
+         FROM probe_results
+         WHERE node_id = $1 AND ($2::int IS NULL OR gpu_index = $2) AND observed_at > now() - interval '1 day'
+         GROUP BY gpu_index, nic ORDER BY gpu_index, nic",
+    )
+    .bind(node)
+    .bind(gpu)
+    .bind(window_minutes)
+    .fetch_all(pool)
+    .await
+}
+
+/// A registered node.
+pub async fn node(pool: &PgPool, node: &str) -> Result<Option<NodeInfo>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT node_id AS node, hostname, agent_version, first_seen, last_seen, spool_dropped_total
+         FROM nodes WHERE node_id = $1",
+    )
+    .bind(node)
+    .fetch_optional(pool)
+    .await
+}
+
+#[derive(sqlx::FromRow)]
+struct SnapshotRow {
+    record_id: uuid::Uuid,
+    observed_at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    host: HostView,
+    #[sqlx(json)]
+    risks: Vec<GpuRisk>,
+    #[sqlx(json)]
+    warnings: Vec<String>,
+}
+
+/// A node's latest topology snapshot, if it sent one.
+pub async fn topology(pool: &PgPool, node: &str) -> Result<Option<TopologyView>, sqlx::Error> {
+    let row: Option<SnapshotRow> = sqlx::query_as(
+        "SELECT record_id, observed_at, virtualized, hypervisor, viommu, gpudirect, kernel_iommu_flags, risks, warnings
+         FROM topology_snapshots WHERE node_id = $1 ORDER BY observed_at DESC LIMIT 1",
+    )
+    .bind(node)
+    .fetch_optional(pool)
+    .await?;
+    let Some(s) = row else { return Ok(None) };
+    let gpus = sqlx::query_as(
+        "SELECT gpu_index AS index, bdf, numa_node, name, uuid FROM topology_gpus
+         WHERE snapshot_id = $1 ORDER BY gpu_index",
+    )
+    .bind(s.record_id)
+    .fetch_all(pool)
+    .await?;
+    let nics = sqlx::query_as(
+        "SELECT name, bdf, numa_node, ports FROM topology_nics WHERE snapshot_id = $1 ORDER BY bdf, name",
+    )
+    .bind(s.record_id)
+    .fetch_all(pool)
+    .await?;
+    let paths = sqlx::query_as("SELECT a, b, class, nvlinks FROM topology_paths WHERE snapshot_id = $1 ORDER BY a, b")
+        .bind(s.record_id)
+        .fetch_all(pool)
+        .await?;
+    Ok(Some(TopologyView {
+        observed_at: s.observed_at,
+        host: s.host,
+        gpus,
+        nics,
+        paths,
+        risks: s.risks,
+        warnings: s.warnings,
+    }))
+}
+
+/// Signals attributed to a GPU in `period`, newest first.
+pub async fn gpu_signals(pool: &PgPool, node: &str, gpu: i32, period: Period) -> Result<Vec<SignalRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT observed_at AS at, source, kind, bdf, nic, summary, attrs FROM signal_events
+         WHERE node_id = $1 AND gpu_index = $2 AND observed_at >= $3 AND observed_at <= $4
+         ORDER BY observed_at DESC LIMIT $5",
+    )
+    .bind(node)
+    .bind(gpu)
+    .bind(period.since)
+    .bind(period.until)
+    .bind(period.limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Probe results of a GPU in `period`, newest first.
+pub async fn gpu_probes(pool: &PgPool, node: &str, gpu: i32, period: Period) -> Result<Vec<ProbeRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT observed_at AS at, nic, transport, bytes, reported, verdict, diagnosis, bad_chunks, chunks,
+                first_bad_offset, selection, simulated, receiver_detail, memory
+         FROM probe_results
+         WHERE node_id = $1 AND gpu_index = $2 AND observed_at >= $3 AND observed_at <= $4
+         ORDER BY observed_at DESC LIMIT $5",
+    )
+    .bind(node)
+    .bind(gpu)
+    .bind(period.since)
+    .bind(period.until)
+    .bind(period.limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Status changes of a GPU in `period`, newest first.
+pub async fn gpu_status_changes(
+    pool: &PgPool,
+    node: &str,
+    gpu: i32,
+    period: Period,
+) -> Result<Vec<StatusChange>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT node_id AS node, gpu_index AS gpu, at, from_status AS \"from\", to_status AS \"to\", reasons
+         FROM gpu_status_changes
+         WHERE node_id = $1 AND gpu_index = $2 AND at >= $3 AND at <= $4
+         ORDER BY at DESC LIMIT $5",
+    )
+    .bind(node)
+    .bind(gpu)
+    .bind(period.since)
+    .bind(period.until)
+    .bind(period.limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Which GPUs failed verification between `since` and `until`, on which NIC, how often: one row
+/// per GPU/NIC pair with at least one failed probe, most failures first.
+pub async fn failures(
+    pool: &PgPool,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<Vec<FailureRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT node_id AS node, gpu_index AS gpu, nic,
+                count(*) FILTER (WHERE verdict <> 'ok') AS failures,
+                count(*) FILTER (WHERE verdict = 'silent_corruption') AS silent_corruption,
+                count(*) FILTER (WHERE verdict = 'reported_failure') AS reported_failure,
+                count(*) FILTER (WHERE verdict = 'timeout') AS timeout,
+                count(*) AS probes,
+                mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE verdict = 'silent_corruption') AS diagnosis,
+                min(observed_at) FILTER (WHERE verdict <> 'ok') AS first_failure,
+                max(observed_at) FILTER (WHERE verdict <> 'ok') AS last_failure
+         FROM probe_results
+         WHERE observed_at >= $1 AND observed_at <= $2
+         GROUP BY node_id, gpu_index, nic
+         HAVING count(*) FILTER (WHERE verdict <> 'ok') > 0
+         ORDER BY failures DESC, node, gpu, nic",
+    )
+    .bind(since)
+    .bind(until)
+    .fetch_all(pool)
+    .await
+}
+
+/// Every GPU's status, by node and index (for /metrics).
+pub async fn all_statuses(pool: &PgPool) -> Result<Vec<(String, i32, GpuStatus)>, sqlx::Error> {
+    sqlx::query_as("SELECT node_id, gpu_index, status FROM gpu_status ORDER BY node_id, gpu_index")
+        .fetch_all(pool)
+        .await
+}
+
+/// Per node: seconds since its last batch (ingest lag) and its spool's dropped total (for /metrics).
+pub async fn node_lags(pool: &PgPool) -> Result<Vec<(String, f64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, spool_dropped_total FROM nodes ORDER BY node_id",
+    )
+    .fetch_all(pool)
+    .await
+}
