@@ -133,7 +133,7 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
     assert_eq!(r.len(), 1, "{pg}");
     assert_eq!((r[0]["verdict"].as_str(), r[0]["memory"].as_str()), (Some("ok"), Some("cuda")), "{pg}");
     let detail = r[0]["reported_detail"].as_str().unwrap();
-    assert!(detail.contains("registered by address (nvidia-peermem)") && detail.contains("dma-buf MR"), "{detail}");
+    assert!(detail.contains("registered by address (nvidia-peermem)") && detail.contains("as a dma-buf"), "{detail}");
 
     // The init-container gate over the real device: all 8 predicted paths probed, exactly the
     // GPU whose probes the NIC refused is named, with the NIC's own error and a pin.

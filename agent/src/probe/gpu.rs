@@ -28,14 +28,30 @@ const ALIGN: usize = 2 << 20;
 pub enum GpuError {
     #[error("no CUDA driver on this machine (libcuda.so not found): probes use host memory")]
     NoDriver,
-    #[error("CUDA: {0}")]
-    Cuda(String),
-    #[error("no CUDA device at PCI {0} (CUDA sees {1})")]
-    NoSuchDevice(String, String),
+    /// A CUDA driver call failed.
+    #[error("CUDA: {what}: {source}")]
+    Cuda {
+        what: String,
+        #[source]
+        source: cudarc::driver::DriverError,
+    },
+    /// The CUDA bindings panicked (a symbol an old driver lacks, say).
+    #[error("CUDA: {what}: the CUDA library failed ({panic})")]
+    Panicked { what: &'static str, panic: String },
+    #[error("no CUDA device at PCI {wanted} (CUDA sees {seen})")]
+    NoSuchDevice { wanted: String, seen: String },
+    #[error("CUDA: {bytes} bytes do not fit a {capacity}-byte buffer")]
+    TooLarge { bytes: usize, capacity: usize },
+    /// dma-buf export is not possible with this GPU or driver.
+    #[error("CUDA: no dma-buf export: {why}")]
+    NoDmaBuf { why: &'static str },
+    #[error("CUDA: cuMemGetHandleForAddressRange(DMA_BUF_FD) returned {result}")]
+    DmaBufExport { result: String },
 }
 
-fn cuda_err(what: &str, e: impl std::fmt::Display) -> GpuError {
-    GpuError::Cuda(format!("{what}: {e}"))
+fn cuda_err(what: impl Into<String>) -> impl FnOnce(cudarc::driver::DriverError) -> GpuError {
+    let what = what.into();
+    move |source| GpuError::Cuda { what, source }
 }
 
 /// Whether libcuda can be loaded (cheap; no CUDA call is made).
@@ -45,10 +61,9 @@ pub fn driver_present() -> bool {
 }
 
 /// Runs a cudarc call, turning a panic inside it (missing symbol in an old driver) into an error.
-fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {
-    std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        Err(GpuError::Cuda(format!("{what}: the CUDA library failed ({})", crate::panic_message(&*p))))
-    })
+fn guarded<T>(what: &'static str, f: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {
+    std::panic::catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(GpuError::Panicked { what, panic: crate::panic_message(&*p) }))
 }
 
 /// One GPU's CUDA context and stream.
@@ -71,11 +86,11 @@ impl Cuda {
             return Err(GpuError::NoDriver);
         }
         guarded("opening the GPU", || {
-            let count = CudaContext::device_count().map_err(|e| cuda_err("counting devices", e))?;
+            let count = CudaContext::device_count().map_err(cuda_err("counting devices"))?;
             let mut seen = Vec::new();
             for ordinal in 0..count.max(0) as usize {
-                let ctx = CudaContext::new(ordinal).map_err(|e| cuda_err("creating a context", e))?;
-                let attr = |a| ctx.attribute(a).map_err(|e| cuda_err("reading a device attribute", e));
+                let ctx = CudaContext::new(ordinal).map_err(cuda_err("creating a context"))?;
+                let attr = |a| ctx.attribute(a).map_err(cuda_err("reading a device attribute"));
                 use sys::CUdevice_attribute as A;
                 let here = format!(
                     "{:04x}:{:02x}:{:02x}.0",
@@ -95,10 +110,10 @@ impl Cuda {
                 }
                 seen.push(here);
             }
-            Err(GpuError::NoSuchDevice(
-                bdf.map_or_else(|| format!("index {index}"), |b| b.to_string()),
-                if seen.is_empty() { "no devices".to_owned() } else { seen.join(", ") },
-            ))
+            Err(GpuError::NoSuchDevice {
+                wanted: bdf.map_or_else(|| format!("index {index}"), |b| b.to_string()),
+                seen: if seen.is_empty() { "no devices".to_owned() } else { seen.join(", ") },
+            })
         })
     }
 
@@ -106,8 +121,7 @@ impl Cuda {
     pub fn alloc(&self, bytes: usize) -> Result<DevBuf, GpuError> {
         let cap = bytes.max(1).div_ceil(ALIGN) * ALIGN;
         guarded("allocating GPU memory", || {
-            let slice =
-                self.stream.alloc_zeros::<u8>(cap).map_err(|e| cuda_err(&format!("allocating {cap} bytes"), e))?;
+            let slice = self.stream.alloc_zeros::<u8>(cap).map_err(cuda_err(format!("allocating {cap} bytes")))?;
             Ok(DevBuf { slice, stream: self.stream.clone(), len: bytes, dma_buf: self.dma_buf })
         })
     }
@@ -140,7 +154,7 @@ impl DevBuf {
     /// Sets how many bytes the next probe uses (within the allocation).
     pub fn set_len(&mut self, len: usize) -> Result<(), GpuError> {
         if len > self.capacity() {
-            return Err(GpuError::Cuda(format!("{len} bytes do not fit a {}-byte buffer", self.capacity())));
+            return Err(GpuError::TooLarge { bytes: len, capacity: self.capacity() });
         }
         self.len = len;
         Ok(())
@@ -151,8 +165,8 @@ impl DevBuf {
         let n = host.len().min(self.len);
         guarded("copying to the GPU", || {
             let mut view = self.slice.slice_mut(..n);
-            self.stream.memcpy_htod(&host[..n], &mut view).map_err(|e| cuda_err("host to device copy", e))?;
-            self.stream.synchronize().map_err(|e| cuda_err("host to device copy", e))
+            self.stream.memcpy_htod(&host[..n], &mut view).map_err(cuda_err("host to device copy"))?;
+            self.stream.synchronize().map_err(cuda_err("host to device copy"))
         })
     }
 
@@ -161,8 +175,8 @@ impl DevBuf {
         let n = host.len().min(self.len);
         guarded("copying from the GPU", || {
             let view = self.slice.slice(..n);
-            self.stream.memcpy_dtoh(&view, &mut host[..n]).map_err(|e| cuda_err("device to host copy", e))?;
-            self.stream.synchronize().map_err(|e| cuda_err("device to host copy", e))
+            self.stream.memcpy_dtoh(&view, &mut host[..n]).map_err(cuda_err("device to host copy"))?;
+            self.stream.synchronize().map_err(cuda_err("device to host copy"))
         })
     }
 
@@ -182,7 +196,7 @@ impl DevBuf {
     /// with dma-buf support), for `ibv_reg_dmabuf_mr`.
     pub fn export_dma_buf(&self) -> Result<OwnedFd, GpuError> {
         if !self.dma_buf {
-            return Err(GpuError::Cuda("this GPU or driver does not support dma-buf export".into()));
+            return Err(GpuError::NoDmaBuf { why: "this GPU or driver does not support it" });
         }
         let ptr = self.device_ptr_ro();
         let size = self.capacity();
@@ -191,7 +205,9 @@ impl DevBuf {
             // driver without it gets an error here instead of cudarc's panic on first call.
             let has = unsafe { sys::culib().get::<unsafe extern "C" fn()>(b"cuMemGetHandleForAddressRange\0").is_ok() };
             if !has {
-                return Err(GpuError::Cuda("the driver has no cuMemGetHandleForAddressRange (CUDA < 11.7)".into()));
+                return Err(GpuError::NoDmaBuf {
+                    why: "the driver has no cuMemGetHandleForAddressRange (CUDA < 11.7)",
+                });
             }
             let mut fd: std::ffi::c_int = -1;
             // SAFETY: `ptr..ptr+size` is exactly one live allocation of ours (2 MiB aligned, size
@@ -206,7 +222,7 @@ impl DevBuf {
                 )
             };
             if r != sys::CUresult::CUDA_SUCCESS || fd < 0 {
-                return Err(GpuError::Cuda(format!("cuMemGetHandleForAddressRange(DMA_BUF_FD): {r:?}")));
+                return Err(GpuError::DmaBufExport { result: format!("{r:?}") });
             }
             // SAFETY: the driver just created this descriptor for us; nothing else owns it.
             Ok(unsafe { OwnedFd::from_raw_fd(fd) })

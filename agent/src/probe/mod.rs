@@ -71,9 +71,9 @@ struct GpuSlot {
 
 impl GpuSlot {
     /// Source and destination buffers of `bytes` on `cuda`'s GPU.
-    fn new(cuda: gpu::Cuda, bytes: usize) -> Result<GpuSlot, String> {
-        let src = cuda.alloc(bytes).map_err(|e| e.to_string())?;
-        let dst = cuda.alloc(bytes).map_err(|e| e.to_string())?;
+    fn new(cuda: gpu::Cuda, bytes: usize) -> Result<GpuSlot, gpu::GpuError> {
+        let src = cuda.alloc(bytes)?;
+        let dst = cuda.alloc(bytes)?;
         Ok(GpuSlot { cuda, src, dst })
     }
 }
@@ -132,7 +132,7 @@ pub struct Engine {
     prepared: Option<Prepared>,
     spare: (Vec<u64>, Vec<u64>),
     /// Per GPU index: its buffers, or why GPU memory cannot be used (said once, then host).
-    gpus: HashMap<u32, Result<GpuSlot, String>>,
+    gpus: HashMap<u32, Result<GpuSlot, Arc<gpu::GpuError>>>,
 }
 
 impl Engine {
@@ -148,11 +148,11 @@ impl Engine {
     }
 
     /// The pair's GPU buffers sized for `bytes`, or why there are none.
-    fn gpu_slot(&mut self, pair: &Pair, bytes: usize) -> Result<&mut GpuSlot, String> {
+    fn gpu_slot(&mut self, pair: &Pair, bytes: usize) -> Result<&mut GpuSlot, Arc<gpu::GpuError>> {
         let entry = self.gpus.entry(pair.gpu).or_insert_with(|| {
-            let cuda = gpu::Cuda::open(pair.gpu_bdf, pair.gpu).map_err(|e| e.to_string())?;
+            let cuda = gpu::Cuda::open(pair.gpu_bdf, pair.gpu)?;
             tracing::info!(gpu = pair.gpu, cuda = cuda.ordinal, name = %cuda.name, dma_buf = cuda.dma_buf, "probe buffers in GPU memory");
-            GpuSlot::new(cuda, bytes)
+            Ok(GpuSlot::new(cuda, bytes)?)
         });
         let slot = match entry {
             Ok(s) => s,
@@ -161,8 +161,8 @@ impl Engine {
         if slot.src.capacity() < bytes {
             *slot = GpuSlot::new(slot.cuda.clone(), bytes)?;
         }
-        slot.src.set_len(bytes).map_err(|e| e.to_string())?;
-        slot.dst.set_len(bytes).map_err(|e| e.to_string())?;
+        slot.src.set_len(bytes)?;
+        slot.dst.set_len(bytes)?;
         Ok(slot)
     }
 

@@ -5,12 +5,12 @@ use railguard_schema::PathClass;
 
 use super::Topology;
 
-/// Fills in what NVML knows. Returns why it could not, if it could not.
-pub fn enrich(topo: &mut Topology) -> Result<usize, String> {
+/// Fills in what NVML knows. Returns NVML's error if it could not start (no driver).
+pub fn enrich(topo: &mut Topology) -> Result<usize, nvml_wrapper::error::NvmlError> {
     use nvml_wrapper::Nvml;
     use nvml_wrapper::enum_wrappers::device::TopologyLevel;
-    let nvml = Nvml::init().map_err(|e| format!("NVML unavailable ({e}); no driver enrichment"))?;
-    let count = nvml.device_count().map_err(|e| e.to_string())?;
+    let nvml = Nvml::init()?;
+    let count = nvml.device_count()?;
     let mut by_index = Vec::new();
     for i in 0..count {
         let Ok(dev) = nvml.device_by_index(i) else {
@@ -103,6 +103,15 @@ mod tests {
             return; // a machine with the driver: enrichment is exercised for real there
         }
         let e = enrich(&mut t).unwrap_err();
-        assert!(e.contains("NVML unavailable"), "{e}");
+        // No driver: the library (or its symbols) could not be loaded.
+        assert!(
+            matches!(
+                e,
+                nvml_wrapper::error::NvmlError::LibloadingError(_)
+                    | nvml_wrapper::error::NvmlError::LibraryNotFound
+                    | nvml_wrapper::error::NvmlError::DriverNotLoaded
+            ),
+            "{e:?}"
+        );
     }
 }

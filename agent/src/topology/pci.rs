@@ -1,8 +1,29 @@
 //! PCI devices from sysfs: where each sits in the PCIe tree, and what it is.
 
-use railguard_schema::Bdf;
+use std::path::PathBuf;
 
-use super::sysroot::SysRoot;
+use railguard_schema::{Bdf, BdfParseError};
+
+use super::sysroot::{SysError, SysRoot};
+
+/// Why a PCI or RDMA device in sysfs could not be read (it is skipped with a warning).
+#[derive(Debug, thiserror::Error)]
+pub enum PciReadError {
+    #[error("not a PCI address: {0}")]
+    Name(BdfParseError),
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    #[error("{} is not under a PCI host bridge", .path.display())]
+    NotUnderHostBridge { path: PathBuf },
+    #[error("link points at {} rather than the device itself", .path.display())]
+    WrongLink { path: PathBuf },
+    #[error("{file} = {value:?} is not hex")]
+    NotHex { file: &'static str, value: String },
+    #[error("{file} 0x{value:x} is out of range")]
+    OutOfRange { file: &'static str, value: u32 },
+    #[error("{} is not a PCI device (soft RDMA devices are not probed)", .path.display())]
+    NotPci { path: PathBuf },
+}
 
 /// PCI class codes (the `class` file: 0xCCSSPP).
 pub const CLASS_BRIDGE_PCI: u32 = 0x0604;
@@ -81,21 +102,26 @@ pub fn enumerate(sys: &SysRoot, warnings: &mut Vec<String>) -> Vec<PciDevice> {
     out
 }
 
-fn read_device(sys: &SysRoot, name: &str) -> Result<PciDevice, String> {
-    let bdf: Bdf = name.parse().map_err(|e| format!("{e}"))?;
+fn read_device(sys: &SysRoot, name: &str) -> Result<PciDevice, PciReadError> {
+    let bdf: Bdf = name.parse().map_err(PciReadError::Name)?;
     let base = format!("bus/pci/devices/{name}");
-    let path = sys.resolve(&base).map_err(|e| e.to_string())?;
-    let (root, chain) =
-        split_pci_path(&path).ok_or_else(|| format!("{} is not under a PCI host bridge", path.display()))?;
-    if chain.last() != Some(&bdf) {
-        return Err(format!("link points at {} rather than the device itself", path.display()));
-    }
-    let hex = |f: &str| -> Result<u32, String> {
-        let v = sys.read(format!("{base}/{f}")).map_err(|e| e.to_string())?;
-        parse_hex(&v).ok_or_else(|| format!("{f} = {v:?} is not hex"))
+    let path = sys.resolve(&base)?;
+    let Some((root, chain)) = split_pci_path(&path) else {
+        return Err(PciReadError::NotUnderHostBridge { path });
     };
-    let vendor = u16::try_from(hex("vendor")?).map_err(|_| "vendor id out of range".to_owned())?;
-    let device = u16::try_from(hex("device")?).map_err(|_| "device id out of range".to_owned())?;
+    if chain.last() != Some(&bdf) {
+        return Err(PciReadError::WrongLink { path });
+    }
+    let hex = |file: &'static str| -> Result<u32, PciReadError> {
+        let value = sys.read(format!("{base}/{file}"))?;
+        parse_hex(&value).ok_or(PciReadError::NotHex { file, value })
+    };
+    let id = |file: &'static str| -> Result<u16, PciReadError> {
+        let value = hex(file)?;
+        u16::try_from(value).map_err(|_| PciReadError::OutOfRange { file, value })
+    };
+    let vendor = id("vendor")?;
+    let device = id("device")?;
     let class = hex("class")? >> 8;
     let numa_node = sys.read(format!("{base}/numa_node")).map(|s| parse_numa(&s)).unwrap_or(-1);
     Ok(PciDevice { bdf, vendor, device, class, numa_node, root, chain })

@@ -2,7 +2,7 @@
 
 use railguard_schema::{Bdf, Nic, NicPort};
 
-use super::pci::{parse_numa, split_pci_path};
+use super::pci::{PciReadError, parse_numa, split_pci_path};
 use super::sysroot::SysRoot;
 
 /// An RDMA device located in the PCIe tree.
@@ -34,12 +34,15 @@ pub fn enumerate(sys: &SysRoot, warnings: &mut Vec<String>) -> Vec<RdmaDevice> {
     out
 }
 
-fn read_device(sys: &SysRoot, name: &str) -> Result<RdmaDevice, String> {
+fn read_device(sys: &SysRoot, name: &str) -> Result<RdmaDevice, PciReadError> {
     let base = format!("class/infiniband/{name}");
-    let dev = sys.resolve(format!("{base}/device")).map_err(|e| e.to_string())?;
-    let (root, chain) = split_pci_path(&dev)
-        .ok_or_else(|| format!("{} is not a PCI device (soft RDMA devices are not probed)", dev.display()))?;
-    let bdf = *chain.last().ok_or("empty PCI path")?;
+    let dev = sys.resolve(format!("{base}/device"))?;
+    let Some((root, chain)) = split_pci_path(&dev) else {
+        return Err(PciReadError::NotPci { path: dev });
+    };
+    let Some(bdf) = chain.last().copied() else {
+        return Err(PciReadError::NotPci { path: dev });
+    };
     let numa_node = sys.read(format!("{base}/device/numa_node")).map(|s| parse_numa(&s)).unwrap_or(-1);
     let mut ports = Vec::new();
     for p in sys.list(format!("{base}/ports")).unwrap_or_default() {

@@ -83,7 +83,7 @@ impl TopologySource {
             && let Err(why) = nvml::enrich(&mut topo)
             && !topo.gpus.is_empty()
         {
-            topo.warnings.push(why);
+            topo.warnings.push(format!("NVML unavailable ({why}); no driver enrichment"));
         }
         Ok((topo, policy))
     }

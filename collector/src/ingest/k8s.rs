@@ -123,14 +123,14 @@ impl K8sTokens {
     }
 
     /// The node the token's pod runs on, or why the token is refused.
-    pub fn verify(&self, token: &str) -> Result<NodeId, String> {
-        let header = jsonwebtoken::decode_header(token).map_err(|e| format!("malformed token: {e}"))?;
+    pub fn verify(&self, token: &str) -> Result<NodeId, TokenRefused> {
+        let header = jsonwebtoken::decode_header(token).map_err(TokenRefused::Malformed)?;
         let candidates: Vec<&Key> =
             self.keys.iter().filter(|k| k.alg == header.alg && (header.kid.is_none() || k.kid == header.kid)).collect();
         if candidates.is_empty() {
-            return Err(format!("no key for algorithm {:?} / key id {:?}", header.alg, header.kid));
+            return Err(TokenRefused::NoKey { alg: header.alg, kid: header.kid });
         }
-        let mut last = String::new();
+        let mut last = None;
         for k in candidates {
             let mut v = Validation::new(k.alg);
             v.set_issuer(&[&self.issuer]);
@@ -141,16 +141,30 @@ impl K8sTokens {
             v.leeway = 30;
             match jsonwebtoken::decode::<Claims>(token, &k.key, &v) {
                 Ok(data) => {
-                    let node = data.claims.kubernetes.and_then(|c| c.node).ok_or(
-                        "the token names no node (kubernetes.io.node): is it a pod-bound token from Kubernetes ≥ 1.30?",
-                    )?;
-                    return NodeId::new(&node.name).map_err(|e| format!("the token's node name: {e}"));
+                    let node = data.claims.kubernetes.and_then(|c| c.node).ok_or(TokenRefused::NoNode)?;
+                    return NodeId::new(&node.name).map_err(TokenRefused::BadNodeName);
                 }
-                Err(e) => last = e.to_string(),
+                Err(e) => last = Some(e),
             }
         }
-        Err(format!("token refused: {last}"))
+        Err(last.map_or(TokenRefused::NoKey { alg: header.alg, kid: None }, TokenRefused::Invalid))
     }
+}
+
+/// Why a service-account token is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenRefused {
+    #[error("malformed token: {0}")]
+    Malformed(jsonwebtoken::errors::Error),
+    #[error("no key for algorithm {alg:?} / key id {kid:?}")]
+    NoKey { alg: Algorithm, kid: Option<String> },
+    /// Signature, issuer, audience, subject or time checks failed (`.kind()` says which).
+    #[error("token refused: {0}")]
+    Invalid(jsonwebtoken::errors::Error),
+    #[error("the token names no node (kubernetes.io.node): is it a pod-bound token from Kubernetes ≥ 1.30?")]
+    NoNode,
+    #[error("the token's node name: {0}")]
+    BadNodeName(railguard_schema::record::NodeIdError),
 }
 
 #[cfg(test)]
@@ -202,16 +216,24 @@ mod tests {
     #[test]
     fn forged_foreign_expired_and_unbound_tokens_are_refused() {
         let v = K8sTokens::parse(JWKS, Path::new("j"), &cfg()).unwrap();
-        let cases: Vec<(String, &str)> = vec![
-            (token(Some("n"), |_| {}, OTHER_KEY), "InvalidSignature"),
-            (token(Some("n"), |c| c["aud"] = serde_json::json!(["vault"]), KEY), "InvalidAudience"),
-            (token(Some("n"), |c| c["iss"] = "https://evil".into(), KEY), "InvalidIssuer"),
-            (token(Some("n"), |c| c["sub"] = "system:serviceaccount:default:default".into(), KEY), "InvalidSubject"),
-            (token(Some("n"), |c| c["exp"] = (chrono::Utc::now().timestamp() - 3600).into(), KEY), "ExpiredSignature"),
-            (token(None, |_| {}, KEY), "names no node"),
-            (token(Some("bad/node"), |_| {}, KEY), "node name"),
+        use jsonwebtoken::errors::ErrorKind as K;
+        let invalid = |k: K| move |e: &TokenRefused| matches!(e, TokenRefused::Invalid(x) if *x.kind() == k);
+        let cases: Vec<(String, Box<dyn Fn(&TokenRefused) -> bool>)> = vec![
+            (token(Some("n"), |_| {}, OTHER_KEY), Box::new(invalid(K::InvalidSignature))),
+            (token(Some("n"), |c| c["aud"] = serde_json::json!(["vault"]), KEY), Box::new(invalid(K::InvalidAudience))),
+            (token(Some("n"), |c| c["iss"] = "https://evil".into(), KEY), Box::new(invalid(K::InvalidIssuer))),
+            (
+                token(Some("n"), |c| c["sub"] = "system:serviceaccount:default:default".into(), KEY),
+                Box::new(invalid(K::InvalidSubject)),
+            ),
+            (
+                token(Some("n"), |c| c["exp"] = (chrono::Utc::now().timestamp() - 3600).into(), KEY),
+                Box::new(invalid(K::ExpiredSignature)),
+            ),
+            (token(None, |_| {}, KEY), Box::new(|e| matches!(e, TokenRefused::NoNode))),
+            (token(Some("bad/node"), |_| {}, KEY), Box::new(|e| matches!(e, TokenRefused::BadNodeName(_)))),
             // Unsigned (`alg: none`), and HMAC with the public key as secret (algorithm confusion).
-            ("eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.".into(), "malformed token"),
+            ("eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.".into(), Box::new(|e| matches!(e, TokenRefused::Malformed(_)))),
             (
                 jsonwebtoken::encode(
                     &Header::new(Algorithm::HS256),
@@ -219,19 +241,19 @@ mod tests {
                     &EncodingKey::from_secret(JWKS.as_bytes()),
                 )
                 .unwrap(),
-                "no key for algorithm HS256",
+                Box::new(|e| matches!(e, TokenRefused::NoKey { alg: Algorithm::HS256, .. })),
             ),
-            ("eyJ.garbage.x".into(), "malformed"),
+            ("eyJ.garbage.x".into(), Box::new(|e| matches!(e, TokenRefused::Malformed(_)))),
         ];
         for (t, want) in cases {
             let e = v.verify(&t).unwrap_err();
-            assert!(e.contains(want), "want {want}: {e}");
+            assert!(want(&e), "unexpected refusal: {e:?}");
         }
         // gpu-node-8's claims under gpu-node-7's signature: a payload swapped after signing.
         let seven: Vec<String> = token(Some("gpu-node-7"), |_| {}, KEY).split('.').map(str::to_owned).collect();
         let eight: Vec<String> = token(Some("gpu-node-8"), |_| {}, KEY).split('.').map(str::to_owned).collect();
         let spliced = format!("{}.{}.{}", seven[0], eight[1], seven[2]);
-        assert!(v.verify(&spliced).unwrap_err().contains("InvalidSignature"));
+        assert!(invalid(K::InvalidSignature)(&v.verify(&spliced).unwrap_err()));
     }
 
     #[test]

@@ -151,6 +151,86 @@ impl std::fmt::Debug for Verbs {
     }
 }
 
+/// A verbs call that failed, boxed as the bindings returned it.
+type VerbsSource = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What failed setting up or registering for a verbs transfer.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbsError {
+    #[error("no RDMA device {name:?} (libibverbs lists {listed})")]
+    NoDevice { name: String, listed: String },
+    #[error("{device}: {step}")]
+    Setup {
+        device: String,
+        step: VerbsStep,
+        #[source]
+        source: VerbsSource,
+    },
+    #[error("{device}: the port has no GID (no IP address on its netdev?)")]
+    NoGid { device: String },
+    #[error("{device}: GID index {index} is over 255")]
+    GidIndex { device: String, index: u32 },
+    #[error("registering the {buffer} with {device}{}", if *.dma_buf { " as a dma-buf" } else { "" })]
+    Register {
+        buffer: &'static str,
+        device: String,
+        dma_buf: bool,
+        #[source]
+        source: VerbsSource,
+    },
+}
+
+/// The setup step a [`VerbsError::Setup`] failed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerbsStep {
+    ListDevices,
+    OpenDevice,
+    QueryPort,
+    AllocProtectionDomain,
+    CreateCompletionQueue,
+    CreateQueuePair,
+    QueuePairToInit,
+    ReadGidTable,
+    QueuePairToReadyToReceive,
+    QueuePairToReadyToSend,
+}
+
+impl std::fmt::Display for VerbsStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            VerbsStep::ListDevices => "listing RDMA devices",
+            VerbsStep::OpenDevice => "opening the device",
+            VerbsStep::QueryPort => "querying port 1",
+            VerbsStep::AllocProtectionDomain => "allocating a protection domain",
+            VerbsStep::CreateCompletionQueue => "creating a completion queue",
+            VerbsStep::CreateQueuePair => "creating an RC queue pair",
+            VerbsStep::QueuePairToInit => "moving the queue pair to INIT",
+            VerbsStep::ReadGidTable => "reading the GID table",
+            VerbsStep::QueuePairToReadyToReceive => "moving the queue pair to RTR",
+            VerbsStep::QueuePairToReadyToSend => "moving the queue pair to RTS",
+        })
+    }
+}
+
+/// `map_err` for a failed verbs call at `step` on `device`.
+fn at<E: std::error::Error + Send + Sync + 'static>(
+    device: &str,
+    step: VerbsStep,
+) -> impl FnOnce(E) -> VerbsError + '_ {
+    move |e| VerbsError::Setup { device: device.to_owned(), step, source: Box::new(e) }
+}
+
+/// A failure, with its causes, as the text of a transfer report.
+fn report_text(e: &VerbsError) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
+}
+
 fn unavailable(reason: impl Into<String>) -> TransportError {
     TransportError::Unavailable { transport: "verbs", reason: reason.into() }
 }
@@ -186,13 +266,15 @@ impl Verbs {
         Ok(Verbs { op, device, devs: HashMap::new() })
     }
 
-    fn dev(&mut self, nic: &str) -> Result<&mut Dev, String> {
+    fn dev(&mut self, nic: &str) -> Result<&mut Dev, VerbsError> {
         let name = self.device.clone().unwrap_or_else(|| nic.to_owned());
-        if !self.devs.contains_key(&name) {
-            let d = open_dev(&name)?;
-            self.devs.insert(name.clone(), d);
+        match self.devs.entry(name) {
+            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let d = open_dev(e.key())?;
+                Ok(e.insert(d))
+            }
         }
-        self.devs.get_mut(&name).ok_or_else(|| "device vanished".to_owned())
     }
 
     /// Moves `src` into `dst` (regions of equal length) over the NIC.
@@ -204,7 +286,8 @@ impl Verbs {
         timeout: Duration,
         sabotage: Sabotage,
     ) -> TransferReport {
-        self.try_transfer_regions(nic, src, dst, timeout, sabotage).unwrap_or_else(TransferReport::error)
+        self.try_transfer_regions(nic, src, dst, timeout, sabotage)
+            .unwrap_or_else(|e| TransferReport::error(report_text(&e)))
     }
 
     /// Runs `f`, turning a panic inside the verbs bindings (sideway asserts that destroying a
@@ -233,24 +316,22 @@ impl Verbs {
         dst: Region,
         timeout: Duration,
         sabotage: Sabotage,
-    ) -> Result<TransferReport, String> {
+    ) -> Result<TransferReport, VerbsError> {
         let op = self.op;
         let dev = match self.dev(nic) {
             Ok(d) => d,
-            Err(e) => return Ok(TransferReport::error(e)),
+            Err(e) => return Ok(TransferReport::error(report_text(&e))),
         };
         if src.len() != dst.len() {
             return Ok(TransferReport::error(format!("source {} bytes, destination {}", src.len(), dst.len())));
         }
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
-        let src_mr =
-            register(&dev.pd, src, access).map_err(|e| format!("registering the source with {}: {e}", dev.describe))?;
-        let dst_mr = register(&dev.pd, dst, access)
-            .map_err(|e| format!("registering the destination with {}: {e}", dev.describe))?;
+        let src_mr = register(&dev.pd, src, access, "source", &dev.describe)?;
+        let dst_mr = register(&dev.pd, dst, access, "destination", &dev.describe)?;
         if dev.lp.is_none() {
-            match connect_loop(&dev.ctx, &dev.pd, None) {
+            match connect_loop(&dev.ctx, &dev.pd, None, &dev.describe) {
                 Ok(l) => dev.lp = Some(l),
-                Err(e) => return Ok(TransferReport::error(format!("{}: {e}", dev.describe))),
+                Err(e) => return Ok(TransferReport::error(report_text(&e))),
             }
         }
         let report = match sabotage {
@@ -258,9 +339,9 @@ impl Verbs {
             // A real error completion: the second half goes to a remote key the NIC will refuse.
             Sabotage::Truncate => run(dev.lp.as_mut(), op, &src_mr, src, &dst_mr, dst, timeout, Some(src.len() / 2)),
             // A real stall: a queue pair connected to a QP number nobody owns retries unanswered.
-            Sabotage::Stall => match connect_loop(&dev.ctx, &dev.pd, Some(0x00ff_fff0)) {
+            Sabotage::Stall => match connect_loop(&dev.ctx, &dev.pd, Some(0x00ff_fff0), &dev.describe) {
                 Ok(mut stall) => run(Some(&mut stall), op, &src_mr, src, &dst_mr, dst, timeout, None),
-                Err(e) => TransferReport::error(format!("{}: {e}", dev.describe)),
+                Err(e) => TransferReport::error(report_text(&e)),
             },
         };
         if report.reported != railguard_schema::Reported::Success {
@@ -271,16 +352,16 @@ impl Verbs {
     }
 }
 
-fn open_dev(name: &str) -> Result<Dev, String> {
-    let list = DeviceList::new().map_err(|e| format!("listing RDMA devices: {e}"))?;
+fn open_dev(name: &str) -> Result<Dev, VerbsError> {
+    let list = DeviceList::new().map_err(at(name, VerbsStep::ListDevices))?;
     let device: Device<'_> = list
         .iter()
         .find(|d| d.name() == name)
-        .ok_or_else(|| format!("no RDMA device {name:?} (libibverbs lists {})", names(&list)))?;
-    let ctx = device.open().map_err(|e| format!("opening {name}: {e}"))?;
-    let port = ctx.query_port(PORT).map_err(|e| format!("querying {name} port {PORT}: {e}"))?;
+        .ok_or_else(|| VerbsError::NoDevice { name: name.to_owned(), listed: names(&list) })?;
+    let ctx = device.open().map_err(at(name, VerbsStep::OpenDevice))?;
+    let port = ctx.query_port(PORT).map_err(at(name, VerbsStep::QueryPort))?;
     let describe = format!("{name} port {PORT} ({:?}, {:?})", port.link_layer(), port.port_state());
-    let pd = ctx.alloc_pd().map_err(|e| format!("allocating a protection domain on {name}: {e}"))?;
+    let pd = ctx.alloc_pd().map_err(at(name, VerbsStep::AllocProtectionDomain))?;
     Ok(Dev { ctx, pd, lp: None, describe })
 }
 
@@ -289,26 +370,45 @@ fn names(list: &DeviceList) -> String {
     if v.is_empty() { "none".to_owned() } else { v.join(", ") }
 }
 
-fn register(pd: &Arc<ProtectionDomain>, r: Region, access: AccessFlags) -> Result<Arc<MemoryRegion>, String> {
+fn register(
+    pd: &Arc<ProtectionDomain>,
+    r: Region,
+    access: AccessFlags,
+    buffer: &'static str,
+    device: &str,
+) -> Result<Arc<MemoryRegion>, VerbsError> {
+    let failed = |dma_buf: bool| {
+        move |e: sideway::ibverbs::memory_region::RegisterMemoryRegionError| VerbsError::Register {
+            buffer,
+            device: device.to_owned(),
+            dma_buf,
+            source: Box::new(e),
+        }
+    };
     match r {
         // SAFETY: the caller's buffer outlives the registration: both live for one transfer, and
         // the MR is dropped (deregistered) before the transfer returns.
-        Region::Address { addr, len } => unsafe { pd.reg_mr(addr as usize, len, access) }.map_err(|e| e.to_string()),
+        Region::Address { addr, len } => unsafe { pd.reg_mr(addr as usize, len, access) }.map_err(failed(false)),
         // SAFETY: `fd` is a dma-buf CUDA exported for this range, kept open and allocated for
         // the whole transfer (see gpu.rs); the MR is dropped before either goes.
         Region::DmaBuf { fd, offset, len, iova } => {
-            unsafe { pd.reg_dmabuf_mr(offset, len, iova, fd, access) }.map_err(|e| format!("dma-buf MR: {e}"))
+            unsafe { pd.reg_dmabuf_mr(offset, len, iova, fd, access) }.map_err(failed(true))
         }
     }
 }
 
 /// Creates an RC QP and connects it to `dest_qpn` (itself when `None`) through port 1.
-fn connect_loop(ctx: &Arc<DeviceContext>, pd: &Arc<ProtectionDomain>, dest_qpn: Option<u32>) -> Result<Loop, String> {
+fn connect_loop(
+    ctx: &Arc<DeviceContext>,
+    pd: &Arc<ProtectionDomain>,
+    dest_qpn: Option<u32>,
+    device: &str,
+) -> Result<Loop, VerbsError> {
     let cq = ctx
         .create_cq_builder()
         .setup_cqe((DEPTH * 2) as u32)
         .build()
-        .map_err(|e| format!("creating a completion queue: {e}"))?;
+        .map_err(at(device, VerbsStep::CreateCompletionQueue))?;
     let mut qp = pd
         .create_qp_builder()
         .setup_qp_type(QueuePairType::ReliableConnection)
@@ -320,28 +420,31 @@ fn connect_loop(ctx: &Arc<DeviceContext>, pd: &Arc<ProtectionDomain>, dest_qpn: 
         .setup_send_cq(cq.clone())
         .setup_recv_cq(cq.clone())
         .build()
-        .map_err(|e| format!("creating an RC queue pair: {e}"))?;
-    let port = ctx.query_port(PORT).map_err(|e| format!("querying port {PORT}: {e}"))?;
+        .map_err(at(device, VerbsStep::CreateQueuePair))?;
+    let port = ctx.query_port(PORT).map_err(at(device, VerbsStep::QueryPort))?;
 
     let mut attr = QueuePairAttribute::new();
     attr.setup_state(QueuePairState::Init)
         .setup_pkey_index(0)
         .setup_port(PORT)
         .setup_access_flags(AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead);
-    qp.modify(&attr).map_err(|e| format!("queue pair to INIT: {e}"))?;
+    qp.modify(&attr).map_err(at(device, VerbsStep::QueuePairToInit))?;
 
     let mut ah = AddressHandleAttribute::new();
     ah.setup_dest_lid(port.lid()).setup_port(PORT).setup_service_level(0);
     if port.link_layer() == LinkLayer::Ethernet {
         // RoCE needs a GID: prefer RoCE v2 on a routable address, as workloads use.
-        let table = ctx.query_gid_table().map_err(|e| format!("reading the GID table: {e}"))?;
+        let table = ctx.query_gid_table().map_err(at(device, VerbsStep::ReadGidTable))?;
         let mut cands: Vec<_> =
             table.iter().filter(|g| g.port_num() == u32::from(PORT) && !g.gid().is_zero()).collect();
         cands.sort_by_key(|g| (g.gid_type() != GidType::RoceV2, g.gid().is_unicast_link_local(), g.gid_index()));
-        let g = cands.first().ok_or("the port has no GID (no IP address on its netdev?)")?;
-        ah.setup_grh_src_gid_index(u8::try_from(g.gid_index()).map_err(|_| "GID index over 255")?)
-            .setup_grh_dest_gid(&g.gid())
-            .setup_grh_hop_limit(64);
+        let g = cands.first().ok_or_else(|| VerbsError::NoGid { device: device.to_owned() })?;
+        let index = g.gid_index();
+        ah.setup_grh_src_gid_index(
+            u8::try_from(index).map_err(|_| VerbsError::GidIndex { device: device.to_owned(), index })?,
+        )
+        .setup_grh_dest_gid(&g.gid())
+        .setup_grh_hop_limit(64);
     }
     let mut attr = QueuePairAttribute::new();
     attr.setup_state(QueuePairState::ReadyToReceive)
@@ -351,7 +454,7 @@ fn connect_loop(ctx: &Arc<DeviceContext>, pd: &Arc<ProtectionDomain>, dest_qpn: 
         .setup_max_dest_read_atomic(16)
         .setup_min_rnr_timer(12)
         .setup_address_vector(&ah);
-    qp.modify(&attr).map_err(|e| format!("queue pair to RTR: {e}"))?;
+    qp.modify(&attr).map_err(at(device, VerbsStep::QueuePairToReadyToReceive))?;
 
     let stall = dest_qpn.is_some();
     let mut attr = QueuePairAttribute::new();
@@ -362,7 +465,7 @@ fn connect_loop(ctx: &Arc<DeviceContext>, pd: &Arc<ProtectionDomain>, dest_qpn: 
         .setup_retry_cnt(7)
         .setup_rnr_retry(7)
         .setup_max_read_atomic(16);
-    qp.modify(&attr).map_err(|e| format!("queue pair to RTS: {e}"))?;
+    qp.modify(&attr).map_err(at(device, VerbsStep::QueuePairToReadyToSend))?;
     Ok(Loop { qp, cq })
 }
 
@@ -458,13 +561,14 @@ impl Verbs {
                 let s = Region::DmaBuf { fd: sf.as_raw_fd(), offset: 0, len, iova: src.device_ptr_ro() };
                 let d = Region::DmaBuf { fd: df.as_raw_fd(), offset: 0, len, iova: dst.device_ptr() };
                 // The descriptors stay open until the transfer (and its MRs) are done.
-                self.try_transfer_regions(nic, s, d, timeout, sabotage)
+                Ok(self.try_transfer_regions(nic, s, d, timeout, sabotage))
             }
             (a, b) => Err(a.err().or(b.err()).map(|e| e.to_string()).unwrap_or_default()),
         };
         let why = match dma_buf {
-            Ok(r) => return r.noted("GPU memory registered as dma-buf"),
-            Err(why) => why,
+            Ok(Ok(r)) => return r.noted("GPU memory registered as dma-buf"),
+            Ok(Err(e)) => report_text(&e),
+            Err(export) => export,
         };
         // nvidia-peermem: ibv_reg_mr accepts a CUDA device address directly.
         let s = Region::Address { addr: src.device_ptr_ro(), len };
@@ -472,7 +576,8 @@ impl Verbs {
         match self.try_transfer_regions(nic, s, d, timeout, sabotage) {
             Ok(r) => r.noted(&format!("GPU memory registered by address (nvidia-peermem); no dma-buf: {why}")),
             Err(e) => TransferReport::error(format!(
-                "the NIC cannot register GPU memory: dma-buf: {why}; by address (nvidia-peermem): {e}"
+                "the NIC cannot register GPU memory: dma-buf: {why}; by address (nvidia-peermem): {}",
+                report_text(&e)
             )),
         }
     }
