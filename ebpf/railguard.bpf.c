@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* railguard's kernel-side programs. Thin: they copy what the kernel or UCX hands them into a
  * ring buffer; the agent decodes (tracepoint fields with the format files read at run time,
- * the mlx5 error CQE with DOMAIN.md's offsets), deduplicates and attributes. */
+ * the mlx5 error CQE with the offsets of docs/how-railguard-decides.md §5), deduplicates and attributes. */
 #include <linux/types.h>
 #include <linux/bpf.h>
 #include <linux/ptrace.h>
@@ -17,7 +17,7 @@ struct {
     __uint(max_entries, 256 * 1024);
 } EVENTS SEC(".maps");
 
-/* uct_ib_mlx5_completion_with_err(iface, ecqe, txwq, log_level) (DOMAIN.md §5). */
+/* uct_ib_mlx5_completion_with_err(iface, ecqe, txwq, log_level) (docs/how-railguard-decides.md §5). */
 SEC("uprobe")
 int ucx_completion_with_err(struct pt_regs *ctx)
 {

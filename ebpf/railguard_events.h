@@ -1,6 +1,7 @@
 /* Event layouts shared by the kernel programs (railguard.bpf.c) and the agent
- * (agent/src/signals/ebpf.rs mirrors them, with a layout test). No hidden padding: every
- * field is sized and aligned explicitly. */
+ * (agent/src/signals/ebpf/events.rs mirrors them; its test parses this file and compares every
+ * field's offset). No hidden padding: every field is sized and aligned explicitly. Keep one
+ * declaration per line, `__u32 name;` or `__u8 name[N];`: the test reads that shape. */
 #ifndef RAILGUARD_EVENTS_H
 #define RAILGUARD_EVENTS_H
 

@@ -26,7 +26,7 @@ impl Bdf {
     }
 
     /// Parses `dddd:bb:dd.f`, or `bb:dd.f` with `default_domain` (kernel lines such as Intel
-    /// DMAR faults omit the domain; DOMAIN.md §5). NVIDIA's `0000:91:00` (no function, as in
+    /// DMAR faults omit the domain; docs/how-railguard-decides.md §5). NVIDIA's `0000:91:00` (no function, as in
     /// `NVRM: Xid (PCI:0000:91:00)`) is accepted as function 0.
     pub fn parse_with_domain(s: &str, default_domain: u32) -> Result<Self, BdfParseError> {
         let err = |reason| BdfParseError { input: s.chars().take(64).collect(), reason };

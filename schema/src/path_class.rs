@@ -1,4 +1,4 @@
-//! PCIe path classes, with `nvidia-smi topo -m`'s names and order (DOMAIN.md §2).
+//! PCIe path classes, with `nvidia-smi topo -m`'s names and order (docs/how-railguard-decides.md §2).
 
 use crate::macros::wire_enum;
 
@@ -52,7 +52,7 @@ impl PathClass {
     }
 
     /// True when the path stays below the CPU's host bridge: traffic goes peer to peer
-    /// through PCIe switches and never reaches the IOMMU unless ACS redirects it (DOMAIN.md §1).
+    /// through PCIe switches and never reaches the IOMMU unless ACS redirects it (docs/how-railguard-decides.md §1).
     pub fn is_peer_to_peer_under_switch(self) -> bool {
         matches!(self, PathClass::Pix | PathClass::Pxb)
     }

@@ -367,7 +367,7 @@ fn gpu_transfer(
     (report, ns)
 }
 
-/// What the receiver must conclude under each fault (DOMAIN.md §1: a failed read that the
+/// What the receiver must conclude under each fault (docs/how-railguard-decides.md §1: a failed read that the
 /// stack reports as success is silent corruption). The self-test checks transports against it.
 pub fn expected_classification(kind: FaultKind) -> (ProbeVerdict, Diagnosis) {
     use Diagnosis as D;

@@ -1,5 +1,5 @@
 //! NIC error counters (`class/infiniband/<dev>/ports/<p>/hw_counters/*`): polled, and every
-//! increase becomes an event. No root needed (DOMAIN.md §5). A counter that goes down was
+//! increase becomes an event. No root needed (docs/how-railguard-decides.md §5). A counter that goes down was
 //! reset (driver reload): its new value counts as the increase. A device that vanishes is
 //! forgotten and reported once.
 

@@ -1,4 +1,4 @@
-//! Kernel log lines → typed events (DOMAIN.md §5): Intel DMAR faults, AMD-Vi IO_PAGE_FAULT
+//! Kernel log lines → typed events (docs/how-railguard-decides.md §5): Intel DMAR faults, AMD-Vi IO_PAGE_FAULT
 //! (both forms), NVIDIA Xid (with and without MIG ids), mlx5 error CQEs, PCIe AER. Unknown or
 //! malformed lines are simply not events; nothing here panics on any input.
 
@@ -102,7 +102,7 @@ fn rdma_dev(s: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// mlx5 CQE syndromes (DOMAIN.md §5).
+/// mlx5 CQE syndromes (docs/how-railguard-decides.md §5).
 pub fn syndrome_name(s: u32) -> &'static str {
     match s {
         0x01 => "local length error",

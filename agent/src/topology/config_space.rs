@@ -1,4 +1,4 @@
-//! ACS and ATS from PCI configuration space (DOMAIN.md §3).
+//! ACS and ATS from PCI configuration space (docs/how-railguard-decides.md §3).
 //!
 //! Extended capabilities start at 0x100: a u32 header (id = hdr & 0xffff, next = (hdr >> 20)
 //! & 0xffc). Without CAP_SYS_ADMIN the `config` file shows only the first 64 bytes, so the

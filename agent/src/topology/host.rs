@@ -1,4 +1,4 @@
-//! Host facts: virtualisation, vIOMMU, kernel IOMMU flags, GPUDirect path (DOMAIN.md §4).
+//! Host facts: virtualisation, vIOMMU, kernel IOMMU flags, GPUDirect path (docs/how-railguard-decides.md §4).
 
 use railguard_schema::{Bdf, HostFacts, Tristate};
 

@@ -40,7 +40,7 @@ pub fn enrich(topo: &mut Topology) -> Result<usize, nvml_wrapper::error::NvmlErr
                 continue;
             };
             if let Ok(level) = da.topology_common_ancestor(db) {
-                // NVML levels (DOMAIN.md §2): SINGLE=10 PIX, MULTIPLE=20 PXB, HOSTBRIDGE=30 PHB, NODE=40, SYSTEM=50.
+                // NVML levels (docs/how-railguard-decides.md §2): SINGLE=10 PIX, MULTIPLE=20 PXB, HOSTBRIDGE=30 PHB, NODE=40, SYSTEM=50.
                 let nvml_class = match level {
                     TopologyLevel::Internal => PathClass::X,
                     TopologyLevel::Single => PathClass::Pix,

@@ -1,4 +1,4 @@
-//! Path classes between two devices, as `nvidia-smi topo -m` reports them (DOMAIN.md §2).
+//! Path classes between two devices, as `nvidia-smi topo -m` reports them (docs/how-railguard-decides.md §2).
 
 use railguard_schema::{Bdf, PathClass};
 

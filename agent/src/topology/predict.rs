@@ -1,5 +1,5 @@
 //! Which NIC a GPU's workload will use: UCX's auto-selection, a `UCX_NET_DEVICES` pin, and
-//! NCCL's choice and GPUDirect decision (DOMAIN.md §1–2).
+//! NCCL's choice and GPUDirect decision (docs/how-railguard-decides.md §1–2).
 
 use railguard_schema::PathClass;
 

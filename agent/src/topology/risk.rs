@@ -58,7 +58,7 @@ pub fn pair_risk(topo: &Topology, g: usize, n: usize) -> PairRisk {
                         "{who} in a virtual machine ({hv}) without a vIOMMU, with GPUDirect via {gd}: the NIC is handed a \
                          guest-physical address of the GPU's BAR, and P2P under the PCIe switch bypasses the host IOMMU, the only \
                          place that can translate it, so the NIC's DMA is rejected while the stack may report success \
-                         (DOMAIN.md §1, the seed incident)",
+                         (the failure of the seed incident)",
                         gd = host.gpudirect
                     ),
                 ),
@@ -77,7 +77,7 @@ pub fn pair_risk(topo: &Topology, g: usize, n: usize) -> PairRisk {
                             RiskLevel::Medium,
                             format!(
                                 "{who} in a VM with a vIOMMU but without ATS enabled on {}: guest-visible ACS is emulated and says \
-                                 nothing of host routing, so P2P may still bypass translation (DOMAIN.md §3)",
+                                 nothing of host routing, so P2P may still bypass translation",
                                 nic.nic.name
                             ),
                         )

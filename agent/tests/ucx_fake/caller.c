@@ -1,5 +1,5 @@
 /* Calls the fake UCX function as UCX does: twice per requester error (DEBUG, then ERROR),
- * with crafted 64-byte mlx5 error CQEs (DOMAIN.md §5 offsets). */
+ * with crafted 64-byte mlx5 error CQEs (docs/how-railguard-decides.md §5 offsets). */
 #include <stdint.h>
 #include <string.h>
 void uct_ib_mlx5_completion_with_err(void *iface, void *ecqe, void *txwq, int log_level);

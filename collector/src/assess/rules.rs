@@ -109,7 +109,7 @@ pub struct Assessment {
     pub structural_risk: Option<RiskLevel>,
 }
 
-/// Xids that mean the GPU itself is failing (DOMAIN.md §5): 48 DBE, 79 fell off the bus,
+/// Xids that mean the GPU itself is failing (docs/how-railguard-decides.md §5): 48 DBE, 79 fell off the bus,
 /// 94/95 contained/uncontained ECC, 119/120 GSP; 31 MMU fault and 74 NVLink count too when
 /// repeated.
 fn xid_is_critical(xid: u32, count: u32) -> bool {

@@ -396,37 +396,55 @@ pub async fn topology(pool: &PgPool, node: &str) -> Result<Option<TopologyView>,
     }))
 }
 
+/// One GPU's rows of `sql` in `period`: the query binds $1 node, $2 GPU index, $3 since, $4 until
+/// and $5 limit.
+async fn gpu_period<T>(
+    pool: &PgPool,
+    sql: &'static str,
+    node: &str,
+    gpu: i32,
+    period: Period,
+) -> Result<Vec<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql)
+        .bind(node)
+        .bind(gpu)
+        .bind(period.since)
+        .bind(period.until)
+        .bind(period.limit)
+        .fetch_all(pool)
+        .await
+}
+
 /// Signals attributed to a GPU in `period`, newest first.
 pub async fn gpu_signals(pool: &PgPool, node: &str, gpu: i32, period: Period) -> Result<Vec<SignalRow>, sqlx::Error> {
-    sqlx::query_as(
+    gpu_period(
+        pool,
         "SELECT observed_at AS at, source, kind, bdf, nic, summary, attrs FROM signal_events
          WHERE node_id = $1 AND gpu_index = $2 AND observed_at >= $3 AND observed_at <= $4
          ORDER BY observed_at DESC LIMIT $5",
+        node,
+        gpu,
+        period,
     )
-    .bind(node)
-    .bind(gpu)
-    .bind(period.since)
-    .bind(period.until)
-    .bind(period.limit)
-    .fetch_all(pool)
     .await
 }
 
 /// Probe results of a GPU in `period`, newest first.
 pub async fn gpu_probes(pool: &PgPool, node: &str, gpu: i32, period: Period) -> Result<Vec<ProbeRow>, sqlx::Error> {
-    sqlx::query_as(
+    gpu_period(
+        pool,
         "SELECT observed_at AS at, nic, transport, bytes, reported, verdict, diagnosis, bad_chunks, chunks,
                 first_bad_offset, selection, simulated, receiver_detail, memory
          FROM probe_results
          WHERE node_id = $1 AND gpu_index = $2 AND observed_at >= $3 AND observed_at <= $4
          ORDER BY observed_at DESC LIMIT $5",
+        node,
+        gpu,
+        period,
     )
-    .bind(node)
-    .bind(gpu)
-    .bind(period.since)
-    .bind(period.until)
-    .bind(period.limit)
-    .fetch_all(pool)
     .await
 }
 
@@ -437,18 +455,16 @@ pub async fn gpu_status_changes(
     gpu: i32,
     period: Period,
 ) -> Result<Vec<StatusChange>, sqlx::Error> {
-    sqlx::query_as(
+    gpu_period(
+        pool,
         "SELECT node_id AS node, gpu_index AS gpu, at, from_status AS \"from\", to_status AS \"to\", reasons
          FROM gpu_status_changes
          WHERE node_id = $1 AND gpu_index = $2 AND at >= $3 AND at <= $4
          ORDER BY at DESC LIMIT $5",
+        node,
+        gpu,
+        period,
     )
-    .bind(node)
-    .bind(gpu)
-    .bind(period.since)
-    .bind(period.until)
-    .bind(period.limit)
-    .fetch_all(pool)
     .await
 }
 
