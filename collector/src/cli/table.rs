@@ -14,7 +14,7 @@ pub fn print_value(rows: &serde_json::Value) {
         println!("(none)");
         return;
     };
-    let lead = ["node", "gpu", "nic", "status", "failures", "probes"];
+    let lead = ["node", "gpu", "nic", "status", "workload_nic", "failures", "probes", "reasons", "recommendation"];
     let mut cols: Vec<String> = lead.iter().filter(|c| rows[0].get(**c).is_some()).map(|c| (*c).to_owned()).collect();
     cols.extend(
         rows[0]
