@@ -4,9 +4,7 @@
 
 use std::process::ExitCode;
 
-use railguard_agent::probe::Engine;
-use railguard_agent::probe::pairs::{NicSelection, select_pairs};
-use railguard_schema::ProbeVerdict;
+use railguard_agent::probe::preflight;
 
 use super::probing::{TransportArgs, parse_bytes};
 use super::topo::TopoSource;
@@ -31,47 +29,12 @@ pub struct PreflightArgs {
 impl PreflightArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let (topo, policy) = self.source.source().discover()?;
-        let pairs = select_pairs(&topo, &policy, &self.gpu, &NicSelection::Workload)?;
-        let settings = self.transport.settings();
-        let faults = settings.faults()?;
-        let mut engine = Engine::new(settings.engine_config());
-        let mut failing = Vec::new();
-        for pair in &pairs {
-            let mut t = settings.open(&pair.nic)?;
-            for _ in 0..self.probes.max(1) {
-                let out = engine.probe(t.as_mut(), pair, self.bytes, faults.pick(pair.gpu, &pair.nic, pair.class));
-                if out.result.verdict != ProbeVerdict::Ok {
-                    let safe = topo
-                        .gpus
-                        .iter()
-                        .position(|g| g.gpu.index == pair.gpu)
-                        .map(|g| railguard_agent::topology::risk::assess_gpu(&topo, g, &policy).safe_nics)
-                        .unwrap_or_default();
-                    failing.push(format!(
-                        "GPU{} via {} ({}): {}{} — receiver found {} in {} of {} chunks{}",
-                        pair.gpu,
-                        pair.nic,
-                        pair.selection,
-                        out.result.verdict,
-                        if out.result.reported_detail.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({}: {})", out.result.transport, out.result.reported_detail)
-                        },
-                        out.result.diagnosis,
-                        out.result.bad_chunks,
-                        out.result.chunks,
-                        safe.first().map(|n| format!("; pin UCX_NET_DEVICES={n}:1 instead")).unwrap_or_default()
-                    ));
-                    break;
-                }
-            }
-        }
-        if failing.is_empty() {
-            println!("preflight ok: {} GPU path(s) verified ({} probe(s) each)", pairs.len(), self.probes.max(1));
+        let out = preflight::run(&topo, &policy, &self.gpu, &self.transport.settings(), self.probes, self.bytes)?;
+        if out.failing.is_empty() {
+            println!("preflight ok: {} GPU path(s) verified ({} probe(s) each)", out.pairs, out.probes);
             return Ok(ExitCode::SUCCESS);
         }
-        for f in &failing {
+        for f in &out.failing {
             println!("{f}");
         }
         Ok(ExitCode::from(1))

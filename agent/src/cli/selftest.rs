@@ -3,13 +3,11 @@
 
 use std::process::ExitCode;
 
-use railguard_agent::probe::fault::{Fault, FaultKind};
 use railguard_agent::probe::transport::tcp::TcpLoopback;
 use railguard_agent::probe::transport::ucx::{NicChoice, Ucx};
 use railguard_agent::probe::transport::verbs::{Verbs, VerbsOp};
 use railguard_agent::probe::transport::{ProbeTransport, verbs};
-use railguard_agent::probe::{Engine, EngineConfig, MemoryPref, Pair, expected_classification};
-use railguard_schema::Memory;
+use railguard_agent::probe::{EngineConfig, MemoryPref, selftest};
 
 use super::probing::parse_bytes;
 
@@ -99,69 +97,35 @@ impl SelftestArgs {
         }
     }
 
+    /// Runs the checks on one transport and prints them; returns how many failed.
     fn check(&self, t: &mut dyn ProbeTransport, op: Option<VerbsOp>) -> usize {
-        let mut engine = Engine::new(EngineConfig {
+        let name = match op {
+            Some(op) => format!("{}-{}", t.kind(), op.as_str()),
+            None => t.kind().to_string(),
+        };
+        let cfg = EngineConfig {
             timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)),
             memory: self.memory,
             ..Default::default()
-        });
-        let pair = Pair::named(0, "selftest-a");
-        let other = Pair::named(0, "selftest-b");
-        let mut failures = 0;
-        let name = match op {
-            Some(op) => format!(
-                "{}-{}",
-                t_name(t),
-                serde_json::to_value(op).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-            ),
-            None => t_name(t),
         };
-        let mut report = |label: String, memory: Memory, ok: bool, got: String, want: String| {
+        let checks = selftest::run(t, &name, cfg, self.bytes);
+        for c in &checks {
             if self.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"transport": name, "memory": memory, "check": label, "ok": ok, "got": got, "want": want})
-                );
+                if let Ok(line) = serde_json::to_string(c) {
+                    println!("{line}");
+                }
             } else {
                 println!(
-                    "{:<11} {:<4} {:<18} {:<4} got {got}{}",
-                    name,
-                    memory,
-                    label,
-                    if ok { "ok" } else { "FAIL" },
-                    if ok { String::new() } else { format!(", want {want}") }
+                    "{:<11} {:<4} {:<18} {:<4} got {}{}",
+                    c.transport,
+                    c.memory,
+                    c.check,
+                    if c.ok { "ok" } else { "FAIL" },
+                    c.got,
+                    if c.ok { String::new() } else { format!(", want {}", c.want) }
                 );
             }
-            if !ok {
-                failures += 1;
-            }
-        };
-        for p in [&pair, &other] {
-            let out = engine.probe(t, p, self.bytes, None);
-            report(
-                "clean".into(),
-                out.result.memory,
-                out.result.verdict == railguard_schema::ProbeVerdict::Ok,
-                out.result.verdict.to_string(),
-                "ok".into(),
-            );
         }
-        for kind in FaultKind::ALL {
-            let out = engine.probe(t, &pair, self.bytes, Some(&Fault::new(kind)));
-            let want = expected_classification(kind);
-            let got = (out.result.verdict, out.result.diagnosis);
-            report(
-                serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
-                out.result.memory,
-                got == want,
-                format!("{} / {}", got.0, got.1),
-                format!("{} / {}", want.0, want.1),
-            );
-        }
-        failures
+        checks.iter().filter(|c| !c.ok).count()
     }
-}
-
-fn t_name(t: &dyn ProbeTransport) -> String {
-    t.kind().to_string()
 }

@@ -29,6 +29,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every kind, in the order the self-test injects them.
     pub const ALL: [FaultKind; 8] = [
         FaultKind::Drop,
         FaultKind::Stale,
@@ -39,6 +40,20 @@ impl FaultKind {
         FaultKind::Hang,
         FaultKind::DmaReadRejected,
     ];
+
+    /// The name in a fault file (`dma_read_rejected`, `bitflip`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultKind::DmaReadRejected => "dma_read_rejected",
+            FaultKind::Drop => "drop",
+            FaultKind::Stale => "stale",
+            FaultKind::Bitflip => "bitflip",
+            FaultKind::Swap => "swap",
+            FaultKind::Misdirect => "misdirect",
+            FaultKind::Error => "error",
+            FaultKind::Hang => "hang",
+        }
+    }
 
     /// What the transport reports under this fault unless the fault file says otherwise.
     pub fn default_reported(self) -> Reported {

@@ -64,6 +64,16 @@ pub enum VerbsOp {
     Read,
 }
 
+impl VerbsOp {
+    /// `write` or `read`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerbsOp::Write => "write",
+            VerbsOp::Read => "read",
+        }
+    }
+}
+
 /// `enum ibv_wc_status` by name (rdma-core's `ibv_wc_status_str`, without the library call).
 pub fn wc_status_name(status: u32) -> &'static str {
     match status {
