@@ -116,3 +116,68 @@ fn counter_resets_and_vanished_devices() {
     std::fs::remove_file(d.path().join("node/sys/class/infiniband/mlx5_0")).unwrap();
     assert!(p.poll(&sys, &nics).is_empty(), "a vanished device is skipped");
 }
+
+#[test]
+fn attribution_follows_the_shared_topology_when_the_node_changes() {
+    use railguard_agent::service::signals::{SignalSettings, follow};
+    use railguard_agent::service::topology::SharedTopology;
+    use railguard_agent::stop::Stop;
+    use railguard_agent::topology::TopologySource;
+    use std::sync::{Arc, Mutex};
+
+    // The node starts without GPUs (an empty tree); the signal loop follows the real kernel log.
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("node/sys")).unwrap();
+    let source = TopologySource { sysfs_root: d.path().join("node/sys"), ..TopologySource::this_machine() };
+    let topology = SharedTopology::discover(source, None).unwrap();
+    assert!(topology.current().topology.gpus.is_empty());
+    let stop = Stop::new();
+    let seen: Arc<Mutex<Vec<railguard_schema::SignalEvent>>> = Arc::default();
+    let settings = SignalSettings { ebpf: false, ..SignalSettings::default() };
+    let loop_thread = {
+        let (topology, stop, seen) = (topology.clone(), stop.clone(), seen.clone());
+        std::thread::spawn(move || follow(&settings, &topology, None, &stop, &mut |ev| seen.lock().unwrap().push(ev)))
+    };
+    let marker = format!("railguard-refresh-{}", uuid::Uuid::new_v4());
+    let gpu0 = {
+        let probe = tempfile::tempdir().unwrap();
+        fixture::seed_kvm_guest().write(probe.path()).unwrap();
+        Topology::discover(&SysRoot::new(probe.path().join("sys")), &SysRoot::new(probe.path().join("proc"))).gpus[0]
+            .gpu
+            .bdf
+    };
+    let xid = |tag: &str| {
+        let line = format!(
+            // Ends with a newline, as drivers' lines do: the kernel makes a record readable from
+            // /dev/kmsg only once it is finished.
+            "<3>NVRM: Xid (PCI:{:04x}:{:02x}:{:02x}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus. {marker}-{tag}\n",
+            gpu0.domain, gpu0.bus, gpu0.device
+        );
+        std::fs::OpenOptions::new().write(true).open("/dev/kmsg").unwrap().write_all(line.as_bytes()).unwrap();
+    };
+    let event = |tag: &str| {
+        let want = format!("{marker}-{tag}");
+        for _ in 0..50 {
+            if let Some(e) = seen.lock().unwrap().iter().find(|e| e.summary.contains(&want)).cloned() {
+                return e;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let seen = seen.lock().unwrap();
+        panic!("no event for {want} among {} events; last: {:?}", seen.len(), seen.last().map(|e| &e.summary));
+    };
+
+    xid("before");
+    assert_eq!(event("before").gpu, None, "no GPU at that address yet");
+
+    // The GPUs appear (a driver reload, hot-plug): one refresh of the shared topology later, the
+    // signal loop attributes the same line to GPU0 without a restart.
+    fixture::seed_kvm_guest().write(&d.path().join("node")).unwrap();
+    assert!(topology.refresh().unwrap(), "the node changed");
+    std::thread::sleep(Duration::from_millis(300)); // the loop's next pass sees the new generation
+    xid("after");
+    assert_eq!(event("after").gpu, Some(0));
+
+    stop.stop();
+    loop_thread.join().unwrap();
+}
