@@ -21,6 +21,16 @@ function ago(t) {
   return s < 60 ? `${s}s ago` : s < 3600 ? `${Math.round(s / 60)}m ago` : `${Math.round(s / 3600)}h ago`;
 }
 
+// How a GPU's workload pair was verified; "simulated" and "unverified" are marked, never plain.
+const VERIFIED = {
+  gpu_memory: "NIC DMA, GPU memory", host_memory: "NIC DMA, host memory only",
+  simulated: "simulated fabric", unproven: "unverified: no NIC exercised", unprobed: "unverified: not probed",
+};
+function verified(v) {
+  const cls = v === "simulated" ? "mark sim" : (v === "unproven" || v === "unprobed") ? "mark unverified" : "mark";
+  return `<span class="${cls}" data-verification="${esc(v)}">${esc(VERIFIED[v] || v)}</span>`;
+}
+
 async function fleet() {
   crumbs.innerHTML = "";
   const f = await api("/api/v1/fleet");
@@ -28,12 +38,13 @@ async function fleet() {
   let h = `<h1>Fleet</h1><div class="cards">
     <div class="card"><div class="n">${t.gpus}</div>GPUs</div>
     ${["corrupting", "at_risk", "watch", "ok"].map(s => `<div class="card"><div class="n" id="total-${s}">${t[s]}</div>${badge(s)}</div>`).join("")}
+    <div class="card"><div class="n" id="total-unverified">${t.unverified}</div><span class="mark unverified">unverified</span></div>
   </div>
-  <table id="nodes"><tr><th>node</th><th>worst</th><th>GPUs</th><th>corrupting</th><th>at risk</th><th>watch</th><th>ok</th><th>last seen</th></tr>`;
+  <table id="nodes"><tr><th>node</th><th>worst</th><th>GPUs</th><th>corrupting</th><th>at risk</th><th>watch</th><th>ok</th><th>unverified</th><th>last seen</th></tr>`;
   for (const n of f.nodes) {
     const c = n.status_counts;
     h += `<tr data-node="${esc(n.node)}"><td><a href="#/node/${encodeURIComponent(n.node)}">${esc(n.node)}</a></td><td>${badge(n.worst)}</td>
-      <td>${n.gpus}</td><td>${c.corrupting}</td><td>${c.at_risk}</td><td>${c.watch}</td><td>${c.ok}</td><td>${ago(n.last_seen)}</td></tr>`;
+      <td>${n.gpus}</td><td>${c.corrupting}</td><td>${c.at_risk}</td><td>${c.watch}</td><td>${c.ok}</td><td>${c.unverified}</td><td>${ago(n.last_seen)}</td></tr>`;
   }
   h += `</table><h2>Changes in the last hour</h2>`;
   h += f.changes_last_hour.length === 0 ? `<p class="muted">none</p>` :
@@ -70,10 +81,10 @@ async function node(name) {
     out += `<td>${badge(st.status)}</td></tr>`;
   }
   out += `</table><p class="muted">outlined: the NIC the GPU's workload uses (predicted or pinned) · green: latest probe verified · red: latest probe failed</p><h2>Per GPU</h2>`;
-  out += `<table id="gpus"><tr><th>GPU</th><th>status</th><th>uses</th><th>evidence</th><th>recommendation</th></tr>`;
+  out += `<table id="gpus"><tr><th>GPU</th><th>status</th><th>verified by</th><th>uses</th><th>evidence</th><th>recommendation</th></tr>`;
   for (const g of n.gpus) {
     out += `<tr data-gpu="${g.gpu}" data-status="${esc(g.status)}"><td><a href="#/node/${encodeURIComponent(name)}/gpu/${g.gpu}">GPU${g.gpu}</a></td><td>${badge(g.status)}</td>
-      <td>${esc(g.workload_nic || "-")}</td><td><ul class="reasons">${g.reasons.slice(0, 3).map(r => `<li>${esc(r)}</li>`).join("")}</ul></td>
+      <td>${verified(g.verification)}</td><td>${esc(g.workload_nic || "-")}</td><td><ul class="reasons">${g.reasons.slice(0, 3).map(r => `<li>${esc(r)}</li>`).join("")}</ul></td>
       <td>${g.recommendation ? `<span class="pin">${esc(g.recommendation)}</span>` : "-"}</td></tr>`;
   }
   view.innerHTML = out + "</table>";
@@ -86,12 +97,15 @@ async function gpu(name, idx) {
     api(`/api/v1/nodes/${encodeURIComponent(name)}/gpus/${idx}/history?since=1d&limit=300`),
   ]);
   const s = g.status;
-  let out = `<h1>${esc(name)} · GPU${idx} ${badge(s.status)}</h1>
+  let out = `<h1>${esc(name)} · GPU${idx} ${badge(s.status)} ${verified(s.verification)}</h1>
     <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
     ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span></p>` : ""}
     <h2>Evidence</h2><ol class="reasons" id="evidence">${s.reasons.map(r => `<li>${esc(r)}</li>`).join("")}</ol>
-    <h2>Probe verdicts (last day, oldest → newest)</h2><div class="timeline" id="timeline">${hist.probes.slice().reverse().map(p =>
-      `<div class="tick ${p.verdict === "ok" ? "ok" : "bad"}" title="${esc(`${p.at} ${p.nic} ${p.transport} (${p.memory} memory) ${p.verdict} ${p.diagnosis}`)}"></div>`).join("") || '<span class="muted">no probes</span>'}</div>
+    <h2>Probe verdicts (last day, oldest → newest)</h2><div class="timeline" id="timeline">${hist.probes.filter(p => p.injected === "none").reverse().map(p =>
+      `<div class="tick ${p.verdict === "ok" ? "ok" : "bad"}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(`${p.at} ${p.nic} ${p.transport} via ${p.path} (${p.memory} memory${p.lanes.length ? `, lanes ${p.lanes.join(", ")}` : ""}) ${p.verdict} ${p.diagnosis}`)}"></div>`).join("") || '<span class="muted">no probes</span>'}</div>
+    <p class="muted">hatched: simulated fabric · faded: exercised no NIC (unproven)</p>
+    ${hist.probes.some(p => p.injected !== "none") ? `<h2>Self-test history (injected faults, not evidence)</h2><table id="selftest"><tr><th>when</th><th>NIC</th><th>injected</th><th>verdict</th></tr>${hist.probes.filter(p => p.injected !== "none").slice(0, 50).map(p =>
+      `<tr><td>${ago(p.at)}</td><td>${esc(p.nic)}</td><td>${esc(p.injected)}</td><td>${esc(p.verdict)} / ${esc(p.diagnosis)}</td></tr>`).join("")}</table>` : ""}
     <h2>Pairs</h2><table><tr><th>NIC</th><th>latest</th><th>diagnosis</th><th>ok / bad in window</th></tr>${g.pairs.map(p =>
       `<tr><td>${esc(p.nic)}</td><td>${esc(p.latest)}</td><td>${esc(p.latest_diagnosis)}</td><td>${p.window.ok} / ${p.window.bad}</td></tr>`).join("")}</table>
     <h2>Signals</h2>${hist.signals.length ? `<table><tr><th>when</th><th>kind</th><th>summary</th></tr>${hist.signals.slice(0, 50).map(e =>

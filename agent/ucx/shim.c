@@ -45,6 +45,7 @@ FN(ucp_request_cancel);
 FN(ucs_status_string);
 FN(ucp_get_version_string);
 FN(ucp_context_query);
+FN(ucp_ep_print_info);
 
 static int loaded = 0;
 static char load_error[256];
@@ -75,6 +76,7 @@ static int load(void) {
     LOAD(ucp_rkey_destroy); LOAD(ucp_put_nbx); LOAD(ucp_ep_flush_nbx);
     LOAD(ucp_request_check_status); LOAD(ucp_request_free); LOAD(ucp_request_cancel);
     LOAD(ucs_status_string); LOAD(ucp_get_version_string); LOAD(ucp_context_query);
+    LOAD(ucp_ep_print_info);
     loaded = 1;
     return 1;
 }
@@ -247,6 +249,23 @@ void rg_ucx_close(rg_ucx *u) {
     free(u);
 }
 
+/* The endpoint's lanes as UCX prints them (ucp_ep_print_info): which transport and device each
+ * lane uses, and for what (am, rma, rma_bw, ...). UCX 1.13 has no ucp_ep_query field for this.
+ * Returns 0 and NUL-terminated text in `out`, or 1. */
+int rg_ucx_lanes(rg_ucx *u, char *out, size_t len) {
+    if (len == 0) return 1;
+    out[0] = 0;
+    char *buf = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&buf, &size);
+    if (!f) return 1;
+    p_ucp_ep_print_info(u->ep, f);
+    fclose(f);
+    snprintf(out, len, "%s", buf ? buf : "");
+    free(buf);
+    return 0;
+}
+
 #else /* built without UCX headers */
 
 typedef struct rg_ucx rg_ucx;
@@ -262,5 +281,6 @@ int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int cuda, int 
     snprintf(err, errlen, "UCX unavailable");
     return 1;
 }
+int rg_ucx_lanes(rg_ucx *u, char *out, size_t len) { (void)u; if (len) out[0] = 0; return 1; }
 void rg_ucx_close(rg_ucx *u) { (void)u; }
 #endif

@@ -41,6 +41,9 @@ fn probe(i: usize) -> ProbeResult {
         bit_flips: 0,
         receiver_detail: String::new(),
         memory: railguard_schema::Memory::Host,
+        path: railguard_schema::DataPath::Simulated,
+        injected: railguard_schema::Injected::None,
+        lanes: Vec::new(),
     }
 }
 

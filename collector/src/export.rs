@@ -49,10 +49,12 @@ fn datetime(name: &str, ts: &[DateTime<Utc>]) -> PolarsResult<Column> {
     Column::new(name.into(), micros(ts)).cast(&DataType::Datetime(TimeUnit::Microseconds, None))
 }
 
-/// Probe results between `since` and `until` as a DataFrame.
+/// Probe results between `since` and `until` as a DataFrame, with their provenance (path,
+/// memory, injected fault).
 pub async fn probes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> Result<DataFrame, ExportError> {
-    let rows: Vec<(String, DateTime<Utc>, i32, String, String, String, String, String, i64, i32, i32, bool)> = sqlx::query_as(
-        "SELECT node_id, observed_at, gpu_index, nic, transport, reported, verdict, diagnosis, bytes, bad_chunks, chunks, simulated
+    let rows: Vec<(String, DateTime<Utc>, i32, String, String, String, String, String, i64, i32, i32, bool, String, String, String)> = sqlx::query_as(
+        "SELECT node_id, observed_at, gpu_index, nic, transport, reported, verdict, diagnosis, bytes, bad_chunks, chunks,
+                simulated, path, memory, injected
          FROM probe_results WHERE observed_at >= $1 AND observed_at <= $2 ORDER BY observed_at",
     )
     .bind(since)
@@ -73,6 +75,9 @@ pub async fn probes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -
         Column::new("bad_chunks".into(), rows.iter().map(|r| r.9).collect::<Vec<_>>()),
         Column::new("chunks".into(), rows.iter().map(|r| r.10).collect::<Vec<_>>()),
         Column::new("simulated".into(), rows.iter().map(|r| r.11).collect::<Vec<_>>()),
+        Column::new("path".into(), rows.iter().map(|r| r.12.as_str()).collect::<Vec<_>>()),
+        Column::new("memory".into(), rows.iter().map(|r| r.13.as_str()).collect::<Vec<_>>()),
+        Column::new("injected".into(), rows.iter().map(|r| r.14.as_str()).collect::<Vec<_>>()),
     ])?)
 }
 
@@ -171,6 +176,8 @@ fn rows(df: &DataFrame) -> Result<Vec<Value>, ExportError> {
 
 /// Failure rates per GPU and per pair, and patterns across nodes.
 pub fn report(probes: &DataFrame) -> Result<Value, ExportError> {
+    // Injected faults are self-test history, not evidence: the report leaves them out.
+    let probes = &probes.clone().lazy().filter(col("injected").eq(lit("none"))).collect()?;
     let failed = col("verdict").neq(lit("ok"));
     let rate = (col("failures").cast(DataType::Float64) / col("probes").cast(DataType::Float64)).alias("failure_rate");
     let desc = SortMultipleOptions::default().with_order_descending_multi([true, false, false]);
@@ -181,6 +188,8 @@ pub fn report(probes: &DataFrame) -> Result<Value, ExportError> {
         .agg([
             len().cast(DataType::Int64).alias("probes"),
             failed.clone().sum().cast(DataType::Int64).alias("failures"),
+            // Said on every row: evidence from the simulated fabric is not evidence of hardware.
+            col("simulated").any(true).alias("simulated"),
         ])
         .with_column(rate.clone())
         .filter(col("failures").gt(lit(0)))
@@ -190,7 +199,11 @@ pub fn report(probes: &DataFrame) -> Result<Value, ExportError> {
         .clone()
         .lazy()
         .group_by([col("node_id"), col("gpu_index")])
-        .agg([len().cast(DataType::Int64).alias("probes"), failed.sum().cast(DataType::Int64).alias("failures")])
+        .agg([
+            len().cast(DataType::Int64).alias("probes"),
+            failed.sum().cast(DataType::Int64).alias("failures"),
+            col("simulated").any(true).alias("simulated"),
+        ])
         .with_column(rate)
         .filter(col("failures").gt(lit(0)))
         .sort(["failures", "node_id", "gpu_index"], desc)
@@ -250,13 +263,30 @@ mod tests {
     use super::*;
 
     fn frame(rows: &[(&str, i32, &str, &str)]) -> DataFrame {
+        frame_injected(rows, "none")
+    }
+
+    fn frame_injected(rows: &[(&str, i32, &str, &str)], injected: &str) -> DataFrame {
         DataFrame::new_infer_height(vec![
             Column::new("node_id".into(), rows.iter().map(|r| r.0).collect::<Vec<_>>()),
             Column::new("gpu_index".into(), rows.iter().map(|r| r.1).collect::<Vec<_>>()),
             Column::new("nic".into(), rows.iter().map(|r| r.2).collect::<Vec<_>>()),
             Column::new("verdict".into(), rows.iter().map(|r| r.3).collect::<Vec<_>>()),
+            Column::new("simulated".into(), rows.iter().map(|_| false).collect::<Vec<_>>()),
+            Column::new("injected".into(), rows.iter().map(|_| injected).collect::<Vec<_>>()),
         ])
         .unwrap()
+    }
+
+    #[test]
+    fn injected_faults_are_not_in_the_report() {
+        let healthy: Vec<_> = (0..4).map(|_| ("a", 0, "mlx5_0", "ok")).collect();
+        let selftest: Vec<_> = (0..4).map(|_| ("a", 0, "mlx5_0", "silent_corruption")).collect();
+        let mut df = frame(&healthy);
+        df.vstack_mut(&frame_injected(&selftest, "bitflip")).unwrap();
+        let r = report(&df).unwrap();
+        assert_eq!(r["per_pair"].as_array().unwrap().len(), 0, "{r}");
+        assert_eq!(r["probes"], 4, "only evidence is counted: {r}");
     }
 
     #[test]

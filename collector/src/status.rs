@@ -51,3 +51,43 @@ impl std::fmt::Display for GpuStatus {
         f.pad(self.as_str())
     }
 }
+
+/// How a GPU's workload pair was verified in the window, by the strongest evidence there
+/// (Postgres enum `gpu_verification`, weakest first).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    sqlx::Type,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "gpu_verification", rename_all = "snake_case")]
+pub enum Verification {
+    /// No probe of the workload's pair in the window.
+    #[default]
+    Unprobed,
+    /// Only probes that exercised no NIC (tcp, UCX over shared memory or sockets): unproven.
+    Unproven,
+    /// Probes of the simulated fabric (on a node whose whole fabric is simulated).
+    Simulated,
+    /// The pair's NIC moved the bytes by DMA, with host-memory buffers.
+    HostMemory,
+    /// The pair's NIC moved the bytes by DMA, GPU memory to GPU memory: the workload's path.
+    GpuMemory,
+}
+
+impl Verification {
+    /// The NIC path of the workload's pair has not been shown to work: the GPU is never `ok`.
+    pub fn is_unverified(self) -> bool {
+        matches!(self, Verification::Unprobed | Verification::Unproven)
+    }
+}

@@ -249,6 +249,9 @@ pub fn probe(i: u64) -> ProbeResult {
         bit_flips: 0,
         receiver_detail: String::new(),
         memory: railguard_schema::Memory::Host,
+        path: railguard_schema::DataPath::Simulated,
+        injected: railguard_schema::Injected::None,
+        lanes: Vec::new(),
     }
 }
 

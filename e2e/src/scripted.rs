@@ -29,8 +29,7 @@ pub fn probe_rec(gpu: u32, nic: &str, verdict: ProbeVerdict, selection: PairSele
     p.verdict = verdict;
     p.selection = selection;
     p.diagnosis = if verdict == ProbeVerdict::SilentCorruption { Diagnosis::Untouched } else { Diagnosis::None };
-    // The scripted fleet's nodes have GPUs: their probes run in GPU memory.
-    p.memory = railguard_schema::Memory::Cuda;
+    // Simulated nodes: the fabric stands in for the NIC, and the buffers are host memory.
     if verdict == ProbeVerdict::Timeout {
         p.reported = Reported::Nothing;
         p.diagnosis = Diagnosis::Untouched;

@@ -24,14 +24,22 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         "{reasons:?}"
     );
     assert!(reasons.iter().any(|r| r.contains("structural risk high")), "{reasons:?}");
-    assert_eq!(gpu3["status"]["recommendation"], "UCX_NET_DEVICES=mlx5_0:1");
+    // The scripted nodes are simulated: their pins say so.
+    assert_eq!(
+        gpu3["status"]["recommendation"],
+        "UCX_NET_DEVICES=mlx5_0:1 (verified on the simulated fabric, not on hardware)"
+    );
+    assert_eq!(gpu3["status"]["verification"], "simulated");
     assert_eq!(gpu3["status"]["workload_nic"], "mlx5_3");
 
     let pinned = statuses(&c, "seed-pinned");
     assert_eq!(pinned[0], "corrupting");
     assert_eq!(&pinned[1..], vec!["watch"; 7], "not corrupting: their own PIX pair is bad but unused");
     let g0 = json(&c, "/api/v1/nodes/seed-pinned/gpus/0");
-    assert_eq!(g0["status"]["recommendation"], "UCX_NET_DEVICES=mlx5_1:1");
+    assert_eq!(
+        g0["status"]["recommendation"],
+        "UCX_NET_DEVICES=mlx5_1:1 (verified on the simulated fabric, not on hardware)"
+    );
 
     let healthy = statuses(&c, "healthy");
     assert_eq!(healthy[2], "watch");
@@ -65,9 +73,12 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     assert_eq!(h["status_changes"][0]["to"], "at_risk");
     let h = json(&c, "/api/v1/nodes/seed-auto/gpus/0/history?since=1h&limit=3");
     assert_eq!(h["probes"].as_array().unwrap().len(), 3);
-    // Where each probe's buffers were is kept and served.
+    // Each probe's provenance is kept and served: the simulated fabric, host memory, nothing injected.
     assert_eq!(h["probes"][0]["verdict"], "silent_corruption");
-    assert_eq!(h["probes"][0]["memory"], "cuda");
+    assert_eq!(
+        (&h["probes"][0]["memory"], &h["probes"][0]["path"], &h["probes"][0]["injected"]),
+        (&"host".into(), &"simulated".into(), &"none".into())
+    );
 
     // Which GPUs failed verification, on which NIC, how often.
     let f = json(&c, "/api/v1/failures?since=30d");
@@ -130,7 +141,7 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     assert_eq!(code, 200);
     assert!(m.contains("railguard_gpu_status{node=\"seed-auto\",gpu=\"3\",status=\"corrupting\"} 1"), "{m}");
     assert!(m.contains("railguard_gpu_status{node=\"seed-auto\",gpu=\"3\",status=\"ok\"} 0"));
-    assert!(m.contains("railguard_probe_verdicts_total{node=\"seed-auto\",gpu=\"3\",nic=\"mlx5_3\",verdict=\"silent_corruption\"} 4"), "{m}");
+    assert!(m.contains("railguard_probe_verdicts_total{node=\"seed-auto\",gpu=\"3\",nic=\"mlx5_3\",verdict=\"silent_corruption\",path=\"simulated\",simulated=\"true\"} 4"), "{m}");
     assert!(m.contains("railguard_ingest_records_total{result=\"stored\"}"));
     assert!(m.contains("railguard_node_last_seen_age_seconds{node=\"healthy\"}"));
 

@@ -81,9 +81,17 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
     assert_eq!(pinned.matches("data-status=\"watch\"><td>").count(), 7);
 
     let gpu = tokio::task::block_in_place(|| browse(&format!("{base}#/node/seed-auto/gpu/3"), "gpu-seed-auto-3.png"));
-    assert!(gpu.contains("id=\"pin\">UCX_NET_DEVICES=mlx5_0:1<"), "{gpu}");
+    assert!(
+        gpu.contains("id=\"pin\">UCX_NET_DEVICES=mlx5_0:1 (verified on the simulated fabric, not on hardware)<"),
+        "{gpu}"
+    );
     assert!(gpu.contains("GPU3 via mlx5_3"));
-    assert_eq!(gpu.matches("class=\"tick bad\"").count(), 4, "the timeline shows the four failed probes");
+    assert_eq!(
+        gpu.matches("class=\"tick bad sim\"").count(),
+        4,
+        "the timeline shows the four failed (simulated) probes"
+    );
+    assert!(gpu.contains("data-verification=\"simulated\""), "the simulated fabric is marked: {gpu}");
 
     let healthy = tokio::task::block_in_place(|| browse(&format!("{base}#/node/healthy"), "node-healthy.png"));
     assert_eq!(healthy.matches("data-status=\"ok\"><td>").count(), 7);
@@ -185,7 +193,7 @@ async fn clicking_drills_down_from_fleet_to_node_to_gpu() {
         assert_eq!(gpus.matches("corrupting").count(), 1, "{gpus}");
         b.click("#gpus a[href=\"#/node/seed-pinned/gpu/0\"]");
         let pin = b.text("#pin");
-        assert_eq!(pin, "UCX_NET_DEVICES=mlx5_1:1");
+        assert_eq!(pin, "UCX_NET_DEVICES=mlx5_1:1 (verified on the simulated fabric, not on hardware)");
         assert!(b.text("#evidence").contains("GPU0 via mlx5_0"));
         // The crumb leads back up.
         b.click("#crumbs a[href=\"#/node/seed-pinned\"]");

@@ -122,3 +122,129 @@ async fn probes_of_the_simulated_seed_fabric_reach_postgres() {
     .unwrap();
     assert!(predicted >= 2, "the workload's pair is probed more often ({predicted})");
 }
+
+/// The default transport (tcp) exercises no NIC: on a healthy bare-metal node with GPUs, every
+/// probe verifies and still no GPU is `ok`: each is `watch`, its NIC path unverified.
+#[tokio::test(flavor = "multi_thread")]
+async fn probes_that_exercise_no_nic_leave_every_gpu_unverified() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = healthy_tcp_agent(&collector, dir.path(), &[]);
+    let statuses = unproven_gpus(&collector).await;
+    let _ = agent.kill();
+    let _ = agent.wait();
+    for g in &statuses {
+        assert_eq!(g["status"], "watch", "never ok on host copies: {g}");
+        let reason = g["reasons"][0].as_str().unwrap();
+        assert!(reason.contains("its NIC path is unverified (probes on this node exercise no NIC: tcp)"), "{reason}");
+    }
+    let (paths, bad): (Vec<String>, i64) = (
+        sqlx::query_scalar("SELECT DISTINCT path FROM probe_results").fetch_all(&pg.pool).await.unwrap(),
+        sqlx::query_scalar(
+            "SELECT count(*) FROM probe_results WHERE verdict <> 'ok' OR injected <> 'none' OR memory <> 'host'",
+        )
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap(),
+    );
+    assert_eq!(paths, ["host_copy"], "what carried the bytes, as the agent reported it");
+    assert_eq!(bad, 0, "every probe verified, nothing injected, host memory");
+    let (code, fleet) = collector.get("/api/v1/fleet", None);
+    assert_eq!(code, 200);
+    let fleet: serde_json::Value = serde_json::from_str(&fleet).unwrap();
+    assert_eq!((fleet["totals"]["ok"].as_i64(), fleet["totals"]["unverified"].as_i64()), (Some(0), Some(8)), "{fleet}");
+}
+
+/// A healthy bare-metal node (DGX-like fixture) probing over tcp in host memory, fast.
+fn healthy_tcp_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    fixture::dgx_h100_like().write(&dir.join("node")).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    Command::new(bin("railguard-agent"))
+        .args(["run", "--node-id", "node-a", "--collector", &collector.url(), "--token-file"])
+        .arg(&token)
+        .arg("--spool-dir")
+        .arg(dir.join("spool"))
+        .arg("--sysfs-root")
+        .arg(dir.join("node/sys"))
+        .args([
+            "--transport",
+            "tcp",
+            "--memory",
+            "host",
+            "--probe-cycle-secs",
+            "2",
+            "--probe-bytes",
+            "64K",
+            "--no-signals",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// node-a's eight GPUs once each is assessed with its workload pair probed (unproven).
+async fn unproven_gpus(collector: &CollectorProc) -> Vec<serde_json::Value> {
+    assessed_gpus(collector, |gpus| gpus.iter().all(|g| g["verification"] == "unproven")).await
+}
+
+/// node-a's eight GPUs once `ready` holds for them.
+async fn assessed_gpus(
+    collector: &CollectorProc,
+    ready: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, body) = collector.get("/api/v1/nodes/node-a", None);
+        if code == 200 {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let gpus = v["gpus"].as_array().cloned().unwrap_or_default();
+            if gpus.len() == 8 && ready(&gpus) {
+                return gpus;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "GPUs not assessed as expected within 60 s: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A bit flip injected into the real tcp transport is stored as self-test history
+/// (`injected = bitflip`), counted nowhere as evidence, and changes no GPU's status.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_injected_bit_flip_is_self_test_history_not_evidence() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let faults = dir.path().join("faults.json");
+    std::fs::write(&faults, r#"{"faults": [{"gpu": 0, "kind": "bitflip"}]}"#).unwrap();
+    let mut agent = healthy_tcp_agent(&collector, dir.path(), &["--faults", faults.to_str().unwrap()]);
+    // GPU0's probes all carried the injected flip: none of them is evidence, so it is unprobed;
+    // its neighbours' probes are unproven host copies.
+    let gpus = assessed_gpus(&collector, |g| {
+        g[0]["verification"] == "unprobed" && g[1..].iter().all(|g| g["verification"] == "unproven")
+    })
+    .await;
+    let _ = agent.kill();
+    let _ = agent.wait();
+    // Stored, with what was injected: the receiver caught every flip.
+    let injected: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT DISTINCT injected, verdict, diagnosis FROM probe_results WHERE gpu_index = 0")
+            .fetch_all(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(injected, [("bitflip".into(), "silent_corruption".into(), "corrupt".into())]);
+    // GPU0 stands exactly where its seven healthy neighbours stand.
+    assert!(gpus.iter().all(|g| g["status"] == "watch"), "{gpus:?}");
+    // Not a failure of the fleet, not counted on /metrics.
+    let (_, failures) = collector.get("/api/v1/failures?since=1h", None);
+    assert!(failures.contains("\"failures\":[]"), "{failures}");
+    let (_, metrics) = collector.get("/metrics", None);
+    assert!(!metrics.contains("silent_corruption"), "{metrics}");
+    // Kept and shown as self-test history.
+    let (_, history) = collector.get("/api/v1/nodes/node-a/gpus/0/history?since=1h", None);
+    let history: serde_json::Value = serde_json::from_str(&history).unwrap();
+    assert!(history["probes"].as_array().unwrap().iter().all(|p| p["injected"] == "bitflip"), "{history}");
+}

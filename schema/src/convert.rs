@@ -37,6 +37,8 @@ pub enum WireError {
     OutOfRange { field: &'static str, value: i64 },
     #[error("field {field} contains a NUL byte")]
     NulByte { field: &'static str },
+    #[error("field {field} has {count} entries (limit {max})")]
+    TooMany { field: &'static str, count: usize, max: usize },
     #[error("{what} {value:?} appears twice in one topology snapshot")]
     Duplicate { what: &'static str, value: String },
     #[error(transparent)]
@@ -167,6 +169,16 @@ impl TryFrom<wire::ProbeResult> for ProbeResult {
             receiver_detail: text("probe.receiver_detail", p.receiver_detail)?,
             // Agents older than the field send 0: their buffers were host memory.
             memory: if p.memory == 0 { Memory::Host } else { p.memory.try_into()? },
+            // Agents older than the field send 0: derive the path from what they could do
+            // (their UCX probes are not known to have used the NIC, so they count as host copies).
+            path: match p.path {
+                0 if p.simulated => DataPath::Simulated,
+                0 if p.transport == wire::Transport::Verbs as i32 => DataPath::NicDma,
+                0 => DataPath::HostCopy,
+                v => v.try_into()?,
+            },
+            injected: if p.injected == 0 { Injected::None } else { p.injected.try_into()? },
+            lanes: lanes(p.lanes)?,
         })
     }
 }
@@ -193,8 +205,19 @@ impl From<ProbeResult> for wire::ProbeResult {
             bit_flips: p.bit_flips,
             receiver_detail: p.receiver_detail,
             memory: p.memory.into(),
+            path: p.path.into(),
+            injected: p.injected.into(),
+            lanes: p.lanes,
         }
     }
+}
+
+/// A probe's lanes: at most 16, each an ordinary text field.
+fn lanes(v: Vec<String>) -> Result<Vec<String>, WireError> {
+    if v.len() > 16 {
+        return Err(WireError::TooMany { field: "probe.lanes", count: v.len(), max: 16 });
+    }
+    v.into_iter().map(|l| text("probe.lanes", l)).collect()
 }
 
 // ---------- signals ----------
@@ -410,6 +433,9 @@ mod tests {
             bit_flips: 0,
             receiver_detail: "16 chunk(s) untouched (poison intact)".into(),
             memory: Memory::Cuda,
+            path: DataPath::Simulated,
+            injected: Injected::None,
+            lanes: vec![],
         }
     }
 
@@ -420,6 +446,42 @@ mod tests {
         let back = Record::try_from(w).unwrap();
         // nanosecond timestamps survive
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn provenance_unset_by_older_agents_is_derived_and_never_claims_more() {
+        let mut w: wire::Record = Record::now(RecordBody::Probe(probe())).into();
+        let set = |w: &mut wire::Record, f: &dyn Fn(&mut wire::ProbeResult)| {
+            if let Some(wire::record::Body::Probe(p)) = w.body.as_mut() {
+                f(p)
+            }
+        };
+        let path_of = |w: &wire::Record| match Record::try_from(w.clone()).unwrap().body {
+            RecordBody::Probe(p) => (p.path, p.injected),
+            _ => panic!("not a probe"),
+        };
+        set(&mut w, &|p| {
+            p.path = 0;
+            p.injected = 0;
+        });
+        assert_eq!(path_of(&w), (DataPath::Simulated, Injected::None));
+        set(&mut w, &|p| {
+            p.simulated = false;
+            p.transport = wire::Transport::Verbs as i32;
+        });
+        assert_eq!(path_of(&w).0, DataPath::NicDma, "verbs always moves the bytes by the NIC's DMA");
+        set(&mut w, &|p| p.transport = wire::Transport::Ucx as i32);
+        assert_eq!(path_of(&w).0, DataPath::HostCopy, "an older agent's UCX lanes are unknown: not proven");
+        set(&mut w, &|p| p.lanes = vec!["tcp/lo".into(); 17]);
+        assert!(matches!(Record::try_from(w.clone()).unwrap_err(), WireError::TooMany { field: "probe.lanes", .. }));
+        set(&mut w, &|p| {
+            p.lanes = vec![];
+            p.injected = 42;
+        });
+        assert!(matches!(
+            Record::try_from(w).unwrap_err(),
+            WireError::UnknownEnum { what: "injected fault", value: 42 }
+        ));
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod topology;
 pub use bdf::{Bdf, BdfParseError};
 pub use convert::WireError;
 pub use path_class::PathClass;
-pub use probe::{Diagnosis, Memory, PairSelection, ProbeResult, ProbeVerdict, Reported, Transport};
+pub use probe::{DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeResult, ProbeVerdict, Reported, Transport};
 pub use record::{NodeId, NodeIdError, Record, RecordBody, RecordId};
 pub use signal::{SignalEvent, SignalKind, SignalSource};
 pub use topology::{Gpu, GpuRisk, HostFacts, Nic, NicPort, PairPath, RiskLevel, TopologySnapshot, Tristate};

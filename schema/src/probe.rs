@@ -51,7 +51,52 @@ wire_enum! {
     /// workload's KV cache takes, and the one the seed case fails on).
     pub enum Memory: crate::wire::Memory as "memory" {
         Host = Host => "host",
+        /// GPU memory at both ends, moved by the transport itself.
         Cuda = Cuda => "cuda",
+        /// GPU memory at both ends, copied through host memory by the transport.
+        CudaStaged = CudaStaged => "cuda_staged",
+    }
+}
+
+impl Memory {
+    /// GPU memory at both ends, moved GPU to GPU: what "verified in GPU memory" needs.
+    pub fn is_gpu_to_gpu(self) -> bool {
+        self == Memory::Cuda
+    }
+}
+
+wire_enum! {
+    /// What actually carried a probe's bytes.
+    pub enum DataPath: crate::wire::DataPath as "data path" {
+        /// The pair's NIC read the source and/or wrote the destination by DMA.
+        NicDma = NicDma => "nic_dma",
+        /// The CPU moved the bytes (sockets, shared memory, a host bounce): no NIC DMA.
+        HostCopy = HostCopy => "host_copy",
+        /// The simulated fabric: no hardware.
+        Simulated = Simulated => "simulated",
+    }
+}
+
+wire_enum! {
+    /// The fault injected into a real transport (self-test, or a fault file on a real fabric),
+    /// or none. A probe with a fault injected is self-test history, never evidence.
+    pub enum Injected: crate::wire::Injected as "injected fault" {
+        None = None => "none",
+        DmaReadRejected = DmaReadRejected => "dma_read_rejected",
+        Drop = Drop => "drop",
+        Stale = Stale => "stale",
+        Bitflip = Bitflip => "bitflip",
+        Swap = Swap => "swap",
+        Misdirect = Misdirect => "misdirect",
+        Error = Error => "error",
+        Hang = Hang => "hang",
+    }
+}
+
+#[allow(clippy::derivable_impls, reason = "wire_enum! declares the enum with a fixed derive list")]
+impl Default for Injected {
+    fn default() -> Self {
+        Injected::None
     }
 }
 
@@ -98,4 +143,19 @@ pub struct ProbeResult {
     pub receiver_detail: String,
     #[serde(default)]
     pub memory: Memory,
+    /// What actually carried the bytes.
+    pub path: DataPath,
+    /// The fault injected into a real transport, or none.
+    #[serde(default)]
+    pub injected: Injected,
+    /// The transport's own account of its lanes (`rc_mlx5/mlx5_0:1`, `tcp/lo`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<String>,
+}
+
+impl ProbeResult {
+    /// Evidence about the pair: not a fault someone injected.
+    pub fn is_evidence(&self) -> bool {
+        self.injected == Injected::None
+    }
 }

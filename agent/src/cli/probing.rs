@@ -22,7 +22,9 @@ pub struct TransportArgs {
     /// the pair's NIC; `auto` lets UCX choose as the workload would.
     #[arg(long, env = "RAILGUARD_UCX_DEVICE")]
     pub ucx_device: Option<String>,
-    /// UCX: restrict transports (UCX_TLS), e.g. `tcp`.
+    /// UCX: UCX_TLS for the probes, e.g. `tcp`. Default: UCX_TLS of the environment if set, else
+    /// only NIC transports (`rc,dc,ud`, plus CUDA copy transports with GPU memory), so a probe
+    /// never passes for NIC evidence by moving through shared memory or sockets.
     #[arg(long, env = "RAILGUARD_UCX_TLS")]
     pub ucx_tls: Option<String>,
     /// verbs: the RDMA operation that carries the probe.

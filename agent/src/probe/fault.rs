@@ -65,6 +65,22 @@ impl FaultKind {
     }
 }
 
+impl From<FaultKind> for railguard_schema::Injected {
+    fn from(k: FaultKind) -> Self {
+        use railguard_schema::Injected as I;
+        match k {
+            FaultKind::DmaReadRejected => I::DmaReadRejected,
+            FaultKind::Drop => I::Drop,
+            FaultKind::Stale => I::Stale,
+            FaultKind::Bitflip => I::Bitflip,
+            FaultKind::Swap => I::Swap,
+            FaultKind::Misdirect => I::Misdirect,
+            FaultKind::Error => I::Error,
+            FaultKind::Hang => I::Hang,
+        }
+    }
+}
+
 /// One entry of a fault file. Unset selectors match everything.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]

@@ -22,7 +22,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use railguard_schema::{Bdf, Diagnosis, Memory, PairSelection, PathClass, ProbeResult, ProbeVerdict, Reported};
+use railguard_schema::{
+    Bdf, DataPath, Diagnosis, Injected, Memory, PairSelection, PathClass, ProbeResult, ProbeVerdict, Reported,
+};
 
 use fault::{Fault, FaultKind};
 use transport::{ProbeTransport, Sabotage, TransferReport};
@@ -245,7 +247,7 @@ impl Engine {
                     } else {
                         "NIC's DMA read of GPU memory rejected"
                     };
-                    skip = Some(TransferReport { reported: f.reported(), detail: format!("fault: {what}") });
+                    skip = Some(TransferReport::reporting(f.reported(), format!("fault: {what}")));
                 }
                 FaultKind::Stale => {
                     let earlier = match self.history.iter().find(|k| k.pair == key).cloned() {
@@ -287,7 +289,7 @@ impl Engine {
         // Where the pair's buffers live: its GPU, unless host memory is asked for (`None`) or
         // the GPU cannot be used (`Some(why)`).
         let slot = if pref == MemoryPref::Host { Err(None) } else { self.gpu_slot(pair, bytes).map_err(Some) };
-        let memory = if slot.is_ok() { Memory::Cuda } else { Memory::Host };
+        let on_gpu = slot.is_ok();
         let (mut report, duration_ns) = match (skip, slot) {
             // Nothing moved.
             (Some(r), _) => (r, 0),
@@ -301,8 +303,10 @@ impl Engine {
                 (r, started.elapsed().as_nanos() as u64)
             }
         };
-        if let Some(r) = fault.and_then(|f| f.reported) {
-            // The fault file decides what the (simulated) stack claims, e.g. success for a failed read.
+        let simulated = transport.data_path() == DataPath::Simulated;
+        if simulated && let Some(r) = fault.and_then(|f| f.reported) {
+            // On the simulated fabric the fault file decides what the stack claims, e.g. success
+            // for a failed read. A real transport's own report is never overwritten.
             report.reported = r;
         }
         let history: Vec<KnownProbe> = self.history.iter().cloned().collect();
@@ -333,11 +337,23 @@ impl Engine {
                 chunks: v.chunks,
                 duration_ns,
                 selection: pair.selection,
-                simulated: transport.kind() == railguard_schema::Transport::Sim,
+                simulated,
                 bit_flips: v.bit_flips,
                 receiver_detail: v.detail.chars().take(1000).collect(),
-                // The simulated fabric stands in for GPU memory as for the NIC (`simulated` says so).
-                memory: if transport.kind() == railguard_schema::Transport::Sim { Memory::Cuda } else { memory },
+                // As used: the simulated fabric's buffers are host memory like any other.
+                memory: match (on_gpu, report.staged) {
+                    (false, _) => Memory::Host,
+                    (true, false) => Memory::Cuda,
+                    (true, true) => Memory::CudaStaged,
+                },
+                path: report.path.unwrap_or_else(|| transport.data_path()),
+                // A fault on the simulated fabric is the simulation itself; on a real transport
+                // it is an injection, and the probe is self-test history, not evidence.
+                injected: match fault {
+                    Some(f) if !simulated => f.kind.into(),
+                    _ => Injected::None,
+                },
+                lanes: report.lanes,
             },
             fault: fault.map(|f| f.kind),
             receiver: v,

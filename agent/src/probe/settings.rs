@@ -46,7 +46,8 @@ pub struct ProbeSettings {
     pub faults: Option<PathBuf>,
     /// UCX: UCX_NET_DEVICES for every probe instead of the pair's NIC; `auto` lets UCX choose.
     pub ucx_device: Option<String>,
-    /// UCX: UCX_TLS.
+    /// UCX: UCX_TLS. None: UCX_TLS of the environment if set, else the NIC transports
+    /// ([`ProbeSettings::ucx_tls`]).
     pub ucx_tls: Option<String>,
     /// verbs: the RDMA operation that carries the probe.
     pub verbs_op: VerbsOp,
@@ -96,6 +97,22 @@ impl ProbeSettings {
         }
     }
 
+    /// UCX_TLS for UCX probes: the operator's (`--ucx-tls`, or UCX_TLS in the agent's
+    /// environment), else only the transports that make the NIC move the bytes (RC, DC, UD),
+    /// with UCX's CUDA copy transports when GPU memory may be used. Unrestricted, UCX carries
+    /// two workers of one process over shared memory, `self` or CMA, and such a probe proves
+    /// nothing of the pair's NIC.
+    pub fn ucx_tls(&self) -> String {
+        if let Some(t) = self.ucx_tls.clone().or_else(|| std::env::var("UCX_TLS").ok().filter(|t| !t.is_empty())) {
+            return t;
+        }
+        let mut tls = String::from("rc,dc,ud");
+        if self.memory != MemoryPref::Host {
+            tls.push_str(",cuda_copy,cuda_ipc,gdr_copy");
+        }
+        tls
+    }
+
     /// The transport for probes of `nic`.
     pub fn open(&self, nic: &str) -> Result<Box<dyn ProbeTransport>, TransportError> {
         if self.simulated() {
@@ -109,7 +126,7 @@ impl ProbeSettings {
                     Some(d) => NicChoice::Pin(d.to_owned()),
                     None => NicChoice::Pin(format!("{nic}:1")),
                 };
-                Box::new(Ucx::open(choice, self.ucx_tls.as_deref())?)
+                Box::new(Ucx::open(choice, Some(&self.ucx_tls()))?)
             }
             TransportKind::Verbs => Box::new(Verbs::open(self.verbs_op, self.verbs_device.clone())?),
             TransportKind::Sim => Box::new(SimFabric),

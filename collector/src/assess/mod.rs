@@ -13,7 +13,7 @@ use railguard_schema::{Diagnosis, GpuRisk, ProbeVerdict, RiskLevel, SignalKind};
 use sqlx::PgPool;
 use sqlx::types::Json;
 
-pub use rules::{Assessment, GpuInput, GpuStatus, PairCounts, Previous, RulesConfig, SignalCount};
+pub use rules::{Assessment, GpuInput, GpuStatus, PairCounts, Previous, RulesConfig, SignalCount, Verification};
 
 #[derive(Debug, Clone)]
 pub struct AssessConfig {
@@ -41,6 +41,24 @@ impl Default for AssessConfig {
 }
 
 type Key = (String, u32);
+
+/// One GPU/NIC pair's probes in the window (the query in [`load_inputs`]).
+#[derive(sqlx::FromRow)]
+struct PairRow {
+    node_id: String,
+    gpu_index: i32,
+    nic: String,
+    ok: i64,
+    silent_corruption: i64,
+    reported_failure: i64,
+    timeout: i64,
+    ok_gpu_memory: i64,
+    diagnosis: Option<Diagnosis>,
+    simulated: bool,
+    unproven_ok: i64,
+    unproven_bad: i64,
+    unproven_via: Vec<String>,
+}
 
 /// Loads the inputs of every GPU of `nodes` (all nodes when None) as of `now`.
 pub async fn load_inputs(
@@ -83,18 +101,36 @@ pub async fn load_inputs(
         }
     }
 
-    // Probe verdicts per pair in the window.
-    #[allow(clippy::type_complexity, reason = "one row of the query just below, column for column")]
-    let counts: Vec<(String, i32, String, i64, i64, i64, i64, i64, Option<Diagnosis>)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, nic,
-                count(*) FILTER (WHERE verdict = 'ok'),
-                count(*) FILTER (WHERE verdict = 'silent_corruption'),
-                count(*) FILTER (WHERE verdict = 'reported_failure'),
-                count(*) FILTER (WHERE verdict = 'timeout'),
-                count(*) FILTER (WHERE verdict = 'ok' AND memory = 'cuda'),
-                mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE verdict = 'silent_corruption')
-         FROM probe_results
-         WHERE observed_at > $2 AND observed_at <= $3 AND ($1::text[] IS NULL OR node_id = ANY($1))
+    // Probe verdicts per pair in the window, under the trust policy: injected faults are not
+    // evidence at all; a probe verifies the pair only if the pair's NIC moved the bytes, or it
+    // ran on the simulated fabric of a node whose whole fabric is simulated; anything else is
+    // counted apart, as unproven.
+    let counts: Vec<PairRow> = sqlx::query_as(
+        "WITH w AS (
+            SELECT * FROM probe_results
+            WHERE observed_at > $2 AND observed_at <= $3 AND injected = 'none'
+              AND ($1::text[] IS NULL OR node_id = ANY($1))
+         ), sim AS (
+            SELECT node_id, bool_and(path = 'simulated') AS all_simulated FROM w GROUP BY node_id
+         ), t AS (
+            SELECT w.*, (w.path = 'nic_dma' OR (w.path = 'simulated' AND sim.all_simulated)) AS trusted
+            FROM w JOIN sim USING (node_id)
+         )
+         SELECT node_id, gpu_index, nic,
+                count(*) FILTER (WHERE trusted AND verdict = 'ok') AS ok,
+                count(*) FILTER (WHERE trusted AND verdict = 'silent_corruption') AS silent_corruption,
+                count(*) FILTER (WHERE trusted AND verdict = 'reported_failure') AS reported_failure,
+                count(*) FILTER (WHERE trusted AND verdict = 'timeout') AS timeout,
+                count(*) FILTER (WHERE trusted AND verdict = 'ok' AND path = 'nic_dma' AND memory = 'cuda') AS ok_gpu_memory,
+                mode() WITHIN GROUP (ORDER BY diagnosis)
+                    FILTER (WHERE trusted AND verdict = 'silent_corruption') AS diagnosis,
+                coalesce(bool_or(trusted AND path = 'simulated'), false) AS simulated,
+                count(*) FILTER (WHERE NOT trusted AND verdict = 'ok') AS unproven_ok,
+                count(*) FILTER (WHERE NOT trusted AND verdict <> 'ok') AS unproven_bad,
+                coalesce(array_agg(DISTINCT CASE WHEN jsonb_array_length(lanes) > 0
+                                                 THEN transport || ' over ' || (lanes->>0) ELSE transport END)
+                         FILTER (WHERE NOT trusted), '{}') AS unproven_via
+         FROM t
          GROUP BY node_id, gpu_index, nic",
     )
     .bind(&filter)
@@ -102,22 +138,26 @@ pub async fn load_inputs(
     .bind(now)
     .fetch_all(pool)
     .await?;
-    for (node, gpu, nic, ok, silent, reported, timeout, ok_gpu_memory, diagnosis) in counts {
-        let gpu = u32::try_from(gpu).unwrap_or(0);
-        let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput {
-            node: node.clone(),
+    for r in counts {
+        let gpu = u32::try_from(r.gpu_index).unwrap_or(0);
+        let input = inputs.entry((r.node_id.clone(), gpu)).or_insert_with(|| GpuInput {
+            node: r.node_id.clone(),
             gpu,
             ..Default::default()
         });
         let n = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
         input.pairs.push(PairCounts {
-            nic,
-            ok: n(ok),
-            silent_corruption: n(silent),
-            reported_failure: n(reported),
-            timeout: n(timeout),
-            ok_gpu_memory: n(ok_gpu_memory),
-            diagnosis,
+            nic: r.nic,
+            ok: n(r.ok),
+            silent_corruption: n(r.silent_corruption),
+            reported_failure: n(r.reported_failure),
+            timeout: n(r.timeout),
+            ok_gpu_memory: n(r.ok_gpu_memory),
+            diagnosis: r.diagnosis,
+            simulated: r.simulated,
+            unproven_ok: n(r.unproven_ok),
+            unproven_bad: n(r.unproven_bad),
+            unproven_via: r.unproven_via,
         });
     }
     for input in inputs.values_mut() {
@@ -131,6 +171,7 @@ pub async fn load_inputs(
                    row_number() OVER (PARTITION BY node_id, gpu_index, nic ORDER BY observed_at DESC) AS rn
             FROM probe_results
             WHERE observed_at > $2 - interval '1 day' AND observed_at <= $2 AND ($1::text[] IS NULL OR node_id = ANY($1))
+              AND injected = 'none' AND path IN ('nic_dma', 'simulated')
          ) r WHERE rn <= 10 ORDER BY node_id, gpu_index, nic, rn",
     )
     .bind(&filter)
@@ -222,6 +263,7 @@ pub async fn assess_and_store(
         Vec<Option<RiskLevel>>,
         Vec<serde_json::Value>,
         Vec<Option<String>>,
+        Vec<Verification>,
     ) = Default::default();
     let mut changes: (Vec<String>, Vec<i32>, Vec<Option<GpuStatus>>, Vec<GpuStatus>, Vec<serde_json::Value>) =
         Default::default();
@@ -234,6 +276,7 @@ pub async fn assess_and_store(
         cols.4.push(a.structural_risk);
         cols.5.push(reasons.clone());
         cols.6.push(a.recommendation.clone());
+        cols.7.push(a.verification);
         let before = prev.get(&(a.node.clone(), a.gpu)).copied();
         if before != Some(a.status) {
             changes.0.push(a.node.clone());
@@ -244,15 +287,16 @@ pub async fn assess_and_store(
         }
     }
     sqlx::query(
-        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation)
-         SELECT u.node, u.gpu, u.status, $8, $8, u.nic, u.risk, u.reasons, u.rec
-         FROM UNNEST($1::text[], $2::int[], $3::gpu_status_kind[], $4::text[], $5::text[], $6::jsonb[], $7::text[])
-              AS u(node, gpu, status, nic, risk, reasons, rec)
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation, verification)
+         SELECT u.node, u.gpu, u.status, $9, $9, u.nic, u.risk, u.reasons, u.rec, u.verification
+         FROM UNNEST($1::text[], $2::int[], $3::gpu_status_kind[], $4::text[], $5::text[], $6::jsonb[], $7::text[],
+                     $8::gpu_verification[])
+              AS u(node, gpu, status, nic, risk, reasons, rec, verification)
          ON CONFLICT (node_id, gpu_index) DO UPDATE SET
             since = CASE WHEN gpu_status.status = EXCLUDED.status THEN gpu_status.since ELSE EXCLUDED.since END,
             status = EXCLUDED.status, assessed_at = EXCLUDED.assessed_at, workload_nic = EXCLUDED.workload_nic,
             structural_risk = EXCLUDED.structural_risk, reasons = EXCLUDED.reasons,
-            recommendation = EXCLUDED.recommendation",
+            recommendation = EXCLUDED.recommendation, verification = EXCLUDED.verification",
     )
     .bind(cols.0)
     .bind(cols.1)
@@ -261,6 +305,7 @@ pub async fn assess_and_store(
     .bind(cols.4)
     .bind(cols.5)
     .bind(cols.6)
+    .bind(cols.7)
     .bind(now)
     .execute(&mut *tx)
     .await?;

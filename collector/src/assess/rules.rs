@@ -6,9 +6,14 @@ use serde::Serialize;
 
 use railguard_schema::{Diagnosis, ProbeVerdict, RiskLevel, SignalKind};
 
-pub use crate::status::GpuStatus;
+pub use crate::status::{GpuStatus, Verification};
 
 /// Probe verdict counts for one GPU/NIC pair inside the window.
+///
+/// The trust policy (ARCHITECTURE.md, "Trust"): `ok`, the failure counts and `ok_gpu_memory`
+/// count only probes that exercised the pair's NIC (`path = nic_dma`), or the simulated fabric on
+/// a node whose whole fabric is simulated. Probes that exercised no NIC are `unproven_*`: they
+/// catch a broken engine or host, never verify the pair. Injected faults are not here at all.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PairCounts {
     pub nic: String,
@@ -16,11 +21,22 @@ pub struct PairCounts {
     pub silent_corruption: u32,
     pub reported_failure: u32,
     pub timeout: u32,
-    /// Of the `ok` probes, those whose buffers were in GPU memory (the workload's path).
+    /// Of the `ok` probes, those that moved GPU memory to GPU memory (the workload's path).
     #[serde(default)]
     pub ok_gpu_memory: u32,
     /// Most common receiver diagnosis among the silent corruptions.
     pub diagnosis: Option<Diagnosis>,
+    /// The trusted probes were the simulated fabric's.
+    #[serde(default)]
+    pub simulated: bool,
+    /// Probes that exercised no NIC (tcp, UCX over shared memory or sockets): verified / failed.
+    #[serde(default)]
+    pub unproven_ok: u32,
+    #[serde(default)]
+    pub unproven_bad: u32,
+    /// How those moved the bytes (`tcp`, `ucx over tcp/lo`).
+    #[serde(default)]
+    pub unproven_via: Vec<String>,
 }
 
 impl PairCounts {
@@ -29,6 +45,19 @@ impl PairCounts {
     }
     pub fn total(&self) -> u32 {
         self.ok + self.bad()
+    }
+    pub fn unproven(&self) -> u32 {
+        self.unproven_ok + self.unproven_bad
+    }
+    /// How the pair was verified, by its strongest evidence.
+    pub fn verification(&self) -> Verification {
+        match self {
+            p if p.ok_gpu_memory > 0 => Verification::GpuMemory,
+            p if p.total() > 0 && p.simulated => Verification::Simulated,
+            p if p.total() > 0 => Verification::HostMemory,
+            p if p.unproven() > 0 => Verification::Unproven,
+            _ => Verification::Unprobed,
+        }
     }
 }
 
@@ -107,6 +136,8 @@ pub struct Assessment {
     pub recommendation: Option<String>,
     pub workload_nic: Option<String>,
     pub structural_risk: Option<RiskLevel>,
+    /// How the workload pair was verified in the window.
+    pub verification: Verification,
 }
 
 /// Xids that mean the GPU itself is failing (docs/how-railguard-decides.md §5): 48 DBE, 79 fell off the bus,
@@ -186,18 +217,44 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
             }
         }
     }
-    // A workload pair nobody probed is unverified, not fine: probing is off on that node, or its
-    // transport cannot run there (the agent's log says which).
+    // A workload pair without trusted evidence is unverified, not fine. Probes that exercised no
+    // NIC prove the engine and the host, not the pair's path; none at all means probing is off
+    // on that node, or its transport cannot run there (the agent's log says which).
+    let workload = input.workload_nic.as_ref().and_then(|nic| input.pairs.iter().find(|p| &p.nic == nic));
     if let Some(nic) = &input.workload_nic
-        && input.pairs.iter().find(|p| &p.nic == nic).is_none_or(|p| p.total() == 0)
+        && workload.is_none_or(|p| p.total() == 0)
     {
-        raise(
-            GpuStatus::Watch,
-            format!(
-                "GPU{g} via {nic}: no probe of the workload's pair in the last {w}, so its path is unverified (probing off, or the probe transport cannot run on the node: see the agent's log)"
+        match workload.filter(|p| p.unproven() > 0) {
+            Some(p) => {
+                let via = if p.unproven_via.is_empty() { "a host copy".to_owned() } else { p.unproven_via.join(", ") };
+                raise(
+                    GpuStatus::Watch,
+                    format!(
+                        "GPU{g} via {nic}: its NIC path is unverified (probes on this node exercise no NIC: {via}); {} probes in the last {w} moved the bytes without the NIC's DMA",
+                        p.unproven()
+                    ),
+                    &mut status,
+                );
+                if p.unproven_bad > 0 {
+                    raise(
+                        GpuStatus::Watch,
+                        format!(
+                            "GPU{g}: {} of {} probes that exercised no NIC failed: the probe engine or this host is at fault, not the pair",
+                            p.unproven_bad,
+                            p.unproven()
+                        ),
+                        &mut status,
+                    );
+                }
+            }
+            None => raise(
+                GpuStatus::Watch,
+                format!(
+                    "GPU{g} via {nic}: no probe of the workload's pair in the last {w}, so its path is unverified (probing off, or the probe transport cannot run on the node: see the agent's log)"
+                ),
+                &mut status,
             ),
-            &mut status,
-        );
+        }
     }
 
     // Pairs the workload does not use: worth knowing before anyone re-pins.
@@ -262,8 +319,12 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
                     .any(|p| &p.nic == *n && p.ok > 0 && p.bad() == 0 && (!gpu_memory || p.ok_gpu_memory > 0))
             }
         };
+        let simulated = |n: &String| input.pairs.iter().any(|p| &p.nic == n && p.simulated);
         match (input.safe_nics.iter().find(verified(true)), input.safe_nics.iter().find(verified(false))) {
             (Some(n), _) => Some(format!("UCX_NET_DEVICES={n}:1")),
+            (None, Some(n)) if simulated(n) => {
+                Some(format!("UCX_NET_DEVICES={n}:1 (verified on the simulated fabric, not on hardware)"))
+            }
             (None, Some(n)) => {
                 Some(format!("UCX_NET_DEVICES={n}:1 (verified in host memory only: its GPU-memory path is unproven)"))
             }
@@ -283,7 +344,15 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
             GpuStatus::Ok,
             match &input.workload_nic {
                 Some(n) => {
-                    format!("GPU{g} via {n}: every probe in the last {w} verified, no structural risk, no signals")
+                    format!(
+                        "GPU{g} via {n}: every probe in the last {w} verified ({}), no structural risk, no signals",
+                        match workload.map_or(Verification::Unprobed, PairCounts::verification) {
+                            Verification::GpuMemory => "the NIC's DMA, GPU memory to GPU memory",
+                            Verification::HostMemory => "the NIC's DMA, host memory only",
+                            Verification::Simulated => "the simulated fabric",
+                            Verification::Unproven | Verification::Unprobed => "no NIC",
+                        }
+                    )
                 }
                 None => format!("GPU{g}: no RDMA NIC in use, no signals in the last {w}"),
             },
@@ -299,6 +368,7 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
         recommendation,
         workload_nic: input.workload_nic.clone(),
         structural_risk: input.structural,
+        verification: workload.map_or(Verification::Unprobed, PairCounts::verification),
     }
 }
 

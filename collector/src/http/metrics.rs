@@ -37,13 +37,14 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_probe_verdicts_total Probe results stored, per GPU/NIC pair and verdict.\n# TYPE railguard_probe_verdicts_total counter"
+        "# HELP railguard_probe_verdicts_total Probe results stored as evidence (injected faults excluded), per GPU/NIC pair, verdict and what carried the bytes (path: nic_dma, host_copy, simulated).\n# TYPE railguard_probe_verdicts_total counter"
     );
     if let Ok(v) = st.verdicts.lock() {
-        for ((node, gpu, nic, verdict), n) in v.iter() {
+        for ((node, gpu, nic, verdict, path), n) in v.iter() {
+            let simulated = *path == railguard_schema::DataPath::Simulated;
             let _ = writeln!(
                 out,
-                "railguard_probe_verdicts_total{{node=\"{}\",gpu=\"{gpu}\",nic=\"{}\",verdict=\"{verdict}\"}} {n}",
+                "railguard_probe_verdicts_total{{node=\"{}\",gpu=\"{gpu}\",nic=\"{}\",verdict=\"{verdict}\",path=\"{path}\",simulated=\"{simulated}\"}} {n}",
                 label(node),
                 label(nic)
             );

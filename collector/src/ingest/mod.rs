@@ -17,6 +17,9 @@ use crate::store::{Store, StoreError};
 use auth::{AuthenticatedNode, Credentials};
 
 /// Counters the collector exports about its own ingest.
+/// (node, GPU, NIC, verdict, what carried the bytes).
+pub type VerdictKey = (String, u32, String, &'static str, railguard_schema::DataPath);
+
 #[derive(Debug, Default)]
 pub struct IngestStats {
     pub batches_committed: AtomicU64,
@@ -24,8 +27,9 @@ pub struct IngestStats {
     pub records_duplicate: AtomicU64,
     pub batches_rejected: AtomicU64,
     pub batches_failed: AtomicU64,
-    /// Stored probe results per (node, GPU, NIC, verdict), for `railguard_probe_verdicts_total`.
-    pub verdicts: std::sync::Mutex<std::collections::BTreeMap<(String, u32, String, &'static str), u64>>,
+    /// Stored probe results that are evidence (no injected fault) per (node, GPU, NIC, verdict,
+    /// path), for `railguard_probe_verdicts_total`.
+    pub verdicts: std::sync::Mutex<std::collections::BTreeMap<VerdictKey, u64>>,
 }
 
 #[derive(Debug, Clone)]
@@ -148,10 +152,13 @@ impl IngestService {
                 }
             }
         }
-        let verdict_keys: Vec<(u32, String, &'static str)> = records
+        // Injected faults are self-test history, not evidence: they are stored, not counted.
+        let verdict_keys: Vec<(u32, String, &'static str, railguard_schema::DataPath)> = records
             .iter()
             .filter_map(|r| match &r.body {
-                railguard_schema::RecordBody::Probe(p) => Some((p.gpu, p.nic.clone(), p.verdict.as_str())),
+                railguard_schema::RecordBody::Probe(p) if p.is_evidence() => {
+                    Some((p.gpu, p.nic.clone(), p.verdict.as_str(), p.path))
+                }
                 _ => None,
             })
             .collect();
@@ -167,8 +174,8 @@ impl IngestService {
         if outcome.duplicates == 0
             && let Ok(mut v) = self.stats.verdicts.lock()
         {
-            for (gpu, nic, verdict) in verdict_keys {
-                *v.entry((node.to_string(), gpu, nic, verdict)).or_default() += 1;
+            for (gpu, nic, verdict, path) in verdict_keys {
+                *v.entry((node.to_string(), gpu, nic, verdict, path)).or_default() += 1;
             }
         }
         self.stats.records_stored.fetch_add(outcome.stored, Ordering::Relaxed);

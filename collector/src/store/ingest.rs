@@ -184,6 +184,9 @@ async fn insert_probes(
     let mut bit_flips = Vec::with_capacity(n);
     let mut receiver_detail = Vec::with_capacity(n);
     let mut memory = Vec::with_capacity(n);
+    let mut path = Vec::with_capacity(n);
+    let mut injected = Vec::with_capacity(n);
+    let mut lanes = Vec::with_capacity(n);
     for (id, t, p) in probes {
         ids.push(id);
         at.push(t);
@@ -206,21 +209,24 @@ async fn insert_probes(
         bit_flips.push(i64_sat(p.bit_flips));
         receiver_detail.push(p.receiver_detail);
         memory.push(p.memory.as_str());
+        path.push(p.path.as_str());
+        injected.push(p.injected.as_str());
+        lanes.push(serde_json::json!(p.lanes));
     }
     let res = sqlx::query(
         "INSERT INTO probe_results (record_id, node_id, observed_at, gpu_index, gpu_bdf, nic, nic_bdf, transport,
              bytes, reported, reported_detail, verdict, diagnosis, first_bad_offset, bad_chunks, chunks,
-             duration_ns, selection, simulated, bit_flips, receiver_detail, memory)
+             duration_ns, selection, simulated, bit_flips, receiver_detail, memory, path, injected, lanes)
          SELECT u.id, $1, u.at, u.gpu, u.gpu_bdf, u.nic, u.nic_bdf, u.transport, u.bytes, u.reported, u.detail,
                 u.verdict, u.diagnosis, u.first_bad, u.bad_chunks, u.chunks, u.duration, u.selection, u.simulated,
-                u.bit_flips, u.receiver_detail, u.memory
+                u.bit_flips, u.receiver_detail, u.memory, u.path, u.injected, u.lanes
          FROM UNNEST($2::uuid[], $3::timestamptz[], $4::int[], $5::text[], $6::text[], $7::text[], $8::text[],
                      $9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::int[],
                      $16::int[], $17::bigint[], $18::text[], $19::bool[], $20::bigint[], $21::text[],
-                     $22::text[])
+                     $22::text[], $23::text[], $24::text[], $25::jsonb[])
               AS u(id, at, gpu, gpu_bdf, nic, nic_bdf, transport, bytes, reported, detail, verdict, diagnosis,
                    first_bad, bad_chunks, chunks, duration, selection, simulated, bit_flips, receiver_detail,
-                   memory)
+                   memory, path, injected, lanes)
          ON CONFLICT (record_id, observed_at) DO NOTHING",
     )
     .bind(node.as_str())
@@ -245,6 +251,9 @@ async fn insert_probes(
     .bind(bit_flips)
     .bind(receiver_detail)
     .bind(memory)
+    .bind(path)
+    .bind(injected)
+    .bind(lanes)
     .execute(&mut **tx)
     .await?;
     Ok(res.rows_affected())

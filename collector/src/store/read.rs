@@ -9,22 +9,24 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use railguard_schema::{
-    Diagnosis, GpuRisk, Memory, NicPort, PairSelection, ProbeVerdict, Reported, RiskLevel, SignalKind, SignalSource,
-    Transport, Tristate,
+    DataPath, Diagnosis, GpuRisk, Injected, Memory, NicPort, PairSelection, ProbeVerdict, Reported, RiskLevel,
+    SignalKind, SignalSource, Transport, Tristate,
 };
 use serde::Serialize;
 use sqlx::PgPool;
 use utoipa::ToSchema;
 
-use crate::status::GpuStatus;
+use crate::status::{GpuStatus, Verification};
 
-/// GPUs counted by status.
+/// GPUs counted by status, and those whose workload pair's NIC path is unverified.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
 pub struct StatusCounts {
     pub ok: i64,
     pub watch: i64,
     pub at_risk: i64,
     pub corrupting: i64,
+    /// Unprobed, or probed only by transfers that exercised no NIC (these GPUs are never `ok`).
+    pub unverified: i64,
 }
 
 /// The fleet's GPUs, in all and by status.
@@ -35,6 +37,8 @@ pub struct FleetTotals {
     pub watch: i64,
     pub at_risk: i64,
     pub corrupting: i64,
+    /// Unprobed, or probed only by transfers that exercised no NIC.
+    pub unverified: i64,
 }
 
 /// A node with its GPUs counted by status.
@@ -83,6 +87,8 @@ pub struct GpuStatusRow {
     pub node: String,
     pub gpu: i32,
     pub status: GpuStatus,
+    /// How its workload pair was verified in the window (strongest evidence).
+    pub verification: Verification,
     /// When the GPU entered this status.
     pub since: DateTime<Utc>,
     pub assessed_at: DateTime<Utc>,
@@ -209,7 +215,15 @@ pub struct ProbeRow {
     pub selection: PairSelection,
     pub simulated: bool,
     pub receiver_detail: String,
+    /// Where the buffers were: host, cuda (GPU to GPU), cuda_staged (GPU buffers copied through the host).
     pub memory: Memory,
+    /// What actually carried the bytes: nic_dma, host_copy, simulated.
+    pub path: DataPath,
+    /// A fault injected into a real transport (self-test history, not evidence), or none.
+    pub injected: Injected,
+    /// The transport's own lanes (`rc_mlx5/mlx5_0:1`, `tcp/lo`).
+    #[sqlx(json)]
+    pub lanes: Vec<String>,
 }
 
 /// How often one GPU/NIC pair failed verification in a period.
@@ -227,6 +241,8 @@ pub struct FailureRow {
     pub diagnosis: Option<Diagnosis>,
     pub first_failure: Option<DateTime<Utc>>,
     pub last_failure: Option<DateTime<Utc>>,
+    /// Evidence from the simulated fabric, not hardware.
+    pub simulated: bool,
 }
 
 /// A GPU's history in a period: what `GET .../history` returns.
@@ -245,13 +261,14 @@ macro_rules! status_counts {
         "count(*) FILTER (WHERE g.status = 'ok') AS ok,
          count(*) FILTER (WHERE g.status = 'watch') AS watch,
          count(*) FILTER (WHERE g.status = 'at_risk') AS at_risk,
-         count(*) FILTER (WHERE g.status = 'corrupting') AS corrupting"
+         count(*) FILTER (WHERE g.status = 'corrupting') AS corrupting,
+         count(*) FILTER (WHERE g.verification IN ('unprobed', 'unproven')) AS unverified"
     };
 }
 macro_rules! gpu_status_columns {
     () => {
-        "node_id AS node, gpu_index AS gpu, status, since, assessed_at, workload_nic, structural_risk, reasons,
-         recommendation"
+        "node_id AS node, gpu_index AS gpu, status, verification, since, assessed_at, workload_nic, structural_risk,
+         reasons, recommendation"
     };
 }
 
@@ -310,7 +327,7 @@ pub async fn gpus(pool: &PgPool, statuses: Option<&[GpuStatus]>, limit: i64) -> 
 }
 
 /// Per pair of a node (or one GPU) probed in the last day: the latest verdict and the counts of
-/// the last `window_minutes`.
+/// the last `window_minutes` (evidence only: probes with an injected fault are self-test history).
 pub async fn pairs(
     pool: &PgPool,
     node: &str,
@@ -326,6 +343,7 @@ pub async fn pairs(
                 count(*) FILTER (WHERE verdict <> 'ok' AND observed_at > now() - make_interval(mins => $3)) AS bad
          FROM probe_results
          WHERE node_id = $1 AND ($2::int IS NULL OR gpu_index = $2) AND observed_at > now() - interval '1 day'
+           AND injected = 'none'
          GROUP BY gpu_index, nic ORDER BY gpu_index, nic",
     )
     .bind(node)
@@ -437,7 +455,7 @@ pub async fn gpu_probes(pool: &PgPool, node: &str, gpu: i32, period: Period) -> 
     gpu_period(
         pool,
         "SELECT observed_at AS at, nic, transport, bytes, reported, verdict, diagnosis, bad_chunks, chunks,
-                first_bad_offset, selection, simulated, receiver_detail, memory
+                first_bad_offset, selection, simulated, receiver_detail, memory, path, injected, lanes
          FROM probe_results
          WHERE node_id = $1 AND gpu_index = $2 AND observed_at >= $3 AND observed_at <= $4
          ORDER BY observed_at DESC LIMIT $5",
@@ -469,7 +487,8 @@ pub async fn gpu_status_changes(
 }
 
 /// Which GPUs failed verification between `since` and `until`, on which NIC, how often: one row
-/// per GPU/NIC pair with at least one failed probe, most failures first.
+/// per GPU/NIC pair with at least one failed probe, most failures first. Probes with an injected
+/// fault are self-test history and not counted.
 pub async fn failures(
     pool: &PgPool,
     since: DateTime<Utc>,
@@ -484,9 +503,10 @@ pub async fn failures(
                 count(*) AS probes,
                 mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE verdict = 'silent_corruption') AS diagnosis,
                 min(observed_at) FILTER (WHERE verdict <> 'ok') AS first_failure,
-                max(observed_at) FILTER (WHERE verdict <> 'ok') AS last_failure
+                max(observed_at) FILTER (WHERE verdict <> 'ok') AS last_failure,
+                bool_or(simulated) AS simulated
          FROM probe_results
-         WHERE observed_at >= $1 AND observed_at <= $2
+         WHERE observed_at >= $1 AND observed_at <= $2 AND injected = 'none'
          GROUP BY node_id, gpu_index, nic
          HAVING count(*) FILTER (WHERE verdict <> 'ok') > 0
          ORDER BY failures DESC, node, gpu, nic",

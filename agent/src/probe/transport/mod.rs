@@ -8,26 +8,40 @@ pub mod verbs;
 
 use std::time::Duration;
 
-use railguard_schema::{Reported, Transport};
+use railguard_schema::{DataPath, Reported, Transport};
 
 use super::gpu::DevBuf;
 
-/// What the transport said about one transfer.
+/// What the transport said about one transfer, and what carried the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransferReport {
     pub reported: Reported,
     pub detail: String,
+    /// What carried the bytes, where this transfer knows better than its transport's default
+    /// ([`ProbeTransport::data_path`]): UCX decides from the lanes it used.
+    pub path: Option<DataPath>,
+    /// The transport's own account of its lanes (`rc_mlx5/mlx5_0:1`, `tcp/lo`).
+    pub lanes: Vec<String>,
+    /// GPU memory was copied through host memory on the way.
+    pub staged: bool,
 }
 
 impl TransferReport {
+    fn new(reported: Reported, detail: String) -> Self {
+        TransferReport { reported, detail, path: None, lanes: Vec::new(), staged: false }
+    }
     pub fn success() -> Self {
-        TransferReport { reported: Reported::Success, detail: String::new() }
+        TransferReport::new(Reported::Success, String::new())
     }
     pub fn error(detail: impl Into<String>) -> Self {
-        TransferReport { reported: Reported::Error, detail: detail.into() }
+        TransferReport::new(Reported::Error, detail.into())
     }
     pub fn nothing(detail: impl Into<String>) -> Self {
-        TransferReport { reported: Reported::Nothing, detail: detail.into() }
+        TransferReport::new(Reported::Nothing, detail.into())
+    }
+    /// What the transport said, as a fault dictates it (the engine's emulation of a fault).
+    pub fn reporting(reported: Reported, detail: impl Into<String>) -> Self {
+        TransferReport::new(reported, detail.into())
     }
     /// Adds how the bytes travelled (GPU memory staged, registered as dma-buf, ...) to the detail.
     pub fn noted(mut self, note: &str) -> Self {
@@ -63,6 +77,12 @@ pub enum TransportError {
 
 pub trait ProbeTransport: Send {
     fn kind(&self) -> Transport;
+
+    /// What carries this transport's bytes unless a report says otherwise. The default is the
+    /// claim that proves nothing: the CPU copied them.
+    fn data_path(&self) -> DataPath {
+        DataPath::HostCopy
+    }
 
     /// Moves `src` into `dst` (same length) over the path to `nic`, within `timeout`.
     fn transfer(
@@ -113,5 +133,7 @@ pub fn stage_through_host<T: ProbeTransport + ?Sized>(
     if let Err(e) = dst.upload(&hd) {
         return TransferReport::error(format!("staging GPU memory through the host: {e}"));
     }
-    r.noted("GPU memory staged through the host")
+    let mut r = r.noted("GPU memory staged through the host");
+    r.staged = true;
+    r
 }

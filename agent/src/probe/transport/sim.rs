@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use railguard_schema::Transport;
+use railguard_schema::{DataPath, Transport};
 
 use super::{ProbeTransport, Sabotage, TransferReport};
 
@@ -14,6 +14,10 @@ pub struct SimFabric;
 impl ProbeTransport for SimFabric {
     fn kind(&self) -> Transport {
         Transport::Sim
+    }
+
+    fn data_path(&self) -> DataPath {
+        DataPath::Simulated
     }
 
     fn transfer(

@@ -10,7 +10,7 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::time::Duration;
 
-use railguard_schema::Transport;
+use railguard_schema::{DataPath, Transport};
 
 use super::super::gpu::DevBuf;
 use super::{ProbeTransport, Sabotage, TransferReport, TransportError, stage_through_host};
@@ -35,6 +35,76 @@ unsafe extern "C" {
     fn rg_ucx_close(u: *mut RgUcx);
     fn rg_ucx_supports_cuda(u: *mut RgUcx) -> c_int;
     fn rg_ucx_version() -> *const c_char;
+    fn rg_ucx_lanes(u: *mut RgUcx, out: *mut c_char, len: usize) -> c_int;
+}
+
+/// One lane of a UCX endpoint, as `ucp_ep_print_info` prints it:
+/// `lane[0]:  0:tcp/lo.0 md[0] -> md[0]/tcp/sysdev[255] am am_bw#0 wireup`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lane {
+    /// UCX transport (`tcp`, `rc_mlx5`, `rc_verbs`, `posix`, `cma`, `self`, ...).
+    pub transport: String,
+    /// Device (`lo`, `mlx5_0:1`, `memory`).
+    pub device: String,
+    /// What UCX uses the lane for (`am`, `am_bw#0`, `rma`, `rma_bw#0`, `amo`, `wireup`, ...).
+    pub roles: Vec<String>,
+}
+
+impl Lane {
+    /// `transport/device`.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.transport, self.device)
+    }
+
+    /// An InfiniBand/RoCE transport: the NIC moves the bytes by DMA (RC, DC, UD families).
+    pub fn is_nic(&self) -> bool {
+        let t = self.transport.as_str();
+        matches!(t, "rc" | "dc" | "ud") || t.starts_with("rc_") || t.starts_with("dc_") || t.starts_with("ud_")
+    }
+
+    /// The RDMA device of a NIC lane (`mlx5_0` of `mlx5_0:1`).
+    pub fn nic(&self) -> &str {
+        self.device.split(':').next().unwrap_or(&self.device)
+    }
+}
+
+/// Parses the lanes out of `ucp_ep_print_info`'s text; lines that are not lanes are skipped.
+pub fn parse_lanes(text: &str) -> Vec<Lane> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.split_once("lane[")?.1.split_once("]:")?.1;
+            let mut words = rest.split_whitespace();
+            // `0:tcp/lo.0`: resource index, transport/device, path index.
+            let resource = words.next()?.split_once(':')?.1;
+            let (transport, device) = resource.split_once('/')?;
+            let device = device.rsplit_once('.').map_or(device, |(d, _)| d);
+            let roles = rest.split_once("->")?.1.split_whitespace().skip(1).map(str::to_owned).collect();
+            Some(Lane { transport: transport.to_owned(), device: device.to_owned(), roles })
+        })
+        .collect()
+}
+
+/// The lanes a put's bytes travel on: the RMA lanes where UCX has them, else the active-message
+/// lanes that emulate RMA.
+pub fn data_lanes(lanes: &[Lane]) -> Vec<&Lane> {
+    let has = |l: &Lane, prefix: &str| l.roles.iter().any(|r| r.starts_with(prefix));
+    let rma: Vec<&Lane> = lanes.iter().filter(|l| has(l, "rma")).collect();
+    if !rma.is_empty() {
+        return rma;
+    }
+    lanes.iter().filter(|l| has(l, "am")).collect()
+}
+
+/// What carried a put on `nic`'s pair: `nic_dma` only if every data lane is an IB/RoCE transport
+/// on that NIC; anything else (tcp, shared memory, self, CMA, another NIC, no lanes) is not
+/// proof of the pair's NIC path.
+pub fn classify(lanes: &[Lane], nic: &str) -> DataPath {
+    let data = data_lanes(lanes);
+    if !data.is_empty() && data.iter().all(|l| l.is_nic() && l.nic() == nic) {
+        DataPath::NicDma
+    } else {
+        DataPath::HostCopy
+    }
 }
 
 /// How UCX picks the NIC.
@@ -134,6 +204,32 @@ impl Ucx {
             _ => TransferReport::error(err_string(&err)),
         }
     }
+
+    /// The endpoint's lanes, from UCX itself.
+    pub fn lanes(&self) -> Vec<Lane> {
+        let mut buf = vec![0u8; 8192];
+        // SAFETY: handle is live; buf is buf.len() bytes and the shim NUL-terminates within it.
+        let rc = unsafe { rg_ucx_lanes(self.handle, buf.as_mut_ptr().cast(), buf.len()) };
+        if rc != 0 {
+            return Vec::new();
+        }
+        parse_lanes(&err_string(&buf))
+    }
+
+    /// `report` with what carried it on `nic`'s pair, from the lanes UCX used.
+    fn carried(&self, nic: &str, mut report: TransferReport) -> TransferReport {
+        let lanes = self.lanes();
+        let data: Vec<String> = data_lanes(&lanes).iter().map(|l| l.name()).collect();
+        report.path = Some(classify(&lanes, nic));
+        if report.path == Some(DataPath::HostCopy) {
+            report = report.noted(&format!(
+                "UCX moved the bytes without {nic}'s DMA (data lanes: {})",
+                if data.is_empty() { "none reported".to_owned() } else { data.join(", ") }
+            ));
+        }
+        report.lanes = lanes.iter().map(Lane::name).collect();
+        report
+    }
 }
 
 impl Drop for Ucx {
@@ -150,7 +246,7 @@ impl ProbeTransport for Ucx {
 
     fn transfer(
         &mut self,
-        _nic: &str,
+        nic: &str,
         src: &[u8],
         dst: &mut [u8],
         timeout: Duration,
@@ -162,7 +258,8 @@ impl ProbeTransport for Ucx {
         if sabotage != Sabotage::None {
             return TransferReport::error("ucx transport does not sabotage itself; the engine emulates it");
         }
-        self.put(src.as_ptr() as u64, dst.as_mut_ptr() as u64, src.len(), false, timeout)
+        let r = self.put(src.as_ptr() as u64, dst.as_mut_ptr() as u64, src.len(), false, timeout);
+        self.carried(nic, r)
     }
 
     /// GPU memory as NIXL moves KV blocks: UCX registers the device memory (memory type CUDA)
@@ -184,7 +281,45 @@ impl ProbeTransport for Ucx {
         if sabotage != Sabotage::None {
             return TransferReport::error("ucx transport does not sabotage itself; the engine emulates it");
         }
-        self.put(src.device_ptr_ro(), dst.device_ptr(), src.len(), true, timeout)
-            .noted("GPU memory registered with UCX (memory type cuda)")
+        let r = self
+            .put(src.device_ptr_ro(), dst.device_ptr(), src.len(), true, timeout)
+            .noted("GPU memory registered with UCX (memory type cuda)");
+        self.carried(nic, r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As UCX 1.13 printed it here: two workers, UCX_TLS=tcp, UCX_NET_DEVICES=lo.
+    const TCP_LO: &str = "#\n# UCP endpoint \n#\n#               peer: <no debug data>\n\
+        #                 lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 wireup\n\
+        #\n#\n#                  rma_bw: mds #\n";
+    /// Unrestricted on this machine: shared memory.
+    const SHM: &str = "#                 lane[0]:  3:sysv/memory.0 md[2]           -> md[2]/sysv/sysdev[255] am am_bw#0\n\
+        #                 lane[1]:  4:posix/memory.0 md[3]          -> md[3]/posix/sysdev[255]\n";
+    /// What an RC endpoint on a ConnectX NIC prints (RMA on the NIC).
+    const RC: &str = "#                 lane[0]:  1:rc_mlx5/mlx5_0:1.0 md[1]   -> md[1]/ib/sysdev[0] rma_bw#0 am am_bw#0\n\
+        #                 lane[1]:  2:ud_mlx5/mlx5_0:1.0 md[1]   -> md[1]/ib/sysdev[0] wireup\n";
+
+    #[test]
+    fn lanes_say_what_carried_the_bytes() {
+        let tcp = parse_lanes(TCP_LO);
+        assert_eq!(tcp.len(), 1);
+        assert_eq!(
+            (tcp[0].name(), tcp[0].roles.clone()),
+            ("tcp/lo".to_owned(), vec!["am".into(), "am_bw#0".into(), "wireup".into()])
+        );
+        assert_eq!(classify(&tcp, "mlx5_0"), DataPath::HostCopy);
+        let shm = parse_lanes(SHM);
+        assert_eq!(shm.iter().map(Lane::name).collect::<Vec<_>>(), ["sysv/memory", "posix/memory"]);
+        assert_eq!(classify(&shm, "mlx5_0"), DataPath::HostCopy);
+        let rc = parse_lanes(RC);
+        assert_eq!(rc[0].name(), "rc_mlx5/mlx5_0:1");
+        assert_eq!(data_lanes(&rc).len(), 1, "the RMA lane carries a put");
+        assert_eq!(classify(&rc, "mlx5_0"), DataPath::NicDma);
+        assert_eq!(classify(&rc, "mlx5_1"), DataPath::HostCopy, "another NIC's lane proves nothing of this pair");
+        assert_eq!(classify(&[], "mlx5_0"), DataPath::HostCopy, "no lanes reported: not proven");
     }
 }

@@ -21,7 +21,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use railguard_schema::Transport;
+use railguard_schema::{DataPath, Transport};
 use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::{AddressHandleAttribute, GidType};
 use sideway::ibverbs::completion::BasicCompletionQueue;
@@ -593,9 +593,23 @@ impl Verbs {
     }
 }
 
+impl Verbs {
+    /// The report with the lane that carried it: an RC queue pair on the device actually used
+    /// (the pair's NIC, or `--verbs-device`), port 1.
+    fn with_lane(&self, nic: &str, mut report: TransferReport) -> TransferReport {
+        report.lanes = vec![format!("rc_verbs/{}:{PORT}", self.device.as_deref().unwrap_or(nic))];
+        report
+    }
+}
+
 impl ProbeTransport for Verbs {
     fn kind(&self) -> Transport {
         Transport::Verbs
+    }
+
+    /// The NIC itself reads the source and writes the destination (RDMA WRITE or READ).
+    fn data_path(&self) -> DataPath {
+        DataPath::NicDma
     }
 
     fn transfer(
@@ -608,7 +622,8 @@ impl ProbeTransport for Verbs {
     ) -> TransferReport {
         let s = Region::Address { addr: src.as_ptr() as u64, len: src.len() };
         let d = Region::Address { addr: dst.as_mut_ptr() as u64, len: dst.len() };
-        self.guarded(|v| v.transfer_regions(nic, s, d, timeout, sabotage))
+        let report = self.guarded(|v| v.transfer_regions(nic, s, d, timeout, sabotage));
+        self.with_lane(nic, report)
     }
 
     /// GPU memory to GPU memory through the NIC: both buffers registered as dma-bufs CUDA
@@ -622,7 +637,8 @@ impl ProbeTransport for Verbs {
         timeout: Duration,
         sabotage: Sabotage,
     ) -> TransferReport {
-        self.guarded(|v| v.device_transfer(nic, src, dst, timeout, sabotage))
+        let report = self.guarded(|v| v.device_transfer(nic, src, dst, timeout, sabotage));
+        self.with_lane(nic, report)
     }
 
     fn supports_sabotage(&self) -> bool {

@@ -167,3 +167,57 @@ fn an_unprobed_workload_pair_is_watch_not_ok() {
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Ok, "{:?}", a.reasons);
 }
+
+#[test]
+fn probes_that_exercised_no_nic_leave_the_gpu_unverified_never_ok() {
+    let mut i = seed_gpu(0, "mlx5_0", RiskLevel::None);
+    // This node's probes went over tcp: plenty of them, all good, none through a NIC.
+    i.pairs = vec![PairCounts {
+        nic: "mlx5_0".into(),
+        unproven_ok: 12,
+        unproven_via: vec!["tcp".into()],
+        ..Default::default()
+    }];
+    i.workload_recent = vec![];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Watch, "{:?}", a.reasons);
+    assert_eq!(a.verification, Verification::Unproven);
+    assert!(
+        a.reasons[0].contains("its NIC path is unverified (probes on this node exercise no NIC: tcp)"),
+        "{:?}",
+        a.reasons
+    );
+    // And when those host-copy probes fail, it is the engine or host, not the pair.
+    i.pairs[0].unproven_bad = 2;
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Watch);
+    assert!(a.reasons.iter().any(|r| r.contains("not the pair")), "{:?}", a.reasons);
+}
+
+#[test]
+fn verification_names_the_strongest_evidence() {
+    let p = |ok, ok_gpu, simulated, unproven_ok| PairCounts {
+        nic: "mlx5_0".into(),
+        ok,
+        ok_gpu_memory: ok_gpu,
+        simulated,
+        unproven_ok,
+        ..Default::default()
+    };
+    assert_eq!(p(3, 1, false, 5).verification(), Verification::GpuMemory);
+    assert_eq!(p(3, 0, false, 5).verification(), Verification::HostMemory);
+    assert_eq!(p(3, 0, true, 0).verification(), Verification::Simulated);
+    assert_eq!(p(0, 0, false, 5).verification(), Verification::Unproven);
+    assert_eq!(p(0, 0, false, 0).verification(), Verification::Unprobed);
+    // A pin verified only on the simulated fabric says so.
+    let mut i = seed_gpu(3, "mlx5_3", RiskLevel::High);
+    for pc in &mut i.pairs {
+        pc.simulated = true;
+        pc.ok_gpu_memory = 0;
+    }
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(
+        a.recommendation.as_deref(),
+        Some("UCX_NET_DEVICES=mlx5_0:1 (verified on the simulated fabric, not on hardware)")
+    );
+}
