@@ -65,6 +65,7 @@ async function node(name) {
   const h = topo.host || {};
   let out = `<h1>${esc(name)}</h1>
     <p class="muted">virtualized: ${esc(h.virtualized)} (${esc(h.hypervisor || "-")}) · vIOMMU: ${esc(h.viommu)} · GPUDirect: ${esc(h.gpudirect)} · spool drops: ${n.node.spool_dropped_total} · last seen ${ago(n.node.last_seen)}</p>
+    ${(topo.warnings || []).map(w => `<p class="warning">${esc(w)}</p>`).join("")}
     <h2>GPU × NIC: path class and latest verdict</h2>
     <table class="matrix" id="matrix"><tr><th></th>${topo.nics.map(x => `<th>${esc(x.name)}</th>`).join("")}<th>status</th></tr>`;
   const gpuIdx = topo.gpus.length ? topo.gpus.map(g => g.index) : n.gpus.map(g => g.gpu);

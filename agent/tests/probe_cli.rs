@@ -137,3 +137,43 @@ fn verbs_says_plainly_that_it_cannot_run_here() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("verbs transport unavailable"), "{err}");
 }
+
+/// Runs the agent on the seed's tree over this machine's real data paths (no simulated fabric).
+fn real(seed: &Seed, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(args)
+        .arg("--sysfs-root")
+        .arg(seed.dir.path().join("node/sys"))
+        .env_remove("RAILGUARD_TRANSPORT")
+        .env_remove("UCX_TLS")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn by_default_this_machine_probes_over_tcp_and_says_it_verifies_no_pair() {
+    // This machine has no RDMA device, and UCX restricted to NIC transports cannot open: `auto`
+    // falls back to tcp, and every result says the bytes were a host copy.
+    let seed = Seed::new();
+    let (code, out, err) = real(&seed, &["probe", "--memory", "host", "--gpu", "3", "--bytes", "256K", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let r = results(&out);
+    assert_eq!((r[0]["transport"].as_str(), r[0]["path"].as_str()), (Some("tcp"), Some("host_copy")), "{out}");
+    assert!(err.contains("this node's probes cannot verify any GPU/NIC pair: they run over tcp"), "{err}");
+    assert!(err.contains("verbs: ") && err.contains("no RDMA devices"), "why not verbs: {err}");
+}
+
+#[test]
+fn preflight_over_a_transport_that_exercises_no_nic_is_not_verified() {
+    let seed = Seed::new();
+    let (code, out, err) =
+        real(&seed, &["preflight", "--transport", "tcp", "--memory", "host", "--gpu", "3", "--bytes", "256K"]);
+    assert_eq!(code, 1, "a gate must not pass on host copies: {out}{err}");
+    assert!(out.contains("preflight not verified: this node's probes cannot verify any GPU/NIC pair"), "{out}");
+    assert!(!out.contains("preflight ok"), "{out}");
+}

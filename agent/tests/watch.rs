@@ -129,7 +129,7 @@ fn attribution_follows_the_shared_topology_when_the_node_changes() {
     let d = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(d.path().join("node/sys")).unwrap();
     let source = TopologySource { sysfs_root: d.path().join("node/sys"), ..TopologySource::this_machine() };
-    let topology = SharedTopology::discover(source, None).unwrap();
+    let topology = SharedTopology::discover(source, None, Vec::new()).unwrap();
     assert!(topology.current().topology.gpus.is_empty());
     let stop = Stop::new();
     let seen: Arc<Mutex<Vec<railguard_schema::SignalEvent>>> = Arc::default();

@@ -33,7 +33,10 @@ impl ProbeArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let (topo, policy) = self.source.source().discover()?;
         let pairs = select_pairs(&topo, &policy, &self.gpu, &self.nic)?;
-        let settings = self.transport.settings();
+        let (settings, resolved) = self.transport.settings().resolved();
+        if let Some(why) = resolved.caveat() {
+            eprintln!("railguard-agent: note: {why}");
+        }
         let faults = settings.faults()?;
         let mut engine = Engine::new(settings.engine_config());
         let mut bad = 0;

@@ -8,9 +8,11 @@ use railguard_agent::probe::transport::verbs::VerbsOp;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TransportArgs {
-    /// Data path for the probes. On GPU nodes with RDMA NICs use `verbs`: the NIC itself reads
-    /// the probe from GPU memory, as KV-cache transfers do; `tcp` exercises no NIC.
-    #[arg(long, value_enum, default_value = "tcp", env = "RAILGUARD_TRANSPORT")]
+    /// Data path for the probes. `auto` takes the strongest this node has: `verbs` (the NIC itself
+    /// reads the probe, from GPU memory where it can, as KV-cache transfers do) where it has RDMA
+    /// devices, else `ucx` over NIC transports, else `tcp`, which exercises no NIC and so verifies
+    /// no GPU/NIC pair (the agent says so).
+    #[arg(long, value_enum, default_value = "auto", env = "RAILGUARD_TRANSPORT")]
     pub transport: TransportKind,
     /// `sim` replaces the transport by the simulated fabric.
     #[arg(long, value_enum, default_value = "real")]

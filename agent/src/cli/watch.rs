@@ -72,7 +72,7 @@ pub struct WatchArgs {
 impl WatchArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let settings = self.signals.settings()?;
-        let topology = SharedTopology::discover(self.source.source(), None)?;
+        let topology = SharedTopology::discover(self.source.source(), None, Vec::new())?;
         let stop = Stop::new();
         if let Some(s) = self.seconds {
             stop.stop_after(Duration::from_secs(s));

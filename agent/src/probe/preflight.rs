@@ -54,6 +54,15 @@ pub struct Outcome {
     /// Probes per pair.
     pub probes: u32,
     pub failing: Vec<Failing>,
+    /// Why passing probes verify nothing of the pairs (their transport exercises no NIC).
+    pub unverifiable: Option<String>,
+}
+
+impl Outcome {
+    /// Every workload pair was verified through its NIC.
+    pub fn passed(&self) -> bool {
+        self.failing.is_empty() && self.unverifiable.is_none()
+    }
 }
 
 /// Verifies the workload pair of each of `gpus` (all GPUs when empty) with `probes` probes of
@@ -67,6 +76,8 @@ pub fn run(
     bytes: usize,
 ) -> Result<Outcome, PreflightError> {
     let pairs = select_pairs(topo, policy, gpus, &NicSelection::Workload)?;
+    let (settings, resolved) = settings.resolved();
+    let settings = &settings;
     let faults = settings.faults()?;
     let mut engine = Engine::new(settings.engine_config());
     let probes = probes.max(1);
@@ -86,5 +97,5 @@ pub fn run(
             }
         }
     }
-    Ok(Outcome { pairs: pairs.len(), probes, failing })
+    Ok(Outcome { pairs: pairs.len(), probes, failing, unverifiable: resolved.caveat() })
 }

@@ -16,8 +16,11 @@ use super::{EngineConfig, MemoryPref};
 /// The data path of the probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum TransportKind {
-    /// Two loopback sockets: exercises the engine, no NIC and no GPU memory.
+    /// The strongest evidence this node can give: verbs where it has RDMA devices, else UCX
+    /// if it opens with NIC transports only, else tcp (which verifies no GPU/NIC pair).
     #[default]
+    Auto,
+    /// Two loopback sockets: exercises the engine, no NIC and no GPU memory.
     Tcp,
     /// UCX (libucp) between two workers, pinned to the pair's NIC unless told otherwise.
     Ucx,
@@ -74,7 +77,69 @@ impl Default for ProbeSettings {
     }
 }
 
+/// What `--transport auto` chose on this node, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub transport: TransportKind,
+    /// Why this one (the evidence for, or what the stronger ones lacked).
+    pub why: String,
+}
+
+impl Resolved {
+    /// Probes of this transport can verify a GPU/NIC pair (the NIC moves the bytes).
+    pub fn can_verify_pairs(&self) -> bool {
+        matches!(self.transport, TransportKind::Verbs | TransportKind::Ucx | TransportKind::Sim)
+    }
+
+    /// What the agent says at start and puts in its topology record when its probes cannot
+    /// verify any GPU/NIC pair.
+    pub fn caveat(&self) -> Option<String> {
+        (!self.can_verify_pairs()).then(|| {
+            format!(
+                "this node's probes cannot verify any GPU/NIC pair: they run over {} ({}), which moves the bytes without any NIC",
+                match self.transport {
+                    TransportKind::Tcp => "tcp",
+                    _ => "a host copy",
+                },
+                self.why
+            )
+        })
+    }
+}
+
 impl ProbeSettings {
+    /// Decides `auto`: verbs if it opens (RDMA devices and libibverbs), else UCX restricted to
+    /// NIC transports if it opens, else tcp. Explicit choices stand as given.
+    pub fn resolve(&self) -> Resolved {
+        if self.simulated() {
+            return Resolved { transport: TransportKind::Sim, why: "the simulated fabric".into() };
+        }
+        if self.transport != TransportKind::Auto {
+            return Resolved { transport: self.transport, why: "chosen with --transport".into() };
+        }
+        let verbs = match Verbs::open(self.verbs_op, self.verbs_device.clone()) {
+            Ok(_) => return Resolved { transport: TransportKind::Verbs, why: "the node has RDMA devices".into() },
+            Err(e) => e.to_string(),
+        };
+        let nic_tls = ProbeSettings { ucx_tls: Some(self.ucx_tls_default()), ..self.clone() };
+        let ucx = match Ucx::open(NicChoice::Auto, Some(&nic_tls.ucx_tls())) {
+            Ok(_) => {
+                return Resolved {
+                    transport: TransportKind::Ucx,
+                    why: format!("UCX opens with NIC transports ({}); verbs: {verbs}", nic_tls.ucx_tls()),
+                };
+            }
+            Err(e) => e.to_string(),
+        };
+        Resolved { transport: TransportKind::Tcp, why: format!("verbs: {verbs}; ucx: {ucx}") }
+    }
+
+    /// These settings with `auto` decided.
+    pub fn resolved(&self) -> (ProbeSettings, Resolved) {
+        let r = self.resolve();
+        (ProbeSettings { transport: r.transport, ..self.clone() }, r)
+    }
+
     /// Probes go over the simulated fabric instead of the node's data paths.
     pub fn simulated(&self) -> bool {
         self.fabric == Fabric::Sim || self.transport == TransportKind::Sim
@@ -106,6 +171,11 @@ impl ProbeSettings {
         if let Some(t) = self.ucx_tls.clone().or_else(|| std::env::var("UCX_TLS").ok().filter(|t| !t.is_empty())) {
             return t;
         }
+        self.ucx_tls_default()
+    }
+
+    /// The NIC transports (and CUDA copy transports when GPU memory may be used).
+    fn ucx_tls_default(&self) -> String {
         let mut tls = String::from("rc,dc,ud");
         if self.memory != MemoryPref::Host {
             tls.push_str(",cuda_copy,cuda_ipc,gdr_copy");
@@ -119,6 +189,8 @@ impl ProbeSettings {
             return Ok(Box::new(SimFabric));
         }
         Ok(match self.transport {
+            // Decided here when the caller did not resolve it first.
+            TransportKind::Auto => return self.resolved().0.open(nic),
             TransportKind::Tcp => Box::new(TcpLoopback::new()?),
             TransportKind::Ucx => {
                 let choice = match self.ucx_device.as_deref() {

@@ -90,7 +90,23 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
     let stop = Stop::new();
     let records = cfg.topology_records.then(|| spool.clone());
     let source = cfg.topology.clone();
-    let topology = tokio::task::spawn_blocking(move || SharedTopology::discover(source, records)).await??;
+    let probe_cfg = cfg.probes.clone();
+    // `--transport auto` decided once, here: the strongest evidence this node can give, said at
+    // start and, when its probes cannot verify any pair, in every topology record.
+    let (topology, probe_cfg) = tokio::task::spawn_blocking(move || {
+        let probe_cfg = probe_cfg.map(|mut p| {
+            let (settings, why) = p.settings.resolved();
+            tracing::info!(transport = ?why.transport, why = %why.why, "probe transport");
+            p.settings = settings;
+            (p, why.caveat())
+        });
+        let notes: Vec<String> = probe_cfg.iter().filter_map(|(_, c)| c.clone()).collect();
+        for n in &notes {
+            tracing::warn!("{n}");
+        }
+        SharedTopology::discover(source, records, notes).map(|t| (t, probe_cfg.map(|(p, _)| p)))
+    })
+    .await??;
     let shipper = Shipper::new(cfg.shipper.clone(), spool.clone())?;
 
     let mut threads = Vec::new();
@@ -98,7 +114,7 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         let (topology, stop, every) = (topology.clone(), stop.clone(), cfg.topology_every);
         threads.push(std::thread::spawn(move || topology.refresh_every(every, &stop)));
     }
-    if let Some(probe_cfg) = cfg.probes.clone() {
+    if let Some(probe_cfg) = probe_cfg {
         let (topology, spool, stop) = (topology.clone(), spool.clone(), stop.clone());
         threads.push(std::thread::spawn(move || probes::run(&probe_cfg, &topology, &spool, &stop)));
     }

@@ -30,6 +30,9 @@ struct Inner {
     current: RwLock<Arc<NodeTopology>>,
     /// Where changed snapshots are recorded; None: not recorded (`--topology-interval 0`).
     records: Option<SpoolHandle>,
+    /// What the agent knows of the node beyond the tree (e.g. that its probes cannot verify any
+    /// pair), added to every snapshot's warnings.
+    notes: Vec<String>,
     /// The last snapshot that reached the spool (a failed append is retried on the next read).
     spooled: Mutex<Option<TopologySnapshot>>,
 }
@@ -41,15 +44,21 @@ pub struct SharedTopology {
 }
 
 impl SharedTopology {
-    /// Reads the node once. With `records`, the snapshot is spooled now and whenever it changes.
-    pub fn discover(source: TopologySource, records: Option<SpoolHandle>) -> Result<Self, SourceError> {
+    /// Reads the node once. With `records`, the snapshot is spooled now and whenever it changes;
+    /// `notes` join every snapshot's warnings.
+    pub fn discover(
+        source: TopologySource,
+        records: Option<SpoolHandle>,
+        notes: Vec<String>,
+    ) -> Result<Self, SourceError> {
         let (topology, policy) = source.discover()?;
-        let snapshot = topology.to_snapshot(&policy);
+        let snapshot = snapshot_of(&topology, &policy, &notes);
         let shared = SharedTopology {
             inner: Arc::new(Inner {
                 source,
                 current: RwLock::new(Arc::new(NodeTopology { topology, policy, snapshot, generation: 0 })),
                 records,
+                notes,
                 spooled: Mutex::new(None),
             }),
         };
@@ -71,7 +80,7 @@ impl SharedTopology {
     /// True if it changed. On error the previous reading stays current.
     pub fn refresh(&self) -> Result<bool, SourceError> {
         let (topology, policy) = self.inner.source.discover()?;
-        let snapshot = topology.to_snapshot(&policy);
+        let snapshot = snapshot_of(&topology, &policy, &self.inner.notes);
         let changed = {
             let mut current = self.inner.current.write().unwrap_or_else(PoisonError::into_inner);
             let changed = current.snapshot != snapshot;
@@ -116,6 +125,12 @@ impl SharedTopology {
     }
 }
 
+fn snapshot_of(topology: &Topology, policy: &SelectionPolicy, notes: &[String]) -> TopologySnapshot {
+    let mut s = topology.to_snapshot(policy);
+    s.warnings.extend(notes.iter().cloned());
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,7 +150,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fixture::seed_kvm_guest().write(dir.path()).unwrap();
         let spool = SpoolHandle::new(Spool::open(&dir.path().join("spool"), SpoolConfig::default()).unwrap());
-        let shared = SharedTopology::discover(source(dir.path(), None), Some(spool.clone())).unwrap();
+        let note = "this node's probes cannot verify any GPU/NIC pair".to_owned();
+        let shared =
+            SharedTopology::discover(source(dir.path(), None), Some(spool.clone()), vec![note.clone()]).unwrap();
+        assert!(shared.current().snapshot.warnings.contains(&note), "the agent's notes travel with the topology");
         let records = || spool.with(|s| s.peek(100, u64::MAX).unwrap().records.len());
         assert_eq!(records(), 1, "the first reading is recorded");
         assert!(!shared.refresh().unwrap(), "nothing changed");
@@ -147,6 +165,7 @@ mod tests {
                 source: source(dir.path(), Some("mlx5_0:1")),
                 current: RwLock::new(shared.current()),
                 records: Some(spool.clone()),
+                notes: vec![note.clone()],
                 spooled: Mutex::new(Some(shared.current().snapshot.clone())),
             }),
         };
