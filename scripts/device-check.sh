@@ -1,23 +1,64 @@
 #!/usr/bin/env bash
 # The short check to run on a machine with a real NVIDIA GPU (the project's GPU device, when a
 # task is lent one): railguard's topology and NVML enrichment next to nvidia-smi's own view,
-# then the self-test. Run from the repo root with release binaries built (or carried):
-#   cargo build --release -p railguard-agent --no-default-features && bash scripts/device-check.sh
-set -u
+# then probes in real GPU memory. Exits non-zero on the first step that fails, and when a probe
+# that was asked for GPU memory did not get it. Run from the repo root with release binaries
+# built (or carried):
+#   cargo build --release -p railguard-agent && bash scripts/device-check.sh
+set -euo pipefail
 out=${OUT:-/tmp/railguard-device-check}
 mkdir -p "$out"
-bin=target/release/railguard-agent
-{
-  echo "== nvidia-smi -L"; nvidia-smi -L
-  echo "== nvidia-smi topo -m"; nvidia-smi topo -m
-  echo "== railguard-agent topo"; "$bin" topo
-} 2>&1 | tee "$out/topo.txt"
-"$bin" topo --json >"$out/topo.json" 2>"$out/topo.stderr"
-# Probe buffers in real GPU memory (CUDA): must say "cuda" on every line.
-"$bin" selftest --transport tcp --memory gpu --bytes 64M 2>&1 | tee "$out/selftest.txt"
-"$bin" probe --transport tcp --memory gpu --nic all --bytes 64M --json >"$out/probe.json" 2>"$out/probe.stderr"
-# RDMA devices, if the machine has any: the NIC reads GPU memory (dma-buf or peermem).
+bin=${RAILGUARD_AGENT:-target/release/railguard-agent}
+[ -x "$bin" ] || { echo "device-check: $bin is missing (build it first)" >&2; exit 2; }
+
+fail() { echo "device-check: FAILED: $*" >&2; exit 1; }
+# Runs a step, its output kept in $out/NAME.txt (shown as it goes); a failing step fails the check.
+step() {
+  local name=$1; shift
+  echo "== $name: $*"
+  if ! "$@" >"$out/$name.txt" 2>&1; then
+    cat "$out/$name.txt"
+    fail "$name ($*)"
+  fi
+  cat "$out/$name.txt"
+}
+# Every JSON result of FILE that moved bytes (probe results, and the self-test's clean checks; a
+# fault the engine emulates moves nothing) has "memory" set to one of the listed values.
+memory_is() {
+  local file=$1; shift
+  python3 - "$file" "$@" <<'PY' || fail "$file: a probe did not run in GPU memory"
+import json, sys
+path, allowed = sys.argv[1], set(sys.argv[2:])
+lines = [json.loads(l) for l in open(path) if l.startswith("{")]
+lines = [l for l in lines if l.get("check", "clean") == "clean"]
+bad = [l for l in lines if l.get("memory") not in allowed]
+if not lines or bad:
+    print(f"{path}: {len(lines)} results, {len(bad)} not in {sorted(allowed)}: {bad[:3]}")
+    sys.exit(1)
+print(f"{path}: all {len(lines)} results in {sorted(allowed)} memory")
+PY
+}
+
+step nvidia-smi-list nvidia-smi -L
+step nvidia-smi-topo nvidia-smi topo -m
+step railguard-topo "$bin" topo
+step railguard-topo-json "$bin" topo --json
+python3 -c "import json,sys; t=json.load(open(sys.argv[1])); sys.exit(0 if t['gpus'] else 1)" \
+  "$out/railguard-topo-json.txt" || fail "railguard sees no GPU on a GPU machine"
+
+# Probe buffers in real GPU memory (CUDA). tcp copies GPU memory through the host, and says so:
+# cuda_staged. Every clean check must pass.
+step selftest-tcp-gpu "$bin" selftest --transport tcp --memory gpu --bytes 64M --json
+memory_is "$out/selftest-tcp-gpu.txt" cuda_staged
+step probe-tcp-gpu "$bin" probe --transport tcp --memory gpu --nic all --bytes 64M --json
+memory_is "$out/probe-tcp-gpu.txt" cuda_staged
+
+# RDMA devices, if the machine has any: the NIC itself reads GPU memory (dma-buf or peermem),
+# so the buffers are GPU memory moved GPU to GPU: cuda.
 if [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
-  "$bin" selftest --transport verbs --memory gpu --bytes 64M 2>&1 | tee "$out/selftest-verbs.txt"
+  step selftest-verbs-gpu "$bin" selftest --transport verbs --memory gpu --bytes 64M --json
+  memory_is "$out/selftest-verbs-gpu.txt" cuda
+else
+  echo "== no RDMA device on this machine: the verbs path (the NIC reading GPU memory) is not checked"
 fi
-echo "results in $out"
+echo "device-check: passed; results in $out"
