@@ -257,3 +257,35 @@ fn random_garbage_in_every_file_never_panics() {
         let _ = render::matrix(&t, &SelectionPolicy::default());
     }
 }
+
+#[test]
+fn the_gpudirect_path_comes_from_evidence_and_none_is_a_risk_of_its_own() {
+    let seed = fixture::seed_kvm_guest();
+    let with = |peermem: bool, module: Option<&str>, kernel: Option<&str>| FixtureSpec {
+        peermem,
+        nvidia_module: module.map(str::to_owned),
+        kernel_release: kernel.map(str::to_owned),
+        ..seed.clone()
+    };
+    for (spec, want) in [
+        (with(true, Some("proprietary"), Some("6.1.0-57-amd64")), "nvidia-peermem"),
+        // The open kernel module on a kernel with RDMA dma-buf support (5.12+).
+        (with(false, Some("open"), Some("6.1.0-57-amd64")), "dma-buf"),
+        // The open module on a kernel too old for it, or the proprietary module without peermem.
+        (with(false, Some("open"), Some("5.4.0-150-generic")), "none"),
+        (with(false, Some("proprietary"), Some("6.1.0")), "none"),
+        // GPUs, but the tree says nothing of the driver.
+        (with(false, None, None), "unknown"),
+    ] {
+        let (_d, t) = discover(&spec);
+        assert_eq!(t.host.facts.gpudirect, want, "{spec:?}");
+    }
+    // No registration path: the NIC cannot DMA GPU memory at all, whatever the topology.
+    let (_d, t) = discover(&with(false, Some("proprietary"), Some("6.1.0")));
+    let a = assess_gpu(&t, 0, &SelectionPolicy::default());
+    assert_eq!(a.level, RiskLevel::Low, "{:?}", a.reasons);
+    assert!(a.reasons.iter().any(|r| r.contains("no GPUDirect registration path")), "{:?}", a.reasons);
+    // The same node with nvidia-peermem is the seed incident again.
+    let (_d, t) = discover(&with(true, Some("proprietary"), Some("6.1.0")));
+    assert_eq!(assess_gpu(&t, 0, &SelectionPolicy::default()).level, RiskLevel::High);
+}

@@ -27,6 +27,13 @@ pub struct FixtureSpec {
     pub cmdline: String,
     #[serde(default)]
     pub peermem: bool,
+    /// The NVIDIA kernel module's kind, as its taint flags show it: `open` (no `P`) or
+    /// `proprietary` (`P`); None: no taint file (the tree cannot say).
+    #[serde(default)]
+    pub nvidia_module: Option<String>,
+    /// `/proc/sys/kernel/osrelease`; None: not written.
+    #[serde(default)]
+    pub kernel_release: Option<String>,
     /// Full config space readable (as root); false: 64 bytes only.
     #[serde(default)]
     pub config_readable: bool,
@@ -248,6 +255,14 @@ impl FixtureSpec {
         if self.peermem {
             w(&sys.join("module/nvidia_peermem/version"), "560.35.03\n")?;
         }
+        match self.nvidia_module.as_deref() {
+            Some("open") => w(&sys.join("module/nvidia/taint"), "O\n")?,
+            Some(_) => w(&sys.join("module/nvidia/taint"), "PO\n")?,
+            None => {}
+        }
+        if let Some(r) = &self.kernel_release {
+            w(&proc_.join("sys/kernel/osrelease"), format!("{r}\n"))?;
+        }
         let mut group = 0;
         for root in &self.roots {
             let root_dir = PathBuf::from("devices").join(format!("pci{:04x}:{:02x}", root.domain, root.bus));
@@ -296,6 +311,8 @@ pub fn seed_kvm_guest() -> FixtureSpec {
         iommu_group_type: None,
         cmdline: String::new(),
         peermem: true,
+        nvidia_module: None,
+        kernel_release: None,
         config_readable: true,
         acs_redirect: false,
         nic_ats: false,
@@ -335,6 +352,8 @@ pub fn dgx_h100_like() -> FixtureSpec {
         iommu_group_type: Some("identity".into()),
         cmdline: "iommu=pt".into(),
         peermem: true,
+        nvidia_module: None,
+        kernel_release: None,
         config_readable: true,
         acs_redirect: false,
         nic_ats: false,
@@ -351,6 +370,8 @@ pub fn flat_cloud_vm() -> FixtureSpec {
         iommu_group_type: None,
         cmdline: String::new(),
         peermem: false,
+        nvidia_module: None,
+        kernel_release: None,
         config_readable: false,
         acs_redirect: false,
         nic_ats: false,
@@ -373,6 +394,8 @@ pub fn two_socket_translating() -> FixtureSpec {
         iommu_group_type: Some("DMA-FQ".into()),
         cmdline: "intel_iommu=on".into(),
         peermem: false,
+        nvidia_module: None,
+        kernel_release: None,
         config_readable: true,
         acs_redirect: true,
         nic_ats: false,

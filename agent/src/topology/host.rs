@@ -27,6 +27,44 @@ pub struct HostDetail {
     pub iommu_passthrough_cmdline: bool,
 }
 
+/// The GPUDirect registration path the node shows evidence of (docs/how-railguard-decides.md §4):
+/// `nvidia-peermem` where that module is loaded; `dma-buf` where the NVIDIA driver is the open
+/// kernel module (dma-buf export of GPU memory needs it) on a kernel with RDMA dma-buf support
+/// (5.12+); `none` where the driver is loaded with neither, or no GPU; `unknown` where the tree
+/// cannot say (no driver information).
+pub fn gpudirect(sys: &SysRoot, proc_: &SysRoot, has_gpus: bool) -> &'static str {
+    let peermem =
+        ["module/nvidia_peermem/version", "kernel/mm/memory_peers/nv_mem/version", "module/nv_peer_mem/version"]
+            .iter()
+            .any(|p| sys.exists(p));
+    if peermem {
+        return "nvidia-peermem";
+    }
+    if !has_gpus {
+        return "none";
+    }
+    // The proprietary module taints the kernel with `P`; the open one does not.
+    let open_module = match sys.read("module/nvidia/taint") {
+        Ok(t) => !t.contains('P'),
+        Err(_) if sys.exists("module") && !sys.exists("module/nvidia") => return "none", // no driver loaded
+        Err(_) => return "unknown",
+    };
+    if !open_module {
+        return "none";
+    }
+    match proc_.read("sys/kernel/osrelease").ok().as_deref().and_then(kernel_version) {
+        Some(v) if v >= (5, 12) => "dma-buf",
+        Some(_) => "none",
+        None => "unknown",
+    }
+}
+
+/// `6.1.0-57-amd64` → (6, 1).
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.trim().split(['.', '-']);
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
 pub fn detect(sys: &SysRoot, proc_: &SysRoot, has_gpus: bool, warnings: &mut Vec<String>) -> HostDetail {
     let cpu_flag = match proc_.read("cpuinfo") {
         Ok(c) => Some(c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor"))),
@@ -81,17 +119,7 @@ pub fn detect(sys: &SysRoot, proc_: &SysRoot, has_gpus: bool, warnings: &mut Vec
         (Tristate::Yes, false) => Tristate::Yes,
         _ => Tristate::No, // not a guest: no *virtual* IOMMU (the host's own IOMMU is reported per group)
     };
-    let peermem =
-        ["module/nvidia_peermem/version", "kernel/mm/memory_peers/nv_mem/version", "module/nv_peer_mem/version"]
-            .iter()
-            .any(|p| sys.exists(p));
-    let gpudirect = if peermem {
-        "nvidia-peermem"
-    } else if has_gpus {
-        "dma-buf"
-    } else {
-        "none"
-    };
+    let gpudirect = gpudirect(sys, proc_, has_gpus);
     HostDetail {
         facts: HostFacts {
             virtualized,
