@@ -216,10 +216,15 @@ impl Ucx {
         parse_lanes(&err_string(&buf))
     }
 
-    /// `report` with what carried it on `nic`'s pair, from the lanes UCX used.
+    /// `report` with what carried it on `nic`'s pair, from the lanes UCX used. Pinned to another
+    /// device (`--ucx-device rxe0:1`), the probe is of that device, as `--verbs-device` is.
     fn carried(&self, nic: &str, mut report: TransferReport) -> TransferReport {
         let lanes = self.lanes();
         let data: Vec<String> = data_lanes(&lanes).iter().map(|l| l.name()).collect();
+        let nic = match &self.choice {
+            NicChoice::Pin(d) => d.split(':').next().unwrap_or(d),
+            NicChoice::Auto => nic,
+        };
         report.path = Some(classify(&lanes, nic));
         if report.path == Some(DataPath::HostCopy) {
             report = report.noted(&format!(
