@@ -99,6 +99,10 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
         let mine: Vec<_> = checks.iter().filter(|c| c["transport"] == t).collect();
         assert_eq!(mine.len(), 10, "{t}: {st}");
         assert!(mine.iter().all(|c| c["ok"] == true), "{t}: {st}");
+        // The NIC's own failures, suffered for real: a refused remote key and a QP nobody answers.
+        let own: Vec<&str> =
+            mine.iter().filter(|c| c["part"] == "transport").map(|c| c["check"].as_str().unwrap()).collect();
+        assert_eq!(own, ["remote_key_refused", "stall"], "{t}: {st}");
     }
 
     // GPU0 against every NIC of the seed node, each pair through rxe0 with RDMA WRITE: healthy

@@ -36,7 +36,8 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// Verify each GPU's predicted or pinned path; non-zero exit with one line per failing GPU.
     Preflight(preflight::PreflightArgs),
-    /// Inject every fault kind into real transports and check each is classified correctly.
+    /// Prove the receiver's check (every fault kind, applied by the engine) and each transport's
+    /// own failure behaviour (failures it suffers for real), reported separately.
     Selftest(selftest::SelftestArgs),
     /// Stream attributed events as they happen: eBPF (UCX error CQEs, IOMMU/AER/devlink
     /// tracepoints), the kernel log, NIC error counters and NVML Xid events.

@@ -223,6 +223,29 @@ impl Engine {
         bytes: usize,
         fault: Option<&Fault>,
     ) -> ProbeOutcome {
+        self.probe_with(transport, pair, bytes, fault, None)
+    }
+
+    /// A probe during which the transport suffers one of its own failures (the self-test's
+    /// second part): recorded as injected (`error`, or `hang` for a stall).
+    pub fn probe_failure(
+        &mut self,
+        transport: &mut dyn ProbeTransport,
+        pair: &Pair,
+        bytes: usize,
+        mode: transport::FailureMode,
+    ) -> ProbeOutcome {
+        self.probe_with(transport, pair, bytes, None, Some(mode))
+    }
+
+    fn probe_with(
+        &mut self,
+        transport: &mut dyn ProbeTransport,
+        pair: &Pair,
+        bytes: usize,
+        fault: Option<&Fault>,
+        failure: Option<transport::FailureMode>,
+    ) -> ProbeOutcome {
         let key = pair.key();
         let chunk = self.chunk_bytes();
         let id = self.next_id;
@@ -237,7 +260,7 @@ impl Engine {
 
         // Injections change what travels (and so must be caught by the receiver), or make the
         // transport itself fail where it can.
-        let mut sabotage = Sabotage::None;
+        let mut sabotage = failure.map_or(Sabotage::None, |m| m.sabotage);
         let mut skip: Option<TransferReport> = None;
         if let Some(f) = fault {
             match f.kind {
@@ -349,8 +372,15 @@ impl Engine {
                 path: report.path.unwrap_or_else(|| transport.data_path()),
                 // A fault on the simulated fabric is the simulation itself; on a real transport
                 // it is an injection, and the probe is self-test history, not evidence.
-                injected: match fault {
-                    Some(f) if !simulated => f.kind.into(),
+                injected: match (fault, failure) {
+                    (Some(f), _) if !simulated => f.kind.into(),
+                    (_, Some(m)) if !simulated => {
+                        if m.reported == Reported::Nothing {
+                            Injected::Hang
+                        } else {
+                            Injected::Error
+                        }
+                    }
                     _ => Injected::None,
                 },
                 lanes: report.lanes,

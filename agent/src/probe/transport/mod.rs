@@ -53,14 +53,27 @@ impl TransferReport {
     }
 }
 
-/// A fault the transport itself is made to produce (for the self-test), where it can.
+/// A fault the transport itself is made to suffer (for the self-test), where it can.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sabotage {
     None,
-    /// Send part of the data, then break the connection: the transport must report an error.
+    /// Send part of the data, then break the transfer (tcp: a short write and close; verbs: the
+    /// second half to a remote key the NIC refuses): the transport must report an error.
     Truncate,
     /// Start the transfer and never finish it: the transport must time out.
     Stall,
+    /// tcp: the connection is reset (RST) mid-transfer: the transport must report an error.
+    PeerReset,
+}
+
+/// A failure the transport itself can be made to suffer, and what it must then report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureMode {
+    /// How the self-test names it (`short_write`, `peer_reset`, `remote_key_refused`, `stall`).
+    pub name: &'static str,
+    pub sabotage: Sabotage,
+    /// What the transport must report: an error, or nothing before the deadline.
+    pub reported: Reported,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,9 +121,16 @@ pub trait ProbeTransport: Send {
         stage_through_host(self, nic, src, dst, timeout, sabotage)
     }
 
+    /// The failures this transport can be made to suffer for real ([`Sabotage`]); empty when
+    /// it has none (the engine then emulates `error` and `hang` faults, and the self-test says
+    /// that the transport's own failure behaviour was not exercised).
+    fn failure_modes(&self) -> &'static [FailureMode] {
+        &[]
+    }
+
     /// Whether [`Sabotage`] is carried out by the transport itself (else the engine emulates it).
     fn supports_sabotage(&self) -> bool {
-        false
+        !self.failure_modes().is_empty()
     }
 }
 

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use railguard_schema::{DataPath, Transport};
+use railguard_schema::{DataPath, Reported, Transport};
 
-use super::{ProbeTransport, Sabotage, TransferReport};
+use super::{FailureMode, ProbeTransport, Sabotage, TransferReport};
 
 #[derive(Debug, Default)]
 pub struct SimFabric;
@@ -33,7 +33,7 @@ impl ProbeTransport for SimFabric {
                 dst.copy_from_slice(src);
                 TransferReport::success()
             }
-            Sabotage::Truncate => {
+            Sabotage::Truncate | Sabotage::PeerReset => {
                 let half = src.len() / 2;
                 dst[..half].copy_from_slice(&src[..half]);
                 TransferReport::error("simulated: work completion with error after a partial transfer")
@@ -45,7 +45,12 @@ impl ProbeTransport for SimFabric {
         }
     }
 
-    fn supports_sabotage(&self) -> bool {
-        true
+    /// The simulated fabric's emulations of a failed transfer (simulated, and labelled so).
+    fn failure_modes(&self) -> &'static [FailureMode] {
+        const MODES: [FailureMode; 2] = [
+            FailureMode { name: "short_write", sabotage: Sabotage::Truncate, reported: Reported::Error },
+            FailureMode { name: "stall", sabotage: Sabotage::Stall, reported: Reported::Nothing },
+        ];
+        &MODES
     }
 }

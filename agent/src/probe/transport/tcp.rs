@@ -8,14 +8,34 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use railguard_schema::Transport;
+use railguard_schema::{Reported, Transport};
 
-use super::{ProbeTransport, Sabotage, TransferReport, TransportError};
+use super::{FailureMode, ProbeTransport, Sabotage, TransferReport, TransportError};
 
 #[derive(Debug)]
 pub struct TcpLoopback {
-    tx: TcpStream,
+    /// None only between a peer-reset self-test and the reconnect that follows it.
+    tx: Option<TcpStream>,
     rx: TcpStream,
+}
+
+/// Aborts `s` with a TCP reset: SO_LINGER {on, 0 s}, then the close sends RST instead of FIN.
+#[allow(unsafe_code)] // one setsockopt on a socket we own; std has no stable set_linger
+fn reset(s: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: the fd is open (we own `s`), and the option value is a valid `struct linger` of
+    // the size passed.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    drop(s);
 }
 
 fn connect() -> std::io::Result<(TcpStream, TcpStream)> {
@@ -29,12 +49,12 @@ fn connect() -> std::io::Result<(TcpStream, TcpStream)> {
 impl TcpLoopback {
     pub fn new() -> Result<Self, TransportError> {
         let (tx, rx) = connect().map_err(|source| TransportError::Io { transport: "tcp", source })?;
-        Ok(TcpLoopback { tx, rx })
+        Ok(TcpLoopback { tx: Some(tx), rx })
     }
 
     fn reconnect(&mut self) {
         if let Ok((tx, rx)) = connect() {
-            self.tx = tx;
+            self.tx = Some(tx);
             self.rx = rx;
         }
     }
@@ -92,17 +112,27 @@ impl ProbeTransport for TcpLoopback {
         let Ok(mut rx) = self.rx.try_clone() else {
             return TransferReport::error("cannot clone the receiving socket");
         };
+        if self.tx.is_none() {
+            self.reconnect();
+        }
+        let Some(mut tx) = self.tx.take() else {
+            return TransferReport::error("cannot reconnect the sending socket");
+        };
         let report = std::thread::scope(|s| {
             let receiver = s.spawn(move || receive(&mut rx, dst, deadline));
-            let mut tx = &self.tx;
+            let half = &src[..src.len() / 2];
             let sent = tx.write_all(&(src.len() as u64).to_le_bytes()).and_then(|_| match sabotage {
                 Sabotage::None => tx.write_all(src),
-                Sabotage::Truncate => {
-                    tx.write_all(&src[..src.len() / 2])?;
-                    tx.shutdown(Shutdown::Write)
-                }
+                Sabotage::Truncate => tx.write_all(half).and_then(|_| tx.shutdown(Shutdown::Write)),
                 Sabotage::Stall => Ok(()),
+                Sabotage::PeerReset => tx.write_all(half),
             });
+            if sabotage == Sabotage::PeerReset {
+                // The sending end aborts mid-transfer: the receiver must see the reset.
+                reset(tx);
+            } else {
+                self.tx = Some(tx);
+            }
             let received = receiver.join().unwrap_or_else(|_| Err(TransferReport::error("receiver thread panicked")));
             match (sent, received) {
                 (Ok(()), Ok(())) => TransferReport::success(),
@@ -116,7 +146,16 @@ impl ProbeTransport for TcpLoopback {
         report
     }
 
-    fn supports_sabotage(&self) -> bool {
-        true
+    /// Real failures of a TCP connection mid-transfer.
+    fn failure_modes(&self) -> &'static [FailureMode] {
+        const MODES: [FailureMode; 3] = [
+            // The sender writes half and closes: the receiver sees the stream end early.
+            FailureMode { name: "short_write", sabotage: Sabotage::Truncate, reported: Reported::Error },
+            // The sender's socket is reset (RST) after half: the receiver's read fails.
+            FailureMode { name: "peer_reset", sabotage: Sabotage::PeerReset, reported: Reported::Error },
+            // The sender sends nothing after the header: the receiver times out.
+            FailureMode { name: "stall", sabotage: Sabotage::Stall, reported: Reported::Nothing },
+        ];
+        &MODES
     }
 }

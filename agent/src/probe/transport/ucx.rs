@@ -228,7 +228,7 @@ impl Ucx {
         report.path = Some(classify(&lanes, nic));
         if report.path == Some(DataPath::HostCopy) {
             report = report.noted(&format!(
-                "UCX moved the bytes without {nic}'s DMA (data lanes: {})",
+                "UCX moved the bytes without NIC DMA on {nic} (data lanes: {})",
                 if data.is_empty() { "none reported".to_owned() } else { data.join(", ") }
             ));
         }

@@ -21,7 +21,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use railguard_schema::{DataPath, Transport};
+use railguard_schema::{DataPath, Reported, Transport};
 use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::{AddressHandleAttribute, GidType};
 use sideway::ibverbs::completion::BasicCompletionQueue;
@@ -35,7 +35,7 @@ use sideway::ibverbs::queue_pair::{
 };
 
 use super::super::gpu::DevBuf;
-use super::{ProbeTransport, Sabotage, TransferReport, TransportError};
+use super::{FailureMode, ProbeTransport, Sabotage, TransferReport, TransportError};
 
 /// Bytes per work request: well under every port's max message size, small enough that a
 /// failure is located to a slice of the probe.
@@ -347,7 +347,9 @@ impl Verbs {
         let report = match sabotage {
             Sabotage::None => run(dev.lp.as_mut(), op, &src_mr, src, &dst_mr, dst, timeout, None),
             // A real error completion: the second half goes to a remote key the NIC will refuse.
-            Sabotage::Truncate => run(dev.lp.as_mut(), op, &src_mr, src, &dst_mr, dst, timeout, Some(src.len() / 2)),
+            Sabotage::Truncate | Sabotage::PeerReset => {
+                run(dev.lp.as_mut(), op, &src_mr, src, &dst_mr, dst, timeout, Some(src.len() / 2))
+            }
             // A real stall: a queue pair connected to a QP number nobody owns retries unanswered.
             Sabotage::Stall => match connect_loop(&dev.ctx, &dev.pd, Some(0x00ff_fff0), &dev.describe) {
                 Ok(mut stall) => run(Some(&mut stall), op, &src_mr, src, &dst_mr, dst, timeout, None),
@@ -641,8 +643,15 @@ impl ProbeTransport for Verbs {
         self.with_lane(nic, report)
     }
 
-    fn supports_sabotage(&self) -> bool {
-        true
+    /// Real failures of the NIC: work requests to a remote key it refuses (an error
+    /// completion, IBV_WC_REM_ACCESS_ERR), and a queue pair connected to a QP number nobody owns
+    /// (retries go unanswered: no completion).
+    fn failure_modes(&self) -> &'static [FailureMode] {
+        const MODES: [FailureMode; 2] = [
+            FailureMode { name: "remote_key_refused", sabotage: Sabotage::Truncate, reported: Reported::Error },
+            FailureMode { name: "stall", sabotage: Sabotage::Stall, reported: Reported::Nothing },
+        ];
+        &MODES
     }
 }
 
