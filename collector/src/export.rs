@@ -161,6 +161,7 @@ fn rows(df: &DataFrame) -> Result<Vec<Value>, ExportError> {
             let v = match s.get(i)? {
                 AnyValue::Null => Value::Null,
                 AnyValue::String(v) => json!(v),
+                AnyValue::Boolean(v) => json!(v),
                 AnyValue::Int32(v) => json!(v),
                 AnyValue::Int64(v) => json!(v),
                 AnyValue::UInt32(v) => json!(v),

@@ -89,7 +89,7 @@ pub fn statuses(c: &CollectorProc, node: &str) -> Vec<String> {
     v["gpus"].as_array().unwrap().iter().map(|g| g["status"].as_str().unwrap().to_owned()).collect()
 }
 
-pub const NODES: [&str; 4] = ["seed-auto", "seed-pinned", "healthy", "xid-storm"];
+pub const NODES: [&str; 5] = ["seed-auto", "seed-pinned", "healthy", "xid-storm", "tcp-only"];
 
 pub async fn scripted_fleet(pg: &TestPg) -> CollectorProc {
     let c = CollectorProc::start_with(&pg.url(), &NODES, &[]);
@@ -124,6 +124,18 @@ pub async fn scripted_fleet(pg: &TestPg) -> CollectorProc {
         );
     }
     send(&c, "xid-storm", storm).await;
+    // A healthy node whose probes exercised no NIC (tcp): every probe verified, no GPU proven.
+    let mut tcp = vec![topo_rec(topology(&fixture::dgx_h100_like(), None))];
+    for g in 0..8u32 {
+        let mut r = probe_rec(g, &format!("mlx5_{g}"), ProbeVerdict::Ok, PairSelection::Predicted, 30);
+        if let Some(railguard_schema::wire::record::Body::Probe(p)) = r.body.as_mut() {
+            p.transport = railguard_schema::wire::Transport::Tcp as i32;
+            p.simulated = false;
+            p.path = railguard_schema::wire::DataPath::HostCopy as i32;
+        }
+        tcp.push(r);
+    }
+    send(&c, "tcp-only", tcp).await;
     // Assessment runs every second; wait until every node's GPUs are assessed.
     let deadline = Instant::now() + Duration::from_secs(30);
     while NODES.iter().any(|n| statuses(&c, n).len() < 8) {

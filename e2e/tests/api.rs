@@ -47,6 +47,18 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     let g2 = json(&c, "/api/v1/nodes/healthy/gpus/2");
     assert!(g2["status"]["reasons"][0].as_str().unwrap().contains("one transient failure"), "{g2}");
 
+    // Every probe of tcp-only verified, none through a NIC: no GPU there is ok.
+    assert_eq!(statuses(&c, "tcp-only"), vec!["watch"; 8]);
+    let t3 = json(&c, "/api/v1/nodes/tcp-only/gpus/3");
+    assert_eq!(t3["status"]["verification"], "unproven");
+    assert!(
+        t3["status"]["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("its NIC path is unverified (probes on this node exercise no NIC: tcp)"),
+        "{t3}"
+    );
+
     let storm = statuses(&c, "xid-storm");
     assert_eq!(storm[7], "at_risk");
     assert!(storm[..7].iter().all(|s| s == "ok"), "{storm:?}");
@@ -135,6 +147,8 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         "GPU3 fails on both seed nodes: {patterns:?}"
     );
     assert_eq!(report["per_gpu"][0]["failures"], 4);
+    // The scripted seed nodes are simulated: the report says so on every row.
+    assert!(report["per_pair"].as_array().unwrap().iter().all(|r| r["simulated"] == true), "{report}");
 
     // Prometheus metrics.
     let (code, m) = c.get("/metrics", None);

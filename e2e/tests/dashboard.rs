@@ -93,6 +93,13 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
     );
     assert!(gpu.contains("data-verification=\"simulated\""), "the simulated fabric is marked: {gpu}");
 
+    // A node whose probes exercised no NIC: its GPUs are marked unverified, never ok, and the
+    // fleet counts them.
+    let tcp = tokio::task::block_in_place(|| browse(&format!("{base}#/node/tcp-only"), "node-tcp-only.png"));
+    assert_eq!(tcp.matches("data-verification=\"unproven\"").count(), 8, "{tcp}");
+    assert_eq!(tcp.matches("data-status=\"ok\"><td>").count(), 0);
+    assert!(fleet.contains("id=\"total-unverified\">8<"), "{fleet}");
+
     let healthy = tokio::task::block_in_place(|| browse(&format!("{base}#/node/healthy"), "node-healthy.png"));
     assert_eq!(healthy.matches("data-status=\"ok\"><td>").count(), 7);
     assert_eq!(healthy.matches("data-status=\"watch\"><td>").count(), 1);
