@@ -117,6 +117,7 @@ pub fn follow(
         }
     };
     let mut poller = CounterPoller::default();
+    let mut lines = kmsg::LineParser::default();
     let mut probes = load_ebpf(cfg);
     let nvml = if topology.current().topology.gpus.is_empty() {
         None
@@ -144,7 +145,7 @@ pub fn follow(
         }
         if let Some(f) = follower.as_mut() {
             for rec in f.read_available() {
-                if let Some(ev) = kmsg::parse_line(&rec.message, &a.known) {
+                if let Some(ev) = lines.parse(&rec.message, &a.known) {
                     emit(a.attribute(ev, SignalSource::Kmsg));
                 }
             }

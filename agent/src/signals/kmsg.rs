@@ -1,6 +1,9 @@
-//! Kernel log lines → typed events (docs/how-railguard-decides.md §5): Intel DMAR faults, AMD-Vi IO_PAGE_FAULT
-//! (both forms), NVIDIA Xid (with and without MIG ids), mlx5 error CQEs, PCIe AER. Unknown or
-//! malformed lines are simply not events; nothing here panics on any input.
+//! Kernel log lines → typed events (docs/how-railguard-decides.md §5): Intel DMAR faults, AMD-Vi
+//! IO_PAGE_FAULT (all three forms, the continuation line alone included), NVIDIA Xid (with and
+//! without MIG ids), mlx5 error CQEs (mlx5_core's one-line form, mlx5_ib's `WC error` form, and
+//! its older two-line form joined by [`LineParser`]), mlx5_core health and recovery lines, PCIe
+//! AER (source ids with `.` or `:` before the function). Unknown or malformed lines are simply
+//! not events; nothing here panics on any input.
 
 use std::collections::BTreeMap;
 
@@ -96,6 +99,34 @@ fn short_bdf(s: &str, domains: &dyn DomainResolver) -> Option<Bdf> {
     Some(domains.resolve(b.bus, b.device, b.function))
 }
 
+/// `mlx5_ib_warn`/`mlx5_ib_dbg` print `func:line:(pid N): `; the pid, when there.
+fn ib_pid(s: &str) -> Option<String> {
+    let pid = between(s, "(pid ", ")")?;
+    pid.chars().all(|c| c.is_ascii_digit()).then(|| pid.to_owned())
+}
+
+/// An AER source id: `0000:00:03.0`, or `0000:00:03:0` as some kernels print it.
+fn aer_source(s: &str, domains: &dyn DomainResolver) -> Option<Bdf> {
+    let s = s.trim();
+    let normalised = match s.rsplit_once(':') {
+        Some((head, func)) if s.matches(':').count() == 3 && !s.contains('.') => format!("{head}.{func}"),
+        _ => s.to_owned(),
+    };
+    normalised.parse::<Bdf>().ok().or_else(|| short_bdf(&normalised, domains))
+}
+
+/// mlx5_core's health and recovery lines (`drivers/net/ethernet/mellanox/mlx5/core/health.c`),
+/// by what they report.
+const MLX5_HEALTH: [(&str, &str); 7] = [
+    ("health compromised", "health_compromised"),
+    ("Fatal error", "fatal_error"),
+    ("starting health recovery flow", "recovery_started"),
+    ("health recovery flow aborted", "recovery_aborted"),
+    ("handling bad device", "bad_device"),
+    ("Driver is in error state", "driver_error_state"),
+    ("crdump", "crdump"),
+];
+
 fn rdma_dev(s: &str) -> Option<String> {
     s.split(|c: char| c.is_whitespace() || c == ':' || c == ',')
         .find(|t| t.starts_with("mlx5_") && t[5..].chars().all(|c| c.is_ascii_digit()) && t.len() > 5)
@@ -181,8 +212,12 @@ pub fn parse_line(line: &str, domains: &dyn DomainResolver) -> Option<KernelEven
 
     // AMD: `<drv> 0000:28:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0035 address=0x7fffff00000 flags=0x0000]`
     //  or: `AMD-Vi: Event logged [IO_PAGE_FAULT device=07:00.0 domain=0x0035 address=... flags=...]`
-    if line.contains("AMD-Vi: Event logged [IO_PAGE_FAULT") {
-        let fields = kv_fields(between(line, "[IO_PAGE_FAULT", "]")?);
+    //  or the event alone, printed as a continuation of an `AMD-Vi: Event logged [` record:
+    //      `IO_PAGE_FAULT device=07:00.0 domain=0x0035 address=... flags=...]`
+    let continuation = line.trim_start().starts_with("IO_PAGE_FAULT device=");
+    if line.contains("AMD-Vi: Event logged [IO_PAGE_FAULT") || continuation {
+        let body = line.split_once("IO_PAGE_FAULT")?.1;
+        let fields = kv_fields(body.split(']').next().unwrap_or(body));
         let bdf = match fields.get("device") {
             Some(d) => short_bdf(d, domains),
             None => first_full_bdf(line.split("AMD-Vi:").next().unwrap_or("")),
@@ -224,10 +259,45 @@ pub fn parse_line(line: &str, domains: &dyn DomainResolver) -> Option<KernelEven
         });
     }
 
-    // AER: `pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0`
+    // mlx5_ib (5.x+): `infiniband mlx5_0: mlx5_handle_error_cqe:333:(pid 4242): WC error: 10, Message: remote access error`
+    if let Some(rest) = line.split_once("WC error: ").map(|x| x.1) {
+        let (status, message) = rest.split_once(',').unwrap_or((rest, ""));
+        let status: u32 = status.trim().parse().ok()?;
+        attrs.insert("wc_status".into(), status.to_string());
+        attrs.insert("wc_status_name".into(), crate::probe::transport::verbs::wc_status_name(status).into());
+        if let Some((_, m)) = message.split_once(':') {
+            attrs.insert("message".into(), m.trim().to_owned());
+        }
+        if let Some(pid) = ib_pid(line) {
+            attrs.insert("pid".into(), pid);
+        }
+        return Some(KernelEvent {
+            kind: SignalKind::Mlx5ErrorCqe,
+            bdf: first_full_bdf(line),
+            rdma_dev: rdma_dev(line),
+            attrs,
+            summary,
+        });
+    }
+
+    // mlx5_core health: `mlx5_core 0000:08:00.0: mlx5_health_check:812:(pid 0): Fatal error 1 detected`
+    if line.contains("mlx5_core")
+        && let Some((_, event)) = MLX5_HEALTH.iter().find(|(needle, _)| line.contains(needle))
+    {
+        attrs.insert("event".into(), (*event).to_owned());
+        return Some(KernelEvent {
+            kind: SignalKind::NicHealthReport,
+            bdf: first_full_bdf(line),
+            rdma_dev: rdma_dev(line),
+            attrs,
+            summary,
+        });
+    }
+
+    // AER: `pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0` (or `0000:01:00:0`)
     if let Some((head, tail)) = line.split_once("AER: ") {
         let (what, dev) = tail.rsplit_once(" received: ").or_else(|| tail.split_once(": "))?;
-        let bdf = dev.trim().parse::<Bdf>().ok().or_else(|| short_bdf(dev.trim(), domains))?;
+        let bdf = aer_source(dev, domains)?;
         attrs.insert("severity".into(), what.replace(" error", "").trim().to_owned());
         if let Some(port) = first_full_bdf(head) {
             attrs.insert("port".into(), port.to_string());
@@ -235,6 +305,54 @@ pub fn parse_line(line: &str, domains: &dyn DomainResolver) -> Option<KernelEven
         return Some(KernelEvent { kind: SignalKind::PcieAer, bdf: Some(bdf), rdma_dev: None, attrs, summary });
     }
     None
+}
+
+/// The older mlx5_ib form prints an error CQE in two records (`mlx5_poll_one`):
+/// `… Requestor error cqe on cqn 0x3f:` then `… syndrome 0x4, vendor syndrome 0x51`. The parser
+/// keeps the first per device and emits one event when the second arrives (a first line whose
+/// second never comes is emitted on its own when the device's next first line arrives).
+#[derive(Debug, Default)]
+pub struct LineParser {
+    pending: BTreeMap<String, KernelEvent>,
+}
+
+impl LineParser {
+    /// One record's message: an event, or None (not a line railguard reads, or the first half
+    /// of a two-line report).
+    pub fn parse(&mut self, line: &str, domains: &dyn DomainResolver) -> Option<KernelEvent> {
+        let dev = rdma_dev(line).unwrap_or_default();
+        if let Some(rest) = line.split_once(" error cqe on cqn ").map(|x| x.1) {
+            let side = if line.contains("Requestor error cqe") { "requester" } else { "responder" };
+            let cqn = hex(rest.trim().trim_end_matches(':'))?;
+            let attrs =
+                BTreeMap::from([("side".to_owned(), side.to_owned()), ("cqn".to_owned(), format!("0x{cqn:x}"))]);
+            let first = KernelEvent {
+                kind: SignalKind::Mlx5ErrorCqe,
+                bdf: first_full_bdf(line),
+                rdma_dev: rdma_dev(line),
+                attrs,
+                summary: line.trim_end().chars().take(300).collect(),
+            };
+            return self.pending.insert(dev, first);
+        }
+        if line.contains("vendor syndrome ") && !line.contains("Error cqe on cqn") {
+            let syndrome = hex(between(line, "syndrome ", ",")?)?;
+            let vendor = hex(line.rsplit("vendor syndrome ").next()?.split_whitespace().next()?)?;
+            let mut ev = self.pending.remove(&dev).unwrap_or_else(|| KernelEvent {
+                kind: SignalKind::Mlx5ErrorCqe,
+                bdf: first_full_bdf(line),
+                rdma_dev: rdma_dev(line),
+                attrs: BTreeMap::new(),
+                summary: String::new(),
+            });
+            ev.attrs.insert("syndrome".into(), format!("0x{syndrome:x}"));
+            ev.attrs.insert("syndrome_name".into(), syndrome_name(syndrome).into());
+            ev.attrs.insert("vendor_syndrome".into(), format!("0x{vendor:x}"));
+            ev.summary = format!("{} {}", ev.summary, line.trim()).trim().chars().take(300).collect();
+            return Some(ev);
+        }
+        parse_line(line, domains)
+    }
 }
 
 #[cfg(test)]

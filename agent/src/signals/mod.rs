@@ -54,7 +54,9 @@ impl Attributor {
             .or_else(|| ev.bdf.and_then(|b| self.nics.iter().find(|n| n.0 == b).map(|n| n.1.clone())))
             .or(ev.rdma_dev)
             .unwrap_or_default();
-        SignalEvent { source, kind: ev.kind, bdf: ev.bdf, gpu, nic, summary: ev.summary, attrs: ev.attrs }
+        // A line that names only an IB device (`mlx5_0`) is placed at that NIC's PCI address.
+        let bdf = ev.bdf.or_else(|| self.nics.iter().find(|n| n.1 == nic).map(|n| n.0));
+        SignalEvent { source, kind: ev.kind, bdf, gpu, nic, summary: ev.summary, attrs: ev.attrs }
     }
 }
 
@@ -83,5 +85,25 @@ impl From<&SignalEvent> for Observed {
             detail: s.summary.clone(),
             attrs: s.attrs.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{SysRoot, fixture};
+
+    #[test]
+    fn an_ib_device_name_is_placed_at_its_nics_pci_address() {
+        let d = tempfile::tempdir().unwrap();
+        fixture::seed_kvm_guest().write(d.path()).unwrap();
+        let t = Topology::discover(&SysRoot::new(d.path().join("sys")), &SysRoot::new(d.path().join("proc")));
+        let a = Attributor::from_topology(&t);
+        let line =
+            "infiniband mlx5_3: mlx5_handle_error_cqe:333:(pid 4242): WC error: 10, Message: remote access error";
+        let ev = kmsg::parse_line(line, &a.known).unwrap();
+        assert_eq!(ev.bdf, None, "the line itself names no PCI address");
+        let s = a.attribute(ev, SignalSource::Kmsg);
+        assert_eq!((s.nic.as_str(), s.bdf), ("mlx5_3", Some(t.nics[3].nic.bdf)));
     }
 }

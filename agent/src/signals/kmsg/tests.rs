@@ -101,7 +101,14 @@ fn random_and_mangled_lines_never_panic() {
         "mlx5_core 0000:28:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0035 address=0x7fffff00000 flags=0x0000]",
         "mlx5_core 0000:3b:00.0 mlx5_3: Error cqe on cqn 0x4a1, ci 0x1f, qn 0x2c8, opcode 0xd, syndrome 0x4, vendor syndrome 0x32",
         "pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0",
+        "pcieport 0000:00:01.0: AER: Corrected error received: 0000:00:03:0",
+        "infiniband mlx5_3: mlx5_handle_error_cqe:333:(pid 4242): WC error: 10, Message: remote access error",
+        "infiniband mlx5_2: mlx5_poll_one:654:(pid 9): Requestor error cqe on cqn 0x3f:",
+        "infiniband mlx5_2: mlx5_poll_one:657:(pid 9): syndrome 0x4, vendor syndrome 0x51",
+        "mlx5_core 0000:08:00.0: mlx5_health_check:812:(pid 0): Fatal error 1 detected",
+        "IO_PAGE_FAULT device=07:00.0 domain=0x000e address=0xfffff000 flags=0x0020]",
     ];
+    let mut parser = LineParser::default();
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     for _ in 0..20_000 {
         let base = seeds[rng.random_range(0..seeds.len())];
@@ -121,6 +128,107 @@ fn random_and_mangled_lines_never_panic() {
         }
         let line: String = chars.into_iter().collect();
         let _ = parse_line(&line, &DomainZero);
+        let _ = parser.parse(&line, &DomainZero);
         let _ = parse_record(&line);
     }
+}
+
+#[test]
+fn mlx5_ib_wc_error_lines_current_form() {
+    let e = p("infiniband mlx5_3: mlx5_handle_error_cqe:333:(pid 4242): WC error: 10, Message: remote access error");
+    assert_eq!(e.kind, SignalKind::Mlx5ErrorCqe);
+    assert_eq!(e.rdma_dev.as_deref(), Some("mlx5_3"));
+    assert_eq!(e.attrs["wc_status"], "10");
+    assert_eq!(e.attrs["wc_status_name"], "IBV_WC_REM_ACCESS_ERR");
+    assert_eq!(e.attrs["message"], "remote access error");
+    assert_eq!(e.attrs["pid"], "4242");
+    // Older prefix (pr_debug with the device name first), lower-case "message".
+    let e = p("mlx5_0:mlx5_handle_error_cqe:289:(pid 77): WC error: 4, message: local protection error");
+    assert_eq!((e.rdma_dev.as_deref(), e.attrs["wc_status_name"].as_str()), (Some("mlx5_0"), "IBV_WC_LOC_PROT_ERR"));
+    // Not a number: not an event.
+    assert!(parse_line("infiniband mlx5_0: x:1:(pid 1): WC error: ten, Message: ?", &DomainZero).is_none());
+}
+
+#[test]
+fn mlx5_ib_two_line_error_cqe_is_joined() {
+    let mut parser = LineParser::default();
+    let first = "infiniband mlx5_2: mlx5_poll_one:654:(pid 9): Requestor error cqe on cqn 0x3f:";
+    assert!(parser.parse(first, &DomainZero).is_none(), "waits for the syndrome line");
+    // Another device's line in between does not disturb it.
+    assert!(
+        parser
+            .parse("infiniband mlx5_7: mlx5_poll_one:654:(pid 9): Responder error cqe on cqn 0x11:", &DomainZero)
+            .is_none()
+    );
+    let e = parser
+        .parse("infiniband mlx5_2: mlx5_poll_one:657:(pid 9): syndrome 0x4, vendor syndrome 0x51", &DomainZero)
+        .unwrap();
+    assert_eq!(e.kind, SignalKind::Mlx5ErrorCqe);
+    assert_eq!(e.rdma_dev.as_deref(), Some("mlx5_2"));
+    assert_eq!((e.attrs["side"].as_str(), e.attrs["cqn"].as_str()), ("requester", "0x3f"));
+    assert_eq!((e.attrs["syndrome"].as_str(), e.attrs["vendor_syndrome"].as_str()), ("0x4", "0x51"));
+    assert_eq!(e.attrs["syndrome_name"], "local protection error");
+    // A first line whose second never came is emitted when that device's next one arrives.
+    let orphan =
+        parser.parse("infiniband mlx5_7: mlx5_poll_one:654:(pid 9): Requestor error cqe on cqn 0x12:", &DomainZero);
+    assert_eq!(orphan.unwrap().attrs["cqn"], "0x11");
+    // Single-line forms go through unchanged.
+    assert!(
+        parser
+            .parse(
+                "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+                &DomainZero
+            )
+            .is_some()
+    );
+}
+
+#[test]
+fn mlx5_core_health_and_recovery_lines() {
+    for (line, event) in [
+        ("mlx5_core 0000:08:00.0: mlx5_health_check:812:(pid 0): Fatal error 1 detected", "fatal_error"),
+        (
+            "mlx5_core 0000:08:00.0: poll_health:811:(pid 0): device's health compromised - reached miss count",
+            "health_compromised",
+        ),
+        ("mlx5_core 0000:08:00.0: mlx5_health_try_recover:320:(pid 1022): handling bad device here", "bad_device"),
+        (
+            "mlx5_core 0000:08:00.0: mlx5_health_try_recover:328:(pid 1022): starting health recovery flow",
+            "recovery_started",
+        ),
+        (
+            "mlx5_core 0000:08:00.0: mlx5_health_try_recover:336:(pid 1022): health recovery flow aborted, PCI reads still not working",
+            "recovery_aborted",
+        ),
+        (
+            "mlx5_core 0000:08:00.0: mlx5_fw_fatal_reporter_err_work:650:(pid 1022): Driver is in error state. Unloading",
+            "driver_error_state",
+        ),
+    ] {
+        let e = p(line);
+        assert_eq!((e.kind, e.attrs["event"].as_str()), (SignalKind::NicHealthReport, event), "{line}");
+        assert_eq!(e.bdf, Some(Bdf::new(0, 8, 0, 0)));
+    }
+    // Other drivers' "fatal error" lines are not mlx5 health reports.
+    assert!(parse_line("nvme 0000:01:00.0: Fatal error detected", &DomainZero).is_none());
+}
+
+#[test]
+fn amd_vi_event_printed_as_a_continuation_line() {
+    let known = KnownDevices(vec![Bdf::new(1, 7, 0, 0)]);
+    let e = parse_line("IO_PAGE_FAULT device=07:00.0 domain=0x000e address=0xfffff000 flags=0x0020]", &known).unwrap();
+    assert_eq!(e.kind, SignalKind::AmdViPageFault);
+    assert_eq!(e.bdf, Some(Bdf::new(1, 7, 0, 0)), "domain resolved against the node's devices");
+    assert_eq!((e.attrs["address"].as_str(), e.attrs["flags"].as_str()), ("0xfffff000", "0x0020"));
+    assert!(parse_line("IO_PAGE_FAULT device=zz:00.0 domain=0x000e", &known).is_none());
+}
+
+#[test]
+fn aer_source_ids_with_a_colon_before_the_function() {
+    let e = p("pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received: 0000:00:03:0");
+    assert_eq!(e.kind, SignalKind::PcieAer);
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0, 3, 0)));
+    assert_eq!(e.attrs["port"], "0000:00:01.0");
+    let e = p("pcieport 0000:80:01.0: AER: Corrected error received: 0000:81:00:1");
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0x81, 0, 1)));
 }
