@@ -187,3 +187,45 @@ fn preflight_over_a_transport_that_exercises_no_nic_is_not_verified() {
     assert!(out.contains("preflight not verified: this node's probes cannot verify any GPU/NIC pair"), "{out}");
     assert!(!out.contains("preflight ok"), "{out}");
 }
+
+/// A real process that maps UCX (Debian's libucp) with its own UCX_NET_DEVICES pin and GPU:
+/// the agent probes the pair that process uses, and a new pin moves it.
+#[test]
+fn the_probed_pair_follows_a_running_workloads_pin() {
+    let seed = Seed::new();
+    let workload = |pin: &str| {
+        Command::new("python3")
+            .args(["-c", "import ctypes, time; ctypes.CDLL('libucp.so.0'); time.sleep(60)"])
+            .env("UCX_NET_DEVICES", pin)
+            .env("CUDA_VISIBLE_DEVICES", "3")
+            .spawn()
+            .unwrap()
+    };
+    let probe_gpu3 = || {
+        // Wait until the process has mapped the library, then ask which pair GPU3's workload uses.
+        let mut last = String::new();
+        for _ in 0..50 {
+            let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+                .args(["probe", "--fabric", "sim", "--gpu", "3", "--nic", "auto", "--bytes", "64K", "--json"])
+                .args(["--discover-workloads", "--proc-root", "/proc", "--sysfs-root"])
+                .arg(seed.dir.path().join("node/sys"))
+                .output()
+                .unwrap();
+            last = String::from_utf8_lossy(&out.stdout).into_owned();
+            let r = results(&last);
+            if r.first().is_some_and(|r| r["selection"] == "pinned") {
+                return (r[0]["nic"].as_str().unwrap().to_owned(), r[0]["selection"].as_str().unwrap().to_owned());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("GPU3's workload pin was never seen: {last}");
+    };
+    let mut first = workload("mlx5_1:1");
+    assert_eq!(probe_gpu3(), ("mlx5_1".to_owned(), "pinned".to_owned()), "not the auto-selected PIX NIC mlx5_3");
+    let _ = first.kill();
+    let _ = first.wait();
+    let mut second = workload("mlx5_2:1");
+    assert_eq!(probe_gpu3().0, "mlx5_2", "the pin moved, so did the pair");
+    let _ = second.kill();
+    let _ = second.wait();
+}

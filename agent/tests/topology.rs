@@ -15,7 +15,7 @@ fn discover(spec: &FixtureSpec) -> (tempfile::TempDir, Topology) {
 }
 
 fn pinned(v: &str) -> SelectionPolicy {
-    SelectionPolicy { ucx: NetDevices::parse(v), nccl: None }
+    SelectionPolicy { ucx: NetDevices::parse(v), ..Default::default() }
 }
 
 /// The GPU×NIC part of the matrix, one line per GPU, as nvidia-smi prints the labels.

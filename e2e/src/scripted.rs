@@ -18,7 +18,7 @@ pub fn topology(spec: &FixtureSpec, pin: Option<&str>) -> TopologySnapshot {
     let d = tempfile::tempdir().unwrap();
     spec.write(d.path()).unwrap();
     let t = Topology::discover(&SysRoot::new(d.path().join("sys")), &SysRoot::new(d.path().join("proc")));
-    let policy = SelectionPolicy { ucx: pin.map(NetDevices::parse).unwrap_or_default(), nccl: None };
+    let policy = SelectionPolicy { ucx: pin.map(NetDevices::parse).unwrap_or_default(), ..Default::default() };
     t.to_snapshot(&policy)
 }
 

@@ -23,6 +23,11 @@ pub struct TopoSource {
     /// Read UCX_NET_DEVICES and NCCL_IB_HCA from this running process (/proc/PID/environ).
     #[arg(long, conflicts_with = "ucx_net_devices")]
     pub pid: Option<u32>,
+    /// Find the workloads (processes mapping UCX or NIXL) in the /proc root and predict each
+    /// GPU's NIC from the UCX_NET_DEVICES / NCCL_IB_HCA of the workload using it (by its
+    /// CUDA_VISIBLE_DEVICES). Needs the host's process table (hostPID in Kubernetes).
+    #[arg(long, env = "RAILGUARD_DISCOVER_WORKLOADS")]
+    pub discover_workloads: bool,
 }
 
 impl TopoSource {
@@ -33,6 +38,7 @@ impl TopoSource {
             ucx_net_devices: self.ucx_net_devices.clone(),
             nccl_ib_hca: self.nccl_ib_hca.clone(),
             pid: self.pid,
+            workloads: self.discover_workloads,
         }
     }
 }

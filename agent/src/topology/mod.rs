@@ -18,6 +18,7 @@ pub mod risk;
 pub mod snapshot;
 pub mod source;
 pub mod sysroot;
+pub mod workloads;
 
 use std::collections::BTreeMap;
 
@@ -59,9 +60,20 @@ fn nplace(n: &rdma::RdmaDevice) -> Place<'_> {
     Place { root: &n.root, chain: &n.chain, numa: n.nic.numa_node }
 }
 
-/// How the workload selects NICs.
-#[derive(Debug, Clone, Default)]
+/// How the workload selects NICs: node-wide (flags, `--pid`), and per GPU where a running
+/// workload using that GPU was found ([`workloads`]), which then wins for that GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SelectionPolicy {
+    pub ucx: NetDevices,
+    pub nccl: Option<IbHca>,
+    /// GPU index → the selection of the workload process using it.
+    pub per_gpu: BTreeMap<u32, WorkloadSelection>,
+}
+
+/// One workload process's NIC selection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadSelection {
+    pub pid: u32,
     pub ucx: NetDevices,
     pub nccl: Option<IbHca>,
 }
@@ -126,11 +138,15 @@ impl Topology {
         self.nics.iter().position(|n| n.nic.name == name)
     }
 
-    /// The NIC this GPU's workload will use under `policy`.
+    /// The NIC this GPU's workload will use under `policy` (its own workload's selection, when
+    /// a running one was found).
     pub fn predict(&self, gpu: usize, policy: &SelectionPolicy) -> Prediction {
         let nics: Vec<(&str, PathClass)> =
             self.nics.iter().enumerate().map(|(n, d)| (d.nic.name.as_str(), self.gpu_nic[gpu][n])).collect();
-        predict::predict(&nics, &policy.ucx, policy.nccl.as_ref())
+        match self.gpus.get(gpu).and_then(|g| policy.per_gpu.get(&g.gpu.index)) {
+            Some(w) => predict::predict(&nics, &w.ucx, w.nccl.as_ref()),
+            None => predict::predict(&nics, &policy.ucx, policy.nccl.as_ref()),
+        }
     }
 
     /// Label of a GPU pair: `NV#` when NVLink joins them, else the PCIe class.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::predict::{IbHca, NetDevices, from_environ};
 use super::sysroot::SysError;
-use super::{SelectionPolicy, SysRoot, Topology, nvml};
+use super::{SelectionPolicy, SysRoot, Topology, nvml, workloads};
 
 /// What could not be read to discover the topology.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +33,9 @@ pub struct TopologySource {
     pub nccl_ib_hca: Option<String>,
     /// Read UCX_NET_DEVICES and NCCL_IB_HCA from this running process instead.
     pub pid: Option<u32>,
+    /// Find the workloads (processes mapping UCX or NIXL) under the /proc root and predict each
+    /// GPU's NIC from the selection of the workload that uses it.
+    pub workloads: bool,
 }
 
 impl TopologySource {
@@ -66,24 +69,31 @@ impl TopologySource {
                 .read_bytes(format!("{pid}/environ"))
                 .map_err(|source| SourceError::ProcessEnvironment { pid, source })?;
             let (ucx, nccl) = from_environ(&env);
-            return Ok(SelectionPolicy { ucx, nccl });
+            return Ok(SelectionPolicy { ucx, nccl, ..Default::default() });
         }
         Ok(SelectionPolicy {
             ucx: self.ucx_net_devices.as_deref().map(NetDevices::parse).unwrap_or_default(),
             nccl: self.nccl_ib_hca.as_deref().and_then(IbHca::parse),
+            ..Default::default()
         })
     }
 
     /// Discovers the topology (with NVML when the source is this machine) and the policy.
     pub fn discover(&self) -> Result<(Topology, SelectionPolicy), SourceError> {
         let (sys, proc_) = self.roots();
-        let policy = self.policy(&proc_)?;
+        let mut policy = self.policy(&proc_)?;
         let mut topo = Topology::discover(&sys, &proc_);
         if self.is_this_machine()
             && let Err(why) = nvml::enrich(&mut topo)
             && !topo.gpus.is_empty()
         {
             topo.warnings.push(format!("NVML unavailable ({why}); no driver enrichment"));
+        }
+        if self.workloads {
+            let uuids: Vec<(u32, String)> = topo.gpus.iter().map(|g| (g.gpu.index, g.gpu.uuid.clone())).collect();
+            let (per_gpu, notes) = workloads::per_gpu(&workloads::discover(&proc_), &uuids);
+            policy.per_gpu = per_gpu;
+            topo.warnings.extend(notes);
         }
         Ok((topo, policy))
     }

@@ -1,0 +1,135 @@
+//! The workloads on this node and the NICs they select: every process that maps UCX or NIXL
+//! (`/proc/PID/maps`), with the selection its environment makes (`UCX_NET_DEVICES`,
+//! `NCCL_IB_HCA`) for the GPUs it uses (`CUDA_VISIBLE_DEVICES`). With the host's process table
+//! (a DaemonSet with `hostPID: true`, or systemd), the agent probes the pair each workload
+//! really uses, and a pin applied to a workload moves its GPU's pair at the next reading.
+
+use std::collections::BTreeMap;
+
+use super::SysRoot;
+use super::predict::{IbHca, NetDevices, from_environ};
+
+/// A process that moves data with UCX or NIXL, and what it selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    pub pid: u32,
+    /// The library that made it a workload (a file name from its maps, e.g. `libnixl.so`).
+    pub library: String,
+    pub ucx: NetDevices,
+    pub nccl: Option<IbHca>,
+    /// `CUDA_VISIBLE_DEVICES` as given: GPU indices or `GPU-…` UUIDs; None: unset (every GPU).
+    pub cuda_visible: Option<Vec<String>>,
+}
+
+/// Library names that make a process a KV-transfer workload (renamed wheel copies included:
+/// `libucp-8f1c2a.so.0` in `nixl_cu12.libs/`).
+fn is_transfer_library(file: &str) -> bool {
+    ["libucp", "libuct", "libnixl"].iter().any(|p| file.starts_with(p)) && file.contains(".so")
+}
+
+/// The processes under `proc_` that map UCX or NIXL, except railguard's own agents (their
+/// probes map UCX too, and are not the workload).
+pub fn discover(proc_: &SysRoot) -> Vec<Workload> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for name in proc_.list("").unwrap_or_default() {
+        let Ok(pid) = name.parse::<u32>() else { continue };
+        if pid == me || proc_.read(format!("{pid}/comm")).is_ok_and(|c| c.trim() == "railguard-agent") {
+            continue;
+        }
+        let Ok(maps) = proc_.read(format!("{pid}/maps")) else { continue };
+        let Some(library) = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .filter_map(|p| p.rsplit('/').next())
+            .find(|f| is_transfer_library(f))
+            .map(str::to_owned)
+        else {
+            continue;
+        };
+        let Ok(env) = proc_.read_bytes(format!("{pid}/environ")) else { continue };
+        let (ucx, nccl) = from_environ(&env);
+        let cuda_visible = env
+            .split(|b| *b == 0)
+            .filter_map(|v| std::str::from_utf8(v).ok())
+            .find_map(|v| v.strip_prefix("CUDA_VISIBLE_DEVICES="))
+            .map(|v| v.split(',').map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()).collect());
+        out.push(Workload { pid, library, ucx, nccl, cuda_visible });
+    }
+    out
+}
+
+/// Which GPU indices (nvidia-smi's numbering) a workload uses: `CUDA_VISIBLE_DEVICES` entries
+/// as indices (as with `CUDA_DEVICE_ORDER=PCI_BUS_ID`, what serving stacks set) or as GPU UUIDs
+/// matched to `uuids` (index → UUID from NVML); unset: every GPU.
+pub fn gpus_of(w: &Workload, uuids: &[(u32, String)]) -> Vec<u32> {
+    match &w.cuda_visible {
+        None => uuids.iter().map(|(i, _)| *i).collect(),
+        Some(list) => list
+            .iter()
+            .filter_map(|d| match d.parse::<u32>() {
+                Ok(i) => uuids.iter().any(|(g, _)| *g == i).then_some(i),
+                Err(_) => uuids.iter().find(|(_, u)| !u.is_empty() && u == d).map(|(g, _)| *g),
+            })
+            .collect(),
+    }
+}
+
+/// What each GPU's workload selects: GPU index → (pid, UCX selection, NCCL selection). A GPU
+/// claimed by several workloads keeps the lowest pid's, and the others are returned as notes.
+pub fn per_gpu(
+    workloads: &[Workload],
+    uuids: &[(u32, String)],
+) -> (BTreeMap<u32, super::WorkloadSelection>, Vec<String>) {
+    let mut map: BTreeMap<u32, super::WorkloadSelection> = BTreeMap::new();
+    let mut notes = Vec::new();
+    let mut sorted: Vec<&Workload> = workloads.iter().collect();
+    sorted.sort_by_key(|w| w.pid);
+    for w in sorted {
+        for g in gpus_of(w, uuids) {
+            match map.get(&g) {
+                Some(first) if first.ucx != w.ucx || first.nccl != w.nccl => notes.push(format!(
+                    "GPU{g} is used by processes {} and {} with different NIC selections; probing {}'s",
+                    first.pid, w.pid, first.pid
+                )),
+                Some(_) => {}
+                None => {
+                    map.insert(g, super::WorkloadSelection { pid: w.pid, ucx: w.ucx.clone(), nccl: w.nccl.clone() });
+                }
+            }
+        }
+    }
+    (map, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc_with(dir: &std::path::Path, pid: u32, lib: &str, env: &[&str]) {
+        let d = dir.join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("maps"), format!("7f00-7f01 r-xp 00000000 08:01 1 /opt/x/{lib}\n")).unwrap();
+        std::fs::write(d.join("environ"), env.join("\0")).unwrap();
+    }
+
+    #[test]
+    fn workloads_and_the_gpus_they_select_for() {
+        let d = tempfile::tempdir().unwrap();
+        proc_with(d.path(), 100, "libucp.so.0.0.0", &["UCX_NET_DEVICES=mlx5_1:1", "CUDA_VISIBLE_DEVICES=3"]);
+        proc_with(d.path(), 101, "libnixl.so", &["CUDA_VISIBLE_DEVICES=GPU-aaaa,5"]);
+        proc_with(d.path(), 102, "libc.so.6", &["UCX_NET_DEVICES=mlx5_7:1"]); // not a transfer workload
+        proc_with(d.path(), 103, "libucp-8f1c2a.so.0", &["UCX_NET_DEVICES=mlx5_2:1", "CUDA_VISIBLE_DEVICES=3"]);
+        let ws = discover(&SysRoot::new(d.path()));
+        assert_eq!(ws.iter().map(|w| w.pid).collect::<Vec<_>>(), [100, 101, 103]);
+        let uuids: Vec<(u32, String)> =
+            (0..8).map(|i| (i, if i == 4 { "GPU-aaaa".into() } else { String::new() })).collect();
+        assert_eq!(gpus_of(&ws[1], &uuids), [4, 5], "a UUID and an index");
+        let (map, notes) = per_gpu(&ws, &uuids);
+        assert_eq!(map[&3].pid, 100);
+        assert_eq!(map[&3].ucx, NetDevices::parse("mlx5_1:1"));
+        assert_eq!(map[&4].ucx, NetDevices::Auto);
+        assert_eq!(notes.len(), 1, "GPU3 claimed twice with different pins: {notes:?}");
+        assert!(!map.contains_key(&0));
+    }
+}
