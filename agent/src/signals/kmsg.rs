@@ -41,6 +41,14 @@ pub struct KernelEvent {
     pub summary: String,
 }
 
+impl KernelEvent {
+    /// An event of `kind` from `line`, placed at the first full PCI address the line prints (a
+    /// driver's `0000:3b:00.0:` prefix) and the RDMA device it names, if any.
+    fn from_line(kind: SignalKind, line: &str, attrs: BTreeMap<String, String>, summary: String) -> KernelEvent {
+        KernelEvent { kind, bdf: first_full_bdf(line), rdma_dev: rdma_dev(line), attrs, summary }
+    }
+}
+
 /// Resolves a PCI address printed without its domain against the node's devices.
 pub trait DomainResolver {
     fn resolve(&self, bus: u8, device: u8, function: u8) -> Bdf;
@@ -250,13 +258,7 @@ pub fn parse_line(line: &str, domains: &dyn DomainResolver) -> Option<KernelEven
             attrs.insert(k.clone(), format!("0x{v:x}"));
         }
         attrs.insert("syndrome_name".into(), syndrome_name(syndrome).into());
-        return Some(KernelEvent {
-            kind: SignalKind::Mlx5ErrorCqe,
-            bdf: first_full_bdf(line),
-            rdma_dev: rdma_dev(line),
-            attrs,
-            summary,
-        });
+        return Some(KernelEvent::from_line(SignalKind::Mlx5ErrorCqe, line, attrs, summary));
     }
 
     // mlx5_ib (5.x+): `infiniband mlx5_0: mlx5_handle_error_cqe:333:(pid 4242): WC error: 10, Message: remote access error`
@@ -271,13 +273,7 @@ pub fn parse_line(line: &str, domains: &dyn DomainResolver) -> Option<KernelEven
         if let Some(pid) = ib_pid(line) {
             attrs.insert("pid".into(), pid);
         }
-        return Some(KernelEvent {
-            kind: SignalKind::Mlx5ErrorCqe,
-            bdf: first_full_bdf(line),
-            rdma_dev: rdma_dev(line),
-            attrs,
-            summary,
-        });
+        return Some(KernelEvent::from_line(SignalKind::Mlx5ErrorCqe, line, attrs, summary));
     }
 
     // mlx5_core health: `mlx5_core 0000:08:00.0: mlx5_health_check:812:(pid 0): Fatal error 1 detected`
@@ -285,13 +281,7 @@ pub fn parse_line(line: &str, domains: &dyn DomainResolver) -> Option<KernelEven
         && let Some((_, event)) = MLX5_HEALTH.iter().find(|(needle, _)| line.contains(needle))
     {
         attrs.insert("event".into(), (*event).to_owned());
-        return Some(KernelEvent {
-            kind: SignalKind::NicHealthReport,
-            bdf: first_full_bdf(line),
-            rdma_dev: rdma_dev(line),
-            attrs,
-            summary,
-        });
+        return Some(KernelEvent::from_line(SignalKind::NicHealthReport, line, attrs, summary));
     }
 
     // AER: `pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0` (or `0000:01:00:0`)
@@ -326,24 +316,15 @@ impl LineParser {
             let cqn = hex(rest.trim().trim_end_matches(':'))?;
             let attrs =
                 BTreeMap::from([("side".to_owned(), side.to_owned()), ("cqn".to_owned(), format!("0x{cqn:x}"))]);
-            let first = KernelEvent {
-                kind: SignalKind::Mlx5ErrorCqe,
-                bdf: first_full_bdf(line),
-                rdma_dev: rdma_dev(line),
-                attrs,
-                summary: line.trim_end().chars().take(300).collect(),
-            };
+            let summary = line.trim_end().chars().take(300).collect();
+            let first = KernelEvent::from_line(SignalKind::Mlx5ErrorCqe, line, attrs, summary);
             return self.pending.insert(dev, first);
         }
         if line.contains("vendor syndrome ") && !line.contains("Error cqe on cqn") {
             let syndrome = hex(between(line, "syndrome ", ",")?)?;
             let vendor = hex(line.rsplit("vendor syndrome ").next()?.split_whitespace().next()?)?;
-            let mut ev = self.pending.remove(&dev).unwrap_or_else(|| KernelEvent {
-                kind: SignalKind::Mlx5ErrorCqe,
-                bdf: first_full_bdf(line),
-                rdma_dev: rdma_dev(line),
-                attrs: BTreeMap::new(),
-                summary: String::new(),
+            let mut ev = self.pending.remove(&dev).unwrap_or_else(|| {
+                KernelEvent::from_line(SignalKind::Mlx5ErrorCqe, line, BTreeMap::new(), String::new())
             });
             ev.attrs.insert("syndrome".into(), format!("0x{syndrome:x}"));
             ev.attrs.insert("syndrome_name".into(), syndrome_name(syndrome).into());
