@@ -92,13 +92,15 @@ async function node(name) {
 }
 
 async function gpu(name, idx) {
-  crumbs.innerHTML = `/ <a href="#/node/${encodeURIComponent(name)}">${esc(name)}</a> / <a href="#/node/${encodeURIComponent(name)}/gpu/${idx}">GPU${idx}</a>`;
+  // The index comes from the URL: only digits ever reach the page or the API.
+  if (!/^[0-9]{1,5}$/.test(idx)) throw new Error(`not a GPU index: ${idx}`);
+  crumbs.innerHTML = `/ <a href="#/node/${encodeURIComponent(name)}">${esc(name)}</a> / <a href="#/node/${encodeURIComponent(name)}/gpu/${encodeURIComponent(idx)}">GPU${esc(idx)}</a>`;
   const [g, hist] = await Promise.all([
     api(`/api/v1/nodes/${encodeURIComponent(name)}/gpus/${idx}`),
     api(`/api/v1/nodes/${encodeURIComponent(name)}/gpus/${idx}/history?since=1d&limit=300`),
   ]);
   const s = g.status;
-  let out = `<h1>${esc(name)} · GPU${idx} ${badge(s.status)} ${verified(s.verification)}</h1>
+  let out = `<h1>${esc(name)} · GPU${esc(idx)} ${badge(s.status)} ${verified(s.verification)}</h1>
     <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
     ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span></p>` : ""}
     <h2>Evidence</h2><ol class="reasons" id="evidence">${s.reasons.map(r => `<li>${esc(r)}</li>`).join("")}</ol>

@@ -176,6 +176,11 @@ impl Browser {
     fn url(&self) -> String {
         self.call("GET", "/url", serde_json::Value::Null).as_str().unwrap().to_owned()
     }
+
+    /// Runs `script` in the page and returns its result.
+    fn execute(&self, script: &str) -> serde_json::Value {
+        self.call("POST", "/execute/sync", serde_json::json!({ "script": script, "args": [] }))
+    }
 }
 
 impl Drop for Browser {
@@ -205,5 +210,86 @@ async fn clicking_drills_down_from_fleet_to_node_to_gpu() {
         // The crumb leads back up.
         b.click("#crumbs a[href=\"#/node/seed-pinned\"]");
         b.find("#matrix");
+    });
+}
+
+/// Markup in everything an agent can send (NIC names, topology warnings, the reasons that quote
+/// them, signal summaries) and in a crafted link: shown as text, never run. Every response
+/// carries the security headers.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_names_reasons_and_links_run_no_script() {
+    let pg = TestPg::start().await;
+    let c = CollectorProc::start_with(&pg.url(), &["hostile"], &[]);
+    let evil =
+        |tag: &str| format!("<img src=x onerror=\"window.__pwned='{tag}'\"><script>window.__pwned='{tag}'</script>");
+    let mut t = topology(&railguard_agent::topology::fixture::dgx_h100_like(), None);
+    t.nics[1].name = format!("mlx5_1{}", evil("nic"));
+    t.warnings.push(evil("warning"));
+    let mut records = vec![topo_rec(t.clone())];
+    // Failures on the hostile NIC: the GPU's reasons quote its name.
+    for k in 0..3 {
+        records.push(probe_rec(
+            0,
+            &t.nics[1].name,
+            railguard_schema::ProbeVerdict::SilentCorruption,
+            railguard_schema::PairSelection::Sweep,
+            10 + k,
+        ));
+    }
+    let mut s = signal(1);
+    s.gpu = Some(0);
+    s.summary = evil("signal");
+    records.push(
+        railguard_schema::Record {
+            id: railguard_schema::RecordId::random(),
+            observed_at: chrono::Utc::now(),
+            body: railguard_schema::RecordBody::Signal(s),
+        }
+        .into(),
+    );
+    send(&c, "hostile", records).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while statuses(&c, "hostile").len() < 8 {
+        assert!(std::time::Instant::now() < deadline, "not assessed");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let gpu0 = json(&c, "/api/v1/nodes/hostile/gpus/0");
+    assert!(gpu0.to_string().contains("onerror"), "the hostile name reached the reasons: {gpu0}");
+
+    // The headers, on the page and on the API.
+    for path in ["/", "/api/v1/fleet", "/ui/app.js"] {
+        use std::io::{Read, Write};
+        let mut sock = std::net::TcpStream::connect(("127.0.0.1", c.http_port)).unwrap();
+        write!(sock, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut resp = String::new();
+        sock.read_to_string(&mut resp).unwrap();
+        let head = resp.split("\r\n\r\n").next().unwrap().to_lowercase();
+        assert!(head.contains("content-security-policy: default-src 'none'; script-src 'self'"), "{path}: {head}");
+        assert!(
+            head.contains("x-content-type-options: nosniff") && head.contains("referrer-policy: no-referrer"),
+            "{head}"
+        );
+    }
+
+    let base = format!("http://127.0.0.1:{}/", c.http_port);
+    tokio::task::block_in_place(|| {
+        let b = Browser::start();
+        for hash in [
+            "#/",
+            "#/node/hostile",
+            "#/node/hostile/gpu/0",
+            "#/node/hostile/gpu/%3Cimg%20src%3Dx%20onerror%3D%22window.__pwned%3D'hash'%22%3E",
+            "#/node/%3Cimg%20src%3Dx%20onerror%3D%22window.__pwned%3D'node'%22%3E",
+        ] {
+            b.go(&format!("{base}{hash}"));
+            b.find("body[data-ready]");
+            std::thread::sleep(std::time::Duration::from_millis(500)); // images that would fail, fail
+            let pwned = b.execute("return window.__pwned || null;");
+            assert!(pwned.is_null(), "{hash}: script ran ({pwned})");
+        }
+        // Shown as text: the markup is visible, not interpreted.
+        b.go(&format!("{base}#/node/hostile/gpu/0"));
+        b.find("#evidence");
+        assert!(b.text("#evidence").contains("<img src=x onerror="), "the reason is shown as text");
     });
 }
