@@ -1,7 +1,7 @@
 //! Retention: whole day partitions of the history tables older than the retention period are
 //! dropped (no row-by-row DELETE, no bloat).
 
-use chrono::{Duration, NaiveDate, Utc};
+use chrono::NaiveDate;
 use sqlx::PgPool;
 
 /// Drops partitions holding only days before `keep_from`; returns the dropped tables.
@@ -18,11 +18,10 @@ pub async fn drop_before(pool: &PgPool, keep_from: NaiveDate) -> Result<Vec<Stri
     Ok(dropped)
 }
 
-/// Keeps `days` of history: drops older partitions now and every hour until `shutdown`.
-pub async fn run_periodic(pool: PgPool, days: u32, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+/// Keeps the store's history window: drops older partitions now and every hour until `shutdown`.
+pub async fn run_periodic(store: crate::store::Store, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     loop {
-        let keep_from = (Utc::now() - Duration::days(i64::from(days))).date_naive();
-        match drop_before(&pool, keep_from).await {
+        match store.drop_expired().await {
             Ok(d) if !d.is_empty() => tracing::info!(dropped = ?d, "retention dropped old partitions"),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "retention failed; will retry"),

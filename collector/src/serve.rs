@@ -94,7 +94,8 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         });
         let stats: Arc<IngestStats> = Arc::default();
         tokio::spawn(crate::assess::run_periodic(pool.clone(), cfg.assess.clone(), cfg.assess_every, stop_rx.clone()));
-        tokio::spawn(crate::retention::run_periodic(pool.clone(), cfg.retention_days, stop_rx.clone()));
+        let store = Store::new(pool.clone()).with_retention(cfg.retention_days);
+        tokio::spawn(crate::retention::run_periodic(store.clone(), stop_rx.clone()));
         let http = match cfg.http_listen {
             Some(addr) => {
                 let l = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
@@ -118,7 +119,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         };
         tracing::info!(grpc = %listener.local_addr()?, nodes = creds.len(), "collector serving");
         let mut rx = stop_rx.clone();
-        let grpc = serve_grpc(listener, Store::new(pool), Arc::new(creds), stats, async move {
+        let grpc = serve_grpc(listener, store, Arc::new(creds), stats, async move {
             let _ = rx.changed().await;
         })
         .await;

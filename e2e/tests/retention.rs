@@ -1,32 +1,91 @@
-//! Retention drops whole day partitions older than the retention period, and only those.
+//! Retention drops whole day partitions older than the retention period, and only those; a late
+//! record for a dropped day is refused by itself (the agent sets it aside), never retried
+//! forever, and the collector keeps serving.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::time::Duration as StdDuration;
 
 use chrono::{Duration, Utc};
 use railguard_collector::store::Store;
 use railguard_e2e::*;
 use railguard_schema::*;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn old_partitions_are_dropped_recent_ones_kept() {
-    let pg = TestPg::start().await;
-    let store = Store::new(pg.pool.clone());
-    let node = NodeId::new("node-a").unwrap();
+fn records_at(days_ago: &[i64]) -> Vec<Record> {
     let mut recs = Vec::new();
-    for days_ago in [45i64, 31, 29, 1, 0] {
+    for d in days_ago {
         for i in 0..10 {
-            let at = Utc::now() - Duration::days(days_ago) - Duration::seconds(i);
+            let at = Utc::now() - Duration::days(*d) - Duration::seconds(i);
             recs.push(Record { id: RecordId::random(), observed_at: at, body: RecordBody::Probe(probe(i as u64)) });
             recs.push(Record { id: RecordId::random(), observed_at: at, body: RecordBody::Signal(signal(i as u64)) });
         }
     }
-    store.ingest(&node, recs, 0).await.unwrap();
+    recs
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn old_partitions_are_dropped_recent_ones_kept() {
+    let pg = TestPg::start().await;
+    let node = NodeId::new("node-a").unwrap();
+    Store::new(pg.pool.clone()).ingest(&node, records_at(&[45, 31, 29, 1, 0]), 0).await.unwrap();
     assert_eq!(pg.count("probe_results").await, 50);
-    let keep_from = (Utc::now() - Duration::days(30)).date_naive();
-    let dropped = railguard_collector::retention::drop_before(&pg.pool, keep_from).await.unwrap();
+    let store = Store::new(pg.pool.clone()).with_retention(30);
+    let dropped = store.drop_expired().await.unwrap();
     assert_eq!(dropped.len(), 4, "two old days, two tables: {dropped:?}");
     assert!(dropped.iter().all(|d| d.starts_with("probe_results_") || d.starts_with("signal_events_")));
     assert_eq!(pg.count("probe_results").await, 30);
     assert_eq!(pg.count("signal_events").await, 30);
-    // Idempotent; and the partition of a dropped day comes back if late data arrives.
-    assert!(railguard_collector::retention::drop_before(&pg.pool, keep_from).await.unwrap().is_empty());
+    assert!(store.drop_expired().await.unwrap().is_empty(), "idempotent");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn late_data_after_retention_is_refused_by_itself_and_the_collector_keeps_serving() {
+    let pg = TestPg::start().await;
+    let node = NodeId::new("node-a").unwrap();
+    // History from five days ago and today, written before the collector starts.
+    Store::new(pg.pool.clone()).ingest(&node, records_at(&[5, 0]), 0).await.unwrap();
+    // One collector process keeping two days: its retention runs at start and drops day -5.
+    let collector = CollectorProc::start_with(&pg.url(), &[], &["--retention-days", "2"]);
+    let deadline = std::time::Instant::now() + StdDuration::from_secs(30);
+    while pg.count("probe_results").await != 10 {
+        assert!(std::time::Instant::now() < deadline, "retention never dropped day -5");
+        tokio::time::sleep(StdDuration::from_millis(100)).await;
+    }
+    // An agent whose spool holds a late record for the dropped day among fresh ones.
+    let dir = tempfile::tempdir().unwrap();
+    let mut recs: Vec<wire::Record> = records(200);
+    recs[77] = Record {
+        id: RecordId::random(),
+        observed_at: Utc::now() - Duration::days(5),
+        body: RecordBody::Probe(probe(77)),
+    }
+    .into();
+    let spool_dir = dir.path().join("spool");
+    let mut spool = railguard_agent::spool::Spool::open(&spool_dir, Default::default()).unwrap();
+    spool.append(&recs).unwrap();
+    drop(spool);
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    let mut agent = agent_ship(&collector.url(), &spool_dir, &token, 50);
+    assert!(wait_exit(&mut agent, StdDuration::from_secs(60)).success(), "the agent drained its spool");
+    // The 199 fresh records stored; the late one set aside with the reason, not retried.
+    assert_eq!(pg.stored_and_distinct().await, (20 + 199, 20 + 199));
+    let rejected = std::fs::read_to_string(spool_dir.join("rejected.jsonl")).unwrap();
+    assert_eq!(rejected.lines().count(), 1, "{rejected}");
+    assert!(rejected.contains("older than the 2-day retention window"), "{rejected}");
+    // No partition came back for the dropped day, and the collector serves on.
+    let day5: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+        .bind(format!("probe_results_{}", (Utc::now() - Duration::days(5)).format("%Y%m%d")))
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert_eq!(day5, None);
+    let (code, metrics) = collector.get("/metrics", None);
+    assert_eq!(code, 200);
+    let refused: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("railguard_ingest_batches_refused_total{reason=\"too_old\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(refused >= 1, "counted: {metrics}");
+    assert_eq!(collector.get("/healthz", None).0, 200);
 }

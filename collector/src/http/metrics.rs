@@ -50,6 +50,15 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             );
         }
     }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_ingest_batches_refused_total Batches refused because a record in them was older than the retention window. The agent splits such a batch until the record is alone and sets it aside, so one late record is refused several times.\n# TYPE railguard_ingest_batches_refused_total counter"
+    );
+    let _ = writeln!(
+        out,
+        "railguard_ingest_batches_refused_total{{reason=\"too_old\"}} {}",
+        st.batches_too_old.load(Ordering::Relaxed)
+    );
     let rows = crate::store::read::all_statuses(&s.pool).await?;
     let _ = writeln!(
         out,

@@ -26,6 +26,8 @@ pub struct IngestStats {
     pub records_stored: AtomicU64,
     pub records_duplicate: AtomicU64,
     pub batches_rejected: AtomicU64,
+    /// Batches refused because a record was older than the retention window.
+    pub batches_too_old: AtomicU64,
     pub batches_failed: AtomicU64,
     /// Stored probe results that are evidence (no injected fault) per (node, GPU, NIC, verdict,
     /// path), for `railguard_probe_verdicts_total`.
@@ -141,10 +143,23 @@ impl IngestService {
             )));
         }
         // Validate everything before touching the database: a batch is stored whole or not at all.
+        let keep_from = self.store.keep_from();
         let mut records = Vec::with_capacity(batch.records.len());
         for (i, r) in batch.records.into_iter().enumerate() {
             let id = r.id.clone();
             match Record::try_from(r) {
+                // Older than the history kept: its day's partition is (or will be) dropped. Refused
+                // by itself, so the agent sets it aside instead of retrying the batch forever.
+                Ok(rec) if keep_from.is_some_and(|k| rec.observed_at.date_naive() < k) => {
+                    self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);
+                    self.stats.batches_too_old.fetch_add(1, Ordering::Relaxed);
+                    return Err(Status::invalid_argument(format!(
+                        "record {i} ({id}): observed_at {} is older than the {}-day retention window (history is kept from {}): refused",
+                        rec.observed_at,
+                        self.store.retention_days().unwrap_or(0),
+                        keep_from.map(|k| k.to_string()).unwrap_or_default()
+                    )));
+                }
                 Ok(rec) => records.push(rec),
                 Err(e) => {
                     self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);

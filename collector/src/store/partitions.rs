@@ -46,4 +46,33 @@ impl PartitionCache {
         }
         Ok(())
     }
+
+    /// Forgets the partitions of days before `day` (retention dropped them).
+    pub fn forget_before(&self, day: NaiveDate) {
+        if let Ok(mut k) = self.known.lock() {
+            k.retain(|(_, d)| *d >= day);
+        }
+    }
+
+    #[cfg(test)]
+    fn knows(&self, table: HistoryTable, day: NaiveDate) -> bool {
+        self.known.lock().is_ok_and(|k| k.contains(&(table, day)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropped_days_are_forgotten() {
+        let c = PartitionCache::default();
+        let d = |n| NaiveDate::from_ymd_opt(2026, 11, n).unwrap();
+        for day in [d(1), d(2), d(3)] {
+            c.known.lock().unwrap().insert((HistoryTable::ProbeResults, day));
+        }
+        c.forget_before(d(3));
+        assert!(!c.knows(HistoryTable::ProbeResults, d(1)) && !c.knows(HistoryTable::ProbeResults, d(2)));
+        assert!(c.knows(HistoryTable::ProbeResults, d(3)));
+    }
 }
