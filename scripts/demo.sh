@@ -19,12 +19,17 @@ grpc="127.0.0.1:${RAILGUARD_DEMO_GRPC_PORT:-7700}"
 http="127.0.0.1:${RAILGUARD_DEMO_HTTP_PORT:-7701}"
 
 nodes=("$(hostname | tr -c 'A-Za-z0-9._\n-' '-')" sim-seed-kvm-auto sim-seed-kvm-pinned sim-bare-metal-healthy)
+# Tokens and the credentials file are secrets: owner-only (0600).
+umask 077
 : >"$state/credentials"
+chmod 600 "$state/credentials"
 for n in "${nodes[@]}"; do
   tok="$state/token-$n"
   [ -s "$tok" ] || head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tok"
+  chmod 600 "$tok"
   echo "$n $(cat "$tok")" >>"$state/credentials"
 done
+umask 022
 
 pids=()
 cleanup() {
@@ -58,7 +63,9 @@ agent() { # node, extra args…
   local n=$1
   shift
   # Agents log errors only: failed probes are the point of the demo, the dashboard shows them.
-  RUST_LOG=${RUST_LOG:-error} "$bin/railguard-agent" run --collector "http://$grpc" --node-id "$n" \
+  # --transport auto tries UCX with NIC transports first; on a host without RDMA devices UCX
+  # logs that at ERROR level, and the agent's topology notes already say why it fell back.
+  UCX_LOG_LEVEL=${UCX_LOG_LEVEL:-fatal} RUST_LOG=${RUST_LOG:-error} "$bin/railguard-agent" run --collector "http://$grpc" --node-id "$n" \
     --token-file "$state/token-$n" --spool-dir "$state/spool/$n" --topology-interval 30 "$@" &
   pids+=($!)
 }
@@ -71,6 +78,8 @@ agent sim-seed-kvm-pinned --sysfs-root "$state/sim/seed-kvm/sys" --ucx-net-devic
 agent sim-bare-metal-healthy --sysfs-root "$state/sim/dgx-h100/sys" "${sim[@]}"
 
 db="postgresql:///railguard?host=$state/collector/postgres&port=5432&user=railguard"
+pgpass="$state/collector/postgres.password" # 0600, written by the collector when it creates the cluster
+[ -s "$pgpass" ] && psql_cmd="PGPASSWORD=\$(cat $pgpass) psql '$db'" || psql_cmd="psql '$db'"
 echo "demo: waiting for the first probe cycle (20 s) and assessment…"
 sleep 25 # a second run finds the last run's statuses: wait for this run's evidence
 for _ in $(seq 1 60); do
@@ -86,7 +95,7 @@ railguard demo is running.
   OpenAPI:          http://$http/api/v1/openapi.json
   metrics:          http://$http/metrics
   collector gRPC:   $grpc (agents authenticate with per-node tokens in $state/credentials)
-  Postgres:         psql '$db'
+  Postgres:         $psql_cmd
   this host's view: $bin/railguard-agent topo
   a simulated node: $bin/railguard-agent topo --sysfs-root $state/sim/seed-kvm/sys
 

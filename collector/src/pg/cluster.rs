@@ -51,6 +51,37 @@ pub struct PrivateCluster {
     data_dir: PathBuf,
     run_as: Option<(u32, u32)>,
     user_name: String,
+    /// The superuser's password (scram-sha-256), from `postgres.password` beside the data
+    /// directory (mode 0600). None: a cluster initialised before passwords, which trusts local
+    /// connections (said at start).
+    password: Option<String>,
+}
+
+/// Where a cluster's password is kept: beside its data directory, readable by the collector's
+/// user only (not by the server's unprivileged user, who never needs it).
+fn password_file(data_dir: &Path) -> PathBuf {
+    let name = data_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    data_dir.with_file_name(format!("{name}.password"))
+}
+
+/// 32 random bytes as hex.
+fn new_password() -> Result<String, std::io::Error> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Writes `text` to `path`, readable and writable by its owner only.
+fn write_private(path: &Path, text: &str) -> Result<(), ClusterError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| ClusterError::Io { path: path.to_path_buf(), source };
+    let mut f =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)
 }
 
 impl PrivateCluster {
@@ -71,9 +102,22 @@ impl PrivateCluster {
                 .map_err(|e| ClusterError::Io { path: data_dir.clone(), source: e.into() })?;
         }
         std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700)).map_err(io(&data_dir))?;
-        let cluster = PrivateCluster { bin_dir, data_dir, run_as, user_name };
+        let pw_path = password_file(&data_dir);
+        let mut cluster = PrivateCluster { bin_dir, data_dir, run_as, user_name, password: None };
         if !cluster.data_dir.join("PG_VERSION").exists() {
-            cluster.initdb()?;
+            let password = new_password().map_err(io(&pw_path))?;
+            write_private(&pw_path, &password)?;
+            cluster.initdb(&password)?;
+            cluster.password = Some(password);
+        } else {
+            match std::fs::read_to_string(&pw_path) {
+                Ok(p) => cluster.password = Some(p.trim().to_owned()),
+                Err(_) => tracing::warn!(
+                    data_dir = %cluster.data_dir.display(),
+                    "this private Postgres was created before passwords and trusts every local connection as its user; \
+                     move it away to have a new one created with a password"
+                ),
+            }
         }
         cluster.write_config(durable)?;
         if !cluster.is_running() {
@@ -83,14 +127,26 @@ impl PrivateCluster {
         Ok(cluster)
     }
 
-    fn initdb(&self) -> Result<(), ClusterError> {
+    /// Initialises the cluster with password authentication for every connection: a local
+    /// process running as the server's (unprivileged, widely shared) user gets nothing without it.
+    fn initdb(&self, password: &str) -> Result<(), ClusterError> {
+        // initdb (as the server's user) reads the password from a file it alone can read,
+        // removed right after.
+        let pwfile = self.data_dir.with_file_name(".initdb-password");
+        write_private(&pwfile, password)?;
+        if let Some((uid, gid)) = self.run_as {
+            nix::unistd::chown(&pwfile, Some(uid.into()), Some(gid.into()))
+                .map_err(|e| ClusterError::Io { path: pwfile.clone(), source: e.into() })?;
+        }
         let out = self
             .command("initdb")
-            .args(["--auth=trust", "--encoding=UTF8", "--locale=C", "--no-instructions"])
+            .args(["--auth=scram-sha-256", "--encoding=UTF8", "--locale=C", "--no-instructions"])
             .arg(format!("--username={SUPERUSER}"))
+            .arg(format!("--pwfile={}", pwfile.display()))
             .arg("-D")
             .arg(&self.data_dir)
             .output();
+        let _ = std::fs::remove_file(&pwfile);
         check("initdb", out)?;
         Ok(())
     }
@@ -163,12 +219,27 @@ impl PrivateCluster {
 
     /// Connection options for `database` over the cluster's Unix socket.
     pub fn connect_options(&self, database: &str) -> PgConnectOptions {
-        PgConnectOptions::new().host(&self.data_dir.to_string_lossy()).port(PORT).username(SUPERUSER).database(database)
+        let opts = PgConnectOptions::new()
+            .host(&self.data_dir.to_string_lossy())
+            .port(PORT)
+            .username(SUPERUSER)
+            .database(database);
+        match &self.password {
+            Some(p) => opts.password(p),
+            None => opts,
+        }
     }
 
-    /// A `postgresql://` URL (socket directory in the query), understood by psql and sqlx.
+    /// A `postgresql://` URL (socket directory in the query), understood by psql and sqlx. It
+    /// holds the password: give it only to what may write the database.
     pub fn url(&self, database: &str) -> String {
-        format!("postgresql:///{database}?host={}&port={PORT}&user={SUPERUSER}", self.data_dir.display())
+        let password = self.password.as_ref().map(|p| format!("&password={p}")).unwrap_or_default();
+        format!("postgresql:///{database}?host={}&port={PORT}&user={SUPERUSER}{password}", self.data_dir.display())
+    }
+
+    /// Where the password is kept (mode 0600).
+    pub fn password_file(&self) -> PathBuf {
+        password_file(&self.data_dir)
     }
 
     /// Creates `name` (if missing) from the `postgres` maintenance database.
@@ -283,9 +354,12 @@ mod tests {
             data_dir: "/tmp/rg data/pg".into(),
             run_as: None,
             user_name: String::new(),
+            password: Some("0123abcd".into()),
         };
         let opts: PgConnectOptions = c.url("railguard").parse().unwrap();
         assert_eq!(opts.get_socket().map(|p| p.as_path()), Some(Path::new("/tmp/rg data/pg")));
+        assert!(c.url("railguard").ends_with("&password=0123abcd"));
+        assert_eq!(c.password_file(), Path::new("/tmp/rg data/pg.password"));
         assert_eq!(opts.get_username(), SUPERUSER);
         assert_eq!(opts.get_database(), Some("railguard"));
     }
