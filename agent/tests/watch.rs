@@ -136,7 +136,12 @@ fn attribution_follows_the_shared_topology_when_the_node_changes() {
     let settings = SignalSettings { ebpf: false, ..SignalSettings::default() };
     let loop_thread = {
         let (topology, stop, seen) = (topology.clone(), stop.clone(), seen.clone());
-        std::thread::spawn(move || follow(&settings, &topology, None, &stop, &mut |ev| seen.lock().unwrap().push(ev)))
+        std::thread::spawn(move || {
+            follow(&settings, &topology, None, &stop, &mut |ev| {
+                seen.lock().unwrap().push(ev);
+                true
+            })
+        })
     };
     let marker = format!("railguard-refresh-{}", uuid::Uuid::new_v4());
     let gpu0 = {
@@ -180,4 +185,56 @@ fn attribution_follows_the_shared_topology_when_the_node_changes() {
 
     stop.stop();
     loop_thread.join().unwrap();
+}
+
+#[test]
+fn the_kernel_log_position_is_saved_only_once_its_events_are_spooled() {
+    use railguard_agent::service::signals::{SignalSettings, follow};
+    use railguard_agent::service::topology::SharedTopology;
+    use railguard_agent::stop::Stop;
+    use railguard_agent::topology::TopologySource;
+
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("node/sys")).unwrap();
+    let source = TopologySource { sysfs_root: d.path().join("node/sys"), ..TopologySource::this_machine() };
+    let topology = SharedTopology::discover(source, None, Vec::new()).unwrap();
+    let state = d.path().join("kmsg-state.json");
+    let marker = format!("railguard-position-{}", uuid::Uuid::new_v4());
+    let line = format!(
+        "<3>NVRM: Xid (PCI:0000:99:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus. {marker}\n"
+    );
+    std::fs::OpenOptions::new().write(true).open("/dev/kmsg").unwrap().write_all(line.as_bytes()).unwrap();
+
+    // Runs the signal loop until the marker's event was handed over (`spooled` is what the
+    // spool answers), and says how often it was.
+    let run = |spooled: bool| -> usize {
+        let stop = Stop::new();
+        let (topology, state, marker, stop2) = (topology.clone(), state.clone(), marker.clone(), stop.clone());
+        let t = std::thread::spawn(move || {
+            let mut n = 0;
+            let settings = SignalSettings { ebpf: false, ..SignalSettings::default() };
+            follow(&settings, &topology, Some(&state), &stop2, &mut |ev| {
+                if ev.summary.contains(&marker) {
+                    n += 1;
+                    stop2.stop();
+                }
+                spooled
+            });
+            n
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !t.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.stop();
+        t.join().unwrap()
+    };
+    // The spool fails: the event is read but the position is not saved...
+    assert_eq!(run(false), 1);
+    assert!(!state.exists(), "position saved though nothing was spooled");
+    // ...so the next run reads the line again, and this time the position moves past it...
+    assert_eq!(run(true), 1, "the line was lost");
+    assert!(state.exists());
+    // ...and a run after that does not report it again.
+    assert_eq!(run(true), 0);
 }

@@ -6,6 +6,7 @@
 use railguard_agent::topology::fixture;
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
+use railguard_schema::{PairSelection, ProbeVerdict};
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -186,6 +187,36 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     let mut gpu = json(&c, "/api/v1/nodes/seed-auto/gpus/3");
     gpu["status"]["status"] = Value::from("melting");
     assert!(openapi::check(&spec, "/api/v1/nodes/seed-auto/gpus/3", 200, &gpu).is_err());
+
+    // Bounded labels: an agent that sends made-up NIC names and GPU indexes does not grow
+    // /metrics; its probes are counted under "other". (Last: they are stored like any probe.)
+    let forged: Vec<_> = (0..300)
+        .map(|i| {
+            probe_rec(
+                if i % 2 == 0 { 9_000 + i } else { 1 },
+                &format!("forged-nic-{i}"),
+                ProbeVerdict::Ok,
+                PairSelection::Sweep,
+                20,
+            )
+        })
+        .collect();
+    send(&c, "healthy", forged).await;
+    let (_, m) = c.get("/metrics", None);
+    assert!(!m.contains("forged-nic") && !m.contains("gpu=\"9"), "{m}");
+    assert!(
+        m.contains("railguard_probe_verdicts_total{node=\"healthy\",gpu=\"other\",nic=\"other\",verdict=\"ok\",path=\"simulated\",simulated=\"true\"} 150"),
+        "{m}"
+    );
+    assert!(
+        m.contains("railguard_probe_verdicts_total{node=\"healthy\",gpu=\"1\",nic=\"other\",verdict=\"ok\",path=\"simulated\",simulated=\"true\"} 150"),
+        "{m}"
+    );
+    // Devices the topology lists keep their own labels.
+    assert!(
+        m.contains("railguard_probe_verdicts_total{node=\"healthy\",gpu=\"2\",nic=\"mlx5_2\",verdict=\"ok\""),
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -36,6 +36,7 @@ wire_enum! {
         GpuPcieReplay = GpuPcieReplay => "gpu_pcie_replay",
         GpuRemappedRows = GpuRemappedRows => "gpu_remapped_rows",
         AgentSpoolDrops = AgentSpoolDrops => "agent_spool_drops",
+        AgentSpoolQuarantine = AgentSpoolQuarantine => "agent_spool_quarantine",
     }
 }
 

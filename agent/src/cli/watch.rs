@@ -101,6 +101,8 @@ impl WatchArgs {
                     o.detail
                 );
             }
+            // Printed is handled: `--state-file` moves past it.
+            true
         };
         signals::follow(&settings, &topology, self.state_file.as_deref(), &stop, &mut emit);
         Ok(ExitCode::SUCCESS)

@@ -122,9 +122,12 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         let (topology, spool, stop) = (topology.clone(), spool.clone(), stop.clone());
         let state = cfg.spool_dir.join("kmsg.state");
         threads.push(std::thread::spawn(move || {
-            let mut emit = |ev| {
-                if let Err(e) = spool.append(RecordBody::Signal(ev)) {
+            let mut emit = |ev| match spool.append(RecordBody::Signal(ev)) {
+                // Appended, or refused by a full spool and counted (reported as agent_spool_drops).
+                Ok(_) => true,
+                Err(e) => {
                     tracing::error!(error = %e, "spooling a signal failed");
+                    false
                 }
             };
             signals::follow(&signal_cfg, &topology, Some(&state), &stop, &mut emit);

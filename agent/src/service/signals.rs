@@ -99,14 +99,15 @@ fn load_ebpf(cfg: &SignalSettings) -> Option<Probes> {
     Some(p)
 }
 
-/// Follows every source on this thread, handing each attributed event to `emit`, until `stop`.
+/// Follows every source on this thread, handing each attributed event to `emit` (which answers
+/// whether the event is durably spooled), until `stop`.
 /// `kmsg_state` remembers how far the kernel log was read across restarts.
 pub fn follow(
     cfg: &SignalSettings,
     topology: &SharedTopology,
     kmsg_state: Option<&Path>,
     stop: &Stop,
-    emit: &mut dyn FnMut(SignalEvent),
+    emit: &mut dyn FnMut(SignalEvent) -> bool,
 ) {
     let mut attribution = Attribution::of(topology);
     let mut follower = match KmsgFollower::open(&cfg.kmsg, kmsg_state) {
@@ -118,6 +119,7 @@ pub fn follow(
     };
     let mut poller = CounterPoller::default();
     let mut lines = kmsg::LineParser::default();
+    let mut kmsg_spooled = true;
     let mut probes = load_ebpf(cfg);
     let nvml = if topology.current().topology.gpus.is_empty() {
         None
@@ -144,10 +146,23 @@ pub fn follow(
             }
         }
         if let Some(f) = follower.as_mut() {
-            for rec in f.read_available() {
+            let records = f.read_available();
+            let mut spooled = true;
+            for rec in &records {
                 if let Some(ev) = lines.parse(&rec.message, &a.known) {
-                    emit(a.attribute(ev, SignalSource::Kmsg));
+                    spooled &= emit(a.attribute(ev, SignalSource::Kmsg));
                 }
+            }
+            // The position moves on disk only once the events are in the spool. After a failed
+            // append it stays where it was for the rest of this run: a restart reads those lines
+            // again (a duplicate at worst, never a loss).
+            kmsg_spooled &= spooled;
+            if !records.is_empty() && kmsg_spooled {
+                if let Err(e) = f.commit() {
+                    tracing::warn!(error = %e, "saving the kernel-log position failed; a restart may report lines again");
+                }
+            } else if !spooled {
+                tracing::error!("a kernel-log event could not be spooled; the saved kernel-log position stops here");
             }
         }
         if let Some(p) = probes.as_mut() {

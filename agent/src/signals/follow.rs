@@ -1,9 +1,11 @@
 //! Following `/dev/kmsg`: the whole ring on first start, then live records. The last sequence
-//! number read (and the boot it belongs to) is kept in a state file, so an agent restart does
-//! not report the same lines again, and a reboot (new boot id) starts over.
+//! number handled (and the boot it belongs to) is kept in a state file, so an agent restart does
+//! not report the same lines again, and a reboot (new boot id) starts over. The file is written
+//! only by [`KmsgFollower::commit`], which the caller runs once the events of what it read are
+//! in the spool: a crash in between re-reads those lines rather than losing them.
 
 use std::fs::File;
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -20,6 +22,8 @@ pub struct KmsgFollower {
     file: File,
     state_path: Option<PathBuf>,
     state: State,
+    /// What the state file holds now.
+    saved: Option<State>,
     buf: Vec<u8>,
 }
 
@@ -39,7 +43,13 @@ impl KmsgFollower {
         if state.boot_id != boot {
             state = State { boot_id: boot, last_seq: None };
         }
-        Ok(KmsgFollower { file, state_path: state_path.map(Path::to_path_buf), state, buf: vec![0u8; 16 * 1024] })
+        Ok(KmsgFollower {
+            file,
+            state_path: state_path.map(Path::to_path_buf),
+            state,
+            saved: None,
+            buf: vec![0u8; 16 * 1024],
+        })
     }
 
     /// Every record available now that was not reported before. Never blocks.
@@ -67,19 +77,26 @@ impl KmsgFollower {
                 }
             }
         }
-        if !out.is_empty() {
-            self.save();
-        }
         out
     }
 
-    fn save(&self) {
-        let Some(p) = &self.state_path else { return };
-        let tmp = p.with_extension("tmp");
-        if let Ok(bytes) = serde_json::to_vec(&self.state)
-            && std::fs::write(&tmp, bytes).is_ok()
-        {
-            let _ = std::fs::rename(&tmp, p);
+    /// Records everything returned so far as handled, durably (write, fsync, rename, fsync
+    /// the directory). Call it only after those records' events are in the spool.
+    pub fn commit(&mut self) -> std::io::Result<()> {
+        let Some(p) = &self.state_path else { return Ok(()) };
+        if self.saved.as_ref() == Some(&self.state) {
+            return Ok(());
         }
+        let tmp = p.with_extension("tmp");
+        let bytes = serde_json::to_vec(&self.state).map_err(std::io::Error::other)?;
+        let mut f = File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, p)?;
+        if let Some(dir) = p.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        self.saved = Some(State { boot_id: self.state.boot_id.clone(), last_seq: self.state.last_seq });
+        Ok(())
     }
 }

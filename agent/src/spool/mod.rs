@@ -8,6 +8,11 @@
 //! - `cursor.json`: the first unacknowledged frame (segment, offset) and the cumulative count
 //!   of records dropped because the spool was full. Replaced atomically (write, fsync, rename).
 //!
+//! - `quarantine/`: bytes that cannot be decoded (a frame whose checksum fails in an older
+//!   segment, with the rest of that segment; a frame that is not a record). Each piece is
+//!   reported to the collector as an `agent_spool_quarantine` signal in its place: never
+//!   acknowledged silently.
+//!
 //! A torn frame at the end of the newest segment (power loss mid-append) is cut off on open.
 //! When the unacknowledged bytes would exceed [`SpoolConfig::max_bytes`], new records are
 //! refused and counted: the count travels with every batch, so drops are never silent.
@@ -21,7 +26,9 @@ use std::path::{Path, PathBuf};
 
 pub use handle::SpoolHandle;
 use prost::Message;
-use railguard_schema::wire;
+use std::collections::BTreeMap;
+
+use railguard_schema::{Record, RecordBody, RecordId, SignalEvent, SignalKind, SignalSource, wire};
 use segment::{FRAME_HEADER, Frame, Stop, read_frames, segment_name, segment_seq};
 
 #[derive(Debug, thiserror::Error)]
@@ -250,7 +257,7 @@ impl Spool {
                         }
                         match wire::Record::decode(payload) {
                             Ok(r) => batch.records.push(r),
-                            Err(e) => tracing::warn!(segment = %path.display(), error = %e, "skipping an undecodable spooled record"),
+                            Err(e) => batch.records.push(self.quarantine(pos, payload, &e.to_string(), "")),
                         }
                         batch.encoded_bytes += payload.len() as u64;
                         pos.offset = next;
@@ -267,11 +274,51 @@ impl Spool {
             }
             let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             if pos.offset < len {
-                tracing::warn!(segment = %path.display(), offset = pos.offset, "corrupt frame in the spool; skipping the rest of this segment");
+                // A frame failed its checksum: the rest of this segment cannot be framed. Its
+                // bytes go to quarantine and a signal says so; the segments after it still ship.
+                let rest = read_from(&path, pos.offset).map_err(io_err(&path))?;
+                batch.records.push(self.quarantine(pos, &rest, "a frame failed its checksum", "-rest"));
             }
             pos = Position { segment: pos.segment + 1, offset: 0 };
             batch.end = pos;
         }
+    }
+
+    /// Keeps bytes the spool cannot decode in `quarantine/` (idempotent: a retried batch writes
+    /// the same file) and returns the record that reports it, an `agent_spool_quarantine`
+    /// signal whose id is derived from the bytes, so a retry never reports it twice.
+    fn quarantine(&self, at: Position, bytes: &[u8], error: &str, suffix: &str) -> wire::Record {
+        let name = format!("{}-{:012}{suffix}.bin", segment_name(at.segment).trim_end_matches(".log"), at.offset);
+        let path = self.dir.join(QUARANTINE_DIR).join(&name);
+        let kept = match write_once(&path, bytes) {
+            Ok(()) => format!("kept in {}", path.display()),
+            Err(e) => format!("could not be kept ({e})"),
+        };
+        tracing::error!(file = %path.display(), bytes = bytes.len(), error, "spooled bytes undecodable; quarantined");
+        let crc = crc32fast::hash(bytes);
+        let id = uuid::Uuid::new_v5(&QUARANTINE_ID_NAMESPACE, format!("{name}/{}/{crc:08x}", bytes.len()).as_bytes());
+        let signal = SignalEvent {
+            source: SignalSource::Agent,
+            kind: SignalKind::AgentSpoolQuarantine,
+            bdf: None,
+            gpu: None,
+            nic: String::new(),
+            summary: format!("{} spooled byte(s) could not be decoded ({error}); {kept}", bytes.len()),
+            attrs: BTreeMap::from([
+                ("segment".to_owned(), at.segment.to_string()),
+                ("offset".to_owned(), at.offset.to_string()),
+                ("bytes".to_owned(), bytes.len().to_string()),
+                ("crc32".to_owned(), format!("{crc:08x}")),
+                ("error".to_owned(), error.to_owned()),
+                ("file".to_owned(), path.display().to_string()),
+            ]),
+        };
+        Record { id: RecordId(id), observed_at: chrono::Utc::now(), body: RecordBody::Signal(signal) }.into()
+    }
+
+    /// How many pieces of the spool were quarantined (files in `quarantine/`).
+    pub fn quarantined(&self) -> usize {
+        fs::read_dir(self.dir.join(QUARANTINE_DIR)).map(|d| d.filter_map(Result::ok).count()).unwrap_or(0)
     }
 
     /// Marks everything before `end` as stored by the collector.
@@ -352,6 +399,39 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, SpoolError> {
         .collect();
     v.sort_unstable();
     Ok(v)
+}
+
+/// Where undecodable spool bytes are kept, inside the spool directory.
+pub const QUARANTINE_DIR: &str = "quarantine";
+const QUARANTINE_ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x7175_6172_616e_7469_6e65_7261_696c_6764);
+
+fn read_from(path: &Path, offset: u64) -> io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(path)?;
+    f.seek(SeekFrom::Start(offset))?;
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// Writes `bytes` to `path` (fsync'd, 0600) unless it already exists.
+fn write_once(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    match OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(mut f) => {
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            if let Some(dir) = path.parent() {
+                File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 fn sync_dir(dir: &Path) -> Result<(), SpoolError> {

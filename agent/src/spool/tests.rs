@@ -2,6 +2,7 @@
 
 use super::*;
 use railguard_schema::{Record, RecordBody, SignalEvent, SignalKind, SignalSource};
+use std::os::unix::fs::PermissionsExt;
 
 fn rec(i: u64) -> wire::Record {
     Record::now(RecordBody::Signal(SignalEvent {
@@ -116,4 +117,91 @@ fn garbage_cursor_is_a_clear_error() {
     fs::write(dir.path().join("cursor.json"), b"{not json").unwrap();
     let e = Spool::open(dir.path(), SpoolConfig::default()).unwrap_err();
     assert!(e.to_string().contains("cursor"), "{e}");
+}
+
+fn quarantine_signals(b: &PendingBatch) -> Vec<&wire::SignalEvent> {
+    b.records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Some(wire::record::Body::Signal(s)) if s.kind == wire::SignalKind::AgentSpoolQuarantine as i32 => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_undecodable_record_is_quarantined_and_reported_in_its_place_never_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Spool::open(dir.path(), small()).unwrap();
+    s.append(&[rec(0)]).unwrap();
+    drop(s);
+    // A frame whose checksum is right but whose payload is not a record (an unfinished varint).
+    let junk = [0xffu8, 0xff, 0xff];
+    let mut frame = (junk.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&crc32fast::hash(&junk).to_le_bytes());
+    frame.extend_from_slice(&junk);
+    let seg = dir.path().join(segment_name(0));
+    OpenOptions::new().append(true).open(&seg).unwrap().write_all(&frame).unwrap();
+    let mut s = Spool::open(dir.path(), small()).unwrap();
+    s.append(&[rec(2)]).unwrap();
+
+    let b = s.peek(10, u64::MAX).unwrap();
+    assert_eq!(b.records.len(), 3, "the junk is replaced, not dropped");
+    let q = quarantine_signals(&b);
+    assert_eq!(q.len(), 1);
+    assert_eq!(q[0].attrs["bytes"], "3");
+    assert!(q[0].summary.contains("could not be decoded"), "{}", q[0].summary);
+    let kept = PathBuf::from(&q[0].attrs["file"]);
+    assert_eq!(fs::read(&kept).unwrap(), junk);
+    assert_eq!(fs::metadata(&kept).unwrap().permissions().mode() & 0o777, 0o600);
+    // A retried batch reports the same record (same id): the collector stores it once.
+    let again = s.peek(10, u64::MAX).unwrap();
+    assert_eq!(again.records[1].id, b.records[1].id);
+    s.ack(b.end).unwrap();
+    assert_eq!(s.quarantined(), 1);
+    assert!(s.peek(10, u64::MAX).unwrap().records.is_empty());
+}
+
+#[test]
+fn a_corrupt_frame_quarantines_the_rest_of_its_segment_and_later_segments_still_ship() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Spool::open(dir.path(), small()).unwrap();
+    let recs: Vec<_> = (0..40).map(rec).collect();
+    s.append(&recs).unwrap();
+    drop(s);
+    // Flip a payload byte of the second frame of the first (older) segment.
+    let seg = dir.path().join(segment_name(0));
+    let mut bytes = fs::read(&seg).unwrap();
+    let first_len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let second = FRAME_HEADER + first_len;
+    bytes[second + FRAME_HEADER + 2] ^= 0x40;
+    fs::write(&seg, &bytes).unwrap();
+    let in_first_segment = {
+        let mut n = 0;
+        let mut at = 0;
+        while at < bytes.len() {
+            at += FRAME_HEADER + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            n += 1;
+        }
+        n
+    };
+
+    let mut s = Spool::open(dir.path(), small()).unwrap();
+    let mut seen = Vec::new();
+    let mut quarantined = Vec::new();
+    loop {
+        let b = s.peek(7, u64::MAX).unwrap();
+        if b.records.is_empty() {
+            break;
+        }
+        quarantined.extend(quarantine_signals(&b).into_iter().cloned());
+        seen.extend(summaries(&b).into_iter().filter(|x| x.starts_with("record ")));
+        s.ack(b.end).unwrap();
+    }
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    let kept = fs::read(&quarantined[0].attrs["file"]).unwrap();
+    assert_eq!(kept, bytes[second..], "the rest of the segment, from the bad frame on");
+    let expected: Vec<String> = std::iter::once(0).chain(in_first_segment..40).map(|i| format!("record {i}")).collect();
+    assert_eq!(seen, expected);
+    assert!(in_first_segment > 2 && in_first_segment < 40);
 }

@@ -37,7 +37,9 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_probe_verdicts_total Probe results stored as evidence (injected faults excluded), per GPU/NIC pair, verdict and what carried the bytes (path: nic_dma, host_copy, simulated).\n# TYPE railguard_probe_verdicts_total counter"
+        "# HELP railguard_probe_verdicts_total Probe results stored as evidence (injected faults excluded), per GPU/NIC pair, verdict and what carried the bytes (path: nic_dma, host_copy, simulated). A GPU or NIC the node's latest topology does not list, and every pair past {max} series per node, is counted as gpu/nic=\"{other}\".\n# TYPE railguard_probe_verdicts_total counter",
+        max = crate::ingest::MAX_VERDICT_SERIES_PER_NODE,
+        other = crate::ingest::OTHER_DEVICE,
     );
     if let Ok(v) = st.verdicts.lock() {
         for ((node, gpu, nic, verdict, path), n) in v.iter() {
@@ -79,15 +81,22 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         out,
         "# HELP railguard_node_last_seen_age_seconds Time since a node's last batch (ingest lag).\n# TYPE railguard_node_last_seen_age_seconds gauge"
     );
-    for (node, age, _) in &lag {
+    for (node, age, _, _) in &lag {
         let _ = writeln!(out, "railguard_node_last_seen_age_seconds{{node=\"{}\"}} {age:.3}", label(node));
     }
     let _ = writeln!(
         out,
         "# HELP railguard_agent_spool_dropped_total Records an agent's full spool dropped.\n# TYPE railguard_agent_spool_dropped_total counter"
     );
-    for (node, _, dropped) in &lag {
+    for (node, _, dropped, _) in &lag {
         let _ = writeln!(out, "railguard_agent_spool_dropped_total{{node=\"{}\"}} {dropped}", label(node));
+    }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_agent_spool_quarantined_total Pieces of an agent's spool it could not decode and kept in quarantine (agent_spool_quarantine signals).\n# TYPE railguard_agent_spool_quarantined_total counter"
+    );
+    for (node, _, _, quarantined) in &lag {
+        let _ = writeln!(out, "railguard_agent_spool_quarantined_total{{node=\"{}\"}} {quarantined}", label(node));
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }

@@ -17,8 +17,40 @@ use crate::store::{Store, StoreError};
 use auth::{AuthenticatedNode, Credentials};
 
 /// Counters the collector exports about its own ingest.
-/// (node, GPU, NIC, verdict, what carried the bytes).
-pub type VerdictKey = (String, u32, String, &'static str, railguard_schema::DataPath);
+/// (node, GPU label, NIC label, verdict, what carried the bytes). The GPU and NIC labels are the
+/// device's index and name when the node's topology lists it, [`OTHER_DEVICE`] otherwise.
+pub type VerdictKey = (String, String, String, &'static str, railguard_schema::DataPath);
+
+/// The label under which probes of devices a node's topology does not list are counted (and
+/// everything past [`MAX_VERDICT_SERIES_PER_NODE`]): an agent cannot grow /metrics by sending
+/// made-up NIC names or GPU indexes.
+pub const OTHER_DEVICE: &str = "other";
+
+/// At most this many `railguard_probe_verdicts_total` series per node; further pairs are
+/// counted under [`OTHER_DEVICE`]. A node with 8 GPUs × 8 NICs × 4 verdicts × 3 paths needs 768.
+pub const MAX_VERDICT_SERIES_PER_NODE: usize = 1024;
+
+/// The devices a node's latest topology lists, for bounding metric labels.
+#[derive(Debug, Clone, Default)]
+pub struct KnownDevices {
+    gpus: std::collections::BTreeSet<u32>,
+    nics: std::collections::BTreeSet<String>,
+}
+
+impl KnownDevices {
+    pub fn of(t: &railguard_schema::TopologySnapshot) -> Self {
+        KnownDevices {
+            gpus: t.gpus.iter().map(|g| g.index).collect(),
+            nics: t.nics.iter().map(|n| n.name.clone()).collect(),
+        }
+    }
+
+    fn labels(&self, gpu: u32, nic: &str) -> (String, String) {
+        let gpu = if self.gpus.contains(&gpu) { gpu.to_string() } else { OTHER_DEVICE.to_owned() };
+        let nic = if self.nics.contains(nic) { nic.to_owned() } else { OTHER_DEVICE.to_owned() };
+        (gpu, nic)
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct IngestStats {
@@ -32,6 +64,31 @@ pub struct IngestStats {
     /// Stored probe results that are evidence (no injected fault) per (node, GPU, NIC, verdict,
     /// path), for `railguard_probe_verdicts_total`.
     pub verdicts: std::sync::Mutex<std::collections::BTreeMap<VerdictKey, u64>>,
+    /// Per node, the devices its latest topology lists (loaded from the store on first use).
+    pub devices: std::sync::Mutex<std::collections::HashMap<String, KnownDevices>>,
+}
+
+impl IngestStats {
+    /// Counts one evidence probe under bounded labels.
+    pub fn count_verdict(
+        &self,
+        node: &str,
+        known: &KnownDevices,
+        (gpu, nic, verdict, path): (u32, String, &'static str, railguard_schema::DataPath),
+    ) {
+        let Ok(mut v) = self.verdicts.lock() else { return };
+        let (gpu, nic) = known.labels(gpu, &nic);
+        let mut key = (node.to_owned(), gpu, nic, verdict, path);
+        if !v.contains_key(&key) {
+            // Only when a series would be new: rare after a node's first cycles.
+            let series = v.keys().filter(|k| k.0 == node).count();
+            if series >= MAX_VERDICT_SERIES_PER_NODE {
+                key.1 = OTHER_DEVICE.to_owned();
+                key.2 = OTHER_DEVICE.to_owned();
+            }
+        }
+        *v.entry(key).or_default() += 1;
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -41,6 +98,31 @@ pub struct IngestService {
 }
 
 impl IngestService {
+    /// The devices `node`'s latest topology lists: cached, else read from the store (none when
+    /// it has sent no topology, or the read fails: its probes then count under `other`).
+    async fn known_devices(&self, node: &NodeId) -> KnownDevices {
+        if let Some(k) = self.stats.devices.lock().ok().and_then(|d| d.get(node.as_str()).cloned()) {
+            return k;
+        }
+        match crate::store::read::topology(self.store.pool(), node.as_str()).await {
+            Ok(Some(t)) => {
+                let k = KnownDevices {
+                    gpus: t.gpus.iter().filter_map(|g| u32::try_from(g.index).ok()).collect(),
+                    nics: t.nics.iter().map(|n| n.name.clone()).collect(),
+                };
+                if let Ok(mut d) = self.stats.devices.lock() {
+                    d.insert(node.to_string(), k.clone());
+                }
+                k
+            }
+            Ok(None) => KnownDevices::default(),
+            Err(e) => {
+                tracing::warn!(node = %node, error = %e, "reading the node's topology for metric labels failed");
+                KnownDevices::default()
+            }
+        }
+    }
+
     pub fn new(store: Store, stats: Arc<IngestStats>) -> Self {
         IngestService { store, stats }
     }
@@ -177,6 +259,10 @@ impl IngestService {
                 _ => None,
             })
             .collect();
+        let topology = records.iter().rev().find_map(|r| match &r.body {
+            railguard_schema::RecordBody::Topology(t) => Some(t.clone()),
+            _ => None,
+        });
         let outcome = match self.store.ingest(&node, records, batch.spool_dropped_total).await {
             Ok(o) => o,
             Err(e) => {
@@ -185,12 +271,16 @@ impl IngestService {
             }
         };
         self.stats.batches_committed.fetch_add(1, Ordering::Relaxed);
-        // A batch with duplicates was (partly) counted when it first arrived.
-        if outcome.duplicates == 0
-            && let Ok(mut v) = self.stats.verdicts.lock()
+        if let Some(t) = &topology
+            && let Ok(mut d) = self.stats.devices.lock()
         {
-            for (gpu, nic, verdict, path) in verdict_keys {
-                *v.entry((node.to_string(), gpu, nic, verdict, path)).or_default() += 1;
+            d.insert(node.to_string(), KnownDevices::of(t));
+        }
+        // A batch with duplicates was (partly) counted when it first arrived.
+        if outcome.duplicates == 0 && !verdict_keys.is_empty() {
+            let known = self.known_devices(&node).await;
+            for k in verdict_keys {
+                self.stats.count_verdict(node.as_str(), &known, k);
             }
         }
         self.stats.records_stored.fetch_add(outcome.stored, Ordering::Relaxed);
@@ -202,5 +292,30 @@ impl IngestService {
             stored: u32::try_from(outcome.stored).unwrap_or(u32::MAX),
             duplicates: u32::try_from(outcome.duplicates).unwrap_or(u32::MAX),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use railguard_schema::DataPath;
+
+    #[test]
+    fn verdict_series_per_node_are_capped_and_the_rest_counted_as_other() {
+        let stats = IngestStats::default();
+        // A topology that lists many GPUs (each known): the cap still holds.
+        let known = KnownDevices { gpus: (0..5000).collect(), nics: ["mlx5_0".to_owned()].into() };
+        for g in 0..(MAX_VERDICT_SERIES_PER_NODE as u32 + 500) {
+            stats.count_verdict("n1", &known, (g, "mlx5_0".into(), "ok", DataPath::NicDma));
+        }
+        stats.count_verdict("n2", &known, (7, "mlx5_0".into(), "ok", DataPath::NicDma));
+        let v = stats.verdicts.lock().unwrap();
+        let n1: Vec<_> = v.iter().filter(|(k, _)| k.0 == "n1").collect();
+        assert_eq!(n1.len(), MAX_VERDICT_SERIES_PER_NODE + 1, "the cap, plus the one 'other' series");
+        let other = v.get(&("n1".into(), OTHER_DEVICE.into(), OTHER_DEVICE.into(), "ok", DataPath::NicDma));
+        assert_eq!(other, Some(&500));
+        // Existing series keep counting; another node has its own budget.
+        assert_eq!(v.get(&("n2".into(), "7".into(), "mlx5_0".into(), "ok", DataPath::NicDma)), Some(&1));
     }
 }
