@@ -32,12 +32,13 @@ int ucx_completion_with_err(struct pt_regs *ctx)
     e->ktime_ns = bpf_ktime_get_ns();
     if (bpf_probe_read_user(e->cqe, sizeof(e->cqe), (void *)PT_REGS_PARM2(ctx)) != 0)
         __builtin_memset(e->cqe, 0, sizeof(e->cqe));
+    e->cookie = bpf_get_attach_cookie(ctx);
     bpf_ringbuf_submit(e, 0);
     return 0;
 }
 
 /* Return-status targets (e.g. NIXL calls): a negative return is an error; the attach cookie
- * says which target of the agent's list it was. */
+ * says which attached library (and so which target of the agent's list) it was. */
 SEC("uretprobe")
 int status_return(struct pt_regs *ctx)
 {

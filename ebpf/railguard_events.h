@@ -20,6 +20,7 @@ struct rg_ucx_cqe_event {
     __s32 log_level;   /* UCX calls twice per requester error: DEBUG, then the failure level */
     __u64 ktime_ns;
     __u8 cqe[RG_CQE_BYTES]; /* struct mlx5_err_cqe as the NIC wrote it */
+    __u64 cookie;      /* which attached library fired (the agent's attach list) */
 };
 
 struct rg_tracepoint_event {
@@ -38,7 +39,7 @@ struct rg_status_event {
     __u32 pad;
     __u64 ktime_ns;
     __s64 status;      /* the function's (negative) return value */
-    __u64 cookie;      /* which target of the agent's list fired */
+    __u64 cookie;      /* which attached library fired (the agent's attach list) */
 };
 
 #endif

@@ -81,6 +81,8 @@ fn tracepoints_attach_and_the_ucx_uprobe_decodes_each_error_once() {
     assert_eq!(a["wqe_counter"], "7");
     assert_eq!(a["side"], "requester");
     assert_eq!(a["log_level"], "5", "the first of UCX's two calls is kept");
+    assert_eq!(a["library"], lib.canonicalize().unwrap().display().to_string());
+    assert!(!a.contains_key("untrusted"), "a root-owned library in root-owned directories: {a:?}");
     assert_eq!(events[1].attrs["syndrome_name"], "remote access error");
     assert_eq!(events[2].attrs["syndrome_name"], "transport retry counter exceeded");
     // The kernel's own statistics count the uprobe's six runs.
@@ -119,4 +121,35 @@ fn a_configured_return_status_target_reports_negative_returns() {
     assert_eq!(events[0]["attrs"]["status"], "-3");
     assert_eq!(events[1]["attrs"]["status"], "-7");
     assert_eq!(events[0]["attrs"]["symbol"], "nixl_fake_post_xfer");
+}
+
+#[test]
+fn a_library_an_unprivileged_user_owns_yields_only_untrusted_events() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut probes = Probes::load().expect("eBPF needs root");
+    let d = tempfile::tempdir().unwrap();
+    let (lib, exe) = build_fake(d.path(), "libuct_ib_mlx5.so.0", "caller");
+    // A user who can write the library decides what the probed code does: a forged "NIC error".
+    std::os::unix::fs::chown(&lib, Some(65534), Some(65534)).unwrap();
+    assert!(probes.attach_ucx(&lib).unwrap());
+    assert!(probes.report.attached.iter().any(|a| a.contains("untrusted: owned by uid 65534")), "{:?}", probes.report);
+    assert!(Command::new(&exe).status().unwrap().success());
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while events.len() < 3 && Instant::now() < deadline {
+        events.extend(probes.drain().into_iter().filter(|e| e.kind == railguard_schema::SignalKind::UcxErrorCqe));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(events.len(), 3, "{events:#?}");
+    for e in &events {
+        assert_eq!(e.attrs["untrusted"], "owned by uid 65534", "{e:?}");
+        assert!(e.summary.starts_with("[untrusted: library owned by uid 65534]"), "{}", e.summary);
+    }
+
+    // A library every user can write is not attached at all.
+    let d2 = tempfile::tempdir().unwrap();
+    let (open_lib, _) = build_fake(d2.path(), "libuct_ib_mlx5.so.0", "caller");
+    std::fs::set_permissions(&open_lib, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let err = probes.attach_ucx(&open_lib).unwrap_err();
+    assert!(matches!(&err, railguard_agent::signals::ebpf::EbpfError::Writable { .. }), "{err}");
 }

@@ -192,6 +192,8 @@ pub async fn load_inputs(
                 (array_agg(summary ORDER BY observed_at DESC))[1]
          FROM signal_events
          WHERE observed_at > $2 AND observed_at <= $3 AND kind NOT IN ('agent_spool_drops', 'agent_spool_quarantine')
+           -- events from a library a non-root user could have written: kept and shown, never evidence
+           AND attrs->>'untrusted' IS NULL
            AND ($1::text[] IS NULL OR node_id = ANY($1))
          GROUP BY node_id, gpu_index, nic, kind, attrs->>'xid'",
     )

@@ -436,12 +436,17 @@ where
         .await
 }
 
-/// Signals attributed to a GPU in `period`, newest first.
+/// Signals of a GPU in `period`, newest first: those attributed to it, and those attributed only
+/// to the NIC its workload uses (as the assessment counts them, "on its NIC").
 pub async fn gpu_signals(pool: &PgPool, node: &str, gpu: i32, period: Period) -> Result<Vec<SignalRow>, sqlx::Error> {
     gpu_period(
         pool,
         "SELECT observed_at AS at, source, kind, bdf, nic, summary, attrs FROM signal_events
-         WHERE node_id = $1 AND gpu_index = $2 AND observed_at >= $3 AND observed_at <= $4
+         WHERE node_id = $1
+           AND (gpu_index = $2
+                OR (gpu_index IS NULL AND nic <> '' AND nic = (
+                    SELECT workload_nic FROM gpu_status WHERE node_id = $1 AND gpu_index = $2)))
+           AND observed_at >= $3 AND observed_at <= $4
          ORDER BY observed_at DESC LIMIT $5",
         node,
         gpu,

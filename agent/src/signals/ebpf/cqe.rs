@@ -121,7 +121,7 @@ mod tests {
         let mut dd = CqeDedup::default();
         assert!(dd.first(7, &d));
         assert!(!dd.first(7, &d), "UCX's second report of the same error");
-        let ev = UcxCqeEvent { kind: 100, pid: 7, tid: 7, log_level: 2, ktime_ns: 0, cqe: c };
+        let ev = UcxCqeEvent { kind: 100, pid: 7, tid: 7, log_level: 2, ktime_ns: 0, cqe: c, cookie: 0 };
         let s = ucx_signal(&ev, Some("mlx5_3".into()));
         assert_eq!(
             (s.nic.as_str(), s.attrs["side"].as_str(), s.attrs["qpn"].as_str()),

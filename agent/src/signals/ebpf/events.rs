@@ -18,6 +18,8 @@ pub struct UcxCqeEvent {
     pub log_level: i32,
     pub ktime_ns: u64,
     pub cqe: [u8; 64],
+    /// Which attached library fired: an index into the agent's attach list.
+    pub cookie: u64,
 }
 
 /// Mirrors `struct rg_tracepoint_event`.
@@ -144,7 +146,7 @@ mod tests {
                 assert_eq!(std::mem::size_of::<$rust>(), size, "{} size", $c);
             }};
         }
-        check!("rg_ucx_cqe_event", UcxCqeEvent, [kind, pid, tid, log_level, ktime_ns, cqe]);
+        check!("rg_ucx_cqe_event", UcxCqeEvent, [kind, pid, tid, log_level, ktime_ns, cqe, cookie]);
         check!("rg_tracepoint_event", TracepointEvent, [kind, tp, len, pad, ktime_ns, raw]);
         check!("rg_status_event", StatusEvent, [kind, pid, tid, pad, ktime_ns, status, cookie]);
         assert_eq!(structs.len(), 3, "a struct in the header has no Rust mirror: {:?}", structs.keys());

@@ -12,7 +12,7 @@ pub mod events;
 pub mod targets;
 pub mod tracepoint;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use aya::programs::ProgramError;
@@ -20,7 +20,7 @@ use railguard_schema::{Bdf, SignalEvent, SignalKind, SignalSource};
 
 use cqe::{CqeDedup, decode_cqe, ucx_signal};
 use events::{EV_STATUS_RETURN, EV_TRACEPOINT, EV_UCX_ERROR_CQE, StatusEvent, TracepointEvent, UcxCqeEvent};
-use targets::{Decoder, UprobeTarget, default_targets};
+use targets::{Decoder, LibraryTrust, UprobeTarget, default_targets, library_trust};
 use tracepoint::{Field, TRACEPOINTS, decode_record, parse_format};
 
 /// What went wrong loading or attaching the programs.
@@ -59,6 +59,8 @@ pub enum EbpfError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("not attaching to {path}: {why}")]
+    Writable { path: PathBuf, why: String },
     #[error("attaching {symbol} to {path}")]
     Attach {
         symbol: String,
@@ -94,6 +96,33 @@ pub struct AttachReport {
     pub skipped: Vec<(String, String)>,
 }
 
+/// One attached uprobe: the canonical file, the target of the list, and how far its events
+/// can be believed.
+#[derive(Debug, Clone)]
+struct Attached {
+    path: PathBuf,
+    target: usize,
+    trust: LibraryTrust,
+}
+
+/// The attribute that marks an event from a library a non-root user could have written; the
+/// collector keeps and shows such events but never lets them raise a GPU's status.
+pub const UNTRUSTED_ATTR: &str = "untrusted";
+
+/// Names the library a uprobe event came from and marks it untrusted where it is.
+fn mark(attached: &[Attached], cookie: u64, mut signal: SignalEvent) -> SignalEvent {
+    let Some(a) = attached.get(cookie as usize) else {
+        signal.attrs.insert(UNTRUSTED_ATTR.to_owned(), "from no library the agent attached to".to_owned());
+        return signal;
+    };
+    signal.attrs.insert("library".to_owned(), a.path.display().to_string());
+    if let LibraryTrust::Untrusted(why) = &a.trust {
+        signal.attrs.insert(UNTRUSTED_ATTR.to_owned(), why.clone());
+        signal.summary = format!("[untrusted: library {why}] {}", signal.summary);
+    }
+    signal
+}
+
 /// The loaded programs and their ring buffer.
 pub struct Probes {
     ebpf: aya::Ebpf,
@@ -101,7 +130,8 @@ pub struct Probes {
     _stats: Option<std::os::fd::OwnedFd>,
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     formats: Vec<Vec<Field>>,
-    uprobed: HashSet<(PathBuf, usize)>,
+    /// Every uprobe attached: its index is the attach cookie the kernel program reports.
+    attached: Vec<Attached>,
     targets: Vec<UprobeTarget>,
     dedup: CqeDedup,
     pub report: AttachReport,
@@ -175,7 +205,7 @@ impl Probes {
             _stats: stats,
             ring,
             formats,
-            uprobed: HashSet::new(),
+            attached: Vec::new(),
             targets: default_targets(),
             dedup: CqeDedup::default(),
             report,
@@ -191,23 +221,34 @@ impl Probes {
         &self.targets
     }
 
-    /// Attaches target `index` of the list to the file `lib`. False if it already was.
+    /// Attaches target `index` of the list to the file `lib`. False if it already was. A file
+    /// any user but its owner can write is refused; one a non-root user could have written is
+    /// attached with its events marked untrusted ([`LibraryTrust`]).
     pub fn attach_target(&mut self, index: usize, lib: &Path) -> Result<bool, EbpfError> {
         let target = self.targets.get(index).cloned().ok_or(EbpfError::NoSuchTarget { index })?;
         let real = lib.canonicalize().map_err(|source| EbpfError::TargetFile { path: lib.to_owned(), source })?;
-        if self.uprobed.contains(&(real.clone(), index)) {
+        if self.attached.iter().any(|a| a.path == real && a.target == index) {
             return Ok(false);
         }
+        let trust = library_trust(&real).map_err(|why| EbpfError::Writable { path: real.clone(), why })?;
+        let cookie = self.attached.len() as u64;
         let p = program::<aya::programs::UProbe>(&mut self.ebpf, target.decoder.program())?;
         let point = aya::programs::uprobe::UProbeAttachPoint {
             location: aya::programs::uprobe::UProbeAttachLocation::Symbol(&target.symbol),
-            cookie: Some(index as u64),
+            cookie: Some(cookie),
         };
         p.attach(point, &real, aya::programs::uprobe::UProbeScope::AllProcesses).map_err(|source| {
             EbpfError::Attach { symbol: target.symbol.clone(), path: real.clone(), source: Box::new(source) }
         })?;
-        self.report.attached.push(format!("uprobe:{}:{}", real.display(), target.symbol));
-        self.uprobed.insert((real, index));
+        let label = format!("uprobe:{}:{}", real.display(), target.symbol);
+        match &trust {
+            LibraryTrust::Trusted => self.report.attached.push(label),
+            LibraryTrust::Untrusted(why) => {
+                tracing::warn!(library = %real.display(), why, "attached to a library a non-root user could have written: its events are marked untrusted");
+                self.report.attached.push(format!("{label} (untrusted: {why})"));
+            }
+        }
+        self.attached.push(Attached { path: real, target: index, trust });
         Ok(true)
     }
 
@@ -248,13 +289,18 @@ impl Probes {
                 Some(EV_UCX_ERROR_CQE) => {
                     let Some(ev) = events::read::<UcxCqeEvent>(bytes) else { continue };
                     if self.dedup.first(ev.pid, &decode_cqe(&ev.cqe)) {
-                        out.push(ucx_signal(&ev, process_nic(ev.pid)));
+                        out.push(mark(&self.attached, ev.cookie, ucx_signal(&ev, process_nic(ev.pid))));
                     }
                 }
                 Some(EV_STATUS_RETURN) => {
                     let Some(ev) = events::read::<StatusEvent>(bytes) else { continue };
-                    let symbol = self.targets.get(ev.cookie as usize).map(|t| t.symbol.clone()).unwrap_or_default();
-                    out.push(SignalEvent {
+                    let symbol = self
+                        .attached
+                        .get(ev.cookie as usize)
+                        .and_then(|a| self.targets.get(a.target))
+                        .map(|t| t.symbol.clone())
+                        .unwrap_or_default();
+                    let signal = SignalEvent {
                         source: SignalSource::EbpfUprobe,
                         kind: SignalKind::TransferStatusError,
                         bdf: None,
@@ -266,7 +312,8 @@ impl Probes {
                             ("status".to_owned(), ev.status.to_string()),
                             ("pid".to_owned(), ev.pid.to_string()),
                         ]),
-                    });
+                    };
+                    out.push(mark(&self.attached, ev.cookie, signal));
                 }
                 Some(EV_TRACEPOINT) => {
                     let Some(ev) = events::read::<TracepointEvent>(bytes) else { continue };

@@ -79,6 +79,53 @@ pub fn glob_match(glob: &str, name: &str) -> bool {
     true
 }
 
+/// Whether a library's events can be believed. A uprobe reports what code at an address did;
+/// whoever can write the library decides what that code is, and so can forge "NIC error"
+/// events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LibraryTrust {
+    /// Root owns the file and every directory above it, and nobody else can write or replace
+    /// any of them (a world-writable directory counts only with its sticky bit).
+    Trusted,
+    /// A user other than root could have written or replaced it (why): its events are kept and
+    /// shown, marked `untrusted`, and never raise a GPU's status.
+    Untrusted(String),
+}
+
+/// How far `real` (a canonical path) can be trusted; Err(why) when any user but its owner can
+/// write the file itself: such a library is not attached at all.
+pub fn library_trust(real: &Path) -> Result<LibraryTrust, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(real).map_err(|e| format!("unreadable: {e}"))?;
+    let mode = meta.mode();
+    if mode & 0o002 != 0 {
+        return Err("writable by every user".into());
+    }
+    if mode & 0o020 != 0 && meta.gid() != 0 {
+        return Err(format!("writable by group {}", meta.gid()));
+    }
+    if meta.uid() != 0 {
+        return Ok(LibraryTrust::Untrusted(format!("owned by uid {}", meta.uid())));
+    }
+    for dir in real.ancestors().skip(1) {
+        let Ok(m) = std::fs::metadata(dir) else { continue };
+        let sticky = m.mode() & 0o1000 != 0;
+        let why = if m.uid() != 0 {
+            Some(format!("directory {} owned by uid {}", dir.display(), m.uid()))
+        } else if m.mode() & 0o002 != 0 && !sticky {
+            Some(format!("directory {} writable by every user", dir.display()))
+        } else if m.mode() & 0o020 != 0 && m.gid() != 0 && !sticky {
+            Some(format!("directory {} writable by group {}", dir.display(), m.gid()))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Ok(LibraryTrust::Untrusted(why));
+        }
+    }
+    Ok(LibraryTrust::Trusted)
+}
+
 /// Files mapped by the processes under `proc_dir` whose names match a target: (file, index of
 /// the target in `targets`).
 pub fn mapped_targets(proc_dir: &Path, targets: &[UprobeTarget]) -> HashSet<(PathBuf, usize)> {
@@ -119,6 +166,33 @@ mod tests {
         std::fs::write(&p, r#"[{"glob": "x", "symbol": "y", "decoder": "nope"}]"#).unwrap();
         assert!(matches!(load_targets(&p), Err(EbpfError::TargetList { .. })));
         assert!(matches!(load_targets(&d.path().join("absent.json")), Err(EbpfError::TargetFile { .. })));
+    }
+
+    #[test]
+    fn library_trust_follows_who_can_write_the_file_and_its_directories() {
+        use std::os::unix::fs::PermissionsExt;
+        // Under a root-owned 0700 directory inside /tmp (root, sticky): trusted (tests run as root).
+        let d = tempfile::tempdir().unwrap();
+        let lib = d.path().join("libuct_ib_mlx5.so.0");
+        std::fs::write(&lib, b"\x7fELF").unwrap();
+        assert_eq!(library_trust(&lib), Ok(LibraryTrust::Trusted));
+        // Owned by an unprivileged user: attached, events untrusted.
+        std::os::unix::fs::chown(&lib, Some(65534), Some(65534)).unwrap();
+        assert_eq!(library_trust(&lib), Ok(LibraryTrust::Untrusted("owned by uid 65534".into())));
+        // A root-owned file in a directory that user owns (they can replace it): untrusted.
+        std::os::unix::fs::chown(&lib, Some(0), Some(0)).unwrap();
+        std::os::unix::fs::chown(d.path(), Some(65534), Some(65534)).unwrap();
+        assert!(matches!(library_trust(&lib), Ok(LibraryTrust::Untrusted(w)) if w.contains("owned by uid 65534")));
+        std::os::unix::fs::chown(d.path(), Some(0), Some(0)).unwrap();
+        // World-writable directory without the sticky bit: untrusted; with it: trusted.
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(library_trust(&lib), Ok(LibraryTrust::Untrusted(w)) if w.contains("writable by every user")));
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(library_trust(&lib), Ok(LibraryTrust::Trusted));
+        // A world-writable library is not attached at all.
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(library_trust(&lib), Err("writable by every user".into()));
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     }
 
     #[test]
