@@ -254,11 +254,30 @@ async fn api_contract_bad_parameters_get_400_and_json() {
         "/api/v1/failures",
         "/api/v1/nodes/healthy",
         "/api/v1/nodes/healthy/gpus/0/history",
+        // What the document allows is accepted: empty means absent, any duration it matches.
+        "/api/v1/gpus?status=&limit=",
+        "/api/v1/nodes/healthy/gpus/0/history?since=&until=&limit=",
+        "/api/v1/failures?since=999999999d&until=0s",
+        "/api/v1/failures?since=2026-01-01T00:00:00.5%2B02:00",
     ] {
         let (code, body) = c.get(path, None);
-        assert_eq!(code, 200, "{path}");
+        assert_eq!(code, 200, "{path}: {body}");
         openapi::check(&spec, path, code, &serde_json::from_str(&body).unwrap()).unwrap_or_else(|e| panic!("{e}"));
     }
+    // A node id of the longest length the document allows is a well-formed id: 404, not 400.
+    let long = format!("/api/v1/nodes/{}", "n".repeat(128));
+    assert_eq!(c.get(&long, None).0, 404);
+    assert_eq!(c.get(&format!("{long}n"), None).0, 400);
+    // The document states the time formats the handlers accept.
+    let since = spec["paths"]["/api/v1/failures"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "since")
+        .unwrap()
+        .clone();
+    assert_eq!(since["schema"]["anyOf"][0]["format"], "date-time", "{since}");
+    assert_eq!(since["schema"]["anyOf"][1]["pattern"], "^[0-9]{1,9}[smhd]$", "{since}");
     // Read-only: nothing but GET is routed.
     let (code, _) = {
         use std::io::{Read, Write};

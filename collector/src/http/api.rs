@@ -126,8 +126,11 @@ pub async fn gpu(State(s): State<AppState>, Path((node, gpu)): Path<(String, Str
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct GpusQuery {
-    /// Comma-separated statuses: ok, watch, at_risk, corrupting. Default: all.
-    #[param(example = "corrupting,at_risk")]
+    /// Comma-separated statuses: ok, watch, at_risk, corrupting. Default (absent or empty): all.
+    #[param(
+        example = "corrupting,at_risk",
+        pattern = "^((ok|watch|at_risk|corrupting)(,(ok|watch|at_risk|corrupting))*)?$"
+    )]
     status: Option<String>,
     /// Rows at most (1–10000, default 1000).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 10000)]
@@ -143,7 +146,7 @@ pub struct GpusQuery {
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     ))]
 pub async fn gpus(State(s): State<AppState>, Query(q): Query<GpusQuery>) -> ApiResult<GpuList> {
-    let statuses = q.status.as_deref().map(params::statuses).transpose()?;
+    let statuses = params::present(q.status.as_deref()).map(params::statuses).transpose()?;
     let limit = params::limit(q.limit.as_deref(), 1000)?;
     Ok(Json(GpuList { gpus: read::gpus(&s.pool, statuses.as_deref(), limit).await? }))
 }
@@ -152,10 +155,12 @@ pub async fn gpus(State(s): State<AppState>, Query(q): Query<GpusQuery>) -> ApiR
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
-    /// RFC 3339 time, or a duration before now (90s, 15m, 2h, 30d). Default 1d.
-    #[param(example = "30d")]
+    /// RFC 3339 time, or a duration before now (90s, 15m, 2h, 30d; at most 3650 days back).
+    /// Default (absent or empty) 1d. Must not be after `until`.
+    #[param(example = "30d", schema_with = params::time_schema)]
     since: Option<String>,
-    /// RFC 3339 time, or a duration before now. Default now.
+    /// RFC 3339 time, or a duration before now. Default (absent or empty) now.
+    #[param(schema_with = params::time_schema)]
     until: Option<String>,
     /// Rows of each kind at most (1–10000, default 1000).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 10000)]
@@ -194,10 +199,12 @@ pub async fn history(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct FailuresQuery {
-    /// RFC 3339 time, or a duration before now (90s, 15m, 2h, 30d). Default 30d.
-    #[param(example = "30d")]
+    /// RFC 3339 time, or a duration before now (90s, 15m, 2h, 30d; at most 3650 days back).
+    /// Default (absent or empty) 30d. Must not be after `until`.
+    #[param(example = "30d", schema_with = params::time_schema)]
     since: Option<String>,
-    /// RFC 3339 time, or a duration before now. Default now.
+    /// RFC 3339 time, or a duration before now. Default (absent or empty) now.
+    #[param(schema_with = params::time_schema)]
     until: Option<String>,
 }
 

@@ -6,7 +6,32 @@ use railguard_schema::NodeId;
 use super::error::ApiError;
 use crate::assess::GpuStatus;
 
-/// `2026-11-01T00:00:00Z`, or a duration before now: `90s`, `15m`, `2h`, `30d`.
+/// What `since`/`until` accept besides RFC 3339: a whole number (up to 9 digits) and a unit.
+pub const DURATION_PATTERN: &str = "^[0-9]{1,9}[smhd]$";
+
+/// The longest duration back: longer ones mean this (more than any retention).
+pub const MAX_DURATION_DAYS: i64 = 3650;
+
+/// `since`/`until` in the OpenAPI document: an RFC 3339 date-time, or a duration.
+pub fn time_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{AnyOfBuilder, KnownFormat, ObjectBuilder, SchemaFormat, Type};
+    AnyOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::String).pattern(Some(DURATION_PATTERN)))
+        .into()
+}
+
+/// A query parameter given empty (`?since=`) is the same as absent: its default applies.
+pub fn present(s: Option<&str>) -> Option<&str> {
+    s.filter(|v| !v.is_empty())
+}
+
+/// `2026-11-01T00:00:00Z`, or a duration before now: `90s`, `15m`, `2h`, `30d` (longer than
+/// [`MAX_DURATION_DAYS`] means that many days).
 pub fn parse_time(name: &str, s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, ApiError> {
     let bad = || {
         ApiError::BadRequest(format!(
@@ -19,10 +44,10 @@ pub fn parse_time(name: &str, s: &str, now: DateTime<Utc>) -> Result<DateTime<Ut
     // The unit is the last character (which may be any character, multi-byte included).
     let unit_at = s.char_indices().last().map_or(0, |(i, _)| i);
     let (num, unit) = s.split_at(unit_at);
-    let n: i64 = num.parse().map_err(|_| bad())?;
-    if !(0..=3650 * 86400).contains(&n) {
+    if num.is_empty() || num.len() > 9 || !num.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
+    let n: i64 = num.parse().map_err(|_| bad())?;
     let d = match unit {
         "s" => Duration::seconds(n),
         "m" => Duration::minutes(n),
@@ -30,7 +55,7 @@ pub fn parse_time(name: &str, s: &str, now: DateTime<Utc>) -> Result<DateTime<Ut
         "d" => Duration::days(n),
         _ => return Err(bad()),
     };
-    Ok(now - d)
+    Ok(now - d.min(Duration::days(MAX_DURATION_DAYS)))
 }
 
 /// A `since`/`until` pair: defaults 24 h ago and now; since must not be after until.
@@ -40,8 +65,8 @@ pub fn time_range(
     default_since: &str,
 ) -> Result<(DateTime<Utc>, DateTime<Utc>), ApiError> {
     let now = Utc::now();
-    let since = parse_time("since", since.unwrap_or(default_since), now)?;
-    let until = match until {
+    let since = parse_time("since", present(since).unwrap_or(default_since), now)?;
+    let until = match present(until) {
         Some(u) => parse_time("until", u, now)?,
         None => now,
     };
@@ -72,7 +97,7 @@ pub fn statuses(s: &str) -> Result<Vec<GpuStatus>, ApiError> {
 
 /// `limit`: 1–10000, `default` when absent.
 pub fn limit(s: Option<&str>, default: u32) -> Result<i64, ApiError> {
-    let n = match s {
+    let n = match present(s) {
         None => default,
         Some(s) => {
             s.trim().parse::<u32>().map_err(|_| ApiError::BadRequest(format!("limit {s:?} is not a whole number")))?
@@ -112,16 +137,22 @@ mod tests {
         let now = Utc::now();
         assert_eq!(parse_time("since", "2h", now).unwrap(), now - Duration::hours(2));
         assert!(parse_time("since", "2026-11-01T00:00:00Z", now).is_ok());
-        for bad in ["", "yesterday", "-5d", "5w", "99999999999d", "2026-13-01", "1é", "é", "5日"] {
+        for bad in ["", "yesterday", "-5d", "+5d", "5w", "9999999999d", "2026-13-01", "1é", "é", "5日"] {
             assert!(matches!(parse_time("since", bad, now), Err(ApiError::BadRequest(_))), "{bad:?}");
         }
+        // Every duration the document allows parses; very long ones mean MAX_DURATION_DAYS.
+        assert_eq!(parse_time("since", "999999999d", now).unwrap(), now - Duration::days(MAX_DURATION_DAYS));
+        assert_eq!(parse_time("since", "0s", now).unwrap(), now);
+        // Empty is absent: the default applies.
+        assert_eq!(limit(Some(""), 1000).unwrap(), 1000);
+        assert!(time_range(Some(""), Some(""), "1d").is_ok());
         assert!(time_range(Some("1h"), Some("2h"), "1d").is_err(), "since after until");
         assert!(statuses("corrupting,at_risk").is_ok());
         assert!(statuses("broken").is_err());
         assert!(gpu("-1").is_err() && gpu("x").is_err() && gpu("7").is_ok());
         assert_eq!(limit(None, 1000).unwrap(), 1000);
         assert_eq!(limit(Some("20"), 1000).unwrap(), 20);
-        for bad in ["0", "10001", "x", "-1", "1.5", ""] {
+        for bad in ["0", "10001", "x", "-1", "1.5"] {
             assert!(matches!(limit(Some(bad), 1000), Err(ApiError::BadRequest(_))), "{bad:?}");
         }
     }
