@@ -12,6 +12,8 @@ pg_server_present() {
 
 pg_server_present || need+=(postgresql)
 have cc || need+=(build-essential)
+# The API fuzzer's virtual environment (below).
+python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
 have pkg-config || need+=(pkg-config)
 # UCX: headers to build the agent's ucx transport, the library (with its tcp transport) to run it.
 [ -f /usr/include/ucp/api/ucp.h ] || need+=(libucx-dev)
@@ -54,6 +56,15 @@ fi
 if ! have kubernetes-validate; then
   echo "setup: installing kubernetes-validate (PyPI)"
   python3 -m pip install -q --disable-pip-version-check kubernetes-validate
+fi
+
+# The schema-driven API fuzzer the API test runs against the live collector (e2e/tests/api_fuzz.rs),
+# in its own virtual environment so it cannot disturb the system's Python packages.
+st_venv="${XDG_CACHE_HOME:-$HOME/.cache}/railguard/schemathesis"
+if [ ! -x "$st_venv/bin/st" ]; then
+  echo "setup: installing schemathesis 4.32.5 (PyPI) into $st_venv"
+  python3 -m venv "$st_venv"
+  "$st_venv/bin/pip" install -q --disable-pip-version-check "schemathesis==4.32.5"
 fi
 
 # The Debian kernel (with rdma_rxe) the verbs test VM boots: fetched once into a cache.

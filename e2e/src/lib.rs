@@ -187,6 +187,17 @@ pub fn wait_for_port(port: u16) {
 }
 
 /// The agent binary in one-shot mode: ships its spool and exits when drained.
+/// A child process killed when this is dropped, so a failing test does not leave it running.
+#[derive(Debug)]
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn agent_ship(collector_url: &str, spool_dir: &Path, token_file: &Path, batch_records: usize) -> Child {
     Command::new(bin("railguard-agent"))
         .args([

@@ -9,7 +9,7 @@ use railguard_agent::topology::fixture;
 use railguard_e2e::*;
 
 /// The agent binary as node-a on the seed fixture (written into `dir`), with `extra` flags.
-fn seed_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&std::ffi::OsStr]) -> std::process::Child {
+fn seed_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&std::ffi::OsStr]) -> KillOnDrop {
     fixture::seed_kvm_guest().write(&dir.join("node")).unwrap();
     let token = dir.join("token");
     std::fs::write(&token, TOKEN_A).unwrap();
@@ -25,6 +25,7 @@ fn seed_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&std::f
         .env("RUST_LOG", "error")
         .stdin(Stdio::null())
         .spawn()
+        .map(KillOnDrop)
         .unwrap()
 }
 
@@ -36,7 +37,7 @@ async fn the_seed_topology_reaches_postgres_with_its_risks() {
     let args = ["--exit-when-drained", "--ucx-net-devices", "mlx5_0:1", "--probe-cycle-secs", "0", "--no-signals"];
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
     let mut agent = seed_agent(&collector, dir.path(), &args);
-    assert!(wait_exit(&mut agent, Duration::from_secs(60)).success());
+    assert!(wait_exit(&mut agent.0, Duration::from_secs(60)).success());
 
     let (virtualized, viommu, gpudirect): (String, String, String) =
         sqlx::query_as("SELECT virtualized, viommu, gpudirect FROM topology_snapshots WHERE node_id = 'node-a'")
@@ -96,8 +97,8 @@ async fn probes_of_the_simulated_seed_fabric_reach_postgres() {
         assert!(std::time::Instant::now() < deadline, "only {n} probe results after 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let _ = agent.kill();
-    let _ = agent.wait();
+    let _ = agent.0.kill();
+    let _ = agent.0.wait();
     let bad: Vec<(i32, String, String, String)> = sqlx::query_as(
         "SELECT DISTINCT gpu_index, nic, verdict, diagnosis FROM probe_results WHERE verdict <> 'ok' ORDER BY gpu_index",
     )
@@ -130,10 +131,9 @@ async fn probes_that_exercise_no_nic_leave_every_gpu_unverified() {
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
-    let mut agent = healthy_tcp_agent(&collector, dir.path(), &[]);
+    let agent = healthy_tcp_agent(&collector, dir.path(), &[]);
     let statuses = unproven_gpus(&collector).await;
-    let _ = agent.kill();
-    let _ = agent.wait();
+    drop(agent);
     for g in &statuses {
         assert_eq!(g["status"], "watch", "never ok on host copies: {g}");
         let reason = g["reasons"][0].as_str().unwrap();
@@ -157,7 +157,7 @@ async fn probes_that_exercise_no_nic_leave_every_gpu_unverified() {
 }
 
 /// A healthy bare-metal node (DGX-like fixture) probing over tcp in host memory, fast.
-fn healthy_tcp_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&str]) -> std::process::Child {
+fn healthy_tcp_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&str]) -> KillOnDrop {
     fixture::dgx_h100_like().write(&dir.join("node")).unwrap();
     let token = dir.join("token");
     std::fs::write(&token, TOKEN_A).unwrap();
@@ -183,6 +183,7 @@ fn healthy_tcp_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[
         .env("RUST_LOG", "error")
         .stdin(Stdio::null())
         .spawn()
+        .map(KillOnDrop)
         .unwrap()
 }
 
@@ -220,15 +221,14 @@ async fn an_injected_bit_flip_is_self_test_history_not_evidence() {
     let dir = tempfile::tempdir().unwrap();
     let faults = dir.path().join("faults.json");
     std::fs::write(&faults, r#"{"faults": [{"gpu": 0, "kind": "bitflip"}]}"#).unwrap();
-    let mut agent = healthy_tcp_agent(&collector, dir.path(), &["--faults", faults.to_str().unwrap()]);
+    let agent = healthy_tcp_agent(&collector, dir.path(), &["--faults", faults.to_str().unwrap()]);
     // GPU0's probes all carried the injected flip: none of them is evidence, so it is unprobed;
     // its neighbours' probes are unproven host copies.
     let gpus = assessed_gpus(&collector, |g| {
         g[0]["verification"] == "unprobed" && g[1..].iter().all(|g| g["verification"] == "unproven")
     })
     .await;
-    let _ = agent.kill();
-    let _ = agent.wait();
+    drop(agent);
     // Stored, with what was injected: the receiver caught every flip.
     let injected: Vec<(String, String, String)> =
         sqlx::query_as("SELECT DISTINCT injected, verdict, diagnosis FROM probe_results WHERE gpu_index = 0")

@@ -3,7 +3,7 @@
 //! document ([`super::openapi`]) is generated from these types and annotations.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -145,7 +145,7 @@ pub struct GpusQuery {
         (status = 400, description = "Bad status or limit", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     ))]
-pub async fn gpus(State(s): State<AppState>, Query(q): Query<GpusQuery>) -> ApiResult<GpuList> {
+pub async fn gpus(State(s): State<AppState>, params::ApiQuery(q): params::ApiQuery<GpusQuery>) -> ApiResult<GpuList> {
     let statuses = params::present(q.status.as_deref()).map(params::statuses).transpose()?;
     let limit = params::limit(q.limit.as_deref(), 1000)?;
     Ok(Json(GpuList { gpus: read::gpus(&s.pool, statuses.as_deref(), limit).await? }))
@@ -156,7 +156,7 @@ pub async fn gpus(State(s): State<AppState>, Query(q): Query<GpusQuery>) -> ApiR
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
     /// RFC 3339 time, or a duration before now (90s, 15m, 2h, 30d; at most 3650 days back).
-    /// Default (absent or empty) 1d. Must not be after `until`.
+    /// Default (absent or empty) 1d. After `until`: an empty period.
     #[param(example = "30d", schema_with = params::time_schema)]
     since: Option<String>,
     /// RFC 3339 time, or a duration before now. Default (absent or empty) now.
@@ -178,7 +178,7 @@ pub struct HistoryQuery {
 pub async fn history(
     State(s): State<AppState>,
     Path((node, gpu)): Path<(String, String)>,
-    Query(q): Query<HistoryQuery>,
+    params::ApiQuery(q): params::ApiQuery<HistoryQuery>,
 ) -> ApiResult<GpuHistory> {
     let node = params::node(&node)?;
     let gpu = params::gpu(&gpu)?;
@@ -200,7 +200,7 @@ pub async fn history(
 #[into_params(parameter_in = Query)]
 pub struct FailuresQuery {
     /// RFC 3339 time, or a duration before now (90s, 15m, 2h, 30d; at most 3650 days back).
-    /// Default (absent or empty) 30d. Must not be after `until`.
+    /// Default (absent or empty) 30d. After `until`: an empty period.
     #[param(example = "30d", schema_with = params::time_schema)]
     since: Option<String>,
     /// RFC 3339 time, or a duration before now. Default (absent or empty) now.
@@ -216,7 +216,10 @@ pub struct FailuresQuery {
         (status = 400, description = "Bad time", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     ))]
-pub async fn failures(State(s): State<AppState>, Query(q): Query<FailuresQuery>) -> ApiResult<Failures> {
+pub async fn failures(
+    State(s): State<AppState>,
+    params::ApiQuery(q): params::ApiQuery<FailuresQuery>,
+) -> ApiResult<Failures> {
     let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "30d")?;
     Ok(Json(Failures { since, until, failures: read::failures(&s.pool, since, until).await? }))
 }

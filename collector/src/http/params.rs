@@ -7,7 +7,8 @@ use super::error::ApiError;
 use crate::assess::GpuStatus;
 
 /// What `since`/`until` accept besides RFC 3339: a whole number (up to 9 digits) and a unit.
-pub const DURATION_PATTERN: &str = "^[0-9]{1,9}[smhd]$";
+/// Empty is allowed: it means the parameter's default.
+pub const DURATION_PATTERN: &str = "^([0-9]{1,9}[smhd])?$";
 
 /// The longest duration back: longer ones mean this (more than any retention).
 pub const MAX_DURATION_DAYS: i64 = 3650;
@@ -28,6 +29,22 @@ pub fn time_schema() -> utoipa::openapi::schema::Schema {
 /// A query parameter given empty (`?since=`) is the same as absent: its default applies.
 pub fn present(s: Option<&str>) -> Option<&str> {
     s.filter(|v| !v.is_empty())
+}
+
+/// The query string, deserialized; a query that does not fit (a repeated parameter, say) is the
+/// API's JSON 400, not axum's plain-text rejection.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(e) => Err(ApiError::BadRequest(e.body_text())),
+        }
+    }
 }
 
 /// `2026-11-01T00:00:00Z`, or a duration before now: `90s`, `15m`, `2h`, `30d` (longer than
@@ -58,7 +75,8 @@ pub fn parse_time(name: &str, s: &str, now: DateTime<Utc>) -> Result<DateTime<Ut
     Ok(now - d.min(Duration::days(MAX_DURATION_DAYS)))
 }
 
-/// A `since`/`until` pair: defaults 24 h ago and now; since must not be after until.
+/// A `since`/`until` pair: defaults `default_since` ago and now. A `since` after `until` is
+/// an empty period (every query over it finds nothing), not an error.
 pub fn time_range(
     since: Option<&str>,
     until: Option<&str>,
@@ -70,9 +88,6 @@ pub fn time_range(
         Some(u) => parse_time("until", u, now)?,
         None => now,
     };
-    if since > until {
-        return Err(ApiError::BadRequest(format!("since ({since}) is after until ({until})")));
-    }
     Ok((since, until))
 }
 
@@ -97,7 +112,8 @@ pub fn statuses(s: &str) -> Result<Vec<GpuStatus>, ApiError> {
 
 /// `limit`: 1–10000, `default` when absent.
 pub fn limit(s: Option<&str>, default: u32) -> Result<i64, ApiError> {
-    let n = match present(s) {
+    // Documented as an integer: an empty value is not one (unlike since/until/status).
+    let n = match s {
         None => default,
         Some(s) => {
             s.trim().parse::<u32>().map_err(|_| ApiError::BadRequest(format!("limit {s:?} is not a whole number")))?
@@ -144,15 +160,15 @@ mod tests {
         assert_eq!(parse_time("since", "999999999d", now).unwrap(), now - Duration::days(MAX_DURATION_DAYS));
         assert_eq!(parse_time("since", "0s", now).unwrap(), now);
         // Empty is absent: the default applies.
-        assert_eq!(limit(Some(""), 1000).unwrap(), 1000);
         assert!(time_range(Some(""), Some(""), "1d").is_ok());
-        assert!(time_range(Some("1h"), Some("2h"), "1d").is_err(), "since after until");
+        let (since, until) = time_range(Some("1h"), Some("2h"), "1d").unwrap();
+        assert!(since > until, "since after until: an empty period, as given");
         assert!(statuses("corrupting,at_risk").is_ok());
         assert!(statuses("broken").is_err());
         assert!(gpu("-1").is_err() && gpu("x").is_err() && gpu("7").is_ok());
         assert_eq!(limit(None, 1000).unwrap(), 1000);
         assert_eq!(limit(Some("20"), 1000).unwrap(), 20);
-        for bad in ["0", "10001", "x", "-1", "1.5"] {
+        for bad in ["0", "10001", "x", "-1", "1.5", ""] {
             assert!(matches!(limit(Some(bad), 1000), Err(ApiError::BadRequest(_))), "{bad:?}");
         }
     }

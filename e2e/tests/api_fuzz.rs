@@ -1,0 +1,42 @@
+//! The API keeps the promises of its OpenAPI document: schemathesis (installed by
+//! scripts/setup.sh) generates requests from the document the collector serves, on a fleet where
+//! every kind of row exists, and runs all its checks (status codes, content types, response
+//! schemas, acceptance of valid and rejection of invalid input, stateful links).
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::process::Command;
+
+use railguard_e2e::scripted::*;
+use railguard_e2e::*;
+
+fn schemathesis() -> std::path::PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
+    let st = cache.join("railguard/schemathesis/bin/st");
+    assert!(st.exists(), "{} missing: run scripts/setup.sh", st.display());
+    st
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schema_driven_fuzzer_finds_nothing_against_the_live_api() {
+    let st = schemathesis();
+    let pg = TestPg::start().await;
+    let c = scripted_fleet(&pg).await;
+    let url = format!("http://127.0.0.1:{}/api/v1/openapi.json", c.http_port);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("timeout")
+            .arg("300")
+            .arg(&st)
+            .args(["run", &url, "--checks", "all", "--max-examples", "100", "--no-color"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "schemathesis found something:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("No issues found"), "{text}");
+    // It really ran every operation.
+    assert!(text.contains("Selected: 6/6") && text.contains("Tested: 6"), "{text}");
+}
