@@ -244,12 +244,20 @@ fn random_garbage_in_every_file_never_panics() {
         }
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
-    for _ in 0..30 {
+    // At least 10,000 garbage file contents, read back by full discoveries.
+    let mut mutated = 0;
+    while mutated < 10_000 {
         for f in &files {
             if rng.random_bool(0.3) {
                 let len = rng.random_range(0..80);
-                let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+                // Random bytes, or a plausible value gone wrong (numbers, hex, huge, negative).
+                let bytes: Vec<u8> = match rng.random_range(0..3) {
+                    0 => (0..len).map(|_| rng.random()).collect(),
+                    1 => format!("{}", rng.random::<i64>()).into_bytes(),
+                    _ => format!("0x{:x}\n", rng.random::<u64>()).into_bytes(),
+                };
                 std::fs::write(f, bytes).unwrap();
+                mutated += 1;
             }
         }
         let t = Topology::discover(&SysRoot::new(d.path().join("sys")), &SysRoot::new(d.path().join("proc")));

@@ -148,6 +148,53 @@ pub struct GpuPath {
 mod tests {
     use super::*;
 
+    /// 10,000+ generated values for each parameter: random text (multi-byte, control
+    /// characters) and near-misses of valid values. Nothing panics; every refusal is a 400 that
+    /// names the parameter; every accepted duration is within the documented bound.
+    #[test]
+    fn generated_parameters_never_panic_and_refusals_name_the_parameter() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let now = Utc::now();
+        let alphabet: Vec<char> = "0123456789smhdwT:-+Z.,_ é日\u{0}\u{7f}abcxyz".chars().collect();
+        let near = ["30d", "2h", "2026-11-01T00:00:00Z", "corrupting,at_risk", "1000", "gpu-node-07", "7"];
+        let mut text = || -> String {
+            if rng.random_bool(0.5) {
+                let mut s: Vec<char> = near[rng.random_range(0..near.len())].chars().collect();
+                for _ in 0..rng.random_range(1..4) {
+                    let i = rng.random_range(0..=s.len());
+                    if rng.random_bool(0.5) && i < s.len() {
+                        s.remove(i);
+                    } else {
+                        s.insert(i, alphabet[rng.random_range(0..alphabet.len())]);
+                    }
+                }
+                s.into_iter().collect()
+            } else {
+                (0..rng.random_range(0..24)).map(|_| alphabet[rng.random_range(0..alphabet.len())]).collect()
+            }
+        };
+        let bad = |r: Result<(), ApiError>, name: &str, v: &str| match r {
+            Ok(()) => {}
+            Err(ApiError::BadRequest(m)) => assert!(m.contains(name), "{name}={v:?}: {m}"),
+            Err(e) => panic!("{name}={v:?}: not a 400: {e:?}"),
+        };
+        for _ in 0..10_000 {
+            let v = text();
+            bad(
+                parse_time("since", &v, now).map(|t| {
+                    assert!(t <= now && t >= now - Duration::days(MAX_DURATION_DAYS) || v.contains('T'), "{v:?} → {t}");
+                }),
+                "since",
+                &v,
+            );
+            bad(statuses(&v).map(drop), "status", &v);
+            bad(limit(Some(&v), 1000).map(|n| assert!((1..=10_000).contains(&n))), "limit", &v);
+            bad(node(&v).map(drop), "node", &v);
+            bad(gpu(&v).map(drop), "gpu", &v);
+        }
+    }
+
     #[test]
     fn times_parse_or_say_why_not() {
         let now = Utc::now();
