@@ -94,7 +94,9 @@ railguard demo is running.
   API:              http://$http/api/v1/fleet   (also /api/v1/gpus?status=corrupting, /api/v1/nodes/sim-seed-kvm-auto)
   OpenAPI:          http://$http/api/v1/openapi.json
   metrics:          http://$http/metrics
-  collector gRPC:   $grpc (agents authenticate with per-node tokens in $state/credentials)
+  collector gRPC:   $grpc (agents authenticate with per-node tokens in $state/credentials;
+                    PLAINTEXT on loopback for the demo: deployments use --tls-cert/--tls-key
+                    and agents https:// with --ca-file, see deploy/)
   Postgres:         $psql_cmd
   this host's view: $bin/railguard-agent topo
   a simulated node: $bin/railguard-agent topo --sysfs-root $state/sim/seed-kvm/sys

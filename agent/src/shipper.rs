@@ -29,6 +29,20 @@ pub enum ShipperError {
     },
     #[error("the agent token is not valid header text")]
     Token,
+    #[error("{url}: an https:// collector needs --ca-file (the CA that signed its certificate)")]
+    NoCa { url: String },
+    #[error("reading TLS file {path}: {source}")]
+    TlsFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("TLS for {url}: {source}")]
+    Tls {
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
     #[error(transparent)]
     Spool(#[from] SpoolError),
 }
@@ -41,6 +55,8 @@ pub struct ShipperConfig {
     /// Where `token` came from: re-read when the file changes (a Kubernetes projected
     /// service-account token is rotated by the kubelet, about hourly).
     pub token_file: Option<std::path::PathBuf>,
+    /// TLS to an `https://` collector.
+    pub tls: AgentTls,
     pub hostname: String,
     pub batch_records: usize,
     pub batch_bytes: u64,
@@ -61,6 +77,7 @@ impl ShipperConfig {
             node_id,
             token: token.into(),
             token_file: None,
+            tls: AgentTls::default(),
             hostname: crate::hostname(),
             batch_records: Self::DEFAULT_BATCH_RECORDS,
             batch_bytes: 4 * 1024 * 1024,
@@ -68,6 +85,36 @@ impl ShipperConfig {
             backoff_min: Duration::from_millis(100),
             backoff_max: Self::DEFAULT_BACKOFF_MAX,
         }
+    }
+}
+
+/// How the agent checks the collector (and, for mutual TLS, proves itself).
+#[derive(Debug, Clone, Default)]
+pub struct AgentTls {
+    /// The CA (PEM) that signed the collector's certificate: the only one trusted.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Client certificate chain and key (PEM), for a collector that requires them.
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
+    /// The name the collector's certificate must carry, when not the URL's host.
+    pub domain: Option<String>,
+}
+
+impl AgentTls {
+    fn client_config(&self, url: &str) -> Result<tonic::transport::ClientTlsConfig, ShipperError> {
+        let read = |p: &std::path::PathBuf| {
+            std::fs::read(p).map_err(|source| ShipperError::TlsFile { path: p.clone(), source })
+        };
+        let ca = self.ca_file.as_ref().ok_or_else(|| ShipperError::NoCa { url: url.to_owned() })?;
+        let mut c =
+            tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+        if let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) {
+            c = c.identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
+        }
+        if let Some(d) = &self.domain {
+            c = c.domain_name(d.clone());
+        }
+        Ok(c)
     }
 }
 
@@ -154,8 +201,17 @@ pub struct Shipper {
 
 impl Shipper {
     pub fn new(cfg: ShipperConfig, spool: SpoolHandle) -> Result<Self, ShipperError> {
-        let endpoint = Endpoint::from_shared(cfg.collector_url.clone())
-            .map_err(|source| ShipperError::Url { url: cfg.collector_url.clone(), source })?
+        let url = cfg.collector_url.clone();
+        let mut endpoint =
+            Endpoint::from_shared(url.clone()).map_err(|source| ShipperError::Url { url: url.clone(), source })?;
+        if url.starts_with("https://") {
+            endpoint = endpoint
+                .tls_config(cfg.tls.client_config(&url)?)
+                .map_err(|source| ShipperError::Tls { url: url.clone(), source })?;
+        } else {
+            tracing::warn!(collector = %url, "the link to the collector is PLAINTEXT: the token crosses the network in clear; use https:// and --ca-file");
+        }
+        let endpoint = endpoint
             .connect_timeout(Duration::from_secs(5))
             .timeout(cfg.request_timeout)
             .tcp_nodelay(true)

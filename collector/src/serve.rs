@@ -38,6 +38,29 @@ pub struct ServeConfig {
     pub assess: AssessConfig,
     pub assess_every: std::time::Duration,
     pub retention_days: u32,
+    /// TLS on the agent link (None: plaintext, warned at every start).
+    pub tls: Option<GrpcTls>,
+}
+
+/// The gRPC listener's TLS: its certificate chain and key (PEM), and optionally the CA whose
+/// client certificates it requires (mutual TLS, a second check beside the node's token).
+#[derive(Debug, Clone)]
+pub struct GrpcTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+impl GrpcTls {
+    fn server_config(&self) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
+        let read = |p: &PathBuf| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+        let mut c = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(read(&self.cert)?, read(&self.key)?));
+        if let Some(ca) = &self.client_ca {
+            c = c.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
+        }
+        Ok(c)
+    }
 }
 
 impl ServeConfig {
@@ -55,6 +78,7 @@ impl ServeConfig {
             assess: AssessConfig::default(),
             assess_every: AssessConfig::DEFAULT_EVERY,
             retention_days: Self::DEFAULT_RETENTION_DAYS,
+            tls: None,
         }
     }
 }
@@ -119,7 +143,19 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         };
         tracing::info!(grpc = %listener.local_addr()?, nodes = creds.len(), "collector serving");
         let mut rx = stop_rx.clone();
-        let grpc = serve_grpc(listener, store, Arc::new(creds), stats, async move {
+        let tls = match &cfg.tls {
+            Some(t) => {
+                tracing::info!(cert = %t.cert.display(), mutual = t.client_ca.is_some(), "agent link: TLS");
+                Some(t.server_config()?)
+            }
+            None => {
+                tracing::warn!(
+                    "agent link is PLAINTEXT: tokens cross the network in clear; give --tls-cert and --tls-key"
+                );
+                None
+            }
+        };
+        let grpc = serve_grpc(listener, store, Arc::new(creds), stats, tls, async move {
             let _ = rx.changed().await;
         })
         .await;
@@ -142,10 +178,15 @@ pub async fn serve_grpc(
     store: Store,
     creds: Arc<Credentials>,
     stats: Arc<IngestStats>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server = server.tls_config(tls).context("the gRPC listener's TLS configuration")?;
+    }
+    server
         // A 1,000-record batch is ~150 KB: HTTP/2's default 64 KB windows would cost round trips.
         .initial_stream_window_size(Some(HTTP2_WINDOW_BYTES))
         .initial_connection_window_size(Some(HTTP2_WINDOW_BYTES))

@@ -199,6 +199,17 @@ impl Drop for KillOnDrop {
 }
 
 pub fn agent_ship(collector_url: &str, spool_dir: &Path, token_file: &Path, batch_records: usize) -> Child {
+    agent_ship_with(collector_url, spool_dir, token_file, batch_records, &[])
+}
+
+/// [`agent_ship`] with more arguments (TLS files, say).
+pub fn agent_ship_with(
+    collector_url: &str,
+    spool_dir: &Path,
+    token_file: &Path,
+    batch_records: usize,
+    extra: &[&std::ffi::OsStr],
+) -> Child {
     Command::new(bin("railguard-agent"))
         .args([
             "run",
@@ -217,6 +228,7 @@ pub fn agent_ship(collector_url: &str, spool_dir: &Path, token_file: &Path, batc
         .arg(token_file)
         .arg("--spool-dir")
         .arg(spool_dir)
+        .args(extra)
         .env("RUST_LOG", "error")
         .stdin(Stdio::null())
         .spawn()

@@ -14,9 +14,23 @@ use railguard_schema::NodeId;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Collector gRPC endpoint.
+    /// Collector gRPC endpoint: https://HOST:PORT (TLS, with --ca-file), or http:// (plaintext,
+    /// warned at every start).
     #[arg(long, env = "RAILGUARD_COLLECTOR", default_value = "http://127.0.0.1:7700")]
     collector: String,
+    /// The CA (PEM) that signed the collector's certificate, for an https:// --collector: the
+    /// only CA trusted (a certificate from any other fails the connection).
+    #[arg(long, env = "RAILGUARD_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// Client certificate chain (PEM), for a collector that requires mutual TLS.
+    #[arg(long, env = "RAILGUARD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "RAILGUARD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The name the collector's certificate must carry, when it is not the --collector host.
+    #[arg(long, env = "RAILGUARD_TLS_DOMAIN")]
+    tls_domain: Option<String>,
     /// This node's id (what its credential is bound to). Defaults to the host name.
     #[arg(long, env = "RAILGUARD_NODE_ID")]
     node_id: Option<String>,
@@ -76,6 +90,12 @@ impl RunArgs {
             .to_owned();
         let mut shipper = ShipperConfig::new(self.collector, node_id, token);
         shipper.token_file = Some(self.token_file);
+        shipper.tls = railguard_agent::shipper::AgentTls {
+            ca_file: self.ca_file,
+            cert_file: self.tls_cert,
+            key_file: self.tls_key,
+            domain: self.tls_domain,
+        };
         shipper.batch_records = self.batch_records.max(1);
         shipper.backoff_max = Duration::from_millis(self.backoff_max_ms.max(100));
         let cfg = AgentConfig {

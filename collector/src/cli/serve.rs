@@ -47,6 +47,17 @@ pub struct ServeArgs {
     /// Seconds between assessments of the fleet.
     #[arg(long, default_value_t = AssessConfig::DEFAULT_EVERY.as_secs())]
     assess_every_secs: u64,
+    /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents. Without
+    /// it the link is plaintext, and the collector warns at every start.
+    #[arg(long, env = "RAILGUARD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "RAILGUARD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: require agents to present a certificate signed by this CA (PEM), checked
+    /// before and beside their token.
+    #[arg(long, env = "RAILGUARD_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     /// Days of probe and signal history kept (whole day partitions are dropped).
     #[arg(long, env = "RAILGUARD_RETENTION_DAYS", default_value_t = ServeConfig::DEFAULT_RETENTION_DAYS)]
     retention_days: u32,
@@ -71,6 +82,12 @@ impl ServeArgs {
         cfg.assess = AssessConfig::with_window(Duration::from_secs(self.window_minutes.max(1) * 60));
         cfg.assess_every = Duration::from_secs(self.assess_every_secs.max(1));
         cfg.retention_days = self.retention_days.max(1);
+        cfg.tls = match (self.tls_cert, self.tls_key) {
+            (Some(cert), Some(key)) => {
+                Some(railguard_collector::serve::GrpcTls { cert, key, client_ca: self.tls_client_ca })
+            }
+            _ => None,
+        };
         serve(cfg, railguard_telemetry::shutdown_signal()).await
     }
 }

@@ -1,0 +1,151 @@
+//! The agent link over TLS (rustls through tonic), with certificates made here by openssl: the
+//! agent ships to an https:// collector it verifies with its CA; a wrong CA, or plaintext to a
+//! TLS listener, stores nothing (fails closed); mutual TLS refuses an agent without a client
+//! certificate and accepts one with it.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use railguard_e2e::*;
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl").current_dir(dir).args(args).output().unwrap();
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA named `name` in `dir`: `{name}.pem`, `{name}.key`.
+fn ca(dir: &Path, name: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.pem"),
+            "-subj",
+            &format!("/CN={name}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+}
+
+/// A certificate `{name}.pem`/`{name}.key` signed by CA `ca`, with extensions `ext`.
+fn leaf(dir: &Path, ca: &str, name: &str, cn: &str, ext: &str) {
+    std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={cn}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            &format!("{name}.pem"),
+            "-extfile",
+            &format!("{name}.ext"),
+        ],
+    );
+}
+
+/// Ships `n` spooled records with `extra` agent arguments; waits `within` at most. Returns
+/// whether the agent drained its spool (exited 0).
+fn ship(url: &str, dir: &Path, n: u64, extra: &[&str], within: Duration) -> bool {
+    let (spool, token) = filled_spool(dir, n);
+    let extra: Vec<&std::ffi::OsStr> = extra.iter().map(|s| s.as_ref()).collect();
+    let mut agent = KillOnDrop(agent_ship_with(url, &spool, &token, 100, &extra));
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if let Some(st) = agent.0.try_wait().unwrap() {
+            return st.success();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
+    let certs = tempfile::tempdir().unwrap();
+    let c = certs.path();
+    ca(c, "ca");
+    ca(c, "other-ca");
+    leaf(c, "ca", "server", "localhost", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+    leaf(c, "ca", "client", "node-a", "extendedKeyUsage=clientAuth\n");
+    let p = |f: &str| c.join(f).display().to_string();
+
+    let pg = TestPg::start().await;
+    let collector =
+        CollectorProc::start_with(&pg.url(), &[], &["--tls-cert", &p("server.pem"), "--tls-key", &p("server.key")]);
+    let https = format!("https://127.0.0.1:{}", collector.port);
+
+    // A CA the collector's certificate does not chain to: nothing is sent.
+    let d = tempfile::tempdir().unwrap();
+    assert!(!ship(&https, d.path(), 50, &["--ca-file", &p("other-ca.pem")], Duration::from_secs(4)));
+    // Plaintext to the TLS listener: nothing either.
+    let d = tempfile::tempdir().unwrap();
+    assert!(!ship(&collector.url(), d.path(), 50, &[], Duration::from_secs(3)));
+    assert_eq!(pg.stored_and_distinct().await, (0, 0), "a failed handshake stored something");
+    // https:// without a CA is a clear start-up error, not a silent fallback.
+    let d = tempfile::tempdir().unwrap();
+    assert!(!ship(&https, d.path(), 1, &[], Duration::from_secs(5)));
+
+    // The right CA: everything arrives.
+    let d = tempfile::tempdir().unwrap();
+    assert!(ship(&https, d.path(), 200, &["--ca-file", &p("ca.pem")], Duration::from_secs(60)));
+    assert_eq!(pg.stored_and_distinct().await, (200, 200));
+    drop(collector);
+
+    // Mutual TLS: a client certificate from the CA is required as well as the token.
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start_with(
+        &pg.url(),
+        &[],
+        &["--tls-cert", &p("server.pem"), "--tls-key", &p("server.key"), "--tls-client-ca", &p("ca.pem")],
+    );
+    let https = format!("https://127.0.0.1:{}", collector.port);
+    let d = tempfile::tempdir().unwrap();
+    assert!(!ship(&https, d.path(), 50, &["--ca-file", &p("ca.pem")], Duration::from_secs(4)));
+    assert_eq!(pg.stored_and_distinct().await, (0, 0), "no client certificate, nothing stored");
+    let d = tempfile::tempdir().unwrap();
+    let with_cert = ["--ca-file", &p("ca.pem"), "--tls-cert", &p("client.pem"), "--tls-key", &p("client.key")];
+    assert!(ship(&https, d.path(), 100, &with_cert, Duration::from_secs(60)));
+    assert_eq!(pg.stored_and_distinct().await, (100, 100));
+}
