@@ -42,7 +42,7 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-RUST_LOG=${RUST_LOG:-info,sqlx=warn,h2=warn} "$bin/railguard-collector" serve \
+RUST_LOG=${RUST_LOG:-info,sqlx=warn,h2=warn} "$bin/railguard-collector" serve --insecure \
   --grpc-listen "$grpc" --http-listen "$http" --data-dir "$state/collector" --credentials "$state/credentials" \
   --window-minutes 5 --assess-every-secs 5 &
 pids+=($!)
@@ -65,7 +65,7 @@ agent() { # node, extra args…
   # Agents log errors only: failed probes are the point of the demo, the dashboard shows them.
   # --transport auto tries UCX with NIC transports first; on a host without RDMA devices UCX
   # logs that at ERROR level, and the agent's topology notes already say why it fell back.
-  UCX_LOG_LEVEL=${UCX_LOG_LEVEL:-fatal} RUST_LOG=${RUST_LOG:-error} "$bin/railguard-agent" run --collector "http://$grpc" --node-id "$n" \
+  UCX_LOG_LEVEL=${UCX_LOG_LEVEL:-fatal} RUST_LOG=${RUST_LOG:-error} "$bin/railguard-agent" run --insecure --collector "http://$grpc" --node-id "$n" \
     --token-file "$state/token-$n" --spool-dir "$state/spool/$n" --topology-interval 30 "$@" &
   pids+=($!)
 }

@@ -133,6 +133,8 @@ impl CollectorProc {
             .args(["serve", "--grpc-listen", &format!("127.0.0.1:{}", self.port)])
             .args(["--http-listen", &format!("127.0.0.1:{}", self.http_port), "--assess-every-secs", "1"])
             .args(&self.extra_args)
+            // Plaintext on loopback unless the test gives TLS files.
+            .args(if self.extra_args.iter().any(|a| a == "--tls-cert") { &[][..] } else { &["--insecure"][..] })
             .arg("--credentials")
             .arg(&self.creds)
             .env("DATABASE_URL", &self.database_url)
@@ -228,6 +230,7 @@ pub fn agent_ship_with(
         .arg(token_file)
         .arg("--spool-dir")
         .arg(spool_dir)
+        .args(if collector_url.starts_with("http://") { &["--insecure"][..] } else { &[][..] })
         .args(extra)
         .env("RUST_LOG", "error")
         .stdin(Stdio::null())

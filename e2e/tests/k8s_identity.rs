@@ -42,7 +42,7 @@ async fn agents_write_as_the_node_their_service_account_token_names() {
     let (spool, token_file) = filled_spool(dir.path(), 500);
     std::fs::write(&token_file, sa_token("gpu-node-7", 3600)).unwrap();
     let mut agent = Command::new(bin("railguard-agent"))
-        .args(["run", "--node-id", "gpu-node-7", "--collector", &collector.url(), "--exit-when-drained"])
+        .args(["run", "--insecure", "--node-id", "gpu-node-7", "--collector", &collector.url(), "--exit-when-drained"])
         .args(["--topology-interval", "0", "--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500"])
         .arg("--token-file")
         .arg(&token_file)

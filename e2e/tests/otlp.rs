@@ -85,7 +85,14 @@ async fn traces_and_metrics_reach_an_otlp_receiver() {
     std::fs::write(&creds, format!("node-a {TOKEN_A}\n")).unwrap();
     let (grpc, http) = (free_port(), free_port());
     let mut collector = Command::new(bin("railguard-collector"))
-        .args(["serve", "--grpc-listen", &format!("127.0.0.1:{grpc}"), "--http-listen", &format!("127.0.0.1:{http}")])
+        .args([
+            "serve",
+            "--insecure",
+            "--grpc-listen",
+            &format!("127.0.0.1:{grpc}"),
+            "--http-listen",
+            &format!("127.0.0.1:{http}"),
+        ])
         .arg("--credentials")
         .arg(&creds)
         .env("DATABASE_URL", pg.url())
@@ -97,7 +104,15 @@ async fn traces_and_metrics_reach_an_otlp_receiver() {
     wait_for_port(grpc);
     let (spool, token) = filled_spool(dir.path(), 50);
     let mut agent = Command::new(bin("railguard-agent"))
-        .args(["run", "--node-id", "node-a", "--collector", &format!("http://127.0.0.1:{grpc}"), "--exit-when-drained"])
+        .args([
+            "run",
+            "--insecure",
+            "--node-id",
+            "node-a",
+            "--collector",
+            &format!("http://127.0.0.1:{grpc}"),
+            "--exit-when-drained",
+        ])
         .args(["--topology-interval", "0", "--probe-cycle-secs", "0", "--no-signals", "--batch-records", "10"])
         .arg("--token-file")
         .arg(&token)

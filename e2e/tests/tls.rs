@@ -149,3 +149,29 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     assert!(ship(&https, d.path(), 100, &with_cert, Duration::from_secs(60)));
     assert_eq!(pg.stored_and_distinct().await, (100, 100));
 }
+
+#[test]
+fn plaintext_is_refused_unless_insecure_is_given() {
+    let d = tempfile::tempdir().unwrap();
+    let creds = d.path().join("credentials");
+    std::fs::write(&creds, "node-a x\n").unwrap();
+    let out = Command::new(bin("railguard-collector"))
+        .args(["serve", "--grpc-listen", "127.0.0.1:0", "--credentials"])
+        .arg(&creds)
+        .env("DATABASE_URL", "postgresql://unused@127.0.0.1:1/none")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing a plaintext agent link"), "{out:?}");
+    let token = d.path().join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    let out = Command::new(bin("railguard-agent"))
+        .args(["run", "--collector", "http://127.0.0.1:1", "--no-signals", "--token-file"])
+        .arg(&token)
+        .arg("--spool-dir")
+        .arg(d.path().join("spool"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing a plaintext link"), "{out:?}");
+}

@@ -14,7 +14,7 @@ fn seed_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&std::f
     let token = dir.join("token");
     std::fs::write(&token, TOKEN_A).unwrap();
     Command::new(bin("railguard-agent"))
-        .args(["run", "--node-id", "node-a", "--collector", &collector.url()])
+        .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url()])
         .arg("--token-file")
         .arg(&token)
         .arg("--spool-dir")
@@ -162,7 +162,7 @@ fn healthy_tcp_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[
     let token = dir.join("token");
     std::fs::write(&token, TOKEN_A).unwrap();
     Command::new(bin("railguard-agent"))
-        .args(["run", "--node-id", "node-a", "--collector", &collector.url(), "--token-file"])
+        .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url(), "--token-file"])
         .arg(&token)
         .arg("--spool-dir")
         .arg(dir.join("spool"))

@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// The name the collector's certificate must carry, when it is not the --collector host.
     #[arg(long, env = "RAILGUARD_TLS_DOMAIN")]
     tls_domain: Option<String>,
+    /// Allow an http:// --collector (plaintext: the token crosses the network in clear).
+    /// Refused without this flag; warned at every start with it.
+    #[arg(long, env = "RAILGUARD_INSECURE")]
+    insecure: bool,
     /// This node's id (what its credential is bound to). Defaults to the host name.
     #[arg(long, env = "RAILGUARD_NODE_ID")]
     node_id: Option<String>,
@@ -88,6 +92,12 @@ impl RunArgs {
             .with_context(|| format!("reading token file {}", self.token_file.display()))?
             .trim()
             .to_owned();
+        if !self.collector.starts_with("https://") && !self.insecure {
+            anyhow::bail!(
+                "refusing a plaintext link to {}: use https:// with --ca-file, or --insecure to send the token in clear",
+                self.collector
+            );
+        }
         let mut shipper = ShipperConfig::new(self.collector, node_id, token);
         shipper.token_file = Some(self.token_file);
         shipper.tls = railguard_agent::shipper::AgentTls {

@@ -58,6 +58,10 @@ pub struct ServeArgs {
     /// before and beside their token.
     #[arg(long, env = "RAILGUARD_TLS_CLIENT_CA", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Serve the agent link in plaintext (without --tls-cert): tokens cross the network in
+    /// clear. Refused without this flag; warned at every start with it.
+    #[arg(long, env = "RAILGUARD_INSECURE", conflicts_with = "tls_cert")]
+    insecure: bool,
     /// Days of probe and signal history kept (whole day partitions are dropped).
     #[arg(long, env = "RAILGUARD_RETENTION_DAYS", default_value_t = ServeConfig::DEFAULT_RETENTION_DAYS)]
     retention_days: u32,
@@ -86,7 +90,10 @@ impl ServeArgs {
             (Some(cert), Some(key)) => {
                 Some(railguard_collector::serve::GrpcTls { cert, key, client_ca: self.tls_client_ca })
             }
-            _ => None,
+            _ if self.insecure => None,
+            _ => anyhow::bail!(
+                "refusing a plaintext agent link: give --tls-cert and --tls-key, or --insecure to accept tokens in clear"
+            ),
         };
         serve(cfg, railguard_telemetry::shutdown_signal()).await
     }
