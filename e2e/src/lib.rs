@@ -394,3 +394,98 @@ fn http_request(port: u16, method: &str, path: &str, headers: &str, body: &str) 
     let rest = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(&rest) } else { rest };
     (code, rest)
 }
+
+/// Test certificates made with the openssl CLI: a CA, and leaves it signs.
+pub mod certs {
+    use std::path::Path;
+    use std::process::Command;
+
+    fn openssl(dir: &Path, args: &[&str]) {
+        let out = Command::new("openssl").current_dir(dir).args(args).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A CA named `name` in `dir`: `{name}.pem`, `{name}.key`.
+    pub fn ca(dir: &Path, name: &str) {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "2",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.pem"),
+                "-subj",
+                &format!("/CN={name}"),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+        );
+    }
+
+    /// A certificate `{name}.pem`/`{name}.key` signed by CA `ca`, with extensions `ext`.
+    pub fn leaf(dir: &Path, ca: &str, name: &str, cn: &str, ext: &str) {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={cn}"),
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                &format!("{ca}.pem"),
+                "-CAkey",
+                &format!("{ca}.key"),
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &format!("{name}.pem"),
+                "-extfile",
+                &format!("{name}.ext"),
+            ],
+        );
+    }
+
+    /// A CA `ca` with a server certificate `server` for 127.0.0.1/localhost and a client
+    /// certificate `client` (CN node-a), in `dir`.
+    pub fn server_and_client(dir: &Path) {
+        ca(dir, "ca");
+        leaf(
+            dir,
+            "ca",
+            "server",
+            "localhost",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        );
+        leaf(dir, "ca", "client", "node-a", "extendedKeyUsage=clientAuth\n");
+    }
+}

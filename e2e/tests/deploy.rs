@@ -1,6 +1,6 @@
 //! The systemd units' command lines, run as written (binary paths and Environment= values
 //! substituted for this test's): the collector unit with its private Postgres, the agent unit
-//! against it, until the node's topology is stored and served.
+//! against it over TLS (certificates made for the test), until the node's topology is stored and served.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use std::collections::HashMap;
@@ -13,8 +13,9 @@ use nix::unistd::Pid;
 use railguard_agent::topology::fixture;
 use railguard_e2e::*;
 
-/// The unit's ExecStart as argv, with `${VAR}` from Environment= lines, overridden by `env`.
-fn exec_start(unit: &str, env: &HashMap<&str, String>) -> Vec<String> {
+/// The unit's ExecStart as argv, with `${VAR}` from Environment= lines, overridden by `env`;
+/// and those variables, which systemd also gives the process as its environment.
+fn exec_start(unit: &str, env: &HashMap<&str, String>) -> (Vec<String>, HashMap<String, String>) {
     let text = std::fs::read_to_string(format!("{}/../deploy/systemd/{unit}", env!("CARGO_MANIFEST_DIR"))).unwrap();
     let mut vars: HashMap<String, String> = HashMap::new();
     for line in text.lines() {
@@ -27,7 +28,8 @@ fn exec_start(unit: &str, env: &HashMap<&str, String>) -> Vec<String> {
         vars.insert((*k).to_owned(), v.clone());
     }
     let exec = text.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("ExecStart");
-    exec.split_whitespace()
+    let argv = exec
+        .split_whitespace()
         .map(|w| {
             let mut w = w.to_owned();
             for (k, v) in &vars {
@@ -39,7 +41,8 @@ fn exec_start(unit: &str, env: &HashMap<&str, String>) -> Vec<String> {
                 None => w,
             }
         })
-        .collect()
+        .collect();
+    (argv, vars)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -52,18 +55,26 @@ async fn the_systemd_units_run_as_written() {
     std::fs::write(&token, TOKEN_A).unwrap();
     fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
     let (grpc, http) = (free_port(), free_port());
+    // The units speak TLS: certificates for this test in place of /etc/railguard's.
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    railguard_e2e::certs::server_and_client(&certs);
+    let cert = |f: &str| certs.join(f).display().to_string();
 
-    let argv = exec_start(
+    let (argv, vars) = exec_start(
         "railguard-collector.service",
         &HashMap::from([
             ("RAILGUARD_GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
             ("RAILGUARD_HTTP_LISTEN", format!("127.0.0.1:{http}")),
             ("RAILGUARD_DATA_DIR", dir.path().join("collector").display().to_string()),
             ("RAILGUARD_CREDENTIALS", creds.display().to_string()),
+            ("RAILGUARD_TLS_CERT", cert("server.pem")),
+            ("RAILGUARD_TLS_KEY", cert("server.key")),
         ]),
     );
     let mut collector = Command::new(&argv[0])
         .args(&argv[1..])
+        .envs(&vars)
         .env_remove("DATABASE_URL")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
@@ -72,10 +83,11 @@ async fn the_systemd_units_run_as_written() {
     wait_for_port(grpc);
     wait_for_port(http);
 
-    let argv = exec_start(
+    let (argv, vars) = exec_start(
         "railguard-agent.service",
         &HashMap::from([
-            ("RAILGUARD_COLLECTOR", format!("http://127.0.0.1:{grpc}")),
+            ("RAILGUARD_COLLECTOR", format!("https://127.0.0.1:{grpc}")),
+            ("RAILGUARD_CA_FILE", cert("ca.pem")),
             ("RAILGUARD_TOKEN_FILE", token.display().to_string()),
             ("RAILGUARD_SPOOL_DIR", dir.path().join("spool").display().to_string()),
             ("RAILGUARD_SYSFS_ROOT", dir.path().join("node/sys").display().to_string()),
@@ -83,6 +95,7 @@ async fn the_systemd_units_run_as_written() {
     );
     let mut agent = Command::new(&argv[0])
         .args(&argv[1..])
+        .envs(&vars)
         .env("RAILGUARD_NODE_ID", "node-a") // what /etc/railguard/agent.env would set
         .env("RAILGUARD_PROBE_CYCLE", "0")
         .env("RUST_LOG", "warn")

@@ -8,82 +8,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use railguard_e2e::certs::{ca, leaf};
 use railguard_e2e::*;
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl").current_dir(dir).args(args).output().unwrap();
-    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A CA named `name` in `dir`: `{name}.pem`, `{name}.key`.
-fn ca(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-            "-subj",
-            &format!("/CN={name}"),
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
-    );
-}
-
-/// A certificate `{name}.pem`/`{name}.key` signed by CA `ca`, with extensions `ext`.
-fn leaf(dir: &Path, ca: &str, name: &str, cn: &str, ext: &str) {
-    std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            &format!("/CN={cn}"),
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.pem"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            &format!("{name}.pem"),
-            "-extfile",
-            &format!("{name}.ext"),
-        ],
-    );
-}
 
 /// Ships `n` spooled records with `extra` agent arguments; waits `within` at most. Returns
 /// whether the agent drained its spool (exited 0).
