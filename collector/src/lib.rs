@@ -17,5 +17,6 @@ pub mod retention;
 pub mod serve;
 pub mod status;
 pub mod store;
+pub mod tls;
 
 pub use serve::{DatabaseConfig, ServeConfig};

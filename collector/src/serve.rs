@@ -42,26 +42,7 @@ pub struct ServeConfig {
     pub tls: Option<GrpcTls>,
 }
 
-/// The gRPC listener's TLS: its certificate chain and key (PEM), and optionally the CA whose
-/// client certificates it requires (mutual TLS, a second check beside the node's token).
-#[derive(Debug, Clone)]
-pub struct GrpcTls {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub client_ca: Option<PathBuf>,
-}
-
-impl GrpcTls {
-    fn server_config(&self) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
-        let read = |p: &PathBuf| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
-        let mut c = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(read(&self.cert)?, read(&self.key)?));
-        if let Some(ca) = &self.client_ca {
-            c = c.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
-        }
-        Ok(c)
-    }
-}
+pub use crate::tls::GrpcTls;
 
 impl ServeConfig {
     /// Days of probe and signal history kept by default (`serve --retention-days`).
@@ -178,21 +159,22 @@ pub async fn serve_grpc(
     store: Store,
     creds: Arc<Credentials>,
     stats: Arc<IngestStats>,
-    tls: Option<tonic::transport::ServerTlsConfig>,
+    tls: Option<tokio_rustls::rustls::ServerConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let mut server = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        server = server.tls_config(tls).context("the gRPC listener's TLS configuration")?;
-    }
-    server
+    let router = tonic::transport::Server::builder()
         // A 1,000-record batch is ~150 KB: HTTP/2's default 64 KB windows would cost round trips.
         .initial_stream_window_size(Some(HTTP2_WINDOW_BYTES))
         .initial_connection_window_size(Some(HTTP2_WINDOW_BYTES))
         .tcp_nodelay(true)
-        .add_service(IngestService::new(store, stats).into_server(creds))
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .context("gRPC server")
+        .add_service(IngestService::new(store, stats).into_server(creds));
+    match tls {
+        // Handshakes outside tonic, so the certificate can be reloaded (crate::tls).
+        Some(config) => router.serve_with_incoming_shutdown(crate::tls::incoming(listener, config), shutdown).await,
+        None => {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            router.serve_with_incoming_shutdown(incoming, shutdown).await
+        }
+    }
+    .context("gRPC server")
 }

@@ -37,6 +37,9 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     leaf(c, "ca", "client", "node-a", "extendedKeyUsage=clientAuth\n");
     let p = |f: &str| c.join(f).display().to_string();
 
+    // The mutual-TLS collector below serves the original certificate.
+    std::fs::copy(c.join("server.pem"), c.join("orig.pem")).unwrap();
+    std::fs::copy(c.join("server.key"), c.join("orig.key")).unwrap();
     let pg = TestPg::start().await;
     let collector =
         CollectorProc::start_with(&pg.url(), &[], &["--tls-cert", &p("server.pem"), "--tls-key", &p("server.key")]);
@@ -57,6 +60,28 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     let d = tempfile::tempdir().unwrap();
     assert!(ship(&https, d.path(), 200, &["--ca-file", &p("ca.pem")], Duration::from_secs(60)));
     assert_eq!(pg.stored_and_distinct().await, (200, 200));
+
+    // A renewed certificate (here from another CA, to tell them apart) takes effect at the next
+    // handshake, without a restart: agents trusting only the old CA now fail, the new CA works.
+    leaf(
+        c,
+        "other-ca",
+        "renewed",
+        "localhost",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+    );
+    std::fs::copy(c.join("renewed.key"), c.join("server.key")).unwrap();
+    std::fs::copy(c.join("renewed.pem"), c.join("server.pem")).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    assert!(!ship(&https, d.path(), 10, &["--ca-file", &p("ca.pem")], Duration::from_secs(4)));
+    let d = tempfile::tempdir().unwrap();
+    assert!(ship(&https, d.path(), 30, &["--ca-file", &p("other-ca.pem")], Duration::from_secs(60)));
+    assert_eq!(pg.stored_and_distinct().await, (230, 230));
+    // A broken renewal (garbage in the files) keeps the last good certificate.
+    std::fs::write(c.join("server.pem"), "not a certificate").unwrap();
+    let d = tempfile::tempdir().unwrap();
+    assert!(ship(&https, d.path(), 5, &["--ca-file", &p("other-ca.pem")], Duration::from_secs(60)));
+    assert_eq!(pg.stored_and_distinct().await, (235, 235));
     drop(collector);
 
     // Mutual TLS: a client certificate from the CA is required as well as the token.
@@ -64,7 +89,7 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     let collector = CollectorProc::start_with(
         &pg.url(),
         &[],
-        &["--tls-cert", &p("server.pem"), "--tls-key", &p("server.key"), "--tls-client-ca", &p("ca.pem")],
+        &["--tls-cert", &p("orig.pem"), "--tls-key", &p("orig.key"), "--tls-client-ca", &p("ca.pem")],
     );
     let https = format!("https://127.0.0.1:{}", collector.port);
     let d = tempfile::tempdir().unwrap();

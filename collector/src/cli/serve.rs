@@ -47,8 +47,8 @@ pub struct ServeArgs {
     /// Seconds between assessments of the fleet.
     #[arg(long, default_value_t = AssessConfig::DEFAULT_EVERY.as_secs())]
     assess_every_secs: u64,
-    /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents. Without
-    /// it the link is plaintext, and the collector warns at every start.
+    /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents, re-read
+    /// when it (or the key) changes. Without it, plaintext needs --insecure.
     #[arg(long, env = "RAILGUARD_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// The private key (PEM) of --tls-cert.

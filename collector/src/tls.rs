@@ -1,0 +1,141 @@
+//! TLS for the agent link: rustls with a certificate that is read again when its files change
+//! (a renewed certificate — cert-manager's, say — takes effect at the next handshake, without a
+//! restart), and, for mutual TLS, client certificates checked against a CA.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use tokio_rustls::rustls::sign::CertifiedKey;
+
+/// The gRPC listener's TLS: its certificate chain and key (PEM), and optionally the CA whose
+/// client certificates it requires (mutual TLS, a check before and beside the node's token).
+#[derive(Debug, Clone)]
+pub struct GrpcTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+fn mtime(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+fn load(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("reading {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{}: not a PEM certificate chain", cert.display()))?;
+    anyhow::ensure!(!chain.is_empty(), "{}: no certificate in it", cert.display());
+    let key = PrivateKeyDer::from_pem_file(key).with_context(|| format!("{}: not a PEM private key", key.display()))?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key).context("the private key's type")?;
+    Ok(CertifiedKey::new(chain, signing))
+}
+
+/// Serves the certificate in `cert`/`key`, loading it again when either file's modification
+/// time changes. A bad new pair is reported and the previous one kept.
+#[derive(Debug)]
+struct ReloadingCert {
+    cert: PathBuf,
+    key: PathBuf,
+    /// (the files' modification times when last read, the certificate).
+    current: Mutex<((Option<SystemTime>, Option<SystemTime>), Arc<CertifiedKey>)>,
+}
+
+impl ResolvesServerCert for ReloadingCert {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let stamps = (mtime(&self.cert), mtime(&self.key));
+        let mut cur = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if stamps != cur.0 {
+            cur.0 = stamps;
+            match load(&self.cert, &self.key) {
+                Ok(k) => {
+                    tracing::info!(cert = %self.cert.display(), "agent link: certificate reloaded");
+                    cur.1 = Arc::new(k);
+                }
+                Err(e) => tracing::error!(
+                    error = format!("{e:#}"),
+                    "agent link: the changed certificate files do not load; keeping the previous certificate"
+                ),
+            }
+        }
+        Some(cur.1.clone())
+    }
+}
+
+impl GrpcTls {
+    /// The rustls configuration: HTTP/2 only, the reloading certificate, client certificates
+    /// required from `client_ca` when set.
+    pub fn server_config(&self) -> anyhow::Result<rustls::ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let first = load(&self.cert, &self.key)?;
+        let resolver = ReloadingCert {
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            current: Mutex::new(((mtime(&self.cert), mtime(&self.key)), Arc::new(first))),
+        };
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?;
+        let builder = match &self.client_ca {
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for c in CertificateDer::pem_file_iter(ca).with_context(|| format!("reading {}", ca.display()))? {
+                    roots.add(c.with_context(|| format!("{}: not a PEM certificate", ca.display()))?)?;
+                }
+                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                    .build()
+                    .context("the client CA")?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(Arc::new(resolver));
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(config)
+    }
+}
+
+/// Accepts TCP connections on `listener` and hands each finished TLS handshake to the stream
+/// returned; handshakes run concurrently (one slow or hostile client delays no one) and give
+/// up after 10 s. The accept loop ends when the returned stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    config: rustls::ServerConfig,
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting an agent connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = tx.closed() => return,
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => {
+                        let _ = tx.send(Ok(s)).await;
+                    }
+                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "agent TLS handshake failed"),
+                    Err(_) => tracing::info!(%peer, "agent TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
