@@ -212,6 +212,20 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         m.contains("railguard_probe_verdicts_total{node=\"healthy\",gpu=\"1\",nic=\"other\",verdict=\"ok\",path=\"simulated\",simulated=\"true\"} 150"),
         "{m}"
     );
+    // An agent's quarantined spool piece is counted on /metrics (and not before it arrives).
+    assert!(!m.contains("railguard_agent_spool_quarantined_total{node=\"healthy\"}"), "{m}");
+    let q = railguard_schema::SignalEvent {
+        source: railguard_schema::SignalSource::Agent,
+        kind: railguard_schema::SignalKind::AgentSpoolQuarantine,
+        bdf: None,
+        gpu: None,
+        nic: String::new(),
+        summary: "3 spooled byte(s) could not be decoded".into(),
+        attrs: Default::default(),
+    };
+    send(&c, "healthy", vec![railguard_schema::Record::now(railguard_schema::RecordBody::Signal(q)).into()]).await;
+    let (_, m2) = c.get("/metrics", None);
+    assert!(m2.contains("railguard_agent_spool_quarantined_total{node=\"healthy\"} 1"), "{m2}");
     // Devices the topology lists keep their own labels.
     assert!(
         m.contains("railguard_probe_verdicts_total{node=\"healthy\",gpu=\"2\",nic=\"mlx5_2\",verdict=\"ok\""),

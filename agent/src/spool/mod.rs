@@ -317,6 +317,7 @@ impl Spool {
     }
 
     /// How many pieces of the spool were quarantined (files in `quarantine/`).
+    #[cfg(test)]
     pub fn quarantined(&self) -> usize {
         fs::read_dir(self.dir.join(QUARANTINE_DIR)).map(|d| d.filter_map(Result::ok).count()).unwrap_or(0)
     }

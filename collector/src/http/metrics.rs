@@ -81,22 +81,24 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         out,
         "# HELP railguard_node_last_seen_age_seconds Time since a node's last batch (ingest lag).\n# TYPE railguard_node_last_seen_age_seconds gauge"
     );
-    for (node, age, _, _) in &lag {
+    for (node, age, _) in &lag {
         let _ = writeln!(out, "railguard_node_last_seen_age_seconds{{node=\"{}\"}} {age:.3}", label(node));
     }
     let _ = writeln!(
         out,
         "# HELP railguard_agent_spool_dropped_total Records an agent's full spool dropped.\n# TYPE railguard_agent_spool_dropped_total counter"
     );
-    for (node, _, dropped, _) in &lag {
+    for (node, _, dropped) in &lag {
         let _ = writeln!(out, "railguard_agent_spool_dropped_total{{node=\"{}\"}} {dropped}", label(node));
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_agent_spool_quarantined_total Pieces of an agent's spool it could not decode and kept in quarantine (agent_spool_quarantine signals).\n# TYPE railguard_agent_spool_quarantined_total counter"
+        "# HELP railguard_agent_spool_quarantined_total Pieces of an agent's spool it could not decode and kept in quarantine (agent_spool_quarantine signals received by this collector since it started).\n# TYPE railguard_agent_spool_quarantined_total counter"
     );
-    for (node, _, _, quarantined) in &lag {
-        let _ = writeln!(out, "railguard_agent_spool_quarantined_total{{node=\"{}\"}} {quarantined}", label(node));
+    if let Ok(q) = st.quarantined.lock() {
+        for (node, n) in q.iter() {
+            let _ = writeln!(out, "railguard_agent_spool_quarantined_total{{node=\"{}\"}} {n}", label(node));
+        }
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }

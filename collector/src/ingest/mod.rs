@@ -64,6 +64,9 @@ pub struct IngestStats {
     /// Stored probe results that are evidence (no injected fault) per (node, GPU, NIC, verdict,
     /// path), for `railguard_probe_verdicts_total`.
     pub verdicts: std::sync::Mutex<std::collections::BTreeMap<VerdictKey, u64>>,
+    /// Per node, `agent_spool_quarantine` signals stored (pieces of its spool it could not
+    /// decode), for `railguard_agent_spool_quarantined_total`.
+    pub quarantined: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
     /// Per node, the devices its latest topology lists (loaded from the store on first use).
     pub devices: std::sync::Mutex<std::collections::HashMap<String, KnownDevices>>,
 }
@@ -259,6 +262,12 @@ impl IngestService {
                 _ => None,
             })
             .collect();
+        let quarantined = records
+            .iter()
+            .filter(|r| {
+                matches!(&r.body, railguard_schema::RecordBody::Signal(e) if e.kind == railguard_schema::SignalKind::AgentSpoolQuarantine)
+            })
+            .count() as u64;
         let topology = records.iter().rev().find_map(|r| match &r.body {
             railguard_schema::RecordBody::Topology(t) => Some(t.clone()),
             _ => None,
@@ -277,6 +286,12 @@ impl IngestService {
             d.insert(node.to_string(), KnownDevices::of(t));
         }
         // A batch with duplicates was (partly) counted when it first arrived.
+        if outcome.duplicates == 0
+            && quarantined > 0
+            && let Ok(mut q) = self.stats.quarantined.lock()
+        {
+            *q.entry(node.to_string()).or_default() += quarantined;
+        }
         if outcome.duplicates == 0 && !verdict_keys.is_empty() {
             let known = self.known_devices(&node).await;
             for k in verdict_keys {

@@ -529,13 +529,10 @@ pub async fn all_statuses(pool: &PgPool) -> Result<Vec<(String, i32, GpuStatus)>
         .await
 }
 
-/// Per node: seconds since its last batch (ingest lag), its spool's dropped total and how many
-/// pieces of its spool it quarantined (for /metrics).
-pub async fn node_lags(pool: &PgPool) -> Result<Vec<(String, f64, i64, i64)>, sqlx::Error> {
+/// Per node: seconds since its last batch (ingest lag) and its spool's dropped total (for /metrics).
+pub async fn node_lags(pool: &PgPool) -> Result<Vec<(String, f64, i64)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT n.node_id, EXTRACT(EPOCH FROM now() - n.last_seen)::float8, n.spool_dropped_total,
-                (SELECT count(*) FROM signal_events s WHERE s.node_id = n.node_id AND s.kind = 'agent_spool_quarantine')
-         FROM nodes n ORDER BY n.node_id",
+        "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, spool_dropped_total FROM nodes ORDER BY node_id",
     )
     .fetch_all(pool)
     .await
