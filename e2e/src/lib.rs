@@ -307,10 +307,15 @@ pub fn records(n: u64) -> Vec<wire::Record> {
 
 /// A spool holding `n` records, and the token file for node-a, in `dir`.
 pub fn filled_spool(dir: &Path, n: u64) -> (PathBuf, PathBuf) {
+    spool_of(dir, &records(n))
+}
+
+/// A spool holding `recs`, and the token file for node-a, in `dir`.
+pub fn spool_of(dir: &Path, recs: &[wire::Record]) -> (PathBuf, PathBuf) {
     use railguard_agent::spool::{Spool, SpoolConfig};
     let spool_dir = dir.join("spool");
     let mut spool = Spool::open(&spool_dir, SpoolConfig::default()).unwrap();
-    for chunk in records(n).chunks(10_000) {
+    for chunk in recs.chunks(10_000) {
         assert_eq!(spool.append(chunk).unwrap().dropped, 0);
     }
     let token = dir.join("token");

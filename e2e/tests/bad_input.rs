@@ -152,12 +152,7 @@ async fn a_bad_record_in_the_spool_is_isolated_and_the_rest_delivered() {
     if let Some(wire::record::Body::Probe(p)) = recs[321].body.as_mut() {
         p.transport = 99; // e.g. written by a newer agent the collector does not know yet
     }
-    let spool_dir = dir.path().join("spool");
-    let mut spool = railguard_agent::spool::Spool::open(&spool_dir, Default::default()).unwrap();
-    spool.append(&recs).unwrap();
-    drop(spool);
-    let token = dir.path().join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
+    let (spool_dir, token) = spool_of(dir.path(), &recs);
     let mut agent = agent_ship(&collector.url(), &spool_dir, &token, 100);
     assert!(wait_exit(&mut agent, Duration::from_secs(60)).success());
     assert_eq!(pg.stored_and_distinct().await, (499, 499));

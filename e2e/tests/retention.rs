@@ -59,12 +59,7 @@ async fn late_data_after_retention_is_refused_by_itself_and_the_collector_keeps_
         body: RecordBody::Probe(probe(77)),
     }
     .into();
-    let spool_dir = dir.path().join("spool");
-    let mut spool = railguard_agent::spool::Spool::open(&spool_dir, Default::default()).unwrap();
-    spool.append(&recs).unwrap();
-    drop(spool);
-    let token = dir.path().join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
+    let (spool_dir, token) = spool_of(dir.path(), &recs);
     let mut agent = agent_ship(&collector.url(), &spool_dir, &token, 50);
     assert!(wait_exit(&mut agent, StdDuration::from_secs(60)).success(), "the agent drained its spool");
     // The 199 fresh records stored; the late one set aside with the reason, not retried.

@@ -10,7 +10,17 @@ use railguard_e2e::*;
 
 /// The agent binary as node-a on the seed fixture (written into `dir`), with `extra` flags.
 fn seed_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&std::ffi::OsStr]) -> KillOnDrop {
-    fixture::seed_kvm_guest().write(&dir.join("node")).unwrap();
+    fixture_agent(&fixture::seed_kvm_guest(), collector, dir, extra)
+}
+
+/// The agent binary as node-a on `spec` (written into `dir`), with `extra` flags.
+fn fixture_agent(
+    spec: &fixture::FixtureSpec,
+    collector: &CollectorProc,
+    dir: &std::path::Path,
+    extra: &[&std::ffi::OsStr],
+) -> KillOnDrop {
+    spec.write(&dir.join("node")).unwrap();
     let token = dir.join("token");
     std::fs::write(&token, TOKEN_A).unwrap();
     Command::new(bin("railguard-agent"))
@@ -158,33 +168,10 @@ async fn probes_that_exercise_no_nic_leave_every_gpu_unverified() {
 
 /// A healthy bare-metal node (DGX-like fixture) probing over tcp in host memory, fast.
 fn healthy_tcp_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&str]) -> KillOnDrop {
-    fixture::dgx_h100_like().write(&dir.join("node")).unwrap();
-    let token = dir.join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
-    Command::new(bin("railguard-agent"))
-        .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url(), "--token-file"])
-        .arg(&token)
-        .arg("--spool-dir")
-        .arg(dir.join("spool"))
-        .arg("--sysfs-root")
-        .arg(dir.join("node/sys"))
-        .args([
-            "--transport",
-            "tcp",
-            "--memory",
-            "host",
-            "--probe-cycle-secs",
-            "2",
-            "--probe-bytes",
-            "64K",
-            "--no-signals",
-        ])
-        .args(extra)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .spawn()
-        .map(KillOnDrop)
-        .unwrap()
+    let tcp =
+        ["--transport", "tcp", "--memory", "host", "--probe-cycle-secs", "2", "--probe-bytes", "64K", "--no-signals"];
+    let args: Vec<&std::ffi::OsStr> = tcp.iter().chain(extra).map(|s| s.as_ref()).collect();
+    fixture_agent(&fixture::dgx_h100_like(), collector, dir, &args)
 }
 
 /// node-a's eight GPUs once each is assessed with its workload pair probed (unproven).
