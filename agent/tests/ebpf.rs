@@ -151,5 +151,6 @@ fn a_library_an_unprivileged_user_owns_yields_only_untrusted_events() {
     let (open_lib, _) = build_fake(d2.path(), "libuct_ib_mlx5.so.0", "caller");
     std::fs::set_permissions(&open_lib, std::fs::Permissions::from_mode(0o666)).unwrap();
     let err = probes.attach_ucx(&open_lib).unwrap_err();
-    assert!(matches!(&err, railguard_agent::signals::ebpf::EbpfError::Writable { .. }), "{err}");
+    use railguard_agent::signals::ebpf::{EbpfError, targets::NotAttachable};
+    assert!(matches!(&err, EbpfError::NotAttachable { source: NotAttachable::WorldWritable, .. }), "{err}");
 }

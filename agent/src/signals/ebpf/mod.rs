@@ -59,8 +59,12 @@ pub enum EbpfError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("not attaching to {path}: {why}")]
-    Writable { path: PathBuf, why: String },
+    #[error("not attaching to {path}")]
+    NotAttachable {
+        path: PathBuf,
+        #[source]
+        source: targets::NotAttachable,
+    },
     #[error("attaching {symbol} to {path}")]
     Attach {
         symbol: String,
@@ -230,7 +234,7 @@ impl Probes {
         if self.attached.iter().any(|a| a.path == real && a.target == index) {
             return Ok(false);
         }
-        let trust = library_trust(&real).map_err(|why| EbpfError::Writable { path: real.clone(), why })?;
+        let trust = library_trust(&real).map_err(|source| EbpfError::NotAttachable { path: real.clone(), source })?;
         let cookie = self.attached.len() as u64;
         let p = program::<aya::programs::UProbe>(&mut self.ebpf, target.decoder.program())?;
         let point = aya::programs::uprobe::UProbeAttachPoint {
@@ -262,7 +266,23 @@ impl Probes {
     /// wheels included, as the globs allow) and attaches to the new ones. Returns how many.
     pub fn scan_processes(&mut self) -> usize {
         let found = targets::mapped_targets(Path::new("/proc"), &self.targets);
-        found.iter().filter(|(p, i)| matches!(self.attach_target(*i, p), Ok(true))).count()
+        let mut attached = 0;
+        for (p, i) in &found {
+            match self.attach_target(*i, p) {
+                Ok(true) => attached += 1,
+                Ok(false) => {}
+                // Said once per file (the scan repeats), and kept in the report.
+                Err(e) => {
+                    let label = format!("uprobe:{}", p.display());
+                    if !self.report.skipped.iter().any(|(l, _)| *l == label) {
+                        let why = format!("{:#}", anyhow::Error::from(e));
+                        tracing::warn!(library = %p.display(), why, "not watching a mapped library");
+                        self.report.skipped.push((label, why));
+                    }
+                }
+            }
+        }
+        attached
     }
 
     /// Each loaded program's cost so far, from the kernel's BPF statistics.

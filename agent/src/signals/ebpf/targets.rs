@@ -92,17 +92,28 @@ pub enum LibraryTrust {
     Untrusted(String),
 }
 
-/// How far `real` (a canonical path) can be trusted; Err(why) when any user but its owner can
+/// Why a library is not attached at all.
+#[derive(Debug, thiserror::Error)]
+pub enum NotAttachable {
+    #[error("unreadable: {0}")]
+    Unreadable(#[source] std::io::Error),
+    #[error("writable by every user")]
+    WorldWritable,
+    #[error("writable by group {gid}")]
+    GroupWritable { gid: u32 },
+}
+
+/// How far `real` (a canonical path) can be trusted; an error when any user but its owner can
 /// write the file itself: such a library is not attached at all.
-pub fn library_trust(real: &Path) -> Result<LibraryTrust, String> {
+pub fn library_trust(real: &Path) -> Result<LibraryTrust, NotAttachable> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(real).map_err(|e| format!("unreadable: {e}"))?;
+    let meta = std::fs::metadata(real).map_err(NotAttachable::Unreadable)?;
     let mode = meta.mode();
     if mode & 0o002 != 0 {
-        return Err("writable by every user".into());
+        return Err(NotAttachable::WorldWritable);
     }
     if mode & 0o020 != 0 && meta.gid() != 0 {
-        return Err(format!("writable by group {}", meta.gid()));
+        return Err(NotAttachable::GroupWritable { gid: meta.gid() });
     }
     if meta.uid() != 0 {
         return Ok(LibraryTrust::Untrusted(format!("owned by uid {}", meta.uid())));
@@ -175,10 +186,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let lib = d.path().join("libuct_ib_mlx5.so.0");
         std::fs::write(&lib, b"\x7fELF").unwrap();
-        assert_eq!(library_trust(&lib), Ok(LibraryTrust::Trusted));
+        assert!(matches!(library_trust(&lib), Ok(LibraryTrust::Trusted)));
         // Owned by an unprivileged user: attached, events untrusted.
         std::os::unix::fs::chown(&lib, Some(65534), Some(65534)).unwrap();
-        assert_eq!(library_trust(&lib), Ok(LibraryTrust::Untrusted("owned by uid 65534".into())));
+        assert!(matches!(library_trust(&lib), Ok(LibraryTrust::Untrusted(w)) if w == "owned by uid 65534"));
         // A root-owned file in a directory that user owns (they can replace it): untrusted.
         std::os::unix::fs::chown(&lib, Some(0), Some(0)).unwrap();
         std::os::unix::fs::chown(d.path(), Some(65534), Some(65534)).unwrap();
@@ -188,10 +199,14 @@ mod tests {
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(matches!(library_trust(&lib), Ok(LibraryTrust::Untrusted(w)) if w.contains("writable by every user")));
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-        assert_eq!(library_trust(&lib), Ok(LibraryTrust::Trusted));
+        assert!(matches!(library_trust(&lib), Ok(LibraryTrust::Trusted)));
         // A world-writable library is not attached at all.
         std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert_eq!(library_trust(&lib), Err("writable by every user".into()));
+        assert!(matches!(library_trust(&lib), Err(NotAttachable::WorldWritable)));
+        // Group-writable by a non-root group: not attached either.
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o664)).unwrap();
+        std::os::unix::fs::chown(&lib, None, Some(65534)).unwrap();
+        assert!(matches!(library_trust(&lib), Err(NotAttachable::GroupWritable { gid: 65534 })));
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     }
 
