@@ -52,8 +52,10 @@ static char load_error[256];
 
 static int load(void) {
     if (loaded) return loaded > 0;
-    void *h = dlopen("libucp.so.0", RTLD_NOW | RTLD_GLOBAL);
-    if (!h) h = dlopen("libucp.so", RTLD_NOW | RTLD_GLOBAL);
+    /* Local: this UCX must not serve its symbols to another UCX in the process (NIXL's own,
+     * loaded by the nixl transport), nor take theirs. */
+    void *h = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libucp.so", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(load_error, sizeof load_error, "libucp is not installed (dlopen: %s)", dlerror());
         loaded = -1;
@@ -61,7 +63,7 @@ static int load(void) {
     }
 #define LOAD(name)                                                                      \
     do {                                                                                \
-        *(void **)(&p_##name) = dlsym(RTLD_DEFAULT, #name);                             \
+        *(void **)(&p_##name) = dlsym(h, #name);                                        \
         if (!p_##name) {                                                                \
             snprintf(load_error, sizeof load_error, "libucp lacks symbol %s", #name);  \
             loaded = -1;                                                                \

@@ -9,6 +9,8 @@ wire_enum! {
         Tcp = Tcp => "tcp",
         Ucx = Ucx => "ucx",
         Verbs = Verbs => "verbs",
+        /// NIXL (its UCX backend), the stack NixlConnector moves KV blocks with.
+        Nixl = Nixl => "nixl",
         /// The simulated fabric: stands in for GPUs and RDMA NICs that are absent.
         Sim = Sim => "sim",
     }

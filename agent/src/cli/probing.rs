@@ -4,14 +4,16 @@ use std::path::PathBuf;
 
 use railguard_agent::probe::MemoryPref;
 use railguard_agent::probe::settings::{Fabric, ProbeSettings, TransportKind};
+use railguard_agent::probe::transport::nixl::NixlOp;
 use railguard_agent::probe::transport::verbs::VerbsOp;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TransportArgs {
-    /// Data path for the probes. `auto` takes the strongest this node has: `verbs` (the NIC itself
-    /// reads the probe, from GPU memory where it can, as KV-cache transfers do) where it has RDMA
-    /// devices, else `ucx` over NIC transports, else `tcp`, which exercises no NIC and so verifies
-    /// no GPU/NIC pair (the agent says so).
+    /// Data path for the probes. `auto` takes the strongest this node has: where it has RDMA
+    /// devices, `nixl` (the workload's own stack) if NIXL is installed, else `verbs` (the NIC
+    /// itself reads the probe, from GPU memory where it can); without them `ucx` over NIC
+    /// transports, else `tcp`, which exercises no NIC and so verifies no GPU/NIC pair (the agent
+    /// says so).
     #[arg(long, value_enum, default_value = "auto", env = "RAILGUARD_TRANSPORT")]
     pub transport: TransportKind,
     /// `sim` replaces the transport by the simulated fabric.
@@ -35,6 +37,18 @@ pub struct TransportArgs {
     /// verbs: probe through this RDMA device instead of the pair's NIC (e.g. `rxe0`).
     #[arg(long, env = "RAILGUARD_VERBS_DEVICE")]
     pub verbs_device: Option<String>,
+    /// nixl: NIXL's C API, `libnixl_capi.so`, or a directory holding it (a prefix, a
+    /// site-packages). Default: NIXL_PREFIX, then the nixl-cu12/nixl-cu13 wheel in PYTHONPATH,
+    /// the active virtualenv, the system's or the user's site-packages.
+    #[arg(long, env = "RAILGUARD_NIXL_LIB")]
+    pub nixl_lib: Option<PathBuf>,
+    /// nixl: how blocks move: `read` (the decode side reads, as vLLM's NixlConnector) or `write`.
+    #[arg(long, value_enum, default_value = "read")]
+    pub nixl_op: NixlOp,
+    /// nixl: bytes per transfer descriptor, one KV block (default 32K: 16 tokens × 8 KV heads ×
+    /// 128 dims × 2 bytes).
+    #[arg(long, default_value = "32K", value_parser = parse_bytes)]
+    pub nixl_block: usize,
     /// Probe buffers: `auto` puts them in the pair's GPU memory when CUDA can open it (host
     /// memory otherwise), `gpu` fails probes that cannot, `host` never uses the GPU.
     #[arg(long, value_enum, default_value = "auto", env = "RAILGUARD_MEMORY")]
@@ -54,6 +68,9 @@ impl TransportArgs {
             ucx_tls: self.ucx_tls.clone(),
             verbs_op: self.verbs_op,
             verbs_device: self.verbs_device.clone(),
+            nixl_lib: self.nixl_lib.clone(),
+            nixl_op: self.nixl_op,
+            nixl_block: self.nixl_block,
             memory: self.memory,
             timeout: std::time::Duration::from_millis(self.timeout_ms),
         }

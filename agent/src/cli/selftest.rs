@@ -6,6 +6,7 @@
 use std::process::ExitCode;
 
 use railguard_agent::probe::selftest::Part;
+use railguard_agent::probe::transport::nixl::{Nixl, NixlConfig, NixlOp};
 use railguard_agent::probe::transport::tcp::TcpLoopback;
 use railguard_agent::probe::transport::ucx::{NicChoice, Ucx};
 use railguard_agent::probe::transport::verbs::{Verbs, VerbsOp};
@@ -22,6 +23,8 @@ pub enum Which {
     Ucx,
     /// RDMA WRITE and RDMA READ on an RDMA device (`--verbs-device`, default the first).
     Verbs,
+    /// NIXL's READ (and WRITE) between two NIXL agents, its UCX pinned like the ucx test.
+    Nixl,
 }
 
 #[derive(Debug, clap::Args)]
@@ -38,6 +41,9 @@ pub struct SelftestArgs {
     /// UCX_TLS for the ucx test.
     #[arg(long, env = "RAILGUARD_UCX_TLS", default_value = "tcp")]
     ucx_tls: String,
+    /// NIXL's C API for the nixl test (see `probe --help`).
+    #[arg(long, env = "RAILGUARD_NIXL_LIB")]
+    nixl_lib: Option<std::path::PathBuf>,
     /// RDMA device for the verbs test (default: the first the kernel lists).
     #[arg(long, env = "RAILGUARD_VERBS_DEVICE")]
     verbs_device: Option<String>,
@@ -58,14 +64,17 @@ impl SelftestArgs {
         let which = if self.transport.is_empty() { vec![Which::Tcp, Which::Ucx] } else { self.transport.clone() };
         let mut failures = 0;
         let (mut receiver_ok, mut transport_ok, mut not_exercised) = (Vec::new(), Vec::new(), Vec::new());
-        let mut runs: Vec<(Which, Option<VerbsOp>)> = Vec::new();
+        let mut runs: Vec<(Which, Option<VerbsOp>, NixlOp)> = Vec::new();
         for w in which {
             match w {
-                Which::Verbs => runs.extend([(w, Some(VerbsOp::Write)), (w, Some(VerbsOp::Read))]),
-                _ => runs.push((w, None)),
+                Which::Verbs => {
+                    runs.extend([(w, Some(VerbsOp::Write), NixlOp::Read), (w, Some(VerbsOp::Read), NixlOp::Read)])
+                }
+                Which::Nixl => runs.extend([(w, None, NixlOp::Read), (w, None, NixlOp::Write)]),
+                _ => runs.push((w, None, NixlOp::Read)),
             }
         }
-        for (w, op) in runs {
+        for (w, op, nixl_op) in runs {
             let opened: Result<Box<dyn ProbeTransport>, _> = match w {
                 Which::Tcp => TcpLoopback::new().map(|t| Box::new(t) as Box<dyn ProbeTransport>),
                 Which::Ucx => {
@@ -81,6 +90,17 @@ impl SelftestArgs {
                     let device = self.verbs_device.clone().or_else(|| verbs::rdma_devices().into_iter().next());
                     Verbs::open(op.unwrap_or_default(), device).map(|t| Box::new(t) as Box<dyn ProbeTransport>)
                 }
+                Which::Nixl => Nixl::open(&NixlConfig {
+                    lib: self.nixl_lib.clone(),
+                    op: nixl_op,
+                    net_devices: (self.ucx_device != "auto").then(|| self.ucx_device.clone()),
+                    tls: Some(self.ucx_tls.clone()).filter(|s| !s.is_empty()),
+                    ..Default::default()
+                })
+                .map(|t| {
+                    println!("nixl-{}: {}", nixl_op.as_str().to_lowercase(), t.describe());
+                    Box::new(t) as Box<dyn ProbeTransport>
+                }),
             };
             let mut t = match opened {
                 Ok(t) => t,
@@ -90,7 +110,12 @@ impl SelftestArgs {
                     continue;
                 }
             };
-            let out = self.check(t.as_mut(), op);
+            let label = match (w, op) {
+                (Which::Nixl, _) => Some(format!("nixl-{}", nixl_op.as_str().to_lowercase())),
+                (_, Some(op)) => Some(format!("{}-{}", t.kind(), op.as_str())),
+                _ => None,
+            };
+            let out = self.check(t.as_mut(), label);
             let failed = out.checks.iter().filter(|c| !c.ok).count();
             failures += failed;
             if let Some(first) = out.checks.first() {
@@ -129,11 +154,8 @@ impl SelftestArgs {
     }
 
     /// Runs both parts on one transport and prints every check.
-    fn check(&self, t: &mut dyn ProbeTransport, op: Option<VerbsOp>) -> selftest::Outcome {
-        let name = match op {
-            Some(op) => format!("{}-{}", t.kind(), op.as_str()),
-            None => t.kind().to_string(),
-        };
+    fn check(&self, t: &mut dyn ProbeTransport, label: Option<String>) -> selftest::Outcome {
+        let name = label.unwrap_or_else(|| t.kind().to_string());
         let cfg = EngineConfig {
             timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)),
             memory: self.memory,

@@ -122,7 +122,7 @@ impl Cuda {
         let cap = bytes.max(1).div_ceil(ALIGN) * ALIGN;
         guarded("allocating GPU memory", || {
             let slice = self.stream.alloc_zeros::<u8>(cap).map_err(cuda_err(format!("allocating {cap} bytes")))?;
-            Ok(DevBuf { slice, stream: self.stream.clone(), len: bytes, dma_buf: self.dma_buf })
+            Ok(DevBuf { slice, stream: self.stream.clone(), len: bytes, dma_buf: self.dma_buf, ordinal: self.ordinal })
         })
     }
 
@@ -138,9 +138,14 @@ pub struct DevBuf {
     stream: Arc<CudaStream>,
     len: usize,
     dma_buf: bool,
+    ordinal: usize,
 }
 
 impl DevBuf {
+    /// The CUDA device the buffer is on.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
     pub fn len(&self) -> usize {
         self.len
     }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::fault::{FaultFile, FaultFileError};
+use super::transport::nixl::{self, Nixl, NixlConfig, NixlOp};
 use super::transport::sim::SimFabric;
 use super::transport::tcp::TcpLoopback;
 use super::transport::ucx::{NicChoice, Ucx};
@@ -26,6 +27,9 @@ pub enum TransportKind {
     Ucx,
     /// RDMA verbs: the NIC itself reads the source and writes the destination.
     Verbs,
+    /// NIXL with its UCX backend, as vLLM's NixlConnector moves KV blocks (the decode side
+    /// READs the prefill side's blocks), pinned to the pair's NIC unless told otherwise.
+    Nixl,
     /// The simulated fabric (stands in for absent GPUs and RDMA NICs).
     Sim,
 }
@@ -56,6 +60,12 @@ pub struct ProbeSettings {
     pub verbs_op: VerbsOp,
     /// verbs: this RDMA device instead of the pair's NIC.
     pub verbs_device: Option<String>,
+    /// nixl: the C API library (or a directory holding it); None searches ([`nixl::locate`]).
+    pub nixl_lib: Option<PathBuf>,
+    /// nixl: READ (as NixlConnector) or WRITE.
+    pub nixl_op: NixlOp,
+    /// nixl: bytes per descriptor (one KV block).
+    pub nixl_block: usize,
     pub memory: MemoryPref,
     /// A transfer taking longer is a `timeout`.
     pub timeout: Duration,
@@ -71,6 +81,9 @@ impl Default for ProbeSettings {
             ucx_tls: None,
             verbs_op: VerbsOp::default(),
             verbs_device: None,
+            nixl_lib: None,
+            nixl_op: NixlOp::default(),
+            nixl_block: nixl::DEFAULT_BLOCK,
             memory: MemoryPref::default(),
             timeout: Duration::from_secs(10),
         }
@@ -88,7 +101,7 @@ pub struct Resolved {
 impl Resolved {
     /// Probes of this transport can verify a GPU/NIC pair (the NIC moves the bytes).
     pub fn can_verify_pairs(&self) -> bool {
-        matches!(self.transport, TransportKind::Verbs | TransportKind::Ucx | TransportKind::Sim)
+        matches!(self.transport, TransportKind::Verbs | TransportKind::Ucx | TransportKind::Nixl | TransportKind::Sim)
     }
 
     /// What the agent says at start and puts in its topology record when its probes cannot
@@ -108,8 +121,9 @@ impl Resolved {
 }
 
 impl ProbeSettings {
-    /// Decides `auto`: verbs if it opens (RDMA devices and libibverbs), else UCX restricted to
-    /// NIC transports if it opens, else tcp. Explicit choices stand as given.
+    /// Decides `auto`: where the node has RDMA devices, NIXL if the node has it (the workload's
+    /// own stack), else verbs; without RDMA devices, UCX restricted to NIC transports if it
+    /// opens, else tcp. Explicit choices stand as given.
     pub fn resolve(&self) -> Resolved {
         if self.simulated() {
             return Resolved { transport: TransportKind::Sim, why: "the simulated fabric".into() };
@@ -118,7 +132,22 @@ impl ProbeSettings {
             return Resolved { transport: self.transport, why: "chosen with --transport".into() };
         }
         let verbs = match Verbs::open(self.verbs_op, self.verbs_device.clone()) {
-            Ok(_) => return Resolved { transport: TransportKind::Verbs, why: "the node has RDMA devices".into() },
+            Ok(_) => {
+                let env = |k: &str| std::env::var(k).ok();
+                return match nixl::locate::locate(self.nixl_lib.as_deref(), &env) {
+                    Ok(lib) => Resolved {
+                        transport: TransportKind::Nixl,
+                        why: format!(
+                            "the node has RDMA devices and NIXL ({}), the workload's own stack",
+                            lib.display()
+                        ),
+                    },
+                    Err(e) => Resolved {
+                        transport: TransportKind::Verbs,
+                        why: format!("the node has RDMA devices; nixl: {e}"),
+                    },
+                };
+            }
             Err(e) => e.to_string(),
         };
         let nic_tls = ProbeSettings { ucx_tls: Some(self.ucx_tls_default()), ..self.clone() };
@@ -183,6 +212,29 @@ impl ProbeSettings {
         tls
     }
 
+    /// How UCX (ours, or NIXL's) picks the NIC for probes of `nic`.
+    fn ucx_choice(&self, nic: &str) -> NicChoice {
+        match self.ucx_device.as_deref() {
+            Some("auto") => NicChoice::Auto,
+            Some(d) => NicChoice::Pin(d.to_owned()),
+            None => NicChoice::Pin(format!("{nic}:1")),
+        }
+    }
+
+    /// NIXL for probes of `nic`: its UCX pinned and restricted as the ucx transport's is.
+    pub fn nixl_config(&self, nic: &str) -> NixlConfig {
+        NixlConfig {
+            lib: self.nixl_lib.clone(),
+            op: self.nixl_op,
+            block: self.nixl_block,
+            net_devices: match self.ucx_choice(nic) {
+                NicChoice::Auto => None,
+                NicChoice::Pin(d) => Some(d),
+            },
+            tls: Some(self.ucx_tls()),
+        }
+    }
+
     /// The transport for probes of `nic`.
     pub fn open(&self, nic: &str) -> Result<Box<dyn ProbeTransport>, TransportError> {
         if self.simulated() {
@@ -192,14 +244,8 @@ impl ProbeSettings {
             // Decided here when the caller did not resolve it first.
             TransportKind::Auto => return self.resolved().0.open(nic),
             TransportKind::Tcp => Box::new(TcpLoopback::new()?),
-            TransportKind::Ucx => {
-                let choice = match self.ucx_device.as_deref() {
-                    Some("auto") => NicChoice::Auto,
-                    Some(d) => NicChoice::Pin(d.to_owned()),
-                    None => NicChoice::Pin(format!("{nic}:1")),
-                };
-                Box::new(Ucx::open(choice, Some(&self.ucx_tls()))?)
-            }
+            TransportKind::Ucx => Box::new(Ucx::open(self.ucx_choice(nic), Some(&self.ucx_tls()))?),
+            TransportKind::Nixl => Box::new(Nixl::open(&self.nixl_config(nic))?),
             TransportKind::Verbs => Box::new(Verbs::open(self.verbs_op, self.verbs_device.clone())?),
             TransportKind::Sim => Box::new(SimFabric),
         })

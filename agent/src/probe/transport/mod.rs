@@ -1,6 +1,7 @@
 //! Data paths a probe can take. Each moves the sender's bytes into the receiver's buffer and
 //! says what it *reported*; whether the bytes are right is decided elsewhere, by the receiver.
 
+pub mod nixl;
 pub mod sim;
 pub mod tcp;
 pub mod ucx;
