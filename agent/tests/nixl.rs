@@ -2,27 +2,12 @@
 //! scripts/setup.sh): two NIXL agents with NIXL's own UCX backend, pinned to `lo` over tcp.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use railguard_agent::topology::fixture;
+mod support;
 
-/// The site-packages holding the wheel (RAILGUARD_NIXL_LIB, else setup.sh's virtualenv).
-fn nixl_lib() -> PathBuf {
-    if let Some(p) = std::env::var_os("RAILGUARD_NIXL_LIB") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
-    let lib = cache.join("railguard/nixl/lib");
-    let py = std::fs::read_dir(&lib)
-        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/setup.sh (it installs nixl-cu12)", lib.display()))
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().starts_with("python3"))
-        .expect("no python3.* in the NIXL virtualenv: run scripts/setup.sh");
-    py.path().join("site-packages")
-}
+use railguard_agent::topology::fixture;
+use support::nixl_site_packages as nixl_lib;
 
 fn agent(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))

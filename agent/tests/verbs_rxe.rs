@@ -63,6 +63,22 @@ fn verbs_transport_on_soft_roce() {
     .unwrap();
     std::fs::write(dir.path().join("gpu3.json"), r#"{"faults": [{"gpu": 3, "kind": "error"}]}"#).unwrap();
     support::build_fake_cuda(dir.path());
+    // NIXL's wheel bundles its own libibverbs with the mlx5 provider only (what production NICs
+    // use); Soft-RoCE's provider comes from the distribution. Test glue, not something a node
+    // needs: a `libibverbs.so.1` link to the wheel's copy beside Debian's rxe provider, so the
+    // provider registers with the libibverbs NIXL's UCX uses.
+    let site = support::nixl_site_packages();
+    let ibv = dir.path().join("ibv");
+    std::fs::create_dir(&ibv).unwrap();
+    let wheel_ibv = std::fs::read_dir(site.join("nixl_cu12.libs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("libibverbs-"))
+        .expect("the wheel ships libibverbs");
+    std::os::unix::fs::symlink(wheel_ibv, ibv.join("libibverbs.so.1")).unwrap();
+    std::fs::copy("/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so", ibv.join("librxe-rdmav34.so")).unwrap();
+    let nixl = format!("LD_LIBRARY_PATH={} {}", ibv.display(), env!("CARGO_BIN_EXE_railguard-agent"));
     let agent = env!("CARGO_BIN_EXE_railguard-agent");
     let d = dir.path().display();
     let script = format!(
@@ -75,9 +91,13 @@ echo "=== selftest-gpu"; LD_LIBRARY_PATH={d} {agent} selftest --transport verbs 
 echo "=== probe-gpu"; LD_LIBRARY_PATH={d} RAILGUARD_FAKE_CUDA_BDF=0000:03:00.0 RAILGUARD_FAKE_CUDA_DMABUF=1 {agent} probe --transport verbs --verbs-device rxe0 --memory gpu --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --json; echo "exit=$?"
 echo "=== preflight"; {agent} preflight --transport verbs --verbs-device rxe0 --sysfs-root {sys} --faults {d}/gpu3.json; echo "exit=$?"
 echo "=== ucx-rxe"; {agent} probe --transport ucx --ucx-device rxe0:1 --memory host --sysfs-root {sys} --gpu 0 --nic auto --bytes 1M --timeout-ms 3000 --json; echo "exit=$?"
+echo "=== nixl-selftest"; {nixl} selftest --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --timeout-ms 20000 --json; echo "exit=$?"
+echo "=== nixl-read"; {nixl} probe --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic all --bytes 4M --nixl-block 1M --timeout-ms 20000 --json; echo "exit=$?"
+echo "=== nixl-write"; {nixl} probe --nixl-lib {site} --transport nixl --nixl-op write --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9 --sysfs-root {sys} --gpu 0 --nic auto --json; echo "exit=$?"
 "#,
-        sys = sys.display()
+        sys = sys.display(),
+        site = site.display()
     );
     let s = in_vm(dir.path(), &script);
 
@@ -90,6 +110,31 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
     assert_eq!(ur.len(), 1, "{ur:?}");
     assert_eq!((&ur[0]["transport"], &ur[0]["path"]), (&"ucx".into(), &"nic_dma".into()), "{ur:?}");
     assert!(ur[0]["lanes"].as_array().unwrap().iter().any(|l| l == "rc_verbs/rxe0:1"), "{ur:?}");
+
+    // NIXL (the PyPI wheel, its own UCX 1.23) over real RDMA: the decode side's READ of the
+    // prefill side's blocks goes over rxe0's RC queue pair, and UCX's own protocol table says
+    // the NIC read the source by DMA.
+    let nr = section(&s, "nixl-read");
+    let results = json_lines(nr);
+    assert_eq!(results.len(), 8, "GPU0 against every NIC, each through rxe0: {nr}");
+    for r in &results {
+        assert_eq!((r["transport"].as_str(), r["verdict"].as_str()), (Some("nixl"), Some("ok")), "{r}");
+        assert_eq!((&r["path"], &r["lanes"]), (&"nic_dma".into(), &serde_json::json!(["rc_verbs/rxe0:1"])), "{r}");
+        let detail = r["reported_detail"].as_str().unwrap();
+        assert!(detail.starts_with("NIXL READ of 4 block(s) of 1048576 bytes; UCX copy-out over rc_verbs/rxe0:1: the NIC read the source by DMA"), "{detail}");
+    }
+    assert!(nr.contains("exit=0"), "{nr}");
+    let nw = json_lines(section(&s, "nixl-write"));
+    assert_eq!((nw[0]["verdict"].as_str(), nw[0]["path"].as_str()), (Some("ok"), Some("nic_dma")), "{nw:?}");
+    assert!(nw[0]["reported_detail"].as_str().unwrap().contains("the NIC wrote the destination by DMA"), "{nw:?}");
+    // The self-test over real RDMA: every fault kind told apart, and the invalidated remote agent
+    // refused by NIXL, on both operations.
+    let ns = section(&s, "nixl-selftest");
+    let checks = json_lines(ns);
+    assert!(ns.contains("exit=0"), "{ns}");
+    assert_eq!(checks.len(), 18, "{ns}");
+    assert!(checks.iter().all(|c| c["ok"] == true), "{ns}");
+    assert_eq!(checks.iter().filter(|c| c["check"] == "remote_invalidated").count(), 2, "{ns}");
 
     // Every fault kind, injected into real RDMA WRITE and READ transfers, classified correctly.
     let st = section(&s, "selftest");

@@ -439,7 +439,10 @@ impl Nixl {
                 ))
             },
         )
-        .map_err(unavailable)?;
+        .map_err(|e| {
+            let said = log.as_ref().map(complaints).unwrap_or_default();
+            unavailable(if said.is_empty() { e } else { format!("{e}; UCX said: {}", said.join(" | ")) })
+        })?;
         Ok(Nixl {
             api,
             decode,
@@ -540,7 +543,7 @@ impl Nixl {
         let (initiator, target) = self.roles();
         // Forget the target's registrations: the next probe loads fresh ones.
         initiator.forget(target);
-        self.carried(nic, report, sides.len)
+        self.carried(nic, report, sides.len, sides.mem == capi::MEM_VRAM)
     }
 
     fn transfer_inner(&self, sides: &Sides, deadline: Instant, sabotage: Sabotage) -> TransferReport {
@@ -625,16 +628,17 @@ impl Nixl {
     }
 
     /// `report` with the lanes and path UCX says it used for the operation on `nic`'s pair.
-    fn carried(&mut self, nic: &str, mut report: TransferReport, len: usize) -> TransferReport {
+    fn carried(&mut self, nic: &str, mut report: TransferReport, len: usize, vram: bool) -> TransferReport {
         let errors = self.read_log();
-        if let Some(last) = errors.last() {
+        // UCX's complaints matter when the transfer failed; on success they are about something
+        // else (a missing /dev/shm, say), and would mislead.
+        if report.reported != Reported::Success
+            && let Some(last) = errors.last()
+        {
             report = report.noted(&format!("UCX: {last}"));
         }
         let size = self.block.min(len) as u64;
-        let table = self.tables.iter().rev().find(|t| match self.op {
-            NixlOp::Read => t.is_read(),
-            NixlOp::Write => t.is_write(),
-        });
+        let table = pick_table(&self.tables, self.op);
         let nic = self.net_devices.as_deref().map_or(nic, |d| d.split([':', ',']).next().unwrap_or(d));
         let Some(row) = table.and_then(|t| t.row_for(size)) else {
             report.path = Some(DataPath::HostCopy);
@@ -643,22 +647,70 @@ impl Nixl {
                 None => format!("not proven on {nic}: UCX reported no protocol for this operation"),
             });
         };
-        let lanes: Vec<Lane> = row
-            .lanes
-            .iter()
-            .filter_map(|l| l.split_once('/'))
-            .map(|(t, d)| Lane { transport: t.to_owned(), device: d.to_owned(), roles: vec!["rma".into()] })
-            .collect();
-        let zero_copy = row.protocol.contains("zero-copy");
-        report.path = Some(if zero_copy { classify(&lanes, nic) } else { DataPath::HostCopy });
+        let (path, how) = judge(row, nic);
+        report.path = Some(path);
         report.lanes = row.lanes.clone();
-        let how = format!("UCX {} over {}", row.protocol, row.lanes.join(", "));
-        if report.path == Some(DataPath::HostCopy) {
-            report.noted(&format!("{how}: not NIC DMA on {nic}"))
-        } else {
-            report.noted(&how)
-        }
+        // A copy on one side puts GPU memory through a host bounce buffer there.
+        report.staged = vram && path == DataPath::NicDma && !row.protocol.contains("zero-copy");
+        report.noted(&how)
     }
+}
+
+/// The table of the operation NIXL issues: its UCX backend sends with
+/// `UCP_OP_ATTR_FLAG_MULTI_SEND`, which UCX prints as `ucp_get*(multi)` / `ucp_put*(multi)`;
+/// the plain table serves where UCX printed no multi one.
+fn pick_table(tables: &[proto_info::Table], op: NixlOp) -> Option<&proto_info::Table> {
+    let of_op = |t: &&proto_info::Table| match op {
+        NixlOp::Read => t.is_read(),
+        NixlOp::Write => t.is_write(),
+    };
+    let multi = tables.iter().rev().filter(of_op).find(|t| t.operation.contains("(multi)"));
+    multi.or_else(|| tables.iter().rev().filter(of_op).find(|t| !t.operation.contains('(')))
+}
+
+/// What carried a message the row serves, on `nic`'s pair, and how to say it. The NIC moved
+/// the bytes by DMA on at least one side only for an IB/RoCE lane on that NIC with a protocol
+/// that hands it memory: zero-copy (both sides), copy-out (a get: the NIC read the source; the
+/// CPU copied into the destination), copy-in and short (a put: the CPU copied the source; the
+/// NIC wrote the destination). Software emulation, tcp, shared memory, CMA, another NIC: not.
+fn judge(row: &proto_info::Row, nic: &str) -> (DataPath, String) {
+    let lanes: Vec<Lane> = row
+        .lanes
+        .iter()
+        .filter_map(|l| l.split_once('/'))
+        .map(|(t, d)| Lane { transport: t.to_owned(), device: d.to_owned(), roles: vec!["rma".into()] })
+        .collect();
+    let p = row.protocol.as_str();
+    let sides = if p.contains("zero-copy") {
+        Some("the NIC read the source and wrote the destination by DMA")
+    } else if p.contains("copy-out") {
+        Some("the NIC read the source by DMA, the CPU copied it into the destination")
+    } else if p.contains("copy-in") || p == "short" {
+        Some("the CPU copied the source, the NIC wrote the destination by DMA")
+    } else {
+        None
+    };
+    let how = format!("UCX {p} over {}", row.lanes.join(", "));
+    match sides.map(|s| (classify(&lanes, nic), s)) {
+        Some((DataPath::NicDma, s)) => (DataPath::NicDma, format!("{how}: {s}")),
+        _ => (DataPath::HostCopy, format!("{how}: not NIC DMA on {nic}")),
+    }
+}
+
+/// UCX's last warnings and errors in its log since `log.offset`, without the log's prefix
+/// (`network device 'rxe0:1' is not available, ...`).
+fn complaints(log: &Log) -> Vec<String> {
+    let Ok(mut f) = std::fs::File::open(&log.path) else { return Vec::new() };
+    let mut text = String::new();
+    if f.seek(SeekFrom::Start(log.offset)).is_err() || (&mut f).take(1 << 20).read_to_string(&mut text).is_err() {
+        return Vec::new();
+    }
+    let said: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split_once("UCX  ERROR ").or_else(|| l.split_once("UCX  WARN ")))
+        .map(|(_, what)| what.trim().to_owned())
+        .collect();
+    said[said.len().saturating_sub(3)..].to_vec()
 }
 
 /// `(offset, length)` of each `block`-sized descriptor covering `len` bytes.
@@ -750,6 +802,45 @@ mod tests {
         assert!(blocks(0, 4096).is_empty());
         assert_eq!(capi::status_name(-2), "NIXL_CAPI_ERROR_BACKEND");
         assert_eq!(capi::status_name(-99), "NIXL status -99");
+    }
+
+    #[test]
+    fn the_nic_moved_the_bytes_only_on_its_own_lanes_with_memory_handed_to_it() {
+        let row = |protocol: &str, lane: &str| proto_info::Row {
+            min: 0,
+            max: u64::MAX,
+            protocol: protocol.into(),
+            lanes: vec![lane.into()],
+        };
+        // As NIXL's UCX did over Soft-RoCE in the project's VM: gets by copy-out, puts by copy-in.
+        let (p, how) = judge(&row("copy-out", "rc_verbs/rxe0:1"), "rxe0");
+        assert_eq!(p, DataPath::NicDma);
+        assert!(how.ends_with("the NIC read the source by DMA, the CPU copied it into the destination"), "{how}");
+        assert_eq!(judge(&row("copy-in", "rc_verbs/rxe0:1"), "rxe0").0, DataPath::NicDma);
+        assert_eq!(judge(&row("zero-copy", "rc_mlx5/mlx5_0:1"), "mlx5_0").0, DataPath::NicDma);
+        assert_eq!(judge(&row("zero-copy", "rc_mlx5/mlx5_0:1"), "mlx5_1").0, DataPath::HostCopy, "another NIC");
+        assert_eq!(judge(&row("software emulation", "rc_verbs/rxe0:1"), "rxe0").0, DataPath::HostCopy);
+        assert_eq!(judge(&row("zero-copy", "tcp/lo"), "lo").0, DataPath::HostCopy, "sockets are not NIC DMA");
+        assert_eq!(judge(&row("zero-copy", "cma/memory"), "lo").0, DataPath::HostCopy);
+    }
+
+    #[test]
+    fn nixls_multi_send_table_is_the_one_read() {
+        let t = |op: &str, protocol: &str| proto_info::Table {
+            worker: "d".into(),
+            scope: "intra-node".into(),
+            cfg: 1,
+            operation: op.into(),
+            rows: vec![proto_info::Row { min: 0, max: u64::MAX, protocol: protocol.into(), lanes: vec![] }],
+        };
+        let tables = [
+            t("remote memory write by ucp_put*(multi) from host memory to host", "copy-in"),
+            t("remote memory write by ucp_put* from host memory to host", "zero-copy"),
+            t("remote memory write by ucp_put*(fast-completion) from host memory to host", "short"),
+        ];
+        assert_eq!(pick_table(&tables, NixlOp::Write).unwrap().rows[0].protocol, "copy-in");
+        assert_eq!(pick_table(&tables[1..], NixlOp::Write).unwrap().rows[0].protocol, "zero-copy");
+        assert!(pick_table(&tables, NixlOp::Read).is_none());
     }
 
     #[test]
