@@ -25,7 +25,8 @@ fn nixl_lib() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
     let lib = cache.join("railguard/nixl/lib");
-    let py = std::fs::read_dir(&lib).unwrap().flatten().find(|e| e.file_name().to_string_lossy().starts_with("python3"));
+    let py =
+        std::fs::read_dir(&lib).unwrap().flatten().find(|e| e.file_name().to_string_lossy().starts_with("python3"));
     py.expect("run scripts/setup.sh").path().join("site-packages")
 }
 

@@ -25,6 +25,16 @@ fn agent(args: &[&str]) -> (i32, String, String) {
     (code, String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
 }
 
+/// A child killed when the test ends, whether it passes or panics.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn results(stdout: &str) -> Vec<serde_json::Value> {
     stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
@@ -180,7 +190,8 @@ fn without_nixl_the_transport_says_why() {
 }
 
 /// A real process that maps the wheel's NIXL and its renamed UCX (`libucp-<hash>.so`), with its
-/// own UCX_NET_DEVICES pin and GPU: the agent probes, over NIXL, the pair that process uses, and
+/// own UCX_NET_DEVICES pin and GPU (GPU6: each test that runs a workload uses its own GPU, as
+/// tests run in parallel): the agent probes, over NIXL, the pair that process uses, and
 /// a new pin moves it.
 #[test]
 fn the_nixl_probe_follows_a_running_nixl_workloads_pin() {
@@ -204,11 +215,12 @@ fn the_nixl_probe_follows_a_running_nixl_workloads_pin() {
                 ucp.to_str().unwrap(),
             ])
             .env("UCX_NET_DEVICES", pin)
-            .env("CUDA_VISIBLE_DEVICES", "3")
+            .env("CUDA_VISIBLE_DEVICES", "6")
             .spawn()
+            .map(Killed)
             .unwrap()
     };
-    let probe_gpu3 = || {
+    let probe_gpu6 = || {
         let mut last = String::new();
         for _ in 0..50 {
             let (_, out, err) = agent(&[
@@ -222,7 +234,7 @@ fn the_nixl_probe_follows_a_running_nixl_workloads_pin() {
                 "--memory",
                 "host",
                 "--gpu",
-                "3",
+                "6",
                 "--nic",
                 "auto",
                 "--bytes",
@@ -242,14 +254,83 @@ fn the_nixl_probe_follows_a_running_nixl_workloads_pin() {
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        panic!("GPU3's NIXL workload pin was never seen: {last}");
+        panic!("GPU6's NIXL workload pin was never seen: {last}");
     };
-    let mut first = workload("mlx5_1:1");
-    assert_eq!(probe_gpu3(), "mlx5_1", "not the auto-selected PIX NIC mlx5_3");
-    let _ = first.kill();
-    let _ = first.wait();
-    let mut second = workload("mlx5_2:1");
-    assert_eq!(probe_gpu3(), "mlx5_2", "the pin moved, so did the pair");
-    let _ = second.kill();
-    let _ = second.wait();
+    let first = workload("mlx5_1:1");
+    assert_eq!(probe_gpu6(), "mlx5_1", "not the auto-selected PIX NIC mlx5_6");
+    drop(first);
+    let _second = workload("mlx5_2:1");
+    assert_eq!(probe_gpu6(), "mlx5_2", "the pin moved, so did the pair");
+}
+
+/// A real NIXL process from the wheel (tests/nixl/workload.py: good READs, then one whose remote
+/// agent was invalidated) with NIXL's telemetry on: the agent reads its ring and reports the
+/// failed transfer by NIXL status, on the process's GPU and the NIC its pin selects; a second
+/// reading reports nothing new (railguard consumes the ring as NIXL's readers do).
+#[test]
+fn nixl_telemetry_errors_of_a_real_process_become_attributed_signals() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let tel = dir.path().join("telemetry");
+    std::fs::create_dir(&tel).unwrap();
+    let capi = nixl_lib().join(".nixl_cu12.mesonpy.libs/libnixl_capi.so");
+    let mut wl = Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/nixl/workload.py"))
+        .arg(&capi)
+        .arg("60")
+        .env("NIXL_TELEMETRY_ENABLE", "y")
+        .env("NIXL_TELEMETRY_DIR", &tel)
+        .env("UCX_NET_DEVICES", "mlx5_7:1")
+        .env("CUDA_VISIBLE_DEVICES", "5")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map(Killed)
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(wl.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ready (failed READ: NIXL status -6)"), "the workload's own failure: {line}");
+    // NIXL flushes its telemetry every 100 ms.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let watch = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+            .args([
+                "watch",
+                "--json",
+                "--no-ebpf",
+                "--kmsg",
+                "/dev/null",
+                "--counter-interval-secs",
+                "1",
+                "--seconds",
+                "2",
+            ])
+            .args(["--discover-workloads", "--proc-root", "/proc", "--sysfs-root"])
+            .arg(dir.path().join("node/sys"))
+            .output()
+            .unwrap();
+        results(&String::from_utf8_lossy(&out.stdout))
+            .into_iter()
+            .filter(|v| v["source"] == "nixl_telemetry")
+            .collect::<Vec<_>>()
+    };
+    let first = watch();
+    let second = watch();
+    drop(wl);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let s = &first[0];
+    assert_eq!(
+        (s["kind"].as_str(), s["gpu"].as_u64(), s["nic"].as_str()),
+        (Some("transfer_status_error"), Some(5), Some("mlx5_7")),
+        "{s}"
+    );
+    assert_eq!(s["attrs"]["status"], "NIXL_ERR_NOT_FOUND", "{s}");
+    assert_eq!(
+        (s["attrs"]["nixl_agent"].as_str(), s["attrs"]["count"].as_str()),
+        (Some("wl-decode"), Some("1")),
+        "{s}"
+    );
+    assert!(s["detail"].as_str().unwrap().contains("reported 1 transfer error(s): NIXL_ERR_NOT_FOUND"), "{s}");
+    assert!(second.is_empty(), "the ring was consumed: nothing is reported twice: {second:?}");
 }

@@ -14,6 +14,8 @@ wire_enum! {
         NicCounter = NicCounter => "nic_counter",
         Nvml = Nvml => "nvml",
         Agent = Agent => "agent",
+        /// NIXL's own telemetry rings (a NIXL process's transfer errors by status).
+        NixlTelemetry = NixlTelemetry => "nixl_telemetry",
     }
 }
 

@@ -132,7 +132,8 @@ pub fn follow(
             }
         }
     };
-    let (sys, _) = topology.source_roots();
+    let (sys, proc_) = topology.source_roots();
+    let mut nixl = crate::signals::nixl_telemetry::TelemetryReader::default();
     let every = cfg.counter_interval.max(Duration::from_secs(1));
     let mut next_poll = Instant::now();
     while !stop.is_stopped() {
@@ -176,6 +177,12 @@ pub fn follow(
             }
             if let Some(p) = probes.as_mut() {
                 p.scan_processes();
+            }
+            // NIXL processes' own telemetry: their transfer errors, by NIXL status.
+            let node = topology.current();
+            let attribute = crate::signals::nixl_telemetry::attribute_by_topology(&node.topology, &node.policy);
+            for ev in nixl.poll(&proc_, &attribute) {
+                emit(ev);
             }
             next_poll = Instant::now() + every;
         }

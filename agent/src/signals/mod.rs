@@ -6,6 +6,7 @@ pub mod counters;
 pub mod ebpf;
 pub mod follow;
 pub mod kmsg;
+pub mod nixl_telemetry;
 pub mod nvml;
 
 use chrono::{DateTime, Utc};

@@ -472,7 +472,15 @@ impl Nixl {
     }
 
     /// Posts one request over `blocks` and waits for it until `deadline`.
-    fn run(&self, sides: &Sides, blocks: &[(usize, usize)], deadline: Instant) -> Result<Ended, String> {
+    /// `before_post` runs between creating the request and posting it (the self-test's
+    /// sabotage); it says what it did.
+    fn run(
+        &self,
+        sides: &Sides,
+        blocks: &[(usize, usize)],
+        deadline: Instant,
+        before_post: Option<&dyn Fn() -> Result<(), String>>,
+    ) -> Result<Ended, String> {
         let (initiator, target) = self.roles();
         let (local, remote) = match self.op {
             NixlOp::Read => (sides.dst, sides.src),
@@ -504,8 +512,21 @@ impl Nixl {
                 capi::status_name(s)
             )));
         }
+        let release = || {
+            // SAFETY: req is live; released (aborted if still in flight) then destroyed, once.
+            unsafe {
+                if (self.api.nixl_capi_release_xfer_req)(initiator.h, req) == capi::SUCCESS {
+                    (self.api.nixl_capi_destroy_xfer_req)(req);
+                }
+            }
+        };
+        if let Some(Err(e)) = before_post.map(|f| f()) {
+            release();
+            return Err(e);
+        }
         // SAFETY: req is live.
         let mut s = unsafe { (self.api.nixl_capi_post_xfer_req)(initiator.h, req, std::ptr::null_mut()) };
+        let posted = s;
         let mut spins = 0u32;
         while s == capi::IN_PROG && Instant::now() < deadline {
             spins += 1;
@@ -525,14 +546,12 @@ impl Nixl {
                 initiator.forget(target);
                 Ended::TimedOut
             }
+            s if s == posted => {
+                Ended::Failed(format!("posting the {} request: {} ({s})", self.op.as_str(), capi::status_name(s)))
+            }
             s => Ended::Failed(format!("NIXL {} ended with {} ({s})", self.op.as_str(), capi::status_name(s))),
         };
-        // SAFETY: req is live; released (aborted if still in flight) then destroyed, once.
-        unsafe {
-            if (self.api.nixl_capi_release_xfer_req)(initiator.h, req) == capi::SUCCESS {
-                (self.api.nixl_capi_destroy_xfer_req)(req);
-            }
-        }
+        release();
         Ok(ended)
     }
 
@@ -562,21 +581,20 @@ impl Nixl {
         let blocks = blocks(sides.len, self.block);
         let what = format!("NIXL {} of {} block(s) of {} bytes", self.op.as_str(), blocks.len(), self.block);
         let outcome = match sabotage {
-            Sabotage::None => self.run(sides, &blocks, deadline),
+            Sabotage::None => self.run(sides, &blocks, deadline, None),
             // The remote agent goes away halfway: the first half moves, then the initiator's
             // view of the target is invalidated, and NIXL must refuse the rest.
             Sabotage::Truncate => {
                 let half = blocks.len().div_ceil(2).min(blocks.len().saturating_sub(1)).max(1);
-                match self.run(sides, &blocks[..half], deadline) {
+                match self.run(sides, &blocks[..half], deadline, None) {
                     Ok(Ended::Done) if half < blocks.len() => {
-                        let s = initiator.forget(target);
-                        if s != capi::SUCCESS {
-                            return TransferReport::error(format!(
-                                "invalidating the remote agent: {}",
-                                capi::status_name(s)
-                            ));
-                        }
-                        self.run(sides, &blocks[half..], deadline).map(|e| match e {
+                        // The request for the rest is made while the target is known, then the
+                        // target goes away before it is posted.
+                        let invalidate = || match initiator.forget(target) {
+                            capi::SUCCESS => Ok(()),
+                            s => Err(format!("invalidating the remote agent: {}", capi::status_name(s))),
+                        };
+                        self.run(sides, &blocks[half..], deadline, Some(&invalidate)).map(|e| match e {
                             Ended::Failed(why) => Ended::Failed(format!(
                                 "{half} of {} block(s) moved, then the remote agent's metadata was invalidated: {why}",
                                 blocks.len()
