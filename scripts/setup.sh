@@ -37,6 +37,10 @@ have busybox || need+=(busybox-static)
 have cpio || need+=(cpio)
 have depmod || need+=(kmod)
 have rdma || need+=(iproute2)
+# The chaos suite (e2e/src/bin/chaos.rs) skews an agent's clock with libfaketime and cuts its
+# link with a network namespace (iproute2's `ip`).
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(faketime)
+have ip || need+=(iproute2)
 # The dashboard tests drive Debian's chromium, headless.
 have chromium || need+=(chromium)
 have chromedriver || need+=(chromium-driver)

@@ -225,7 +225,9 @@ impl Shipper {
         Ok(Shipper { cfg, spool, client, stats: Arc::default() })
     }
 
-    /// Registers, then ships until `shutdown` fires. Returns early only on a spool error.
+    /// Registers, then ships until `shutdown` fires. A failing spool (a full or broken disk) is
+    /// retried with backoff, not a reason to stop; returns early only when a refused record
+    /// cannot be set aside.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ShipperError> {
         tokio::pin!(shutdown);
         let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
@@ -238,8 +240,20 @@ impl Shipper {
         let mut batch_limit = self.cfg.batch_records;
         loop {
             let (limit, bytes) = (batch_limit, self.cfg.batch_bytes);
-            let (mut batch, dropped_total) =
-                self.spool.with_async(move |s| s.peek(limit, bytes).map(|b| (b, s.dropped_total()))).await?;
+            let peeked = self.spool.with_async(move |s| s.peek(limit, bytes).map(|b| (b, s.dropped_total()))).await;
+            let (mut batch, dropped_total) = match peeked {
+                Ok(p) => p,
+                Err(e) => {
+                    // The spool's disk failing is not a reason to stop shipping what it holds.
+                    let wait = backoff.next();
+                    tracing::error!(error = %e, retry_in_ms = wait.as_millis() as u64, "reading the spool failed; will retry");
+                    tokio::select! {
+                        _ = &mut shutdown => return Ok(()),
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                    continue;
+                }
+            };
             if batch.records.is_empty() && dropped_total <= reported_drops {
                 tokio::select! {
                     _ = &mut shutdown => return Ok(()),
@@ -260,7 +274,17 @@ impl Shipper {
             };
             match result {
                 Ok(ack) => {
-                    self.ack(batch.end).await?;
+                    if let Err(e) = self.ack(batch.end).await {
+                        // Stored by the collector, not yet marked here: sent again after the
+                        // wait, and kept once by the collector (records are idempotent).
+                        let wait = backoff.next();
+                        tracing::error!(error = %e, retry_in_ms = wait.as_millis() as u64, "acknowledging a stored batch in the spool failed; it will be sent again");
+                        tokio::select! {
+                            _ = &mut shutdown => return Ok(()),
+                            _ = tokio::time::sleep(wait) => {}
+                        }
+                        continue;
+                    }
                     reported_drops = dropped_total;
                     backoff.reset();
                     batch_limit = (batch_limit * 2).min(self.cfg.batch_records);

@@ -75,7 +75,9 @@ impl Drop for TestPg {
 /// Path of a workspace binary next to the test executable (`cargo test --workspace` builds them).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap();
+    // target/debug/deps/<test> for a test, target/debug/<bin> for a binary (the chaos suite).
+    let deps = exe.parent().unwrap();
+    let dir = if deps.join(name).exists() { deps } else { deps.parent().unwrap() };
     let path = dir.join(name);
     assert!(path.exists(), "{} is missing: build the workspace first (`cargo build --workspace`)", path.display());
     path

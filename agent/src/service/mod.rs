@@ -149,5 +149,9 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
             tracing::error!(panic = %crate::panic_message(panic.as_ref()), "an agent loop panicked");
         }
     }
+    // What this run made: every record is in one of the collector, the spool (unacknowledged),
+    // rejected.jsonl (refused by the collector) or this drop count.
+    let (appended, dropped) = spool.with(|s| s.produced_this_run());
+    tracing::info!(produced = appended + dropped, appended, dropped, "spool totals for this run");
     Ok(shipped?)
 }

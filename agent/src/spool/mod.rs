@@ -17,6 +17,8 @@
 //! When the unacknowledged bytes would exceed [`SpoolConfig::max_bytes`], new records are
 //! refused and counted: the count travels with every batch, so drops are never silent.
 
+#![allow(unsafe_code)] // renameat2(RENAME_EXCHANGE) for the cursor (write_cursor)
+
 mod handle;
 mod segment;
 
@@ -122,6 +124,10 @@ pub struct Spool {
     head_file: File,
     /// Bytes from the cursor to the head.
     unacked_bytes: u64,
+    appended_this_run: u64,
+    dropped_this_run: u64,
+    /// The cursor (with its drop count) could not be saved; retried at the next append or ack.
+    cursor_unsaved: bool,
 }
 
 impl Spool {
@@ -174,6 +180,9 @@ impl Spool {
             head: Position { segment: head_seq, offset: valid_len },
             head_file,
             unacked_bytes,
+            appended_this_run: 0,
+            dropped_this_run: 0,
+            cursor_unsaved: false,
         };
         spool.remove_acked_segments()?;
         Ok(spool)
@@ -184,7 +193,10 @@ impl Spool {
     pub fn append(&mut self, records: &[wire::Record]) -> Result<AppendOutcome, SpoolError> {
         let mut out = AppendOutcome::default();
         let mut buf = Vec::new();
-        for r in records {
+        // Records encoded into `buf` and not yet written.
+        let mut in_buf = 0u64;
+        let mut failure: Option<SpoolError> = None;
+        for (i, r) in records.iter().enumerate() {
             let len = r.encoded_len();
             let frame_len = (FRAME_HEADER + len) as u64;
             if frame_len > self.cfg.max_bytes {
@@ -197,29 +209,73 @@ impl Spool {
             if self.head.offset + buf.len() as u64 + frame_len > self.cfg.segment_bytes
                 && self.head.offset + (buf.len() as u64) > 0
             {
-                self.write_head(&buf)?;
+                if let Err(e) = self.write_head(&buf).and_then(|()| self.rotate()) {
+                    // What was not written, and every record after it, is lost and counted.
+                    out.dropped += in_buf + (records.len() - i) as u64;
+                    in_buf = 0;
+                    buf.clear();
+                    failure = Some(e);
+                    break;
+                }
+                out.appended += in_buf;
+                in_buf = 0;
                 buf.clear();
-                self.rotate()?;
             }
             segment::encode_frame(r, &mut buf);
-            out.appended += 1;
+            in_buf += 1;
         }
-        if !buf.is_empty() {
-            self.write_head(&buf)?;
+        if failure.is_none() && !buf.is_empty() {
+            let start = self.head.offset;
+            let written = self.write_head(&buf).and_then(|()| {
+                let path = self.head_path();
+                self.head_file.sync_data().map_err(io_err(&path))
+            });
+            match written {
+                Ok(()) => out.appended += in_buf,
+                Err(e) => {
+                    // Written but not durable: taken back, so it is neither shipped nor counted twice.
+                    if self.head.offset > start {
+                        let _ = self.head_file.set_len(start);
+                        self.unacked_bytes = self.unacked_bytes.saturating_sub(self.head.offset - start);
+                        self.head.offset = start;
+                    }
+                    out.dropped += in_buf;
+                    failure = Some(e);
+                }
+            }
         }
-        let path = self.head_path();
-        self.head_file.sync_data().map_err(io_err(&path))?;
-        if out.dropped > 0 {
+        self.appended_this_run += out.appended;
+        self.dropped_this_run += out.dropped;
+        if out.dropped > 0 || self.cursor_unsaved {
             self.cursor.dropped_total += out.dropped;
-            self.write_cursor()?;
-            tracing::warn!(dropped = out.dropped, total = self.cursor.dropped_total, "spool full: records dropped");
+            // The count lives in memory (and travels with every batch) even when the disk is
+            // full; it is saved at the next write that succeeds.
+            self.cursor_unsaved = self.write_cursor().is_err();
+            if out.dropped > 0 {
+                tracing::warn!(
+                    dropped = out.dropped,
+                    total = self.cursor.dropped_total,
+                    error = failure.as_ref().map(|e| e.to_string()),
+                    "records not spooled (spool full or its disk failing): dropped and counted"
+                );
+            }
         }
         Ok(out)
     }
 
+    /// Records appended, and dropped, since this process opened the spool: what it produced.
+    pub fn produced_this_run(&self) -> (u64, u64) {
+        (self.appended_this_run, self.dropped_this_run)
+    }
+
+    /// Appends `buf` to the head segment. On failure (a full disk) the segment is cut back to
+    /// its last whole frame, so a partial write never sits between frames.
     fn write_head(&mut self, buf: &[u8]) -> Result<(), SpoolError> {
         let path = self.head_path();
-        self.head_file.write_all(buf).map_err(io_err(&path))?;
+        if let Err(e) = self.head_file.write_all(buf) {
+            let _ = self.head_file.set_len(self.head.offset);
+            return Err(io_err(&path)(e));
+        }
         self.head.offset += buf.len() as u64;
         self.unacked_bytes += buf.len() as u64;
         Ok(())
@@ -331,6 +387,7 @@ impl Spool {
         let before = self.bytes_between(self.cursor.acked, end);
         self.cursor.acked = end;
         self.write_cursor()?;
+        self.cursor_unsaved = false;
         self.unacked_bytes = self.unacked_bytes.saturating_sub(before);
         self.remove_acked_segments()
     }
@@ -361,16 +418,46 @@ impl Spool {
         Ok(())
     }
 
+    /// Saves the cursor atomically without needing free space once the spool has run: the new
+    /// cursor is written in place into `cursor.spare` (a file of the same fixed size, already
+    /// allocated), which then trades names with `cursor.json` (`renameat2(RENAME_EXCHANGE)`).
+    /// So a full disk can still acknowledge, and an acknowledgement is what frees it. Where the
+    /// exchange is not available (or on the first save), a new file is written and renamed.
     fn write_cursor(&self) -> Result<(), SpoolError> {
         let path = self.dir.join("cursor.json");
-        let tmp = self.dir.join("cursor.json.tmp");
-        let bytes =
+        let spare = self.dir.join("cursor.spare");
+        let mut bytes =
             serde_json::to_vec(&self.cursor).map_err(|source| SpoolError::Cursor { path: path.clone(), source })?;
-        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-        f.write_all(&bytes).map_err(io_err(&tmp))?;
-        f.sync_data().map_err(io_err(&tmp))?;
-        fs::rename(&tmp, &path).map_err(io_err(&path))?;
-        sync_dir(&self.dir)
+        if bytes.len() < CURSOR_BYTES {
+            bytes.resize(CURSOR_BYTES - 1, b' ');
+            bytes.push(b'\n');
+        }
+        let in_place = (|| -> io::Result<()> {
+            let f = OpenOptions::new().write(true).create(true).truncate(false).open(&spare)?;
+            std::os::unix::fs::FileExt::write_all_at(&f, &bytes, 0)?;
+            f.set_len(bytes.len() as u64)?;
+            f.sync_data()?;
+            exchange(&spare, &path)
+        })();
+        match in_place {
+            Ok(()) => sync_dir(&self.dir),
+            Err(e)
+                if path.exists()
+                    && e.kind() != io::ErrorKind::InvalidInput
+                    && e.raw_os_error() != Some(libc::EINVAL) =>
+            {
+                Err(io_err(&spare)(e))
+            }
+            // The first save (no cursor.json to trade with) or no RENAME_EXCHANGE here.
+            Err(_) => {
+                let tmp = self.dir.join("cursor.json.tmp");
+                let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+                f.write_all(&bytes).map_err(io_err(&tmp))?;
+                f.sync_data().map_err(io_err(&tmp))?;
+                fs::rename(&tmp, &path).map_err(io_err(&path))?;
+                sync_dir(&self.dir)
+            }
+        }
     }
 
     /// Records dropped because the spool was full, since the spool was created.
@@ -390,6 +477,20 @@ impl Spool {
     pub fn is_drained(&self) -> bool {
         self.cursor.acked >= self.head
     }
+}
+
+/// The cursor file's fixed size (padded JSON), so it is rewritten in place.
+const CURSOR_BYTES: usize = 512;
+
+/// Atomically swaps the names of `a` and `b` (both exist).
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let ca = std::ffi::CString::new(a.as_os_str().as_bytes()).map_err(|_| io::ErrorKind::InvalidInput)?;
+    let cb = std::ffi::CString::new(b.as_os_str().as_bytes()).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: both paths are NUL-terminated and outlive the call.
+    let rc =
+        unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 fn list_segments(dir: &Path) -> Result<Vec<u64>, SpoolError> {

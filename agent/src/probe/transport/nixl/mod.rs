@@ -621,6 +621,7 @@ impl Nixl {
     /// New protocol tables UCX printed since the last look, and its error lines.
     fn read_log(&mut self) -> Vec<String> {
         let Some(log) = self.log.as_mut() else { return Vec::new() };
+        flush_ucx_logs();
         let Ok(mut f) = std::fs::File::open(&log.path) else { return Vec::new() };
         let mut text = String::new();
         if f.seek(SeekFrom::Start(log.offset)).is_err() {
@@ -656,6 +657,15 @@ impl Nixl {
             report = report.noted(&format!("UCX: {last}"));
         }
         let size = self.block.min(len) as u64;
+        // UCX prints a table when it selects the protocol, before the bytes move; should its
+        // stream lag behind anyway, give it a moment.
+        for _ in 0..10 {
+            if self.log.is_none() || pick_table(&self.tables, self.op).is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            self.read_log();
+        }
         let table = pick_table(&self.tables, self.op);
         let nic = self.net_devices.as_deref().map_or(nic, |d| d.split([':', ',']).next().unwrap_or(d));
         let Some(row) = table.and_then(|t| t.row_for(size)) else {
@@ -715,9 +725,39 @@ fn judge(row: &proto_info::Row, nic: &str) -> (DataPath, String) {
     }
 }
 
+/// UCX writes its log through a buffered stream, flushed when it chooses: every UCX in this
+/// process (NIXL's, and the ucx transport's if loaded) is asked to flush it now, through its
+/// own `ucs_log_flush`, so what UCX printed for a transfer is in the file when it is read.
+fn flush_ucx_logs() {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
+    let mut seen: Vec<&str> = Vec::new();
+    for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+        let name = path.rsplit('/').next().unwrap_or("");
+        if !(name.starts_with("libucs") && name.contains(".so")) || seen.contains(&path) {
+            continue;
+        }
+        seen.push(path);
+        let Ok(c) = CString::new(path) else { continue };
+        // SAFETY: NOLOAD only finds a library already loaded (it loads nothing); the handle
+        // keeps it loaded, which it is for the life of the process anyway.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            continue;
+        }
+        // SAFETY: h is live; the name is NUL-terminated.
+        let f = unsafe { libc::dlsym(h, c"ucs_log_flush".as_ptr()) };
+        if !f.is_null() {
+            // SAFETY: UCX's `void ucs_log_flush(void)`: flushes (and fsyncs) its log stream.
+            let flush = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn()>(f) };
+            unsafe { flush() };
+        }
+    }
+}
+
 /// UCX's last warnings and errors in its log since `log.offset`, without the log's prefix
 /// (`network device 'rxe0:1' is not available, ...`).
 fn complaints(log: &Log) -> Vec<String> {
+    flush_ucx_logs();
     let Ok(mut f) = std::fs::File::open(&log.path) else { return Vec::new() };
     let mut text = String::new();
     if f.seek(SeekFrom::Start(log.offset)).is_err() || (&mut f).take(1 << 20).read_to_string(&mut text).is_err() {

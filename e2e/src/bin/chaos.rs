@@ -1,0 +1,510 @@
+//! railguard's chaos suite: agents (the real binary, probing the simulated seed node) ship
+//! continuously to a real collector and Postgres while the suite breaks things, one fault at a
+//! time. For each fault it prints what the agents produced, what the collector stored, and what
+//! was counted as dropped or set aside, and exits non-zero on any unexplained difference (or a
+//! fault that did not happen).
+//!
+//! Faults: the collector SIGKILLed 10 times; Postgres restarted; the agent→collector link cut
+//! for 60 s (a network namespace and veth pair the suite creates, the agent inside, a forwarder
+//! on the host side); the spool's filesystem filled (a small tmpfs); an agent's clock skewed by
+//! +5 h (libfaketime). Network namespaces and tmpfs need root: without it those faults are
+//! reported as not run, and the suite fails.
+//!
+//! Run: `cargo run -p railguard-e2e --bin chaos` (about 3 minutes), or `-- --short` (about a
+//! minute: 3 kills, a 5 s cut; what CI runs, e2e/tests/chaos.rs). Build the workspace first.
+#![allow(clippy::unwrap_used)] // a harness: a broken setup should stop it loudly
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use railguard_e2e::{CollectorProc, TestPg, token_for};
+
+/// A sibling binary of this one (target/debug/chaos → target/debug/railguard-agent).
+fn sibling(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap();
+    [dir.join(name), dir.parent().unwrap().join(name)]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} is missing next to {}: `cargo build --workspace` first", exe.display()))
+}
+
+fn sh(args: &[&str]) -> Result<(), String> {
+    let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| format!("{}: {e}", args[0]))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// One node's agent, producing probes of the simulated seed node and shipping them.
+struct Agent {
+    node: String,
+    child: Option<Child>,
+    spool: PathBuf,
+    token: PathBuf,
+    log: PathBuf,
+}
+
+struct Ctx {
+    dir: tempfile::TempDir,
+    sys: PathBuf,
+    agent_bin: PathBuf,
+}
+
+impl Ctx {
+    fn agent(
+        &self,
+        node: &str,
+        collector: &str,
+        netns: Option<&str>,
+        env: &[(&str, String)],
+        spool: Option<PathBuf>,
+    ) -> Agent {
+        let token = self.dir.path().join(format!("{node}.token"));
+        std::fs::write(&token, token_for(node)).unwrap();
+        std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let spool = spool.unwrap_or_else(|| self.dir.path().join(format!("{node}.spool")));
+        let log = self.dir.path().join(format!("{node}.log"));
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.agent_bin);
+                c
+            }
+            None => Command::new(&self.agent_bin),
+        };
+        cmd.args(["run", "--node-id", node, "--collector", collector, "--insecure", "--token-file"])
+            .arg(&token)
+            .arg("--spool-dir")
+            .arg(&spool)
+            .arg("--sysfs-root")
+            .arg(&self.sys)
+            .args(["--fabric", "sim", "--probe-cycle-secs", "1", "--probe-bytes", "4K", "--no-signals"])
+            .args(["--backoff-max-ms", "300", "--batch-records", "200", "--spool-max-bytes", "67108864"])
+            .env("RUST_LOG", "warn,railguard_agent::service=info")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        Agent { node: node.to_owned(), child: Some(cmd.spawn().unwrap()), spool, token, log }
+    }
+}
+
+/// Strips terminal colour codes from a log line.
+fn plain(s: &str) -> String {
+    let mut out = String::new();
+    let mut esc = false;
+    for c in s.chars() {
+        match (esc, c) {
+            (false, '\u{1b}') => esc = true,
+            (true, 'm') => esc = false,
+            (true, _) => {}
+            (false, c) => out.push(c),
+        }
+    }
+    out
+}
+
+fn field(line: &str, name: &str) -> Option<u64> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))?.parse().ok())
+}
+
+impl Agent {
+    /// Stops it (SIGTERM) and returns (appended, dropped) from its own account of the run.
+    fn stop(&mut self) -> Result<(u64, u64), String> {
+        let Some(mut child) = self.child.take() else { return Err("not running".into()) };
+        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(format!("{} did not stop within 60 s of SIGTERM", self.node));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let line = log.lines().map(plain).find(|l| l.contains("spool totals for this run"));
+        match line {
+            Some(l) => Ok((field(&l, "appended").unwrap_or(0), field(&l, "dropped").unwrap_or(0))),
+            None => Err(format!(
+                "{} said no spool totals; its log:\n{}",
+                self.node,
+                log.lines().rev().take(10).collect::<Vec<_>>().join("\n")
+            )),
+        }
+    }
+
+    /// Ships what is left in the spool over loopback and exits when it is empty.
+    fn drain(&self, agent_bin: &Path, collector: &str) -> Result<(), String> {
+        let mut child = Command::new(agent_bin)
+            .args(["run", "--node-id", &self.node, "--collector", collector, "--insecure", "--exit-when-drained"])
+            .args(["--topology-interval", "0", "--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "300"])
+            .arg("--token-file")
+            .arg(&self.token)
+            .arg("--spool-dir")
+            .arg(&self.spool)
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return if st.success() { Ok(()) } else { Err(format!("draining {}: {st}", self.node)) };
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(format!("draining {} took over 180 s", self.node));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Records the collector refused, set aside by the agent (one JSON line each).
+    fn rejected(&self) -> u64 {
+        std::fs::read_to_string(self.spool.join("rejected.jsonl")).map_or(0, |s| s.lines().count() as u64)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One fault's accounting.
+struct Outcome {
+    fault: String,
+    produced: u64,
+    stored: u64,
+    dropped: u64,
+    rejected: u64,
+    duplicates: u64,
+    note: String,
+    error: Option<String>,
+}
+
+impl Outcome {
+    fn explained(&self) -> bool {
+        self.error.is_none() && self.duplicates == 0 && self.produced == self.stored + self.dropped + self.rejected
+    }
+}
+
+async fn stored_of(pg: &TestPg, node: &str) -> (u64, u64, u64) {
+    let (n, distinct): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT record_id) FROM (
+            SELECT record_id FROM probe_results WHERE node_id = $1 UNION ALL
+            SELECT record_id FROM signal_events WHERE node_id = $1 AND kind <> 'agent_spool_drops' UNION ALL
+            SELECT record_id FROM topology_snapshots WHERE node_id = $1) r",
+    )
+    .bind(node)
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    let dropped: Option<i64> = sqlx::query_scalar("SELECT spool_dropped_total FROM nodes WHERE node_id = $1")
+        .bind(node)
+        .fetch_optional(&pg.pool)
+        .await
+        .unwrap();
+    (n as u64, (n - distinct) as u64, dropped.unwrap_or(0) as u64)
+}
+
+/// Stops the agents, drains their spools, and accounts for every record.
+async fn settle(
+    ctx: &Ctx,
+    pg: &TestPg,
+    collector: &CollectorProc,
+    fault: &str,
+    agents: &mut [Agent],
+    note: String,
+) -> Outcome {
+    let mut out = Outcome {
+        fault: fault.to_owned(),
+        produced: 0,
+        stored: 0,
+        dropped: 0,
+        rejected: 0,
+        duplicates: 0,
+        note,
+        error: None,
+    };
+    for a in agents.iter_mut() {
+        match a.stop() {
+            Ok((appended, dropped)) => out.produced += appended + dropped,
+            Err(e) => out.error = Some(e),
+        }
+        if let Err(e) = a.drain(&ctx.agent_bin, &collector.url()) {
+            out.error = Some(e);
+        }
+        let (stored, dups, dropped) = stored_of(pg, &a.node).await;
+        out.stored += stored;
+        out.duplicates += dups;
+        out.dropped += dropped;
+        out.rejected += a.rejected();
+    }
+    out
+}
+
+fn pause(d: Duration) {
+    std::thread::sleep(d);
+}
+
+/// A network namespace with a veth pair to this one, removed on drop.
+struct Netns {
+    name: String,
+    host_if: String,
+}
+
+impl Netns {
+    fn create(tag: u32) -> Result<Netns, String> {
+        let name = format!("rgchaos{tag}");
+        let (a, b) = (format!("rgc{tag}a"), format!("rgc{tag}b"));
+        let ns = Netns { name: name.clone(), host_if: a.clone() };
+        sh(&["ip", "netns", "add", &name])?;
+        sh(&["ip", "link", "add", &a, "type", "veth", "peer", "name", &b])?;
+        sh(&["ip", "link", "set", &b, "netns", &name])?;
+        sh(&["ip", "addr", "add", "10.213.7.1/30", "dev", &a])?;
+        sh(&["ip", "link", "set", &a, "up"])?;
+        sh(&["ip", "netns", "exec", &name, "ip", "addr", "add", "10.213.7.2/30", "dev", &b])?;
+        sh(&["ip", "netns", "exec", &name, "ip", "link", "set", &b, "up"])?;
+        sh(&["ip", "netns", "exec", &name, "ip", "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    fn link(&self, up: bool) -> Result<(), String> {
+        sh(&["ip", "link", "set", &self.host_if, if up { "up" } else { "down" }])
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "link", "del", &self.host_if]);
+        let _ = sh(&["ip", "netns", "del", &self.name]);
+    }
+}
+
+/// Forwards 10.213.7.1:`port` (the host end of the veth) to the collector on loopback.
+async fn forward(listen: std::net::SocketAddr, to: u16) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let l = tokio::net::TcpListener::bind(listen).await?;
+    Ok(tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = l.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut out) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                }
+            });
+        }
+    }))
+}
+
+/// A small tmpfs, unmounted on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Result<Tmpfs, String> {
+        std::fs::create_dir_all(at).map_err(|e| e.to_string())?;
+        sh(&["mount", "-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs", at.to_str().unwrap()])?;
+        Ok(Tmpfs(at.to_owned()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = sh(&["umount", "-l", self.0.to_str().unwrap()]);
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> std::process::ExitCode {
+    let short = std::env::args().any(|a| a == "--short");
+    let kills = if short { 3 } else { 10 };
+    let cut = Duration::from_secs(if short { 5 } else { 60 });
+    let started = Instant::now();
+    let root = nix::unistd::geteuid().is_root();
+
+    let dir = tempfile::Builder::new().prefix("railguard-chaos-").tempdir().unwrap();
+    railguard_agent::topology::fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let ctx = Ctx { sys: dir.path().join("node/sys"), agent_bin: sibling("railguard-agent"), dir };
+    // The collector binary sits beside the agent's; the e2e helpers find it from the test path.
+    let pg = TestPg::start().await;
+    let nodes = ["chaos-kill-1", "chaos-kill-2", "chaos-pg", "chaos-link", "chaos-spool", "chaos-clock"];
+    let mut collector = CollectorProc::start_with(&pg.url(), &nodes, &[]);
+    let url = collector.url();
+    let mut results: Vec<Outcome> = Vec::new();
+
+    // 1. The collector SIGKILLed while two agents ship.
+    {
+        let mut agents = vec![ctx.agent(nodes[0], &url, None, &[], None), ctx.agent(nodes[1], &url, None, &[], None)];
+        pause(Duration::from_secs(2));
+        for i in 0..kills {
+            collector.restart(); // SIGKILL, then a new process on the same ports
+            pause(Duration::from_millis(800 + 300 * (i % 4)));
+        }
+        let note = format!("{kills} SIGKILLs");
+        results.push(settle(&ctx, &pg, &collector, "collector SIGKILLed", &mut agents, note).await);
+    }
+
+    // 2. Postgres restarted under the collector.
+    {
+        let mut agents = vec![ctx.agent(nodes[2], &url, None, &[], None)];
+        pause(Duration::from_secs(3));
+        let t = Instant::now();
+        let r = tokio::task::block_in_place(|| pg.cluster.restart());
+        let note = format!("restart took {:.1} s", t.elapsed().as_secs_f64());
+        pause(Duration::from_secs(3));
+        let mut o = settle(&ctx, &pg, &collector, "Postgres restarted", &mut agents, note).await;
+        if let Err(e) = r {
+            o.error = Some(format!("restarting Postgres: {e}"));
+        }
+        results.push(o);
+    }
+
+    // 3. The agent→collector link cut (a veth pair into a namespace of the suite's own).
+    if root {
+        let tag = std::process::id() % 10_000;
+        match Netns::create(tag) {
+            Ok(ns) => {
+                let port = railguard_e2e::free_port();
+                let fwd = forward(([10, 213, 7, 1], port).into(), collector.port).await.unwrap();
+                let mut agents =
+                    vec![ctx.agent(nodes[3], &format!("http://10.213.7.1:{port}"), Some(&ns.name), &[], None)];
+                pause(Duration::from_secs(3));
+                let before = stored_of(&pg, nodes[3]).await.0;
+                let cut_ok = ns.link(false);
+                pause(cut);
+                let during = stored_of(&pg, nodes[3]).await.0;
+                let up = ns.link(true);
+                pause(Duration::from_secs(if short { 8 } else { 15 }));
+                let note = format!("cut {} s; stored {before} before, {during} when the link came back", cut.as_secs());
+                let mut o = settle(&ctx, &pg, &collector, "link cut", &mut agents, note).await;
+                if let Err(e) = cut_ok.and(up) {
+                    o.error = Some(e);
+                }
+                fwd.abort();
+                results.push(o);
+            }
+            Err(e) => results.push(not_run("link cut", e)),
+        }
+    } else {
+        results.push(not_run("link cut", "needs root (network namespaces)".into()));
+    }
+
+    // 4. The spool's filesystem filled: a 256 KiB tmpfs while the collector is down.
+    if root {
+        match Tmpfs::mount(&ctx.dir.path().join("spool-tmpfs"), "256k") {
+            Ok(fs) => {
+                let mut agents = vec![ctx.agent(nodes[4], &url, None, &[], Some(fs.0.join("spool")))];
+                pause(Duration::from_secs(2));
+                collector.kill();
+                let t = Instant::now();
+                // Until the agent says the disk is full (dropped records are counted in its log).
+                while t.elapsed() < Duration::from_secs(60)
+                    && !std::fs::read_to_string(&agents[0].log).unwrap_or_default().contains("records not spooled")
+                {
+                    pause(Duration::from_millis(500));
+                }
+                pause(Duration::from_secs(3));
+                collector.restart();
+                pause(Duration::from_secs(5));
+                let note =
+                    format!("collector down {:.0} s over a 256 KiB spool filesystem", t.elapsed().as_secs_f64() - 5.0);
+                let mut o = settle(&ctx, &pg, &collector, "spool filesystem full", &mut agents, note).await;
+                if o.dropped == 0 && o.error.is_none() {
+                    o.error = Some("the spool never filled: the fault did not happen".into());
+                }
+                results.push(o);
+                drop(fs);
+            }
+            Err(e) => results.push(not_run("spool filesystem full", e)),
+        }
+    } else {
+        results.push(not_run("spool filesystem full", "needs root (mounting a tmpfs)".into()));
+    }
+
+    // 5. An agent's clock 5 hours ahead (libfaketime; the monotonic clock left alone).
+    let faketime =
+        ["/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"]
+            .into_iter()
+            .find(|p| Path::new(p).exists());
+    match faketime {
+        Some(lib) => {
+            let env = [
+                ("LD_PRELOAD", lib.to_owned()),
+                ("FAKETIME", "+5h".to_owned()),
+                ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
+            ];
+            let mut agents = vec![ctx.agent(nodes[5], &url, None, &env, None)];
+            pause(Duration::from_secs(5));
+            let mut o = settle(&ctx, &pg, &collector, "agent clock +5 h", &mut agents, String::new()).await;
+            let skew: Option<f64> = sqlx::query_scalar(
+                "SELECT avg(extract(epoch FROM observed_at - received_at))::float8 FROM probe_results WHERE node_id = $1",
+            )
+            .bind(nodes[5])
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+            o.note = match skew {
+                Some(s) => format!("stored as the agent timed them: observed_at − received_at = {:+.2} h", s / 3600.0),
+                None => "nothing stored".into(),
+            };
+            if skew.is_none_or(|s| (s / 3600.0 - 5.0).abs() > 0.1) && o.error.is_none() {
+                o.error = Some("the skew did not reach the records: the fault did not happen".into());
+            }
+            results.push(o);
+        }
+        None => results.push(not_run("agent clock +5 h", "libfaketime is not installed (scripts/setup.sh)".into())),
+    }
+
+    println!("railguard chaos suite{} ({:.0} s)", if short { " (short)" } else { "" }, started.elapsed().as_secs_f64());
+    println!(
+        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>5}  verdict",
+        "fault", "produced", "stored", "dropped", "rejected", "dups"
+    );
+    let mut bad = 0;
+    for o in &results {
+        let verdict = if o.explained() {
+            "ok".to_owned()
+        } else {
+            bad += 1;
+            "UNEXPLAINED".to_owned()
+        };
+        println!(
+            "{:<24} {:>9} {:>9} {:>9} {:>9} {:>5}  {verdict}{}{}",
+            o.fault,
+            o.produced,
+            o.stored,
+            o.dropped,
+            o.rejected,
+            o.duplicates,
+            if o.note.is_empty() { String::new() } else { format!("  ({})", o.note) },
+            o.error.as_ref().map(|e| format!("\n    {e}")).unwrap_or_default()
+        );
+    }
+    println!(
+        "produced = stored + dropped + rejected, no duplicates: {}",
+        if bad == 0 { "held for every fault" } else { "FAILED" }
+    );
+    drop(collector);
+    if bad == 0 { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::from(1) }
+}
+
+fn not_run(fault: &str, why: String) -> Outcome {
+    Outcome {
+        fault: fault.to_owned(),
+        produced: 0,
+        stored: 0,
+        dropped: 0,
+        rejected: 0,
+        duplicates: 0,
+        note: String::new(),
+        error: Some(format!("not run: {why}")),
+    }
+}

@@ -1,0 +1,23 @@
+//! The chaos suite's short form (e2e/src/bin/chaos.rs): agents ship continuously through every
+//! fault, and for each one every record produced is stored, or counted as dropped or set aside.
+#![allow(clippy::unwrap_used)]
+
+use railguard_e2e::bin;
+
+#[test]
+fn every_record_is_accounted_for_through_every_fault() {
+    let out = std::process::Command::new(bin("chaos")).arg("--short").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for fault in ["collector SIGKILLed", "Postgres restarted", "link cut", "spool filesystem full", "agent clock +5 h"]
+    {
+        let line = stdout.lines().find(|l| l.starts_with(fault)).unwrap_or_else(|| panic!("no {fault} line: {stdout}"));
+        assert!(line.contains("  ok"), "{line}");
+        let produced: u64 = line[fault.len()..].split_whitespace().next().unwrap().parse().unwrap();
+        assert!(produced > 100, "the agents kept producing through {fault}: {line}");
+    }
+    let full = stdout.lines().find(|l| l.starts_with("spool filesystem full")).unwrap();
+    let dropped: u64 = full.split_whitespace().nth(5).unwrap().parse().unwrap();
+    assert!(dropped > 0, "the full disk dropped records, and they were counted: {full}");
+    assert!(stdout.contains("held for every fault"), "{stdout}");
+}
