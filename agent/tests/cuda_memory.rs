@@ -52,7 +52,7 @@ fn selftest_in_gpu_memory_over_tcp_and_ucx() {
     );
     assert_eq!(code, 0, "{out}{err}");
     let checks = json_lines(&out);
-    assert_eq!(checks.len(), 8 + 3 + 8, "tcp: receiver + its own failures; ucx: receiver: {out}");
+    assert_eq!(checks.len(), 8 + 3 + 8 + 1, "tcp and ucx: receiver + their own failures: {out}");
     assert!(checks.iter().all(|c| c["ok"] == true), "{out}");
     // GPU buffers at both ends; tcp and Debian's UCX (no CUDA transports) copy them through the
     // host, and the clean probes say so.

@@ -79,7 +79,10 @@ fn selftest_reads_and_writes_through_nixl_and_suffers_a_real_invalidation() {
         );
         assert!(got.contains("NIXL_CAPI_ERROR"), "NIXL's status by name: {got}");
     }
-    assert!(out.contains("reported by nixl-read (remote_invalidated), nixl-write (remote_invalidated)"), "{out}");
+    assert!(
+        out.contains("reported by ucx (peer_closed), nixl-read (remote_invalidated), nixl-write (remote_invalidated)"),
+        "{out}"
+    );
 }
 
 #[test]

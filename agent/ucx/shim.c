@@ -83,12 +83,6 @@ static int load(void) {
     return 1;
 }
 
-typedef struct rg_ucx {
-    ucp_context_h ctx;
-    ucp_worker_h sender, receiver;
-    ucp_ep_h ep;
-} rg_ucx;
-
 static void fail(char *err, size_t len, const char *what, ucs_status_t st) {
     snprintf(err, len, "%s: %s", what, p_ucs_status_string ? p_ucs_status_string(st) : "?");
 }
@@ -97,6 +91,59 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+typedef struct rg_ucx {
+    ucp_context_h ctx;
+    ucp_worker_h sender, receiver;
+    ucp_ep_h ep;
+    /* Set by UCX's error callback: the endpoint failed (its peer went away). */
+    ucs_status_t ep_error;
+} rg_ucx;
+
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+    (void)ep;
+    ((rg_ucx *)arg)->ep_error = status;
+}
+
+/* The sender's endpoint to the receiver worker, with peer error handling: a peer that goes away
+ * fails the operations in flight (reported), instead of aborting the process. */
+static ucs_status_t connect_ep(rg_ucx *u, char *err, size_t errlen) {
+    ucp_address_t *addr;
+    size_t addr_len;
+    ucs_status_t st = p_ucp_worker_get_address(u->receiver, &addr, &addr_len);
+    if (st != UCS_OK) { fail(err, errlen, "ucp_worker_get_address", st); return st; }
+    ucp_ep_params_t ep;
+    memset(&ep, 0, sizeof ep);
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = addr;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_ep_error;
+    ep.err_handler.arg = u;
+    u->ep_error = UCS_OK;
+    st = p_ucp_ep_create(u->sender, &ep, &u->ep);
+    p_ucp_worker_release_address(u->receiver, addr);
+    if (st != UCS_OK) { fail(err, errlen, "ucp_ep_create", st); u->ep = NULL; }
+    return st;
+}
+
+static void close_ep(rg_ucx *u) {
+    if (!u->ep) return;
+    ucp_request_param_t rp;
+    memset(&rp, 0, sizeof rp);
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void *req = p_ucp_ep_close_nbx(u->ep, &rp);
+    if (req && UCS_PTR_IS_PTR(req)) {
+        double deadline = now_ms() + 1000;
+        while (p_ucp_request_check_status(req) == UCS_INPROGRESS && now_ms() < deadline) {
+            p_ucp_worker_progress(u->sender);
+            if (u->receiver) p_ucp_worker_progress(u->receiver);
+        }
+        p_ucp_request_free(req);
+    }
+    u->ep = NULL;
 }
 
 const char *rg_ucx_version(void) { return load() ? p_ucp_get_version_string() : NULL; }
@@ -138,20 +185,7 @@ rg_ucx *rg_ucx_open(const char *net_devices, const char *tls, char *err, size_t 
         rg_ucx_close(u);
         return NULL;
     }
-    ucp_address_t *addr;
-    size_t addr_len;
-    if ((st = p_ucp_worker_get_address(u->receiver, &addr, &addr_len)) != UCS_OK) {
-        fail(err, errlen, "ucp_worker_get_address", st);
-        rg_ucx_close(u);
-        return NULL;
-    }
-    ucp_ep_params_t ep;
-    memset(&ep, 0, sizeof ep);
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    ep.address = addr;
-    st = p_ucp_ep_create(u->sender, &ep, &u->ep);
-    p_ucp_worker_release_address(u->receiver, addr);
-    if (st != UCS_OK) { fail(err, errlen, "ucp_ep_create", st); rg_ucx_close(u); return NULL; }
+    if (connect_ep(u, err, errlen) != UCS_OK) { rg_ucx_close(u); return NULL; }
     return u;
 }
 
@@ -162,7 +196,7 @@ static int wait_req(rg_ucx *u, void *req, double deadline, const char *what, cha
     ucs_status_t st;
     while ((st = p_ucp_request_check_status(req)) == UCS_INPROGRESS) {
         p_ucp_worker_progress(u->sender);
-        p_ucp_worker_progress(u->receiver);
+        if (u->receiver) p_ucp_worker_progress(u->receiver);
         if (now_ms() > deadline) {
             p_ucp_request_cancel(u->sender, req);
             p_ucp_request_free(req);
@@ -185,8 +219,12 @@ int rg_ucx_supports_cuda(rg_ucx *u) {
 }
 
 /* `cuda`: src and dst are CUDA device addresses (only when rg_ucx_supports_cuda said so). */
-int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int cuda, int timeout_ms, char *err, size_t errlen) {
+/* `sabotage` 1: the receiving worker is closed once the put is on its way (its peer goes away
+ * mid-transfer, as a crashed decode process would); the put or its flush must fail. The
+ * receiver and the endpoint are made again afterwards for the next probe. */
+int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int cuda, int timeout_ms, int sabotage, char *err, size_t errlen) {
     double deadline = now_ms() + timeout_ms;
+    if (!u->ep && connect_ep(u, err, errlen) != UCS_OK) return 1;
     ucp_mem_map_params_t mp;
     memset(&mp, 0, sizeof mp);
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -216,35 +254,48 @@ int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int cuda, int 
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
         rp.memory_type = UCS_MEMORY_TYPE_CUDA;
     }
-    rc = wait_req(u, p_ucp_put_nbx(u->ep, src, len, (uint64_t)(uintptr_t)dst, rkey, &rp), deadline, "ucp_put_nbx", err, errlen);
+    void *put = p_ucp_put_nbx(u->ep, src, len, (uint64_t)(uintptr_t)dst, rkey, &rp);
+    if (sabotage == 1) {
+        /* A few rounds of progress so the transfer is under way, then the peer is gone. */
+        for (int i = 0; i < 4; i++) p_ucp_worker_progress(u->sender);
+        p_ucp_worker_destroy(u->receiver);
+        u->receiver = NULL;
+    }
+    rc = wait_req(u, put, deadline, "ucp_put_nbx", err, errlen);
     if (rc == 0) {
         /* put completion frees the source only; the flush makes the data remote. */
         memset(&rp, 0, sizeof rp);
         rc = wait_req(u, p_ucp_ep_flush_nbx(u->ep, &rp), deadline, "ucp_ep_flush_nbx", err, errlen);
     }
     p_ucp_rkey_destroy(rkey);
+    if (rc == 0 && u->ep_error != UCS_OK) {
+        fail(err, errlen, "the endpoint failed", u->ep_error);
+        rc = 1;
+    }
+    if (rc == 0 && sabotage == 1) {
+        snprintf(err, errlen, "UCX reported success for a put whose receiving worker was closed mid-transfer");
+    }
 unmap:
     p_ucp_mem_unmap(u->ctx, memh);
+    if (sabotage == 1 || u->ep_error != UCS_OK) {
+        /* Make the receiving side again: a new worker and a new endpoint to it. */
+        close_ep(u);
+        if (!u->receiver) {
+            ucp_worker_params_t wp;
+            memset(&wp, 0, sizeof wp);
+            wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+            wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+            if (p_ucp_worker_create(u->ctx, &wp, &u->receiver) != UCS_OK) u->receiver = NULL;
+        }
+        char e2[256];
+        if (u->receiver) connect_ep(u, e2, sizeof e2);
+    }
     return rc;
 }
 
 void rg_ucx_close(rg_ucx *u) {
     if (!u) return;
-    if (u->ep) {
-        ucp_request_param_t rp;
-        memset(&rp, 0, sizeof rp);
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        void *req = p_ucp_ep_close_nbx(u->ep, &rp);
-        if (req && UCS_PTR_IS_PTR(req)) {
-            double deadline = now_ms() + 1000;
-            while (p_ucp_request_check_status(req) == UCS_INPROGRESS && now_ms() < deadline) {
-                p_ucp_worker_progress(u->sender);
-                p_ucp_worker_progress(u->receiver);
-            }
-            p_ucp_request_free(req);
-        }
-    }
+    if (u->sender) close_ep(u);
     if (u->sender) p_ucp_worker_destroy(u->sender);
     if (u->receiver) p_ucp_worker_destroy(u->receiver);
     if (u->ctx) p_ucp_cleanup(u->ctx);
@@ -255,7 +306,7 @@ void rg_ucx_close(rg_ucx *u) {
  * lane uses, and for what (am, rma, rma_bw, ...). UCX 1.13 has no ucp_ep_query field for this.
  * Returns 0 and NUL-terminated text in `out`, or 1. */
 int rg_ucx_lanes(rg_ucx *u, char *out, size_t len) {
-    if (len == 0) return 1;
+    if (len == 0 || !u->ep) return 1;
     out[0] = 0;
     char *buf = NULL;
     size_t size = 0;
@@ -278,8 +329,8 @@ rg_ucx *rg_ucx_open(const char *net_devices, const char *tls, char *err, size_t 
     return NULL;
 }
 int rg_ucx_supports_cuda(rg_ucx *u) { (void)u; return 0; }
-int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int cuda, int timeout_ms, char *err, size_t errlen) {
-    (void)u; (void)src; (void)dst; (void)len; (void)cuda; (void)timeout_ms;
+int rg_ucx_put(rg_ucx *u, const void *src, void *dst, size_t len, int cuda, int timeout_ms, int sabotage, char *err, size_t errlen) {
+    (void)u; (void)src; (void)dst; (void)len; (void)cuda; (void)timeout_ms; (void)sabotage;
     snprintf(err, errlen, "UCX unavailable");
     return 1;
 }

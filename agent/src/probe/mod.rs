@@ -297,8 +297,8 @@ impl Engine {
                         a.swap_with_slice(&mut b[..chunk]);
                     }
                 }
-                FaultKind::Error if transport.supports_sabotage() => sabotage = Sabotage::Truncate,
-                FaultKind::Hang if transport.supports_sabotage() => sabotage = Sabotage::Stall,
+                FaultKind::Error if transport.suffers(Sabotage::Truncate) => sabotage = Sabotage::Truncate,
+                FaultKind::Hang if transport.suffers(Sabotage::Stall) => sabotage = Sabotage::Stall,
                 FaultKind::Error => {
                     skip = Some(TransferReport::error("fault: transport error (emulated by the engine)"))
                 }

@@ -6,8 +6,9 @@
 //!    apart over this transport, not how the transport itself fails.
 //! 2. **The transport's own failure behaviour** ([`Part::Transport`]): failures the transport
 //!    itself suffers for real (tcp: a short write, a reset connection, a stall; verbs: a remote
-//!    key the NIC refuses, a queue pair nobody answers), each of which it must report. A transport
-//!    without such failure modes (UCX, today) says so: its failure behaviour is not exercised.
+//!    key the NIC refuses, a queue pair nobody answers; ucx: the receiving worker closed mid-put;
+//!    nixl: the remote agent invalidated halfway), each of which it must report. A transport
+//!    without such failure modes says so: its failure behaviour is not exercised.
 
 use railguard_schema::{Memory, ProbeVerdict, Reported};
 

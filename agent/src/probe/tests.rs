@@ -130,3 +130,22 @@ fn ucx_moves_large_buffers_intact() {
     assert_eq!(out.result.verdict, ProbeVerdict::Ok, "{out:?}");
     assert_eq!(out.result.transport, railguard_schema::Transport::Ucx);
 }
+
+/// UCX's own failure, for real: the receiving worker closed while a put is on its way. UCX
+/// reports it (the endpoint has peer error handling), and the transport makes a new receiver,
+/// so the next probe over the same transport is verified again.
+#[test]
+fn ucx_reports_a_peer_closed_mid_put_and_recovers() {
+    let mut t = ucx_on_lo();
+    let mut e = engine();
+    let pair = Pair::named(0, "lo");
+    let mode = super::transport::ProbeTransport::failure_modes(&t)[0];
+    assert_eq!(mode.name, "peer_closed");
+    for _ in 0..2 {
+        let out = e.probe_failure(&mut t, &pair, 4 << 20, mode);
+        assert_eq!(out.result.verdict, ProbeVerdict::ReportedFailure, "{out:?}");
+        assert!(out.result.reported_detail.starts_with("ucp_"), "UCX's own words: {}", out.result.reported_detail);
+        let out = e.probe(&mut t, &pair, 1 << 20, None);
+        assert_eq!(out.result.verdict, ProbeVerdict::Ok, "the transport recovered: {out:?}");
+    }
+}

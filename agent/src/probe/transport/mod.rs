@@ -129,9 +129,10 @@ pub trait ProbeTransport: Send {
         &[]
     }
 
-    /// Whether [`Sabotage`] is carried out by the transport itself (else the engine emulates it).
-    fn supports_sabotage(&self) -> bool {
-        !self.failure_modes().is_empty()
+    /// Whether the transport itself carries out this [`Sabotage`] (else the engine emulates
+    /// the fault that asks for it).
+    fn suffers(&self, sabotage: Sabotage) -> bool {
+        self.failure_modes().iter().any(|m| m.sabotage == sabotage)
     }
 }
 

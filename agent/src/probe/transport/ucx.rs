@@ -10,10 +10,10 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::time::Duration;
 
-use railguard_schema::{DataPath, Transport};
+use railguard_schema::{DataPath, Reported, Transport};
 
 use super::super::gpu::DevBuf;
-use super::{ProbeTransport, Sabotage, TransferReport, TransportError, stage_through_host};
+use super::{FailureMode, ProbeTransport, Sabotage, TransferReport, TransportError, stage_through_host};
 
 #[repr(C)]
 struct RgUcx {
@@ -29,6 +29,7 @@ unsafe extern "C" {
         len: usize,
         cuda: c_int,
         timeout_ms: c_int,
+        sabotage: c_int,
         err: *mut c_char,
         errlen: usize,
     ) -> c_int;
@@ -180,7 +181,15 @@ impl Ucx {
     }
 
     /// One put of `len` bytes from `src` to `dst` (CUDA device addresses when `cuda`).
-    fn put(&mut self, src: u64, dst: u64, len: usize, cuda: bool, timeout: Duration) -> TransferReport {
+    fn put(
+        &mut self,
+        src: u64,
+        dst: u64,
+        len: usize,
+        cuda: bool,
+        timeout: Duration,
+        sabotage: Sabotage,
+    ) -> TransferReport {
         let mut err = [0u8; ERR_LEN];
         let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
         // SAFETY: src and dst are valid for len bytes (host memory, or device memory UCX said it
@@ -194,6 +203,7 @@ impl Ucx {
                 len,
                 c_int::from(cuda),
                 timeout_ms,
+                c_int::from(sabotage == Sabotage::PeerReset),
                 err.as_mut_ptr().cast(),
                 ERR_LEN,
             )
@@ -244,9 +254,20 @@ impl Drop for Ucx {
     }
 }
 
+/// UCX's own failure: the receiving worker closed while a put is on its way (a crashed decode
+/// process), which UCX must report (the endpoint has peer error handling). An invalid remote
+/// key is not among them: over tcp UCX emulates RMA in software and checks no key, and on an
+/// RC lane the NIC's refusal is what the verbs transport's `remote_key_refused` already shows.
+const FAILURE_MODES: &[FailureMode] =
+    &[FailureMode { name: "peer_closed", sabotage: Sabotage::PeerReset, reported: Reported::Error }];
+
 impl ProbeTransport for Ucx {
     fn kind(&self) -> Transport {
         Transport::Ucx
+    }
+
+    fn failure_modes(&self) -> &'static [FailureMode] {
+        FAILURE_MODES
     }
 
     fn transfer(
@@ -260,10 +281,10 @@ impl ProbeTransport for Ucx {
         if src.len() != dst.len() {
             return TransferReport::error("source and destination differ in length");
         }
-        if sabotage != Sabotage::None {
-            return TransferReport::error("ucx transport does not sabotage itself; the engine emulates it");
+        if !matches!(sabotage, Sabotage::None | Sabotage::PeerReset) {
+            return TransferReport::error("ucx transport cannot suffer this failure; the engine emulates it");
         }
-        let r = self.put(src.as_ptr() as u64, dst.as_mut_ptr() as u64, src.len(), false, timeout);
+        let r = self.put(src.as_ptr() as u64, dst.as_mut_ptr() as u64, src.len(), false, timeout, sabotage);
         self.carried(nic, r)
     }
 
@@ -283,11 +304,11 @@ impl ProbeTransport for Ucx {
             r.detail.push_str(" (this UCX has no CUDA support)");
             return r;
         }
-        if sabotage != Sabotage::None {
-            return TransferReport::error("ucx transport does not sabotage itself; the engine emulates it");
+        if !matches!(sabotage, Sabotage::None | Sabotage::PeerReset) {
+            return TransferReport::error("ucx transport cannot suffer this failure; the engine emulates it");
         }
         let r = self
-            .put(src.device_ptr_ro(), dst.device_ptr(), src.len(), true, timeout)
+            .put(src.device_ptr_ro(), dst.device_ptr(), src.len(), true, timeout, sabotage)
             .noted("GPU memory registered with UCX (memory type cuda)");
         self.carried(nic, r)
     }
