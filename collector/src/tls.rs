@@ -11,6 +11,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_rustls::rustls;
+use tokio_rustls::rustls::server::danger::ClientCertVerifier;
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use tokio_rustls::rustls::sign::CertifiedKey;
 
@@ -85,14 +86,12 @@ impl GrpcTls {
             .context("TLS protocol versions")?;
         let builder = match &self.client_ca {
             Some(ca) => {
-                let mut roots = rustls::RootCertStore::empty();
-                for c in CertificateDer::pem_file_iter(ca).with_context(|| format!("reading {}", ca.display()))? {
-                    roots.add(c.with_context(|| format!("{}: not a PEM certificate", ca.display()))?)?;
-                }
-                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .context("the client CA")?;
-                builder.with_client_cert_verifier(verifier)
+                let first = client_verifier(ca, &provider)?;
+                builder.with_client_cert_verifier(Arc::new(ReloadingClientCa {
+                    ca: ca.clone(),
+                    provider: provider.clone(),
+                    current: Mutex::new((mtime(ca), first)),
+                }))
             }
             None => builder.with_no_client_auth(),
         };
@@ -100,6 +99,106 @@ impl GrpcTls {
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(config)
     }
+}
+
+fn client_verifier(
+    ca: &Path,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> anyhow::Result<Arc<dyn ClientCertVerifier>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).with_context(|| format!("reading {}", ca.display()))? {
+        roots.add(c.with_context(|| format!("{}: not a PEM certificate", ca.display()))?)?;
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().context("the client CA")
+}
+
+/// Client certificates checked against the CA in `ca`, read again when the file changes (a
+/// rotated client CA takes effect at the next handshake); a bad new file is reported and the
+/// previous CA kept.
+#[derive(Debug)]
+struct ReloadingClientCa {
+    ca: PathBuf,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    current: Mutex<(Option<SystemTime>, Arc<dyn ClientCertVerifier>)>,
+}
+
+impl ReloadingClientCa {
+    fn verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        let stamp = mtime(&self.ca);
+        let mut cur = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if stamp != cur.0 {
+            cur.0 = stamp;
+            match client_verifier(&self.ca, &self.provider) {
+                Ok(v) => {
+                    tracing::info!(ca = %self.ca.display(), "agent link: client CA reloaded");
+                    cur.1 = v;
+                }
+                Err(e) => tracing::error!(
+                    error = format!("{e:#}"),
+                    "agent link: the changed client CA does not load; keeping the previous one"
+                ),
+            }
+        }
+        cur.1.clone()
+    }
+}
+
+impl ClientCertVerifier for ReloadingClientCa {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    /// No hints: the CA may change between handshakes (clients send the certificate they have).
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        self.verifier().verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.verifier().supported_verify_schemes()
+    }
+}
+
+/// The node a client certificate names: it must carry the node id as a DNS name in its
+/// subjectAltName (`DNS:gpu-node-17`), so a certificate, like a token, lets a node write only
+/// as itself. Err says why not.
+pub fn certificate_names_node(cert: &CertificateDer<'_>, node: &str) -> Result<(), String> {
+    let ee =
+        webpki::EndEntityCert::try_from(cert).map_err(|e| format!("the client certificate does not parse: {e}"))?;
+    let name = rustls_pki_types::ServerName::try_from(node)
+        .map_err(|_| format!("node id {node:?} is not a DNS name, so no client certificate can name it"))?;
+    ee.verify_is_valid_for_subject_name(&name)
+        .map_err(|_| format!("the client certificate does not name node {node:?} (subjectAltName DNS:{node})"))
 }
 
 /// Accepts TCP connections on `listener` and hands each finished TLS handshake to the stream

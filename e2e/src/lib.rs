@@ -493,6 +493,6 @@ pub mod certs {
             "localhost",
             "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
         );
-        leaf(dir, "ca", "client", "node-a", "extendedKeyUsage=clientAuth\n");
+        leaf(dir, "ca", "client", "node-a", "subjectAltName=DNS:node-a\nextendedKeyUsage=clientAuth\n");
     }
 }

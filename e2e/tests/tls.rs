@@ -1,7 +1,8 @@
 //! The agent link over TLS (rustls through tonic), with certificates made here by openssl: the
 //! agent ships to an https:// collector it verifies with its CA; a wrong CA, or plaintext to a
 //! TLS listener, stores nothing (fails closed); mutual TLS refuses an agent without a client
-//! certificate and accepts one with it.
+//! certificate, or with another node's, accepts one naming its node, and follows a rotated
+//! client CA without a restart.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use std::path::Path;
@@ -34,7 +35,9 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     ca(c, "ca");
     ca(c, "other-ca");
     leaf(c, "ca", "server", "localhost", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
-    leaf(c, "ca", "client", "node-a", "extendedKeyUsage=clientAuth\n");
+    leaf(c, "ca", "client", "node-a", "subjectAltName=DNS:node-a\nextendedKeyUsage=clientAuth\n");
+    // A valid client certificate of another node.
+    leaf(c, "ca", "client-b", "node-b", "subjectAltName=DNS:node-b\nextendedKeyUsage=clientAuth\n");
     let p = |f: &str| c.join(f).display().to_string();
 
     // The mutual-TLS collector below serves the original certificate.
@@ -85,11 +88,12 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     drop(collector);
 
     // Mutual TLS: a client certificate from the CA is required as well as the token.
+    std::fs::copy(c.join("ca.pem"), c.join("client-ca.pem")).unwrap();
     let pg = TestPg::start().await;
     let collector = CollectorProc::start_with(
         &pg.url(),
         &[],
-        &["--tls-cert", &p("orig.pem"), "--tls-key", &p("orig.key"), "--tls-client-ca", &p("ca.pem")],
+        &["--tls-cert", &p("orig.pem"), "--tls-key", &p("orig.key"), "--tls-client-ca", &p("client-ca.pem")],
     );
     let https = format!("https://127.0.0.1:{}", collector.port);
     let d = tempfile::tempdir().unwrap();
@@ -99,6 +103,24 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     let with_cert = ["--ca-file", &p("ca.pem"), "--tls-cert", &p("client.pem"), "--tls-key", &p("client.key")];
     assert!(ship(&https, d.path(), 100, &with_cert, Duration::from_secs(60)));
     assert_eq!(pg.stored_and_distinct().await, (100, 100));
+
+    // The certificate is a second identity: node-b's certificate with node-a's token is refused
+    // (a node writes only as itself, whichever credential is stolen).
+    let d = tempfile::tempdir().unwrap();
+    let b_cert = ["--ca-file", &p("ca.pem"), "--tls-cert", &p("client-b.pem"), "--tls-key", &p("client-b.key")];
+    assert!(!ship(&https, d.path(), 20, &b_cert, Duration::from_secs(4)));
+    assert_eq!(pg.stored_and_distinct().await, (100, 100), "a certificate of another node stored something");
+
+    // The client CA rotated under the running collector: the old CA's client certificates are
+    // refused from the next handshake, the new CA's accepted.
+    leaf(c, "other-ca", "client-new", "node-a", "subjectAltName=DNS:node-a\nextendedKeyUsage=clientAuth\n");
+    std::fs::copy(c.join("other-ca.pem"), c.join("client-ca.pem")).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    assert!(!ship(&https, d.path(), 20, &with_cert, Duration::from_secs(4)));
+    let d = tempfile::tempdir().unwrap();
+    let new_cert = ["--ca-file", &p("ca.pem"), "--tls-cert", &p("client-new.pem"), "--tls-key", &p("client-new.key")];
+    assert!(ship(&https, d.path(), 40, &new_cert, Duration::from_secs(60)));
+    assert_eq!(pg.stored_and_distinct().await, (140, 140));
 }
 
 #[test]

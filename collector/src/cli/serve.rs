@@ -55,7 +55,8 @@ pub struct ServeArgs {
     #[arg(long, env = "RAILGUARD_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// Mutual TLS: require agents to present a certificate signed by this CA (PEM), checked
-    /// before and beside their token.
+    /// before and beside their token; the certificate must name the token's node
+    /// (subjectAltName DNS:<node id>). The file is read again when it changes.
     #[arg(long, env = "RAILGUARD_TLS_CLIENT_CA", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
     /// Serve the agent link in plaintext (without --tls-cert): tokens cross the network in

@@ -144,6 +144,12 @@ impl Credentials {
             }
             _ => return Err(Status::unauthenticated("unknown agent token")),
         };
+        // Mutual TLS: the client certificate is a second identity, and must be the same node.
+        if let Some(certs) = req.peer_certs()
+            && let Some(leaf) = certs.first()
+        {
+            crate::tls::certificate_names_node(leaf, node.as_str()).map_err(Status::permission_denied)?;
+        }
         req.extensions_mut().insert(AuthenticatedNode(node));
         Ok(req)
     }
