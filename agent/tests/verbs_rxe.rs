@@ -94,6 +94,7 @@ echo "=== ucx-rxe"; {agent} probe --transport ucx --ucx-device rxe0:1 --memory h
 echo "=== nixl-selftest"; {nixl} selftest --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== nixl-read"; {nixl} probe --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic all --bytes 4M --nixl-block 1M --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== nixl-write"; {nixl} probe --nixl-lib {site} --transport nixl --nixl-op write --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --timeout-ms 20000 --json; echo "exit=$?"
+echo "=== qp-table"; CUDA_VISIBLE_DEVICES=2 {agent} probe --transport verbs --verbs-device rxe0 --verbs-op read --memory host --sysfs-root {sys} --gpu 2 --nic auto --bytes 64M --timeout-ms 60000 >/dev/null 2>&1 & for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.3; {agent} watch --list-qps --no-ebpf --sysfs-root {sys} --proc-root /proc 2>/dev/null; done; wait
 echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9 --sysfs-root {sys} --gpu 0 --nic auto --json; echo "exit=$?"
 "#,
         sys = sys.display(),
@@ -135,6 +136,20 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
     assert_eq!(checks.len(), 18, "{ns}");
     assert!(checks.iter().all(|c| c["ok"] == true), "{ns}");
     assert_eq!(checks.iter().filter(|c| c["check"] == "remote_invalidated").count(), 2, "{ns}");
+
+    // The kernel's QP table through rdma netlink (no uprobe, any verbs consumer): the kernel's
+    // own GSI QP, and the RC QP of a verbs process on rxe0 with its pid and the GPU its
+    // CUDA_VISIBLE_DEVICES names.
+    let qps = json_lines(section(&s, "qp-table"));
+    assert!(qps.iter().any(|q| q["device"] == "rxe0" && q["type"] == "GSI" && q["kernel"] == "ib_core"), "{qps:?}");
+    assert!(
+        qps.iter().any(|q| q["device"] == "rxe0"
+            && q["type"] == "RC"
+            && q["pid"].is_u64()
+            && q["gpu"] == 2
+            && q["port"] == 1),
+        "{qps:?}"
+    );
 
     // Every fault kind, injected into real RDMA WRITE and READ transfers, classified correctly.
     let st = section(&s, "selftest");

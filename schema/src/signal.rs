@@ -16,6 +16,8 @@ wire_enum! {
         Agent = Agent => "agent",
         /// NIXL's own telemetry rings (a NIXL process's transfer errors by status).
         NixlTelemetry = NixlTelemetry => "nixl_telemetry",
+        /// The kernel's RDMA resource tracking (rdma netlink: the QP table).
+        RdmaNetlink = RdmaNetlink => "rdma_netlink",
     }
 }
 
@@ -26,6 +28,8 @@ wire_enum! {
         UcxErrorCqe = UcxErrorCqe => "ucx_error_cqe",
         VerbsCompletionError = VerbsCompletionError => "verbs_completion_error",
         TransferStatusError = TransferStatusError => "transfer_status_error",
+        /// A queue pair entered the error state (ERR/SQE), whoever owns it.
+        QpError = QpError => "qp_error",
         IommuPageFault = IommuPageFault => "iommu_page_fault",
         DmarFault = DmarFault => "dmar_fault",
         AmdViPageFault = AmdViPageFault => "amd_vi_page_fault",

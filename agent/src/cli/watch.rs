@@ -67,12 +67,34 @@ pub struct WatchArgs {
     /// Stop after this many seconds (default: until Ctrl-C).
     #[arg(long)]
     seconds: Option<u64>,
+    /// Print the RDMA QP table as the agent reads it (rdma netlink: device, port, QP number,
+    /// type, state, owning pid, and the GPU that pid uses), one JSON object per QP, and exit.
+    #[arg(long)]
+    list_qps: bool,
 }
 
 impl WatchArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let settings = self.signals.settings()?;
         let topology = SharedTopology::discover(self.source.source(), None, Vec::new())?;
+        if self.list_qps {
+            use railguard_agent::signals::qp;
+            let node = topology.current();
+            let uuids: Vec<(u32, String)> =
+                node.topology.gpus.iter().map(|g| (g.gpu.index, g.gpu.uuid.clone())).collect();
+            let (_, proc_) = topology.source_roots();
+            for q in qp::dump()? {
+                let gpu = q.pid.and_then(|p| railguard_agent::topology::workloads::gpu_of_pid(&proc_, p, &uuids));
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "device": q.device, "port": q.port, "qpn": q.qpn, "type": q.kind.map(qp::kind_name),
+                        "state": qp::state_name(q.state), "pid": q.pid, "kernel": q.kern_name, "gpu": gpu,
+                    })
+                );
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         let stop = Stop::new();
         if let Some(s) = self.seconds {
             stop.stop_after(Duration::from_secs(s));

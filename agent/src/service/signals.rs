@@ -134,6 +134,8 @@ pub fn follow(
     };
     let (sys, proc_) = topology.source_roots();
     let mut nixl = crate::signals::nixl_telemetry::TelemetryReader::default();
+    // The kernel's QP table, read every pass (100 ms) where rdma netlink answers.
+    let mut qps = Some(crate::signals::qp::QpWatch::default());
     let every = cfg.counter_interval.max(Duration::from_secs(1));
     let mut next_poll = Instant::now();
     while !stop.is_stopped() {
@@ -169,6 +171,26 @@ pub fn follow(
         if let Some(p) = probes.as_mut() {
             for ev in p.drain() {
                 emit(a.attribute_signal(ev));
+            }
+        }
+        if let Some(w) = qps.as_mut() {
+            match crate::signals::qp::dump() {
+                Ok(table) => {
+                    let entered = w.update(&table);
+                    if !entered.is_empty() {
+                        let node = topology.current();
+                        let uuids: Vec<(u32, String)> =
+                            node.topology.gpus.iter().map(|g| (g.gpu.index, g.gpu.uuid.clone())).collect();
+                        let gpu_of = |pid| crate::topology::workloads::gpu_of_pid(&proc_, pid, &uuids);
+                        for q in &entered {
+                            emit(a.attribute_signal(crate::signals::qp::signal(q, &gpu_of)));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "RDMA QP table unreadable (no RDMA stack here?); QP states not followed");
+                    qps = None;
+                }
             }
         }
         if Instant::now() >= next_poll {

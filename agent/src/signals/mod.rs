@@ -8,6 +8,7 @@ pub mod follow;
 pub mod kmsg;
 pub mod nixl_telemetry;
 pub mod nvml;
+pub mod qp;
 
 use chrono::{DateTime, Utc};
 use railguard_schema::{Bdf, SignalEvent, SignalSource};

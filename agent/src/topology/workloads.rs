@@ -59,6 +59,26 @@ pub fn discover(proc_: &SysRoot) -> Vec<Workload> {
     out
 }
 
+/// The one GPU process `pid` uses by its `CUDA_VISIBLE_DEVICES` (any process: a verbs
+/// consumer need not map UCX), or None when it names none or several, or is unreadable.
+pub fn gpu_of_pid(proc_: &SysRoot, pid: u32, uuids: &[(u32, String)]) -> Option<u32> {
+    let env = proc_.read_bytes(format!("{pid}/environ")).ok()?;
+    let list: Vec<String> = env
+        .split(|b| *b == 0)
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .find_map(|v| v.strip_prefix("CUDA_VISIBLE_DEVICES="))?
+        .split(',')
+        .map(|d| d.trim().to_owned())
+        .filter(|d| !d.is_empty())
+        .collect();
+    let (ucx, nccl) = from_environ(&[]);
+    let w = Workload { pid, library: String::new(), ucx, nccl, cuda_visible: Some(list) };
+    match gpus_of(&w, uuids).as_slice() {
+        [g] => Some(*g),
+        _ => None,
+    }
+}
+
 /// Which GPU indices (nvidia-smi's numbering) a workload uses: `CUDA_VISIBLE_DEVICES` entries
 /// as indices (as with `CUDA_DEVICE_ORDER=PCI_BUS_ID`, what serving stacks set) or as GPU UUIDs
 /// matched to `uuids` (index → UUID from NVML); unset: every GPU.

@@ -275,7 +275,9 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
     for s in &input.signals {
         let critical = s.xid.is_some_and(|x| xid_is_critical(x, s.count))
             || (s.kind == SignalKind::PcieAer && s.summary.to_lowercase().contains("uncorrect"))
-            || (s.on_nic && matches!(s.kind, SignalKind::UcxErrorCqe | SignalKind::Mlx5ErrorCqe) && s.count >= 3);
+            || (s.on_nic
+                && matches!(s.kind, SignalKind::UcxErrorCqe | SignalKind::Mlx5ErrorCqe | SignalKind::QpError)
+                && s.count >= 3);
         let level = if critical { GpuStatus::AtRisk } else { GpuStatus::Watch };
         raise(
             level,

@@ -221,3 +221,26 @@ fn verification_names_the_strongest_evidence() {
         Some("UCX_NET_DEVICES=mlx5_0:1 (verified on the simulated fabric, not on hardware)")
     );
 }
+
+#[test]
+fn queue_pairs_failing_on_the_workload_nic_put_the_gpu_at_risk() {
+    let mut i = seed_gpu(2, "mlx5_2", RiskLevel::None);
+    i.pairs = vec![pair("mlx5_2", 10, 0)];
+    i.workload_recent = vec![ProbeVerdict::Ok; 10];
+    i.signals = vec![SignalCount {
+        kind: SignalKind::QpError,
+        count: 3,
+        summary: "RC QP 0x11 on mlx5_2 port 1 (pid 4242) entered ERR".into(),
+        xid: None,
+        on_nic: true,
+    }];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::AtRisk, "{:?}", a.reasons);
+    assert!(a.reasons[0].starts_with("3×qp_error in the last"), "{:?}", a.reasons);
+    // One, or on a NIC the workload does not use: watch.
+    i.signals[0].count = 1;
+    assert_eq!(assess(&i, None, &RulesConfig::default()).status, GpuStatus::Watch);
+    i.signals[0].count = 3;
+    i.signals[0].on_nic = false;
+    assert_eq!(assess(&i, None, &RulesConfig::default()).status, GpuStatus::Watch);
+}
