@@ -190,6 +190,8 @@ pub struct ShipperStats {
     pub records_acked: std::sync::atomic::AtomicU64,
     pub records_rejected: std::sync::atomic::AtomicU64,
     pub send_failures: std::sync::atomic::AtomicU64,
+    /// The spool's drop count as the collector last acknowledged it.
+    pub drops_reported: std::sync::atomic::AtomicU64,
 }
 
 pub struct Shipper {
@@ -286,6 +288,7 @@ impl Shipper {
                         continue;
                     }
                     reported_drops = dropped_total;
+                    self.stats.drops_reported.store(dropped_total, std::sync::atomic::Ordering::Relaxed);
                     backoff.reset();
                     batch_limit = (batch_limit * 2).min(self.cfg.batch_records);
                     let ack = ack.into_inner();

@@ -134,10 +134,14 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         }));
     }
 
+    // Drained: every record acknowledged, and the drop count too (it travels with a batch, an
+    // empty one when nothing else is left).
     let drained = {
-        let spool = spool.clone();
+        let (spool, stats) = (spool.clone(), shipper.stats.clone());
         async move {
-            while !spool.is_drained() {
+            while !(spool.is_drained()
+                && stats.drops_reported.load(std::sync::atomic::Ordering::Relaxed) >= spool.with(|s| s.dropped_total()))
+            {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

@@ -136,6 +136,7 @@ pub fn follow(
     let mut nixl = crate::signals::nixl_telemetry::TelemetryReader::default();
     // The kernel's QP table, read every pass (100 ms) where rdma netlink answers.
     let mut qps = Some(crate::signals::qp::QpWatch::default());
+    let mut last_qps: Vec<crate::signals::qp::Qp> = Vec::new();
     let every = cfg.counter_interval.max(Duration::from_secs(1));
     let mut next_poll = Instant::now();
     while !stop.is_stopped() {
@@ -168,29 +169,34 @@ pub fn follow(
                 tracing::error!("a kernel-log event could not be spooled; the saved kernel-log position stops here");
             }
         }
-        if let Some(p) = probes.as_mut() {
-            for ev in p.drain() {
-                emit(a.attribute_signal(ev));
-            }
-        }
-        if let Some(w) = qps.as_mut() {
-            match crate::signals::qp::dump() {
-                Ok(table) => {
-                    let entered = w.update(&table);
-                    if !entered.is_empty() {
-                        let node = topology.current();
-                        let uuids: Vec<(u32, String)> =
-                            node.topology.gpus.iter().map(|g| (g.gpu.index, g.gpu.uuid.clone())).collect();
-                        let gpu_of = |pid| crate::topology::workloads::gpu_of_pid(&proc_, pid, &uuids);
-                        for q in &entered {
-                            emit(a.attribute_signal(crate::signals::qp::signal(q, &gpu_of)));
-                        }
-                    }
-                }
-                Err(e) => {
+        let uprobe_events = probes.as_mut().map(|p| p.drain()).unwrap_or_default();
+        if qps.is_some() || !uprobe_events.is_empty() {
+            let node = topology.current();
+            let uuids: Vec<(u32, String)> =
+                node.topology.gpus.iter().map(|g| (g.gpu.index, g.gpu.uuid.clone())).collect();
+            let gpu_of = |pid| crate::topology::workloads::gpu_of_pid(&proc_, pid, &uuids);
+            let table = match qps.as_ref().map(|_| crate::signals::qp::dump()) {
+                Some(Ok(t)) => Some(t),
+                Some(Err(e)) => {
                     tracing::info!(error = %e, "RDMA QP table unreadable (no RDMA stack here?); QP states not followed");
                     qps = None;
+                    None
                 }
+                None => None,
+            };
+            // A UCX error CQE under auto-selection names no device: its (pid, QP number) in the
+            // QP table does, this reading's or the one before.
+            for mut ev in uprobe_events {
+                let tables: Vec<&[crate::signals::qp::Qp]> =
+                    [table.as_deref(), Some(last_qps.as_slice())].into_iter().flatten().collect();
+                crate::signals::qp::attribute_cqe(&mut ev, &tables, &gpu_of);
+                emit(a.attribute_signal(ev));
+            }
+            if let (Some(w), Some(t)) = (qps.as_mut(), table) {
+                for q in &w.update(&t) {
+                    emit(a.attribute_signal(crate::signals::qp::signal(q, &gpu_of)));
+                }
+                last_qps = t;
             }
         }
         if Instant::now() >= next_poll {

@@ -344,6 +344,31 @@ pub fn signal(q: &Qp, gpu_of: &dyn Fn(u32) -> Option<u32>) -> SignalEvent {
     }
 }
 
+/// Names the device (and GPU) of a UCX error CQE that UCX's auto-selection left unnamed: the
+/// CQE carries the QP number and the event the process, and the kernel's QP table maps
+/// (pid, QP number) to the RDMA device and port. `tables` are the readings to search, newest
+/// first (the QP may be gone from the newest).
+pub fn attribute_cqe(s: &mut SignalEvent, tables: &[&[Qp]], gpu_of: &dyn Fn(u32) -> Option<u32>) {
+    if s.kind != SignalKind::UcxErrorCqe {
+        return;
+    }
+    let pid = s.attrs.get("pid").and_then(|p| p.parse::<u32>().ok());
+    let qpn = s.attrs.get("qpn").and_then(|q| u32::from_str_radix(q.trim_start_matches("0x"), 16).ok());
+    let (Some(pid), Some(qpn)) = (pid, qpn) else { return };
+    if s.nic.is_empty()
+        && let Some(q) = tables.iter().flat_map(|t| t.iter()).find(|q| q.pid == Some(pid) && q.qpn == qpn)
+    {
+        s.nic = q.device.clone();
+        s.attrs.insert("nic_from".to_owned(), "the kernel's QP table (pid, QP number)".to_owned());
+        if let Some(p) = q.port {
+            s.attrs.insert("port".to_owned(), p.to_string());
+        }
+    }
+    if s.gpu.is_none() {
+        s.gpu = gpu_of(pid);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,6 +438,31 @@ mod tests {
         assert_eq!((s.kind, s.gpu, s.nic.as_str()), (SignalKind::QpError, Some(3), "rxe0"));
         assert_eq!(s.summary, "RC QP 0x11 on rxe0 port 1 (pid 4242) entered SQE");
         assert_eq!(s.attrs["state"], "SQE");
+    }
+
+    #[test]
+    fn a_ucx_error_cqe_under_auto_selection_gets_its_device_from_the_qp_table() {
+        let mut qps = Vec::new();
+        parse_reply(&reply(), &mut qps).unwrap();
+        let mut s = SignalEvent {
+            source: SignalSource::EbpfUprobe,
+            kind: SignalKind::UcxErrorCqe,
+            bdf: None,
+            gpu: None,
+            nic: String::new(),
+            summary: "UCX error CQE".into(),
+            attrs: BTreeMap::from([("pid".to_owned(), "4243".to_owned()), ("qpn".to_owned(), "0x12".to_owned())]),
+        };
+        let older: Vec<Qp> = Vec::new();
+        attribute_cqe(&mut s, &[&older, &qps], &|pid| (pid == 4243).then_some(5));
+        assert_eq!((s.nic.as_str(), s.gpu, s.attrs.get("port").map(String::as_str)), ("rxe0", Some(5), Some("1")));
+        // Another process's QP with the same number is not it.
+        let mut other = s.clone();
+        other.nic.clear();
+        other.gpu = None;
+        other.attrs.insert("pid".to_owned(), "9".to_owned());
+        attribute_cqe(&mut other, &[&qps], &|_| None);
+        assert_eq!((other.nic.as_str(), other.gpu), ("", None));
     }
 
     #[test]

@@ -209,7 +209,13 @@ impl Spool {
             if self.head.offset + buf.len() as u64 + frame_len > self.cfg.segment_bytes
                 && self.head.offset + (buf.len() as u64) > 0
             {
-                if let Err(e) = self.write_head(&buf).and_then(|()| self.rotate()) {
+                let written = self.write_head(&buf);
+                if written.is_ok() {
+                    // In the segment it had: appended, whether or not the next one can start.
+                    out.appended += in_buf;
+                    in_buf = 0;
+                }
+                if let Err(e) = written.and_then(|()| self.rotate()) {
                     // What was not written, and every record after it, is lost and counted.
                     out.dropped += in_buf + (records.len() - i) as u64;
                     in_buf = 0;
@@ -217,8 +223,6 @@ impl Spool {
                     failure = Some(e);
                     break;
                 }
-                out.appended += in_buf;
-                in_buf = 0;
                 buf.clear();
             }
             segment::encode_frame(r, &mut buf);
@@ -281,12 +285,16 @@ impl Spool {
         Ok(())
     }
 
+    /// Starts the next segment. The head moves only once the new file exists, so a failure (a
+    /// full disk) leaves the spool appending to the segment it had.
     fn rotate(&mut self) -> Result<(), SpoolError> {
         let path = self.head_path();
         self.head_file.sync_data().map_err(io_err(&path))?;
-        self.head = Position { segment: self.head.segment + 1, offset: 0 };
-        let path = self.head_path();
-        self.head_file = OpenOptions::new().create(true).append(true).open(&path).map_err(io_err(&path))?;
+        let next = Position { segment: self.head.segment + 1, offset: 0 };
+        let next_path = self.dir.join(segment_name(next.segment));
+        let file = OpenOptions::new().create(true).append(true).open(&next_path).map_err(io_err(&next_path))?;
+        self.head_file = file;
+        self.head = next;
         sync_dir(&self.dir)
     }
 
