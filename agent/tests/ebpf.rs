@@ -154,3 +154,58 @@ fn a_library_an_unprivileged_user_owns_yields_only_untrusted_events() {
     use railguard_agent::signals::ebpf::{EbpfError, targets::NotAttachable};
     assert!(matches!(&err, EbpfError::NotAttachable { source: NotAttachable::WorldWritable, .. }), "{err}");
 }
+
+/// A library mapped by a process in another mount namespace (a container's view of the
+/// filesystem): the agent finds it in the process's maps, attaches through `/proc/PID/root`
+/// (its own view of that path holds nothing), and decodes the errors of a program there.
+#[test]
+fn a_library_in_another_mount_namespace_is_attached_through_the_process_root() {
+    use std::io::{BufRead, Write};
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    build_fake(&src, "libuct_ib_mlx5.so.0", "caller");
+    // An empty directory here; in the namespace, the libraries are mounted on it.
+    let at = d.path().join("mnt");
+    std::fs::create_dir(&at).unwrap();
+    let py = format!(
+        "import ctypes,subprocess,sys; ctypes.CDLL('{at}/libuct_ib_mlx5.so.0'); print('ready', flush=True); sys.stdin.readline(); subprocess.run(['{at}/caller'])",
+        at = at.display()
+    );
+    let script = format!("mount --bind {} {} && exec python3 -c \"{py}\"", src.display(), at.display());
+    let mut ns = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(ns.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    assert!(!at.join("libuct_ib_mlx5.so.0").exists(), "outside the namespace the path holds nothing");
+
+    let mut probes = Probes::load().expect("eBPF needs root");
+    probes.scan_processes();
+    let want = format!("/proc/{}/root{}/libuct_ib_mlx5.so.0", ns.id(), at.display());
+    assert!(
+        probes.report.attached.iter().any(|a| a.starts_with(&format!("uprobe:{want}:"))),
+        "{want}: {:?}",
+        probes.report
+    );
+
+    ns.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(ns.wait().unwrap().success());
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while events.len() < 3 && Instant::now() < deadline {
+        events.extend(probes.drain().into_iter().filter(|e| e.kind == railguard_schema::SignalKind::UcxErrorCqe));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(events.len(), 3, "{events:#?}");
+    assert_eq!(events[0].attrs["library"], want);
+    assert!(
+        !events[0].attrs.contains_key("untrusted"),
+        "root-owned, under root-owned directories: {:?}",
+        events[0].attrs
+    );
+}

@@ -105,6 +105,8 @@ pub struct AttachReport {
 #[derive(Debug, Clone)]
 struct Attached {
     path: PathBuf,
+    /// (device, inode) of the file.
+    id: (u64, u64),
     target: usize,
     trust: LibraryTrust,
 }
@@ -230,8 +232,21 @@ impl Probes {
     /// attached with its events marked untrusted ([`LibraryTrust`]).
     pub fn attach_target(&mut self, index: usize, lib: &Path) -> Result<bool, EbpfError> {
         let target = self.targets.get(index).cloned().ok_or(EbpfError::NoSuchTarget { index })?;
-        let real = lib.canonicalize().map_err(|source| EbpfError::TargetFile { path: lib.to_owned(), source })?;
-        if self.attached.iter().any(|a| a.path == real && a.target == index) {
+        // A file inside another process's root stays as given: canonicalizing would resolve
+        // `/proc/PID/root` to `/` and the rest in the agent's own mount namespace.
+        let real = if targets::process_root(lib).is_some() {
+            lib.to_owned()
+        } else {
+            lib.canonicalize().map_err(|source| EbpfError::TargetFile { path: lib.to_owned(), source })?
+        };
+        // One attachment per file, however it is named (a library seen through several
+        // processes' roots is one inode).
+        let id = {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(&real).map_err(|source| EbpfError::TargetFile { path: real.clone(), source })?;
+            (m.dev(), m.ino())
+        };
+        if self.attached.iter().any(|a| a.id == id && a.target == index) {
             return Ok(false);
         }
         let trust = library_trust(&real).map_err(|source| EbpfError::NotAttachable { path: real.clone(), source })?;
@@ -252,7 +267,7 @@ impl Probes {
                 self.report.attached.push(format!("{label} (untrusted: {why})"));
             }
         }
-        self.attached.push(Attached { path: real, target: index, trust });
+        self.attached.push(Attached { path: real, id, target: index, trust });
         Ok(true)
     }
 

@@ -103,7 +103,7 @@ pub enum NotAttachable {
     GroupWritable { gid: u32 },
 }
 
-/// How far `real` (a canonical path) can be trusted; an error when any user but its owner can
+/// How far `real` (a canonical path, or one inside `/proc/PID/root`) can be trusted; an error when any user but its owner can
 /// write the file itself: such a library is not attached at all.
 pub fn library_trust(real: &Path) -> Result<LibraryTrust, NotAttachable> {
     use std::os::unix::fs::MetadataExt;
@@ -118,7 +118,11 @@ pub fn library_trust(real: &Path) -> Result<LibraryTrust, NotAttachable> {
     if meta.uid() != 0 {
         return Ok(LibraryTrust::Untrusted(format!("owned by uid {}", meta.uid())));
     }
+    let top = process_root(real);
     for dir in real.ancestors().skip(1) {
+        if top.as_deref().is_some_and(|t| !dir.starts_with(t)) {
+            break; // above another process's root: /proc itself
+        }
         let Ok(m) = std::fs::metadata(dir) else { continue };
         let sticky = m.mode() & 0o1000 != 0;
         let why = if m.uid() != 0 {
@@ -139,24 +143,49 @@ pub fn library_trust(real: &Path) -> Result<LibraryTrust, NotAttachable> {
 
 /// Files mapped by the processes under `proc_dir` whose names match a target: (file, index of
 /// the target in `targets`).
+///
+/// A process in another mount namespace (a container) names its files as it sees them; they
+/// are returned through its root, `/proc/PID/root/<path>`, which the kernel resolves inside
+/// that namespace (the agent's own view of `<path>` may be another file, or none).
 pub fn mapped_targets(proc_dir: &Path, targets: &[UprobeTarget]) -> HashSet<(PathBuf, usize)> {
     let mut found = HashSet::new();
+    let my_ns = std::fs::read_link(proc_dir.join("self/ns/mnt")).ok();
     for e in std::fs::read_dir(proc_dir).into_iter().flatten().flatten() {
         if !e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
             continue;
         }
         let Ok(maps) = std::fs::read_to_string(e.path().join("maps")) else { continue };
+        let theirs = std::fs::read_link(e.path().join("ns/mnt")).ok();
+        let foreign = theirs.is_some() && my_ns.is_some() && theirs != my_ns;
         for l in maps.lines() {
             let Some(path) = l.split_whitespace().nth(5) else { continue };
             let Some(file) = Path::new(path).file_name().and_then(|f| f.to_str()) else { continue };
             for (i, t) in targets.iter().enumerate() {
                 if glob_match(&t.glob, file) {
-                    found.insert((PathBuf::from(path), i));
+                    let at = if foreign {
+                        e.path().join("root").join(path.trim_start_matches('/'))
+                    } else {
+                        PathBuf::from(path)
+                    };
+                    found.insert((at, i));
                 }
             }
         }
     }
     found
+}
+
+/// `/proc/PID/root` when `path` lies inside another process's root: the top the trust check
+/// climbs to (above it are /proc's own directories, not the library's).
+pub fn process_root(path: &Path) -> Option<PathBuf> {
+    let mut c = path.components();
+    let (Some(std::path::Component::RootDir), Some(p), Some(pid), Some(root)) =
+        (c.next(), c.next(), c.next(), c.next())
+    else {
+        return None;
+    };
+    let digits = pid.as_os_str().to_str().is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+    (p.as_os_str() == "proc" && digits && root.as_os_str() == "root").then(|| Path::new("/proc").join(pid).join("root"))
 }
 
 #[cfg(test)]
@@ -208,6 +237,14 @@ mod tests {
         std::os::unix::fs::chown(&lib, None, Some(65534)).unwrap();
         assert!(matches!(library_trust(&lib), Err(NotAttachable::GroupWritable { gid: 65534 })));
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+
+    #[test]
+    fn a_path_inside_another_process_root_is_recognised() {
+        assert_eq!(process_root(Path::new("/proc/4242/root/opt/lib/x.so")), Some(PathBuf::from("/proc/4242/root")));
+        assert_eq!(process_root(Path::new("/proc/self/root/x.so")), None, "the agent's own root is its own view");
+        assert_eq!(process_root(Path::new("/opt/proc/1/root/x.so")), None);
+        assert_eq!(process_root(Path::new("/proc/12/cwd/x.so")), None);
     }
 
     #[test]
