@@ -94,6 +94,10 @@ pub fn exit(code: u8) -> ! {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
+    // The private directory of UCX's log goes with the process.
+    if let Some(dir) = ucx_log().and_then(|f| f.parent()) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     // SAFETY: _exit ends the process at once; buffered Rust output was flushed above.
     unsafe { libc::_exit(c_int::from(code)) }
 }
