@@ -138,3 +138,75 @@ async fn traces_and_metrics_reach_an_otlp_receiver() {
         "one span per batch"
     );
 }
+
+/// The site-packages of scripts/setup.sh's NIXL wheel.
+fn nixl_site_packages() -> std::path::PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
+    let lib = cache.join("railguard/nixl/lib");
+    let py = std::fs::read_dir(&lib)
+        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/setup.sh", lib.display()))
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .unwrap();
+    py.path().join("site-packages")
+}
+
+/// A real NIXL process (the wheel, agent/tests/nixl/workload.py) with its telemetry on: the
+/// bytes it moved reach the OTLP receiver as `railguard.nixl.bytes`, labelled by direction and
+/// the GPU its CUDA_VISIBLE_DEVICES names.
+#[tokio::test(flavor = "multi_thread")]
+async fn nixl_workload_bytes_are_an_otlp_counter() {
+    use std::io::BufRead;
+    let recv = Receiver::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let otlp = format!("http://{}", listener.local_addr().unwrap());
+    let server = tonic::transport::Server::builder()
+        .add_service(TraceServiceServer::new(recv.clone()))
+        .add_service(MetricsServiceServer::new(recv.clone()))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+    tokio::spawn(server);
+
+    let dir = tempfile::tempdir().unwrap();
+    railguard_agent::topology::fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let tel = dir.path().join("telemetry");
+    std::fs::create_dir(&tel).unwrap();
+    let workload = concat!(env!("CARGO_MANIFEST_DIR"), "/../agent/tests/nixl/workload.py");
+    let mut wl = KillOnDrop(
+        Command::new("python3")
+            .arg(workload)
+            .arg(nixl_site_packages().join(".nixl_cu12.mesonpy.libs/libnixl_capi.so"))
+            .arg("60")
+            .env("NIXL_TELEMETRY_ENABLE", "y")
+            .env("NIXL_TELEMETRY_DIR", &tel)
+            .env("CUDA_VISIBLE_DEVICES", "4")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(wl.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ready"), "{line}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let watch = tokio::task::spawn_blocking({
+        let (sys, otlp) = (dir.path().join("node/sys"), otlp.clone());
+        move || {
+            Command::new(bin("railguard-agent"))
+                .args(["watch", "--json", "--no-ebpf", "--kmsg", "/dev/null", "--counter-interval-secs", "1"])
+                .args(["--seconds", "3", "--proc-root", "/proc", "--sysfs-root"])
+                .arg(sys)
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
+                .env("RUST_LOG", "warn")
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(watch.status.success(), "{}", String::from_utf8_lossy(&watch.stderr));
+    drop(wl);
+    let got = recv.0.lock().unwrap().clone();
+    assert!(got.iter().any(|(s, n)| s == "railguard-agent" && n == "railguard.nixl.bytes"), "{got:?}");
+}

@@ -310,6 +310,20 @@ impl TelemetryReader {
             b.0 = b.0.saturating_add(drained.tx_bytes);
             b.1 = b.1.saturating_add(drained.rx_bytes);
             let (gpu, nic) = attribute(&ring.workload);
+            // The workload's own traffic, as a counter (OTLP, so a rate in Prometheus): labels
+            // bounded by direction and GPU.
+            let gpu_label = gpu.map_or_else(|| "none".to_owned(), |g| g.to_string());
+            for (direction, n) in [("tx", drained.tx_bytes), ("rx", drained.rx_bytes)] {
+                if n > 0 {
+                    bytes_counter().add(
+                        n,
+                        &[
+                            opentelemetry::KeyValue::new("direction", direction),
+                            opentelemetry::KeyValue::new("gpu", gpu_label.clone()),
+                        ],
+                    );
+                }
+            }
             for (status, count) in &drained.errors {
                 let mut attrs = BTreeMap::new();
                 attrs.insert("pid".to_owned(), ring.pid.to_string());
@@ -335,6 +349,19 @@ impl TelemetryReader {
         }
         out
     }
+}
+
+/// Bytes NIXL processes on this node moved, from their telemetry (OTLP, a no-op unless
+/// OTEL_EXPORTER_OTLP_ENDPOINT is set).
+fn bytes_counter() -> &'static opentelemetry::metrics::Counter<u64> {
+    static C: std::sync::OnceLock<opentelemetry::metrics::Counter<u64>> = std::sync::OnceLock::new();
+    C.get_or_init(|| {
+        opentelemetry::global::meter("railguard-agent")
+            .u64_counter("railguard.nixl.bytes")
+            .with_unit("By")
+            .with_description("bytes NIXL processes on this node transferred, from their telemetry rings")
+            .build()
+    })
 }
 
 /// The GPU a workload uses (exactly one) and its NIC under the node's current selection.
