@@ -44,6 +44,23 @@ fn build_fake(dir: &std::path::Path, lib_name: &str, caller: &str) -> (std::path
     (lib, exe)
 }
 
+/// The UCX error-CQE events drained from `probes` until `want` arrived (5 s at most), and any
+/// stragglers a moment later (so a duplicate would be seen).
+fn ucx_errors(probes: &mut Probes, want: usize) -> Vec<railguard_schema::SignalEvent> {
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let take = |p: &mut Probes, e: &mut Vec<_>| {
+        e.extend(p.drain().into_iter().filter(|e| e.kind == railguard_schema::SignalKind::UcxErrorCqe));
+    };
+    while events.len() < want && Instant::now() < deadline {
+        take(probes, &mut events);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    take(probes, &mut events);
+    events
+}
+
 #[test]
 fn tracepoints_attach_and_the_ucx_uprobe_decodes_each_error_once() {
     let mut probes = Probes::load().expect("eBPF needs root and a kernel with BPF (tests run as root)");
@@ -61,14 +78,7 @@ fn tracepoints_attach_and_the_ucx_uprobe_decodes_each_error_once() {
 
     let st = Command::new(&exe).status().unwrap();
     assert!(st.success());
-    let mut events = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while events.len() < 3 && Instant::now() < deadline {
-        events.extend(probes.drain().into_iter().filter(|e| e.kind == railguard_schema::SignalKind::UcxErrorCqe));
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    events.extend(probes.drain().into_iter().filter(|e| e.kind == railguard_schema::SignalKind::UcxErrorCqe));
+    let events = ucx_errors(&mut probes, 3);
     assert_eq!(events.len(), 3, "6 calls, 3 errors: {events:#?}");
     let a = &events[0].attrs;
     assert_eq!(a["syndrome"], "0x4");
@@ -134,12 +144,7 @@ fn a_library_an_unprivileged_user_owns_yields_only_untrusted_events() {
     assert!(probes.attach_ucx(&lib).unwrap());
     assert!(probes.report.attached.iter().any(|a| a.contains("untrusted: owned by uid 65534")), "{:?}", probes.report);
     assert!(Command::new(&exe).status().unwrap().success());
-    let mut events = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while events.len() < 3 && Instant::now() < deadline {
-        events.extend(probes.drain().into_iter().filter(|e| e.kind == railguard_schema::SignalKind::UcxErrorCqe));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let events = ucx_errors(&mut probes, 3);
     assert_eq!(events.len(), 3, "{events:#?}");
     for e in &events {
         assert_eq!(e.attrs["untrusted"], "owned by uid 65534", "{e:?}");
@@ -195,12 +200,7 @@ fn a_library_in_another_mount_namespace_is_attached_through_the_process_root() {
 
     ns.stdin.take().unwrap().write_all(b"go\n").unwrap();
     assert!(ns.wait().unwrap().success());
-    let mut events = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while events.len() < 3 && Instant::now() < deadline {
-        events.extend(probes.drain().into_iter().filter(|e| e.kind == railguard_schema::SignalKind::UcxErrorCqe));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let events = ucx_errors(&mut probes, 3);
     assert_eq!(events.len(), 3, "{events:#?}");
     assert_eq!(events[0].attrs["library"], want);
     assert!(

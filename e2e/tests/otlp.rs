@@ -68,8 +68,8 @@ impl MetricsService for Receiver {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn traces_and_metrics_reach_an_otlp_receiver() {
+/// An OTLP receiver (traces and metrics) on loopback, and its endpoint URL.
+async fn receiver() -> (Receiver, String) {
     let recv = Receiver::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let otlp = format!("http://{}", listener.local_addr().unwrap());
@@ -78,6 +78,12 @@ async fn traces_and_metrics_reach_an_otlp_receiver() {
         .add_service(MetricsServiceServer::new(recv.clone()))
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
     tokio::spawn(server);
+    (recv, otlp)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traces_and_metrics_reach_an_otlp_receiver() {
+    let (recv, otlp) = receiver().await;
 
     let pg = TestPg::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -159,14 +165,7 @@ fn nixl_site_packages() -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread")]
 async fn nixl_workload_bytes_are_an_otlp_counter() {
     use std::io::BufRead;
-    let recv = Receiver::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let otlp = format!("http://{}", listener.local_addr().unwrap());
-    let server = tonic::transport::Server::builder()
-        .add_service(TraceServiceServer::new(recv.clone()))
-        .add_service(MetricsServiceServer::new(recv.clone()))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
-    tokio::spawn(server);
+    let (recv, otlp) = receiver().await;
 
     let dir = tempfile::tempdir().unwrap();
     railguard_agent::topology::fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
