@@ -100,5 +100,14 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             let _ = writeln!(out, "railguard_agent_spool_quarantined_total{{node=\"{}\"}} {n}", label(node));
         }
     }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_agent_clock_ahead_seconds How far ahead of the collector's clock an agent dated the newest record of its latest batch (0 when not ahead): a fast agent clock skews every record it makes.\n# TYPE railguard_agent_clock_ahead_seconds gauge"
+    );
+    if let Ok(c) = st.clock_ahead.lock() {
+        for (node, s) in c.iter() {
+            let _ = writeln!(out, "railguard_agent_clock_ahead_seconds{{node=\"{}\"}} {s:.3}", label(node));
+        }
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }

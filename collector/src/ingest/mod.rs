@@ -67,6 +67,10 @@ pub struct IngestStats {
     /// Per node, `agent_spool_quarantine` signals stored (pieces of its spool it could not
     /// decode), for `railguard_agent_spool_quarantined_total`.
     pub quarantined: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Per node, how far ahead of this collector's clock the newest record of its latest batch
+    /// was dated (seconds, 0 when not ahead): an agent clock running fast, which every record it
+    /// makes carries. (A clock running slow looks like a delivery backlog and is not told apart.)
+    pub clock_ahead: std::sync::Mutex<std::collections::BTreeMap<String, f64>>,
     /// Per node, the devices its latest topology lists (loaded from the store on first use).
     pub devices: std::sync::Mutex<std::collections::HashMap<String, KnownDevices>>,
 }
@@ -268,6 +272,7 @@ impl IngestService {
                 matches!(&r.body, railguard_schema::RecordBody::Signal(e) if e.kind == railguard_schema::SignalKind::AgentSpoolQuarantine)
             })
             .count() as u64;
+        let newest = records.iter().map(|r| r.observed_at).max();
         let topology = records.iter().rev().find_map(|r| match &r.body {
             railguard_schema::RecordBody::Topology(t) => Some(t.clone()),
             _ => None,
@@ -280,6 +285,12 @@ impl IngestService {
             }
         };
         self.stats.batches_committed.fetch_add(1, Ordering::Relaxed);
+        if let Some(newest) = newest
+            && let Ok(mut c) = self.stats.clock_ahead.lock()
+        {
+            let ahead = (newest - chrono::Utc::now()).num_milliseconds() as f64 / 1000.0;
+            c.insert(node.to_string(), ahead.max(0.0));
+        }
         if let Some(t) = &topology
             && let Ok(mut d) = self.stats.devices.lock()
         {

@@ -451,12 +451,25 @@ async fn main() -> std::process::ExitCode {
             .fetch_one(&pg.pool)
             .await
             .unwrap();
+            // The collector says so: its gauge of how far ahead the agent's clock runs.
+            let (_, metrics) = collector.get("/metrics", None);
+            let ahead: Option<f64> = metrics
+                .lines()
+                .find(|l| l.starts_with(&format!("railguard_agent_clock_ahead_seconds{{node=\"{}\"}}", nodes[5])))
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok());
             o.note = match skew {
-                Some(s) => format!("stored as the agent timed them: observed_at − received_at = {:+.2} h", s / 3600.0),
+                Some(s) => format!(
+                    "stored as the agent timed them: observed_at − received_at = {:+.2} h; collector's railguard_agent_clock_ahead_seconds = {}",
+                    s / 3600.0,
+                    ahead.map_or("absent".to_owned(), |a| format!("{:.2} h", a / 3600.0))
+                ),
                 None => "nothing stored".into(),
             };
             if skew.is_none_or(|s| (s / 3600.0 - 5.0).abs() > 0.1) && o.error.is_none() {
                 o.error = Some("the skew did not reach the records: the fault did not happen".into());
+            }
+            if ahead.is_none_or(|a| (a / 3600.0 - 5.0).abs() > 0.1) && o.error.is_none() {
+                o.error = Some(format!("the collector did not see the agent's clock 5 h ahead ({ahead:?})"));
             }
             results.push(o);
         }
