@@ -63,7 +63,8 @@ pub enum Sabotage {
     Truncate,
     /// Start the transfer and never finish it: the transport must time out.
     Stall,
-    /// tcp: the connection is reset (RST) mid-transfer: the transport must report an error.
+    /// The peer goes away mid-transfer (tcp: the connection is reset; ucx: the receiving worker
+    /// is closed): the transport must report an error.
     PeerReset,
 }
 

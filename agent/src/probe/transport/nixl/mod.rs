@@ -792,6 +792,12 @@ fn wheel_version(lib: &Path) -> Option<String> {
 }
 
 /// The transport's own failure: the remote agent is invalidated halfway through a probe.
+///
+/// Not one of them: the remote side deregistering its memory halfway. Tried over rxe0 in the
+/// project's VM, the rest of the READ (or WRITE) with the old remote key still completed and
+/// moved the right bytes: NIXL's UCX keeps registrations in its cache after deregistration, so
+/// the NIC does not refuse the key. A worker that frees KV blocks while a peer reads them is
+/// not told: only the receiver's check of the bytes would be.
 const FAILURE_MODES: &[FailureMode] =
     &[FailureMode { name: "remote_invalidated", sabotage: Sabotage::Truncate, reported: Reported::Error }];
 
