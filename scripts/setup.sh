@@ -41,6 +41,8 @@ have rdma || need+=(iproute2)
 # link with a network namespace (iproute2's `ip`).
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(faketime)
 have ip || need+=(iproute2)
+# The alert rules' unit tests and the /metrics lint (promtool, from Debian's prometheus package).
+have promtool || need+=(prometheus)
 # The dashboard tests drive Debian's chromium, headless.
 have chromium || need+=(chromium)
 have chromedriver || need+=(chromium-driver)
