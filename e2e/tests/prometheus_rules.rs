@@ -46,3 +46,84 @@ async fn the_collectors_metrics_follow_prometheus_conventions() {
     let (ok, out) = promtool(&["check", "metrics"], dir.path(), Some(&metrics));
     assert!(ok, "promtool check metrics: {out}\n{metrics}");
 }
+
+/// A real Prometheus server (Debian's) on loopback, with railguard's rules, scraping a real
+/// collector that a real agent feeds from the simulated seed node (every PIX pair rejecting
+/// DMA while the transport says success): `RailguardGPUCorrupting` fires for node-a's GPUs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    railguard_agent::topology::fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let faults = dir.path().join("faults.json");
+    std::fs::write(
+        &faults,
+        r#"{"faults": [{"path": ["pix", "pxb"], "kind": "dma_read_rejected", "reported": "success"}]}"#,
+    )
+    .unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    let _agent = KillOnDrop(
+        Command::new(bin("railguard-agent"))
+            .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url(), "--token-file"])
+            .arg(&token)
+            .arg("--spool-dir")
+            .arg(dir.path().join("spool"))
+            .arg("--sysfs-root")
+            .arg(dir.path().join("node/sys"))
+            .args(["--fabric", "sim", "--probe-cycle-secs", "1", "--probe-bytes", "64K", "--no-signals", "--faults"])
+            .arg(&faults)
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let rules = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus/railguard-alerts.yml"))
+        .canonicalize()
+        .unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: railguard\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+            rules.display(),
+            collector.http_port
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let _prometheus = KillOnDrop(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (scripts/setup.sh installs Debian's prometheus package)"),
+    );
+    wait_for_port(port);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (_, body) = http_get(port, "/api/v1/alerts", None);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let firing: Vec<&serde_json::Value> = v["data"]["alerts"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|x| x["labels"]["alertname"] == "RailguardGPUCorrupting" && x["state"] == "firing")
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(a) = firing.first() {
+            assert_eq!(a["labels"]["node"], "node-a", "{a}");
+            assert_eq!(a["labels"]["severity"], "critical", "{a}");
+            let gpu = a["labels"]["gpu"].as_str().unwrap();
+            assert_eq!(a["annotations"]["summary"], format!("GPU {gpu} on node-a corrupts KV-cache transfers"), "{a}");
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "RailguardGPUCorrupting never fired: {body}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
