@@ -98,7 +98,13 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             let _ = stop_tx.send(true);
         });
         let stats: Arc<IngestStats> = Arc::default();
-        tokio::spawn(crate::assess::run_periodic(pool.clone(), cfg.assess.clone(), cfg.assess_every, stop_rx.clone()));
+        tokio::spawn(crate::assess::run_periodic(
+            pool.clone(),
+            cfg.assess.clone(),
+            cfg.assess_every,
+            stats.clone(),
+            stop_rx.clone(),
+        ));
         let store = Store::new(pool.clone()).with_retention(cfg.retention_days);
         tokio::spawn(crate::retention::run_periodic(store.clone(), stop_rx.clone()));
         let http = match cfg.http_listen {

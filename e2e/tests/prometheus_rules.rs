@@ -26,7 +26,7 @@ fn promtool(args: &[&str], dir: &std::path::Path, stdin: Option<&str>) -> (bool,
 fn the_alert_rules_check_and_pass_their_unit_tests() {
     let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus"));
     let (ok, out) = promtool(&["check", "rules", "railguard-alerts.yml"], dir, None);
-    assert!(ok && out.contains("SUCCESS: 6 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 7 rules found"), "{out}");
     let (ok, out) = promtool(&["test", "rules", "railguard-alerts.test.yml"], dir, None);
     assert!(ok && out.contains("SUCCESS"), "{out}");
 }
@@ -43,6 +43,10 @@ async fn the_collectors_metrics_follow_prometheus_conventions() {
     let (code, metrics) = collector.get("/metrics", None);
     assert_eq!(code, 200);
     assert!(metrics.contains("railguard_agent_clock_ahead_seconds{node=\"node-a\"}"), "{metrics}");
+    assert!(
+        metrics.contains("\nrailguard_assessment_age_seconds "),
+        "the collector assesses every second here: {metrics}"
+    );
     let (ok, out) = promtool(&["check", "metrics"], dir.path(), Some(&metrics));
     assert!(ok, "promtool check metrics: {out}\n{metrics}");
 }

@@ -335,12 +335,16 @@ pub async fn run_periodic(
     pool: PgPool,
     cfg: AssessConfig,
     every: Duration,
+    stats: std::sync::Arc<crate::ingest::IngestStats>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut shutdown = shutdown;
     loop {
         match assess_and_store(&pool, None, &cfg).await {
-            Ok(r) => tracing::debug!(gpus = r.len(), "fleet assessed"),
+            Ok(r) => {
+                stats.assessed_at_ms.store(chrono::Utc::now().timestamp_millis(), std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(gpus = r.len(), "fleet assessed")
+            }
             Err(e) => tracing::warn!(error = %e, "assessment failed; will retry"),
         }
         tokio::select! {

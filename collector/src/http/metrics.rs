@@ -100,6 +100,15 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             let _ = writeln!(out, "railguard_agent_spool_quarantined_total{{node=\"{}\"}} {n}", label(node));
         }
     }
+    let at = st.assessed_at_ms.load(Ordering::Relaxed);
+    if at > 0 {
+        let _ = writeln!(
+            out,
+            "# HELP railguard_assessment_age_seconds Time since the collector's last completed assessment of the fleet (GPU statuses are this old at most, plus one window).\n# TYPE railguard_assessment_age_seconds gauge"
+        );
+        let age = (chrono::Utc::now().timestamp_millis() - at).max(0) as f64 / 1000.0;
+        let _ = writeln!(out, "railguard_assessment_age_seconds {age:.3}");
+    }
     let _ = writeln!(
         out,
         "# HELP railguard_agent_clock_ahead_seconds How far ahead of the collector's clock an agent dated the newest record of its latest batch (0 when not ahead): a fast agent clock skews every record it makes.\n# TYPE railguard_agent_clock_ahead_seconds gauge"
