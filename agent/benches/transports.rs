@@ -4,8 +4,8 @@
 //! against the ucx transport (Debian's libucp, one put per probe), both with UCX_TLS=tcp on `lo`.
 //! Figures are ratios within the run; absolute numbers on loopback say nothing about a NIC.
 //!
-//! Run: `cargo bench -p railguard-agent --bench transports` (needs scripts/setup.sh's NIXL wheel,
-//! or RAILGUARD_NIXL_LIB).
+//! Run: `cargo bench -p railguard-agent --bench transports` (needs a NIXL the agent finds:
+//! scripts/setup.sh's wheel, or RAILGUARD_NIXL_LIB).
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -16,19 +16,6 @@ use railguard_agent::probe::transport::nixl::{Nixl, NixlConfig, NixlOp};
 use railguard_agent::probe::transport::ucx::{NicChoice, Ucx};
 use railguard_agent::probe::{Engine, EngineConfig, MemoryPref, Pair};
 use railguard_schema::ProbeVerdict;
-
-fn nixl_lib() -> PathBuf {
-    if let Some(p) = std::env::var_os("RAILGUARD_NIXL_LIB") {
-        return p.into();
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
-    let lib = cache.join("railguard/nixl/lib");
-    let py =
-        std::fs::read_dir(&lib).unwrap().flatten().find(|e| e.file_name().to_string_lossy().starts_with("python3"));
-    py.expect("run scripts/setup.sh").path().join("site-packages")
-}
 
 /// Median seconds per probe of `bytes` over `t`, all verified ok.
 fn per_probe(t: &mut dyn ProbeTransport, bytes: usize, n: usize) -> Duration {
@@ -51,7 +38,8 @@ fn per_probe(t: &mut dyn ProbeTransport, bytes: usize, n: usize) -> Duration {
 fn main() {
     let mut ucx = Ucx::open(NicChoice::Pin("lo".into()), Some("tcp")).unwrap();
     let mut nixl = Nixl::open(&NixlConfig {
-        lib: Some(nixl_lib()),
+        // As `--nixl-lib` takes it, else the agent's own search (setup.sh's virtualenv included).
+        lib: std::env::var_os("RAILGUARD_NIXL_LIB").map(PathBuf::from),
         op: NixlOp::Read,
         net_devices: Some("lo".into()),
         tls: Some("tcp".into()),

@@ -7,13 +7,13 @@ use std::process::Command;
 mod support;
 
 use railguard_agent::topology::fixture;
-use support::nixl_site_packages as nixl_lib;
+use support::{nixl_capi, nixl_wheel_lib};
 
 fn agent(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
         .args(args)
         .arg("--nixl-lib")
-        .arg(nixl_lib())
+        .arg(nixl_capi())
         .env_remove("UCX_TLS")
         .env_remove("UCX_NET_DEVICES")
         .env_remove("RAILGUARD_TRANSPORT")
@@ -23,6 +23,14 @@ fn agent(args: &[&str]) -> (i32, String, String) {
     // NIXL's libraries crash in their destructors at exit(); the agent must end without them.
     let code = out.status.code().unwrap_or_else(|| panic!("killed by a signal ({:?}): {stderr}", out.status));
     (code, String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// The seed incident's node as a fixture tree in a new directory: (the directory, its sys/).
+fn seed_node() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let sys = dir.path().join("node/sys");
+    (dir, sys)
 }
 
 /// A child killed when the test ends, whether it passes or panics.
@@ -87,9 +95,7 @@ fn selftest_reads_and_writes_through_nixl_and_suffers_a_real_invalidation() {
 
 #[test]
 fn probes_over_nixl_verify_every_byte_and_say_ucx_moved_them_without_the_nic() {
-    let dir = tempfile::tempdir().unwrap();
-    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
-    let sys = dir.path().join("node/sys");
+    let (_dir, sys) = seed_node();
     let sys = sys.to_str().unwrap();
     let probe = |extra: &[&str]| {
         let mut args = vec![
@@ -140,11 +146,9 @@ fn probes_over_nixl_verify_every_byte_and_say_ucx_moved_them_without_the_nic() {
 
 #[test]
 fn an_injected_fault_fails_the_probe_and_the_exit_code_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let (dir, sys) = seed_node();
     let faults = dir.path().join("faults.json");
     std::fs::write(&faults, r#"{"faults": [{"nic": "mlx5_2", "kind": "bitflip"}]}"#).unwrap();
-    let sys = dir.path().join("node/sys");
     let (code, out, err) = agent(&[
         "probe",
         "--transport",
@@ -198,17 +202,9 @@ fn without_nixl_the_transport_says_why() {
 /// a new pin moves it.
 #[test]
 fn the_nixl_probe_follows_a_running_nixl_workloads_pin() {
-    let dir = tempfile::tempdir().unwrap();
-    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
-    let sys = dir.path().join("node/sys");
-    let site = nixl_lib();
-    let ucp = std::fs::read_dir(site.join("nixl_cu12.libs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("libucp-"))
-        .expect("the wheel ships its own libucp");
-    let capi = site.join(".nixl_cu12.mesonpy.libs/libnixl_capi.so");
+    let (_dir, sys) = seed_node();
+    let ucp = nixl_wheel_lib("libucp-");
+    let capi = nixl_capi();
     let workload = |pin: &str| {
         Command::new("python3")
             .args([
@@ -273,11 +269,10 @@ fn the_nixl_probe_follows_a_running_nixl_workloads_pin() {
 #[test]
 fn nixl_telemetry_errors_of_a_real_process_become_attributed_signals() {
     use std::io::BufRead;
-    let dir = tempfile::tempdir().unwrap();
-    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let (dir, sys) = seed_node();
     let tel = dir.path().join("telemetry");
     std::fs::create_dir(&tel).unwrap();
-    let capi = nixl_lib().join(".nixl_cu12.mesonpy.libs/libnixl_capi.so");
+    let capi = nixl_capi();
     let mut wl = Command::new("python3")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/nixl/workload.py"))
         .arg(&capi)
@@ -310,7 +305,7 @@ fn nixl_telemetry_errors_of_a_real_process_become_attributed_signals() {
                 "2",
             ])
             .args(["--discover-workloads", "--proc-root", "/proc", "--sysfs-root"])
-            .arg(dir.path().join("node/sys"))
+            .arg(&sys)
             .output()
             .unwrap();
         results(&String::from_utf8_lossy(&out.stdout))

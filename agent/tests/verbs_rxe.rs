@@ -67,16 +67,10 @@ fn verbs_transport_on_soft_roce() {
     // use); Soft-RoCE's provider comes from the distribution. Test glue, not something a node
     // needs: a `libibverbs.so.1` link to the wheel's copy beside Debian's rxe provider, so the
     // provider registers with the libibverbs NIXL's UCX uses.
-    let site = support::nixl_site_packages();
+    let site = support::nixl_capi();
     let ibv = dir.path().join("ibv");
     std::fs::create_dir(&ibv).unwrap();
-    let wheel_ibv = std::fs::read_dir(site.join("nixl_cu12.libs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("libibverbs-"))
-        .expect("the wheel ships libibverbs");
-    std::os::unix::fs::symlink(wheel_ibv, ibv.join("libibverbs.so.1")).unwrap();
+    std::os::unix::fs::symlink(support::nixl_wheel_lib("libibverbs-"), ibv.join("libibverbs.so.1")).unwrap();
     std::fs::copy("/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so", ibv.join("librxe-rdmav34.so")).unwrap();
     let nixl = format!("LD_LIBRARY_PATH={} {}", ibv.display(), env!("CARGO_BIN_EXE_railguard-agent"));
     let agent = env!("CARGO_BIN_EXE_railguard-agent");

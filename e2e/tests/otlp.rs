@@ -145,20 +145,6 @@ async fn traces_and_metrics_reach_an_otlp_receiver() {
     );
 }
 
-/// The site-packages of scripts/setup.sh's NIXL wheel.
-fn nixl_site_packages() -> std::path::PathBuf {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
-    let lib = cache.join("railguard/nixl/lib");
-    let py = std::fs::read_dir(&lib)
-        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/setup.sh", lib.display()))
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().starts_with("python3"))
-        .unwrap();
-    py.path().join("site-packages")
-}
-
 /// A real NIXL process (the wheel, agent/tests/nixl/workload.py) with its telemetry on: the
 /// bytes it moved reach the OTLP receiver as `railguard.nixl.bytes`, labelled by direction and
 /// the GPU its CUDA_VISIBLE_DEVICES names.
@@ -175,7 +161,8 @@ async fn nixl_workload_bytes_are_an_otlp_counter() {
     let mut wl = KillOnDrop(
         Command::new("python3")
             .arg(workload)
-            .arg(nixl_site_packages().join(".nixl_cu12.mesonpy.libs/libnixl_capi.so"))
+            // The NIXL the agent finds (scripts/setup.sh's wheel).
+            .arg(railguard_agent::probe::transport::nixl::locate::locate(None, &|k| std::env::var(k).ok()).unwrap())
             .arg("60")
             .env("NIXL_TELEMETRY_ENABLE", "y")
             .env("NIXL_TELEMETRY_DIR", &tel)

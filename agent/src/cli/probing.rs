@@ -38,8 +38,9 @@ pub struct TransportArgs {
     #[arg(long, env = "RAILGUARD_VERBS_DEVICE")]
     pub verbs_device: Option<String>,
     /// nixl: NIXL's C API, `libnixl_capi.so`, or a directory holding it (a prefix, a
-    /// site-packages). Default: NIXL_PREFIX, then the nixl-cu12/nixl-cu13 wheel in PYTHONPATH,
-    /// the active virtualenv, the system's or the user's site-packages.
+    /// site-packages, a virtualenv). Default: NIXL_PREFIX, then the nixl-cu12/nixl-cu13 wheel in
+    /// PYTHONPATH, the active virtualenv, the system's or the user's site-packages, the
+    /// virtualenv scripts/setup.sh makes (~/.cache/railguard/nixl), python3's site-packages.
     #[arg(long, env = "RAILGUARD_NIXL_LIB")]
     pub nixl_lib: Option<PathBuf>,
     /// nixl: how blocks move: `read` (the decode side reads, as vLLM's NixlConnector) or `write`.

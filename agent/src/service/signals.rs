@@ -171,10 +171,13 @@ pub fn follow(
         }
         let uprobe_events = probes.as_mut().map(|p| p.drain()).unwrap_or_default();
         if qps.is_some() || !uprobe_events.is_empty() {
-            let node = topology.current();
-            let uuids: Vec<(u32, String)> =
-                node.topology.gpus.iter().map(|g| (g.gpu.index, g.gpu.uuid.clone())).collect();
-            let gpu_of = |pid| crate::topology::workloads::gpu_of_pid(&proc_, pid, &uuids);
+            // Read only for an event to attribute (rare), not on every pass.
+            let gpu_of = |pid| {
+                let node = topology.current();
+                let uuids: Vec<(u32, String)> =
+                    node.topology.gpus.iter().map(|g| (g.gpu.index, g.gpu.uuid.clone())).collect();
+                crate::topology::workloads::gpu_of_pid(&proc_, pid, &uuids)
+            };
             let table = match qps.as_ref().map(|_| crate::signals::qp::dump()) {
                 Some(Ok(t)) => Some(t),
                 Some(Err(e)) => {
@@ -186,9 +189,9 @@ pub fn follow(
             };
             // A UCX error CQE under auto-selection names no device: its (pid, QP number) in the
             // QP table does, this reading's or the one before.
+            let tables: Vec<&[crate::signals::qp::Qp]> =
+                [table.as_deref(), Some(last_qps.as_slice())].into_iter().flatten().collect();
             for mut ev in uprobe_events {
-                let tables: Vec<&[crate::signals::qp::Qp]> =
-                    [table.as_deref(), Some(last_qps.as_slice())].into_iter().flatten().collect();
                 crate::signals::qp::attribute_cqe(&mut ev, &tables, &gpu_of);
                 emit(a.attribute_signal(ev));
             }

@@ -248,15 +248,7 @@ pub struct Ring {
 pub fn find(proc_: &SysRoot) -> Vec<Ring> {
     let mut out = Vec::new();
     for w in workloads::discover(proc_) {
-        let Ok(env) = proc_.read_bytes(format!("{}/environ", w.pid)) else { continue };
-        let var = |name: &str| {
-            env.split(|b| *b == 0)
-                .filter_map(|v| std::str::from_utf8(v).ok())
-                .find_map(|v| v.strip_prefix(name).and_then(|r| r.strip_prefix('=')).map(str::to_owned))
-        };
-        let enabled = var("NIXL_TELEMETRY_ENABLE")
-            .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "y" | "yes" | "on" | "true" | "enable" | "1"));
-        let Some(dir) = var("NIXL_TELEMETRY_DIR").filter(|d| enabled && d.starts_with('/')) else { continue };
+        let Some(dir) = w.nixl_telemetry_dir.as_deref() else { continue };
         let dir = dir.trim_end_matches('/').to_owned() + "/";
         let Some(uid) = proc_.read(format!("{}/status", w.pid)).ok().and_then(|s| {
             s.lines().find_map(|l| l.strip_prefix("Uid:").and_then(|r| r.split_whitespace().nth(1)?.parse().ok()))

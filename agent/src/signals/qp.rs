@@ -282,7 +282,6 @@ pub fn dump() -> Result<Vec<Qp>, QpTableError> {
 #[derive(Debug, Default)]
 pub struct QpWatch {
     last: HashMap<(String, u32), u8>,
-    primed: bool,
 }
 
 impl QpWatch {
@@ -301,7 +300,6 @@ impl QpWatch {
             next.insert(key, q.state);
         }
         self.last = next;
-        self.primed = true;
         entered
     }
 }

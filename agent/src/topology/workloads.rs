@@ -19,6 +19,30 @@ pub struct Workload {
     pub nccl: Option<IbHca>,
     /// `CUDA_VISIBLE_DEVICES` as given: GPU indices or `GPU-…` UUIDs; None: unset (every GPU).
     pub cuda_visible: Option<Vec<String>>,
+    /// Where its NIXL keeps its telemetry rings: `NIXL_TELEMETRY_DIR` (absolute), when
+    /// `NIXL_TELEMETRY_ENABLE` turns telemetry on.
+    pub nixl_telemetry_dir: Option<String>,
+}
+
+/// The value of `name` in an environment block (`/proc/PID/environ`).
+pub fn env_var<'a>(env: &'a [u8], name: &str) -> Option<&'a str> {
+    env.split(|b| *b == 0)
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .find_map(|v| v.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// `CUDA_VISIBLE_DEVICES` of an environment block, as a list.
+fn cuda_visible(env: &[u8]) -> Option<Vec<String>> {
+    env_var(env, "CUDA_VISIBLE_DEVICES")
+        .map(|v| v.split(',').map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()).collect())
+}
+
+/// `NIXL_TELEMETRY_DIR` of an environment block where `NIXL_TELEMETRY_ENABLE` is on (NIXL's
+/// spellings: y/yes/on/true/enable/1, any case).
+fn nixl_telemetry_dir(env: &[u8]) -> Option<String> {
+    let on = env_var(env, "NIXL_TELEMETRY_ENABLE")
+        .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "y" | "yes" | "on" | "true" | "enable" | "1"));
+    env_var(env, "NIXL_TELEMETRY_DIR").filter(|d| on && d.starts_with('/')).map(str::to_owned)
 }
 
 /// Library names that make a process a KV-transfer workload (renamed wheel copies included:
@@ -49,12 +73,14 @@ pub fn discover(proc_: &SysRoot) -> Vec<Workload> {
         };
         let Ok(env) = proc_.read_bytes(format!("{pid}/environ")) else { continue };
         let (ucx, nccl) = from_environ(&env);
-        let cuda_visible = env
-            .split(|b| *b == 0)
-            .filter_map(|v| std::str::from_utf8(v).ok())
-            .find_map(|v| v.strip_prefix("CUDA_VISIBLE_DEVICES="))
-            .map(|v| v.split(',').map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()).collect());
-        out.push(Workload { pid, library, ucx, nccl, cuda_visible });
+        out.push(Workload {
+            pid,
+            library,
+            ucx,
+            nccl,
+            cuda_visible: cuda_visible(&env),
+            nixl_telemetry_dir: nixl_telemetry_dir(&env),
+        });
     }
     out
 }
@@ -63,16 +89,9 @@ pub fn discover(proc_: &SysRoot) -> Vec<Workload> {
 /// consumer need not map UCX), or None when it names none or several, or is unreadable.
 pub fn gpu_of_pid(proc_: &SysRoot, pid: u32, uuids: &[(u32, String)]) -> Option<u32> {
     let env = proc_.read_bytes(format!("{pid}/environ")).ok()?;
-    let list: Vec<String> = env
-        .split(|b| *b == 0)
-        .filter_map(|v| std::str::from_utf8(v).ok())
-        .find_map(|v| v.strip_prefix("CUDA_VISIBLE_DEVICES="))?
-        .split(',')
-        .map(|d| d.trim().to_owned())
-        .filter(|d| !d.is_empty())
-        .collect();
+    let list = cuda_visible(&env)?;
     let (ucx, nccl) = from_environ(&[]);
-    let w = Workload { pid, library: String::new(), ucx, nccl, cuda_visible: Some(list) };
+    let w = Workload { pid, library: String::new(), ucx, nccl, cuda_visible: Some(list), nixl_telemetry_dir: None };
     match gpus_of(&w, uuids).as_slice() {
         [g] => Some(*g),
         _ => None,

@@ -14,20 +14,23 @@ pub fn build_fake_cuda(dir: &Path) -> PathBuf {
     out
 }
 
-/// The site-packages holding the NIXL wheel (RAILGUARD_NIXL_LIB, else scripts/setup.sh's
-/// virtualenv under the cache).
-pub fn nixl_site_packages() -> PathBuf {
-    if let Some(p) = std::env::var_os("RAILGUARD_NIXL_LIB") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
-    let lib = cache.join("railguard/nixl/lib");
-    let py = std::fs::read_dir(&lib)
-        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/setup.sh (it installs nixl-cu12)", lib.display()))
+/// NIXL's C API as the agent itself finds it: RAILGUARD_NIXL_LIB (as `--nixl-lib` takes it), else
+/// its own search, which includes the virtualenv scripts/setup.sh installs the wheel into.
+pub fn nixl_capi() -> PathBuf {
+    let explicit = std::env::var_os("RAILGUARD_NIXL_LIB").map(PathBuf::from);
+    railguard_agent::probe::transport::nixl::locate::locate(explicit.as_deref(), &|k| std::env::var(k).ok())
+        .unwrap_or_else(|e| panic!("{e} (scripts/setup.sh installs nixl-cu12)"))
+}
+
+/// A library the NIXL wheel bundles in `nixl_cu12.libs/`, by the start of its (renamed) file
+/// name: `libucp-`, `libibverbs-`.
+pub fn nixl_wheel_lib(prefix: &str) -> PathBuf {
+    let capi = nixl_capi();
+    let libs = capi.parent().and_then(Path::parent).unwrap().join("nixl_cu12.libs");
+    std::fs::read_dir(&libs)
+        .unwrap_or_else(|e| panic!("{}: {e}: not the nixl-cu12 wheel", libs.display()))
         .flatten()
-        .find(|e| e.file_name().to_string_lossy().starts_with("python3"))
-        .expect("no python3.* in the NIXL virtualenv: run scripts/setup.sh");
-    py.path().join("site-packages")
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap_or_else(|| panic!("the wheel ships no {prefix}*"))
 }

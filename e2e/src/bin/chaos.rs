@@ -193,6 +193,20 @@ struct Outcome {
 }
 
 impl Outcome {
+    /// Nothing counted yet.
+    fn new(fault: &str, note: String) -> Outcome {
+        Outcome {
+            fault: fault.to_owned(),
+            produced: 0,
+            stored: 0,
+            dropped: 0,
+            rejected: 0,
+            duplicates: 0,
+            note,
+            error: None,
+        }
+    }
+
     fn explained(&self) -> bool {
         self.error.is_none() && self.duplicates == 0 && self.produced == self.stored + self.dropped + self.rejected
     }
@@ -226,16 +240,7 @@ async fn settle(
     agents: &mut [Agent],
     note: String,
 ) -> Outcome {
-    let mut out = Outcome {
-        fault: fault.to_owned(),
-        produced: 0,
-        stored: 0,
-        dropped: 0,
-        rejected: 0,
-        duplicates: 0,
-        note,
-        error: None,
-    };
+    let mut out = Outcome::new(fault, note);
     for a in agents.iter_mut() {
         match a.stop() {
             Ok((appended, dropped)) => out.produced += appended + dropped,
@@ -510,14 +515,5 @@ async fn main() -> std::process::ExitCode {
 }
 
 fn not_run(fault: &str, why: String) -> Outcome {
-    Outcome {
-        fault: fault.to_owned(),
-        produced: 0,
-        stored: 0,
-        dropped: 0,
-        rejected: 0,
-        duplicates: 0,
-        note: String::new(),
-        error: Some(format!("not run: {why}")),
-    }
+    Outcome { error: Some(format!("not run: {why}")), ..Outcome::new(fault, String::new()) }
 }

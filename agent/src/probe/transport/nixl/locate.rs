@@ -1,7 +1,9 @@
-//! Where the node's NIXL is: `--nixl-lib` (the library, or a directory holding it, a prefix or
-//! a site-packages), `NIXL_PREFIX` (an install from source), or the `nixl-cu12`/`nixl-cu13`
-//! wheel in a Python site-packages (`PYTHONPATH`, the active virtualenv, the system's, the
-//! user's). The first found wins; when none is, the error lists every place looked at.
+//! Where the node's NIXL is: `--nixl-lib` (the library, or a directory holding it: a prefix, a
+//! site-packages, a virtualenv), `NIXL_PREFIX` (an install from source), or the
+//! `nixl-cu12`/`nixl-cu13` wheel in a Python site-packages (`PYTHONPATH`, the active virtualenv,
+//! the system's, the user's, the virtualenv scripts/setup.sh makes under
+//! `~/.cache/railguard/nixl`, the node's `python3`'s). The first found wins; when none is, the
+//! error lists every place looked at.
 
 use std::path::{Path, PathBuf};
 
@@ -68,7 +70,9 @@ fn python_site_packages() -> Vec<PathBuf> {
 fn roots(explicit: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(p) = explicit.filter(|p| p.is_dir()) {
+        // The directory itself (a site-packages, a prefix), or a virtualenv holding the wheel.
         dirs.push(p.to_owned());
+        dirs.extend(site_packages(p));
     }
     if let Some(prefix) = env("NIXL_PREFIX").filter(|s| !s.is_empty()) {
         dirs.push(PathBuf::from(prefix));
@@ -85,6 +89,14 @@ fn roots(explicit: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Vec<P
     dirs.push(PathBuf::from("/usr/lib/python3/dist-packages"));
     if let Some(home) = env("HOME").filter(|s| !s.is_empty()) {
         dirs.extend(site_packages(&Path::new(&home).join(".local")));
+    }
+    // The virtualenv scripts/setup.sh installs the wheel into (a developer's machine, CI).
+    if let Some(cache) = env("XDG_CACHE_HOME")
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").filter(|s| !s.is_empty()).map(|h| Path::new(&h).join(".cache")))
+    {
+        dirs.extend(site_packages(&cache.join("railguard/nixl")));
     }
     // Last, wherever the node's python3 says its packages are (pyenv, conda, distro layouts).
     if explicit.is_none() {
@@ -167,9 +179,18 @@ mod tests {
             env_of(vec![("NIXL_PREFIX", prefix.display().to_string()), ("VIRTUAL_ENV", venv.display().to_string())]);
         assert_eq!(locate(None, &both).unwrap(), built);
 
-        // --nixl-lib wins over everything: a file, or a directory searched the same way.
+        // --nixl-lib wins over everything: a file, or a directory searched the same way (a
+        // site-packages, or the virtualenv itself).
         assert_eq!(locate(Some(&wheel), &both).unwrap(), wheel);
         assert_eq!(locate(Some(&venv.join("lib/python3.11/site-packages")), &both).unwrap(), wheel);
+        assert_eq!(locate(Some(&venv), &env_of(vec![])).unwrap(), wheel);
+
+        // scripts/setup.sh's virtualenv, under the cache directory.
+        let cache = tmp.path().join("cache");
+        let setup = cache.join("railguard/nixl/lib/python3.11/site-packages/.nixl_cu12.mesonpy.libs").join(LIB);
+        touch(&setup);
+        let xdg = env_of(vec![("XDG_CACHE_HOME", cache.display().to_string())]);
+        assert_eq!(locate(None, &xdg).unwrap(), setup);
     }
 
     #[test]

@@ -840,8 +840,11 @@ impl ProbeTransport for Nixl {
         timeout: Duration,
         sabotage: Sabotage,
     ) -> TransferReport {
-        if src.len() != dst.len() || src.is_empty() {
+        if src.len() != dst.len() {
             return TransferReport::error("source and destination differ in length");
+        }
+        if src.is_empty() {
+            return TransferReport::error("nothing to move");
         }
         let sides = Sides {
             mem: capi::MEM_VRAM,
