@@ -101,6 +101,14 @@ pub struct AgentTls {
 }
 
 impl AgentTls {
+    /// Modification times of the CA, certificate and key files (None where unset or unreadable).
+    fn stamp(&self) -> Vec<Option<std::time::SystemTime>> {
+        [&self.ca_file, &self.cert_file, &self.key_file]
+            .into_iter()
+            .map(|f| f.as_ref().and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()))
+            .collect()
+    }
+
     fn client_config(&self, url: &str) -> Result<tonic::transport::ClientTlsConfig, ShipperError> {
         let read = |p: &std::path::PathBuf| {
             std::fs::read(p).map_err(|source| ShipperError::TlsFile { path: p.clone(), source })
@@ -120,6 +128,30 @@ impl AgentTls {
 
 type Client = IngestClient<InterceptedService<Channel, BearerToken>>;
 
+/// A client of the collector at `cfg.collector_url` (TLS from `cfg.tls` for https://), sending
+/// the token (re-read from its file as it changes).
+fn connect(cfg: &ShipperConfig) -> Result<Client, ShipperError> {
+    let url = cfg.collector_url.clone();
+    let mut endpoint =
+        Endpoint::from_shared(url.clone()).map_err(|source| ShipperError::Url { url: url.clone(), source })?;
+    if url.starts_with("https://") {
+        endpoint = endpoint
+            .tls_config(cfg.tls.client_config(&url)?)
+            .map_err(|source| ShipperError::Tls { url: url.clone(), source })?;
+    }
+    let endpoint = endpoint
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(cfg.request_timeout)
+        .tcp_nodelay(true)
+        .initial_stream_window_size(Some(HTTP2_WINDOW_BYTES))
+        .initial_connection_window_size(Some(HTTP2_WINDOW_BYTES));
+    let token = format!("Bearer {}", cfg.token).parse().map_err(|_| ShipperError::Token)?;
+    let bearer = BearerToken::new(token, cfg.token_file.clone());
+    Ok(IngestClient::with_interceptor(endpoint.connect_lazy(), bearer)
+        .max_decoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES))
+}
+
 /// The `authorization` header, re-read from the token file when the file changes.
 #[derive(Clone)]
 struct BearerToken {
@@ -129,9 +161,10 @@ struct BearerToken {
 }
 
 impl BearerToken {
+    /// `value` until the file is read, at the first request: a client made after the token
+    /// rotated (a TLS reconnect) starts from the file, not from the token the agent started with.
     fn new(value: MetadataValue<tonic::metadata::Ascii>, file: Option<std::path::PathBuf>) -> Self {
-        let modified = file.as_ref().and_then(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
-        BearerToken { value, file, modified }
+        BearerToken { value, file, modified: None }
     }
 
     /// Picks up a rotated token. A file that is missing, unreadable or not header text keeps
@@ -198,33 +231,39 @@ pub struct Shipper {
     cfg: ShipperConfig,
     spool: SpoolHandle,
     client: Client,
+    /// Modification times of the TLS files the client was made with.
+    tls_stamp: Vec<Option<std::time::SystemTime>>,
     pub stats: Arc<ShipperStats>,
 }
 
 impl Shipper {
     pub fn new(cfg: ShipperConfig, spool: SpoolHandle) -> Result<Self, ShipperError> {
-        let url = cfg.collector_url.clone();
-        let mut endpoint =
-            Endpoint::from_shared(url.clone()).map_err(|source| ShipperError::Url { url: url.clone(), source })?;
-        if url.starts_with("https://") {
-            endpoint = endpoint
-                .tls_config(cfg.tls.client_config(&url)?)
-                .map_err(|source| ShipperError::Tls { url: url.clone(), source })?;
-        } else {
-            tracing::warn!(collector = %url, "the link to the collector is PLAINTEXT: the token crosses the network in clear; use https:// and --ca-file");
+        if !cfg.collector_url.starts_with("https://") {
+            tracing::warn!(collector = %cfg.collector_url, "the link to the collector is PLAINTEXT: the token crosses the network in clear; use https:// and --ca-file");
         }
-        let endpoint = endpoint
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(cfg.request_timeout)
-            .tcp_nodelay(true)
-            .initial_stream_window_size(Some(HTTP2_WINDOW_BYTES))
-            .initial_connection_window_size(Some(HTTP2_WINDOW_BYTES));
-        let token = format!("Bearer {}", cfg.token).parse().map_err(|_| ShipperError::Token)?;
-        let bearer = BearerToken::new(token, cfg.token_file.clone());
-        let client = IngestClient::with_interceptor(endpoint.connect_lazy(), bearer)
-            .max_decoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(railguard_schema::limits::MAX_MESSAGE_BYTES);
-        Ok(Shipper { cfg, spool, client, stats: Arc::default() })
+        let client = connect(&cfg)?;
+        let tls_stamp = cfg.tls.stamp();
+        Ok(Shipper { cfg, spool, client, tls_stamp, stats: Arc::default() })
+    }
+
+    /// Reconnects with the TLS files as they are now, when any of them changed since the client
+    /// was made (a renewed client certificate, a rotated CA): effective from the next request.
+    /// Files that do not load keep the client in use, said once per change.
+    fn reload_tls(&mut self) {
+        let stamp = self.cfg.tls.stamp();
+        if stamp == self.tls_stamp || !self.cfg.collector_url.starts_with("https://") {
+            return;
+        }
+        self.tls_stamp = stamp;
+        match connect(&self.cfg) {
+            Ok(c) => {
+                self.client = c;
+                tracing::info!("agent link: TLS files changed; reconnecting with them");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "agent link: the changed TLS files do not load; keeping the previous ones")
+            }
+        }
     }
 
     /// Registers, then ships until `shutdown` fires. A failing spool (a full or broken disk) is
@@ -241,6 +280,7 @@ impl Shipper {
         // Shrinks while isolating a record the collector refuses; grows back after successes.
         let mut batch_limit = self.cfg.batch_records;
         loop {
+            self.reload_tls();
             let (limit, bytes) = (batch_limit, self.cfg.batch_bytes);
             let peeked = self.spool.with_async(move |s| s.peek(limit, bytes).map(|b| (b, s.dropped_total()))).await;
             let (mut batch, dropped_total) = match peeked {
@@ -327,6 +367,7 @@ impl Shipper {
 
     async fn register(&mut self, backoff: &mut Backoff) {
         loop {
+            self.reload_tls();
             let req = RegisterRequest {
                 node_id: self.cfg.node_id.to_string(),
                 hostname: self.cfg.hostname.clone(),

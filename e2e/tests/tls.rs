@@ -2,7 +2,7 @@
 //! agent ships to an https:// collector it verifies with its CA; a wrong CA, or plaintext to a
 //! TLS listener, stores nothing (fails closed); mutual TLS refuses an agent without a client
 //! certificate, or with another node's, accepts one naming its node, and follows a rotated
-//! client CA without a restart.
+//! client CA without a restart; an agent picks up its renewed client certificate without one.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use std::path::Path;
@@ -121,6 +121,23 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     let new_cert = ["--ca-file", &p("ca.pem"), "--tls-cert", &p("client-new.pem"), "--tls-key", &p("client-new.key")];
     assert!(ship(&https, d.path(), 40, &new_cert, Duration::from_secs(60)));
     assert_eq!(pg.stored_and_distinct().await, (140, 140));
+
+    // The agent's own certificate renewed under it: started with the old CA's certificate (the
+    // collector now refuses it), it picks up the renewed files without a restart and ships.
+    std::fs::copy(c.join("client.pem"), c.join("agent.pem")).unwrap();
+    std::fs::copy(c.join("client.key"), c.join("agent.key")).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let (spool, token) = filled_spool(d.path(), 30);
+    let args = ["--ca-file", &p("ca.pem"), "--tls-cert", &p("agent.pem"), "--tls-key", &p("agent.key")];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
+    let mut agent = KillOnDrop(agent_ship_with(&https, &spool, &token, 100, &args));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(agent.0.try_wait().unwrap().is_none(), "refused, the agent keeps trying");
+    assert_eq!(pg.stored_and_distinct().await, (140, 140));
+    std::fs::copy(c.join("client-new.key"), c.join("agent.key")).unwrap();
+    std::fs::copy(c.join("client-new.pem"), c.join("agent.pem")).unwrap();
+    assert!(wait_exit(&mut agent.0, Duration::from_secs(60)).success());
+    assert_eq!(pg.stored_and_distinct().await, (170, 170));
 }
 
 #[test]
