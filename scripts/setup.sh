@@ -74,12 +74,17 @@ if [ ! -x "$st_venv/bin/st" ]; then
 fi
 
 # NIXL (the stack vLLM's NixlConnector uses) for the nixl transport's tests: the PyPI wheel, without
-# its dependencies (the agent loads only its C API, libnixl_capi.so, and the UCX it ships).
+# its dependencies (the agent loads only its C API, libnixl_capi.so, and the UCX it ships), plus
+# numpy, which NIXL's Python API and railguard's in-line library (integrations/nixl) need.
 nixl_venv="${XDG_CACHE_HOME:-$HOME/.cache}/railguard/nixl"
 if ! ls "$nixl_venv"/lib/python3*/site-packages/.nixl_cu12.mesonpy.libs/libnixl_capi.so >/dev/null 2>&1; then
   echo "setup: installing nixl-cu12 1.5.1 (PyPI, no dependencies) into $nixl_venv"
   python3 -m venv "$nixl_venv"
-  "$nixl_venv/bin/pip" install -q --disable-pip-version-check --no-deps "nixl-cu12==1.5.1"
+  "$nixl_venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "nixl-cu12==1.5.1"
+fi
+if ! "$nixl_venv/bin/python" -c "import numpy" 2>/dev/null; then
+  echo "setup: installing numpy 2.3.5 into $nixl_venv"
+  "$nixl_venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "numpy==2.3.5"
 fi
 
 # The Debian kernel (with rdma_rxe) the verbs test VM boots: fetched once into a cache.

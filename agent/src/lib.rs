@@ -3,6 +3,7 @@
 //! to the collector via the [`shipper`], so nothing is lost across crashes and outages. The
 //! running agent is [`service`]; the command line (src/cli) only parses and calls it.
 
+pub mod inline;
 pub mod probe;
 pub mod service;
 pub mod shipper;

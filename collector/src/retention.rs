@@ -7,7 +7,7 @@ use sqlx::PgPool;
 /// Drops partitions holding only days before `keep_from`; returns the dropped tables.
 pub async fn drop_before(pool: &PgPool, keep_from: NaiveDate) -> Result<Vec<String>, sqlx::Error> {
     let mut dropped = Vec::new();
-    for table in ["probe_results", "signal_events"] {
+    for table in ["probe_results", "signal_events", "inline_reports"] {
         let names: Vec<String> = sqlx::query_scalar("SELECT railguard_drop_partitions_before($1::regclass, $2)")
             .bind(table)
             .bind(keep_from)

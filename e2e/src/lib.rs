@@ -496,3 +496,22 @@ pub mod certs {
         leaf(dir, "ca", "client", "node-a", "subjectAltName=DNS:node-a\nextendedKeyUsage=clientAuth\n");
     }
 }
+
+/// The Python of the virtualenv scripts/setup.sh installs NIXL (nixl-cu12) and numpy into, or
+/// RAILGUARD_NIXL_PYTHON.
+pub fn nixl_python() -> PathBuf {
+    if let Some(p) = std::env::var_os("RAILGUARD_NIXL_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
+    let py = cache.join("railguard/nixl/bin/python");
+    assert!(py.exists(), "{} is missing: scripts/setup.sh installs nixl-cu12 and numpy there", py.display());
+    py
+}
+
+/// integrations/nixl (railguard's NIXL library).
+pub fn nixl_integration() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../integrations/nixl")
+}

@@ -121,6 +121,7 @@ impl TryFrom<wire::Record> for Record {
             wire::record::Body::Probe(p) => RecordBody::Probe(p.try_into()?),
             wire::record::Body::Signal(s) => RecordBody::Signal(s.try_into()?),
             wire::record::Body::Topology(t) => RecordBody::Topology(t.try_into()?),
+            wire::record::Body::Inline(i) => RecordBody::Inline(i.try_into()?),
         };
         Ok(Record { id: RecordId(id), observed_at, body })
     }
@@ -135,6 +136,7 @@ impl From<Record> for wire::Record {
                 RecordBody::Probe(p) => wire::record::Body::Probe(p.into()),
                 RecordBody::Signal(s) => wire::record::Body::Signal(s.into()),
                 RecordBody::Topology(t) => wire::record::Body::Topology(t.into()),
+                RecordBody::Inline(i) => wire::record::Body::Inline(i.into()),
             }),
         }
     }
@@ -218,6 +220,124 @@ fn lanes(v: Vec<String>) -> Result<Vec<String>, WireError> {
         return Err(WireError::TooMany { field: "probe.lanes", count: v.len(), max: 16 });
     }
     v.into_iter().map(|l| text("probe.lanes", l)).collect()
+}
+
+// ---------- in-line verification ----------
+
+impl TryFrom<wire::InlineReport> for InlineReport {
+    type Error = WireError;
+    fn try_from(r: wire::InlineReport) -> Result<Self, WireError> {
+        use crate::inline::{MAX_BAD_BLOCK_INDICES, MAX_INLINE_FAILURES};
+        if r.failures.len() > MAX_INLINE_FAILURES {
+            return Err(WireError::TooMany {
+                field: "inline.failures",
+                count: r.failures.len(),
+                max: MAX_INLINE_FAILURES,
+            });
+        }
+        let failures = r
+            .failures
+            .into_iter()
+            .map(|f| {
+                if f.bad_block_indices.len() > MAX_BAD_BLOCK_INDICES {
+                    return Err(WireError::TooMany {
+                        field: "inline.failures.bad_block_indices",
+                        count: f.bad_block_indices.len(),
+                        max: MAX_BAD_BLOCK_INDICES,
+                    });
+                }
+                if f.bad_blocks > f.blocks {
+                    return Err(WireError::OutOfRange {
+                        field: "inline.failures.bad_blocks",
+                        value: f.bad_blocks.into(),
+                    });
+                }
+                Ok(InlineFailure {
+                    request: text("inline.failures.request", f.request)?,
+                    remote: text("inline.failures.remote", f.remote)?,
+                    mismatch: f.mismatch,
+                    blocks: f.blocks,
+                    bad_blocks: f.bad_blocks,
+                    bad_block_indices: f.bad_block_indices,
+                    first_bad_offset: f.first_bad_offset,
+                    error: text("inline.failures.error", f.error)?,
+                    at: timestamp_from_unix_ns(f.at_unix_ns)?,
+                    bytes: f.bytes,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let first_at = timestamp_from_unix_ns(r.first_at_unix_ns)?;
+        let last_at = timestamp_from_unix_ns(r.last_at_unix_ns)?;
+        if last_at < first_at {
+            return Err(WireError::OutOfRange { field: "inline.last_at_unix_ns", value: r.last_at_unix_ns });
+        }
+        Ok(InlineReport {
+            gpu: r.gpu_index,
+            gpu_bdf: opt_bdf("inline.gpu_bdf", &r.gpu_bdf)?,
+            nic: text("inline.nic", r.nic)?,
+            nic_bdf: opt_bdf("inline.nic_bdf", &r.nic_bdf)?,
+            pid: r.pid,
+            process: text("inline.process", r.process)?,
+            memory: r.memory.try_into()?,
+            path: match r.path.try_into()? {
+                // In-line reports come from real workloads: never the simulated fabric.
+                DataPath::Simulated => {
+                    return Err(WireError::OutOfRange { field: "inline.path", value: r.path.into() });
+                }
+                p => p,
+            },
+            attribution: text("inline.attribution", r.attribution)?,
+            transfers_ok: r.transfers_ok,
+            transfers_mismatch: r.transfers_mismatch,
+            transfers_error: r.transfers_error,
+            bytes_verified: r.bytes_verified,
+            blocks_verified: r.blocks_verified,
+            first_at,
+            last_at,
+            failures,
+            failures_omitted: r.failures_omitted,
+        })
+    }
+}
+
+impl From<InlineReport> for wire::InlineReport {
+    fn from(r: InlineReport) -> Self {
+        wire::InlineReport {
+            gpu_index: r.gpu,
+            gpu_bdf: opt_string(r.gpu_bdf),
+            nic: r.nic,
+            nic_bdf: opt_string(r.nic_bdf),
+            pid: r.pid,
+            process: r.process,
+            memory: r.memory.into(),
+            path: r.path.into(),
+            attribution: r.attribution,
+            transfers_ok: r.transfers_ok,
+            transfers_mismatch: r.transfers_mismatch,
+            transfers_error: r.transfers_error,
+            bytes_verified: r.bytes_verified,
+            blocks_verified: r.blocks_verified,
+            first_at_unix_ns: timestamp_to_unix_ns(r.first_at),
+            last_at_unix_ns: timestamp_to_unix_ns(r.last_at),
+            failures: r
+                .failures
+                .into_iter()
+                .map(|f| wire::InlineFailure {
+                    request: f.request,
+                    remote: f.remote,
+                    mismatch: f.mismatch,
+                    blocks: f.blocks,
+                    bad_blocks: f.bad_blocks,
+                    bad_block_indices: f.bad_block_indices,
+                    first_bad_offset: f.first_bad_offset,
+                    error: f.error,
+                    at_unix_ns: timestamp_to_unix_ns(f.at),
+                    bytes: f.bytes,
+                })
+                .collect(),
+            failures_omitted: r.failures_omitted,
+        }
+    }
 }
 
 // ---------- signals ----------
@@ -552,5 +672,75 @@ mod tests {
         assert_eq!(v["verdict"], "silent_corruption");
         assert_eq!(v["gpu_bdf"], "0000:3b:00.0");
         assert_eq!("silent_corruption".parse::<ProbeVerdict>().unwrap(), ProbeVerdict::SilentCorruption);
+    }
+
+    fn inline_report() -> InlineReport {
+        let at = Utc.timestamp_nanos(1_790_000_000_000_000_000);
+        InlineReport {
+            gpu: Some(3),
+            gpu_bdf: Some("0000:3b:00.0".parse().unwrap()),
+            nic: "mlx5_3".into(),
+            nic_bdf: None,
+            pid: 4242,
+            process: "python3".into(),
+            memory: Memory::Host,
+            path: DataPath::HostCopy,
+            attribution: "CUDA_VISIBLE_DEVICES=3; UCX_NET_DEVICES=mlx5_3:1".into(),
+            transfers_ok: 99,
+            transfers_mismatch: 1,
+            transfers_error: 0,
+            bytes_verified: 99 << 20,
+            blocks_verified: 99 * 32,
+            first_at: at,
+            last_at: at + chrono::TimeDelta::milliseconds(500),
+            failures: vec![InlineFailure {
+                request: "req-17".into(),
+                remote: "prefill-0".into(),
+                mismatch: true,
+                blocks: 32,
+                bad_blocks: 8,
+                bad_block_indices: (24..32).collect(),
+                first_bad_offset: Some(24 << 15),
+                error: String::new(),
+                at,
+                bytes: 1 << 20,
+            }],
+            failures_omitted: 0,
+        }
+    }
+
+    #[test]
+    fn inline_report_round_trips_and_bad_ones_are_refused() {
+        let r = inline_report();
+        let w: wire::InlineReport = r.clone().into();
+        assert_eq!(InlineReport::try_from(w.clone()).unwrap(), r);
+        assert_eq!(r.transfers(), 100);
+        assert!(!r.proves_pair(), "host memory over a host copy proves nothing about the pair");
+
+        let mut bad = w.clone();
+        bad.memory = 0;
+        assert!(matches!(InlineReport::try_from(bad).unwrap_err(), WireError::UnknownEnum { .. }));
+        let mut bad = w.clone();
+        bad.path = wire::DataPath::Simulated as i32;
+        assert!(matches!(InlineReport::try_from(bad).unwrap_err(), WireError::OutOfRange { field: "inline.path", .. }));
+        let mut bad = w.clone();
+        bad.failures[0].bad_blocks = 33;
+        assert!(matches!(InlineReport::try_from(bad).unwrap_err(), WireError::OutOfRange { .. }));
+        let mut bad = w.clone();
+        bad.failures[0].bad_block_indices = (0..65).collect();
+        assert!(matches!(InlineReport::try_from(bad).unwrap_err(), WireError::TooMany { .. }));
+        let mut bad = w.clone();
+        bad.failures = vec![bad.failures[0].clone(); 257];
+        assert!(matches!(InlineReport::try_from(bad).unwrap_err(), WireError::TooMany { .. }));
+        let mut bad = w.clone();
+        bad.last_at_unix_ns = bad.first_at_unix_ns - 1;
+        assert!(matches!(InlineReport::try_from(bad).unwrap_err(), WireError::OutOfRange { .. }));
+        let mut bad = w;
+        bad.failures[0].request = "a\0b".into();
+        assert!(matches!(InlineReport::try_from(bad).unwrap_err(), WireError::NulByte { .. }));
+
+        let proven = InlineReport { memory: Memory::Cuda, path: DataPath::NicDma, ..inline_report() };
+        assert!(proven.proves_pair());
+        assert!(!InlineReport { nic: String::new(), ..proven }.proves_pair());
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod bdf;
 pub mod convert;
+pub mod inline;
 mod macros;
 pub mod path_class;
 pub mod probe;
@@ -15,6 +16,7 @@ pub mod topology;
 
 pub use bdf::{Bdf, BdfParseError};
 pub use convert::WireError;
+pub use inline::{InlineFailure, InlineReport};
 pub use path_class::PathClass;
 pub use probe::{DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeResult, ProbeVerdict, Reported, Transport};
 pub use record::{NodeId, NodeIdError, Record, RecordBody, RecordId};

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::limits::MAX_NODE_ID_LEN;
-use crate::{ProbeResult, SignalEvent, TopologySnapshot};
+use crate::{InlineReport, ProbeResult, SignalEvent, TopologySnapshot};
 
 /// A node's identity: what its credential is bound to. 1–128 characters of
 /// `[A-Za-z0-9._-]`, so it is safe in file names, URLs and metric labels.
@@ -79,6 +79,8 @@ pub enum RecordBody {
     Probe(ProbeResult),
     Signal(SignalEvent),
     Topology(TopologySnapshot),
+    /// The workload's own transfers, verified in-line (railguard's NIXL library).
+    Inline(InlineReport),
 }
 
 impl RecordBody {
@@ -87,6 +89,7 @@ impl RecordBody {
             RecordBody::Probe(_) => "probe",
             RecordBody::Signal(_) => "signal",
             RecordBody::Topology(_) => "topology",
+            RecordBody::Inline(_) => "inline",
         }
     }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use railguard_agent::inline::server::InlineConfig;
 use railguard_agent::service::probes::ProbeLoopConfig;
 use railguard_agent::service::{self, AgentConfig};
 use railguard_agent::shipper::ShipperConfig;
@@ -79,6 +80,17 @@ pub struct RunArgs {
     /// Do not collect passive signals (eBPF, kernel log, NIC counters, NVML).
     #[arg(long)]
     no_signals: bool,
+    /// Unix socket where workloads' in-line verification results arrive (railguard's NIXL
+    /// library; docs/inline-verification.md). Senders are identified by SO_PEERCRED.
+    #[arg(long, env = "RAILGUARD_INLINE_SOCKET", default_value = InlineConfig::DEFAULT_SOCKET)]
+    inline_socket: PathBuf,
+    /// Permission bits of --inline-socket, octal (0660: the agent's user and group; widen only
+    /// as far as the workloads that report need).
+    #[arg(long, default_value = "660", value_parser = parse_mode)]
+    inline_socket_mode: u32,
+    /// Do not serve the in-line endpoint.
+    #[arg(long)]
+    no_inline: bool,
     /// Exit once the spool is drained (for one-shot shipping and tests).
     #[arg(long)]
     exit_when_drained: bool,
@@ -125,9 +137,21 @@ impl RunArgs {
                 budget: self.probe_budget,
             }),
             signals,
+            inline: (!self.no_inline)
+                .then_some(InlineConfig { socket: self.inline_socket, mode: self.inline_socket_mode }),
             exit_when_drained: self.exit_when_drained,
         };
         service::run(cfg, railguard_telemetry::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// An octal permission mode: `660`, `0660` or `0o660`, at most 0777.
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    match u32::from_str_radix(digits, 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        Ok(_) => Err(format!("{s:?} is more than 0777")),
+        Err(_) => Err(format!("{s:?} is not an octal mode like 660")),
     }
 }

@@ -43,6 +43,8 @@ pub struct AgentConfig {
     pub probes: Option<ProbeLoopConfig>,
     /// None: no passive signals.
     pub signals: Option<SignalSettings>,
+    /// The in-line endpoint for the workload's own verified transfers; None: not served.
+    pub inline: Option<crate::inline::server::InlineConfig>,
     /// Return once the spool is drained (one-shot shipping, tests), instead of at `shutdown`.
     pub exit_when_drained: bool,
 }
@@ -132,6 +134,26 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
             };
             signals::follow(&signal_cfg, &topology, Some(&state), &stop, &mut emit);
         }));
+    }
+
+    if let Some(inline_cfg) = cfg.inline.clone() {
+        match crate::inline::server::bind(&inline_cfg) {
+            Ok(listener) => {
+                tracing::info!(socket = %inline_cfg.socket.display(), mode = format!("{:o}", inline_cfg.mode), "in-line endpoint listening");
+                let (topology, spool, stop) = (topology.clone(), spool.clone(), stop.clone());
+                let stats = std::sync::Arc::new(crate::inline::server::InlineStats::default());
+                threads.push(std::thread::spawn(move || {
+                    crate::inline::server::serve(listener, &inline_cfg, &topology, &spool, &stop, &stats);
+                }));
+            }
+            // The agent's other duties go on without it; the workload's library reports to nobody
+            // (it never blocks or fails because of that).
+            Err(e) => tracing::warn!(
+                socket = %inline_cfg.socket.display(),
+                error = %e,
+                "in-line endpoint not served (workloads' in-line results will not be collected)"
+            ),
+        }
     }
 
     // Drained: every record acknowledged, and the drop count too (it travels with a batch, an

@@ -13,7 +13,9 @@ use railguard_schema::{Diagnosis, GpuRisk, ProbeVerdict, RiskLevel, SignalKind};
 use sqlx::PgPool;
 use sqlx::types::Json;
 
-pub use rules::{Assessment, GpuInput, GpuStatus, PairCounts, Previous, RulesConfig, SignalCount, Verification};
+pub use rules::{
+    Assessment, GpuInput, GpuStatus, InlineCounts, PairCounts, Previous, RulesConfig, SignalCount, Verification,
+};
 
 #[derive(Debug, Clone)]
 pub struct AssessConfig {
@@ -158,8 +160,10 @@ pub async fn load_inputs(
             unproven_ok: n(r.unproven_ok),
             unproven_bad: n(r.unproven_bad),
             unproven_via: r.unproven_via,
+            inline: InlineCounts::default(),
         });
     }
+    load_inline(pool, &filter, since, now, &mut inputs).await?;
     for input in inputs.values_mut() {
         input.pairs.sort_by(|a, b| a.nic.cmp(&b.nic));
     }
@@ -232,6 +236,92 @@ pub async fn load_inputs(
         }
     }
     Ok(inputs)
+}
+
+/// The workload's own transfers verified in-line, per pair in the window, with the latest
+/// failed transfers in words. Reports the agent could not attribute to a GPU are kept and
+/// shown, but cannot be assessed.
+async fn load_inline(
+    pool: &PgPool,
+    filter: &Option<Vec<String>>,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+    inputs: &mut BTreeMap<Key, GpuInput>,
+) -> Result<(), sqlx::Error> {
+    let rows: Vec<(String, i32, String, i64, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic,
+                sum(transfers_ok)::bigint,
+                coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0)::bigint,
+                coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0)::bigint,
+                sum(transfers_mismatch)::bigint, sum(transfers_error)::bigint
+         FROM inline_reports
+         WHERE observed_at > $2 AND observed_at <= $3 AND gpu_index IS NOT NULL
+           AND ($1::text[] IS NULL OR node_id = ANY($1))
+         GROUP BY node_id, gpu_index, nic",
+    )
+    .bind(filter)
+    .bind(since)
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    for (node, gpu, nic, ok, ok_nic, ok_gpu, mismatch, error) in rows {
+        let gpu = u32::try_from(gpu).unwrap_or(0);
+        let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput { node, gpu, ..Default::default() });
+        let pair = match input.pairs.iter().position(|p| p.nic == nic) {
+            Some(i) => &mut input.pairs[i],
+            None => {
+                input.pairs.push(PairCounts { nic, ..Default::default() });
+                let last = input.pairs.len() - 1;
+                &mut input.pairs[last]
+            }
+        };
+        pair.inline = InlineCounts {
+            ok: n(ok),
+            ok_nic: n(ok_nic),
+            ok_gpu_memory: n(ok_gpu),
+            mismatch: n(mismatch),
+            error: n(error),
+            failures: Vec::new(),
+        };
+    }
+    // The latest three failed transfers per pair, in words.
+    let failures: Vec<(String, i32, String, Json<railguard_schema::InlineFailure>)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic, f FROM (
+            SELECT r.node_id, r.gpu_index, r.nic, f.value AS f,
+                   row_number() OVER (PARTITION BY r.node_id, r.gpu_index, r.nic
+                                      ORDER BY r.observed_at DESC, f.ordinality DESC) AS rn
+            FROM inline_reports r, jsonb_array_elements(r.failures) WITH ORDINALITY AS f(value, ordinality)
+            WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.gpu_index IS NOT NULL
+              AND r.transfers_mismatch + r.transfers_error > 0
+              AND ($1::text[] IS NULL OR r.node_id = ANY($1))
+         ) x WHERE rn <= 3 ORDER BY node_id, gpu_index, nic, rn",
+    )
+    .bind(filter)
+    .bind(since)
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    for (node, gpu, nic, Json(f)) in failures {
+        if let Some(p) = inputs
+            .get_mut(&(node, u32::try_from(gpu).unwrap_or(0)))
+            .and_then(|i| i.pairs.iter_mut().find(|p| p.nic == nic))
+        {
+            p.inline.failures.push(describe_failure(&f));
+        }
+    }
+    Ok(())
+}
+
+/// One failed in-line transfer in words, for a reason line.
+pub fn describe_failure(f: &railguard_schema::InlineFailure) -> String {
+    let remote = if f.remote.is_empty() { String::new() } else { format!(" from {}", f.remote) };
+    if f.mismatch {
+        let first = f.first_bad_offset.map(|o| format!(", first bad byte {o}")).unwrap_or_default();
+        format!("request {}{remote}: {} of {} blocks differ{first}", f.request, f.bad_blocks, f.blocks)
+    } else {
+        format!("request {}{remote}: {}", f.request, if f.error.is_empty() { "transfer error" } else { &f.error })
+    }
 }
 
 /// Assesses GPUs and stores the results: current status per GPU, and a history row per change.

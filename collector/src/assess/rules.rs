@@ -37,6 +37,32 @@ pub struct PairCounts {
     /// How those moved the bytes (`tcp`, `ucx over tcp/lo`).
     #[serde(default)]
     pub unproven_via: Vec<String>,
+    /// The workload's own transfers on this pair, verified in-line (railguard's NIXL library).
+    #[serde(default)]
+    pub inline: InlineCounts,
+}
+
+/// In-line verification of the workload's own transfers on one pair, inside the window.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct InlineCounts {
+    /// Transfers whose every block matched the source's digests.
+    pub ok: u64,
+    /// Of those, moved while the process held RDMA queue pairs on the pair's NIC (its DMA).
+    pub ok_nic: u64,
+    /// Of those, into GPU memory: the workload's path, proven as a probe in GPU memory would.
+    pub ok_gpu_memory: u64,
+    /// NIXL said DONE and the bytes differ from the source's digests.
+    pub mismatch: u64,
+    /// NIXL reported an error.
+    pub error: u64,
+    /// The latest failed transfers, in words ("req-17: 8 of 32 blocks differ, first bad byte 786432").
+    pub failures: Vec<String>,
+}
+
+impl InlineCounts {
+    pub fn total(&self) -> u64 {
+        self.ok + self.mismatch + self.error
+    }
 }
 
 impl PairCounts {
@@ -52,12 +78,18 @@ impl PairCounts {
     /// How the pair was verified, by its strongest evidence.
     pub fn verification(&self) -> Verification {
         match self {
-            p if p.ok_gpu_memory > 0 => Verification::GpuMemory,
+            p if p.ok_gpu_memory > 0 || p.inline.ok_gpu_memory > 0 => Verification::GpuMemory,
             p if p.total() > 0 && p.simulated => Verification::Simulated,
-            p if p.total() > 0 => Verification::HostMemory,
-            p if p.unproven() > 0 => Verification::Unproven,
+            p if p.total() > 0 || p.inline.ok_nic > 0 => Verification::HostMemory,
+            p if p.unproven() > 0 || p.inline.total() > 0 => Verification::Unproven,
             _ => Verification::Unprobed,
         }
+    }
+
+    /// Trusted evidence on the pair: probes that exercised its NIC, or the workload's own
+    /// transfers verified in-line while its NIC carried them.
+    pub fn verified_by_nic(&self) -> bool {
+        self.total() > 0 || self.inline.ok_nic > 0
     }
 }
 
@@ -217,14 +249,58 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
             }
         }
     }
+    // The workload's own transfers, verified in-line: a mismatch is the strongest evidence
+    // there is (the workload itself received wrong bytes while NIXL said DONE), on whichever
+    // NIC it was attributed to.
+    for p in input.pairs.iter().filter(|p| p.inline.total() > 0) {
+        let i = &p.inline;
+        let nic = if p.nic.is_empty() { "an unattributed NIC".to_owned() } else { p.nic.clone() };
+        let which = match &input.workload_nic {
+            Some(w) if *w == p.nic => " (the NIC its workload uses)",
+            _ => "",
+        };
+        let examples = if i.failures.is_empty() { String::new() } else { format!(": {}", i.failures.join("; ")) };
+        if i.mismatch > 0 {
+            raise(
+                GpuStatus::Corrupting,
+                format!(
+                    "GPU{g} via {nic}{which}: in-line verification caught {} of {} of the workload's own NIXL transfers in the last {w} arriving with wrong bytes — NIXL reported success{examples}",
+                    i.mismatch,
+                    i.total()
+                ),
+                &mut status,
+            );
+        }
+        if i.error > 0 {
+            raise(
+                if i.error >= 3 { GpuStatus::AtRisk } else { GpuStatus::Watch },
+                format!(
+                    "GPU{g} via {nic}: NIXL reported an error on {} of {} in-line verified transfers in the last {w}{}",
+                    i.error,
+                    i.total(),
+                    if i.mismatch == 0 { examples.as_str() } else { "" }
+                ),
+                &mut status,
+            );
+        }
+    }
+
     // A workload pair without trusted evidence is unverified, not fine. Probes that exercised no
     // NIC prove the engine and the host, not the pair's path; none at all means probing is off
     // on that node, or its transport cannot run there (the agent's log says which).
     let workload = input.workload_nic.as_ref().and_then(|nic| input.pairs.iter().find(|p| &p.nic == nic));
     if let Some(nic) = &input.workload_nic
-        && workload.is_none_or(|p| p.total() == 0)
+        && workload.is_none_or(|p| !p.verified_by_nic())
     {
-        match workload.filter(|p| p.unproven() > 0) {
+        match workload.filter(|p| p.unproven() > 0 || p.inline.total() > 0) {
+            Some(p) if p.unproven() == 0 => raise(
+                GpuStatus::Watch,
+                format!(
+                    "GPU{g} via {nic}: its NIC path is unverified: {} of the workload's transfers in the last {w} were verified in-line, but the process held no RDMA queue pair on {nic} (a host copy), and no probe exercised the NIC",
+                    p.inline.ok
+                ),
+                &mut status,
+            ),
             Some(p) => {
                 let via = if p.unproven_via.is_empty() { "a host copy".to_owned() } else { p.unproven_via.join(", ") };
                 raise(
@@ -315,10 +391,13 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
         // Verified in GPU memory (the workload's path) beats verified in host memory only.
         let verified = |gpu_memory: bool| {
             move |n: &&String| {
-                input
-                    .pairs
-                    .iter()
-                    .any(|p| &p.nic == *n && p.ok > 0 && p.bad() == 0 && (!gpu_memory || p.ok_gpu_memory > 0))
+                input.pairs.iter().any(|p| {
+                    &p.nic == *n
+                        && (p.ok > 0 || p.inline.ok_nic > 0)
+                        && p.bad() == 0
+                        && p.inline.mismatch == 0
+                        && (!gpu_memory || p.ok_gpu_memory > 0 || p.inline.ok_gpu_memory > 0)
+                })
             }
         };
         let simulated = |n: &String| input.pairs.iter().any(|p| &p.nic == n && p.simulated);
@@ -346,15 +425,24 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
             GpuStatus::Ok,
             match &input.workload_nic {
                 Some(n) => {
-                    format!(
-                        "GPU{g} via {n}: every probe in the last {w} verified ({}), no structural risk, no signals",
-                        match workload.map_or(Verification::Unprobed, PairCounts::verification) {
-                            Verification::GpuMemory => "the NIC's DMA, GPU memory to GPU memory",
-                            Verification::HostMemory => "the NIC's DMA, host memory only",
-                            Verification::Simulated => "the simulated fabric",
-                            Verification::Unproven | Verification::Unprobed => "no NIC",
-                        }
-                    )
+                    let how = match workload.map_or(Verification::Unprobed, PairCounts::verification) {
+                        Verification::GpuMemory => "the NIC's DMA, GPU memory to GPU memory",
+                        Verification::HostMemory => "the NIC's DMA, host memory only",
+                        Verification::Simulated => "the simulated fabric",
+                        Verification::Unproven | Verification::Unprobed => "no NIC",
+                    };
+                    let (probes, inline) = workload.map_or((0, 0), |p| (p.total(), p.inline.ok));
+                    match (probes, inline) {
+                        (0, k) => format!(
+                            "GPU{g} via {n}: {k} of the workload's own transfers in the last {w} verified in-line ({how}), no probe, no structural risk, no signals"
+                        ),
+                        (_, 0) => format!(
+                            "GPU{g} via {n}: every probe in the last {w} verified ({how}), no structural risk, no signals"
+                        ),
+                        (_, k) => format!(
+                            "GPU{g} via {n}: every probe in the last {w} verified ({how}) and {k} of the workload's own transfers verified in-line, no structural risk, no signals"
+                        ),
+                    }
                 }
                 None => format!("GPU{g}: no RDMA NIC in use, no signals in the last {w}"),
             },

@@ -11,8 +11,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody};
 use super::{AppState, params};
 use crate::store::read::{
-    self, FailureRow, FleetSummary, GpuStatusRow, NodeInfo, PairRow, Period, ProbeRow, SignalRow, StatusChange,
-    TopologyView,
+    self, FailureRow, FleetSummary, GpuStatusRow, InlineRow, NodeInfo, PairRow, Period, ProbeRow, SignalRow,
+    StatusChange, TopologyView,
 };
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
@@ -27,6 +27,8 @@ pub struct NodeView {
     pub gpus: Vec<GpuStatusRow>,
     /// Every GPU/NIC pair probed in the last day.
     pub pairs: Vec<PairRow>,
+    /// The workload's own transfers verified in-line, per pair, in the assessment window.
+    pub inline: Vec<InlineRow>,
 }
 
 /// `GET /api/v1/nodes/{node}/gpus/{gpu}`.
@@ -34,6 +36,8 @@ pub struct NodeView {
 pub struct GpuView {
     pub status: GpuStatusRow,
     pub pairs: Vec<PairRow>,
+    /// The workload's own transfers verified in-line, per pair, in the assessment window.
+    pub inline: Vec<InlineRow>,
     /// At most 50, newest first.
     pub signals_last_day: Vec<SignalRow>,
 }
@@ -96,6 +100,7 @@ pub async fn node(State(s): State<AppState>, Path(node): Path<String>) -> ApiRes
         topology: read::topology(&s.pool, node.as_str()).await?,
         gpus: read::node_gpus(&s.pool, node.as_str(), None).await?,
         pairs: read::pairs(&s.pool, node.as_str(), None, s.window_minutes).await?,
+        inline: read::inline_pairs(&s.pool, node.as_str(), None, s.window_minutes).await?,
     }))
 }
 
@@ -118,6 +123,7 @@ pub async fn gpu(State(s): State<AppState>, Path((node, gpu)): Path<(String, Str
     Ok(Json(GpuView {
         status,
         pairs: read::pairs(&s.pool, node.as_str(), Some(gpu), s.window_minutes).await?,
+        inline: read::inline_pairs(&s.pool, node.as_str(), Some(gpu), s.window_minutes).await?,
         signals_last_day: read::gpu_signals(&s.pool, node.as_str(), gpu, day).await?,
     }))
 }

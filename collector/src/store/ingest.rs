@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use railguard_schema::{
-    NodeId, ProbeResult, Record, RecordBody, SignalEvent, SignalKind, SignalSource, TopologySnapshot,
+    InlineReport, NodeId, ProbeResult, Record, RecordBody, SignalEvent, SignalKind, SignalSource, TopologySnapshot,
 };
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
@@ -73,19 +73,24 @@ impl Store {
         let mut probes = Vec::new();
         let mut signals = Vec::new();
         let mut topologies = Vec::new();
+        let mut inline = Vec::new();
         for r in records {
             match r.body {
                 RecordBody::Probe(p) => probes.push((r.id.0, r.observed_at, p)),
                 RecordBody::Signal(s) => signals.push((r.id.0, r.observed_at, s)),
                 RecordBody::Topology(t) => topologies.push((r.id.0, r.observed_at, t)),
+                RecordBody::Inline(i) => inline.push((r.id.0, r.observed_at, i)),
             }
         }
-        let total = (probes.len() + signals.len() + topologies.len()) as u64;
+        let total = (probes.len() + signals.len() + topologies.len() + inline.len()) as u64;
 
         let days =
             |ts: &mut dyn Iterator<Item = &DateTime<Utc>>| ts.map(|t| t.date_naive()).collect::<BTreeSet<NaiveDate>>();
         for day in days(&mut probes.iter().map(|p| &p.1)) {
             self.partitions.ensure(&self.pool, HistoryTable::ProbeResults, day).await?;
+        }
+        for day in days(&mut inline.iter().map(|i| &i.1)) {
+            self.partitions.ensure(&self.pool, HistoryTable::InlineReports, day).await?;
         }
         // Spool-drop events are signals dated now.
         let mut signal_days = days(&mut signals.iter().map(|s| &s.1));
@@ -101,6 +106,7 @@ impl Store {
         let mut stored = 0;
         stored += insert_probes(&mut tx, node, probes).await?;
         stored += insert_signals(&mut tx, node, signals).await?;
+        stored += insert_inline(&mut tx, node, inline).await?;
         for (id, at, t) in topologies {
             stored += insert_topology(&mut tx, node, id, at, t).await?;
         }
@@ -152,6 +158,51 @@ async fn upsert_node_seen(
         insert_signals(tx, node, vec![(id, Utc::now(), event)]).await?;
     }
     Ok(())
+}
+
+/// In-line reports: few per node per second at most (the agent batches), so one statement each.
+async fn insert_inline(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &NodeId,
+    reports: Vec<(Uuid, DateTime<Utc>, InlineReport)>,
+) -> Result<u64, StoreError> {
+    let mut stored = 0;
+    for (id, at, r) in reports {
+        let failures =
+            serde_json::to_value(&r.failures).map_err(|source| StoreError::Json { what: "inline failures", source })?;
+        let res = sqlx::query(
+            "INSERT INTO inline_reports (record_id, node_id, observed_at, gpu_index, gpu_bdf, nic, nic_bdf, pid, process,
+                memory, path, attribution, transfers_ok, transfers_mismatch, transfers_error, bytes_verified,
+                blocks_verified, first_at, last_at, failures, failures_omitted)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+             ON CONFLICT (record_id, observed_at) DO NOTHING",
+        )
+        .bind(id)
+        .bind(node.as_str())
+        .bind(at)
+        .bind(r.gpu.map(i32_sat))
+        .bind(r.gpu_bdf.map(|b| b.to_string()))
+        .bind(&r.nic)
+        .bind(r.nic_bdf.map(|b| b.to_string()))
+        .bind(i64::from(r.pid))
+        .bind(&r.process)
+        .bind(r.memory.as_str())
+        .bind(r.path.as_str())
+        .bind(&r.attribution)
+        .bind(i64_sat(r.transfers_ok))
+        .bind(i64_sat(r.transfers_mismatch))
+        .bind(i64_sat(r.transfers_error))
+        .bind(i64_sat(r.bytes_verified))
+        .bind(i64_sat(r.blocks_verified))
+        .bind(r.first_at)
+        .bind(r.last_at)
+        .bind(failures)
+        .bind(i64_sat(r.failures_omitted))
+        .execute(&mut **tx)
+        .await?;
+        stored += res.rows_affected();
+    }
+    Ok(stored)
 }
 
 async fn insert_probes(

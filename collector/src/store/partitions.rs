@@ -11,6 +11,7 @@ use sqlx::PgPool;
 pub enum HistoryTable {
     ProbeResults,
     SignalEvents,
+    InlineReports,
 }
 
 impl HistoryTable {
@@ -18,6 +19,7 @@ impl HistoryTable {
         match self {
             HistoryTable::ProbeResults => "probe_results",
             HistoryTable::SignalEvents => "signal_events",
+            HistoryTable::InlineReports => "inline_reports",
         }
     }
 }

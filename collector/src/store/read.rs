@@ -353,6 +353,65 @@ pub async fn pairs(
     .await
 }
 
+/// The workload's own transfers on one GPU/NIC pair, verified in-line (railguard's NIXL
+/// library), in the assessment window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct InlineRow {
+    pub gpu: i32,
+    /// The NIC the transfers were attributed to; empty when the agent could not tell.
+    pub nic: String,
+    /// Transfers whose every block matched the source's digests.
+    pub ok: i64,
+    /// Of those, moved while the process held RDMA queue pairs on the NIC.
+    pub ok_nic: i64,
+    /// Of those, into GPU memory (proof of the pair, as a probe in GPU memory).
+    pub ok_gpu_memory: i64,
+    /// NIXL said DONE and the bytes were wrong.
+    pub mismatch: i64,
+    /// NIXL reported an error.
+    pub error: i64,
+    pub bytes_verified: i64,
+    pub latest_at: DateTime<Utc>,
+    /// How the agent attributed the latest report (the process's environment, its queue pairs).
+    pub attribution: String,
+    /// The latest failed transfers (at most 10), newest first.
+    #[sqlx(json)]
+    pub failures: Vec<railguard_schema::InlineFailure>,
+}
+
+/// In-line verified transfers per pair of a node (or one GPU) in the last `window_minutes`.
+pub async fn inline_pairs(
+    pool: &PgPool,
+    node: &str,
+    gpu: Option<i32>,
+    window_minutes: i32,
+) -> Result<Vec<InlineRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT gpu_index AS gpu, nic,
+                sum(transfers_ok)::bigint AS ok,
+                coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0)::bigint AS ok_nic,
+                coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0)::bigint
+                    AS ok_gpu_memory,
+                sum(transfers_mismatch)::bigint AS mismatch, sum(transfers_error)::bigint AS error,
+                sum(bytes_verified)::bigint AS bytes_verified, max(observed_at) AS latest_at,
+                (array_agg(attribution ORDER BY observed_at DESC))[1] AS attribution,
+                coalesce((SELECT jsonb_agg(f.value ORDER BY (f.value->>'at') DESC)
+                          FROM (SELECT f.value FROM inline_reports r2, jsonb_array_elements(r2.failures) AS f(value)
+                                WHERE r2.node_id = $1 AND r2.gpu_index = r.gpu_index AND r2.nic = r.nic
+                                  AND r2.observed_at > now() - make_interval(mins => $3)
+                                ORDER BY r2.observed_at DESC LIMIT 10) f), '[]'::jsonb) AS failures
+         FROM inline_reports r
+         WHERE node_id = $1 AND gpu_index IS NOT NULL AND ($2::int IS NULL OR gpu_index = $2)
+           AND observed_at > now() - make_interval(mins => $3)
+         GROUP BY gpu_index, nic ORDER BY gpu_index, nic",
+    )
+    .bind(node)
+    .bind(gpu)
+    .bind(window_minutes)
+    .fetch_all(pool)
+    .await
+}
+
 /// A registered node.
 pub async fn node(pool: &PgPool, node: &str) -> Result<Option<NodeInfo>, sqlx::Error> {
     sqlx::query_as(

@@ -244,3 +244,84 @@ fn queue_pairs_failing_on_the_workload_nic_put_the_gpu_at_risk() {
     i.signals[0].on_nic = false;
     assert_eq!(assess(&i, None, &RulesConfig::default()).status, GpuStatus::Watch);
 }
+
+fn inline_gpu(pairs: Vec<PairCounts>) -> GpuInput {
+    GpuInput {
+        node: "n".into(),
+        gpu: 3,
+        structural: Some(RiskLevel::None),
+        workload_nic: Some("mlx5_3".into()),
+        safe_nics: vec!["mlx5_1".into()],
+        pairs,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_inline_mismatch_is_corrupting_at_once_and_names_the_requests() {
+    // One mismatched transfer among clean probes: the workload itself got wrong bytes.
+    let mut p = pair("mlx5_3", 5, 0);
+    p.inline = InlineCounts {
+        ok: 41,
+        mismatch: 1,
+        failures: vec!["request req-17 from prefill-0: 8 of 32 blocks differ, first bad byte 786432".into()],
+        ..Default::default()
+    };
+    let a = assess(&inline_gpu(vec![p, pair("mlx5_1", 3, 0)]), None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Corrupting, "{:?}", a.reasons);
+    assert!(a.reasons[0].contains("in-line verification caught 1 of 42"), "{}", a.reasons[0]);
+    assert!(a.reasons[0].contains("(the NIC its workload uses)"), "{}", a.reasons[0]);
+    assert!(a.reasons[0].contains("req-17") && a.reasons[0].contains("8 of 32 blocks"), "{}", a.reasons[0]);
+    assert_eq!(a.recommendation.as_deref(), Some("UCX_NET_DEVICES=mlx5_1:1"));
+
+    // A NIC with an in-line mismatch is never recommended as the pin.
+    let mut bad = pair("mlx5_1", 3, 0);
+    bad.inline.mismatch = 2;
+    let mut i = inline_gpu(vec![pair("mlx5_3", 0, 3), bad]);
+    i.workload_recent = vec![ProbeVerdict::SilentCorruption; 3];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Corrupting);
+    assert_eq!(a.recommendation.as_deref(), Some("UCX_NET_DEVICES=mlx5_1:1 (not yet verified by a probe)"));
+}
+
+#[test]
+fn inline_transfers_prove_the_pair_only_through_its_nic_and_in_gpu_memory() {
+    let with = |ok, ok_nic, ok_gpu_memory| {
+        let p = PairCounts {
+            nic: "mlx5_3".into(),
+            inline: InlineCounts { ok, ok_nic, ok_gpu_memory, ..Default::default() },
+            ..Default::default()
+        };
+        assess(&inline_gpu(vec![p]), None, &RulesConfig::default())
+    };
+    // Host copies (no QP on the NIC): the workload's bytes were right, its NIC path is unproven.
+    let a = with(500, 0, 0);
+    assert_eq!(a.status, GpuStatus::Watch);
+    assert_eq!(a.verification, Verification::Unproven);
+    assert!(a.reasons[0].contains("500 of the workload's transfers") && a.reasons[0].contains("unverified"));
+    // Through the NIC, host memory: verified, but not the GPU-memory path.
+    let a = with(500, 500, 0);
+    assert_eq!((a.status, a.verification), (GpuStatus::Ok, Verification::HostMemory));
+    // Through the NIC into GPU memory: proven as a probe in GPU memory would.
+    let a = with(500, 500, 500);
+    assert_eq!((a.status, a.verification), (GpuStatus::Ok, Verification::GpuMemory));
+    assert!(a.reasons[0].contains("500 of the workload's own transfers") && a.reasons[0].contains("no probe"));
+}
+
+#[test]
+fn inline_transfer_errors_raise_watch_then_at_risk() {
+    let with = |error| {
+        let mut p = pair("mlx5_3", 4, 0);
+        p.inline = InlineCounts {
+            ok: 10,
+            error,
+            failures: vec!["request r1: NIXL_ERR_REMOTE_DISCONNECT".into()],
+            ..Default::default()
+        };
+        assess(&inline_gpu(vec![p]), None, &RulesConfig::default())
+    };
+    assert_eq!(with(1).status, GpuStatus::Watch);
+    let a = with(3);
+    assert_eq!(a.status, GpuStatus::AtRisk);
+    assert!(a.reasons[0].contains("NIXL reported an error on 3 of 13") && a.reasons[0].contains("REMOTE_DISCONNECT"));
+}

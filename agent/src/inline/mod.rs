@@ -1,0 +1,342 @@
+//! In-line verification results from the workload (#17): railguard's NIXL library
+//! (`integrations/nixl/`) checks every KV transfer of the workload block by block against the
+//! source's digests and reports the outcomes here, over a Unix socket under the agent's run
+//! directory. The agent knows the sender by its credentials (SO_PEERCRED), attributes GPU and
+//! NIC through the process's environment and its RDMA queue pairs ([`attribute`]), and spools
+//! one [`InlineReport`] per GPU per message ([`server`]).
+//!
+//! The protocol (version 1): newline-delimited JSON, one message per line, at most
+//! [`MAX_LINE`] bytes:
+//!
+//! ```json
+//! {"v": 1, "results": [{"device": 0, "memory": "vram", "request": "req-17", "remote": "prefill-0",
+//!   "status": "mismatch", "blocks": 32, "bytes": 1048576, "bad_blocks": 8,
+//!   "bad_block_indices": [24, 25], "first_bad_offset": 786432, "error": "", "at_ns": 1790000000000000000}]}
+//! ```
+//!
+//! The agent answers each line with one line: `{"accepted": N, "rejected": M, "errors": [...]}`.
+//! A result that does not validate is named in `errors` and not stored; the rest of the
+//! message is.
+
+pub mod attribute;
+pub mod server;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeZone, Utc};
+use railguard_schema::inline::{MAX_BAD_BLOCK_INDICES, MAX_INLINE_FAILURES};
+use railguard_schema::{InlineFailure, Memory};
+use serde::Deserialize;
+
+/// Longest line (message) the agent reads.
+pub const MAX_LINE: usize = 1 << 20;
+/// Most results in one message.
+pub const MAX_RESULTS: usize = 10_000;
+/// Longest request id or remote agent name kept.
+const MAX_NAME: usize = 256;
+/// Longest error text kept.
+const MAX_ERROR: usize = 1024;
+
+/// One message from the library.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Message {
+    pub v: u32,
+    pub results: Vec<serde_json::Value>,
+}
+
+/// One transfer's outcome, as the library sends it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WireResult {
+    /// The CUDA device ordinal inside the process (what torch calls `cuda:N`).
+    pub device: u32,
+    /// `vram` or `dram`: where the destination blocks were.
+    pub memory: String,
+    pub request: String,
+    #[serde(default)]
+    pub remote: String,
+    /// `ok`, `mismatch` or `error`.
+    pub status: String,
+    pub blocks: u32,
+    pub bytes: u64,
+    #[serde(default)]
+    pub bad_blocks: u32,
+    #[serde(default)]
+    pub bad_block_indices: Vec<u32>,
+    #[serde(default)]
+    pub first_bad_offset: Option<u64>,
+    #[serde(default)]
+    pub error: String,
+    pub at_ns: i64,
+}
+
+/// A validated transfer outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub device: u32,
+    pub memory: Memory,
+    pub status: Status,
+    pub request: String,
+    pub remote: String,
+    pub blocks: u32,
+    pub bytes: u64,
+    pub bad_blocks: u32,
+    pub bad_block_indices: Vec<u32>,
+    pub first_bad_offset: Option<u64>,
+    pub error: String,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    Mismatch,
+    Error,
+}
+
+/// Why a message or a result was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RefusedError {
+    #[error("not a JSON message {{\"v\": 1, \"results\": [...]}}: {0}")]
+    Json(String),
+    #[error("protocol version {0} (this agent speaks 1)")]
+    Version(u32),
+    #[error("{0} results in one message (limit {MAX_RESULTS})")]
+    TooMany(usize),
+    #[error("result {index}: {why}")]
+    Result { index: usize, why: String },
+}
+
+/// Parses one line: the valid outcomes, and the refusal of each invalid result.
+pub fn parse_line(line: &[u8], now: DateTime<Utc>) -> Result<(Vec<Outcome>, Vec<RefusedError>), RefusedError> {
+    let msg: Message = serde_json::from_slice(line).map_err(|e| RefusedError::Json(e.to_string()))?;
+    if msg.v != 1 {
+        return Err(RefusedError::Version(msg.v));
+    }
+    if msg.results.len() > MAX_RESULTS {
+        return Err(RefusedError::TooMany(msg.results.len()));
+    }
+    let mut ok = Vec::with_capacity(msg.results.len());
+    let mut refused = Vec::new();
+    for (index, v) in msg.results.into_iter().enumerate() {
+        match serde_json::from_value::<WireResult>(v).map_err(|e| e.to_string()).and_then(|r| validate(r, now)) {
+            Ok(o) => ok.push(o),
+            Err(why) => refused.push(RefusedError::Result { index, why }),
+        }
+    }
+    Ok((ok, refused))
+}
+
+fn name(field: &str, s: String, max: usize) -> Result<String, String> {
+    if s.len() > max {
+        return Err(format!("{field} is {} bytes (limit {max})", s.len()));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(format!("{field} contains a control character"));
+    }
+    Ok(s)
+}
+
+fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, String> {
+    let memory = match r.memory.as_str() {
+        "vram" => Memory::Cuda,
+        "dram" => Memory::Host,
+        m => return Err(format!("memory {m:?} (vram or dram)")),
+    };
+    let status = match r.status.as_str() {
+        "ok" => Status::Ok,
+        "mismatch" => Status::Mismatch,
+        "error" => Status::Error,
+        s => return Err(format!("status {s:?} (ok, mismatch or error)")),
+    };
+    if r.bad_blocks > r.blocks {
+        return Err(format!("bad_blocks {} > blocks {}", r.bad_blocks, r.blocks));
+    }
+    if r.bad_block_indices.len() > MAX_BAD_BLOCK_INDICES {
+        return Err(format!("{} bad_block_indices (limit {MAX_BAD_BLOCK_INDICES})", r.bad_block_indices.len()));
+    }
+    if let Some(i) = r.bad_block_indices.iter().find(|i| **i >= r.blocks) {
+        return Err(format!("bad block index {i} outside {} blocks", r.blocks));
+    }
+    match status {
+        Status::Mismatch if r.bad_blocks == 0 => return Err("a mismatch with no bad block".into()),
+        Status::Ok if r.bad_blocks > 0 => return Err("ok with bad blocks".into()),
+        _ => {}
+    }
+    let at = Utc.timestamp_nanos(r.at_ns);
+    let earliest = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC);
+    if at < earliest || at > now + chrono::TimeDelta::days(1) {
+        return Err(format!("at_ns {} is impossible", r.at_ns));
+    }
+    Ok(Outcome {
+        device: r.device,
+        memory,
+        status,
+        request: name("request", r.request, MAX_NAME)?,
+        remote: name("remote", r.remote, MAX_NAME)?,
+        blocks: r.blocks,
+        bytes: r.bytes,
+        bad_blocks: r.bad_blocks,
+        bad_block_indices: r.bad_block_indices,
+        first_bad_offset: r.first_bad_offset,
+        error: name("error", r.error, MAX_ERROR)?,
+        at,
+    })
+}
+
+/// Outcomes of one message grouped as reports are made: per (device, memory).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub device: u32,
+    pub memory: Memory,
+    pub ok: u64,
+    pub mismatch: u64,
+    pub error: u64,
+    pub bytes_verified: u64,
+    pub blocks_verified: u64,
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+    pub failures: Vec<InlineFailure>,
+    pub failures_omitted: u64,
+}
+
+/// Groups outcomes per (device, memory); failures kept in full up to the record's limit.
+pub fn group(outcomes: Vec<Outcome>) -> Vec<Batch> {
+    let mut out: BTreeMap<(u32, Memory), Batch> = BTreeMap::new();
+    for o in outcomes {
+        let b = out.entry((o.device, o.memory)).or_insert_with(|| Batch {
+            device: o.device,
+            memory: o.memory,
+            ok: 0,
+            mismatch: 0,
+            error: 0,
+            bytes_verified: 0,
+            blocks_verified: 0,
+            first_at: o.at,
+            last_at: o.at,
+            failures: Vec::new(),
+            failures_omitted: 0,
+        });
+        b.first_at = b.first_at.min(o.at);
+        b.last_at = b.last_at.max(o.at);
+        match o.status {
+            Status::Ok => {
+                b.ok += 1;
+                b.bytes_verified = b.bytes_verified.saturating_add(o.bytes);
+                b.blocks_verified = b.blocks_verified.saturating_add(o.blocks.into());
+                continue;
+            }
+            Status::Mismatch => b.mismatch += 1,
+            Status::Error => b.error += 1,
+        }
+        if b.failures.len() >= MAX_INLINE_FAILURES {
+            b.failures_omitted += 1;
+            continue;
+        }
+        b.failures.push(InlineFailure {
+            request: o.request,
+            remote: o.remote,
+            mismatch: o.status == Status::Mismatch,
+            blocks: o.blocks,
+            bad_blocks: o.bad_blocks,
+            bad_block_indices: o.bad_block_indices,
+            first_bad_offset: o.first_bad_offset,
+            error: o.error,
+            at: o.at,
+            bytes: o.bytes,
+        });
+    }
+    out.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(results: &str) -> Vec<u8> {
+        format!(r#"{{"v": 1, "results": [{results}]}}"#).into_bytes()
+    }
+    const AT: i64 = 1_790_000_000_000_000_000;
+
+    #[test]
+    fn a_message_is_parsed_and_grouped_per_device_and_memory() {
+        let ok = format!(
+            r#"{{"device": 0, "memory": "vram", "request": "r1", "status": "ok", "blocks": 32, "bytes": 1048576, "at_ns": {AT}}}"#
+        );
+        let bad = format!(
+            r#"{{"device": 0, "memory": "vram", "request": "r2", "remote": "prefill-0", "status": "mismatch", "blocks": 32,
+                "bytes": 1048576, "bad_blocks": 8, "bad_block_indices": [24, 31], "first_bad_offset": 786432, "at_ns": {}}}"#,
+            AT + 1000
+        );
+        let other = format!(
+            r#"{{"device": 1, "memory": "dram", "request": "r3", "status": "error", "error": "NIXL_ERR_REMOTE_DISCONNECT", "blocks": 4, "bytes": 0, "at_ns": {AT}}}"#
+        );
+        let (outcomes, refused) = parse_line(&line(&format!("{ok},{bad},{other}")), Utc::now()).unwrap();
+        assert!(refused.is_empty(), "{refused:?}");
+        let batches = group(outcomes);
+        assert_eq!(batches.len(), 2);
+        let b = &batches[0];
+        assert_eq!((b.device, b.memory, b.ok, b.mismatch, b.error), (0, Memory::Cuda, 1, 1, 0));
+        assert_eq!((b.bytes_verified, b.blocks_verified), (1 << 20, 32));
+        assert_eq!(b.failures.len(), 1);
+        assert_eq!(b.failures[0].request, "r2");
+        assert_eq!(b.failures[0].bad_block_indices, [24, 31]);
+        assert_eq!((b.last_at - b.first_at).num_microseconds(), Some(1));
+        assert_eq!((batches[1].device, batches[1].error), (1, 1));
+        assert_eq!(batches[1].failures[0].error, "NIXL_ERR_REMOTE_DISCONNECT");
+    }
+
+    #[test]
+    fn bad_results_are_refused_one_by_one_and_bad_messages_whole() {
+        let good = format!(
+            r#"{{"device": 0, "memory": "dram", "request": "r", "status": "ok", "blocks": 1, "bytes": 1, "at_ns": {AT}}}"#
+        );
+        let cases = [
+            (r#""memory": "hbm""#, "memory"),
+            (r#""status": "fine""#, "status"),
+            (r#""bad_blocks": 2"#, "bad_blocks 2 > blocks 1"),
+            (r#""bad_block_indices": [5]"#, "outside"),
+            (r#""request": "a\u0000b""#, "control character"),
+            (r#""at_ns": 5"#, "impossible"),
+            (r#""colour": "red""#, "unknown field"),
+        ];
+        for (change, why) in cases {
+            let key = &change[..change.find(':').unwrap()];
+            // Replace the field if present, else add it.
+            let bad = if good.contains(key) {
+                let start = good.find(key).unwrap();
+                let end = start + good[start..].find(',').unwrap_or(good[start..].len() - 1);
+                format!("{}{}{}", &good[..start], change, &good[end..])
+            } else {
+                good.replacen('{', &format!("{{{change}, "), 1)
+            };
+            let (ok, refused) = parse_line(&line(&format!("{good},{bad}")), Utc::now()).unwrap();
+            assert_eq!(ok.len(), 1, "{change}: the good result is kept");
+            assert_eq!(refused.len(), 1, "{change}");
+            assert!(refused[0].to_string().contains(why), "{change}: {}", refused[0]);
+            assert!(refused[0].to_string().starts_with("result 1:"), "{}", refused[0]);
+        }
+        // A mismatch needs a bad block, and ok has none.
+        let m = good.replace(r#""status": "ok""#, r#""status": "mismatch""#);
+        assert_eq!(parse_line(&line(&m), Utc::now()).unwrap().1.len(), 1);
+        assert!(matches!(parse_line(b"not json", Utc::now()), Err(RefusedError::Json(_))));
+        assert_eq!(parse_line(br#"{"v": 2, "results": []}"#, Utc::now()).unwrap_err(), RefusedError::Version(2));
+        let many = format!(r#"{{"v": 1, "results": [{}]}}"#, vec!["{}"; MAX_RESULTS + 1].join(","));
+        assert_eq!(parse_line(many.as_bytes(), Utc::now()).unwrap_err(), RefusedError::TooMany(MAX_RESULTS + 1));
+    }
+
+    #[test]
+    fn failures_beyond_the_record_limit_are_counted() {
+        let one = format!(
+            r#"{{"device": 0, "memory": "dram", "request": "r", "status": "error", "blocks": 1, "bytes": 1, "at_ns": {AT}}}"#
+        );
+        let all = vec![one; MAX_INLINE_FAILURES + 5].join(",");
+        let (o, _) = parse_line(&line(&all), Utc::now()).unwrap();
+        let b = &group(o)[0];
+        assert_eq!(
+            (b.error, b.failures.len(), b.failures_omitted),
+            (MAX_INLINE_FAILURES as u64 + 5, MAX_INLINE_FAILURES, 5)
+        );
+    }
+}

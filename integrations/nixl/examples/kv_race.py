@@ -1,0 +1,128 @@
+"""Two NIXL agents (prefill, decode) from the PyPI wheel moving KV blocks the way
+NixlConnector does (the decode side READs the prefill side's blocks), every transfer checked
+in-line by railguard_nixl and reported to the agent.
+
+  --mode race   the prefill side reuses (overwrites) its blocks for the next request while the
+                decode side's READ is in flight, as in vllm-project/vllm#52234
+  --mode clean  no reuse: every transfer must verify
+
+Each transfer is also compared byte for byte with a private copy of what was handed out (the
+ground truth); the summary line says whether the in-line check agreed with it on every block.
+Prints one JSON line. UCX runs over tcp on lo.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("UCX_TLS", "tcp,self")
+os.environ.setdefault("UCX_NET_DEVICES", "lo")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import numpy as np  # noqa: E402
+
+import railguard_nixl as rn  # noqa: E402
+
+
+def nixl_api():
+    for mod in ("nixl._api", "nixl_cu12._api", "nixl_cu13._api"):
+        try:
+            m = __import__(mod, fromlist=["nixl_agent"])
+            return m.nixl_agent, m.nixl_agent_config
+        except ImportError:
+            continue
+    raise SystemExit("no NIXL Python package (pip install nixl-cu12)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["race", "clean"], required=True)
+    ap.add_argument("--transfers", type=int, default=20)
+    ap.add_argument("--blocks", type=int, default=64)
+    ap.add_argument("--block-bytes", type=int, default=32768)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+
+    nixl_agent, nixl_agent_config = nixl_api()
+    prefill = nixl_agent("prefill-0", nixl_agent_config(backends=["UCX"]))
+    decode = nixl_agent("decode-0", nixl_agent_config(backends=["UCX"]))
+    n, bsz = args.blocks, args.block_bytes
+    src = np.zeros((n, bsz), np.uint8)
+    dst = np.zeros((n, bsz), np.uint8)
+    prefill.register_memory([(src.ctypes.data, src.nbytes, 0, "")], "DRAM")
+    decode.register_memory([(dst.ctypes.data, dst.nbytes, 0, "")], "DRAM")
+    decode.add_remote_agent(prefill.get_agent_metadata())
+    sdesc = np.array([(src.ctypes.data + i * bsz, bsz, 0) for i in range(n)], dtype=np.uint64)
+    ddesc = np.array([(dst.ctypes.data + i * bsz, bsz, 0) for i in range(n)], dtype=np.uint64)
+    local = decode.prep_xfer_dlist("NIXL_INIT_AGENT", ddesc, "DRAM")
+    remote = decode.prep_xfer_dlist("prefill-0", sdesc, "DRAM")
+    idx = list(range(n))
+
+    reporter = rn.default_reporter()
+    rng = np.random.default_rng(args.seed)
+    noise = rng.integers(0, 256, (n, bsz), dtype=np.uint8)
+    words = src.view(np.uint64)
+    found = truth = agree = 0
+    digest_s = transfer_s = 0.0
+    t_all = time.perf_counter()
+    for i in range(args.transfers):
+        # Prefill computes request i's KV into the pool and hands the blocks out.
+        np.copyto(src, noise)
+        words[:, 0] = i
+        words[:, 1] = np.arange(n, dtype=np.uint64)
+        t = time.perf_counter()
+        manifest = rn.manifest_for(f"req-{i}", src)
+        digest_s += time.perf_counter() - t
+        handed_out = src.copy()
+        dst.fill(0)
+
+        t = time.perf_counter()
+        h = decode.make_prepped_xfer("READ", local, idx, remote, idx, b"")
+        state = decode.transfer(h)
+        if args.mode == "race":
+            # The prefill side has already freed the blocks and reuses them for the next request,
+            # last block first, while the READ is in flight.
+            for b in range(n - 1, -1, -1):
+                src[b] = 0xA5
+                words[b, 0] = i + 1
+        while state == "PROC":
+            state = decode.check_xfer_state(h)
+        transfer_s += time.perf_counter() - t
+        t = time.perf_counter()
+        c = rn.check(manifest, dst, remote="prefill-0", reporter=reporter,
+                     transfer_error=None if state == "DONE" else f"NIXL transfer state {state}")
+        digest_s += time.perf_counter() - t
+        h.release()
+
+        wrong = [int(b) for b in np.flatnonzero((dst != handed_out).any(axis=1))]
+        truth += bool(wrong)
+        found += c.status == "mismatch"
+        agree += c.bad_blocks == wrong
+    elapsed = time.perf_counter() - t_all
+    flushed = reporter.flush(10.0) if reporter else True
+    moved = args.transfers * n * bsz
+    print(json.dumps({
+        "mode": args.mode,
+        "transfers": args.transfers,
+        "bytes": moved,
+        "mismatch": found,
+        "truth_mismatch": truth,
+        "agree": agree,
+        "seconds": round(elapsed, 3),
+        # Digest throughput (source + destination digests) against the transfers, same buffers.
+        "digest_gbps": round(2 * moved / digest_s / 1e9, 3) if digest_s else None,
+        "transfer_gbps": round(moved / transfer_s / 1e9, 3) if transfer_s else None,
+        "digest_share": round(digest_s / transfer_s, 4) if transfer_s else None,
+        "reporter": None if reporter is None else {
+            "flushed": flushed, "added": reporter.added, "accepted": reporter.accepted,
+            "rejected": reporter.rejected, "dropped": reporter.dropped, "last_error": reporter.last_error,
+        },
+    }), flush=True)
+    # NIXL's UCX tears down with a libnl destructor that can crash at exit; the work is done.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""railguard-nixl: in-line verification of a NIXL workload's own KV transfers.
+
+The source side computes a digest per KV block when it hands the blocks out
+(:func:`manifest_for`), the manifest travels with the transfer's metadata (a WRITE's
+notification, a ``send_notif``, or vLLM's ``kv_transfer_params``), and the destination
+side, after NIXL says DONE, digests what it received and compares (:func:`check`). Every
+outcome goes to the node's railguard agent (:class:`Reporter`), which attributes it to the
+GPU and NIC and turns a mismatch into a ``corrupting`` GPU. See docs/inline-verification.md.
+"""
+
+from .digest import ALGORITHM, digest_blocks
+from .manifest import Manifest, ManifestError
+from .report import Reporter, default_reporter
+from .verify import Check, check, manifest_for, wait_and_check
+
+__all__ = [
+    "ALGORITHM",
+    "Check",
+    "Manifest",
+    "ManifestError",
+    "Reporter",
+    "check",
+    "default_reporter",
+    "digest_blocks",
+    "manifest_for",
+    "wait_and_check",
+]

@@ -1,0 +1,207 @@
+"""Reporting outcomes to the node's railguard agent, without ever holding up the workload.
+
+:meth:`Reporter.add` only appends to a bounded in-memory queue; a daemon thread sends batches
+over the agent's Unix socket (newline-delimited JSON, protocol version 1) and reads its
+answers. With the agent absent, restarting or slow, results wait in the queue (the oldest are
+dropped and counted beyond ``max_queue``), connection attempts back off, and nothing raises
+into the caller.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import socket
+import threading
+import time
+from typing import Optional
+
+DEFAULT_SOCKET = "/run/railguard/inline.sock"
+
+
+class Reporter:
+    def __init__(
+        self,
+        socket_path: Optional[str] = None,
+        *,
+        flush_interval: float = 0.5,
+        max_batch: int = 1000,
+        max_queue: int = 100_000,
+        timeout: float = 1.0,
+    ):
+        self.socket_path = socket_path or os.environ.get("RAILGUARD_INLINE_SOCKET") or DEFAULT_SOCKET
+        self.flush_interval = flush_interval
+        self.max_batch = max_batch
+        self.timeout = timeout
+        self._queue: collections.deque = collections.deque(maxlen=max_queue)
+        self._cond = threading.Condition()
+        self._closed = False
+        self._sock: Optional[socket.socket] = None
+        self._rbuf = b""
+        self._backoff = 0.0
+        self._next_try = 0.0
+        # What happened, for the caller's own metrics.
+        self.added = 0  # outcomes queued
+        self.dropped = 0  # outcomes dropped (queue full while the agent was away)
+        self.sent = 0  # messages sent
+        self.answered = 0  # messages the agent answered
+        self.accepted = 0  # outcomes the agent accepted
+        self.rejected = 0  # outcomes (or whole messages) the agent refused
+        self.last_error = ""
+        self._thread = threading.Thread(target=self._run, name="railguard-inline-reporter", daemon=True)
+        self._thread.start()
+
+    def add(self, check) -> None:
+        """Queues one outcome (a :class:`~railguard_nixl.verify.Check` or its wire dict)."""
+        item = check.to_wire() if hasattr(check, "to_wire") else dict(check)
+        with self._cond:
+            if len(self._queue) == self._queue.maxlen:
+                self.dropped += 1  # the deque drops the oldest
+            self._queue.append(item)
+            self.added += 1
+            if len(self._queue) >= self.max_batch:
+                self._cond.notify()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Waits (up to ``timeout``) until everything queued was sent and answered. For tests
+        and shutdown; never needed on the request path."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._cond.notify()
+        while time.monotonic() < deadline:
+            with self._cond:
+                if not self._queue and (self.answered >= self.sent or self._sock is None):
+                    return True
+                self._cond.notify()
+            time.sleep(0.01)
+        return False
+
+    def close(self, timeout: float = 2.0) -> None:
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    # ---- the sending thread ----
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue and not self._closed:
+                    self._cond.wait(self.flush_interval)
+                if self._closed and not self._queue:
+                    break
+                batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+            if batch and not self._send(batch):
+                with self._cond:
+                    # Back in front, in order; the bound still holds (oldest dropped first).
+                    for item in reversed(batch):
+                        if len(self._queue) == self._queue.maxlen:
+                            self.dropped += 1
+                            continue
+                        self._queue.appendleft(item)
+                time.sleep(min(self._backoff, self.flush_interval))
+                if self._closed:
+                    break
+            self._read_answers(block=False)
+        self._disconnect()
+
+    def _connect(self) -> bool:
+        if self._sock is not None:
+            return True
+        now = time.monotonic()
+        if now < self._next_try:
+            return False
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(self.timeout)
+            s.connect(self.socket_path)
+        except OSError as e:
+            self.last_error = f"connecting to {self.socket_path}: {e}"
+            self._backoff = min(30.0, max(0.1, self._backoff * 2))
+            self._next_try = now + self._backoff
+            try:
+                s.close()
+            except Exception:
+                pass
+            return False
+        self._sock = s
+        self._backoff = 0.0
+        return True
+
+    def _disconnect(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        self._sock = None
+        self._rbuf = b""
+
+    def _send(self, batch: list) -> bool:
+        if not self._connect():
+            return False
+        line = (json.dumps({"v": 1, "results": batch}, separators=(",", ":")) + "\n").encode()
+        try:
+            self._sock.sendall(line)
+        except OSError as e:
+            self.last_error = f"sending to the agent: {e}"
+            self._disconnect()
+            return False
+        self.sent += 1
+        self._read_answers(block=True)
+        return True
+
+    def _read_answers(self, block: bool) -> None:
+        if self._sock is None:
+            return
+        try:
+            self._sock.settimeout(self.timeout if block else 0.0)
+            while b"\n" not in self._rbuf:
+                chunk = self._sock.recv(65536)
+                if not chunk:
+                    self._disconnect()
+                    return
+                self._rbuf += chunk
+        except (BlockingIOError, socket.timeout):
+            return
+        except OSError as e:
+            self.last_error = f"reading the agent's answer: {e}"
+            self._disconnect()
+            return
+        finally:
+            if self._sock is not None:
+                self._sock.settimeout(self.timeout)
+        while b"\n" in self._rbuf:
+            line, self._rbuf = self._rbuf.split(b"\n", 1)
+            try:
+                a = json.loads(line)
+            except ValueError:
+                continue
+            self.answered += 1
+            if "error" in a:
+                self.rejected += 1
+                self.last_error = str(a["error"])[:500]
+                continue
+            self.accepted += int(a.get("accepted", 0))
+            if a.get("rejected"):
+                self.rejected += int(a["rejected"])
+                self.last_error = "; ".join(a.get("errors", []))[:500]
+
+
+_default: Optional[Reporter] = None
+_default_lock = threading.Lock()
+
+
+def default_reporter() -> Optional[Reporter]:
+    """The process's reporter, to ``RAILGUARD_INLINE_SOCKET`` (default /run/railguard/inline.sock);
+    None when ``RAILGUARD_INLINE=0``."""
+    global _default
+    if os.environ.get("RAILGUARD_INLINE", "1") == "0":
+        return None
+    with _default_lock:
+        if _default is None:
+            _default = Reporter()
+        return _default

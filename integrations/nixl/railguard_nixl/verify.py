@@ -1,0 +1,152 @@
+"""Source and destination sides of in-line verification."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .digest import digest_blocks
+from .manifest import Manifest, ManifestError
+
+
+@dataclass
+class Check:
+    """The outcome of one transfer, as the destination found it."""
+
+    request: str
+    status: str  # "ok" | "mismatch" | "error"
+    blocks: int
+    bytes: int
+    bad_blocks: list = field(default_factory=list)
+    first_bad_offset: Optional[int] = None
+    error: str = ""
+    remote: str = ""
+    memory: str = "dram"  # or "vram"
+    device: int = 0
+    at_ns: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_wire(self) -> dict:
+        """One result of the agent's protocol (at most 64 bad block indices travel)."""
+        return {
+            "device": int(self.device),
+            "memory": self.memory,
+            "request": self.request,
+            "remote": self.remote,
+            "status": self.status,
+            "blocks": int(self.blocks),
+            "bytes": int(self.bytes),
+            "bad_blocks": len(self.bad_blocks),
+            "bad_block_indices": [int(i) for i in self.bad_blocks[:64]],
+            "first_bad_offset": self.first_bad_offset,
+            "error": self.error,
+            "at_ns": int(self.at_ns or time.time_ns()),
+        }
+
+
+def manifest_for(request: str, blocks) -> Manifest:
+    """Source side: digest the blocks being handed out (before anything may reuse them)."""
+    digests, lengths = digest_blocks(blocks)
+    return Manifest(request=request, digests=digests, lengths=lengths)
+
+
+def _memory_of(blocks) -> tuple[str, int]:
+    import sys
+
+    t = sys.modules.get("torch")
+    first = blocks[0] if isinstance(blocks, (list, tuple)) and blocks else blocks
+    if t is not None and isinstance(first, t.Tensor) and first.is_cuda:
+        return "vram", int(first.device.index or 0)
+    return "dram", 0
+
+
+def check(
+    manifest,
+    blocks,
+    *,
+    remote: str = "",
+    reporter=None,
+    memory: Optional[str] = None,
+    device: Optional[int] = None,
+    transfer_error: Optional[str] = None,
+) -> Check:
+    """Destination side, after NIXL said DONE (or ERR: pass ``transfer_error``).
+
+    ``manifest``: a :class:`Manifest` or its encoding (bytes, or base64 text). ``blocks``: the
+    destination blocks in the manifest's order (the same forms :func:`digest_blocks` takes).
+    The outcome is returned and, with a ``reporter`` (or the process's default one, when the
+    agent's socket exists), sent to the node's agent without waiting for it.
+    """
+    if memory is None or device is None:
+        m, d = _memory_of(blocks)
+        memory = memory or m
+        device = d if device is None else device
+    try:
+        man = manifest if isinstance(manifest, Manifest) else Manifest.decode(manifest)
+    except ManifestError as e:
+        c = Check(request="", status="error", blocks=0, bytes=0, error=f"manifest: {e}", remote=remote,
+                  memory=memory, device=device)
+        _report(c, reporter)
+        return c
+    if transfer_error is not None:
+        c = Check(request=man.request, status="error", blocks=len(man), bytes=man.bytes, error=transfer_error,
+                  remote=remote, memory=memory, device=device)
+        _report(c, reporter)
+        return c
+    digests, lengths = digest_blocks(blocks)
+    if digests.size != len(man) or not np.array_equal(lengths, man.lengths):
+        c = Check(request=man.request, status="error", blocks=len(man), bytes=man.bytes, remote=remote,
+                  memory=memory, device=device,
+                  error=f"destination has {digests.size} blocks of {int(lengths.sum())} bytes; the manifest "
+                        f"{len(man)} of {man.bytes}")
+        _report(c, reporter)
+        return c
+    bad = np.flatnonzero(digests != man.digests)
+    first = None
+    if bad.size:
+        first = int(man.lengths[: int(bad[0])].sum(dtype=np.uint64))
+    c = Check(
+        request=man.request,
+        status="mismatch" if bad.size else "ok",
+        blocks=len(man),
+        bytes=man.bytes,
+        bad_blocks=[int(i) for i in bad],
+        first_bad_offset=first,
+        remote=remote,
+        memory=memory,
+        device=device,
+    )
+    _report(c, reporter)
+    return c
+
+
+def _report(c: Check, reporter) -> None:
+    from .report import default_reporter
+
+    r = reporter if reporter is not None else default_reporter()
+    if r is not None:
+        r.add(c)
+
+
+def wait_and_check(agent, handle, manifest, blocks, *, remote: str = "", reporter=None, timeout: float = 30.0,
+                   memory: Optional[str] = None, device: Optional[int] = None) -> Check:
+    """Polls a posted NIXL transfer (``agent.check_xfer_state``) until DONE or ERR, then checks
+    the destination blocks against the manifest: the hook a connector calls where it would
+    otherwise mark the request's KV as received."""
+    deadline = time.monotonic() + timeout
+    state = agent.check_xfer_state(handle)
+    while state == "PROC":
+        if time.monotonic() > deadline:
+            return check(manifest, blocks, remote=remote, reporter=reporter, memory=memory, device=device,
+                         transfer_error=f"no completion within {timeout} s")
+        state = agent.check_xfer_state(handle)
+    if state != "DONE":
+        return check(manifest, blocks, remote=remote, reporter=reporter, memory=memory, device=device,
+                     transfer_error=f"NIXL transfer state {state}")
+    return check(manifest, blocks, remote=remote, reporter=reporter, memory=memory, device=device)

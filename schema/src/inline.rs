@@ -1,0 +1,80 @@
+//! In-line verification: the workload's own KV transfers, checked block by block by the
+//! railguard NIXL library (`integrations/nixl/`) and attributed by the node's agent.
+
+use chrono::{DateTime, Utc};
+
+use crate::{Bdf, DataPath, Memory};
+
+/// At most this many failed transfers ride in one report; the rest are counted.
+pub const MAX_INLINE_FAILURES: usize = 256;
+/// At most this many bad block indices per failed transfer.
+pub const MAX_BAD_BLOCK_INDICES: usize = 64;
+
+/// One mismatched or failed transfer of the workload.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InlineFailure {
+    /// The caller's request id.
+    pub request: String,
+    /// The remote NIXL agent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub remote: String,
+    /// NIXL said DONE and the bytes differ from the source's digests (else NIXL reported an error).
+    pub mismatch: bool,
+    pub blocks: u32,
+    pub bad_blocks: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bad_block_indices: Vec<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_bad_offset: Option<u64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+    pub at: DateTime<Utc>,
+    pub bytes: u64,
+}
+
+/// A batch of the workload's transfers on one GPU, as the agent attributed them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct InlineReport {
+    /// The node's GPU index, when the sender's CUDA device could be attributed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_bdf: Option<Bdf>,
+    /// The NIC the transfers used, as attributed; empty when unknown.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub nic: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic_bdf: Option<Bdf>,
+    pub pid: u32,
+    pub process: String,
+    /// Where the destination blocks were.
+    pub memory: Memory,
+    /// `nic_dma` only when the process held RDMA queue pairs on `nic`.
+    pub path: DataPath,
+    /// How GPU and NIC were attributed, in words.
+    pub attribution: String,
+    pub transfers_ok: u64,
+    pub transfers_mismatch: u64,
+    pub transfers_error: u64,
+    pub bytes_verified: u64,
+    pub blocks_verified: u64,
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<InlineFailure>,
+    #[serde(default)]
+    pub failures_omitted: u64,
+}
+
+impl InlineReport {
+    /// Transfers in the batch.
+    pub fn transfers(&self) -> u64 {
+        self.transfers_ok.saturating_add(self.transfers_mismatch).saturating_add(self.transfers_error)
+    }
+
+    /// Verified transfers that prove the pair as a probe would: GPU memory moved by the pair's NIC.
+    pub fn proves_pair(&self) -> bool {
+        self.memory.is_gpu_to_gpu() && self.path == DataPath::NicDma && !self.nic.is_empty()
+    }
+}
