@@ -111,6 +111,10 @@ async function gpu(name, idx) {
       `<tr><td>${ago(p.at)}</td><td>${esc(p.nic)}</td><td>${esc(p.injected)}</td><td>${esc(p.verdict)} / ${esc(p.diagnosis)}</td></tr>`).join("")}</table>` : ""}
     <h2>Pairs</h2><table><tr><th>NIC</th><th>latest</th><th>diagnosis</th><th>ok / bad in window</th></tr>${g.pairs.map(p =>
       `<tr><td>${esc(p.nic)}</td><td>${esc(p.latest)}</td><td>${esc(p.latest_diagnosis)}</td><td>${p.window.ok} / ${p.window.bad}</td></tr>`).join("")}</table>
+    <h2>In-line verification (the workload's own transfers, in the window)</h2>${g.inline.length ? `<table id="inline"><tr><th>NIC</th><th>verified</th><th>through the NIC / into GPU memory</th><th>wrong bytes</th><th>NIXL errors</th><th>latest failures</th></tr>${g.inline.map(i =>
+      `<tr class="${i.mismatch ? "bad" : ""}"><td>${esc(i.nic || "unattributed")}</td><td>${i.ok}</td><td>${i.ok_nic} / ${i.ok_gpu_memory}</td><td>${i.mismatch}</td><td>${i.error}</td><td>${i.failures.slice(0, 5).map(f =>
+        esc(`${f.request}${f.remote ? ` from ${f.remote}` : ""}: ${f.mismatch ? `${f.bad_blocks} of ${f.blocks} blocks differ` : (f.error || "error")}`)).join("<br>")}</td></tr>`).join("")}</table>
+      <p class="muted">${esc(g.inline[0].attribution)}</p>` : '<p class="muted">no in-line results (docs/inline-verification.md)</p>'}
     <h2>Signals</h2>${hist.signals.length ? `<table><tr><th>when</th><th>kind</th><th>summary</th></tr>${hist.signals.slice(0, 50).map(e =>
       `<tr><td>${ago(e.at)}</td><td>${esc(e.kind)}</td><td>${esc(e.summary)}</td></tr>`).join("")}</table>` : '<p class="muted">none</p>'}
     <h2>Status changes</h2>${hist.status_changes.length ? `<table><tr><th>when</th><th>from</th><th>to</th></tr>${hist.status_changes.map(c =>

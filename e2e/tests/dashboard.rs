@@ -247,6 +247,46 @@ async fn hostile_names_reasons_and_links_run_no_script() {
         }
         .into(),
     );
+    // An in-line report whose request id (the workload's own text) is hostile.
+    let at = chrono::Utc::now();
+    records.push(
+        railguard_schema::Record {
+            id: railguard_schema::RecordId::random(),
+            observed_at: at,
+            body: railguard_schema::RecordBody::Inline(railguard_schema::InlineReport {
+                gpu: Some(0),
+                gpu_bdf: None,
+                nic: t.nics[0].name.clone(),
+                nic_bdf: None,
+                pid: 4242,
+                process: evil("process"),
+                memory: railguard_schema::Memory::Host,
+                path: railguard_schema::DataPath::HostCopy,
+                attribution: evil("attribution"),
+                transfers_ok: 41,
+                transfers_mismatch: 1,
+                transfers_error: 0,
+                bytes_verified: 41 << 20,
+                blocks_verified: 41 * 32,
+                first_at: at,
+                last_at: at,
+                failures: vec![railguard_schema::InlineFailure {
+                    request: evil("request"),
+                    remote: "prefill-0".into(),
+                    mismatch: true,
+                    blocks: 32,
+                    bad_blocks: 8,
+                    bad_block_indices: (24..32).collect(),
+                    first_bad_offset: Some(24 << 15),
+                    error: String::new(),
+                    at,
+                    bytes: 1 << 20,
+                }],
+                failures_omitted: 0,
+            }),
+        }
+        .into(),
+    );
     send(&c, "hostile", records).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while statuses(&c, "hostile").len() < 8 {
@@ -291,5 +331,9 @@ async fn hostile_names_reasons_and_links_run_no_script() {
         b.go(&format!("{base}#/node/hostile/gpu/0"));
         b.find("#evidence");
         assert!(b.text("#evidence").contains("<img src=x onerror="), "the reason is shown as text");
+        // The in-line table: counts per pair, the failed request's own words as text.
+        let inline = b.text("#inline");
+        assert!(inline.contains("<img src=x onerror=") && inline.contains("8 of 32 blocks differ"), "{inline}");
+        assert!(b.text("#evidence").contains("in-line verification caught 1 of 42"), "{}", b.text("#evidence"));
     });
 }
