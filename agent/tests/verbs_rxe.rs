@@ -89,10 +89,14 @@ echo "=== nixl-selftest"; {nixl} selftest --nixl-lib {site} --transport nixl --u
 echo "=== nixl-read"; {nixl} probe --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic all --bytes 4M --nixl-block 1M --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== nixl-write"; {nixl} probe --nixl-lib {site} --transport nixl --nixl-op write --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== qp-table"; CUDA_VISIBLE_DEVICES=2 {agent} probe --transport verbs --verbs-device rxe0 --verbs-op read --memory host --sysfs-root {sys} --gpu 2 --nic auto --bytes 64M --timeout-ms 60000 >/dev/null 2>&1 & for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.3; {agent} watch --list-qps --no-ebpf --sysfs-root {sys} --proc-root /proc 2>/dev/null; done; wait
+echo "=== inline-rxe"; mkdir -p /run/tmp/inline && echo t > /run/tmp/inline/token && NO_COLOR=1 RUST_LOG=railguard_agent::inline=debug {agent} run --insecure --collector http://127.0.0.1:9 --node-id vm --token-file /run/tmp/inline/token --spool-dir /run/tmp/inline/spool --sysfs-root {sys} --probe-cycle-secs 0 --no-signals --topology-interval 0 --inline-socket /run/tmp/inline/inline.sock > /run/tmp/inline/agent.log 2>&1 & AG=$!; for i in $(seq 50); do [ -S /run/tmp/inline/inline.sock ] && break; sleep 0.1; done; LD_LIBRARY_PATH={ibv} UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc CUDA_VISIBLE_DEVICES=2 RAILGUARD_INLINE_SOCKET=/run/tmp/inline/inline.sock NIXL_LOG_LEVEL=WARN {py} {race} --mode race --reuse before --transfers 5 --blocks 16 --block-bytes 65536 2>/dev/null | grep '^{{'; kill $AG; wait $AG; grep 'in-line report' /run/tmp/inline/agent.log
 echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9 --sysfs-root {sys} --gpu 0 --nic auto --json; echo "exit=$?"
 "#,
         sys = sys.display(),
-        site = site.display()
+        site = site.display(),
+        ibv = ibv.display(),
+        py = support::nixl_python().display(),
+        race = repo_root().join("integrations/nixl/examples/kv_race.py").display(),
     );
     let s = in_vm(dir.path(), &script);
 
@@ -212,6 +216,22 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
     assert!(lines[0].starts_with("GPU3 via mlx5_3 (predicted): reported_failure (verbs: RDMA WRITE"), "{pf}");
     assert!(lines[0].contains("IBV_WC_REM_ACCESS_ERR") && lines[0].contains("pin UCX_NET_DEVICES="), "{pf}");
     assert!(pf.contains("exit=1"), "{pf}");
+
+    // In-line verification over real RDMA: railguard's NIXL library in a NIXL workload whose
+    // UCX moves the blocks over rxe0's RC queue pairs; the prefill side reuses half its blocks
+    // before the decode side's READ is posted (Soft-RoCE completes a READ within the post, so a
+    // reuse after posting never tears one here). The agent (its endpoint only; no collector in the VM) finds the process's queue
+    // pairs in the kernel's QP table and attributes the transfers to rxe0 with the NIC's DMA.
+    let ir = section(&s, "inline-rxe");
+    let summary = json_lines(ir);
+    assert_eq!(summary.len(), 1, "{ir}");
+    assert_eq!(summary[0]["agree"], 5, "the in-line check named exactly the torn blocks: {ir}");
+    assert_eq!(summary[0]["mismatch"], 5, "every reused transfer caught over rxe0: {ir}");
+    assert_eq!(summary[0]["reporter"]["accepted"], 5, "{ir}");
+    assert!(ir.contains("in-line report") && ir.contains("nic=rxe0") && ir.contains("path=nic_dma"), "{ir}");
+    assert!(ir.contains("mismatch=") && !ir.contains("path=host_copy"), "{ir}");
+    assert!(ir.contains("the process's queue pairs are all on rxe0 (not mlx5_2"), "{ir}");
+    assert!(ir.contains("device 0 is 2 → GPU2"), "{ir}");
 
     let nd = section(&s, "no-such-device");
     assert!(nd.contains("no RDMA device \"mlx5_9\"") && nd.contains("rxe0"), "{nd}");

@@ -270,6 +270,18 @@ fn handle_line(
                 failures: b.failures,
                 failures_omitted: b.failures_omitted,
             };
+            tracing::debug!(
+                pid,
+                gpu = ?report.gpu,
+                nic = %report.nic,
+                path = %report.path,
+                memory = %report.memory,
+                ok = report.transfers_ok,
+                mismatch = report.transfers_mismatch,
+                error = report.transfers_error,
+                attribution = %report.attribution,
+                "in-line report"
+            );
             if report.transfers_mismatch > 0 {
                 tracing::warn!(
                     pid,

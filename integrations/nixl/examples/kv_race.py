@@ -6,6 +6,12 @@ in-line by railguard_nixl and reported to the agent.
                 decode side's READ is in flight, as in vllm-project/vllm#52234
   --mode clean  no reuse: every transfer must verify
 
+  --reuse during  (race) the overwrite starts right after the READ is posted (default)
+  --reuse before  (race) the second half of the blocks is reused before the decode side posts
+                  its READ: the abort-timeout case, where the prefill side freed the blocks while
+                  the decode side's READ was still queued (deterministic where the NIC finishes a
+                  READ within the post, as Soft-RoCE does)
+
 Each transfer is also compared byte for byte with a private copy of what was handed out (the
 ground truth); the summary line says whether the in-line check agreed with it on every block.
 Prints one JSON line. UCX runs over tcp on lo.
@@ -43,6 +49,7 @@ def main():
     ap.add_argument("--blocks", type=int, default=64)
     ap.add_argument("--block-bytes", type=int, default=32768)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--reuse", choices=["during", "before"], default="during")
     args = ap.parse_args()
 
     nixl_agent, nixl_agent_config = nixl_api()
@@ -78,10 +85,14 @@ def main():
         handed_out = src.copy()
         dst.fill(0)
 
+        if args.mode == "race" and args.reuse == "before":
+            for b in range(n // 2, n):
+                src[b] = 0x5A
+                words[b, 0] = i + 1
         t = time.perf_counter()
         h = decode.make_prepped_xfer("READ", local, idx, remote, idx, b"")
         state = decode.transfer(h)
-        if args.mode == "race":
+        if args.mode == "race" and args.reuse == "during":
             # The prefill side has already freed the blocks and reuses them for the next request,
             # last block first, while the READ is in flight.
             for b in range(n - 1, -1, -1):
