@@ -181,9 +181,13 @@ async fn a_kv_reuse_race_is_caught_in_line_and_turns_the_gpu_corrupting_and_clea
     assert_eq!(v["inline"][0]["nic"], "mlx5_3", "{body}");
     assert_eq!(v["inline"][0]["mismatch"].as_i64(), Some(caught), "{body}");
     assert!(v["inline"][0]["failures"][0]["request"].as_str().unwrap().starts_with("req-"), "{body}");
+    let (_, spec) = collector.get("/api/v1/openapi.json", None);
+    let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
+    railguard_e2e::openapi::check(&spec, "/api/v1/nodes/node-a/gpus/3", 200, &v).unwrap_or_else(|e| panic!("{e}"));
     let (_, body) = collector.get("/api/v1/nodes/node-a", None);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["inline"].as_array().unwrap().len(), 2, "{body}");
+    railguard_e2e::openapi::check(&spec, "/api/v1/nodes/node-a", 200, &v).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The library's own tests (digests on every block form, the manifest's refusals, a reporter
