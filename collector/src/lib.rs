@@ -12,6 +12,7 @@ pub mod assess;
 pub mod export;
 pub mod http;
 pub mod ingest;
+pub mod k8s_nodes;
 pub mod pg;
 pub mod retention;
 pub mod serve;

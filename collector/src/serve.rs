@@ -40,6 +40,8 @@ pub struct ServeConfig {
     pub retention_days: u32,
     /// TLS on the agent link (None: plaintext, warned at every start).
     pub tls: Option<GrpcTls>,
+    /// Keep a condition on each Kubernetes Node (and opt-in taints/cordons); None: off.
+    pub k8s_nodes: Option<crate::k8s_nodes::NodeConditionConfig>,
 }
 
 pub use crate::tls::GrpcTls;
@@ -60,6 +62,7 @@ impl ServeConfig {
             assess_every: AssessConfig::DEFAULT_EVERY,
             retention_days: Self::DEFAULT_RETENTION_DAYS,
             tls: None,
+            k8s_nodes: None,
         }
     }
 }
@@ -105,6 +108,16 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             stats.clone(),
             stop_rx.clone(),
         ));
+        if let Some(k8s) = cfg.k8s_nodes.clone() {
+            // In-cluster configuration (the pod's service account), else KUBECONFIG.
+            let client = kube::Client::try_default()
+                .await
+                .context("--k8s-node-conditions: no Kubernetes API configuration (in-cluster or KUBECONFIG)")?;
+            let k = Arc::new(crate::k8s_nodes::ControllerStats::default());
+            let _ = stats.k8s.set(k.clone());
+            tracing::info!(taint = k8s.taint, cordon = k8s.cordon, "keeping the RailguardKVTransfer node condition");
+            tokio::spawn(crate::k8s_nodes::run_periodic(client, pool.clone(), k8s, k, stop_rx.clone()));
+        }
         let store = Store::new(pool.clone()).with_retention(cfg.retention_days);
         tokio::spawn(crate::retention::run_periodic(store.clone(), stop_rx.clone()));
         let http = match cfg.http_listen {

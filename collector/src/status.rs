@@ -86,6 +86,17 @@ pub enum Verification {
 }
 
 impl Verification {
+    /// The snake_case name (as in JSON and SQL).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verification::Unprobed => "unprobed",
+            Verification::Unproven => "unproven",
+            Verification::Simulated => "simulated",
+            Verification::HostMemory => "host_memory",
+            Verification::GpuMemory => "gpu_memory",
+        }
+    }
+
     /// The NIC path of the workload's pair has not been shown to work: the GPU is never `ok`.
     pub fn is_unverified(self) -> bool {
         matches!(self, Verification::Unprobed | Verification::Unproven)

@@ -26,7 +26,7 @@ fn promtool(args: &[&str], dir: &std::path::Path, stdin: Option<&str>) -> (bool,
 fn the_alert_rules_check_and_pass_their_unit_tests() {
     let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus"));
     let (ok, out) = promtool(&["check", "rules", "railguard-alerts.yml"], dir, None);
-    assert!(ok && out.contains("SUCCESS: 7 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 8 rules found"), "{out}");
     let (ok, out) = promtool(&["test", "rules", "railguard-alerts.test.yml"], dir, None);
     assert!(ok && out.contains("SUCCESS"), "{out}");
 }
@@ -53,7 +53,8 @@ async fn the_collectors_metrics_follow_prometheus_conventions() {
 
 /// A real Prometheus server (Debian's) on loopback, with railguard's rules, scraping a real
 /// collector that a real agent feeds from the simulated seed node (every PIX pair rejecting
-/// DMA while the transport says success): `RailguardGPUCorrupting` fires for node-a's GPUs.
+/// DMA while the transport says success): `RailguardGPUCorrupting` fires for node-a's GPUs with
+/// the NIC to pin in its labels and description, and resolves once the fault is gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
     let pg = TestPg::start().await;
@@ -108,26 +109,49 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
             .expect("prometheus (scripts/setup.sh installs Debian's prometheus package)"),
     );
     wait_for_port(port);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
+    let alerts = |port: u16| -> (String, Vec<serde_json::Value>) {
         let (_, body) = http_get(port, "/api/v1/alerts", None);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        let firing: Vec<&serde_json::Value> = v["data"]["alerts"]
+        let firing = v["data"]["alerts"]
             .as_array()
             .map(|a| {
                 a.iter()
                     .filter(|x| x["labels"]["alertname"] == "RailguardGPUCorrupting" && x["state"] == "firing")
+                    .cloned()
                     .collect()
             })
             .unwrap_or_default();
-        if let Some(a) = firing.first() {
+        (body, firing)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (body, firing) = alerts(port);
+        // GPU3 (PIX with mlx5_3): its workload NIC and the verified NIC to pin ride on the alert.
+        if let Some(a) = firing.iter().find(|a| a["labels"]["gpu"] == "3" && a["labels"]["pin"].is_string()) {
             assert_eq!(a["labels"]["node"], "node-a", "{a}");
             assert_eq!(a["labels"]["severity"], "critical", "{a}");
-            let gpu = a["labels"]["gpu"].as_str().unwrap();
-            assert_eq!(a["annotations"]["summary"], format!("GPU {gpu} on node-a corrupts KV-cache transfers"), "{a}");
-            return;
+            assert_eq!(a["labels"]["workload_nic"], "mlx5_3", "{a}");
+            let pin = a["labels"]["pin"].as_str().unwrap();
+            assert!(pin.starts_with("mlx5_") && pin != "mlx5_3", "{a}");
+            assert_eq!(a["annotations"]["summary"], "GPU 3 on node-a corrupts KV-cache transfers", "{a}");
+            let d = a["annotations"]["description"].as_str().unwrap();
+            assert!(d.contains(&format!("set UCX_NET_DEVICES={pin}:1 for its process")), "{d}");
+            break;
         }
-        assert!(std::time::Instant::now() < deadline, "RailguardGPUCorrupting never fired: {body}");
+        assert!(std::time::Instant::now() < deadline, "RailguardGPUCorrupting never fired with a pin: {body}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+
+    // The fault goes away (the fabric repaired): the workload pairs verify again, the GPUs leave
+    // `corrupting` by the hysteresis, and the alert resolves.
+    std::fs::write(&faults, r#"{"faults": []}"#).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (body, firing) = alerts(port);
+        if firing.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "RailguardGPUCorrupting never resolved: {body}");
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
 }

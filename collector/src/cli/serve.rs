@@ -63,6 +63,27 @@ pub struct ServeArgs {
     /// clear. Refused without this flag; warned at every start with it.
     #[arg(long, env = "RAILGUARD_INSECURE", conflicts_with = "tls_cert")]
     insecure: bool,
+    /// Keep the RailguardKVTransfer condition on each Kubernetes Node (node id = node name):
+    /// True with the GPUs and pins when a GPU is corrupting or at risk. Uses the pod's service
+    /// account (RBAC: nodes get/list/patch, nodes/status patch).
+    #[arg(long, env = "RAILGUARD_K8S_NODE_CONDITIONS")]
+    k8s_node_conditions: bool,
+    /// Also taint nodes with a corrupting GPU `railguard.io/kv-transfer-corrupting=true:NoSchedule`
+    /// (lifted when it recovers).
+    #[arg(long, requires = "k8s_node_conditions")]
+    k8s_taint: bool,
+    /// Also cordon nodes with a corrupting GPU (only railguard's own cordon is ever lifted).
+    #[arg(long, requires = "k8s_node_conditions")]
+    k8s_cordon: bool,
+    /// Circuit breaker: at most this share of the cluster's nodes tainted or cordoned by railguard at once.
+    #[arg(long, default_value_t = 0.1, value_parser = parse_share)]
+    k8s_max_share: f64,
+    /// Circuit breaker: at most this many new taints/cordons in 10 minutes.
+    #[arg(long, default_value_t = 5)]
+    k8s_max_new: usize,
+    /// Seconds between node-condition passes.
+    #[arg(long, default_value_t = 30)]
+    k8s_every_secs: u64,
     /// Days of probe and signal history kept (whole day partitions are dropped).
     #[arg(long, env = "RAILGUARD_RETENTION_DAYS", default_value_t = ServeConfig::DEFAULT_RETENTION_DAYS)]
     retention_days: u32,
@@ -87,6 +108,14 @@ impl ServeArgs {
         cfg.assess = AssessConfig::with_window(Duration::from_secs(self.window_minutes.max(1) * 60));
         cfg.assess_every = Duration::from_secs(self.assess_every_secs.max(1));
         cfg.retention_days = self.retention_days.max(1);
+        cfg.k8s_nodes = self.k8s_node_conditions.then(|| railguard_collector::k8s_nodes::NodeConditionConfig {
+            every: Duration::from_secs(self.k8s_every_secs.max(5)),
+            taint: self.k8s_taint,
+            cordon: self.k8s_cordon,
+            max_share: self.k8s_max_share,
+            max_new: self.k8s_max_new,
+            ..Default::default()
+        });
         cfg.tls = match (self.tls_cert, self.tls_key) {
             (Some(cert), Some(key)) => {
                 Some(railguard_collector::serve::GrpcTls { cert, key, client_ca: self.tls_client_ca })
@@ -97,5 +126,13 @@ impl ServeArgs {
             ),
         };
         serve(cfg, railguard_telemetry::shutdown_signal()).await
+    }
+}
+
+/// A share of the fleet: 0 to 1.
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a share between 0 and 1 (0.1 = 10 %)")),
     }
 }

@@ -12,6 +12,14 @@ use super::AppState;
 use super::error::ApiError;
 use crate::assess::GpuStatus;
 
+/// The NIC of a recommendation (`UCX_NET_DEVICES=mlx5_0:1 (…)` → `mlx5_0`), or empty.
+fn pin_of(rec: Option<&str>) -> String {
+    rec.and_then(|r| r.strip_prefix("UCX_NET_DEVICES="))
+        .and_then(|r| r.split([':', ' ', ',']).next())
+        .unwrap_or("")
+        .to_owned()
+}
+
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
@@ -76,6 +84,20 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             );
         }
     }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_gpu_info Each GPU's workload NIC, how that pair was verified (gpu_memory, host_memory, simulated, unproven, unprobed) and the NIC to pin instead (empty when none); always 1. Join on node and gpu.\n# TYPE railguard_gpu_info gauge"
+    );
+    for (node, gpu, nic, verification, rec) in crate::store::read::gpu_infos(&s.pool).await? {
+        let _ = writeln!(
+            out,
+            "railguard_gpu_info{{node=\"{}\",gpu=\"{gpu}\",workload_nic=\"{}\",verification=\"{}\",pin=\"{}\"}} 1",
+            label(&node),
+            label(nic.as_deref().unwrap_or("")),
+            verification.as_str(),
+            label(&pin_of(rec.as_deref()))
+        );
+    }
     let lag = crate::store::read::node_lags(&s.pool).await?;
     let _ = writeln!(
         out,
@@ -117,6 +139,23 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         for (node, s) in c.iter() {
             let _ = writeln!(out, "railguard_agent_clock_ahead_seconds{{node=\"{}\"}} {s:.3}", label(node));
         }
+    }
+    if let Some(k) = st.k8s.get() {
+        let _ = writeln!(
+            out,
+            "# HELP railguard_k8s_node_patches_total Node condition, taint and cordon patches the collector made.\n# TYPE railguard_k8s_node_patches_total counter\nrailguard_k8s_node_patches_total {}",
+            k.patches.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP railguard_k8s_node_errors_total Failed requests to the Kubernetes API (lists and patches).\n# TYPE railguard_k8s_node_errors_total counter\nrailguard_k8s_node_errors_total {}",
+            k.errors.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP railguard_k8s_circuit_open 1 while the taint/cordon circuit breaker refuses new actions (share of the fleet or rate reached).\n# TYPE railguard_k8s_circuit_open gauge\nrailguard_k8s_circuit_open {}",
+            u8::from(k.breaker_open.load(Ordering::Relaxed))
+        );
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }

@@ -76,6 +76,8 @@ pub struct IngestStats {
     pub assessed_at_ms: std::sync::atomic::AtomicI64,
     /// Per node, the devices its latest topology lists (loaded from the store on first use).
     pub devices: std::sync::Mutex<std::collections::HashMap<String, KnownDevices>>,
+    /// The Kubernetes node-condition controller's counts, when it runs.
+    pub k8s: std::sync::OnceLock<Arc<crate::k8s_nodes::ControllerStats>>,
 }
 
 impl IngestStats {

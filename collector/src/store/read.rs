@@ -588,6 +588,17 @@ pub async fn all_statuses(pool: &PgPool) -> Result<Vec<(String, i32, GpuStatus)>
         .await
 }
 
+/// Per GPU: its workload NIC, how that pair was verified and the recommendation (for /metrics).
+pub async fn gpu_infos(
+    pool: &PgPool,
+) -> Result<Vec<(String, i32, Option<String>, Verification, Option<String>)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT node_id, gpu_index, workload_nic, verification, recommendation FROM gpu_status ORDER BY node_id, gpu_index",
+    )
+    .fetch_all(pool)
+    .await
+}
+
 /// Per node: seconds since its last batch (ingest lag) and its spool's dropped total (for /metrics).
 pub async fn node_lags(pool: &PgPool) -> Result<Vec<(String, f64, i64)>, sqlx::Error> {
     sqlx::query_as(
