@@ -31,26 +31,124 @@ function verified(v) {
   return `<span class="${cls}" data-verification="${esc(v)}">${esc(VERIFIED[v] || v)}</span>`;
 }
 
+// The fleet view's filters live in the URL (#/?q=&status=&nic=&at=), so a view can be shared.
+function fleetQuery() {
+  const i = location.hash.indexOf("?");
+  return new URLSearchParams(i < 0 ? "" : location.hash.slice(i + 1));
+}
+function setFleetQuery(q) {
+  const s = q.toString();
+  location.hash = s ? `#/?${s}` : "#/";
+}
+const STATUSES = ["corrupting", "at_risk", "watch", "ok"];
+
+function filtersBar(q) {
+  const sel = (v) => (q.get("status") || "") === v ? " selected" : "";
+  const at = q.get("at");
+  const local = at && !isNaN(new Date(at)) ? new Date(new Date(at) - new Date().getTimezoneOffset() * 60000).toISOString().slice(0, 16) : "";
+  return `<form id="filters" class="filters" autocomplete="off">
+    <input id="f-q" name="q" placeholder="node contains…" value="${esc(q.get("q") || "")}">
+    <select id="f-status" name="status"><option value="">any status</option>${STATUSES.concat(["unverified"]).map(s => `<option value="${s}"${sel(s)}>${s.replace("_", " ")}</option>`).join("")}</select>
+    <input id="f-nic" name="nic" placeholder="workload NIC" value="${esc(q.get("nic") || "")}">
+    <label>as of <input id="f-at" name="at" type="datetime-local" value="${esc(local)}"></label>
+    <button type="button" id="f-now">now</button>
+  </form>`;
+}
+
+function wireFilters() {
+  const form = document.getElementById("filters");
+  if (!form || form.dataset.wired) return;
+  form.dataset.wired = "1";
+  const apply = () => {
+    const q = new URLSearchParams();
+    for (const [k, id] of [["q", "f-q"], ["status", "f-status"], ["nic", "f-nic"]]) {
+      const v = document.getElementById(id).value.trim();
+      if (v) q.set(k, v);
+    }
+    const at = document.getElementById("f-at").value;
+    if (at && !isNaN(new Date(at))) q.set("at", new Date(at).toISOString());
+    setFleetQuery(q);
+  };
+  form.addEventListener("change", apply);
+  form.addEventListener("submit", e => { e.preventDefault(); apply(); });
+  document.getElementById("f-now").addEventListener("click", () => { document.getElementById("f-at").value = ""; apply(); });
+}
+
+function cellMatches(c, q) {
+  const st = q.get("status"), nic = q.get("nic");
+  if (st === "unverified" ? !(c.verification === "unproven" || c.verification === "unprobed") : st && c.status !== st) return false;
+  if (nic && !(c.workload_nic || "").includes(nic)) return false;
+  return true;
+}
+
 async function fleet() {
   crumbs.innerHTML = "";
-  const f = await api("/api/v1/fleet");
+  const q = fleetQuery();
+  const at = q.get("at");
+  const [f, grid, pat] = await Promise.all([
+    api("/api/v1/fleet"),
+    api(`/api/v1/grid${at ? `?at=${encodeURIComponent(at)}` : ""}`),
+    api("/api/v1/patterns?since=15m").catch(() => null),
+  ]);
   const t = f.totals;
-  let h = `<h1>Fleet</h1><div class="cards">
-    <div class="card"><div class="n">${t.gpus}</div>GPUs</div>
-    ${["corrupting", "at_risk", "watch", "ok"].map(s => `<div class="card"><div class="n" id="total-${s}">${t[s]}</div>${badge(s)}</div>`).join("")}
-    <div class="card"><div class="n" id="total-unverified">${t.unverified}</div><span class="mark unverified">unverified</span></div>
-  </div>
-  <table id="nodes"><tr><th>node</th><th>worst</th><th>GPUs</th><th>corrupting</th><th>at risk</th><th>watch</th><th>ok</th><th>unverified</th><th>last seen</th></tr>`;
-  for (const n of f.nodes) {
-    const c = n.status_counts;
-    h += `<tr data-node="${esc(n.node)}"><td><a href="#/node/${encodeURIComponent(n.node)}">${esc(n.node)}</a></td><td>${badge(n.worst)}</td>
-      <td>${n.gpus}</td><td>${c.corrupting}</td><td>${c.at_risk}</td><td>${c.watch}</td><td>${c.ok}</td><td>${c.unverified}</td><td>${ago(n.last_seen)}</td></tr>`;
+  // The filter bar is made once per visit, so a refresh never takes the text being typed.
+  if (!document.getElementById("filters")) view.innerHTML = `<h1>Fleet</h1>${filtersBar(q)}<div id="fleet-body"></div>`;
+  wireFilters();
+  // Follow the URL (a shared link, "back to now") in every field not being edited.
+  for (const [k, id] of [["q", "f-q"], ["status", "f-status"], ["nic", "f-nic"]]) {
+    const el = document.getElementById(id);
+    if (document.activeElement !== el) el.value = q.get(k) || "";
   }
-  h += `</table><h2>Changes in the last hour</h2>`;
-  h += f.changes_last_hour.length === 0 ? `<p class="muted">none</p>` :
-    `<table><tr><th>when</th><th>node</th><th>GPU</th><th>from</th><th>to</th><th>why</th></tr>${f.changes_last_hour.slice(0, 50).map(c =>
-      `<tr><td>${ago(c.at)}</td><td><a href="#/node/${encodeURIComponent(c.node)}">${esc(c.node)}</a></td><td>GPU${c.gpu}</td><td>${c.from ? badge(c.from) : "-"}</td><td>${badge(c.to)}</td><td>${esc(c.reasons[0] || "")}</td></tr>`).join("")}</table>`;
-  view.innerHTML = h;
+  const atEl = document.getElementById("f-at");
+  if (document.activeElement !== atEl && !at) atEl.value = "";
+  let h = `<div class="cards">
+    <div class="card"><div class="n">${t.gpus}</div>GPUs</div>
+    ${STATUSES.map(s => `<div class="card"><div class="n" id="total-${s}">${t[s]}</div>${badge(s)}</div>`).join("")}
+    <div class="card"><div class="n" id="total-unverified">${t.unverified}</div><span class="mark unverified">unverified</span></div>
+  </div>`;
+  if (pat && pat.factor) {
+    h += `<p id="pattern" class="pattern" data-confidence="${esc(pat.factor.confidence)}"><b>What the failures share</b> (${esc(pat.factor.confidence)} confidence, last 15 min): ${esc(pat.factor.summary)}</p>`;
+  }
+  // Time travel, and how old the data is.
+  if (grid.historical) {
+    h += `<p id="asof" class="warning">The fleet as it was at ${esc(new Date(grid.at).toISOString())} (from the status history; GPUs first assessed later are absent). <a href="#/">Back to now</a></p>`;
+  } else if (grid.assessed_at) {
+    const age = Math.max(0, Math.round((Date.now() - new Date(grid.assessed_at)) / 1000));
+    h += `<p id="age" class="${age > 30 ? "warning stale" : "muted"}" data-age="${age}">data is ${age} s old${age > 30 ? " — the collector is falling behind" : ""}</p>`;
+  }
+  // The grid: one row per node, one cell per GPU, coloured by status.
+  const nq = (q.get("q") || "").toLowerCase();
+  const rows = new Map();
+  for (const c of grid.cells) {
+    if (nq && !c.node.toLowerCase().includes(nq)) continue;
+    if (!cellMatches(c, q)) continue;
+    if (!rows.has(c.node)) rows.set(c.node, []);
+    rows.get(c.node).push(c);
+  }
+  let cells = 0;
+  const parts = [];
+  for (const [name, cs] of rows) {
+    cells += cs.length;
+    parts.push(`<div class="grow" data-node="${esc(name)}"><a class="gname" href="#/node/${encodeURIComponent(name)}">${esc(name)}</a>${cs.map(c => {
+      const unv = c.verification === "unproven" || c.verification === "unprobed" ? " unverified" : "";
+      return `<a class="cell s-${esc(c.status)}${unv}" data-status="${esc(c.status)}" data-gpu="${c.gpu}" href="#/node/${encodeURIComponent(name)}/gpu/${c.gpu}" title="${esc(`GPU${c.gpu} ${c.status}${c.workload_nic ? ` via ${c.workload_nic}` : ""}: ${c.reason}`)}">${c.gpu}</a>`;
+    }).join("")}</div>`);
+  }
+  h += `<h2>GPUs <span class="muted" id="grid-count">${cells} GPUs on ${rows.size} nodes</span></h2><div id="grid" class="grid">${parts.join("") || '<p class="muted">no GPU matches</p>'}</div>`;
+  if (!grid.historical) {
+    h += `<h2>Nodes</h2><table id="nodes"><tr><th>node</th><th>worst</th><th>GPUs</th><th>corrupting</th><th>at risk</th><th>watch</th><th>ok</th><th>unverified</th><th>last seen</th></tr>`;
+    for (const n of f.nodes) {
+      if (nq && !n.node.toLowerCase().includes(nq)) continue;
+      const c = n.status_counts;
+      h += `<tr data-node="${esc(n.node)}"><td><a href="#/node/${encodeURIComponent(n.node)}">${esc(n.node)}</a></td><td>${badge(n.worst)}</td>
+        <td>${n.gpus}</td><td>${c.corrupting}</td><td>${c.at_risk}</td><td>${c.watch}</td><td>${c.ok}</td><td>${c.unverified}</td><td>${ago(n.last_seen)}</td></tr>`;
+    }
+    h += `</table><h2>Changes in the last hour</h2>`;
+    h += f.changes_last_hour.length === 0 ? `<p class="muted">none</p>` :
+      `<table><tr><th>when</th><th>node</th><th>GPU</th><th>from</th><th>to</th><th>why</th></tr>${f.changes_last_hour.slice(0, 50).map(c =>
+        `<tr><td>${ago(c.at)}</td><td><a href="#/node/${encodeURIComponent(c.node)}">${esc(c.node)}</a></td><td>GPU${c.gpu}</td><td>${c.from ? badge(c.from) : "-"}</td><td>${badge(c.to)}</td><td>${esc(c.reasons[0] || "")}</td></tr>`).join("")}</table>`;
+  }
+  document.getElementById("fleet-body").innerHTML = h;
 }
 
 async function node(name) {
@@ -104,6 +202,11 @@ async function gpu(name, idx) {
     <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
     ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span></p>` : ""}
     <h2>Evidence</h2><ol class="reasons" id="evidence">${s.reasons.map(r => `<li>${esc(r)}</li>`).join("")}</ol>
+    <details id="export"><summary>Evidence for a ticket (Markdown, JSON)</summary>
+      <button type="button" id="copy-md">copy Markdown</button> <button type="button" id="copy-json">copy JSON</button>
+      <textarea id="evidence-md" readonly rows="10">${esc(evidenceMarkdown(name, idx, g))}</textarea>
+      <textarea id="evidence-json" readonly rows="6">${esc(JSON.stringify({ node: name, gpu: Number(idx), status: s, pairs: g.pairs, inline: g.inline }, null, 2))}</textarea>
+    </details>
     <h2>Probe verdicts (last day, oldest → newest)</h2><div class="timeline" id="timeline">${hist.probes.filter(p => p.injected === "none").reverse().map(p =>
       `<div class="tick ${p.verdict === "ok" ? "ok" : "bad"}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(`${p.at} ${p.nic} ${p.transport} via ${p.path} (${p.memory} memory${p.lanes.length ? `, lanes ${p.lanes.join(", ")}` : ""}) ${p.verdict} ${p.diagnosis}`)}"></div>`).join("") || '<span class="muted">no probes</span>'}</div>
     <p class="muted">hatched: simulated fabric · faded: exercised no NIC (unproven)</p>
@@ -120,6 +223,25 @@ async function gpu(name, idx) {
     <h2>Status changes</h2>${hist.status_changes.length ? `<table><tr><th>when</th><th>from</th><th>to</th></tr>${hist.status_changes.map(c =>
       `<tr><td>${ago(c.at)}</td><td>${c.from ? badge(c.from) : "-"}</td><td>${badge(c.to)}</td></tr>`).join("")}</table>` : '<p class="muted">none</p>'}`;
   view.innerHTML = out;
+  for (const [b, t] of [["copy-md", "evidence-md"], ["copy-json", "evidence-json"]]) {
+    document.getElementById(b).addEventListener("click", () => {
+      const text = document.getElementById(t).value;
+      (navigator.clipboard ? navigator.clipboard.writeText(text) : Promise.reject()).catch(() => document.getElementById(t).select());
+    });
+  }
+}
+
+// A GPU's evidence as Markdown, for a ticket (plain text: nothing here is interpreted).
+function evidenceMarkdown(name, idx, g) {
+  const s = g.status;
+  const lines = [`### railguard: ${name} GPU${idx} is ${s.status}`, "",
+    `- since: ${s.since}`, `- workload NIC: ${s.workload_nic || "-"}`, `- verified by: ${s.verification}`,
+    `- structural risk: ${s.structural_risk || "unknown"}`];
+  if (s.recommendation) lines.push(`- recommendation: \`${s.recommendation}\``);
+  lines.push("", "Evidence:", ...s.reasons.map((r, i) => `${i + 1}. ${r}`));
+  if (g.pairs.length) lines.push("", "| NIC | latest | ok / bad in window |", "|---|---|---|", ...g.pairs.map(p => `| ${p.nic} | ${p.latest} | ${p.window.ok} / ${p.window.bad} |`));
+  if (g.inline.length) lines.push("", "In-line (the workload's own transfers): " + g.inline.map(i => `${i.nic || "?"}: ${i.ok} verified, ${i.mismatch} wrong, ${i.error} errors`).join("; "));
+  return lines.join("\n");
 }
 
 async function render() {
@@ -128,6 +250,7 @@ async function render() {
     if (parts[0] === "node" && parts[2] === "gpu") await gpu(parts[1], parts[3]);
     else if (parts[0] === "node" && parts[1]) await node(parts[1]);
     else await fleet();
+    document.body.dataset.view = parts[0] === "node" ? (parts[2] === "gpu" ? "gpu" : "node") : "fleet";
     live.classList.remove("stale");
     document.body.dataset.ready = "1";
   } catch (e) {

@@ -13,6 +13,7 @@ pub mod export;
 pub mod http;
 pub mod ingest;
 pub mod k8s_nodes;
+pub mod patterns;
 pub mod pg;
 pub mod retention;
 pub mod serve;

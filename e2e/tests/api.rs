@@ -148,6 +148,19 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         "GPU3 fails on both seed nodes: {patterns:?}"
     );
     assert_eq!(report["per_gpu"][0]["failures"], 4);
+    // The one line that explains the failing pairs (here: simulated, and said to be).
+    let why = report["explanation"]["summary"].as_str().unwrap();
+    assert!(
+        why.starts_with("[simulated fabric] 16 of 17 failing pairs are PIX pairs in QEMU guests without vIOMMU"),
+        "{why}"
+    );
+    let out = std::process::Command::new(bin("railguard-collector"))
+        .args(["report", "--since", "1d"])
+        .env("DATABASE_URL", pg.url())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("what explains the failures (medium confidence): [simulated fabric] 16 of 17"), "{text}");
     // The scripted seed nodes are simulated: the report says so on every row.
     assert!(report["per_pair"].as_array().unwrap().iter().all(|r| r["simulated"] == true), "{report}");
 
@@ -168,6 +181,10 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         "/api/v1/gpus",
         "/api/v1/gpus?status=corrupting,at_risk&limit=5",
         "/api/v1/failures?since=30d",
+        "/api/v1/patterns",
+        "/api/v1/patterns?since=1d",
+        "/api/v1/grid",
+        "/api/v1/grid?at=1h",
         "/api/v1/nodes/seed-auto",
         "/api/v1/nodes/xid-storm",
         "/api/v1/nodes/seed-auto/gpus/3",

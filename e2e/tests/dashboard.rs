@@ -100,6 +100,38 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
     assert_eq!(tcp.matches("data-status=\"ok\"><td>").count(), 0);
     assert!(fleet.contains("id=\"total-unverified\">8<"), "{fleet}");
 
+    // The fleet grid: one cell per GPU, 8 + 1 red ones; the common factor in one line.
+    assert_eq!(fleet.matches("class=\"cell s-corrupting").count(), 9, "{fleet}");
+    assert!(fleet.contains("id=\"grid-count\">40 GPUs on 5 nodes<"), "{fleet}");
+    // Every PIX pair of the two seed nodes fails (16, the pinned node's unused ones included),
+    // and one timeout on the healthy node's GPU2 does not share it.
+    assert!(
+        fleet.contains(
+            "[simulated fabric] 16 of 17 failing pairs are PIX pairs in QEMU guests without vIOMMU; 1 of 16 PIX pairs on bare metal fails; no non-PIX pair in VMs fails (112 probed)"
+        ),
+        "{fleet}"
+    );
+    // Filters, kept in the URL.
+    let only = tokio::task::block_in_place(|| browse(&format!("{base}#/?status=corrupting"), "fleet-corrupting.png"));
+    assert!(only.contains("id=\"grid-count\">9 GPUs on 2 nodes<"), "{only}");
+    assert_eq!(only.matches("class=\"cell s-").count(), 9);
+    let pinned = tokio::task::block_in_place(|| browse(&format!("{base}#/?q=pinned&nic=mlx5_0"), "fleet-pinned.png"));
+    assert!(pinned.contains("id=\"grid-count\">8 GPUs on 1 nodes<"), "{pinned}");
+    assert!(pinned.contains("value=\"pinned\""), "the filter shows in its field: {pinned}");
+    let unv = tokio::task::block_in_place(|| browse(&format!("{base}#/?status=unverified"), "fleet-unverified.png"));
+    assert!(unv.contains("id=\"grid-count\">8 GPUs on 1 nodes<") && unv.contains("data-node=\"tcp-only\""), "{unv}");
+    // Time travel: before any assessment the grid is empty; now it is the fleet as it is.
+    let past = tokio::task::block_in_place(|| browse(&format!("{base}#/?at=2020-01-01T00:00:00Z"), "fleet-2020.png"));
+    assert!(past.contains("id=\"asof\"") && past.contains("no GPU matches"), "{past}");
+    let at = (chrono::Utc::now() + chrono::Duration::seconds(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let now = tokio::task::block_in_place(|| browse(&format!("{base}#/?at={at}"), "fleet-at-now.png"));
+    assert_eq!(now.matches("class=\"cell s-corrupting").count(), 9, "{now}");
+
+    // The GPU's evidence, ready for a ticket.
+    assert!(gpu.contains("id=\"evidence-md\""), "{gpu}");
+    assert!(gpu.contains("### railguard: seed-auto GPU3 is corrupting"), "{gpu}");
+    assert!(gpu.contains("recommendation: `UCX_NET_DEVICES=mlx5_0:1"), "{gpu}");
+
     let healthy = tokio::task::block_in_place(|| browse(&format!("{base}#/node/healthy"), "node-healthy.png"));
     assert_eq!(healthy.matches("data-status=\"ok\"><td>").count(), 7);
     assert_eq!(healthy.matches("data-status=\"watch\"><td>").count(), 1);
@@ -335,5 +367,37 @@ async fn hostile_names_reasons_and_links_run_no_script() {
         let inline = b.text("#inline");
         assert!(inline.contains("<img src=x onerror=") && inline.contains("8 of 32 blocks differ"), "{inline}");
         assert!(b.text("#evidence").contains("in-line verification caught 1 of 42"), "{}", b.text("#evidence"));
+    });
+}
+
+/// A 1,000-node fleet (8,000 GPUs) renders in the grid within a second of the API's answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thousand_node_fleet_renders_under_a_second() {
+    let pg = TestPg::start().await;
+    let c = CollectorProc::start(&pg.url());
+    sqlx::query(
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons)
+         SELECT 'gpu-node-' || lpad(n::text, 4, '0'), g,
+                (CASE WHEN n % 97 = 0 AND g = 3 THEN 'corrupting' WHEN n % 13 = 0 THEN 'watch' ELSE 'ok' END)::gpu_status_kind,
+                now(), now(), 'mlx5_' || g, 'none', '[\"GPU via its NIC: every probe verified\"]'
+         FROM generate_series(1, 1000) n, generate_series(0, 7) g",
+    )
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    let base = format!("http://127.0.0.1:{}/", c.http_port);
+    tokio::task::block_in_place(|| {
+        let b = Browser::start();
+        b.go(&base);
+        b.find("body[data-ready] #grid");
+        // The fleet view again, timed: fetches and rendering of 8,000 cells.
+        let ms = b.execute("const t0 = performance.now(); return render().then(() => performance.now() - t0);");
+        let cells = b.execute("return document.querySelectorAll('#grid .cell').length;");
+        let red = b.execute("return document.querySelectorAll('#grid .cell.s-corrupting').length;");
+        assert_eq!(cells.as_u64(), Some(8000));
+        assert_eq!(red.as_u64(), Some(10));
+        let ms = ms.as_f64().unwrap();
+        eprintln!("1,000 nodes: fleet view rendered in {ms:.0} ms");
+        assert!(ms < 1000.0, "rendering took {ms:.0} ms");
     });
 }

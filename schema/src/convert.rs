@@ -387,6 +387,7 @@ impl TryFrom<wire::TopologySnapshot> for TopologySnapshot {
             viommu: h.viommu.try_into()?,
             gpudirect: text("host.gpudirect", h.gpudirect)?,
             kernel_iommu_flags: text("host.kernel_iommu_flags", h.kernel_iommu_flags)?,
+            driver_version: text("host.driver_version", h.driver_version)?,
         };
         let gpus: Vec<Gpu> = t
             .gpus
@@ -478,6 +479,7 @@ impl From<TopologySnapshot> for wire::TopologySnapshot {
                 viommu: t.host.viommu.into(),
                 gpudirect: t.host.gpudirect,
                 kernel_iommu_flags: t.host.kernel_iommu_flags,
+                driver_version: t.host.driver_version,
             }),
             gpus: t
                 .gpus

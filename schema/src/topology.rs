@@ -30,6 +30,9 @@ pub struct HostFacts {
     /// `nvidia-peermem`, `dma-buf` or `none`.
     pub gpudirect: String,
     pub kernel_iommu_flags: String,
+    /// The NVIDIA kernel driver's version; empty when not loaded (or from agents before the field).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub driver_version: String,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -131,6 +131,7 @@ mod tests {
                 viommu: railguard_schema::Tristate::Unknown,
                 gpudirect: "none".into(),
                 kernel_iommu_flags: String::new(),
+                driver_version: String::new(),
             },
             gpus: (0..4)
                 .map(|i| Gpu {

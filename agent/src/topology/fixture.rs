@@ -43,6 +43,9 @@ pub struct FixtureSpec {
     /// ATS enabled on RDMA NICs.
     #[serde(default)]
     pub nic_ats: bool,
+    /// The NVIDIA driver version the tree's module reports; None: 560.35.03.
+    #[serde(default)]
+    pub driver_version: Option<String>,
     pub roots: Vec<RootSpec>,
 }
 
@@ -250,10 +253,16 @@ impl FixtureSpec {
             std::fs::create_dir_all(sys.join("class/iommu/dmar0"))?;
         }
         if self.roots.iter().any(|r| has_gpu(&r.ports) || has_gpu(&r.direct)) {
-            w(&sys.join("module/nvidia/version"), "560.35.03\n")?;
+            w(
+                &sys.join("module/nvidia/version"),
+                format!("{}\n", self.driver_version.as_deref().unwrap_or("560.35.03")),
+            )?;
         }
         if self.peermem {
-            w(&sys.join("module/nvidia_peermem/version"), "560.35.03\n")?;
+            w(
+                &sys.join("module/nvidia_peermem/version"),
+                format!("{}\n", self.driver_version.as_deref().unwrap_or("560.35.03")),
+            )?;
         }
         match self.nvidia_module.as_deref() {
             Some("open") => w(&sys.join("module/nvidia/taint"), "O\n")?,
@@ -312,6 +321,7 @@ pub fn seed_kvm_guest() -> FixtureSpec {
         cmdline: String::new(),
         peermem: true,
         nvidia_module: None,
+        driver_version: None,
         kernel_release: None,
         config_readable: true,
         acs_redirect: false,
@@ -353,6 +363,7 @@ pub fn dgx_h100_like() -> FixtureSpec {
         cmdline: "iommu=pt".into(),
         peermem: true,
         nvidia_module: None,
+        driver_version: None,
         kernel_release: None,
         config_readable: true,
         acs_redirect: false,
@@ -371,6 +382,7 @@ pub fn flat_cloud_vm() -> FixtureSpec {
         cmdline: String::new(),
         peermem: false,
         nvidia_module: None,
+        driver_version: None,
         kernel_release: None,
         config_readable: false,
         acs_redirect: false,
@@ -395,6 +407,7 @@ pub fn two_socket_translating() -> FixtureSpec {
         cmdline: "intel_iommu=on".into(),
         peermem: false,
         nvidia_module: None,
+        driver_version: None,
         kernel_release: None,
         config_readable: true,
         acs_redirect: true,

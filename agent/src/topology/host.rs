@@ -127,6 +127,7 @@ pub fn detect(sys: &SysRoot, proc_: &SysRoot, has_gpus: bool, warnings: &mut Vec
             viommu,
             gpudirect: gpudirect.to_owned(),
             kernel_iommu_flags: flags.join(" "),
+            driver_version: sys.read("module/nvidia/version").map(|v| v.trim().to_owned()).unwrap_or_default(),
         },
         iommu_group_type,
         iommu_passthrough_cmdline,

@@ -20,12 +20,20 @@ impl ReportArgs {
         let (since, until) = self.range.range()?;
         let pool = self.db.connect().await?;
         let probes = export::probes(&pool, since, until).await?;
-        let report = export::report(&probes)?;
+        let mut report = export::report(&probes)?;
+        // The common factor of the failing pairs (trusted evidence only), in one line.
+        let pairs = railguard_collector::patterns::load(&pool, since, until).await?;
+        let factor = railguard_collector::patterns::explain(&pairs);
+        report["explanation"] = serde_json::to_value(&factor)?;
         if self.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
             return Ok(());
         }
         println!("fleet report {since} .. {until}: {} probes on {} nodes", report["probes"], report["nodes"]);
+        match &factor {
+            Some(f) => println!("\nwhat explains the failures ({} confidence): {}", f.confidence, f.summary),
+            None => println!("\nno failing pair (trusted evidence) in the period"),
+        }
         println!("\npatterns:");
         for p in report["patterns"].as_array().into_iter().flatten() {
             println!("  - {}", p["meaning"].as_str().unwrap_or(""));

@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody};
 use super::{AppState, params};
 use crate::store::read::{
-    self, FailureRow, FleetSummary, GpuStatusRow, InlineRow, NodeInfo, PairRow, Period, ProbeRow, SignalRow,
+    self, FailureRow, FleetSummary, GpuStatusRow, GridCell, InlineRow, NodeInfo, PairRow, Period, ProbeRow, SignalRow,
     StatusChange, TopologyView,
 };
 
@@ -228,4 +228,97 @@ pub async fn failures(
 ) -> ApiResult<Failures> {
     let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "30d")?;
     Ok(Json(Failures { since, until, failures: read::failures(&s.pool, since, until).await? }))
+}
+
+/// `?since=&until=` for patterns (default: the assessment window).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PatternsQuery {
+    /// RFC 3339 time, or a duration before now (90s, 15m, 2h, 30d; at most 3650 days back).
+    /// Default (absent or empty) 1h.
+    #[param(example = "1h", schema_with = params::time_schema)]
+    since: Option<String>,
+    /// RFC 3339 time, or a duration before now. Default (absent or empty) now.
+    #[param(schema_with = params::time_schema)]
+    until: Option<String>,
+}
+
+/// `GET /api/v1/patterns`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Patterns {
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    /// GPU/NIC pairs with trusted evidence in the period (probes through their NIC or on an
+    /// all-simulated node, in-line checks), and how many failed.
+    pub pairs: usize,
+    pub failing: usize,
+    /// What the failing pairs share that the healthy ones lack; null when nothing failed.
+    pub factor: Option<crate::patterns::Factor>,
+}
+
+/// The one line that explains the fleet's failing pairs: the smallest set of attributes (path
+/// class, virtualization, vIOMMU, hypervisor, GPUDirect, driver, GPU model, workload pair, node)
+/// shared by the failing pairs and not by the healthy ones, with counts, a contrast and a confidence.
+#[utoipa::path(get, path = "/api/v1/patterns", tag = "fleet",
+    params(PatternsQuery),
+    responses(
+        (status = 200, description = "The common factor of the failing pairs", body = Patterns),
+        (status = 400, description = "Bad time", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    ))]
+pub async fn patterns(
+    State(s): State<AppState>,
+    params::ApiQuery(q): params::ApiQuery<PatternsQuery>,
+) -> ApiResult<Patterns> {
+    let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "1h")?;
+    let pairs = crate::patterns::load(&s.pool, since, until).await?;
+    let failing = pairs.iter().filter(|p| p.failed).count();
+    Ok(Json(Patterns { since, until, pairs: pairs.len(), failing, factor: crate::patterns::explain(&pairs) }))
+}
+
+/// `?at=`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct GridQuery {
+    /// RFC 3339 time, or a duration before now (15m, 2h, 3d): the fleet as it was then, from the
+    /// status history. Default (absent or empty): now.
+    #[param(example = "2h", schema_with = params::time_schema)]
+    at: Option<String>,
+}
+
+/// `GET /api/v1/grid`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Grid {
+    /// The time the grid shows (now, or the `at` asked for).
+    pub at: DateTime<Utc>,
+    /// True when `at` was given (from the status history).
+    pub historical: bool,
+    /// The newest assessment (current grid only): the data is this old.
+    pub assessed_at: Option<DateTime<Utc>>,
+    /// One cell per GPU, by node and index.
+    pub cells: Vec<GridCell>,
+}
+
+/// The fleet grid: every GPU's status and first reason, now or as it was at a time.
+#[utoipa::path(get, path = "/api/v1/grid", tag = "fleet",
+    params(GridQuery),
+    responses(
+        (status = 200, description = "One cell per GPU", body = Grid),
+        (status = 400, description = "Bad time", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    ))]
+pub async fn grid(State(s): State<AppState>, params::ApiQuery(q): params::ApiQuery<GridQuery>) -> ApiResult<Grid> {
+    match q.at.as_deref().filter(|a| !a.is_empty()) {
+        Some(at) => {
+            let at = params::parse_time("at", at, Utc::now())?;
+            Ok(Json(Grid { at, historical: true, assessed_at: None, cells: read::grid_at(&s.pool, at).await? }))
+        }
+        None => {
+            let cells = read::grid_now(&s.pool).await?;
+            let assessed_at = sqlx::query_scalar::<_, Option<DateTime<Utc>>>("SELECT max(assessed_at) FROM gpu_status")
+                .fetch_one(&s.pool)
+                .await?;
+            Ok(Json(Grid { at: Utc::now(), historical: false, assessed_at, cells }))
+        }
+    }
 }

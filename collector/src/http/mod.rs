@@ -59,6 +59,8 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/nodes/{node}/gpus/{gpu}/history", get(api::history))
         .route("/api/v1/gpus", get(api::gpus))
         .route("/api/v1/failures", get(api::failures))
+        .route("/api/v1/patterns", get(api::patterns))
+        .route("/api/v1/grid", get(api::grid))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(api)

@@ -19,7 +19,7 @@ use super::api;
             (`{\"error\": \"...\"}`): 400 for a bad parameter, 404 for an unknown node or GPU, 401 for a missing \
             or wrong token."
     ),
-    paths(api::fleet, api::node, api::gpu, api::gpus, api::history, api::failures),
+    paths(api::fleet, api::node, api::gpu, api::gpus, api::history, api::failures, api::patterns, api::grid),
     modifiers(&BearerAuth),
     security((), ("bearer" = [])),
     tags(

@@ -141,6 +141,8 @@ pub struct HostView {
     pub viommu: Tristate,
     pub gpudirect: String,
     pub kernel_iommu_flags: String,
+    /// The NVIDIA driver version; empty when not loaded or not reported.
+    pub driver_version: String,
 }
 
 /// A GPU of a topology snapshot.
@@ -412,6 +414,49 @@ pub async fn inline_pairs(
     .await
 }
 
+/// One GPU in the fleet grid: its status then, and why, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct GridCell {
+    pub node: String,
+    pub gpu: i32,
+    pub status: GpuStatus,
+    /// When it entered that status.
+    pub since: DateTime<Utc>,
+    /// The NIC its workload uses (current grid only; null in the past).
+    pub workload_nic: Option<String>,
+    /// How its workload pair is verified (current grid only; null in the past).
+    pub verification: Option<Verification>,
+    /// The first reason of its evidence chain.
+    pub reason: String,
+}
+
+/// Every GPU's current status, for the fleet grid (compact: one reason each).
+pub async fn grid_now(pool: &PgPool) -> Result<Vec<GridCell>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT node_id AS node, gpu_index AS gpu, status, since, workload_nic, verification,
+                coalesce(reasons->>0, '') AS reason
+         FROM gpu_status ORDER BY node_id, gpu_index",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Every GPU's status as it was at `at` (its latest status change at or before then): the
+/// fleet as the on-call engineer would have seen it. GPUs first assessed later are absent.
+pub async fn grid_at(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<GridCell>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT node_id AS node, gpu_index AS gpu, to_status AS status, at AS since,
+                NULL::text AS workload_nic, NULL::gpu_verification AS verification,
+                coalesce(reasons->>0, '') AS reason
+         FROM (SELECT DISTINCT ON (node_id, gpu_index) * FROM gpu_status_changes
+               WHERE at <= $1 ORDER BY node_id, gpu_index, at DESC) c
+         ORDER BY node_id, gpu_index",
+    )
+    .bind(at)
+    .fetch_all(pool)
+    .await
+}
+
 /// A registered node.
 pub async fn node(pool: &PgPool, node: &str) -> Result<Option<NodeInfo>, sqlx::Error> {
     sqlx::query_as(
@@ -438,7 +483,8 @@ struct SnapshotRow {
 /// A node's latest topology snapshot, if it sent one.
 pub async fn topology(pool: &PgPool, node: &str) -> Result<Option<TopologyView>, sqlx::Error> {
     let row: Option<SnapshotRow> = sqlx::query_as(
-        "SELECT record_id, observed_at, virtualized, hypervisor, viommu, gpudirect, kernel_iommu_flags, risks, warnings
+        "SELECT record_id, observed_at, virtualized, hypervisor, viommu, gpudirect, kernel_iommu_flags, driver_version,
+                risks, warnings
          FROM topology_snapshots WHERE node_id = $1 ORDER BY observed_at DESC LIMIT 1",
     )
     .bind(node)
