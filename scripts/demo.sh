@@ -77,6 +77,29 @@ agent sim-seed-kvm-auto --sysfs-root "$state/sim/seed-kvm/sys" "${sim[@]}" --fau
 agent sim-seed-kvm-pinned --sysfs-root "$state/sim/seed-kvm/sys" --ucx-net-devices mlx5_0:1 "${sim[@]}" --faults "$state/sim/seed-faults.json"
 agent sim-bare-metal-healthy --sysfs-root "$state/sim/dgx-h100/sys" "${sim[@]}"
 
+# A real Prometheus, when installed (scripts/setup.sh installs Debian's), scraping the collector
+# with railguard's alert rules: RailguardGPUCorrupting fires for the simulated seed nodes.
+prom_line="Prometheus:       not installed (apt-get install prometheus) — the alert rules are in deploy/prometheus/"
+if command -v prometheus >/dev/null 2>&1; then
+  prom="127.0.0.1:${RAILGUARD_DEMO_PROMETHEUS_PORT:-7709}"
+  mkdir -p "$state/prometheus"
+  cat >"$state/prometheus/prometheus.yml" <<YML
+global:
+  scrape_interval: 5s
+  evaluation_interval: 5s
+rule_files:
+  - $(cd "$(dirname "$0")/.." && pwd)/deploy/prometheus/railguard-alerts.yml
+scrape_configs:
+  - job_name: railguard
+    static_configs:
+      - targets: ['$http']
+YML
+  prometheus --config.file="$state/prometheus/prometheus.yml" --storage.tsdb.path="$state/prometheus/tsdb" \
+    --web.listen-address="$prom" >"$state/prometheus/log" 2>&1 &
+  pids+=($!)
+  prom_line="Prometheus:       http://$prom/alerts (railguard's alert rules; RailguardGPUCorrupting fires within a minute)"
+fi
+
 db="postgresql:///railguard?host=$state/collector/postgres&port=5432&user=railguard"
 pgpass="$state/collector/postgres.password" # 0600, written by the collector when it creates the cluster
 [ -s "$pgpass" ] && psql_cmd="PGPASSWORD=\$(cat $pgpass) psql '$db'" || psql_cmd="psql '$db'"
@@ -94,6 +117,7 @@ railguard demo is running.
   API:              http://$http/api/v1/fleet   (also /api/v1/gpus?status=corrupting, /api/v1/nodes/sim-seed-kvm-auto)
   OpenAPI:          http://$http/api/v1/openapi.json
   metrics:          http://$http/metrics
+  $prom_line
   collector gRPC:   $grpc (agents authenticate with per-node tokens in $state/credentials;
                     PLAINTEXT on loopback for the demo: deployments use --tls-cert/--tls-key
                     and agents https:// with --ca-file, see deploy/)
