@@ -41,6 +41,7 @@ function setFleetQuery(q) {
   location.hash = s ? `#/?${s}` : "#/";
 }
 const STATUSES = ["corrupting", "at_risk", "watch", "ok"];
+const FILTERS = [["q", "f-q"], ["status", "f-status"], ["nic", "f-nic"], ["hv", "f-hv"], ["model", "f-model"]];
 
 function filtersBar(q) {
   const sel = (v) => (q.get("status") || "") === v ? " selected" : "";
@@ -50,6 +51,8 @@ function filtersBar(q) {
     <input id="f-q" name="q" placeholder="node contains…" value="${esc(q.get("q") || "")}">
     <select id="f-status" name="status"><option value="">any status</option>${STATUSES.concat(["unverified"]).map(s => `<option value="${s}"${sel(s)}>${s.replace("_", " ")}</option>`).join("")}</select>
     <input id="f-nic" name="nic" placeholder="workload NIC" value="${esc(q.get("nic") || "")}">
+    <input id="f-hv" name="hv" placeholder="hypervisor (none: bare metal)" value="${esc(q.get("hv") || "")}">
+    <input id="f-model" name="model" placeholder="GPU model" value="${esc(q.get("model") || "")}">
     <label>as of <input id="f-at" name="at" type="datetime-local" value="${esc(local)}"></label>
     <button type="button" id="f-now">now</button>
   </form>`;
@@ -61,7 +64,7 @@ function wireFilters() {
   form.dataset.wired = "1";
   const apply = () => {
     const q = new URLSearchParams();
-    for (const [k, id] of [["q", "f-q"], ["status", "f-status"], ["nic", "f-nic"]]) {
+    for (const [k, id] of FILTERS) {
       const v = document.getElementById(id).value.trim();
       if (v) q.set(k, v);
     }
@@ -78,6 +81,9 @@ function cellMatches(c, q) {
   const st = q.get("status"), nic = q.get("nic");
   if (st === "unverified" ? !(c.verification === "unproven" || c.verification === "unprobed") : st && c.status !== st) return false;
   if (nic && !(c.workload_nic || "").includes(nic)) return false;
+  const hv = (q.get("hv") || "").toLowerCase(), model = (q.get("model") || "").toLowerCase();
+  if (hv && !(hv === "none" ? c.hypervisor === "" : c.hypervisor.toLowerCase().includes(hv))) return false;
+  if (model && !c.gpu_model.toLowerCase().includes(model)) return false;
   return true;
 }
 
@@ -95,7 +101,7 @@ async function fleet() {
   if (!document.getElementById("filters")) view.innerHTML = `<h1>Fleet</h1>${filtersBar(q)}<div id="fleet-body"></div>`;
   wireFilters();
   // Follow the URL (a shared link, "back to now") in every field not being edited.
-  for (const [k, id] of [["q", "f-q"], ["status", "f-status"], ["nic", "f-nic"]]) {
+  for (const [k, id] of FILTERS) {
     const el = document.getElementById(id);
     if (document.activeElement !== el) el.value = q.get(k) || "";
   }
@@ -131,14 +137,16 @@ async function fleet() {
     cells += cs.length;
     parts.push(`<div class="grow" data-node="${esc(name)}"><a class="gname" href="#/node/${encodeURIComponent(name)}">${esc(name)}</a>${cs.map(c => {
       const unv = c.verification === "unproven" || c.verification === "unprobed" ? " unverified" : "";
-      return `<a class="cell s-${esc(c.status)}${unv}" data-status="${esc(c.status)}" data-gpu="${c.gpu}" href="#/node/${encodeURIComponent(name)}/gpu/${c.gpu}" title="${esc(`GPU${c.gpu} ${c.status}${c.workload_nic ? ` via ${c.workload_nic}` : ""}: ${c.reason}`)}">${c.gpu}</a>`;
+      return `<a class="cell s-${esc(c.status)}${unv}" data-status="${esc(c.status)}" data-gpu="${c.gpu}" href="#/node/${encodeURIComponent(name)}/gpu/${c.gpu}${at ? `?at=${encodeURIComponent(at)}` : ""}" title="${esc(`GPU${c.gpu}${c.gpu_model ? ` (${c.gpu_model})` : ""} ${c.status}${c.workload_nic ? ` via ${c.workload_nic}` : ""}: ${c.reason}`)}">${c.gpu}</a>`;
     }).join("")}</div>`);
   }
   h += `<h2>GPUs <span class="muted" id="grid-count">${cells} GPUs on ${rows.size} nodes</span></h2><div id="grid" class="grid">${parts.join("") || '<p class="muted">no GPU matches</p>'}</div>`;
   if (!grid.historical) {
     h += `<h2>Nodes</h2><table id="nodes"><tr><th>node</th><th>worst</th><th>GPUs</th><th>corrupting</th><th>at risk</th><th>watch</th><th>ok</th><th>unverified</th><th>last seen</th></tr>`;
+    const filtering = ["status", "nic", "hv", "model"].some(k => q.get(k));
     for (const n of f.nodes) {
       if (nq && !n.node.toLowerCase().includes(nq)) continue;
+      if (filtering && !rows.has(n.node)) continue;
       const c = n.status_counts;
       h += `<tr data-node="${esc(n.node)}"><td><a href="#/node/${encodeURIComponent(n.node)}">${esc(n.node)}</a></td><td>${badge(n.worst)}</td>
         <td>${n.gpus}</td><td>${c.corrupting}</td><td>${c.at_risk}</td><td>${c.watch}</td><td>${c.ok}</td><td>${c.unverified}</td><td>${ago(n.last_seen)}</td></tr>`;
@@ -189,16 +197,40 @@ async function node(name) {
   view.innerHTML = out + "</table>";
 }
 
-async function gpu(name, idx) {
+async function gpu(name, idx, query) {
   // The index comes from the URL: only digits ever reach the page or the API.
   if (!/^[0-9]{1,5}$/.test(idx)) throw new Error(`not a GPU index: ${idx}`);
   crumbs.innerHTML = `/ <a href="#/node/${encodeURIComponent(name)}">${esc(name)}</a> / <a href="#/node/${encodeURIComponent(name)}/gpu/${encodeURIComponent(idx)}">GPU${esc(idx)}</a>`;
-  const [g, hist] = await Promise.all([
-    api(`/api/v1/nodes/${encodeURIComponent(name)}/gpus/${idx}`),
-    api(`/api/v1/nodes/${encodeURIComponent(name)}/gpus/${idx}/history?since=1d&limit=300`),
+  // Time travel: ?at= shows the day before that time, and the status the GPU had then.
+  const atRaw = query.get("at");
+  const at = atRaw && !isNaN(new Date(atRaw)) ? new Date(atRaw) : null;
+  const range = at ? `since=${encodeURIComponent(new Date(at - 86400000).toISOString())}&until=${encodeURIComponent(at.toISOString())}` : "since=1d";
+  const base = `/api/v1/nodes/${encodeURIComponent(name)}/gpus/${idx}`;
+  const [g, hist, last] = await Promise.all([
+    api(base),
+    api(`${base}/history?${range}&limit=300`),
+    // The status it had at that time: its newest change before then, however old.
+    at ? api(`${base}/history?since=3650d&until=${encodeURIComponent(at.toISOString())}&limit=1`) : null,
   ]);
-  const s = g.status;
-  let out = `<h1>${esc(name)} · GPU${esc(idx)} ${badge(s.status)} ${verified(s.verification)}</h1>
+  let s = g.status;
+  let then = "";
+  if (at) {
+    const c = last.status_changes[0];
+    then = `<p id="asof" class="warning">GPU${esc(idx)} as it was at ${esc(at.toISOString())}: ${c ? `${badge(c.to)} since ${esc(c.at)}` : "not assessed yet"} (from the status history; the probes and signals below are the day before). <a href="#/node/${encodeURIComponent(name)}/gpu/${encodeURIComponent(idx)}">Now</a>: ${badge(s.status)}</p>`;
+    if (c) s = { ...s, status: c.to, since: c.at, reasons: c.reasons };
+  }
+  // Verdicts over time per NIC: one row of ticks per pair, with its failure rate.
+  const perNic = new Map();
+  for (const p of hist.probes.filter(p => p.injected === "none").slice().reverse()) {
+    if (!perNic.has(p.nic)) perNic.set(p.nic, []);
+    perNic.get(p.nic).push(p);
+  }
+  const nicRows = [...perNic.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([nic, ps]) => {
+    const bad = ps.filter(p => p.verdict !== "ok").length;
+    return `<tr data-nic="${esc(nic)}"><td>${esc(nic)}${nic === s.workload_nic ? " (workload)" : ""}</td><td class="rate">${Math.round(100 * bad / ps.length)} % of ${ps.length}</td><td><div class="timeline small">${ps.map(p =>
+      `<div class="tick nt ${p.verdict === "ok" ? "ok" : "bad"}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(`${p.at} ${p.verdict}`)}"></div>`).join("")}</div></td></tr>`;
+  }).join("");
+  let out = `<h1>${esc(name)} · GPU${esc(idx)} ${badge(s.status)} ${verified(s.verification)}</h1>${then}
     <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
     ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span></p>` : ""}
     <h2>Evidence</h2><ol class="reasons" id="evidence">${s.reasons.map(r => `<li>${esc(r)}</li>`).join("")}</ol>
@@ -210,6 +242,7 @@ async function gpu(name, idx) {
     <h2>Probe verdicts (last day, oldest → newest)</h2><div class="timeline" id="timeline">${hist.probes.filter(p => p.injected === "none").reverse().map(p =>
       `<div class="tick ${p.verdict === "ok" ? "ok" : "bad"}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(`${p.at} ${p.nic} ${p.transport} via ${p.path} (${p.memory} memory${p.lanes.length ? `, lanes ${p.lanes.join(", ")}` : ""}) ${p.verdict} ${p.diagnosis}`)}"></div>`).join("") || '<span class="muted">no probes</span>'}</div>
     <p class="muted">hatched: simulated fabric · faded: exercised no NIC (unproven)</p>
+    <h2>Failure rate per NIC (same probes)</h2>${nicRows ? `<table id="per-nic"><tr><th>NIC</th><th>failed</th><th>verdicts, oldest → newest</th></tr>${nicRows}</table>` : '<p class="muted">no probes</p>'}
     ${hist.probes.some(p => p.injected !== "none") ? `<h2>Self-test history (injected faults, not evidence)</h2><table id="selftest"><tr><th>when</th><th>NIC</th><th>injected</th><th>verdict</th></tr>${hist.probes.filter(p => p.injected !== "none").slice(0, 50).map(p =>
       `<tr><td>${ago(p.at)}</td><td>${esc(p.nic)}</td><td>${esc(p.injected)}</td><td>${esc(p.verdict)} / ${esc(p.diagnosis)}</td></tr>`).join("")}</table>` : ""}
     <h2>Pairs</h2><table><tr><th>NIC</th><th>latest</th><th>diagnosis</th><th>ok / bad in window</th></tr>${g.pairs.map(p =>
@@ -245,9 +278,10 @@ function evidenceMarkdown(name, idx, g) {
 }
 
 async function render() {
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const [path, qs] = location.hash.replace(/^#\/?/, "").split("?");
+  const parts = path.split("/").map(decodeURIComponent);
   try {
-    if (parts[0] === "node" && parts[2] === "gpu") await gpu(parts[1], parts[3]);
+    if (parts[0] === "node" && parts[2] === "gpu") await gpu(parts[1], parts[3], new URLSearchParams(qs || ""));
     else if (parts[0] === "node" && parts[1]) await node(parts[1]);
     else await fleet();
     document.body.dataset.view = parts[0] === "node" ? (parts[2] === "gpu" ? "gpu" : "node") : "fleet";

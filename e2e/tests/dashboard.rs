@@ -127,6 +127,29 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
     let now = tokio::task::block_in_place(|| browse(&format!("{base}#/?at={at}"), "fleet-at-now.png"));
     assert_eq!(now.matches("class=\"cell s-corrupting").count(), 9, "{now}");
 
+    // Filters by hypervisor (none: bare metal) and GPU model.
+    let metal = tokio::task::block_in_place(|| browse(&format!("{base}#/?hv=none"), "fleet-metal.png"));
+    assert!(
+        metal.contains("id=\"grid-count\">24 GPUs on 3 nodes<") && !metal.contains("data-node=\"seed-auto\""),
+        "{metal}"
+    );
+    let qemu = tokio::task::block_in_place(|| browse(&format!("{base}#/?hv=qemu&status=corrupting"), "fleet-qemu.png"));
+    assert!(qemu.contains("id=\"grid-count\">9 GPUs on 2 nodes<"), "{qemu}");
+    let none = tokio::task::block_in_place(|| browse(&format!("{base}#/?model=no-such-gpu"), "fleet-model.png"));
+    assert!(none.contains("id=\"grid-count\">0 GPUs on 0 nodes<"), "{none}");
+    // A GPU as it was: before its first assessment, and now; the failure rate per NIC.
+    let g_then = tokio::task::block_in_place(|| {
+        browse(&format!("{base}#/node/seed-auto/gpu/3?at=2020-01-01T00:00:00Z"), "gpu-2020.png")
+    });
+    assert!(g_then.contains("id=\"asof\"") && g_then.contains("not assessed yet"), "{g_then}");
+    let g_now =
+        tokio::task::block_in_place(|| browse(&format!("{base}#/node/seed-auto/gpu/3?at={at}"), "gpu-at-now.png"));
+    assert!(g_now.contains("id=\"asof\"") && g_now.matches("data-status=\"corrupting\"").count() >= 2, "{g_now}");
+    assert!(
+        gpu.contains("<tr data-nic=\"mlx5_3\"><td>mlx5_3 (workload)</td><td class=\"rate\">100 % of 4</td>"),
+        "{gpu}"
+    );
+
     // The GPU's evidence, ready for a ticket.
     assert!(gpu.contains("id=\"evidence-md\""), "{gpu}");
     assert!(gpu.contains("### railguard: seed-auto GPU3 is corrupting"), "{gpu}");

@@ -428,14 +428,24 @@ pub struct GridCell {
     pub verification: Option<Verification>,
     /// The first reason of its evidence chain.
     pub reason: String,
+    /// Its node's hypervisor from the latest topology (empty: bare metal or unknown).
+    pub hypervisor: String,
+    /// Its model name from the latest topology (empty: unknown).
+    pub gpu_model: String,
 }
 
 /// Every GPU's current status, for the fleet grid (compact: one reason each).
 pub async fn grid_now(pool: &PgPool) -> Result<Vec<GridCell>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id AS node, gpu_index AS gpu, status, since, workload_nic, verification,
-                coalesce(reasons->>0, '') AS reason
-         FROM gpu_status ORDER BY node_id, gpu_index",
+        "WITH snap AS (SELECT DISTINCT ON (node_id) node_id, record_id, hypervisor FROM topology_snapshots
+                       ORDER BY node_id, observed_at DESC)
+         SELECT s.node_id AS node, s.gpu_index AS gpu, s.status, s.since, s.workload_nic, s.verification,
+                coalesce(s.reasons->>0, '') AS reason, coalesce(t.hypervisor, '') AS hypervisor,
+                coalesce(g.name, '') AS gpu_model
+         FROM gpu_status s
+         LEFT JOIN snap t ON t.node_id = s.node_id
+         LEFT JOIN topology_gpus g ON g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
+         ORDER BY s.node_id, s.gpu_index",
     )
     .fetch_all(pool)
     .await
@@ -445,12 +455,17 @@ pub async fn grid_now(pool: &PgPool) -> Result<Vec<GridCell>, sqlx::Error> {
 /// fleet as the on-call engineer would have seen it. GPUs first assessed later are absent.
 pub async fn grid_at(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<GridCell>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id AS node, gpu_index AS gpu, to_status AS status, at AS since,
+        "WITH snap AS (SELECT DISTINCT ON (node_id) node_id, record_id, hypervisor FROM topology_snapshots
+                       WHERE observed_at <= $1 ORDER BY node_id, observed_at DESC)
+         SELECT c.node_id AS node, c.gpu_index AS gpu, c.to_status AS status, c.at AS since,
                 NULL::text AS workload_nic, NULL::gpu_verification AS verification,
-                coalesce(reasons->>0, '') AS reason
+                coalesce(c.reasons->>0, '') AS reason, coalesce(t.hypervisor, '') AS hypervisor,
+                coalesce(g.name, '') AS gpu_model
          FROM (SELECT DISTINCT ON (node_id, gpu_index) * FROM gpu_status_changes
                WHERE at <= $1 ORDER BY node_id, gpu_index, at DESC) c
-         ORDER BY node_id, gpu_index",
+         LEFT JOIN snap t ON t.node_id = c.node_id
+         LEFT JOIN topology_gpus g ON g.snapshot_id = t.record_id AND g.gpu_index = c.gpu_index
+         ORDER BY c.node_id, c.gpu_index",
     )
     .bind(at)
     .fetch_all(pool)
