@@ -54,7 +54,8 @@ async fn the_collectors_metrics_follow_prometheus_conventions() {
 /// A real Prometheus server (Debian's) on loopback, with railguard's rules, scraping a real
 /// collector that a real agent feeds from the simulated seed node (every PIX pair rejecting
 /// DMA while the transport says success): `RailguardGPUCorrupting` fires for node-a's GPUs with
-/// the NIC to pin in its labels and description, and resolves once the fault is gone.
+/// the NIC to pin in its labels and description; GPU3's resolves once its workload is pinned to
+/// that NIC, and the rest once the fault is gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
     let pg = TestPg::start().await;
@@ -79,6 +80,8 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
             .arg(dir.path().join("node/sys"))
             .args(["--fabric", "sim", "--probe-cycle-secs", "1", "--probe-bytes", "64K", "--no-signals", "--faults"])
             .arg(&faults)
+            // The workloads on this host pick each GPU's pair (their UCX_NET_DEVICES).
+            .args(["--discover-workloads", "--proc-root", "/proc"])
             .env("RUST_LOG", "error")
             .stdin(Stdio::null())
             .spawn()
@@ -127,7 +130,10 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
     loop {
         let (body, firing) = alerts(port);
         // GPU3 (PIX with mlx5_3): its workload NIC and the verified NIC to pin ride on the alert.
-        if let Some(a) = firing.iter().find(|a| a["labels"]["gpu"] == "3" && a["labels"]["pin"].is_string()) {
+        // Every GPU's PIX pair fails: all 8 fire, GPU3's with its pin.
+        if let Some(a) = firing.iter().find(|a| a["labels"]["gpu"] == "3" && a["labels"]["pin"].is_string())
+            && firing.len() == 8
+        {
             assert_eq!(a["labels"]["node"], "node-a", "{a}");
             assert_eq!(a["labels"]["severity"], "critical", "{a}");
             assert_eq!(a["labels"]["workload_nic"], "mlx5_3", "{a}");
@@ -142,8 +148,47 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
 
-    // The fault goes away (the fabric repaired): the workload pairs verify again, the GPUs leave
-    // `corrupting` by the hysteresis, and the alert resolves.
+    // The pin applied: a workload process on GPU3 (it maps UCX, from the NIXL wheel) with
+    // UCX_NET_DEVICES set to the NIC the alert names. The agent probes GPU3 through it, the pair
+    // verifies, GPU3 leaves `corrupting` by the hysteresis, and its alert resolves; the other
+    // GPUs' alerts keep firing.
+    let (pin, firing_before) = {
+        let (_, firing) = alerts(port);
+        let pin =
+            firing.iter().find(|a| a["labels"]["gpu"] == "3").unwrap()["labels"]["pin"].as_str().unwrap().to_owned();
+        (pin, firing.len())
+    };
+    let capi = railguard_agent::probe::transport::nixl::locate::locate(None, &|k| std::env::var(k).ok()).unwrap();
+    let libs = capi.parent().and_then(std::path::Path::parent).unwrap().join("nixl_cu12.libs");
+    let ucp = std::fs::read_dir(&libs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("libucp-"))
+        .unwrap();
+    let _workload = KillOnDrop(
+        Command::new("python3")
+            .args(["-c", "import ctypes, sys, time; ctypes.CDLL(sys.argv[1]); time.sleep(300)"])
+            .arg(&ucp)
+            .env("UCX_NET_DEVICES", format!("{pin}:1"))
+            .env("CUDA_VISIBLE_DEVICES", "3")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (body, firing) = alerts(port);
+        if !firing.is_empty() && firing.iter().all(|a| a["labels"]["gpu"] != "3") {
+            assert_eq!((firing_before, firing.len()), (8, 7), "only GPU3's alert resolved: {body}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "GPU3's alert never resolved after the pin: {body}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+
+    // The fault goes away (the fabric repaired): every workload pair verifies again, and every
+    // alert resolves.
     std::fs::write(&faults, r#"{"faults": []}"#).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
