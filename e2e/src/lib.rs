@@ -133,7 +133,13 @@ impl CollectorProc {
     fn spawn(&mut self) {
         let child = Command::new(bin("railguard-collector"))
             .args(["serve", "--grpc-listen", &format!("127.0.0.1:{}", self.port)])
-            .args(["--http-listen", &format!("127.0.0.1:{}", self.http_port), "--assess-every-secs", "1"])
+            .args(["--http-listen", &format!("127.0.0.1:{}", self.http_port)])
+            // Assessed every second, unless the test sets its own period.
+            .args(if self.extra_args.iter().any(|a| a == "--assess-every-secs") {
+                &[][..]
+            } else {
+                &["--assess-every-secs", "1"][..]
+            })
             .args(&self.extra_args)
             // Plaintext on loopback unless the test gives TLS files.
             .args(if self.extra_args.iter().any(|a| a == "--tls-cert") { &[][..] } else { &["--insecure"][..] })

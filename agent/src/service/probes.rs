@@ -41,6 +41,8 @@ pub fn run(cfg: &ProbeLoopConfig, topology: &SharedTopology, spool: &SpoolHandle
     // (unverified) meanwhile.
     let mut open_errors: HashMap<String, SaidOnce> = HashMap::new();
     let mut idle = SaidOnce::default();
+    // Each pair's latest verdict (a newly failing pair is confirmed at once).
+    let mut last: HashMap<(u32, String), ProbeVerdict> = HashMap::new();
     let mut refresh_failed = SaidOnce::default();
     loop {
         let cycle_start = Instant::now();
@@ -113,18 +115,35 @@ pub fn run(cfg: &ProbeLoopConfig, topology: &SharedTopology, spool: &SpoolHandle
                 }
             }
             let Some(t) = transports.get_mut(&pair.nic) else { continue };
-            let out = engine.probe(
-                t.as_mut(),
-                &pair,
-                plan.probe_bytes as usize,
-                faults.pick(pair.gpu, &pair.nic, pair.class),
-            );
-            probe_counter().add(1, &[opentelemetry::KeyValue::new("verdict", out.result.verdict.as_str())]);
-            if out.result.verdict != ProbeVerdict::Ok {
-                tracing::warn!(gpu = pair.gpu, nic = %pair.nic, verdict = %out.result.verdict, diagnosis = %out.result.diagnosis, "probe failed");
-            }
-            if let Err(e) = spool.append(RecordBody::Probe(out.result)) {
-                tracing::error!(error = %e, "spooling a probe result failed");
+            // A pair that newly fails is probed again at once: a confirmed failure reaches the
+            // collector in this cycle, not one cycle later (a pair failing cycle after cycle is
+            // confirmed already and costs no extra probe).
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                if attempts > 1 {
+                    engine.prepare(plan.probe_bytes as usize);
+                }
+                let out = engine.probe(
+                    t.as_mut(),
+                    &pair,
+                    plan.probe_bytes as usize,
+                    faults.pick(pair.gpu, &pair.nic, pair.class),
+                );
+                let verdict = out.result.verdict;
+                probe_counter().add(1, &[opentelemetry::KeyValue::new("verdict", verdict.as_str())]);
+                if verdict != ProbeVerdict::Ok {
+                    tracing::warn!(gpu = pair.gpu, nic = %pair.nic, verdict = %verdict, diagnosis = %out.result.diagnosis, confirming = attempts > 1, "probe failed");
+                }
+                if let Err(e) = spool.append(RecordBody::Probe(out.result)) {
+                    tracing::error!(error = %e, "spooling a probe result failed");
+                }
+                let newly_failing = verdict != ProbeVerdict::Ok
+                    && last.get(&(pair.gpu, pair.nic.clone())).is_none_or(|v| *v == ProbeVerdict::Ok);
+                last.insert((pair.gpu, pair.nic.clone()), verdict);
+                if !(newly_failing && attempts == 1) || stop.is_stopped() {
+                    break;
+                }
             }
         }
         if !stop.sleep((cycle_start + cfg.cycle).saturating_duration_since(Instant::now())) {

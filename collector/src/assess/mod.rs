@@ -420,7 +420,9 @@ pub async fn assess_and_store(
     Ok(results)
 }
 
-/// Re-assesses the whole fleet every `every` until `shutdown`.
+/// Re-assesses the whole fleet every `every` until `shutdown`, and a node at once when a batch
+/// brought a failure ([`crate::ingest::IngestStats::urgent`]): detection does not wait for the
+/// period.
 pub async fn run_periodic(
     pool: PgPool,
     cfg: AssessConfig,
@@ -429,16 +431,32 @@ pub async fn run_periodic(
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut shutdown = shutdown;
+    let mut next_full = tokio::time::Instant::now();
     loop {
-        match assess_and_store(&pool, None, &cfg).await {
-            Ok(r) => {
-                stats.assessed_at_ms.store(chrono::Utc::now().timestamp_millis(), std::sync::atomic::Ordering::Relaxed);
-                tracing::debug!(gpus = r.len(), "fleet assessed")
+        if tokio::time::Instant::now() >= next_full {
+            match assess_and_store(&pool, None, &cfg).await {
+                Ok(r) => {
+                    stats
+                        .assessed_at_ms
+                        .store(chrono::Utc::now().timestamp_millis(), std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(gpus = r.len(), "fleet assessed")
+                }
+                Err(e) => tracing::warn!(error = %e, "assessment failed; will retry"),
             }
-            Err(e) => tracing::warn!(error = %e, "assessment failed; will retry"),
+            next_full = tokio::time::Instant::now() + every;
+        }
+        let urgent: Vec<String> =
+            stats.urgent.lock().map(|mut u| std::mem::take(&mut *u).into_iter().collect()).unwrap_or_default();
+        if !urgent.is_empty() {
+            match assess_and_store(&pool, Some(&urgent), &cfg).await {
+                Ok(r) => tracing::debug!(nodes = urgent.len(), gpus = r.len(), "failing nodes assessed at once"),
+                Err(e) => tracing::warn!(error = %e, "assessment of failing nodes failed; the next pass retries"),
+            }
+            continue;
         }
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep_until(next_full) => {}
+            _ = stats.urgent_notify.notified() => {}
             _ = shutdown.changed() => return,
         }
     }

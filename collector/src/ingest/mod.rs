@@ -78,6 +78,10 @@ pub struct IngestStats {
     pub devices: std::sync::Mutex<std::collections::HashMap<String, KnownDevices>>,
     /// The Kubernetes node-condition controller's counts, when it runs.
     pub k8s: std::sync::OnceLock<Arc<crate::k8s_nodes::ControllerStats>>,
+    /// Nodes whose latest batch brought a failure (a failed probe that is evidence, an in-line
+    /// mismatch): the assessment takes them at once instead of at its next period.
+    pub urgent: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    pub urgent_notify: tokio::sync::Notify,
 }
 
 impl IngestStats {
@@ -271,6 +275,14 @@ impl IngestService {
                 _ => None,
             })
             .collect();
+        // A failure that is evidence: assess this node now, not at the next period.
+        let urgent = records.iter().any(|r| match &r.body {
+            railguard_schema::RecordBody::Probe(p) => {
+                p.is_evidence() && p.verdict != railguard_schema::ProbeVerdict::Ok
+            }
+            railguard_schema::RecordBody::Inline(i) => i.transfers_mismatch > 0,
+            _ => false,
+        });
         let quarantined = records
             .iter()
             .filter(|r| {
@@ -290,6 +302,12 @@ impl IngestService {
             }
         };
         self.stats.batches_committed.fetch_add(1, Ordering::Relaxed);
+        if urgent && outcome.stored > 0 {
+            if let Ok(mut u) = self.stats.urgent.lock() {
+                u.insert(node.to_string());
+            }
+            self.stats.urgent_notify.notify_one();
+        }
         if let Some(newest) = newest
             && let Ok(mut c) = self.stats.clock_ahead.lock()
         {

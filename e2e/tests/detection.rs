@@ -1,0 +1,121 @@
+//! Detection latency (#15 item 3): a failure is confirmed at once by the agent, and a batch
+//! bringing a failure is assessed at once by the collector, not at its next period.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use railguard_e2e::scripted::*;
+use railguard_e2e::*;
+use railguard_schema::{PairSelection, ProbeVerdict};
+
+async fn status_of(pg: &TestPg, node: &str, gpu: i32) -> Option<String> {
+    sqlx::query_scalar("SELECT status::text FROM gpu_status WHERE node_id = $1 AND gpu_index = $2")
+        .bind(node)
+        .bind(gpu)
+        .fetch_optional(&pg.pool)
+        .await
+        .unwrap()
+}
+
+/// With the periodic assessment an hour apart, a batch with failures still turns the GPU
+/// `corrupting` within seconds; a batch without failures waits for the period.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_with_a_failure_is_assessed_at_once() {
+    let pg = TestPg::start().await;
+    let c = CollectorProc::start_with(&pg.url(), &["seed-auto"], &["--assess-every-secs", "3600"]);
+    tokio::time::sleep(Duration::from_millis(500)).await; // the first (empty) pass is done
+    send(&c, "seed-auto", vec![topo_rec(topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None))]).await;
+    send(
+        &c,
+        "seed-auto",
+        (0..3).map(|k| probe_rec(3, "mlx5_0", ProbeVerdict::Ok, PairSelection::Sweep, 30 - k)).collect(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(status_of(&pg, "seed-auto", 3).await, None, "no failure: nothing assessed before the period");
+    let t0 = Instant::now();
+    send(
+        &c,
+        "seed-auto",
+        (0..2)
+            .map(|k| probe_rec(3, "mlx5_3", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 2 - k))
+            .collect(),
+    )
+    .await;
+    loop {
+        if status_of(&pg, "seed-auto", 3).await.as_deref() == Some("corrupting") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the failing batch was not assessed at once");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("failing batch → corrupting in {:?}", t0.elapsed());
+}
+
+/// The agent probes a newly failing pair again at once: in a 600 s cycle (pairs ~9 s apart),
+/// the first failing pair has two probes within a second, and its GPU is `corrupting` from them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_confirms_a_new_failure_at_once() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    railguard_agent::topology::fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    // The seed's failure on the simulated fabric: the NIC's DMA rejected on PIX/PXB pairs while
+    // the transport reports success.
+    let faults = dir.path().join("faults.json");
+    std::fs::write(
+        &faults,
+        r#"{"faults": [{"path": ["pix", "pxb"], "kind": "dma_read_rejected", "reported": "success"}]}"#,
+    )
+    .unwrap();
+    let _agent = KillOnDrop(
+        Command::new(bin("railguard-agent"))
+            .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url(), "--token-file"])
+            .arg(&token)
+            .arg("--spool-dir")
+            .arg(dir.path().join("spool"))
+            .arg("--sysfs-root")
+            .arg(dir.path().join("node/sys"))
+            .args(["--fabric", "sim", "--probe-cycle-secs", "600", "--probe-bytes", "64K", "--no-signals", "--faults"])
+            .arg(&faults)
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    let (gpu, nic, n, spread): (i32, String, i64, f64) = loop {
+        let row: Option<(i32, String, i64, f64)> = sqlx::query_as(
+            "SELECT gpu_index, nic, count(*), extract(epoch FROM max(observed_at) - min(observed_at))::float8
+             FROM probe_results WHERE node_id = 'node-a' AND verdict <> 'ok'
+             GROUP BY 1, 2 ORDER BY min(observed_at) LIMIT 1",
+        )
+        .fetch_optional(&pg.pool)
+        .await
+        .unwrap();
+        if let Some(r) = row.clone().filter(|r| r.2 >= 2) {
+            break r;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no confirmed failure: {row:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        gpu.to_string(),
+        nic.trim_start_matches("mlx5_"),
+        "the simulated fabric fails PIX pairs: GPU{gpu}↔{nic}"
+    );
+    assert_eq!(n, 2, "one probe and its confirmation");
+    assert!(spread < 1.0, "the confirmation came at once ({spread:.2} s later), not a slot later");
+    // The GPU is `corrupting` from that one cycle's two probes (its workload pair is its PIX pair).
+    let t1 = Instant::now();
+    loop {
+        if status_of(&pg, "node-a", gpu).await.as_deref() == Some("corrupting") {
+            break;
+        }
+        assert!(t1.elapsed() < Duration::from_secs(20), "GPU{gpu} not corrupting after a confirmed failure");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
