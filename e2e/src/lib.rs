@@ -504,20 +504,39 @@ pub mod certs {
 }
 
 /// The Python of the virtualenv scripts/setup.sh installs NIXL (nixl-cu12) and numpy into, or
-/// RAILGUARD_NIXL_PYTHON.
+/// RAILGUARD_NIXL_PYTHON (the agent's own lookup).
 pub fn nixl_python() -> PathBuf {
-    if let Some(p) = std::env::var_os("RAILGUARD_NIXL_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
-    let py = cache.join("railguard/nixl/bin/python");
-    assert!(py.exists(), "{} is missing: scripts/setup.sh installs nixl-cu12 and numpy there", py.display());
-    py
+    railguard_agent::probe::transport::nixl::locate::setup_python(&|k| std::env::var(k).ok())
+        .expect("no NIXL virtualenv: scripts/setup.sh installs nixl-cu12 and numpy into ~/.cache/railguard/nixl")
 }
 
 /// integrations/nixl (railguard's NIXL library).
 pub fn nixl_integration() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../integrations/nixl")
+}
+
+/// The seed's failure on the simulated fabric, as a fault file: the NIC's DMA rejected on
+/// PIX/PXB pairs while the transport reports success.
+pub const SEED_PIX_FAULTS: &str =
+    r#"{"faults": [{"path": ["pix", "pxb"], "kind": "dma_read_rejected", "reported": "success"}]}"#;
+
+/// The agent binary as node-a on the seed fixture (written under `dir`: node/, token, spool/),
+/// sending to `collector` in plaintext on loopback, with `extra` flags.
+pub fn seed_agent(collector: &CollectorProc, dir: &Path, extra: &[&std::ffi::OsStr]) -> KillOnDrop {
+    railguard_agent::topology::fixture::seed_kvm_guest().write(&dir.join("node")).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    Command::new(bin("railguard-agent"))
+        .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url(), "--token-file"])
+        .arg(&token)
+        .arg("--spool-dir")
+        .arg(dir.join("spool"))
+        .arg("--sysfs-root")
+        .arg(dir.join("node/sys"))
+        .args(extra)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .spawn()
+        .map(KillOnDrop)
+        .unwrap()
 }

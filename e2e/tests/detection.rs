@@ -2,7 +2,6 @@
 //! bringing a failure is assessed at once by the collector, not at its next period.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use railguard_e2e::scripted::*;
@@ -60,32 +59,12 @@ async fn the_agent_confirms_a_new_failure_at_once() {
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
-    railguard_agent::topology::fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
-    let token = dir.path().join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
-    // The seed's failure on the simulated fabric: the NIC's DMA rejected on PIX/PXB pairs while
-    // the transport reports success.
     let faults = dir.path().join("faults.json");
-    std::fs::write(
-        &faults,
-        r#"{"faults": [{"path": ["pix", "pxb"], "kind": "dma_read_rejected", "reported": "success"}]}"#,
-    )
-    .unwrap();
-    let _agent = KillOnDrop(
-        Command::new(bin("railguard-agent"))
-            .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url(), "--token-file"])
-            .arg(&token)
-            .arg("--spool-dir")
-            .arg(dir.path().join("spool"))
-            .arg("--sysfs-root")
-            .arg(dir.path().join("node/sys"))
-            .args(["--fabric", "sim", "--probe-cycle-secs", "600", "--probe-bytes", "64K", "--no-signals", "--faults"])
-            .arg(&faults)
-            .env("RUST_LOG", "error")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    std::fs::write(&faults, SEED_PIX_FAULTS).unwrap();
+    let flags = ["--fabric", "sim", "--probe-cycle-secs", "600", "--probe-bytes", "64K", "--no-signals", "--faults"];
+    let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
+    args.push(faults.as_os_str());
+    let _agent = seed_agent(&collector, dir.path(), &args);
     let t0 = Instant::now();
     let (gpu, nic, n, spread): (i32, String, i64, f64) = loop {
         let row: Option<(i32, String, i64, f64)> = sqlx::query_as(

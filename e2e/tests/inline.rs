@@ -15,7 +15,6 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use railguard_agent::topology::fixture;
 use railguard_e2e::*;
 
 fn scenario(socket: &std::path::Path, gpu: &str, args: &[&str]) -> serde_json::Value {
@@ -50,27 +49,11 @@ async fn a_kv_reuse_race_is_caught_in_line_and_turns_the_gpu_corrupting_and_clea
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
-    fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
-    let token = dir.path().join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
     let socket = dir.path().join("run/inline.sock");
-    let _agent = KillOnDrop(
-        Command::new(bin("railguard-agent"))
-            .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url()])
-            .args(["--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500", "--inline-socket-mode", "600"])
-            .arg("--token-file")
-            .arg(&token)
-            .arg("--spool-dir")
-            .arg(dir.path().join("spool"))
-            .arg("--sysfs-root")
-            .arg(dir.path().join("node/sys"))
-            .arg("--inline-socket")
-            .arg(&socket)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let flags = ["--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500", "--inline-socket-mode", "600"];
+    let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
+    args.extend(["--inline-socket".as_ref(), socket.as_os_str()]);
+    let _agent = seed_agent(&collector, dir.path(), &args);
     let deadline = Instant::now() + Duration::from_secs(30);
     while UnixStream::connect(&socket).is_err() {
         assert!(Instant::now() < deadline, "the agent's in-line socket never appeared");

@@ -61,32 +61,14 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
-    railguard_agent::topology::fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
     let faults = dir.path().join("faults.json");
-    std::fs::write(
-        &faults,
-        r#"{"faults": [{"path": ["pix", "pxb"], "kind": "dma_read_rejected", "reported": "success"}]}"#,
-    )
-    .unwrap();
-    let token = dir.path().join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
-    let _agent = KillOnDrop(
-        Command::new(bin("railguard-agent"))
-            .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url(), "--token-file"])
-            .arg(&token)
-            .arg("--spool-dir")
-            .arg(dir.path().join("spool"))
-            .arg("--sysfs-root")
-            .arg(dir.path().join("node/sys"))
-            .args(["--fabric", "sim", "--probe-cycle-secs", "1", "--probe-bytes", "64K", "--no-signals", "--faults"])
-            .arg(&faults)
-            // The workloads on this host pick each GPU's pair (their UCX_NET_DEVICES).
-            .args(["--discover-workloads", "--proc-root", "/proc"])
-            .env("RUST_LOG", "error")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    std::fs::write(&faults, SEED_PIX_FAULTS).unwrap();
+    let flags = ["--fabric", "sim", "--probe-cycle-secs", "1", "--probe-bytes", "64K", "--no-signals"];
+    let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
+    args.extend(["--faults".as_ref(), faults.as_os_str()]);
+    // The workloads on this host pick each GPU's pair (their UCX_NET_DEVICES).
+    args.extend(["--discover-workloads", "--proc-root", "/proc"].map(std::ffi::OsStr::new));
+    let _agent = seed_agent(&collector, dir.path(), &args);
     let rules = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus/railguard-alerts.yml"))
         .canonicalize()
         .unwrap();

@@ -38,13 +38,6 @@ pub fn nixl_wheel_lib(prefix: &str) -> PathBuf {
 /// The Python of the virtualenv scripts/setup.sh installs NIXL and numpy into (or
 /// RAILGUARD_NIXL_PYTHON), for railguard's NIXL library (integrations/nixl).
 pub fn nixl_python() -> PathBuf {
-    if let Some(p) = std::env::var_os("RAILGUARD_NIXL_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
-    let py = cache.join("railguard/nixl/bin/python");
-    assert!(py.exists(), "{} is missing: scripts/setup.sh installs nixl-cu12 and numpy there", py.display());
-    py
+    railguard_agent::probe::transport::nixl::locate::setup_python(&|k| std::env::var(k).ok())
+        .expect("no NIXL virtualenv: scripts/setup.sh installs nixl-cu12 and numpy into ~/.cache/railguard/nixl")
 }

@@ -91,12 +91,8 @@ fn roots(explicit: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Vec<P
         dirs.extend(site_packages(&Path::new(&home).join(".local")));
     }
     // The virtualenv scripts/setup.sh installs the wheel into (a developer's machine, CI).
-    if let Some(cache) = env("XDG_CACHE_HOME")
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").filter(|s| !s.is_empty()).map(|h| Path::new(&h).join(".cache")))
-    {
-        dirs.extend(site_packages(&cache.join("railguard/nixl")));
+    if let Some(venv) = setup_venv(env) {
+        dirs.extend(site_packages(&venv));
     }
     // Last, wherever the node's python3 says its packages are (pyenv, conda, distro layouts).
     if explicit.is_none() {
@@ -128,6 +124,25 @@ pub fn candidates(explicit: Option<&Path>, env: &dyn Fn(&str) -> Option<String>)
 }
 
 /// The NIXL C API library to load, or why there is none.
+/// The virtualenv scripts/setup.sh installs NIXL (and numpy) into:
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/railguard/nixl`.
+pub fn setup_venv(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    env("XDG_CACHE_HOME")
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").filter(|s| !s.is_empty()).map(|h| Path::new(&h).join(".cache")))
+        .map(|cache| cache.join("railguard/nixl"))
+}
+
+/// The Python of that virtualenv (railguard's NIXL library and its tests), or
+/// `RAILGUARD_NIXL_PYTHON`; None when neither exists.
+pub fn setup_python(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(p) = env("RAILGUARD_NIXL_PYTHON").filter(|s| !s.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    setup_venv(env).map(|v| v.join("bin/python")).filter(|p| p.exists())
+}
+
 pub fn locate(explicit: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
     let all = candidates(explicit, env);
     if let Some(found) = all.iter().find(|p| p.is_file()) {
