@@ -385,12 +385,8 @@ pub async fn reconcile_once(
     Ok(actions)
 }
 
-/// The advisory lock key of the node-condition controller ("railguard k8s nodes").
-const LEADER_LOCK: i64 = 0x7261_696c_6b38_736e;
-
 /// Keeps the conditions every `cfg.every` until `shutdown`. With several collector replicas on
-/// one Postgres, only the holder of a session advisory lock acts; when its connection (or its
-/// process) dies, the lock goes with it and another replica takes over at its next pass.
+/// one Postgres, only the leader ([`crate::leader`]) acts; another takes over when it goes.
 pub async fn run_periodic(
     client: kube::Client,
     pool: sqlx::PgPool,
@@ -399,34 +395,10 @@ pub async fn run_periodic(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut breaker = Breaker::default();
-    let mut leader: Option<sqlx::pool::PoolConnection<sqlx::Postgres>> = None;
+    let mut leader =
+        crate::leader::Leadership::new(pool.clone(), crate::leader::K8S_NODES, "kubernetes node conditions");
     loop {
-        leader = match leader.take() {
-            Some(mut c) => match sqlx::query("SELECT 1").execute(&mut *c).await {
-                Ok(_) => Some(c),
-                Err(e) => {
-                    tracing::warn!(error = %e, "lost the node-condition lock's connection");
-                    None
-                }
-            },
-            None => match pool.acquire().await {
-                // Closed, not pooled, when dropped: the lock must never outlive its holder.
-                Ok(mut c) => match sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
-                    .bind(LEADER_LOCK)
-                    .fetch_one(&mut *c)
-                    .await
-                {
-                    Ok(true) => {
-                        tracing::info!("this collector keeps the Kubernetes node conditions");
-                        c.close_on_drop();
-                        Some(c)
-                    }
-                    _ => None,
-                },
-                Err(_) => None,
-            },
-        };
-        if leader.is_some() {
+        if leader.check().await {
             match crate::store::read::gpus(&pool, None, i64::MAX).await {
                 Ok(rows) => {
                     if let Err(e) = reconcile_once(&client, &rows, &cfg, &mut breaker, &stats).await {
@@ -440,9 +412,7 @@ pub async fn run_periodic(
         tokio::select! {
             _ = tokio::time::sleep(cfg.every) => {}
             _ = shutdown.changed() => {
-                if let Some(mut c) = leader {
-                    let _ = sqlx::query("SELECT pg_advisory_unlock($1)").bind(LEADER_LOCK).execute(&mut *c).await;
-                }
+                leader.release().await;
                 return;
             }
         }

@@ -13,6 +13,7 @@ pub mod export;
 pub mod http;
 pub mod ingest;
 pub mod k8s_nodes;
+pub mod leader;
 pub mod patterns;
 pub mod pg;
 pub mod retention;
@@ -22,3 +23,12 @@ pub mod store;
 pub mod tls;
 
 pub use serve::{DatabaseConfig, ServeConfig};
+
+/// This machine's host name (`/proc/sys/kernel/hostname`), or "unknown".
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}

@@ -119,7 +119,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             tokio::spawn(crate::k8s_nodes::run_periodic(client, pool.clone(), k8s, k, stop_rx.clone()));
         }
         let store = Store::new(pool.clone()).with_retention(cfg.retention_days);
-        tokio::spawn(crate::retention::run_periodic(store.clone(), stop_rx.clone()));
+        tokio::spawn(crate::retention::run_periodic(store.clone(), stats.clone(), stop_rx.clone()));
         let http = match cfg.http_listen {
             Some(addr) => {
                 let l = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;

@@ -176,6 +176,11 @@ impl CollectorProc {
         self.spawn();
     }
 
+    /// The running process's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(std::process::Child::id)
+    }
+
     /// True while the process runs.
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())

@@ -333,11 +333,16 @@ pub async fn assess_and_store(
     let now = Utc::now();
     let inputs = load_inputs(pool, nodes, now, cfg.window).await?;
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
+    // One assessment writes at a time, fleet-wide (several collector replicas, a full pass and a
+    // node assessed at once): the previous statuses are read under the same lock, so a change is
+    // recorded once.
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(crate::leader::ASSESSMENT ^ 1).execute(&mut *tx).await?;
     let prev: Vec<(String, i32, GpuStatus)> = sqlx::query_as(
         "SELECT node_id, gpu_index, status FROM gpu_status WHERE ($1::text[] IS NULL OR node_id = ANY($1))",
     )
     .bind(&filter)
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
     let prev: HashMap<Key, GpuStatus> =
         prev.into_iter().filter_map(|(n, g, s)| Some(((n, u32::try_from(g).ok()?), s))).collect();
@@ -346,7 +351,6 @@ pub async fn assess_and_store(
         .map(|(k, i)| rules::assess(i, prev.get(k).map(|s| Previous { status: *s }), &cfg.rules))
         .collect();
 
-    let mut tx = pool.begin().await?;
     let mut cols: (
         Vec<String>,
         Vec<i32>,
@@ -430,18 +434,34 @@ pub async fn run_periodic(
     stats: std::sync::Arc<crate::ingest::IngestStats>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    use std::sync::atomic::Ordering::Relaxed;
     let mut shutdown = shutdown;
     let mut next_full = tokio::time::Instant::now();
+    let mut leader = crate::leader::Leadership::new(pool.clone(), crate::leader::ASSESSMENT, "fleet assessment");
+    let me = format!("{}:{}", crate::hostname(), std::process::id());
     loop {
         if tokio::time::Instant::now() >= next_full {
-            match assess_and_store(&pool, None, &cfg).await {
-                Ok(r) => {
-                    stats
-                        .assessed_at_ms
-                        .store(chrono::Utc::now().timestamp_millis(), std::sync::atomic::Ordering::Relaxed);
-                    tracing::debug!(gpus = r.len(), "fleet assessed")
+            // The full pass is the leader's; every replica assesses at once the nodes whose
+            // batches it stored with a failure (below).
+            let leads = leader.check().await;
+            stats.leads_assessment.store(leads, Relaxed);
+            if leads {
+                match assess_and_store(&pool, None, &cfg).await {
+                    Ok(r) => {
+                        if let Err(e) = sqlx::query(
+                            "INSERT INTO assessment_runs (id, finished_at, holder) VALUES (1, now(), $1)
+                             ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, holder = EXCLUDED.holder",
+                        )
+                        .bind(&me)
+                        .execute(&pool)
+                        .await
+                        {
+                            tracing::warn!(error = %e, "recording the assessment pass failed");
+                        }
+                        tracing::debug!(gpus = r.len(), "fleet assessed")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "assessment failed; will retry"),
                 }
-                Err(e) => tracing::warn!(error = %e, "assessment failed; will retry"),
             }
             next_full = tokio::time::Instant::now() + every;
         }
@@ -457,7 +477,10 @@ pub async fn run_periodic(
         tokio::select! {
             _ = tokio::time::sleep_until(next_full) => {}
             _ = stats.urgent_notify.notified() => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => {
+                leader.release().await;
+                return;
+            }
         }
     }
 }

@@ -122,14 +122,23 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             let _ = writeln!(out, "railguard_agent_spool_quarantined_total{{node=\"{}\"}} {n}", label(node));
         }
     }
-    let at = st.assessed_at_ms.load(Ordering::Relaxed);
-    if at > 0 {
+    // The last full pass of whichever replica leads (every replica reports the same age).
+    let last: Option<chrono::DateTime<chrono::Utc>> =
+        sqlx::query_scalar("SELECT finished_at FROM assessment_runs WHERE id = 1").fetch_optional(&s.pool).await?;
+    if let Some(at) = last {
         let _ = writeln!(
             out,
-            "# HELP railguard_assessment_age_seconds Time since the collector's last completed assessment of the fleet (GPU statuses are this old at most, plus one window).\n# TYPE railguard_assessment_age_seconds gauge"
+            "# HELP railguard_assessment_age_seconds Time since the last completed assessment of the whole fleet, by whichever collector leads it (GPU statuses are this old at most, plus one window).\n# TYPE railguard_assessment_age_seconds gauge"
         );
-        let age = (chrono::Utc::now().timestamp_millis() - at).max(0) as f64 / 1000.0;
+        let age = (chrono::Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0;
         let _ = writeln!(out, "railguard_assessment_age_seconds {age:.3}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_leader 1 where this collector holds a fleet-wide task (with several replicas on one Postgres, exactly one holds each).\n# TYPE railguard_leader gauge"
+    );
+    for (task, v) in [("assessment", &st.leads_assessment), ("retention", &st.leads_retention)] {
+        let _ = writeln!(out, "railguard_leader{{task=\"{task}\"}} {}", u8::from(v.load(Ordering::Relaxed)));
     }
     let _ = writeln!(
         out,

@@ -71,9 +71,6 @@ pub struct IngestStats {
     /// was dated (seconds, 0 when not ahead): an agent clock running fast, which every record it
     /// makes carries. (A clock running slow looks like a delivery backlog and is not told apart.)
     pub clock_ahead: std::sync::Mutex<std::collections::BTreeMap<String, f64>>,
-    /// When the last fleet assessment pass completed (Unix ms; 0: none yet), for
-    /// `railguard_assessment_age_seconds`.
-    pub assessed_at_ms: std::sync::atomic::AtomicI64,
     /// Per node, the devices its latest topology lists (loaded from the store on first use).
     pub devices: std::sync::Mutex<std::collections::HashMap<String, KnownDevices>>,
     /// The Kubernetes node-condition controller's counts, when it runs.
@@ -82,6 +79,9 @@ pub struct IngestStats {
     /// mismatch): the assessment takes them at once instead of at its next period.
     pub urgent: std::sync::Mutex<std::collections::BTreeSet<String>>,
     pub urgent_notify: tokio::sync::Notify,
+    /// This collector holds the fleet-wide tasks (several replicas on one Postgres).
+    pub leads_assessment: std::sync::atomic::AtomicBool,
+    pub leads_retention: std::sync::atomic::AtomicBool,
 }
 
 impl IngestStats {

@@ -1,0 +1,63 @@
+//! One collector at a time does the fleet-wide work (the full assessment pass, retention, the
+//! Kubernetes node conditions) when several replicas share one Postgres: the holder of a
+//! session-level advisory lock, on a connection of its own. When that connection or its process
+//! dies, Postgres releases the lock and another replica takes it at its next check.
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
+
+/// Advisory lock keys (bound parameters; any collector of this project uses the same).
+pub const ASSESSMENT: i64 = 0x7261_696c_6173_7365; // "railasse"
+pub const RETENTION: i64 = 0x7261_696c_7265_746e; // "railretn"
+pub const K8S_NODES: i64 = 0x7261_696c_6b38_736e; // "railk8sn"
+
+/// A task's leadership, checked before each round of its work.
+#[derive(Debug)]
+pub struct Leadership {
+    pool: PgPool,
+    key: i64,
+    what: &'static str,
+    conn: Option<PoolConnection<Postgres>>,
+}
+
+impl Leadership {
+    pub fn new(pool: PgPool, key: i64, what: &'static str) -> Self {
+        Leadership { pool, key, what, conn: None }
+    }
+
+    /// True while this process holds the lock: keeps it (its connection still answers) or takes
+    /// it (nobody holds it).
+    pub async fn check(&mut self) -> bool {
+        if let Some(mut c) = self.conn.take() {
+            match sqlx::query("SELECT 1").execute(&mut *c).await {
+                Ok(_) => {
+                    self.conn = Some(c);
+                    return true;
+                }
+                Err(e) => tracing::warn!(task = self.what, error = %e, "lost the leader lock's connection"),
+            }
+        }
+        let Ok(mut c) = self.pool.acquire().await else { return false };
+        match sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)").bind(self.key).fetch_one(&mut *c).await {
+            Ok(true) => {
+                tracing::info!(task = self.what, "this collector leads");
+                // Closed, never returned to the pool: the lock must not outlive its holder.
+                c.close_on_drop();
+                self.conn = Some(c);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// Gives the lock up now (shutdown), so another replica need not wait for the connection to die.
+    pub async fn release(&mut self) {
+        if let Some(mut c) = self.conn.take() {
+            let _ = sqlx::query("SELECT pg_advisory_unlock($1)").bind(self.key).execute(&mut *c).await;
+        }
+    }
+}
