@@ -337,3 +337,38 @@ async fn the_api_token_when_set_is_required() {
     assert_eq!(c.get("/metrics", None).0, 200, "metrics stay scrapeable");
     assert_eq!(c.get("/api/v1/openapi.json", None).0, 200);
 }
+
+/// Fleet reads that scale (#15 item 4): the fleet's nodes in pages that neither repeat nor skip,
+/// filtered by their worst status; failures limited; bad cursors refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleet_is_read_in_pages() {
+    let pg = TestPg::start().await;
+    let c = scripted_fleet(&pg).await;
+    let all = json(&c, "/api/v1/fleet");
+    let everyone: Vec<&str> = all["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
+    assert_eq!(everyone.len(), 5);
+    assert!(all["next"].is_null());
+    let mut paged = Vec::new();
+    let mut url = "/api/v1/fleet?limit=2".to_owned();
+    loop {
+        let page = json(&c, &url);
+        assert!(page["nodes"].as_array().unwrap().len() <= 2);
+        paged.extend(page["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap().to_owned()));
+        assert_eq!(page["totals"], all["totals"], "totals are the fleet's on every page");
+        match page["next"].as_str() {
+            Some(n) => url = format!("/api/v1/fleet?limit=2&after={}", n.replace('|', "%7C")),
+            None => break,
+        }
+    }
+    assert_eq!(paged, everyone, "pages in the same order, nothing repeated or skipped");
+    let bad = json(&c, "/api/v1/fleet?status=corrupting");
+    let names: Vec<&str> = bad["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
+    assert_eq!(names, ["seed-auto", "seed-pinned"]);
+    for q in ["after=nonsense", "after=9%7Cx", "after=4%7C%2Fetc", "limit=0", "status=broken"] {
+        let (code, body) = c.get(&format!("/api/v1/fleet?{q}"), None);
+        assert_eq!(code, 400, "{q}: {body}");
+        assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string());
+    }
+    let f = json(&c, "/api/v1/failures?since=1d&limit=1");
+    assert_eq!(f["failures"].as_array().unwrap().len(), 1);
+}

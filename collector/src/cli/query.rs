@@ -41,7 +41,7 @@ impl QueryArgs {
         match &self.what {
             QueryWhat::Failures { range } => {
                 let (since, until) = range.range()?;
-                self.json_or_table(&read::failures(&pool, since, until).await?)
+                self.json_or_table(&read::failures(&pool, since, until, 10_000).await?)
             }
             QueryWhat::Gpus { status, limit } => {
                 let statuses = status.as_deref().map(params::statuses).transpose()?;

@@ -70,14 +70,44 @@ pub struct Failures {
     pub failures: Vec<FailureRow>,
 }
 
-/// Every node with its GPUs counted by status (worst first), and the status changes of the last hour.
+/// `?status=&limit=&after=`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct FleetQuery {
+    /// Only nodes whose worst GPU has one of these statuses (comma-separated: ok, watch,
+    /// at_risk, corrupting). Default (absent or empty): every node.
+    #[param(
+        example = "corrupting,at_risk",
+        pattern = "^((ok|watch|at_risk|corrupting)(,(ok|watch|at_risk|corrupting))*)?$"
+    )]
+    status: Option<String>,
+    /// Nodes per page (1–10000). Default (absent): every node, no `next`.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 10000)]
+    limit: Option<String>,
+    /// The previous page's `next`.
+    #[param(example = "4|gpu-node-0042", pattern = "^([0-8][|][A-Za-z0-9._-]{1,128})?$")]
+    after: Option<String>,
+}
+
+/// Every node (or a page of them) with its GPUs counted by status (worst first), the fleet's
+/// totals, and the status changes of the last hour.
 #[utoipa::path(get, path = "/api/v1/fleet", tag = "fleet",
+    params(FleetQuery),
     responses(
         (status = 200, description = "The fleet", body = FleetSummary),
+        (status = 400, description = "Bad status, limit or cursor", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     ))]
-pub async fn fleet(State(s): State<AppState>) -> ApiResult<FleetSummary> {
-    Ok(Json(read::fleet(&s.pool).await?))
+pub async fn fleet(
+    State(s): State<AppState>,
+    params::ApiQuery(q): params::ApiQuery<FleetQuery>,
+) -> ApiResult<FleetSummary> {
+    let page = read::FleetPage {
+        worst: params::present(q.status.as_deref()).map(params::statuses).transpose()?,
+        limit: q.limit.as_deref().map(|l| params::limit(Some(l), 1000)).transpose()?,
+        after: params::present(q.after.as_deref()).map(params::fleet_cursor).transpose()?,
+    };
+    Ok(Json(read::fleet(&s.pool, &page).await?))
 }
 
 /// A node: host facts and topology (latest snapshot), every GPU's status with its evidence and
@@ -212,6 +242,9 @@ pub struct FailuresQuery {
     /// RFC 3339 time, or a duration before now. Default (absent or empty) now.
     #[param(schema_with = params::time_schema)]
     until: Option<String>,
+    /// Pairs at most, most failures first (1–10000, default 1000).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 10000)]
+    limit: Option<String>,
 }
 
 /// Which GPUs failed verification in a period, on which NIC, how often.
@@ -227,7 +260,8 @@ pub async fn failures(
     params::ApiQuery(q): params::ApiQuery<FailuresQuery>,
 ) -> ApiResult<Failures> {
     let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "30d")?;
-    Ok(Json(Failures { since, until, failures: read::failures(&s.pool, since, until).await? }))
+    let limit = params::limit(q.limit.as_deref(), 1000)?;
+    Ok(Json(Failures { since, until, failures: read::failures(&s.pool, since, until, limit).await? }))
 }
 
 /// `?since=&until=` for patterns (default: the assessment window).

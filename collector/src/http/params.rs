@@ -220,3 +220,12 @@ mod tests {
         }
     }
 }
+
+/// A fleet page cursor, `rank|node` as `/api/v1/fleet` returns it in `next`.
+pub fn fleet_cursor(s: &str) -> Result<(i32, String), ApiError> {
+    let bad = || ApiError::BadRequest(format!("after {s:?} is not a cursor from a previous page's `next`"));
+    let (rank, node) = s.split_once('|').ok_or_else(bad)?;
+    let rank: i32 = rank.parse().ok().filter(|r| (0..=8).contains(r)).ok_or_else(bad)?;
+    let node = NodeId::new(node).map_err(|_| bad())?;
+    Ok((rank, node.as_str().to_owned()))
+}

@@ -75,8 +75,10 @@ pub struct StatusChange {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct FleetSummary {
     pub totals: FleetTotals,
-    /// Worst first, then by node id.
+    /// Worst first, then by node id (a page of them with `limit`).
     pub nodes: Vec<NodeSummary>,
+    /// Pass as `after` for the next page; null on the last one.
+    pub next: Option<String>,
     /// Newest first, at most 200.
     pub changes_last_hour: Vec<StatusChange>,
 }
@@ -274,20 +276,58 @@ macro_rules! gpu_status_columns {
     };
 }
 
-/// Every node with its GPUs counted by status (worst first), the fleet's totals, and the status
-/// changes of the last hour.
-pub async fn fleet(pool: &PgPool) -> Result<FleetSummary, sqlx::Error> {
-    let nodes: Vec<NodeSummary> = sqlx::query_as(concat!(
-        "SELECT n.node_id AS node, n.hostname, n.agent_version, n.last_seen, n.spool_dropped_total,
-                count(g.gpu_index) AS gpus, ",
+/// Which nodes of the fleet to list: a status filter on each node's worst GPU, and a page.
+#[derive(Debug, Clone, Default)]
+pub struct FleetPage {
+    pub worst: Option<Vec<GpuStatus>>,
+    /// At most this many nodes (None: all).
+    pub limit: Option<i64>,
+    /// The cursor of the previous page ([`FleetSummary::next`]): nodes after it.
+    pub after: Option<(i32, String)>,
+}
+
+/// Every node (or a page of them) with its GPUs counted by status (worst first), the fleet's
+/// totals, and the status changes of the last hour.
+pub async fn fleet(pool: &PgPool, page: &FleetPage) -> Result<FleetSummary, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Ranked {
+        #[sqlx(flatten)]
+        node: NodeSummary,
+        rank: i32,
+    }
+    // Worst first (rank: the worst status's place in gpu_status_kind, 0 without GPUs), then by
+    // node id; the cursor is (rank, node), so a page never repeats or skips a node.
+    let rows: Vec<Ranked> = sqlx::query_as(concat!(
+        "WITH n AS (
+            SELECT n.node_id AS node, n.hostname, n.agent_version, n.last_seen, n.spool_dropped_total,
+                   count(g.gpu_index) AS gpus, ",
         status_counts!(),
-        ", max(g.status) AS worst
-         FROM nodes n LEFT JOIN gpu_status g ON g.node_id = n.node_id
-         GROUP BY n.node_id
-         ORDER BY max(g.status) DESC NULLS LAST, n.node_id"
+        ", max(g.status) AS worst,
+                   coalesce(array_position(enum_range(NULL::gpu_status_kind), max(g.status)), 0) AS rank
+            FROM nodes n LEFT JOIN gpu_status g ON g.node_id = n.node_id
+            GROUP BY n.node_id
+         )
+         SELECT * FROM n
+         WHERE ($1::gpu_status_kind[] IS NULL OR worst = ANY($1))
+           AND ($2::int IS NULL OR rank < $2 OR (rank = $2 AND node > $3))
+         ORDER BY rank DESC, node
+         LIMIT $4"
     ))
+    .bind(&page.worst)
+    .bind(page.after.as_ref().map(|a| a.0))
+    .bind(page.after.as_ref().map(|a| a.1.clone()))
+    .bind(page.limit.map(|l| l + 1))
     .fetch_all(pool)
     .await?;
+    let mut nodes: Vec<(i32, NodeSummary)> = rows.into_iter().map(|r| (r.rank, r.node)).collect();
+    let next = match page.limit {
+        Some(l) if nodes.len() as i64 > l => {
+            nodes.truncate(usize::try_from(l).unwrap_or(usize::MAX));
+            nodes.last().map(|(rank, n)| format!("{rank}|{}", n.node))
+        }
+        _ => None,
+    };
+    let nodes: Vec<NodeSummary> = nodes.into_iter().map(|(_, n)| n).collect();
     let totals: FleetTotals =
         sqlx::query_as(concat!("SELECT count(*) AS gpus, ", status_counts!(), " FROM gpu_status g"))
             .fetch_one(pool)
@@ -298,7 +338,7 @@ pub async fn fleet(pool: &PgPool) -> Result<FleetSummary, sqlx::Error> {
     )
     .fetch_all(pool)
     .await?;
-    Ok(FleetSummary { totals, nodes, changes_last_hour })
+    Ok(FleetSummary { totals, nodes, next, changes_last_hour })
 }
 
 /// The GPUs of `node` (or one of them), by index.
@@ -618,6 +658,7 @@ pub async fn failures(
     pool: &PgPool,
     since: DateTime<Utc>,
     until: DateTime<Utc>,
+    limit: i64,
 ) -> Result<Vec<FailureRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT node_id AS node, gpu_index AS gpu, nic,
@@ -634,10 +675,12 @@ pub async fn failures(
          WHERE observed_at >= $1 AND observed_at <= $2 AND injected = 'none'
          GROUP BY node_id, gpu_index, nic
          HAVING count(*) FILTER (WHERE verdict <> 'ok') > 0
-         ORDER BY failures DESC, node, gpu, nic",
+         ORDER BY failures DESC, node, gpu, nic
+         LIMIT $3",
     )
     .bind(since)
     .bind(until)
+    .bind(limit)
     .fetch_all(pool)
     .await
 }
