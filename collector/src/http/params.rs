@@ -144,6 +144,15 @@ pub struct GpuPath {
     pub gpu: u16,
 }
 
+/// A fleet page cursor, `rank|node` as `/api/v1/fleet` returns it in `next`.
+pub fn fleet_cursor(s: &str) -> Result<(i32, String), ApiError> {
+    let bad = || ApiError::BadRequest(format!("after {s:?} is not a cursor from a previous page's `next`"));
+    let (rank, node) = s.split_once('|').ok_or_else(bad)?;
+    let rank: i32 = rank.parse().ok().filter(|r| (0..=8).contains(r)).ok_or_else(bad)?;
+    let node = NodeId::new(node).map_err(|_| bad())?;
+    Ok((rank, node.as_str().to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,13 +228,4 @@ mod tests {
             assert!(matches!(limit(Some(bad), 1000), Err(ApiError::BadRequest(_))), "{bad:?}");
         }
     }
-}
-
-/// A fleet page cursor, `rank|node` as `/api/v1/fleet` returns it in `next`.
-pub fn fleet_cursor(s: &str) -> Result<(i32, String), ApiError> {
-    let bad = || ApiError::BadRequest(format!("after {s:?} is not a cursor from a previous page's `next`"));
-    let (rank, node) = s.split_once('|').ok_or_else(bad)?;
-    let rank: i32 = rank.parse().ok().filter(|r| (0..=8).contains(r)).ok_or_else(bad)?;
-    let node = NodeId::new(node).map_err(|_| bad())?;
-    Ok((rank, node.as_str().to_owned()))
 }
