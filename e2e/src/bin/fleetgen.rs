@@ -1,0 +1,232 @@
+//! fleetgen: a fleet of simulated nodes against a real collector and Postgres (#15 item 8).
+//!
+//! Every node has its own credential (the collector's credentials file lists them), sends its
+//! topology once (the seed's 8-GPU KVM guest, with UCX auto-selection) and then, at the agent's
+//! default cadence, one batch a minute of 88 probe records (every GPU/NIC pair once, the
+//! workload's pairs three times more), each batch at the node's own phase. `--fail NODE:GPU`
+//! makes that GPU's workload pair (its PIX NIC) a silent corruption from `--fail-after-secs`
+//! on, and fleetgen reports how long until the collector's API says `corrupting`.
+//!
+//! It prints offered vs acknowledged records per second, batch acknowledgement latency (p50,
+//! p99, max) and errors every 10 s and at the end. Records are marked simulated, as every
+//! simulated-fabric record is.
+//!
+//! Run: `cargo run --release -p railguard-e2e --bin fleetgen -- --nodes 1000 --duration-secs 60
+//! --fail fleet-00007:3` (starts its own Postgres and collector; build the workspace first), or
+//! `scripts/bench-fleet.sh`.
+#![allow(clippy::unwrap_used)] // a harness: a broken setup should stop it loudly
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use railguard_e2e::scripted::{topo_rec, topology};
+use railguard_e2e::{CollectorProc, TestPg, http_get, probe, token_for};
+use railguard_schema::wire::RecordBatch;
+use railguard_schema::wire::ingest_client::IngestClient;
+use railguard_schema::{Diagnosis, PairSelection, ProbeVerdict, Record, RecordBody, RecordId};
+
+struct Args {
+    nodes: usize,
+    duration: Duration,
+    interval: Duration,
+    connections: usize,
+    fail: Option<(String, u32)>,
+    fail_after: Duration,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        nodes: 100,
+        duration: Duration::from_secs(60),
+        interval: Duration::from_secs(60),
+        connections: 8,
+        fail: None,
+        fail_after: Duration::from_secs(10),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut val = || it.next().ok_or(format!("{flag} needs a value"));
+        let num = |v: String| v.parse::<u64>().map_err(|_| format!("{flag}: {v:?} is not a number"));
+        match flag.as_str() {
+            "--nodes" => a.nodes = num(val()?)? as usize,
+            "--duration-secs" => a.duration = Duration::from_secs(num(val()?)?),
+            "--interval-secs" => a.interval = Duration::from_secs(num(val()?)?.max(1)),
+            "--connections" => a.connections = (num(val()?)? as usize).max(1),
+            "--fail-after-secs" => a.fail_after = Duration::from_secs(num(val()?)?),
+            "--fail" => {
+                let v = val()?;
+                let (n, g) = v.split_once(':').ok_or(format!("--fail {v:?}: NODE:GPU"))?;
+                a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
+            }
+            "-h" | "--help" => {
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S]".into());
+            }
+            f => return Err(format!("unknown flag {f}")),
+        }
+    }
+    Ok(a)
+}
+
+/// One minute of a node's probes: 64 pairs once, the 8 workload (PIX) pairs three more times.
+fn batch(node_idx: usize, seq: u64, failing: Option<u32>) -> Vec<railguard_schema::wire::Record> {
+    let mut out = Vec::with_capacity(88);
+    let mut push = |g: u32, n: u32, sel: PairSelection, k: u64| {
+        let mut p = probe(seq * 1000 + k);
+        p.gpu = g;
+        p.nic = format!("mlx5_{n}");
+        p.selection = sel;
+        let bad = failing == Some(g) && n == g;
+        p.verdict = if bad { ProbeVerdict::SilentCorruption } else { ProbeVerdict::Ok };
+        p.diagnosis = if bad { Diagnosis::Untouched } else { Diagnosis::None };
+        p.first_bad_offset = bad.then_some(0);
+        p.bad_chunks = if bad { p.chunks } else { 0 };
+        p.duration_ns = 5_000_000 + (node_idx as u64 % 1000);
+        out.push(Record { id: RecordId::random(), observed_at: chrono::Utc::now(), body: RecordBody::Probe(p) }.into());
+    };
+    let mut k = 0;
+    for g in 0..8 {
+        for n in 0..8 {
+            push(g, n, if n == g { PairSelection::Predicted } else { PairSelection::Sweep }, k);
+            k += 1;
+        }
+        for _ in 0..3 {
+            push(g, g, PairSelection::Predicted, k);
+            k += 1;
+        }
+    }
+    out
+}
+
+#[derive(Default)]
+struct Stats {
+    offered: AtomicU64,
+    acked: AtomicU64,
+    errors: AtomicU64,
+    latencies_us: std::sync::Mutex<Vec<u64>>,
+}
+
+impl Stats {
+    fn report(&self, label: &str, elapsed: Duration) {
+        let mut l = self.latencies_us.lock().map(|l| l.clone()).unwrap_or_default();
+        l.sort_unstable();
+        let q = |f: f64| l.get(((l.len() as f64 * f) as usize).min(l.len().saturating_sub(1))).copied().unwrap_or(0);
+        let secs = elapsed.as_secs_f64().max(0.001);
+        println!(
+            "{label}: {:.0} records/s offered, {:.0} acknowledged ({} batches); ack p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {} errors",
+            self.offered.load(Ordering::Relaxed) as f64 / secs,
+            self.acked.load(Ordering::Relaxed) as f64 / secs,
+            l.len(),
+            q(0.5) as f64 / 1000.0,
+            q(0.99) as f64 / 1000.0,
+            l.last().copied().unwrap_or(0) as f64 / 1000.0,
+            self.errors.load(Ordering::Relaxed),
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let names: Vec<String> = (0..a.nodes).map(|i| format!("fleet-{i:05}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    eprintln!("fleetgen: starting Postgres and a collector for {} nodes…", a.nodes);
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start_with(&pg.url(), &refs, &["--assess-every-secs", "10"]);
+    let mut channels = Vec::new();
+    for _ in 0..a.connections {
+        channels.push(IngestClient::connect(collector.url()).await.unwrap());
+    }
+    // Topologies first: the assessment needs each node's GPUs and workload NICs.
+    let topo = topo_rec(topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None));
+    for (i, n) in names.iter().enumerate() {
+        let mut t = topo.clone();
+        t.id = RecordId::random().to_string();
+        let mut req = tonic::Request::new(RecordBatch { node_id: n.clone(), records: vec![t], spool_dropped_total: 0 });
+        req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(n)).parse().unwrap());
+        let c = channels.len();
+        channels[i % c].push_batch(req).await.unwrap();
+    }
+    eprintln!("fleetgen: topologies sent; {} batches of 88 every {:?} for {:?}", a.nodes, a.interval, a.duration);
+    let stats = Arc::new(Stats::default());
+    let start = Instant::now();
+    let fail_at = start + a.fail_after;
+    let mut tasks = Vec::new();
+    for (i, node) in names.iter().enumerate() {
+        let mut client = channels[i % channels.len()].clone();
+        let (node, stats, interval, end) = (node.clone(), stats.clone(), a.interval, start + a.duration);
+        let failing = a.fail.as_ref().filter(|(n, _)| *n == node).map(|(_, g)| *g);
+        // Each node at its own phase within the interval.
+        let phase = interval.mul_f64(i as f64 / a.nodes.max(1) as f64);
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(phase).await;
+            let mut seq = 0u64;
+            while Instant::now() < end {
+                let next = Instant::now() + interval;
+                let recs = batch(i, seq, failing.filter(|_| Instant::now() >= fail_at));
+                seq += 1;
+                let n = recs.len() as u64;
+                stats.offered.fetch_add(n, Ordering::Relaxed);
+                let mut req =
+                    tonic::Request::new(RecordBatch { node_id: node.clone(), records: recs, spool_dropped_total: 0 });
+                req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(&node)).parse().unwrap());
+                let t = Instant::now();
+                match client.push_batch(req).await {
+                    Ok(_) => {
+                        stats.acked.fetch_add(n, Ordering::Relaxed);
+                        if let Ok(mut l) = stats.latencies_us.lock() {
+                            l.push(t.elapsed().as_micros() as u64);
+                        }
+                    }
+                    Err(_) => {
+                        stats.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                tokio::time::sleep_until(next.into()).await;
+            }
+        }));
+    }
+    // Progress, and the time from the injected failure to `corrupting`.
+    let mut detected: Option<Duration> = None;
+    let port = collector.http_port;
+    while Instant::now() < start + a.duration {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some((n, g)) = &a.fail
+            && detected.is_none()
+            && Instant::now() >= fail_at
+        {
+            let (code, body) = tokio::task::spawn_blocking({
+                let path = format!("/api/v1/nodes/{n}/gpus/{g}");
+                move || http_get(port, &path, None)
+            })
+            .await
+            .unwrap();
+            if code == 200 && body.contains("\"status\":\"corrupting\"") {
+                let d = Instant::now() - fail_at;
+                println!(
+                    "fleetgen: {n} GPU{g} corrupting {:.1} s after its workload pair started failing",
+                    d.as_secs_f64()
+                );
+                detected = Some(d);
+            }
+        }
+        if start.elapsed().as_secs().is_multiple_of(10) {
+            stats.report(&format!("after {:>3} s", start.elapsed().as_secs()), start.elapsed());
+        }
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    stats.report("total", start.elapsed());
+    if let Some((n, g)) = &a.fail
+        && detected.is_none()
+    {
+        println!("fleetgen: {n} GPU{g} was not corrupting by the end");
+    }
+}
