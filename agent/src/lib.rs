@@ -4,6 +4,7 @@
 //! running agent is [`service`]; the command line (src/cli) only parses and calls it.
 
 pub mod inline;
+pub mod metrics;
 pub mod probe;
 pub mod service;
 pub mod shipper;

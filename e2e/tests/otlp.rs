@@ -146,8 +146,9 @@ async fn traces_and_metrics_reach_an_otlp_receiver() {
 }
 
 /// A real NIXL process (the wheel, agent/tests/nixl/workload.py) with its telemetry on: the
-/// bytes it moved reach the OTLP receiver as `railguard.nixl.bytes`, labelled by direction and
-/// the GPU its CUDA_VISIBLE_DEVICES names.
+/// bytes it moved reach the OTLP receiver as `railguard.nixl.bytes`, and the agent's own
+/// /metrics as `railguard_agent_nixl_bytes_total` (valid for `promtool check metrics`), labelled
+/// by direction and the GPU its CUDA_VISIBLE_DEVICES names.
 #[tokio::test(flavor = "multi_thread")]
 async fn nixl_workload_bytes_are_an_otlp_counter() {
     use std::io::BufRead;
@@ -176,22 +177,47 @@ async fn nixl_workload_bytes_are_an_otlp_counter() {
     std::io::BufReader::new(wl.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert!(line.starts_with("ready"), "{line}");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let watch = tokio::task::spawn_blocking({
-        let (sys, otlp) = (dir.path().join("node/sys"), otlp.clone());
-        move || {
-            Command::new(bin("railguard-agent"))
-                .args(["watch", "--json", "--no-ebpf", "--kmsg", "/dev/null", "--counter-interval-secs", "1"])
-                .args(["--seconds", "3", "--proc-root", "/proc", "--sysfs-root"])
-                .arg(sys)
-                .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
-                .env("RUST_LOG", "warn")
-                .output()
-                .unwrap()
+    // The agent exports over OTLP and serves its own /metrics (--metrics-listen) at once: one
+    // agent, since each consumes every NIXL ring on the host.
+    let port = free_port();
+    let mut watch = KillOnDrop(
+        Command::new(bin("railguard-agent"))
+            .args(["watch", "--json", "--no-ebpf", "--kmsg", "/dev/null", "--counter-interval-secs", "1"])
+            .args(["--seconds", "6", "--proc-root", "/proc", "--metrics-listen", &format!("127.0.0.1:{port}")])
+            .arg("--sysfs-root")
+            .arg(dir.path().join("node/sys"))
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port);
+    let deadline = std::time::Instant::now() + Duration::from_secs(6);
+    let text = loop {
+        let (code, body) = http_get(port, "/metrics", None);
+        assert_eq!(code, 200, "{body}");
+        // The workload's decode side READs: received bytes, on GPU4.
+        if body.lines().any(|l| {
+            l.starts_with("railguard_agent_nixl_bytes_total{direction=\"rx\",gpu=\"4\"}") && !l.ends_with(" 0")
+        }) {
+            break body;
         }
-    })
-    .await
-    .unwrap();
-    assert!(watch.status.success(), "{}", String::from_utf8_lossy(&watch.stderr));
+        assert!(std::time::Instant::now() < deadline, "no NIXL bytes on the agent's /metrics: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut check.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let st = tokio::task::spawn_blocking(move || wait_exit(&mut watch.0, Duration::from_secs(30))).await.unwrap();
+    assert!(st.success());
     drop(wl);
     let got = recv.0.lock().unwrap().clone();
     assert!(got.iter().any(|(s, n)| s == "railguard-agent" && n == "railguard.nixl.bytes"), "{got:?}");

@@ -35,12 +35,21 @@ pub struct SignalArgs {
     /// Also attach every target of the list to this file (repeat).
     #[arg(long)]
     pub uprobe_file: Vec<PathBuf>,
+    /// Serve this agent's own counters (NIXL processes' bytes by direction and GPU) as
+    /// Prometheus text on GET /metrics at this address (e.g. 0.0.0.0:9464). Off by default.
+    #[arg(long, env = "RAILGUARD_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl SignalArgs {
     /// The settings, with the uprobe target list read (a bad list is an error now, not a
     /// surprise later).
     pub fn settings(&self) -> anyhow::Result<SignalSettings> {
+        if let Some(addr) = self.metrics_listen {
+            let at =
+                railguard_agent::metrics::serve(addr).map_err(|e| anyhow::anyhow!("--metrics-listen {addr}: {e}"))?;
+            tracing::info!(metrics = %at, "agent metrics serving");
+        }
         Ok(SignalSettings {
             kmsg: self.kmsg.clone(),
             counter_interval: Duration::from_secs(self.counter_interval_secs),

@@ -302,11 +302,12 @@ impl TelemetryReader {
             b.0 = b.0.saturating_add(drained.tx_bytes);
             b.1 = b.1.saturating_add(drained.rx_bytes);
             let (gpu, nic) = attribute(&ring.workload);
-            // The workload's own traffic, as a counter (OTLP, so a rate in Prometheus): labels
-            // bounded by direction and GPU.
+            // The workload's own traffic, as a counter (OTLP, and the agent's --metrics-listen,
+            // so a rate in Prometheus): labels bounded by direction and GPU.
             let gpu_label = gpu.map_or_else(|| "none".to_owned(), |g| g.to_string());
             for (direction, n) in [("tx", drained.tx_bytes), ("rx", drained.rx_bytes)] {
                 if n > 0 {
+                    crate::metrics::global().add_nixl_bytes(direction, &gpu_label, n);
                     bytes_counter().add(
                         n,
                         &[
