@@ -39,6 +39,7 @@ class Reporter:
         self._closed = False
         self._sock: Optional[socket.socket] = None
         self._rbuf = b""
+        self._inflight = 0  # outcomes taken from the queue and not yet sent or put back
         self._backoff = 0.0
         self._next_try = 0.0
         # What happened, for the caller's own metrics.
@@ -71,7 +72,7 @@ class Reporter:
             self._cond.notify()
         while time.monotonic() < deadline:
             with self._cond:
-                if not self._queue and (self.answered >= self.sent or self._sock is None):
+                if not self._queue and self._inflight == 0 and (self.answered >= self.sent or self._sock is None):
                     return True
                 self._cond.notify()
             time.sleep(0.01)
@@ -94,8 +95,14 @@ class Reporter:
                 if self._closed and not self._queue:
                     break
                 batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
-            if batch and not self._send(batch):
+                self._inflight = len(batch)
+            sent = not batch or self._send(batch)
+            if sent:
                 with self._cond:
+                    self._inflight = 0
+            else:
+                with self._cond:
+                    self._inflight = 0
                     # Back in front, in order; the bound still holds (oldest dropped first).
                     for item in reversed(batch):
                         if len(self._queue) == self._queue.maxlen:
