@@ -8,7 +8,7 @@
 //! | `True` | `GPUCorrupting` | a GPU's KV transfers are corrupting |
 //! | `True` | `GPUAtRisk` | a GPU is at risk (none corrupting) |
 //! | `False` | `Verified` / `Unverified` | all GPUs ok / some only watched (e.g. NIC path unverified) |
-//! | `Unknown` | `AssessmentStale` | the node's latest assessment is older than `--k8s-stale-secs` |
+//! | `Unknown` | `AssessmentStale` | the fleet's last full assessment is older than 5 minutes |
 //!
 //! `True` means the node has the problem (node-problem-detector's convention, as NVSentinel's
 //! conditions do). The message names the GPUs, their NICs and the pin to apply. A condition is
@@ -82,17 +82,21 @@ pub struct Desired {
     pub corrupting: bool,
 }
 
-/// The condition of a node from its GPUs' rows.
-pub fn desired(rows: &[&GpuStatusRow], now: DateTime<Utc>, stale_after: Duration) -> Desired {
+/// The condition of a node from its GPUs' rows and the fleet's last full assessment.
+pub fn desired(
+    rows: &[&GpuStatusRow],
+    last_pass: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    stale_after: Duration,
+) -> Desired {
     let stale = chrono::TimeDelta::from_std(stale_after).unwrap_or(chrono::TimeDelta::MAX);
-    let newest = rows.iter().map(|r| r.assessed_at).max();
-    if newest.is_none_or(|t| now - t > stale) {
+    if last_pass.is_none_or(|t| now - t > stale) {
         return Desired {
             status: "Unknown",
             reason: "AssessmentStale",
             message: format!(
-                "railguard has not assessed this node's GPUs since {}",
-                newest.map_or("ever".to_owned(), |t| t.to_rfc3339())
+                "railguard has not assessed the fleet since {}",
+                last_pass.map_or("it started".to_owned(), |t| t.to_rfc3339())
             ),
             corrupting: false,
         };
@@ -338,6 +342,7 @@ pub struct ControllerStats {
 pub async fn reconcile_once(
     client: &kube::Client,
     rows: &[GpuStatusRow],
+    last_pass: Option<DateTime<Utc>>,
     cfg: &NodeConditionConfig,
     breaker: &mut Breaker,
     stats: &ControllerStats,
@@ -360,7 +365,7 @@ pub async fn reconcile_once(
         per_node.entry(r.node.clone()).or_default().push(r);
     }
     let desired: BTreeMap<String, Desired> =
-        per_node.iter().map(|(n, rs)| (n.clone(), desired(rs, now, cfg.stale_after))).collect();
+        per_node.iter().map(|(n, rs)| (n.clone(), desired(rs, last_pass, now, cfg.stale_after))).collect();
     let actions = plan(&observed, &desired, cfg, breaker, now, Instant::now());
     stats.breaker_open.store(breaker.open.is_some(), Relaxed);
     if let Some(why) = &breaker.open {
@@ -399,9 +404,15 @@ pub async fn run_periodic(
         crate::leader::Leadership::new(pool.clone(), crate::leader::K8S_NODES, "kubernetes node conditions");
     loop {
         if leader.check().await {
-            match crate::store::read::gpus(&pool, None, i64::MAX).await {
-                Ok(rows) => {
-                    if let Err(e) = reconcile_once(&client, &rows, &cfg, &mut breaker, &stats).await {
+            let read = async {
+                Ok::<_, sqlx::Error>((
+                    crate::store::read::gpus(&pool, None, i64::MAX).await?,
+                    crate::store::read::last_assessment(&pool).await?,
+                ))
+            };
+            match read.await {
+                Ok((rows, last_pass)) => {
+                    if let Err(e) = reconcile_once(&client, &rows, last_pass, &cfg, &mut breaker, &stats).await {
                         stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::warn!(error = %e, "listing the cluster's nodes failed; will retry");
                     }

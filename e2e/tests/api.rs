@@ -372,3 +372,32 @@ async fn the_fleet_is_read_in_pages() {
     let f = json(&c, "/api/v1/failures?since=1d&limit=1");
     assert_eq!(f["failures"].as_array().unwrap().len(), 1);
 }
+
+/// Incremental writes (#15 item 3): a pass over an unchanged fleet rewrites no GPU row (their
+/// `assessed_at` stays), while the passes go on (`assessment_runs`).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unchanged_fleet_rewrites_no_status_row() {
+    let pg = TestPg::start().await;
+    let _c = scripted_fleet(&pg).await;
+    let rows = |pool: sqlx::PgPool| async move {
+        sqlx::query_as::<_, (String, i32, chrono::DateTime<chrono::Utc>)>(
+            "SELECT node_id, gpu_index, assessed_at FROM gpu_status ORDER BY 1, 2",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    let last = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>("SELECT finished_at FROM assessment_runs")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await; // settled
+    let (before, pass_before) = (rows(pg.pool.clone()).await, last(pg.pool.clone()).await);
+    assert_eq!(before.len(), 40);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await; // three more passes
+    let (after, pass_after) = (rows(pg.pool.clone()).await, last(pg.pool.clone()).await);
+    assert!(pass_after > pass_before, "the assessment kept running");
+    assert_eq!(before, after, "no row rewritten");
+}

@@ -338,14 +338,24 @@ pub async fn assess_and_store(
     // recorded once.
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(crate::leader::ASSESSMENT ^ 1).execute(&mut *tx).await?;
-    let prev: Vec<(String, i32, GpuStatus)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, status FROM gpu_status WHERE ($1::text[] IS NULL OR node_id = ANY($1))",
+    // Each GPU's current row, so only what changed is written (most rows of a steady fleet do
+    // not change between passes).
+    type Row =
+        (String, i32, GpuStatus, Option<String>, Option<RiskLevel>, Json<Vec<String>>, Option<String>, Verification);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT node_id, gpu_index, status, workload_nic, structural_risk, reasons, recommendation, verification
+         FROM gpu_status WHERE ($1::text[] IS NULL OR node_id = ANY($1))",
     )
     .bind(&filter)
     .fetch_all(&mut *tx)
     .await?;
-    let prev: HashMap<Key, GpuStatus> =
-        prev.into_iter().filter_map(|(n, g, s)| Some(((n, u32::try_from(g).ok()?), s))).collect();
+    let mut current: HashMap<Key, Row> = HashMap::new();
+    for r in rows {
+        if let Ok(g) = u32::try_from(r.1) {
+            current.insert((r.0.clone(), g), r);
+        }
+    }
+    let prev: HashMap<Key, GpuStatus> = current.iter().map(|(k, r)| (k.clone(), r.2)).collect();
     let results: Vec<Assessment> = inputs
         .iter()
         .map(|(k, i)| rules::assess(i, prev.get(k).map(|s| Previous { status: *s }), &cfg.rules))
@@ -364,6 +374,17 @@ pub async fn assess_and_store(
     let mut changes: (Vec<String>, Vec<i32>, Vec<Option<GpuStatus>>, Vec<GpuStatus>, Vec<serde_json::Value>) =
         Default::default();
     for a in &results {
+        let same = current.get(&(a.node.clone(), a.gpu)).is_some_and(|r| {
+            r.2 == a.status
+                && r.3 == a.workload_nic
+                && r.4 == a.structural_risk
+                && r.5.0 == a.reasons
+                && r.6 == a.recommendation
+                && r.7 == a.verification
+        });
+        if same {
+            continue;
+        }
         let reasons = serde_json::json!(a.reasons);
         cols.0.push(a.node.clone());
         cols.1.push(i32::try_from(a.gpu).unwrap_or(i32::MAX));

@@ -327,7 +327,7 @@ pub struct Grid {
     pub at: DateTime<Utc>,
     /// True when `at` was given (from the status history).
     pub historical: bool,
-    /// The newest assessment (current grid only): the data is this old.
+    /// The fleet's last full assessment (current grid only): the data is this old.
     pub assessed_at: Option<DateTime<Utc>>,
     /// One cell per GPU, by node and index.
     pub cells: Vec<GridCell>,
@@ -349,9 +349,7 @@ pub async fn grid(State(s): State<AppState>, params::ApiQuery(q): params::ApiQue
         }
         None => {
             let cells = read::grid_now(&s.pool).await?;
-            let assessed_at = sqlx::query_scalar::<_, Option<DateTime<Utc>>>("SELECT max(assessed_at) FROM gpu_status")
-                .fetch_one(&s.pool)
-                .await?;
+            let assessed_at = read::last_assessment(&s.pool).await?;
             Ok(Json(Grid { at: Utc::now(), historical: false, assessed_at, cells }))
         }
     }

@@ -123,8 +123,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         }
     }
     // The last full pass of whichever replica leads (every replica reports the same age).
-    let last: Option<chrono::DateTime<chrono::Utc>> =
-        sqlx::query_scalar("SELECT finished_at FROM assessment_runs WHERE id = 1").fetch_optional(&s.pool).await?;
+    let last = crate::store::read::last_assessment(&s.pool).await?;
     if let Some(at) = last {
         let _ = writeln!(
             out,

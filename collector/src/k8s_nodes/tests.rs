@@ -32,29 +32,34 @@ fn the_condition_names_the_gpus_and_pins_and_goes_unknown_when_stale() {
     let stale = Duration::from_secs(300);
     let rows =
         [row("n", 3, GpuStatus::Corrupting, 5), row("n", 5, GpuStatus::AtRisk, 5), row("n", 0, GpuStatus::Ok, 5)];
-    let d = desired(&rows.iter().collect::<Vec<_>>(), now, stale);
+    let d = desired(&rows.iter().collect::<Vec<_>>(), Some(now), now, stale);
     assert_eq!((d.status, d.reason, d.corrupting), ("True", "GPUCorrupting", true));
     assert_eq!(
         d.message,
         "GPU3 corrupting via mlx5_3 (pin UCX_NET_DEVICES=mlx5_0:1); GPU5 at_risk via mlx5_5 (pin UCX_NET_DEVICES=mlx5_0:1)"
     );
-    let d = desired(&[&row("n", 1, GpuStatus::AtRisk, 5)], now, stale);
+    let d = desired(&[&row("n", 1, GpuStatus::AtRisk, 5)], Some(now), now, stale);
     assert_eq!((d.status, d.reason, d.corrupting), ("True", "GPUAtRisk", false));
-    let d = desired(&[&row("n", 1, GpuStatus::Watch, 5), &row("n", 2, GpuStatus::Ok, 5)], now, stale);
+    let d = desired(&[&row("n", 1, GpuStatus::Watch, 5), &row("n", 2, GpuStatus::Ok, 5)], Some(now), now, stale);
     assert_eq!((d.status, d.reason), ("False", "Unverified"));
-    assert_eq!(desired(&[&row("n", 1, GpuStatus::Ok, 5)], now, stale).reason, "Verified");
-    let d = desired(&[&row("n", 1, GpuStatus::Corrupting, 900)], now, stale);
+    assert_eq!(desired(&[&row("n", 1, GpuStatus::Ok, 5)], Some(now), now, stale).reason, "Verified");
+    // The fleet's last assessment is 15 minutes old (or there was none): unknown, not corrupting.
+    let old = Some(now - chrono::TimeDelta::seconds(900));
+    let d = desired(&[&row("n", 1, GpuStatus::Corrupting, 900)], old, now, stale);
     assert_eq!((d.status, d.reason, d.corrupting), ("Unknown", "AssessmentStale", false));
+    assert_eq!(desired(&[&row("n", 1, GpuStatus::Corrupting, 1)], None, now, stale).status, "Unknown");
     // Long messages are cut, on a character boundary.
     let many: Vec<GpuStatusRow> = (0..200).map(|g| row("n", g, GpuStatus::Corrupting, 1)).collect();
-    let d = desired(&many.iter().collect::<Vec<_>>(), now, stale);
+    let d = desired(&many.iter().collect::<Vec<_>>(), Some(now), now, stale);
     assert!(d.message.len() <= MAX_MESSAGE && d.message.ends_with('…'));
 }
 
 fn desire(nodes: &[(&str, GpuStatus)]) -> BTreeMap<String, Desired> {
     nodes
         .iter()
-        .map(|(n, s)| (n.to_string(), desired(&[&row(n, 3, *s, 1)], Utc::now(), Duration::from_secs(300))))
+        .map(|(n, s)| {
+            (n.to_string(), desired(&[&row(n, 3, *s, 1)], Some(Utc::now()), Utc::now(), Duration::from_secs(300)))
+        })
         .collect()
 }
 
@@ -213,7 +218,7 @@ async fn against_the_mock_api_server_every_body_is_a_valid_node_patch() {
     let cfg = NodeConditionConfig { taint: true, cordon: true, max_share: 1.0, ..Default::default() };
     let rows = [row("seed-auto", 3, GpuStatus::Corrupting, 1), row("healthy", 0, GpuStatus::Ok, 1)];
     let stats = ControllerStats::default();
-    let acts = reconcile_once(&client, &rows, &cfg, &mut Breaker::default(), &stats).await.unwrap();
+    let acts = reconcile_once(&client, &rows, Some(Utc::now()), &cfg, &mut Breaker::default(), &stats).await.unwrap();
     drop(client);
     let seen = server.await.unwrap();
     assert_eq!(acts.len(), 3, "{acts:?}");

@@ -93,6 +93,8 @@ pub struct GpuStatusRow {
     pub verification: Verification,
     /// When the GPU entered this status.
     pub since: DateTime<Utc>,
+    /// When its status or evidence last changed (rows are written only on change; the fleet's
+    /// last assessment is `railguard_assessment_age_seconds`, and the grid's `assessed_at`).
     pub assessed_at: DateTime<Utc>,
     /// The NIC its workload uses (predicted or pinned).
     pub workload_nic: Option<String>,
@@ -472,6 +474,11 @@ pub struct GridCell {
     pub hypervisor: String,
     /// Its model name from the latest topology (empty: unknown).
     pub gpu_model: String,
+}
+
+/// When the fleet's last full assessment pass finished (whichever collector leads it).
+pub async fn last_assessment(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT finished_at FROM assessment_runs WHERE id = 1").fetch_optional(pool).await
 }
 
 /// Every GPU's current status, for the fleet grid (compact: one reason each).
