@@ -155,6 +155,7 @@ async fn main() {
     }
     eprintln!("fleetgen: topologies sent; {} batches of 88 every {:?} for {:?}", a.nodes, a.interval, a.duration);
     let stats = Arc::new(Stats::default());
+    let cpu_start = collector.pid().and_then(cpu_seconds);
     let start = Instant::now();
     let fail_at = start + a.fail_after;
     let mut tasks = Vec::new();
@@ -224,9 +225,42 @@ async fn main() {
         let _ = t.await;
     }
     stats.report("total", start.elapsed());
+    // What the fleet cost: the collector's CPU over the run, and Postgres's bytes per stored
+    // probe (table + indexes) and per node-day at this cadence.
+    let cpu = collector.pid().and_then(cpu_seconds).map(|c| c - cpu_start.unwrap_or(0.0));
+    if let Some(c) = cpu {
+        println!("collector CPU: {:.1} % of one core over the run", 100.0 * c / start.elapsed().as_secs_f64());
+    }
+    let (rows, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM probe_results),
+                (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                 WHERE i.inhparent = 'probe_results'::regclass)",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    if rows > 0 {
+        let per_row = bytes as f64 / rows as f64;
+        let per_node_day = per_row * 88.0 * 60.0 * 24.0 * (60.0 / a.interval.as_secs_f64());
+        println!(
+            "storage: {rows} probe rows in {:.1} MB: {per_row:.0} bytes a row with its indexes, {:.1} MB per node-day at this cadence",
+            bytes as f64 / 1e6,
+            per_node_day / 1e6
+        );
+    }
     if let Some((n, g)) = &a.fail
         && detected.is_none()
     {
         println!("fleetgen: {n} GPU{g} was not corrupting by the end");
     }
+}
+
+/// User + system CPU seconds of a process so far (/proc/PID/stat, clock ticks of 1/100 s).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command: utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
