@@ -528,7 +528,18 @@ pub const SEED_PIX_FAULTS: &str =
 /// The agent binary as node-a on the seed fixture (written under `dir`: node/, token, spool/),
 /// sending to `collector` in plaintext on loopback, with `extra` flags.
 pub fn seed_agent(collector: &CollectorProc, dir: &Path, extra: &[&std::ffi::OsStr]) -> KillOnDrop {
-    railguard_agent::topology::fixture::seed_kvm_guest().write(&dir.join("node")).unwrap();
+    fixture_agent(&railguard_agent::topology::fixture::seed_kvm_guest(), collector, dir, extra)
+}
+
+/// The agent binary as node-a on `spec` (written under `dir`: node/, token, spool/), sending to
+/// `collector` in plaintext on loopback, with `extra` flags.
+pub fn fixture_agent(
+    spec: &railguard_agent::topology::fixture::FixtureSpec,
+    collector: &CollectorProc,
+    dir: &Path,
+    extra: &[&std::ffi::OsStr],
+) -> KillOnDrop {
+    spec.write(&dir.join("node")).unwrap();
     let token = dir.join("token");
     std::fs::write(&token, TOKEN_A).unwrap();
     Command::new(bin("railguard-agent"))

@@ -2,42 +2,10 @@
 //! and the collector stores it: GPUs, NICs, every pair's path class, per-GPU risk.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use railguard_agent::topology::fixture;
 use railguard_e2e::*;
-
-/// The agent binary as node-a on the seed fixture (written into `dir`), with `extra` flags.
-fn seed_agent(collector: &CollectorProc, dir: &std::path::Path, extra: &[&std::ffi::OsStr]) -> KillOnDrop {
-    fixture_agent(&fixture::seed_kvm_guest(), collector, dir, extra)
-}
-
-/// The agent binary as node-a on `spec` (written into `dir`), with `extra` flags.
-fn fixture_agent(
-    spec: &fixture::FixtureSpec,
-    collector: &CollectorProc,
-    dir: &std::path::Path,
-    extra: &[&std::ffi::OsStr],
-) -> KillOnDrop {
-    spec.write(&dir.join("node")).unwrap();
-    let token = dir.join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
-    Command::new(bin("railguard-agent"))
-        .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url()])
-        .arg("--token-file")
-        .arg(&token)
-        .arg("--spool-dir")
-        .arg(dir.join("spool"))
-        .arg("--sysfs-root")
-        .arg(dir.join("node/sys"))
-        .args(extra)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .spawn()
-        .map(KillOnDrop)
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_seed_topology_reaches_postgres_with_its_risks() {

@@ -101,3 +101,12 @@ pub async fn shutdown_signal() {
     }
     tracing::info!("shutting down");
 }
+
+/// This machine's host name (`/proc/sys/kernel/hostname`), or "unknown".
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
