@@ -33,6 +33,7 @@ struct Args {
     connections: usize,
     fail: Option<(String, u32)>,
     fail_after: Duration,
+    assess_every: u64,
 }
 
 fn args() -> Result<Args, String> {
@@ -43,6 +44,7 @@ fn args() -> Result<Args, String> {
         connections: 8,
         fail: None,
         fail_after: Duration::from_secs(10),
+        assess_every: 10,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -54,13 +56,14 @@ fn args() -> Result<Args, String> {
             "--interval-secs" => a.interval = Duration::from_secs(num(val()?)?.max(1)),
             "--connections" => a.connections = (num(val()?)? as usize).max(1),
             "--fail-after-secs" => a.fail_after = Duration::from_secs(num(val()?)?),
+            "--assess-every-secs" => a.assess_every = num(val()?)?.max(1),
             "--fail" => {
                 let v = val()?;
                 let (n, g) = v.split_once(':').ok_or(format!("--fail {v:?}: NODE:GPU"))?;
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--assess-every-secs S]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -138,7 +141,8 @@ async fn main() {
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     eprintln!("fleetgen: starting Postgres and a collector for {} nodes…", a.nodes);
     let pg = TestPg::start().await;
-    let collector = CollectorProc::start_with(&pg.url(), &refs, &["--assess-every-secs", "10"]);
+    let every = a.assess_every.to_string();
+    let collector = CollectorProc::start_with(&pg.url(), &refs, &["--assess-every-secs", &every]);
     let mut channels = Vec::new();
     for _ in 0..a.connections {
         channels.push(IngestClient::connect(collector.url()).await.unwrap());
