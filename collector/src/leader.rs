@@ -50,10 +50,6 @@ impl Leadership {
         }
     }
 
-    pub fn is_held(&self) -> bool {
-        self.conn.is_some()
-    }
-
     /// Gives the lock up now (shutdown), so another replica need not wait for the connection to die.
     pub async fn release(&mut self) {
         if let Some(mut c) = self.conn.take() {

@@ -14,7 +14,7 @@
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -44,7 +44,7 @@ impl InlineConfig {
     pub const DEFAULT_MODE: u32 = 0o660;
 }
 
-/// What the endpoint did (for tests and the log at exit).
+/// What the endpoint did (said in the log when it stops).
 #[derive(Debug, Default)]
 pub struct InlineStats {
     pub messages: AtomicUsize,
@@ -103,14 +103,8 @@ pub fn peer_cred(s: &UnixStream) -> std::io::Result<(u32, u32)> {
 }
 
 /// Serves `listener` until `stop`; removes the socket file at the end.
-pub fn serve(
-    listener: UnixListener,
-    cfg: &InlineConfig,
-    topology: &SharedTopology,
-    spool: &SpoolHandle,
-    stop: &Stop,
-    stats: &Arc<InlineStats>,
-) {
+pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopology, spool: &SpoolHandle, stop: &Stop) {
+    let stats = Arc::new(InlineStats::default());
     let active = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
     while !stop.is_stopped() {
@@ -150,6 +144,13 @@ pub fn serve(
         let _ = t.join();
     }
     let _ = std::fs::remove_file(&cfg.socket);
+    tracing::info!(
+        messages = stats.messages.load(Ordering::Relaxed),
+        results = stats.results.load(Ordering::Relaxed),
+        refused = stats.refused.load(Ordering::Relaxed),
+        reports = stats.reports.load(Ordering::Relaxed),
+        "in-line endpoint totals for this run"
+    );
 }
 
 /// The kernel's QP table, read at most once a second for all connections' messages.
@@ -303,9 +304,4 @@ fn handle_line(
         }
     }
     serde_json::json!({ "accepted": accepted, "rejected": refused.len(), "errors": errors }).to_string() + "\n"
-}
-
-/// Whether `path` is where an agent serves the endpoint (for `--inline-socket` checks).
-pub fn is_socket(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }

@@ -141,9 +141,8 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
             Ok(listener) => {
                 tracing::info!(socket = %inline_cfg.socket.display(), mode = format!("{:o}", inline_cfg.mode), "in-line endpoint listening");
                 let (topology, spool, stop) = (topology.clone(), spool.clone(), stop.clone());
-                let stats = std::sync::Arc::new(crate::inline::server::InlineStats::default());
                 threads.push(std::thread::spawn(move || {
-                    crate::inline::server::serve(listener, &inline_cfg, &topology, &spool, &stop, &stats);
+                    crate::inline::server::serve(listener, &inline_cfg, &topology, &spool, &stop);
                 }));
             }
             // The agent's other duties go on without it; the workload's library reports to nobody

@@ -97,18 +97,16 @@ class Reporter:
                 batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
                 self._inflight = len(batch)
             sent = not batch or self._send(batch)
-            if sent:
-                with self._cond:
-                    self._inflight = 0
-            else:
-                with self._cond:
-                    self._inflight = 0
+            with self._cond:
+                self._inflight = 0
+                if not sent:
                     # Back in front, in order; the bound still holds (oldest dropped first).
                     for item in reversed(batch):
                         if len(self._queue) == self._queue.maxlen:
                             self.dropped += 1
                             continue
                         self._queue.appendleft(item)
+            if not sent:
                 time.sleep(min(self._backoff, self.flush_interval))
                 if self._closed:
                     break
