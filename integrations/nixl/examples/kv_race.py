@@ -1,6 +1,8 @@
 """Two NIXL agents (prefill, decode) from the PyPI wheel moving KV blocks the way
 NixlConnector does (the decode side READs the prefill side's blocks), every transfer checked
-in-line by railguard_nixl and reported to the agent.
+in-line by railguard_nixl and reported to the agent. The source's digest manifest reaches the
+decode side as a NIXL notification (send_notif), and the check uses what arrived
+(--carrier direct hands it over in-process, to measure digests against transfers alone).
 
   --mode race   the prefill side reuses (overwrites) its blocks for the next request while the
                 decode side's READ is in flight, as in vllm-project/vllm#52234
@@ -50,6 +52,9 @@ def main():
     ap.add_argument("--block-bytes", type=int, default=32768)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--reuse", choices=["during", "before"], default="during")
+    # notif: the manifest reaches the decode side as a NIXL notification (default);
+    # direct: handed over in-process, to measure digests against transfers alone.
+    ap.add_argument("--carrier", choices=["notif", "direct"], default="notif")
     args = ap.parse_args()
 
     nixl_agent, nixl_agent_config = nixl_api()
@@ -61,6 +66,9 @@ def main():
     prefill.register_memory([(src.ctypes.data, src.nbytes, 0, "")], "DRAM")
     decode.register_memory([(dst.ctypes.data, dst.nbytes, 0, "")], "DRAM")
     decode.add_remote_agent(prefill.get_agent_metadata())
+    # The prefill side knows the decode side too: the manifest travels to it as a NIXL
+    # notification (what a connector without another channel would do).
+    prefill.add_remote_agent(decode.get_agent_metadata())
     sdesc = np.array([(src.ctypes.data + i * bsz, bsz, 0) for i in range(n)], dtype=np.uint64)
     ddesc = np.array([(dst.ctypes.data + i * bsz, bsz, 0) for i in range(n)], dtype=np.uint64)
     local = decode.prep_xfer_dlist("NIXL_INIT_AGENT", ddesc, "DRAM")
@@ -82,6 +90,18 @@ def main():
         t = time.perf_counter()
         manifest = rn.manifest_for(f"req-{i}", src)
         digest_s += time.perf_counter() - t
+        # Handed out with the block ids: the manifest goes to the decode side over NIXL.
+        received = manifest.encode() if args.carrier == "direct" else None
+        if received is None:
+            prefill.send_notif("decode-0", manifest.encode())
+        deadline = time.monotonic() + 10
+        while received is None:
+            for msg in decode.get_new_notifs().get("prefill-0", []):
+                received = msg
+            if received is None:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"req-{i}: the manifest never arrived as a NIXL notification")
+                time.sleep(0)  # let NIXL's progress thread deliver it
         handed_out = src.copy()
         dst.fill(0)
 
@@ -102,7 +122,7 @@ def main():
             state = decode.check_xfer_state(h)
         transfer_s += time.perf_counter() - t
         t = time.perf_counter()
-        c = rn.check(manifest, dst, remote="prefill-0", reporter=reporter,
+        c = rn.check(received, dst, remote="prefill-0", reporter=reporter,
                      transfer_error=None if state == "DONE" else f"NIXL transfer state {state}")
         digest_s += time.perf_counter() - t
         h.release()
@@ -116,6 +136,7 @@ def main():
     moved = args.transfers * n * bsz
     print(json.dumps({
         "mode": args.mode,
+        "carrier": args.carrier,
         "transfers": args.transfers,
         "bytes": moved,
         "mismatch": found,
