@@ -197,6 +197,11 @@ async function node(name) {
   view.innerHTML = out + "</table>";
 }
 
+// One probe row in words: a probe, or an agent's summary of ok probes.
+function probeTitle(p) {
+  return p.summary ? `${p.first_at} – ${p.at}: ${p.probes} ok probes (summarised by the agent)` : `${p.at} ${p.verdict} ${p.diagnosis}`;
+}
+
 async function gpu(name, idx, query) {
   // The index comes from the URL: only digits ever reach the page or the API.
   if (!/^[0-9]{1,5}$/.test(idx)) throw new Error(`not a GPU index: ${idx}`);
@@ -226,9 +231,12 @@ async function gpu(name, idx, query) {
     perNic.get(p.nic).push(p);
   }
   const nicRows = [...perNic.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([nic, ps]) => {
-    const bad = ps.filter(p => p.verdict !== "ok").length;
-    return `<tr data-nic="${esc(nic)}"><td>${esc(nic)}${nic === s.workload_nic ? " (workload)" : ""}</td><td class="rate">${Math.round(100 * bad / ps.length)} % of ${ps.length}</td><td><div class="timeline small">${ps.map(p =>
-      `<div class="tick nt ${p.verdict === "ok" ? "ok" : "bad"}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(`${p.at} ${p.verdict}`)}"></div>`).join("")}</div></td></tr>`;
+    // A summary row stands for `probes` ok probes (the agent compacts them; failures come in full).
+    const n = p => p.probes || 1;
+    const bad = ps.filter(p => p.verdict !== "ok").reduce((a, p) => a + n(p), 0);
+    const all = ps.reduce((a, p) => a + n(p), 0);
+    return `<tr data-nic="${esc(nic)}"><td>${esc(nic)}${nic === s.workload_nic ? " (workload)" : ""}</td><td class="rate">${Math.round(100 * bad / all)} % of ${all}</td><td><div class="timeline small">${ps.map(p =>
+      `<div class="tick nt ${p.verdict === "ok" ? "ok" : "bad"}${p.summary ? " summary" : ""}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(probeTitle(p))}"></div>`).join("")}</div></td></tr>`;
   }).join("");
   let out = `<h1>${esc(name)} · GPU${esc(idx)} ${badge(s.status)} ${verified(s.verification)}</h1>${then}
     <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
@@ -240,7 +248,7 @@ async function gpu(name, idx, query) {
       <textarea id="evidence-json" readonly rows="6">${esc(JSON.stringify({ node: name, gpu: Number(idx), status: s, pairs: g.pairs, inline: g.inline }, null, 2))}</textarea>
     </details>
     <h2>Probe verdicts (last day, oldest → newest)</h2><div class="timeline" id="timeline">${hist.probes.filter(p => p.injected === "none").reverse().map(p =>
-      `<div class="tick ${p.verdict === "ok" ? "ok" : "bad"}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(`${p.at} ${p.nic} ${p.transport} via ${p.path} (${p.memory} memory${p.lanes.length ? `, lanes ${p.lanes.join(", ")}` : ""}) ${p.verdict} ${p.diagnosis}`)}"></div>`).join("") || '<span class="muted">no probes</span>'}</div>
+      `<div class="tick ${p.verdict === "ok" ? "ok" : "bad"}${p.summary ? " summary" : ""}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(`${probeTitle(p)} · ${p.nic} ${p.transport} via ${p.path} (${p.memory} memory${p.lanes.length ? `, lanes ${p.lanes.join(", ")}` : ""})`)}"></div>`).join("") || '<span class="muted">no probes</span>'}</div>
     <p class="muted">hatched: simulated fabric · faded: exercised no NIC (unproven)</p>
     <h2>Failure rate per NIC (same probes)</h2>${nicRows ? `<table id="per-nic"><tr><th>NIC</th><th>failed</th><th>verdicts, oldest → newest</th></tr>${nicRows}</table>` : '<p class="muted">no probes</p>'}
     ${hist.probes.some(p => p.injected !== "none") ? `<h2>Self-test history (injected faults, not evidence)</h2><table id="selftest"><tr><th>when</th><th>NIC</th><th>injected</th><th>verdict</th></tr>${hist.probes.filter(p => p.injected !== "none").slice(0, 50).map(p =>

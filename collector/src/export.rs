@@ -50,12 +50,12 @@ fn datetime(name: &str, ts: &[DateTime<Utc>]) -> PolarsResult<Column> {
 }
 
 /// Probe results between `since` and `until` as a DataFrame, with their provenance (path,
-/// memory, injected fault).
+/// memory, injected fault): full probes and the agents' summaries of ok probes (`probes` > 1).
 pub async fn probes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> Result<DataFrame, ExportError> {
-    let rows: Vec<(String, DateTime<Utc>, i32, String, String, String, String, String, i64, i32, i32, bool, String, String, String)> = sqlx::query_as(
+    let rows: Vec<(String, DateTime<Utc>, i32, String, String, String, String, String, i64, i32, i32, bool, String, String, String, i32)> = sqlx::query_as(
         "SELECT node_id, observed_at, gpu_index, nic, transport, reported, verdict, diagnosis, bytes, bad_chunks, chunks,
-                simulated, path, memory, injected
-         FROM probe_results WHERE observed_at >= $1 AND observed_at <= $2 ORDER BY observed_at",
+                simulated, path, memory, injected, probes
+         FROM probe_evidence WHERE observed_at >= $1 AND observed_at <= $2 ORDER BY observed_at",
     )
     .bind(since)
     .bind(until)
@@ -78,6 +78,8 @@ pub async fn probes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -
         Column::new("path".into(), rows.iter().map(|r| r.12.as_str()).collect::<Vec<_>>()),
         Column::new("memory".into(), rows.iter().map(|r| r.13.as_str()).collect::<Vec<_>>()),
         Column::new("injected".into(), rows.iter().map(|r| r.14.as_str()).collect::<Vec<_>>()),
+        // 1 for a probe stored in full; an agent's summary of ok probes stands for this many.
+        Column::new("probes".into(), rows.iter().map(|r| r.15).collect::<Vec<_>>()),
     ])?)
 }
 

@@ -273,7 +273,7 @@ pub async fn load(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> 
     }
     let rows: Vec<Row> = sqlx::query_as(
         "WITH w AS (
-            SELECT node_id, gpu_index, nic, verdict, path FROM probe_results
+            SELECT node_id, gpu_index, nic, verdict, path FROM probe_evidence
             WHERE observed_at > $1 AND observed_at <= $2 AND injected = 'none'
          ), sim AS (
             SELECT node_id, bool_and(path = 'simulated') AS all_simulated FROM w GROUP BY node_id

@@ -1,21 +1,16 @@
-//! Retention: whole day partitions of the history tables older than the retention period are
-//! dropped (no row-by-row DELETE, no bloat).
+//! Retention: whole day partitions of the history tables older than their tier's retention are
+//! dropped (no row-by-row DELETE, no bloat); the leader also rolls up passed hours first.
 
 use chrono::NaiveDate;
 use sqlx::PgPool;
 
-/// Drops partitions holding only days before `keep_from`; returns the dropped tables.
-pub async fn drop_before(pool: &PgPool, keep_from: NaiveDate) -> Result<Vec<String>, sqlx::Error> {
-    let mut dropped = Vec::new();
-    for table in ["probe_results", "signal_events", "inline_reports"] {
-        let names: Vec<String> = sqlx::query_scalar("SELECT railguard_drop_partitions_before($1::regclass, $2)")
-            .bind(table)
-            .bind(keep_from)
-            .fetch_all(pool)
-            .await?;
-        dropped.extend(names);
-    }
-    Ok(dropped)
+/// Drops `table`'s partitions holding only days before `keep_from`; returns them.
+pub async fn drop_before(pool: &PgPool, table: &str, keep_from: NaiveDate) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT railguard_drop_partitions_before($1::regclass, $2)")
+        .bind(table)
+        .bind(keep_from)
+        .fetch_all(pool)
+        .await
 }
 
 /// Keeps the store's history window: drops older partitions every hour until `shutdown`. With
@@ -28,9 +23,24 @@ pub async fn run_periodic(
 ) {
     let mut leader = crate::leader::Leadership::new(store.pool().clone(), crate::leader::RETENTION, "retention");
     let mut next = tokio::time::Instant::now();
+    let mut rollups = crate::store::rollup::RollupSchedule::default();
     loop {
         let leads = leader.check().await;
         stats.leads_retention.store(leads, std::sync::atomic::Ordering::Relaxed);
+        if !leads {
+            rollups.forget();
+        }
+        // Pair-hour rollups before retention, so an hour is rolled up before its evidence goes.
+        if leads {
+            match rollups.tick(&store, chrono::Utc::now()).await {
+                Ok(Some(p)) if p.rows > 0 => tracing::info!(hours = p.hours, rows = p.rows, "rolled up probe hours"),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "rolling up probe hours failed; will retry");
+                    rollups.forget();
+                }
+            }
+        }
         if leads && tokio::time::Instant::now() >= next {
             match store.drop_expired().await {
                 Ok(d) if !d.is_empty() => tracing::info!(dropped = ?d, "retention dropped old partitions"),

@@ -38,6 +38,8 @@ pub struct ServeConfig {
     pub assess: AssessConfig,
     pub assess_every: std::time::Duration,
     pub retention_days: u32,
+    /// Retention of the summary and rollup tiers.
+    pub tiers: crate::store::Tiers,
     /// TLS on the agent link (None: plaintext, warned at every start).
     pub tls: Option<GrpcTls>,
     /// Keep a condition on each Kubernetes Node (and opt-in taints/cordons); None: off.
@@ -61,6 +63,7 @@ impl ServeConfig {
             assess: AssessConfig::default(),
             assess_every: AssessConfig::DEFAULT_EVERY,
             retention_days: Self::DEFAULT_RETENTION_DAYS,
+            tiers: crate::store::Tiers::default(),
             tls: None,
             k8s_nodes: None,
         }
@@ -118,7 +121,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             tracing::info!(taint = k8s.taint, cordon = k8s.cordon, "keeping the RailguardKVTransfer node condition");
             tokio::spawn(crate::k8s_nodes::run_periodic(client, pool.clone(), k8s, k, stop_rx.clone()));
         }
-        let store = Store::new(pool.clone()).with_retention(cfg.retention_days);
+        let store = Store::new(pool.clone()).with_retention(cfg.retention_days).with_tiers(cfg.tiers);
         tokio::spawn(crate::retention::run_periodic(store.clone(), stats.clone(), stop_rx.clone()));
         let http = match cfg.http_listen {
             Some(addr) => {

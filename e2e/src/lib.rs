@@ -44,6 +44,7 @@ impl TestPg {
     pub async fn count(&self, table: &str) -> i64 {
         let sql = match table {
             "probe_results" => "SELECT count(*) FROM probe_results",
+            "probe_summaries" => "SELECT count(*) FROM probe_summaries",
             "signal_events" => "SELECT count(*) FROM signal_events",
             "topology_snapshots" => "SELECT count(*) FROM topology_snapshots",
             "nodes" => "SELECT count(*) FROM nodes",
@@ -57,6 +58,7 @@ impl TestPg {
         sqlx::query_as(
             "SELECT count(*), count(DISTINCT record_id) FROM (
                 SELECT record_id FROM probe_results UNION ALL
+                SELECT record_id FROM probe_summaries UNION ALL
                 SELECT record_id FROM signal_events WHERE kind <> 'agent_spool_drops' UNION ALL
                 SELECT record_id FROM topology_snapshots) r",
         )
@@ -555,4 +557,14 @@ pub fn fixture_agent(
         .spawn()
         .map(KillOnDrop)
         .unwrap()
+}
+
+/// User + system CPU seconds of a process so far (/proc/PID/stat, clock ticks of 1/100 s).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command: utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }

@@ -122,6 +122,7 @@ impl TryFrom<wire::Record> for Record {
             wire::record::Body::Signal(s) => RecordBody::Signal(s.try_into()?),
             wire::record::Body::Topology(t) => RecordBody::Topology(t.try_into()?),
             wire::record::Body::Inline(i) => RecordBody::Inline(i.try_into()?),
+            wire::record::Body::Summary(p) => RecordBody::Summary(p.try_into()?),
         };
         Ok(Record { id: RecordId(id), observed_at, body })
     }
@@ -137,6 +138,7 @@ impl From<Record> for wire::Record {
                 RecordBody::Signal(s) => wire::record::Body::Signal(s.into()),
                 RecordBody::Topology(t) => wire::record::Body::Topology(t.into()),
                 RecordBody::Inline(i) => wire::record::Body::Inline(i.into()),
+                RecordBody::Summary(p) => wire::record::Body::Summary(p.into()),
             }),
         }
     }
@@ -220,6 +222,79 @@ fn lanes(v: Vec<String>) -> Result<Vec<String>, WireError> {
         return Err(WireError::TooMany { field: "probe.lanes", count: v.len(), max: 16 });
     }
     v.into_iter().map(|l| text("probe.lanes", l)).collect()
+}
+
+impl TryFrom<wire::ProbeSummary> for ProbeSummary {
+    type Error = WireError;
+    fn try_from(p: wire::ProbeSummary) -> Result<Self, WireError> {
+        if p.nic.is_empty() {
+            return Err(WireError::Missing("summary.nic"));
+        }
+        if p.probes == 0 {
+            return Err(WireError::OutOfRange { field: "summary.probes", value: 0 });
+        }
+        if !(p.duration_min_ns <= p.duration_median_ns && p.duration_median_ns <= p.duration_max_ns) {
+            return Err(WireError::OutOfRange {
+                field: "summary.duration_median_ns",
+                value: i64::try_from(p.duration_median_ns).unwrap_or(i64::MAX),
+            });
+        }
+        let first_at = timestamp_from_unix_ns(p.first_at_unix_ns)?;
+        let last_at = timestamp_from_unix_ns(p.last_at_unix_ns)?;
+        if last_at < first_at {
+            return Err(WireError::OutOfRange { field: "summary.last_at_unix_ns", value: p.last_at_unix_ns });
+        }
+        let path: DataPath = p.path.try_into()?;
+        // A summary of the simulated fabric says so in both fields, or it is not believed.
+        if (path == DataPath::Simulated) != p.simulated {
+            return Err(WireError::OutOfRange { field: "summary.simulated", value: p.simulated.into() });
+        }
+        Ok(ProbeSummary {
+            gpu: p.gpu_index,
+            gpu_bdf: opt_bdf("summary.gpu_bdf", &p.gpu_bdf)?,
+            nic: text("summary.nic", p.nic)?,
+            nic_bdf: opt_bdf("summary.nic_bdf", &p.nic_bdf)?,
+            transport: p.transport.try_into()?,
+            memory: p.memory.try_into()?,
+            path,
+            injected: if p.injected == 0 { Injected::None } else { p.injected.try_into()? },
+            simulated: p.simulated,
+            selection: p.selection.try_into()?,
+            lanes: lanes(p.lanes)?,
+            probes: p.probes,
+            bytes: p.bytes,
+            duration_min_ns: p.duration_min_ns,
+            duration_median_ns: p.duration_median_ns,
+            duration_max_ns: p.duration_max_ns,
+            first_at,
+            last_at,
+        })
+    }
+}
+
+impl From<ProbeSummary> for wire::ProbeSummary {
+    fn from(p: ProbeSummary) -> Self {
+        wire::ProbeSummary {
+            gpu_index: p.gpu,
+            gpu_bdf: opt_string(p.gpu_bdf),
+            nic: p.nic,
+            nic_bdf: opt_string(p.nic_bdf),
+            transport: p.transport.into(),
+            memory: p.memory.into(),
+            path: p.path.into(),
+            injected: p.injected.into(),
+            simulated: p.simulated,
+            selection: p.selection.into(),
+            lanes: p.lanes,
+            probes: p.probes,
+            bytes: p.bytes,
+            duration_min_ns: p.duration_min_ns,
+            duration_median_ns: p.duration_median_ns,
+            duration_max_ns: p.duration_max_ns,
+            first_at_unix_ns: timestamp_to_unix_ns(p.first_at),
+            last_at_unix_ns: timestamp_to_unix_ns(p.last_at),
+        }
+    }
 }
 
 // ---------- in-line verification ----------
@@ -674,6 +749,65 @@ mod tests {
         assert_eq!(v["verdict"], "silent_corruption");
         assert_eq!(v["gpu_bdf"], "0000:3b:00.0");
         assert_eq!("silent_corruption".parse::<ProbeVerdict>().unwrap(), ProbeVerdict::SilentCorruption);
+    }
+
+    fn summary() -> ProbeSummary {
+        let p = probe();
+        ProbeSummary {
+            gpu: p.gpu,
+            gpu_bdf: p.gpu_bdf,
+            nic: p.nic,
+            nic_bdf: p.nic_bdf,
+            transport: Transport::Verbs,
+            memory: Memory::Cuda,
+            path: DataPath::NicDma,
+            injected: Injected::None,
+            simulated: false,
+            selection: PairSelection::Predicted,
+            lanes: vec!["rc_mlx5/mlx5_3:1".into()],
+            probes: 5,
+            bytes: 5 << 26,
+            duration_min_ns: 10,
+            duration_median_ns: 20,
+            duration_max_ns: 30,
+            first_at: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+            last_at: Utc.timestamp_opt(1_700_000_240, 0).unwrap(),
+        }
+    }
+
+    #[test]
+    fn summary_round_trips_and_bad_ones_are_refused() {
+        let s = summary();
+        let w: wire::ProbeSummary = s.clone().into();
+        assert_eq!(ProbeSummary::try_from(w.clone()).unwrap(), s);
+        let rec = Record { id: RecordId::random(), observed_at: s.last_at, body: RecordBody::Summary(s) };
+        assert_eq!(Record::try_from(wire::Record::from(rec.clone())).unwrap(), rec);
+
+        let bad = wire::ProbeSummary { probes: 0, ..w.clone() };
+        assert_eq!(
+            ProbeSummary::try_from(bad).unwrap_err(),
+            WireError::OutOfRange { field: "summary.probes", value: 0 }
+        );
+        let bad = wire::ProbeSummary { duration_median_ns: 40, ..w.clone() };
+        assert!(matches!(ProbeSummary::try_from(bad).unwrap_err(), WireError::OutOfRange { .. }));
+        let bad = wire::ProbeSummary { last_at_unix_ns: w.first_at_unix_ns - 1, ..w.clone() };
+        assert!(matches!(ProbeSummary::try_from(bad).unwrap_err(), WireError::OutOfRange { .. }));
+        let bad = wire::ProbeSummary { nic: String::new(), ..w.clone() };
+        assert_eq!(ProbeSummary::try_from(bad).unwrap_err(), WireError::Missing("summary.nic"));
+        let bad = wire::ProbeSummary { path: 0, ..w.clone() };
+        assert!(matches!(ProbeSummary::try_from(bad).unwrap_err(), WireError::UnknownEnum { .. }));
+        let bad = wire::ProbeSummary { memory: 99, ..w.clone() };
+        assert!(matches!(ProbeSummary::try_from(bad).unwrap_err(), WireError::UnknownEnum { .. }));
+        // simulated without the simulated path (or the other way round) is not believed
+        let bad = wire::ProbeSummary { simulated: true, ..w.clone() };
+        assert!(matches!(
+            ProbeSummary::try_from(bad).unwrap_err(),
+            WireError::OutOfRange { field: "summary.simulated", .. }
+        ));
+        let bad = wire::ProbeSummary { lanes: vec!["x".into(); 17], ..w.clone() };
+        assert!(matches!(ProbeSummary::try_from(bad).unwrap_err(), WireError::TooMany { .. }));
+        let bad = wire::ProbeSummary { first_at_unix_ns: 5, ..w };
+        assert!(matches!(ProbeSummary::try_from(bad).unwrap_err(), WireError::ImpossibleTimestamp { .. }));
     }
 
     fn inline_report() -> InlineReport {

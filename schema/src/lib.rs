@@ -18,7 +18,9 @@ pub use bdf::{Bdf, BdfParseError};
 pub use convert::WireError;
 pub use inline::{InlineFailure, InlineReport};
 pub use path_class::PathClass;
-pub use probe::{DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeResult, ProbeVerdict, Reported, Transport};
+pub use probe::{
+    DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeResult, ProbeSummary, ProbeVerdict, Reported, Transport,
+};
 pub use record::{NodeId, NodeIdError, Record, RecordBody, RecordId};
 pub use signal::{SignalEvent, SignalKind, SignalSource};
 pub use topology::{Gpu, GpuRisk, HostFacts, Nic, NicPort, PairPath, RiskLevel, TopologySnapshot, Tristate};

@@ -161,3 +161,33 @@ impl ProbeResult {
         self.injected == Injected::None
     }
 }
+
+/// The ok probes of one GPU/NIC pair over a window, compacted by the agent (#15: evidence
+/// compaction at the edge). Failed probes always travel in full; every probe a summary counts
+/// was produced the same way (transport, memory, path, injected fault, simulation, selection,
+/// lanes), so a summary carries exactly the provenance its probes had.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ProbeSummary {
+    pub gpu: u32,
+    pub gpu_bdf: Option<Bdf>,
+    pub nic: String,
+    pub nic_bdf: Option<Bdf>,
+    pub transport: Transport,
+    pub memory: Memory,
+    pub path: DataPath,
+    #[serde(default)]
+    pub injected: Injected,
+    pub simulated: bool,
+    pub selection: PairSelection,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<String>,
+    /// Ok probes summarised (at least one).
+    pub probes: u32,
+    /// Bytes verified in all of them.
+    pub bytes: u64,
+    pub duration_min_ns: u64,
+    pub duration_median_ns: u64,
+    pub duration_max_ns: u64,
+    pub first_at: chrono::DateTime<chrono::Utc>,
+    pub last_at: chrono::DateTime<chrono::Utc>,
+}

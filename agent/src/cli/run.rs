@@ -74,6 +74,12 @@ pub struct RunArgs {
     /// Share of the slowest NIC's link rate probes may use on average.
     #[arg(long, default_value_t = ProbeLoopConfig::DEFAULT_BUDGET)]
     probe_budget: f64,
+    /// Seconds over which each pair's ok probes travel as one summary (count, bytes, duration
+    /// min/median/max, first/last time, provenance). Failed probes, a pair's first ok probe and
+    /// its first 3 after a failure always travel in full. 0: every probe in full (small fleets,
+    /// debugging).
+    #[arg(long, env = "RAILGUARD_PROBE_SUMMARY", default_value_t = ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW.as_secs())]
+    probe_summary_secs: u64,
     /// Kernel log, NIC counter and eBPF settings.
     #[command(flatten)]
     signals: super::watch::SignalArgs,
@@ -135,6 +141,7 @@ impl RunArgs {
                 cycle: Duration::from_secs(self.probe_cycle_secs),
                 probe_bytes: self.probe_bytes,
                 budget: self.probe_budget,
+                summary_window: Duration::from_secs(self.probe_summary_secs),
             }),
             signals,
             inline: (!self.no_inline)

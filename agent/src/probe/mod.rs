@@ -7,6 +7,7 @@
 //! digests sent out of band and, where they differ, says what is there instead (untouched,
 //! stale, misdirected, swapped, corrupt).
 
+pub mod compact;
 pub mod fault;
 pub mod gpu;
 pub mod pairs;

@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use chrono::Utc;
 use railguard_schema::{ProbeVerdict, RecordBody};
 
 use super::SaidOnce;
 use super::topology::SharedTopology;
+use crate::probe::compact::Compactor;
 use crate::probe::pairs::{NicSelection, select_pairs, slowest_link_bits_per_sec};
 use crate::probe::settings::ProbeSettings;
 use crate::probe::transport::ProbeTransport;
@@ -25,16 +27,46 @@ pub struct ProbeLoopConfig {
     pub probe_bytes: usize,
     /// Share of the slowest NIC's link rate probes may use on average.
     pub budget: f64,
+    /// Ok probes of each pair travel as one summary per this window (failed probes always in
+    /// full; [`crate::probe::compact`]). Zero: every probe in full.
+    pub summary_window: Duration,
 }
 
 impl ProbeLoopConfig {
     pub const DEFAULT_CYCLE: Duration = Duration::from_secs(60);
     pub const DEFAULT_PROBE_BYTES: usize = 64 << 20;
     pub const DEFAULT_BUDGET: f64 = 0.01;
+    /// A third of the collector's default 15-minute window of evidence: every pair has two or
+    /// three summaries in it.
+    pub const DEFAULT_SUMMARY_WINDOW: Duration = Duration::from_secs(300);
 }
 
-/// Runs the loop on this thread until `stop`.
+/// Runs the loop on this thread until `stop`; the open summaries are spooled as it stops.
 pub fn run(cfg: &ProbeLoopConfig, topology: &SharedTopology, spool: &SpoolHandle, stop: &Stop) {
+    let mut compactor = Compactor::new(cfg.summary_window);
+    probe_loop(cfg, topology, spool, stop, &mut compactor);
+    let held = compactor.held();
+    spool_all(spool, compactor.drain());
+    if held > 0 {
+        tracing::info!(probes = held, "spooled the open probe summaries on the way out");
+    }
+}
+
+fn spool_all(spool: &SpoolHandle, records: Vec<RecordBody>) {
+    for body in records {
+        if let Err(e) = spool.append(body) {
+            tracing::error!(error = %e, "spooling a probe record failed");
+        }
+    }
+}
+
+fn probe_loop(
+    cfg: &ProbeLoopConfig,
+    topology: &SharedTopology,
+    spool: &SpoolHandle,
+    stop: &Stop,
+    compactor: &mut Compactor,
+) {
     let mut engine = Engine::new(cfg.settings.engine_config());
     let mut transports: HashMap<String, Box<dyn ProbeTransport>> = HashMap::new();
     // Said once per NIC and error, not every cycle; the collector shows the pair as unprobed
@@ -46,6 +78,7 @@ pub fn run(cfg: &ProbeLoopConfig, topology: &SharedTopology, spool: &SpoolHandle
     let mut refresh_failed = SaidOnce::default();
     loop {
         let cycle_start = Instant::now();
+        spool_all(spool, compactor.due(Utc::now()));
         // The pairs follow the node: a pin applied since the last cycle moves the workload pair now.
         match topology.refresh() {
             Ok(_) => refresh_failed.clear(),
@@ -135,9 +168,9 @@ pub fn run(cfg: &ProbeLoopConfig, topology: &SharedTopology, spool: &SpoolHandle
                 if verdict != ProbeVerdict::Ok {
                     tracing::warn!(gpu = pair.gpu, nic = %pair.nic, verdict = %verdict, diagnosis = %out.result.diagnosis, confirming = attempts > 1, "probe failed");
                 }
-                if let Err(e) = spool.append(RecordBody::Probe(out.result)) {
-                    tracing::error!(error = %e, "spooling a probe result failed");
-                }
+                let now = Utc::now();
+                spool_all(spool, compactor.observe(out.result, now));
+                spool_all(spool, compactor.due(now));
                 let newly_failing = verdict != ProbeVerdict::Ok
                     && last.get(&(pair.gpu, pair.nic.clone())).is_none_or(|v| *v == ProbeVerdict::Ok);
                 last.insert((pair.gpu, pair.nic.clone()), verdict);

@@ -44,6 +44,9 @@ impl Default for AssessConfig {
 
 type Key = (String, u32);
 
+/// The workload pair's latest verdicts the hysteresis looks at.
+const RECENT_VERDICTS: usize = 10;
+
 /// One GPU/NIC pair's probes in the window (the query in [`load_inputs`]).
 #[derive(sqlx::FromRow)]
 struct PairRow {
@@ -103,13 +106,14 @@ pub async fn load_inputs(
         }
     }
 
-    // Probe verdicts per pair in the window, under the trust policy: injected faults are not
+    // Probe verdicts per pair in the window (full probes and the agents' summaries of ok probes,
+    // each counted as the probes it stands for), under the trust policy: injected faults are not
     // evidence at all; a probe verifies the pair only if the pair's NIC moved the bytes, or it
     // ran on the simulated fabric of a node whose whole fabric is simulated; anything else is
     // counted apart, as unproven.
     let counts: Vec<PairRow> = sqlx::query_as(
         "WITH w AS (
-            SELECT * FROM probe_results
+            SELECT * FROM probe_evidence
             WHERE observed_at > $2 AND observed_at <= $3 AND injected = 'none'
               AND ($1::text[] IS NULL OR node_id = ANY($1))
          ), sim AS (
@@ -119,16 +123,16 @@ pub async fn load_inputs(
             FROM w JOIN sim USING (node_id)
          )
          SELECT node_id, gpu_index, nic,
-                count(*) FILTER (WHERE trusted AND verdict = 'ok') AS ok,
-                count(*) FILTER (WHERE trusted AND verdict = 'silent_corruption') AS silent_corruption,
-                count(*) FILTER (WHERE trusted AND verdict = 'reported_failure') AS reported_failure,
-                count(*) FILTER (WHERE trusted AND verdict = 'timeout') AS timeout,
-                count(*) FILTER (WHERE trusted AND verdict = 'ok' AND path = 'nic_dma' AND memory = 'cuda') AS ok_gpu_memory,
+                coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'ok'), 0) AS ok,
+                coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'silent_corruption'), 0) AS silent_corruption,
+                coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'reported_failure'), 0) AS reported_failure,
+                coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'timeout'), 0) AS timeout,
+                coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'ok' AND path = 'nic_dma' AND memory = 'cuda'), 0) AS ok_gpu_memory,
                 mode() WITHIN GROUP (ORDER BY diagnosis)
                     FILTER (WHERE trusted AND verdict = 'silent_corruption') AS diagnosis,
                 coalesce(bool_or(trusted AND path = 'simulated'), false) AS simulated,
-                count(*) FILTER (WHERE NOT trusted AND verdict = 'ok') AS unproven_ok,
-                count(*) FILTER (WHERE NOT trusted AND verdict <> 'ok') AS unproven_bad,
+                coalesce(sum(probes) FILTER (WHERE NOT trusted AND verdict = 'ok'), 0) AS unproven_ok,
+                coalesce(sum(probes) FILTER (WHERE NOT trusted AND verdict <> 'ok'), 0) AS unproven_bad,
                 coalesce(array_agg(DISTINCT CASE WHEN jsonb_array_length(lanes) > 0
                                                  THEN transport || ' over ' || (lanes->>0) ELSE transport END)
                          FILTER (WHERE NOT trusted), '{}') AS unproven_via
@@ -169,11 +173,13 @@ pub async fn load_inputs(
     }
 
     // The last verdicts on each GPU's workload pair (hysteresis), within a day.
-    let recent: Vec<(String, i32, String, ProbeVerdict)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, nic, verdict FROM (
-            SELECT node_id, gpu_index, nic, verdict, observed_at,
+    // A summary stands for its probes, all ok, at its last probe's time (the agent closes a pair's
+    // summary before it spools the pair's failure, so no summary straddles one).
+    let recent: Vec<(String, i32, String, ProbeVerdict, i32)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic, verdict, probes FROM (
+            SELECT node_id, gpu_index, nic, verdict, probes, observed_at,
                    row_number() OVER (PARTITION BY node_id, gpu_index, nic ORDER BY observed_at DESC) AS rn
-            FROM probe_results
+            FROM probe_evidence
             WHERE observed_at > $2 - interval '1 day' AND observed_at <= $2 AND ($1::text[] IS NULL OR node_id = ANY($1))
               AND injected = 'none' AND path IN ('nic_dma', 'simulated')
          ) r WHERE rn <= 10 ORDER BY node_id, gpu_index, nic, rn",
@@ -182,11 +188,14 @@ pub async fn load_inputs(
     .bind(now)
     .fetch_all(pool)
     .await?;
-    for (node, gpu, nic, verdict) in recent {
+    for (node, gpu, nic, verdict, probes) in recent {
         if let Some(i) = inputs.get_mut(&(node, u32::try_from(gpu).unwrap_or(0)))
             && i.workload_nic.as_deref() == Some(nic.as_str())
         {
-            i.workload_recent.push(verdict);
+            let room = RECENT_VERDICTS.saturating_sub(i.workload_recent.len());
+            let n = usize::try_from(probes).unwrap_or(1).clamp(1, room.max(1));
+            i.workload_recent.extend(std::iter::repeat_n(verdict, n));
+            i.workload_recent.truncate(RECENT_VERDICTS);
         }
     }
 

@@ -33,6 +33,19 @@ enum QueryWhat {
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         limit: u32,
     },
+    /// A GPU's probes per NIC and hour, across the storage tiers: pair-hour rollups, then the
+    /// full probes and summaries after the newest rollup (as `hourly` in /api/v1/.../history).
+    History {
+        /// The node's id.
+        node: String,
+        /// The GPU's index.
+        gpu: String,
+        #[command(flatten)]
+        range: TimeRangeArgs,
+        /// Rows at most, newest first.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        limit: u32,
+    },
 }
 
 impl QueryArgs {
@@ -46,6 +59,13 @@ impl QueryArgs {
             QueryWhat::Gpus { status, limit } => {
                 let statuses = status.as_deref().map(params::statuses).transpose()?;
                 self.json_or_table(&read::gpus(&pool, statuses.as_deref(), i64::from(*limit)).await?)
+            }
+            QueryWhat::History { node, gpu, range, limit } => {
+                let node = params::node(node)?;
+                let gpu = params::gpu(gpu)?;
+                let (since, until) = range.range()?;
+                let period = read::Period { since, until, limit: i64::from(*limit) };
+                self.json_or_table(&read::gpu_hourly(&pool, node.as_str(), gpu, period).await?)
             }
         }
     }

@@ -84,9 +84,16 @@ pub struct ServeArgs {
     /// Seconds between node-condition passes.
     #[arg(long, default_value_t = 30)]
     k8s_every_secs: u64,
-    /// Days of probe and signal history kept (whole day partitions are dropped).
+    /// Days of full probes (every failure, and the ok probes agents send in full), signals and
+    /// in-line reports kept (whole day partitions are dropped).
     #[arg(long, env = "RAILGUARD_RETENTION_DAYS", default_value_t = ServeConfig::DEFAULT_RETENTION_DAYS)]
     retention_days: u32,
+    /// Days of the agents' summaries of ok probes kept.
+    #[arg(long, default_value_t = railguard_collector::store::Tiers::DEFAULT_SUMMARY_DAYS)]
+    summary_retention_days: u32,
+    /// Days of pair-hour rollups kept (what every pair's probes said, per hour: the long history).
+    #[arg(long, default_value_t = railguard_collector::store::Tiers::DEFAULT_ROLLUP_DAYS)]
+    rollup_retention_days: u32,
 }
 
 impl ServeArgs {
@@ -108,6 +115,10 @@ impl ServeArgs {
         cfg.assess = AssessConfig::with_window(Duration::from_secs(self.window_minutes.max(1) * 60));
         cfg.assess_every = Duration::from_secs(self.assess_every_secs.max(1));
         cfg.retention_days = self.retention_days.max(1);
+        cfg.tiers = railguard_collector::store::Tiers {
+            summary_days: self.summary_retention_days.max(1),
+            rollup_days: self.rollup_retention_days.max(1),
+        };
         cfg.k8s_nodes = self.k8s_node_conditions.then(|| railguard_collector::k8s_nodes::NodeConditionConfig {
             every: Duration::from_secs(self.k8s_every_secs.max(5)),
             taint: self.k8s_taint,

@@ -11,8 +11,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody};
 use super::{AppState, params};
 use crate::store::read::{
-    self, FailureRow, FleetSummary, GpuStatusRow, GridCell, InlineRow, NodeInfo, PairRow, Period, ProbeRow, SignalRow,
-    StatusChange, TopologyView,
+    self, FailureRow, FleetSummary, GpuStatusRow, GridCell, HourRow, InlineRow, NodeInfo, PairRow, Period, ProbeRow,
+    SignalRow, StatusChange, TopologyView,
 };
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
@@ -57,6 +57,9 @@ pub struct GpuHistory {
     pub since: DateTime<Utc>,
     pub until: DateTime<Utc>,
     pub probes: Vec<ProbeRow>,
+    /// Per pair and hour, across the storage tiers (rollups, then the live evidence): a year of
+    /// history after the full probes and summaries have gone.
+    pub hourly: Vec<HourRow>,
     pub signals: Vec<SignalRow>,
     pub status_changes: Vec<StatusChange>,
 }
@@ -222,6 +225,7 @@ pub async fn history(
     let period = Period { since, until, limit: params::limit(q.limit.as_deref(), 1000)? };
     Ok(Json(GpuHistory {
         probes: read::gpu_probes(&s.pool, node.as_str(), gpu, period).await?,
+        hourly: read::gpu_hourly(&s.pool, node.as_str(), gpu, period).await?,
         signals: read::gpu_signals(&s.pool, node.as_str(), gpu, period).await?,
         status_changes: read::gpu_status_changes(&s.pool, node.as_str(), gpu, period).await?,
         node: node.as_str().to_owned(),

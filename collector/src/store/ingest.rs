@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use railguard_schema::{
-    InlineReport, NodeId, ProbeResult, Record, RecordBody, SignalEvent, SignalKind, SignalSource, TopologySnapshot,
+    InlineReport, NodeId, ProbeResult, ProbeSummary, Record, RecordBody, SignalEvent, SignalKind, SignalSource,
+    TopologySnapshot,
 };
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
@@ -74,20 +75,25 @@ impl Store {
         let mut signals = Vec::new();
         let mut topologies = Vec::new();
         let mut inline = Vec::new();
+        let mut summaries = Vec::new();
         for r in records {
             match r.body {
                 RecordBody::Probe(p) => probes.push((r.id.0, r.observed_at, p)),
                 RecordBody::Signal(s) => signals.push((r.id.0, r.observed_at, s)),
                 RecordBody::Topology(t) => topologies.push((r.id.0, r.observed_at, t)),
                 RecordBody::Inline(i) => inline.push((r.id.0, r.observed_at, i)),
+                RecordBody::Summary(s) => summaries.push((r.id.0, s)),
             }
         }
-        let total = (probes.len() + signals.len() + topologies.len() + inline.len()) as u64;
+        let total = (probes.len() + signals.len() + topologies.len() + inline.len() + summaries.len()) as u64;
 
         let days =
             |ts: &mut dyn Iterator<Item = &DateTime<Utc>>| ts.map(|t| t.date_naive()).collect::<BTreeSet<NaiveDate>>();
         for day in days(&mut probes.iter().map(|p| &p.1)) {
             self.partitions.ensure(&self.pool, HistoryTable::ProbeResults, day).await?;
+        }
+        for day in days(&mut summaries.iter().map(|s| &s.1.last_at)) {
+            self.partitions.ensure(&self.pool, HistoryTable::ProbeSummaries, day).await?;
         }
         for day in days(&mut inline.iter().map(|i| &i.1)) {
             self.partitions.ensure(&self.pool, HistoryTable::InlineReports, day).await?;
@@ -107,6 +113,7 @@ impl Store {
         stored += insert_probes(&mut tx, node, probes).await?;
         stored += insert_signals(&mut tx, node, signals).await?;
         stored += insert_inline(&mut tx, node, inline).await?;
+        stored += insert_summaries(&mut tx, node, summaries).await?;
         for (id, at, t) in topologies {
             stored += insert_topology(&mut tx, node, id, at, t).await?;
         }
@@ -203,6 +210,97 @@ async fn insert_inline(
         stored += res.rows_affected();
     }
     Ok(stored)
+}
+
+/// Summaries of ok probes, one statement per batch. A summary is dated by its last probe (the
+/// record's own observation time is when the agent closed it).
+async fn insert_summaries(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &NodeId,
+    summaries: Vec<(Uuid, ProbeSummary)>,
+) -> Result<u64, StoreError> {
+    if summaries.is_empty() {
+        return Ok(0);
+    }
+    let n = summaries.len();
+    let (mut ids, mut at, mut first_at, mut gpu, mut nic) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut transport, mut memory, mut path, mut injected, mut simulated, mut selection, mut lanes) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut probes, mut bytes, mut dmin, mut dmed, mut dmax, mut gpu_bdf, mut nic_bdf) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for (id, s) in summaries {
+        ids.push(id);
+        at.push(s.last_at);
+        first_at.push(s.first_at);
+        gpu.push(i32_sat(s.gpu));
+        nic.push(s.nic);
+        transport.push(s.transport.as_str());
+        memory.push(s.memory.as_str());
+        path.push(s.path.as_str());
+        injected.push(s.injected.as_str());
+        simulated.push(s.simulated);
+        selection.push(s.selection.as_str());
+        lanes.push(serde_json::json!(s.lanes));
+        probes.push(i32_sat(s.probes));
+        bytes.push(i64_sat(s.bytes));
+        dmin.push(i64_sat(s.duration_min_ns));
+        dmed.push(i64_sat(s.duration_median_ns));
+        dmax.push(i64_sat(s.duration_max_ns));
+        gpu_bdf.push(s.gpu_bdf.map(|b| b.to_string()));
+        nic_bdf.push(s.nic_bdf.map(|b| b.to_string()));
+    }
+    let res = sqlx::query(
+        "INSERT INTO probe_summaries (node_id, observed_at, record_id, first_at, gpu_index, nic, transport, memory,
+             path, injected, simulated, selection, lanes, probes, bytes, duration_min_ns, duration_median_ns,
+             duration_max_ns, gpu_bdf, nic_bdf)
+         SELECT $1, u.* FROM UNNEST($2::timestamptz[], $3::uuid[], $4::timestamptz[], $5::int[], $6::text[],
+                     $7::text[], $8::text[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::jsonb[],
+                     $14::int[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::text[], $20::text[]) AS u
+         ON CONFLICT (node_id, observed_at, record_id) DO NOTHING",
+    )
+    .bind(node.as_str())
+    .bind(at)
+    .bind(ids)
+    .bind(first_at)
+    .bind(gpu)
+    .bind(nic)
+    .bind(transport)
+    .bind(memory)
+    .bind(path)
+    .bind(injected)
+    .bind(simulated)
+    .bind(selection)
+    .bind(lanes)
+    .bind(probes)
+    .bind(bytes)
+    .bind(dmin)
+    .bind(dmed)
+    .bind(dmax)
+    .bind(gpu_bdf)
+    .bind(nic_bdf)
+    .execute(&mut **tx)
+    .await?;
+    Ok(res.rows_affected())
 }
 
 async fn insert_probes(

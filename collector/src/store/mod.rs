@@ -4,8 +4,10 @@
 mod ingest;
 mod partitions;
 pub mod read;
+pub mod rollup;
 
 pub use ingest::{IngestOutcome, StoreError};
+pub use partitions::HistoryTable;
 
 use std::sync::Arc;
 
@@ -19,11 +21,39 @@ pub struct Store {
     /// Days of history kept; records older than that are refused (they would land in a dropped
     /// partition). None: no bound (tests, benchmarks).
     retention_days: Option<u32>,
+    /// Retention of the compacted tiers (applies only with `retention_days`).
+    tiers: Tiers,
+}
+
+/// Days kept of the tiers other than full probes and signals (#15 item 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiers {
+    /// The agents' summaries of ok probes (`serve --summary-retention-days`).
+    pub summary_days: u32,
+    /// Pair-hour rollups (`serve --rollup-retention-days`).
+    pub rollup_days: u32,
+}
+
+impl Tiers {
+    pub const DEFAULT_SUMMARY_DAYS: u32 = 7;
+    pub const DEFAULT_ROLLUP_DAYS: u32 = 366;
+}
+
+impl Default for Tiers {
+    fn default() -> Self {
+        Tiers { summary_days: Self::DEFAULT_SUMMARY_DAYS, rollup_days: Self::DEFAULT_ROLLUP_DAYS }
+    }
 }
 
 impl Store {
     pub fn new(pool: PgPool) -> Self {
-        Store { pool, partitions: Arc::default(), retention_days: None }
+        Store { pool, partitions: Arc::default(), retention_days: None, tiers: Tiers::default() }
+    }
+
+    /// Keeps the summary and rollup tiers for their own periods.
+    pub fn with_tiers(mut self, tiers: Tiers) -> Self {
+        self.tiers = Tiers { summary_days: tiers.summary_days.max(1), rollup_days: tiers.rollup_days.max(1) };
+        self
     }
 
     /// Keeps `days` of history: older records are refused, older partitions dropped.
@@ -45,13 +75,34 @@ impl Store {
         self.retention_days.map(|d| (chrono::Utc::now() - chrono::Duration::days(i64::from(d))).date_naive())
     }
 
-    /// Drops the day partitions before the retention window, and forgets them in the partition
-    /// cache (a later record for such a day is refused at ingest; were it not, the cache would
-    /// claim a partition that no longer exists). Returns the dropped tables.
+    /// Drops each history table's day partitions before its retention window (full probes,
+    /// signals and in-line reports: `retention_days`; summaries and rollups: their tiers), and
+    /// forgets them in the partition cache (a later record for such a day is refused at ingest, or
+    /// for a tier, lands in a partition that goes at the next pass; were the cache not told, it
+    /// would claim a partition that no longer exists). Returns the dropped tables.
     pub async fn drop_expired(&self) -> Result<Vec<String>, sqlx::Error> {
-        let Some(keep_from) = self.keep_from() else { return Ok(Vec::new()) };
-        let dropped = crate::retention::drop_before(&self.pool, keep_from).await?;
-        self.partitions.forget_before(keep_from);
+        let Some(days) = self.retention_days else { return Ok(Vec::new()) };
+        let today = chrono::Utc::now();
+        let mut dropped = Vec::new();
+        for table in HistoryTable::ALL {
+            let keep = match table {
+                HistoryTable::ProbeSummaries => self.tiers.summary_days,
+                HistoryTable::ProbeRollups => self.tiers.rollup_days,
+                _ => days,
+            };
+            let keep_from = (today - chrono::Duration::days(i64::from(keep))).date_naive();
+            dropped.extend(crate::retention::drop_before(&self.pool, table.regclass(), keep_from).await?);
+            self.partitions.forget_before(table, keep_from);
+        }
         Ok(dropped)
+    }
+
+    /// Ensures the day partition of `table` holding `day`.
+    pub(crate) async fn ensure_partition(
+        &self,
+        table: HistoryTable,
+        day: chrono::NaiveDate,
+    ) -> Result<(), sqlx::Error> {
+        self.partitions.ensure(&self.pool, table, day).await
     }
 }

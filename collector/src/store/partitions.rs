@@ -12,14 +12,27 @@ pub enum HistoryTable {
     ProbeResults,
     SignalEvents,
     InlineReports,
+    ProbeSummaries,
+    ProbeRollups,
 }
 
 impl HistoryTable {
-    fn regclass(self) -> &'static str {
+    /// Every partitioned history table.
+    pub const ALL: [HistoryTable; 5] = [
+        HistoryTable::ProbeResults,
+        HistoryTable::SignalEvents,
+        HistoryTable::InlineReports,
+        HistoryTable::ProbeSummaries,
+        HistoryTable::ProbeRollups,
+    ];
+
+    pub fn regclass(self) -> &'static str {
         match self {
             HistoryTable::ProbeResults => "probe_results",
             HistoryTable::SignalEvents => "signal_events",
             HistoryTable::InlineReports => "inline_reports",
+            HistoryTable::ProbeSummaries => "probe_summaries",
+            HistoryTable::ProbeRollups => "probe_rollups",
         }
     }
 }
@@ -49,10 +62,10 @@ impl PartitionCache {
         Ok(())
     }
 
-    /// Forgets the partitions of days before `day` (retention dropped them).
-    pub fn forget_before(&self, day: NaiveDate) {
+    /// Forgets `table`'s partitions of days before `day` (retention dropped them).
+    pub fn forget_before(&self, table: HistoryTable, day: NaiveDate) {
         if let Ok(mut k) = self.known.lock() {
-            k.retain(|(_, d)| *d >= day);
+            k.retain(|(t, d)| *t != table || *d >= day);
         }
     }
 
@@ -73,8 +86,10 @@ mod tests {
         for day in [d(1), d(2), d(3)] {
             c.known.lock().unwrap().insert((HistoryTable::ProbeResults, day));
         }
-        c.forget_before(d(3));
+        c.known.lock().unwrap().insert((HistoryTable::ProbeRollups, d(1)));
+        c.forget_before(HistoryTable::ProbeResults, d(3));
         assert!(!c.knows(HistoryTable::ProbeResults, d(1)) && !c.knows(HistoryTable::ProbeResults, d(2)));
         assert!(c.knows(HistoryTable::ProbeResults, d(3)));
+        assert!(c.knows(HistoryTable::ProbeRollups, d(1)), "another table's days are its own");
     }
 }

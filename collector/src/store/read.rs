@@ -230,6 +230,12 @@ pub struct ProbeRow {
     /// The transport's own lanes (`rc_mlx5/mlx5_0:1`, `tcp/lo`).
     #[sqlx(json)]
     pub lanes: Vec<String>,
+    /// Probes this row stands for: 1, or the count of an agent's summary of ok probes.
+    pub probes: i32,
+    /// The row is an agent's summary of `probes` ok probes between `first_at` and `at` (its
+    /// `bytes` are their total, its duration their median; chunks are not kept).
+    pub summary: bool,
+    pub first_at: DateTime<Utc>,
 }
 
 /// How often one GPU/NIC pair failed verification in a period.
@@ -383,9 +389,9 @@ pub async fn pairs(
                 (array_agg(verdict ORDER BY observed_at DESC))[1] AS latest,
                 (array_agg(diagnosis ORDER BY observed_at DESC))[1] AS latest_diagnosis,
                 max(observed_at) AS latest_at,
-                count(*) FILTER (WHERE verdict = 'ok' AND observed_at > now() - make_interval(mins => $3)) AS ok,
-                count(*) FILTER (WHERE verdict <> 'ok' AND observed_at > now() - make_interval(mins => $3)) AS bad
-         FROM probe_results
+                coalesce(sum(probes) FILTER (WHERE verdict = 'ok' AND observed_at > now() - make_interval(mins => $3)), 0) AS ok,
+                coalesce(sum(probes) FILTER (WHERE verdict <> 'ok' AND observed_at > now() - make_interval(mins => $3)), 0) AS bad
+         FROM probe_evidence
          WHERE node_id = $1 AND ($2::int IS NULL OR gpu_index = $2) AND observed_at > now() - interval '1 day'
            AND injected = 'none'
          GROUP BY gpu_index, nic ORDER BY gpu_index, nic",
@@ -622,15 +628,78 @@ pub async fn gpu_signals(pool: &PgPool, node: &str, gpu: i32, period: Period) ->
     .await
 }
 
-/// Probe results of a GPU in `period`, newest first.
+/// Probe results of a GPU in `period`, newest first: full probes and the agent's summaries of ok
+/// probes (one row each, `probes` saying how many it stands for).
 pub async fn gpu_probes(pool: &PgPool, node: &str, gpu: i32, period: Period) -> Result<Vec<ProbeRow>, sqlx::Error> {
     gpu_period(
         pool,
         "SELECT observed_at AS at, nic, transport, bytes, reported, verdict, diagnosis, bad_chunks, chunks,
-                first_bad_offset, selection, simulated, receiver_detail, memory, path, injected, lanes
-         FROM probe_results
+                first_bad_offset, selection, simulated, receiver_detail, memory, path, injected, lanes,
+                probes, summary, first_at
+         FROM probe_evidence
          WHERE node_id = $1 AND gpu_index = $2 AND observed_at >= $3 AND observed_at <= $4
          ORDER BY observed_at DESC LIMIT $5",
+        node,
+        gpu,
+        period,
+    )
+    .await
+}
+
+/// One GPU/NIC pair's probes in one UTC hour, by the provenance that decides what they prove
+/// (self-test probes with an injected fault are not here).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct HourRow {
+    pub hour: DateTime<Utc>,
+    pub nic: String,
+    pub path: DataPath,
+    pub memory: Memory,
+    pub simulated: bool,
+    pub ok: i64,
+    pub silent_corruption: i64,
+    pub reported_failure: i64,
+    pub timeout: i64,
+    pub bytes: i64,
+    pub first_failure: Option<DateTime<Utc>>,
+    pub last_failure: Option<DateTime<Utc>>,
+    /// `rollup` for an hour rolled up by the collector, `live` for hours after the node's newest
+    /// rollup (counted from the full probes and summaries as they are now).
+    pub tier: String,
+}
+
+/// A GPU's probe history per pair and hour in `period`, newest first, across the storage tiers:
+/// the pair-hour rollups up to the node's newest rolled hour, the evidence itself after it. Reads
+/// a year of hours as cheaply as a day of probes.
+pub async fn gpu_hourly(pool: &PgPool, node: &str, gpu: i32, period: Period) -> Result<Vec<HourRow>, sqlx::Error> {
+    gpu_period(
+        pool,
+        "WITH rolled AS (
+            SELECT max(hour) + interval '1 hour' AS upto FROM probe_rollups WHERE node_id = $1
+         )
+         SELECT * FROM (
+            SELECT hour, nic, path, memory, simulated, sum(ok)::bigint AS ok,
+                   sum(silent_corruption)::bigint AS silent_corruption, sum(reported_failure)::bigint AS reported_failure,
+                   sum(timeout)::bigint AS timeout, sum(bytes)::bigint AS bytes,
+                   min(first_failure) AS first_failure, max(last_failure) AS last_failure, 'rollup' AS tier
+            FROM probe_rollups
+            WHERE node_id = $1 AND gpu_index = $2 AND injected = 'none'
+              AND hour >= date_trunc('hour', $3::timestamptz, 'UTC') AND hour <= $4
+            GROUP BY hour, nic, path, memory, simulated
+            UNION ALL
+            SELECT date_trunc('hour', observed_at, 'UTC'), nic, path, memory, simulated,
+                   coalesce(sum(probes) FILTER (WHERE verdict = 'ok'), 0),
+                   coalesce(sum(probes) FILTER (WHERE verdict = 'silent_corruption'), 0),
+                   coalesce(sum(probes) FILTER (WHERE verdict = 'reported_failure'), 0),
+                   coalesce(sum(probes) FILTER (WHERE verdict = 'timeout'), 0),
+                   coalesce(sum(bytes), 0)::bigint,
+                   min(observed_at) FILTER (WHERE verdict <> 'ok'), max(observed_at) FILTER (WHERE verdict <> 'ok'), 'live'
+            FROM probe_evidence, rolled
+            WHERE node_id = $1 AND gpu_index = $2 AND injected = 'none'
+              AND observed_at >= greatest(date_trunc('hour', $3::timestamptz, 'UTC'), coalesce(rolled.upto, '-infinity'))
+              AND observed_at <= $4
+            GROUP BY 1, 2, 3, 4, 5
+         ) h
+         ORDER BY hour DESC, nic, path, memory LIMIT $5",
         node,
         gpu,
         period,
@@ -673,12 +742,12 @@ pub async fn failures(
                 count(*) FILTER (WHERE verdict = 'silent_corruption') AS silent_corruption,
                 count(*) FILTER (WHERE verdict = 'reported_failure') AS reported_failure,
                 count(*) FILTER (WHERE verdict = 'timeout') AS timeout,
-                count(*) AS probes,
+                sum(probes) AS probes,
                 mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE verdict = 'silent_corruption') AS diagnosis,
                 min(observed_at) FILTER (WHERE verdict <> 'ok') AS first_failure,
                 max(observed_at) FILTER (WHERE verdict <> 'ok') AS last_failure,
                 bool_or(simulated) AS simulated
-         FROM probe_results
+         FROM probe_evidence
          WHERE observed_at >= $1 AND observed_at <= $2 AND injected = 'none'
          GROUP BY node_id, gpu_index, nic
          HAVING count(*) FILTER (WHERE verdict <> 'ok') > 0

@@ -20,11 +20,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use railguard_agent::probe::compact::Compactor;
 use railguard_e2e::scripted::{topo_rec, topology};
-use railguard_e2e::{CollectorProc, TestPg, http_get, probe, token_for};
+use railguard_e2e::{CollectorProc, TestPg, cpu_seconds, http_get, probe, token_for};
 use railguard_schema::wire::RecordBatch;
 use railguard_schema::wire::ingest_client::IngestClient;
-use railguard_schema::{Diagnosis, PairSelection, ProbeVerdict, Record, RecordBody, RecordId};
+use railguard_schema::{Diagnosis, PairSelection, ProbeResult, ProbeVerdict, Record, RecordBody, RecordId};
 
 struct Args {
     nodes: usize,
@@ -34,6 +35,7 @@ struct Args {
     fail: Option<(String, u32)>,
     fail_after: Duration,
     assess_every: u64,
+    summary: Duration,
 }
 
 fn args() -> Result<Args, String> {
@@ -45,6 +47,7 @@ fn args() -> Result<Args, String> {
         fail: None,
         fail_after: Duration::from_secs(10),
         assess_every: 10,
+        summary: railguard_agent::service::probes::ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -57,13 +60,14 @@ fn args() -> Result<Args, String> {
             "--connections" => a.connections = (num(val()?)? as usize).max(1),
             "--fail-after-secs" => a.fail_after = Duration::from_secs(num(val()?)?),
             "--assess-every-secs" => a.assess_every = num(val()?)?.max(1),
+            "--summary-secs" => a.summary = Duration::from_secs(num(val()?)?),
             "--fail" => {
                 let v = val()?;
                 let (n, g) = v.split_once(':').ok_or(format!("--fail {v:?}: NODE:GPU"))?;
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--assess-every-secs S]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--assess-every-secs S] [--summary-secs S (0: every probe in full)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -72,7 +76,7 @@ fn args() -> Result<Args, String> {
 }
 
 /// One minute of a node's probes: 64 pairs once, the 8 workload (PIX) pairs three more times.
-fn batch(node_idx: usize, seq: u64, failing: Option<u32>) -> Vec<railguard_schema::wire::Record> {
+fn batch(node_idx: usize, seq: u64, failing: Option<u32>) -> Vec<ProbeResult> {
     let mut out = Vec::with_capacity(88);
     let mut push = |g: u32, n: u32, sel: PairSelection, k: u64| {
         let mut p = probe(seq * 1000 + k);
@@ -85,7 +89,7 @@ fn batch(node_idx: usize, seq: u64, failing: Option<u32>) -> Vec<railguard_schem
         p.first_bad_offset = bad.then_some(0);
         p.bad_chunks = if bad { p.chunks } else { 0 };
         p.duration_ns = 5_000_000 + (node_idx as u64 % 1000);
-        out.push(Record { id: RecordId::random(), observed_at: chrono::Utc::now(), body: RecordBody::Probe(p) }.into());
+        out.push(p);
     };
     let mut k = 0;
     for g in 0..8 {
@@ -165,17 +169,33 @@ async fn main() {
     let mut tasks = Vec::new();
     for (i, node) in names.iter().enumerate() {
         let mut client = channels[i % channels.len()].clone();
-        let (node, stats, interval, end) = (node.clone(), stats.clone(), a.interval, start + a.duration);
+        let (node, stats, interval, end, summary) =
+            (node.clone(), stats.clone(), a.interval, start + a.duration, a.summary);
         let failing = a.fail.as_ref().filter(|(n, _)| *n == node).map(|(_, g)| *g);
         // Each node at its own phase within the interval.
         let phase = interval.mul_f64(i as f64 / a.nodes.max(1) as f64);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(phase).await;
             let mut seq = 0u64;
+            // The agent's own compaction: failed probes in full, ok probes as summaries.
+            let mut compactor = Compactor::new(summary);
             while Instant::now() < end {
                 let next = Instant::now() + interval;
-                let recs = batch(i, seq, failing.filter(|_| Instant::now() >= fail_at));
+                let now = chrono::Utc::now();
+                let mut bodies: Vec<RecordBody> = Vec::new();
+                for p in batch(i, seq, failing.filter(|_| Instant::now() >= fail_at)) {
+                    bodies.extend(compactor.observe(p, now));
+                }
+                bodies.extend(compactor.due(now));
                 seq += 1;
+                if bodies.is_empty() {
+                    tokio::time::sleep_until(next.into()).await;
+                    continue;
+                }
+                let recs: Vec<railguard_schema::wire::Record> = bodies
+                    .into_iter()
+                    .map(|body| Record { id: RecordId::random(), observed_at: now, body }.into())
+                    .collect();
                 let n = recs.len() as u64;
                 stats.offered.fetch_add(n, Ordering::Relaxed);
                 let mut req =
@@ -199,6 +219,9 @@ async fn main() {
     }
     // Progress, and the time from the injected failure to `corrupting`.
     let mut detected: Option<Duration> = None;
+    // Past the first minute (every pair's first ok probe travels in full) and the first summaries.
+    let measure_from = start + (a.summary + Duration::from_secs(60)).min(a.duration / 2);
+    let mut storage_mark: Option<(Instant, i64, (i64, i64))> = None;
     let port = collector.http_port;
     while Instant::now() < start + a.duration {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -221,6 +244,10 @@ async fn main() {
                 detected = Some(d);
             }
         }
+        if storage_mark.is_none() && Instant::now() >= measure_from {
+            let (b, r) = history_size(&pg.pool).await;
+            storage_mark = Some((Instant::now(), b, r));
+        }
         if start.elapsed().as_secs().is_multiple_of(10) {
             stats.report(&format!("after {:>3} s", start.elapsed().as_secs()), start.elapsed());
         }
@@ -235,21 +262,22 @@ async fn main() {
     if let Some(c) = cpu {
         println!("collector CPU: {:.1} % of one core over the run", 100.0 * c / start.elapsed().as_secs_f64());
     }
-    let (rows, bytes): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM probe_results),
-                (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                 WHERE i.inhparent = 'probe_results'::regclass)",
-    )
-    .fetch_one(&pg.pool)
-    .await
-    .unwrap();
-    if rows > 0 {
-        let per_row = bytes as f64 / rows as f64;
-        let per_node_day = per_row * 88.0 * 60.0 * 24.0 * (60.0 / a.interval.as_secs_f64());
+    // Storage, measured: the growth of the probe history (full probes and summaries, tables and
+    // indexes) between a point after the first summaries closed and the end, per node-day.
+    if let Some((t0, b0, r0)) = storage_mark {
+        let (b1, r1) = history_size(&pg.pool).await;
+        let secs = t0.elapsed().as_secs_f64().max(1.0);
+        let per_node_day = (b1 - b0) as f64 / a.nodes.max(1) as f64 * 86_400.0 / secs;
         println!(
-            "storage: {rows} probe rows in {:.1} MB: {per_row:.0} bytes a row with its indexes, {:.1} MB per node-day at this cadence",
-            bytes as f64 / 1e6,
+            "storage: {} rows ({}) and {:.1} MB of probe history added in the last {secs:.0} s: {:.2} MB per node-day (measured growth; full probes + summaries, with indexes)",
+            r1.0 + r1.1 - r0.0 - r0.1,
+            format_args!("{} full, {} summaries", r1.0 - r0.0, r1.1 - r0.1),
+            (b1 - b0) as f64 / 1e6,
             per_node_day / 1e6
+        );
+    } else {
+        println!(
+            "storage: the run ended before the measurement point (--duration-secs longer than --summary-secs + 60)"
         );
     }
     if let Some((n, g)) = &a.fail
@@ -259,12 +287,16 @@ async fn main() {
     }
 }
 
-/// User + system CPU seconds of a process so far (/proc/PID/stat, clock ticks of 1/100 s).
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command: utime and stime are the 12th and 13th.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
+/// Bytes (tables and indexes, every day partition) and rows (full probes, summaries) of the
+/// probe history.
+async fn history_size(pool: &sqlx::PgPool) -> (i64, (i64, i64)) {
+    sqlx::query_as::<_, (i64, i64, i64)>(
+        "SELECT (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
+                 WHERE i.inhparent IN ('probe_results'::regclass, 'probe_summaries'::regclass)),
+                (SELECT count(*) FROM probe_results), (SELECT count(*) FROM probe_summaries)",
+    )
+    .fetch_one(pool)
+    .await
+    .map(|(b, r, s)| (b, (r, s)))
+    .unwrap()
 }

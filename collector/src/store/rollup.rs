@@ -1,0 +1,119 @@
+//! Pair-hour rollups (#15 item 2): once an hour has passed, what every GPU/NIC pair's probes said
+//! in it (full probes and summaries, each counted as the probes it stands for), kept apart by the
+//! provenance that decides what they prove (transport, memory, path, injected fault,
+//! simulation). The rollups outlive the full probes and the summaries (their own retention), and
+//! the history reads rollups for rolled hours and the evidence itself after them
+//! ([`super::read::gpu_hourly`]), so a caller never needs to know which tier answered.
+
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+
+use super::{HistoryTable, Store};
+
+/// Hours before the newest rolled one that a pass rolls again: records that arrive late (an
+/// agent's spool drained after an outage) are counted if they are at most this late.
+pub const REROLL_HOURS: i64 = 2;
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RollupPass {
+    pub hours: u32,
+    pub rows: u64,
+}
+
+/// The UTC hour holding `t`.
+pub fn hour_of(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(TimeDelta::hours(1)).unwrap_or(t)
+}
+
+impl Store {
+    /// Rolls up one hour (idempotent: a second pass over the same evidence writes the same rows).
+    pub async fn roll_up_hour(&self, hour: DateTime<Utc>) -> Result<u64, sqlx::Error> {
+        let hour = hour_of(hour);
+        self.ensure_partition(HistoryTable::ProbeRollups, hour.date_naive()).await?;
+        let res = sqlx::query(
+            "INSERT INTO probe_rollups (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated,
+                 ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
+             SELECT node_id, $1, gpu_index, nic, transport, memory, path, injected, simulated,
+                    coalesce(sum(probes) FILTER (WHERE verdict = 'ok'), 0),
+                    coalesce(sum(probes) FILTER (WHERE verdict = 'silent_corruption'), 0),
+                    coalesce(sum(probes) FILTER (WHERE verdict = 'reported_failure'), 0),
+                    coalesce(sum(probes) FILTER (WHERE verdict = 'timeout'), 0),
+                    coalesce(sum(bytes), 0)::bigint,
+                    min(observed_at) FILTER (WHERE verdict <> 'ok'), max(observed_at) FILTER (WHERE verdict <> 'ok')
+             FROM probe_evidence
+             WHERE observed_at >= $1 AND observed_at < $1 + interval '1 hour'
+             GROUP BY node_id, gpu_index, nic, transport, memory, path, injected, simulated
+             ON CONFLICT (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated) DO UPDATE SET
+                 ok = EXCLUDED.ok, silent_corruption = EXCLUDED.silent_corruption,
+                 reported_failure = EXCLUDED.reported_failure, timeout = EXCLUDED.timeout, bytes = EXCLUDED.bytes,
+                 first_failure = EXCLUDED.first_failure, last_failure = EXCLUDED.last_failure, rolled_at = now()",
+        )
+        .bind(hour)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected())
+    }
+
+    /// Rolls up every passed hour from `from` (the newest rolled hour minus [`REROLL_HOURS`] when
+    /// None; the earliest evidence when nothing was rolled yet) to the hour before `now`'s.
+    /// Returns the pass and the hour it rolled up to (exclusive).
+    pub async fn roll_up_passed(
+        &self,
+        from: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Result<(RollupPass, DateTime<Utc>), sqlx::Error> {
+        let until = hour_of(now);
+        let from = match from {
+            Some(f) => Some(hour_of(f)),
+            None => {
+                let newest: Option<DateTime<Utc>> =
+                    sqlx::query_scalar("SELECT max(hour) FROM probe_rollups").fetch_one(&self.pool).await?;
+                match newest {
+                    Some(h) => Some(h - TimeDelta::hours(REROLL_HOURS)),
+                    None => sqlx::query_scalar::<_, Option<DateTime<Utc>>>(
+                        "SELECT least((SELECT min(observed_at) FROM probe_results),
+                                      (SELECT min(observed_at) FROM probe_summaries))",
+                    )
+                    .fetch_one(&self.pool)
+                    .await?
+                    .map(hour_of),
+                }
+            }
+        };
+        let mut pass = RollupPass::default();
+        let Some(mut h) = from else { return Ok((pass, until)) };
+        // Nothing older than the rollups' own retention.
+        let oldest = until - TimeDelta::days(i64::from(self.tiers.rollup_days));
+        h = h.max(hour_of(oldest));
+        while h < until {
+            pass.rows += self.roll_up_hour(h).await?;
+            pass.hours += 1;
+            h += TimeDelta::hours(1);
+        }
+        Ok((pass, until))
+    }
+}
+
+/// The leader's rollup schedule: a pass once a new hour has passed (and at start, to catch up).
+#[derive(Debug, Default)]
+pub struct RollupSchedule {
+    rolled_until: Option<DateTime<Utc>>,
+}
+
+impl RollupSchedule {
+    /// Runs a pass if an hour has passed since the last one.
+    pub async fn tick(&mut self, store: &Store, now: DateTime<Utc>) -> Result<Option<RollupPass>, sqlx::Error> {
+        if self.rolled_until.is_some_and(|u| u >= hour_of(now)) {
+            return Ok(None);
+        }
+        let from = self.rolled_until.map(|u| u - TimeDelta::hours(REROLL_HOURS + 1));
+        let (pass, until) = store.roll_up_passed(from, now).await?;
+        self.rolled_until = Some(until);
+        Ok(Some(pass))
+    }
+
+    /// Another replica may have led meanwhile: start again from what the table says.
+    pub fn forget(&mut self) {
+        self.rolled_until = None;
+    }
+}

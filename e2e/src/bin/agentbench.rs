@@ -1,0 +1,94 @@
+//! agentbench: the agent's own footprint (#15 item 7). Runs the agent binary (`run`) on the seed
+//! topology's simulated fabric at the default cadence (every GPU/NIC pair once a minute, the
+//! workload's pairs more often, 64 MiB probes, summaries of ok probes every 5 minutes) against a
+//! real collector and Postgres, and prints its CPU share of one core and its peak resident memory
+//! (VmHWM), sampled from /proc every second.
+//!
+//! Run: `scripts/bench-agent.sh` (builds release, 180 s), or
+//! `target/release/agentbench --duration-secs 180 [-- extra agent flags]`.
+//! The simulated fabric copies in host memory: no GPU, no NIC and no CUDA digests are in these
+//! figures.
+#![allow(clippy::unwrap_used)] // a harness: a broken setup should stop it loudly
+
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use railguard_e2e::{CollectorProc, TestPg, cpu_seconds, seed_agent};
+
+fn main() {
+    let mut duration = Duration::from_secs(180);
+    let mut extra: Vec<OsString> = Vec::new();
+    let mut it = std::env::args_os().skip(1);
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("--duration-secs") => {
+                let v = it.next().and_then(|v| v.to_str().and_then(|s| s.parse().ok()));
+                let Some(v) = v else {
+                    eprintln!("--duration-secs needs a number");
+                    std::process::exit(2);
+                };
+                duration = Duration::from_secs(v);
+            }
+            Some("--") => extra.extend(it.by_ref()),
+            Some("-h" | "--help") => {
+                eprintln!("agentbench [--duration-secs S] [-- extra agent run flags]");
+                std::process::exit(2);
+            }
+            _ => {
+                eprintln!("unknown argument {a:?}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pg = rt.block_on(TestPg::start());
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<OsString> = ["--fabric", "sim", "--no-signals"].iter().map(OsString::from).collect();
+    args.extend(extra.iter().cloned());
+    let refs: Vec<&std::ffi::OsStr> = args.iter().map(OsString::as_os_str).collect();
+    eprintln!(
+        "agentbench: the agent on the simulated seed fabric at the default cadence for {duration:?} (flags {extra:?})"
+    );
+    let agent = seed_agent(&collector, dir.path(), &refs);
+    let pid = agent.0.id();
+    let start = Instant::now();
+    let cpu0 = cpu_seconds(pid).unwrap_or(0.0);
+    // The first cycle's start (reading the topology, allocating buffers) is part of the figure;
+    // so is every minute after it.
+    let mut samples = 0u32;
+    let mut rss_sum_kb = 0u64;
+    while start.elapsed() < duration {
+        std::thread::sleep(Duration::from_secs(1));
+        if let Some(rss) = status_kb(pid, "VmRSS:") {
+            rss_sum_kb += rss;
+            samples += 1;
+        }
+    }
+    let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu0;
+    let secs = start.elapsed().as_secs_f64();
+    let peak = status_kb(pid, "VmHWM:").unwrap_or(0);
+    let (full, summaries, probes): (i64, i64, i64) = rt
+        .block_on(
+            sqlx::query_as(
+                "SELECT (SELECT count(*) FROM probe_results), (SELECT count(*) FROM probe_summaries),
+                        (SELECT coalesce(sum(probes), 0)::bigint FROM probe_evidence)",
+            )
+            .fetch_one(&pg.pool),
+        )
+        .unwrap();
+    drop(agent);
+    println!(
+        "agent: {:.2} % of one core over {secs:.0} s; peak RSS {:.1} MiB, mean RSS {:.1} MiB",
+        100.0 * cpu / secs,
+        peak as f64 / 1024.0,
+        rss_sum_kb as f64 / f64::from(samples.max(1)) / 1024.0
+    );
+    println!("agent: stored {full} full probes and {summaries} summaries standing for {probes} probes");
+}
+
+/// A `/proc/PID/status` field in kB.
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
+}

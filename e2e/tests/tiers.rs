@@ -1,0 +1,155 @@
+//! Storage tiers (#15 item 2): full probes, the agents' summaries and pair-hour rollups, each with
+//! its own retention; the history (API and CLI) reads across them, so a GPU's past survives its
+//! summaries and the caller never picks a tier.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use chrono::{DateTime, Duration, DurationRound, TimeDelta, Utc};
+use railguard_collector::store::rollup::hour_of;
+use railguard_collector::store::{Store, Tiers};
+use railguard_e2e::*;
+use railguard_schema::*;
+use serde_json::Value;
+
+fn summary(gpu: u32, nic: &str, probes: u32, last_at: DateTime<Utc>) -> Record {
+    let p = probe(0);
+    Record {
+        id: RecordId::random(),
+        observed_at: last_at,
+        body: RecordBody::Summary(ProbeSummary {
+            gpu,
+            gpu_bdf: p.gpu_bdf,
+            nic: nic.into(),
+            nic_bdf: p.nic_bdf,
+            transport: Transport::Sim,
+            memory: Memory::Host,
+            path: DataPath::Simulated,
+            injected: Injected::None,
+            simulated: true,
+            selection: PairSelection::Predicted,
+            lanes: vec![],
+            probes,
+            bytes: u64::from(probes) << 20,
+            duration_min_ns: 1,
+            duration_median_ns: 2,
+            duration_max_ns: 3,
+            first_at: last_at - Duration::minutes(4),
+            last_at,
+        }),
+    }
+}
+
+fn failure(gpu: u32, nic: &str, at: DateTime<Utc>) -> Record {
+    let mut p = probe(3); // a silent corruption
+    p.gpu = gpu;
+    p.nic = nic.into();
+    p.bytes = 1 << 20;
+    Record { id: RecordId::random(), observed_at: at, body: RecordBody::Probe(p) }
+}
+
+/// (ok, silent corruptions) of GPU3/mlx5_3 in the hourly history rows of `tier` in `[from, to)`.
+fn sums(rows: &[Value], tier: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> (i64, i64) {
+    rows.iter()
+        .filter(|r| r["tier"] == tier && r["nic"] == "mlx5_3")
+        .filter(|r| {
+            let h: DateTime<Utc> = r["hour"].as_str().unwrap().parse().unwrap();
+            h >= from && h < to
+        })
+        .fold((0, 0), |(o, s), r| (o + r["ok"].as_i64().unwrap(), s + r["silent_corruption"].as_i64().unwrap()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_across_tiers() {
+    let pg = TestPg::start().await;
+    let node = NodeId::new("node-a").unwrap();
+    let store = Store::new(pg.pool.clone()).with_retention(30).with_tiers(Tiers { summary_days: 2, rollup_days: 366 });
+    let now = Utc::now();
+    let this_hour = now.duration_trunc(TimeDelta::hours(1)).unwrap();
+    // Five days ago, three hours: 12 ok probes summarised and one failure an hour.
+    let old = this_hour - Duration::days(5);
+    let mut recs = Vec::new();
+    for h in 0..3 {
+        let t = old + Duration::hours(h) + Duration::minutes(20);
+        recs.push(summary(3, "mlx5_3", 12, t));
+        recs.push(failure(3, "mlx5_3", t + Duration::minutes(1)));
+    }
+    // This hour: live evidence, not rolled up yet.
+    recs.push(summary(3, "mlx5_3", 7, now));
+    store.ingest(&node, recs, 0).await.unwrap();
+
+    // A first pass rolls every passed hour from the earliest evidence.
+    let (pass, until) = store.roll_up_passed(None, now).await.unwrap();
+    assert_eq!(until, hour_of(now));
+    assert!(pass.hours >= 5 * 24 && pass.rows == 3, "{pass:?}");
+    let rolled: (i64, i64) = sqlx::query_as(
+        "SELECT sum(ok)::bigint, sum(silent_corruption)::bigint FROM probe_rollups WHERE gpu_index = 3 AND nic = 'mlx5_3'",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(rolled, (36, 3), "each summary counted as its 12 probes, each failure once");
+    // Rolling again writes the same rows (no double count).
+    store.roll_up_passed(Some(old), now).await.unwrap();
+    let again: (i64, i64) = sqlx::query_as(
+        "SELECT sum(ok)::bigint, sum(silent_corruption)::bigint FROM probe_rollups WHERE gpu_index = 3 AND nic = 'mlx5_3'",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(again, rolled);
+
+    // A record arriving late for an hour already rolled (within the re-roll horizon) is counted
+    // by the next pass.
+    let last_hour = this_hour - Duration::hours(1);
+    store.ingest(&node, vec![summary(3, "mlx5_3", 5, last_hour + Duration::minutes(10))], 0).await.unwrap();
+    store.roll_up_passed(None, now).await.unwrap();
+    let late: i64 =
+        sqlx::query_scalar("SELECT ok FROM probe_rollups WHERE hour = $1 AND gpu_index = 3 AND nic = 'mlx5_3'")
+            .bind(last_hour)
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(late, 5);
+
+    // Retention per tier: the summaries of five days ago go (2-day tier); the full probes stay
+    // (30 days); the rollups stay (a year).
+    let dropped = store.drop_expired().await.unwrap();
+    assert!(dropped.iter().any(|d| d.starts_with("probe_summaries_")), "{dropped:?}");
+    assert!(dropped.iter().all(|d| d.starts_with("probe_summaries_")), "only the summary tier is past: {dropped:?}");
+    let old_summaries: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_summaries WHERE observed_at < $1")
+        .bind(now - Duration::days(2))
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert_eq!(old_summaries, 0);
+
+    // The history still says what those hours' probes said, from the rollups; this hour is live.
+    let c = CollectorProc::start(&pg.url());
+    let (code, body) = c.get("/api/v1/nodes/node-a/gpus/3/history?since=7d", None);
+    assert_eq!(code, 200, "{body}");
+    let h: Value = serde_json::from_str(&body).unwrap();
+    let rows = h["hourly"].as_array().unwrap();
+    assert_eq!(sums(rows, "rollup", old, old + Duration::hours(3)), (36, 3), "{rows:?}");
+    assert_eq!(sums(rows, "live", this_hour, this_hour + Duration::hours(1)), (7, 0), "{rows:?}");
+    assert_eq!(sums(rows, "rollup", last_hour, this_hour), (5, 0));
+    let newest: DateTime<Utc> = rows[0]["hour"].as_str().unwrap().parse().unwrap();
+    assert_eq!(newest, this_hour, "newest first");
+    // The raw failures are still there as full probes (their own, longer retention).
+    assert_eq!(h["probes"].as_array().unwrap().iter().filter(|p| p["verdict"] == "silent_corruption").count(), 3);
+
+    // The CLI reads the same rows.
+    let out = std::process::Command::new(bin("railguard-collector"))
+        .args(["query", "history", "node-a", "3", "--since", "7d", "--json"])
+        .env("DATABASE_URL", pg.url())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cli.as_array().unwrap(), rows);
+    // Bad input is refused with words.
+    let out = std::process::Command::new(bin("railguard-collector"))
+        .args(["query", "history", "node/a", "x"])
+        .env("DATABASE_URL", pg.url())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
