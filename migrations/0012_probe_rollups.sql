@@ -3,7 +3,8 @@
 -- provenance that decides what they prove. Rolled up by the leader collector once an hour has
 -- passed (and again for the two hours before it, for late records); kept a year by default
 -- (`serve --rollup-retention-days`), while full probes (`--retention-days`) and summaries
--- (`--summary-retention-days`) have their own retention. Partitioned by UTC day, keyed node first.
+-- (`--summary-retention-days`) have their own retention. Partitioned by UTC day, keyed node first
+-- and then GPU, so a GPU's year is one index range.
 CREATE TABLE probe_rollups (
     node_id            text        NOT NULL,
     hour               timestamptz NOT NULL,
@@ -22,5 +23,5 @@ CREATE TABLE probe_rollups (
     first_failure      timestamptz,
     last_failure       timestamptz,
     rolled_at          timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated)
+    PRIMARY KEY (node_id, gpu_index, hour, nic, transport, memory, path, injected, simulated)
 ) PARTITION BY RANGE (hour);

@@ -211,11 +211,14 @@ async function gpu(name, idx, query) {
   const at = atRaw && !isNaN(new Date(atRaw)) ? new Date(atRaw) : null;
   const range = at ? `since=${encodeURIComponent(new Date(at - 86400000).toISOString())}&until=${encodeURIComponent(at.toISOString())}` : "since=1d";
   const base = `/api/v1/nodes/${encodeURIComponent(name)}/gpus/${idx}`;
-  const [g, hist, last] = await Promise.all([
+  // Thirty days by day, across the storage tiers (rollups, then the live evidence).
+  const days = at ? `since=${encodeURIComponent(new Date(at - 30 * 86400000).toISOString())}&until=${encodeURIComponent(at.toISOString())}` : "since=30d";
+  const [g, hist, last, month] = await Promise.all([
     api(base),
     api(`${base}/history?${range}&limit=300`),
     // The status it had at that time: its newest change before then, however old.
     at ? api(`${base}/history?since=3650d&until=${encodeURIComponent(at.toISOString())}&limit=1`) : null,
+    api(`${base}/history?${days}&bucket=day&limit=300`),
   ]);
   let s = g.status;
   let then = "";
@@ -238,6 +241,20 @@ async function gpu(name, idx, query) {
     return `<tr data-nic="${esc(nic)}"><td>${esc(nic)}${nic === s.workload_nic ? " (workload)" : ""}</td><td class="rate">${Math.round(100 * bad / all)} % of ${all}</td><td><div class="timeline small">${ps.map(p =>
       `<div class="tick nt ${p.verdict === "ok" ? "ok" : "bad"}${p.summary ? " summary" : ""}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(probeTitle(p))}"></div>`).join("")}</div></td></tr>`;
   }).join("");
+  // Per NIC, one cell a day: failed probes that day (red), only ok ones (green).
+  const byDay = new Map();
+  for (const b of month.hourly.slice().reverse()) {
+    if (!byDay.has(b.nic)) byDay.set(b.nic, new Map());
+    const d = byDay.get(b.nic);
+    const k = b.start.slice(0, 10);
+    const c = d.get(k) || { ok: 0, bad: 0, tiers: new Set(), sim: false, unproven: false };
+    c.ok += b.ok; c.bad += b.silent_corruption + b.reported_failure + b.timeout; c.tiers.add(b.tier);
+    c.sim ||= b.path === "simulated"; c.unproven ||= b.path === "host_copy";
+    d.set(k, c);
+  }
+  const dayRows = [...byDay.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([nic, d]) =>
+    `<tr data-nic="${esc(nic)}"><td>${esc(nic)}${nic === s.workload_nic ? " (workload)" : ""}</td><td><div class="timeline small">${[...d.entries()].map(([k, c]) =>
+      `<div class="tick day ${c.bad ? "bad" : "ok"}${c.sim ? " sim" : c.unproven ? " unproven" : ""}" title="${esc(`${k} ${nic}: ${c.ok} ok, ${c.bad} failed (${[...c.tiers].join(", ")})`)}"></div>`).join("")}</div></td></tr>`).join("");
   let out = `<h1>${esc(name)} · GPU${esc(idx)} ${badge(s.status)} ${verified(s.verification)}</h1>${then}
     <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
     ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span></p>` : ""}
@@ -250,6 +267,7 @@ async function gpu(name, idx, query) {
     <h2>Probe verdicts (last day, oldest → newest)</h2><div class="timeline" id="timeline">${hist.probes.filter(p => p.injected === "none").reverse().map(p =>
       `<div class="tick ${p.verdict === "ok" ? "ok" : "bad"}${p.summary ? " summary" : ""}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(`${probeTitle(p)} · ${p.nic} ${p.transport} via ${p.path} (${p.memory} memory${p.lanes.length ? `, lanes ${p.lanes.join(", ")}` : ""})`)}"></div>`).join("") || '<span class="muted">no probes</span>'}</div>
     <p class="muted">hatched: simulated fabric · faded: exercised no NIC (unproven)</p>
+    <h2>Thirty days by day, per NIC (from the pair-hour rollups and the live evidence)</h2>${dayRows ? `<table id="by-day"><tr><th>NIC</th><th>days, oldest → newest</th></tr>${dayRows}</table>` : '<p class="muted">no probes</p>'}
     <h2>Failure rate per NIC (same probes)</h2>${nicRows ? `<table id="per-nic"><tr><th>NIC</th><th>failed</th><th>verdicts, oldest → newest</th></tr>${nicRows}</table>` : '<p class="muted">no probes</p>'}
     ${hist.probes.some(p => p.injected !== "none") ? `<h2>Self-test history (injected faults, not evidence)</h2><table id="selftest"><tr><th>when</th><th>NIC</th><th>injected</th><th>verdict</th></tr>${hist.probes.filter(p => p.injected !== "none").slice(0, 50).map(p =>
       `<tr><td>${ago(p.at)}</td><td>${esc(p.nic)}</td><td>${esc(p.injected)}</td><td>${esc(p.verdict)} / ${esc(p.diagnosis)}</td></tr>`).join("")}</table>` : ""}

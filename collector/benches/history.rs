@@ -1,7 +1,11 @@
 //! History and assessment at fleet scale, on a durable private Postgres:
 //! - per-GPU 30-day history query (the API's probes query) at ROWS probe rows (default
 //!   10 million: 1,000 nodes × 8 GPUs over 30 daily partitions), p50 and p99 of 300 queries;
-//! - assessment of a 1,000-node fleet (8 GPUs each, 15-minute window of probes).
+//! - assessment of a 1,000-node fleet (8 GPUs each, 15-minute window of probes);
+//! - `/api/v1/failures?since=1d` over the same probes, p50 and p99 of 20 queries;
+//! - a year of pair-hour rollups (#15 item 2) for ROLLUP_NODES nodes (default 10: 8 GPUs × 8 NICs ×
+//!   8,760 hours each) and the per-GPU year query across tiers by day (the API's `hourly` with
+//!   `since=365d`), p50 and p99 of 100 queries.
 //!
 //! Run: `cargo bench -p railguard-collector --bench history` (ROWS=1000000 for a quick run).
 #![allow(clippy::unwrap_used)]
@@ -12,6 +16,8 @@ use std::time::Instant;
 use chrono::{Duration, Utc};
 use railguard_collector::assess::{AssessConfig, assess_and_store};
 use railguard_collector::pg::{PrivateCluster, connect_and_migrate};
+use railguard_collector::store::read;
+use railguard_collector::store::rollup::hour_of;
 
 const NODES: i64 = 1000;
 const GPUS: i64 = 8;
@@ -133,6 +139,56 @@ async fn main() {
     let again = again.elapsed();
     let corrupting = results.iter().filter(|a| a.status.as_str() == "corrupting").count();
 
+    // Which pairs failed in the last day, over the 30 days of probes.
+    let mut fail_times = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let f = read::failures(&pool, Utc::now() - Duration::days(1), Utc::now(), 1000).await.unwrap();
+        fail_times.push(t.elapsed().as_secs_f64() * 1e3);
+        assert!(!f.is_empty());
+    }
+    fail_times.sort_by(|a, b| a.total_cmp(b));
+
+    // A year of pair-hour rollups, and the per-GPU year by day across tiers.
+    let rnodes: i64 = std::env::var("ROLLUP_NODES").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    let year_start = hour_of(Utc::now()) - Duration::days(365);
+    for d in 0..=366 {
+        sqlx::query("SELECT railguard_ensure_day_partition('probe_rollups'::regclass, $1)")
+            .bind((year_start + Duration::days(d)).date_naive())
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let t = Instant::now();
+    for n in 0..rnodes {
+        sqlx::query(
+            "INSERT INTO probe_rollups (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated,
+                 ok, silent_corruption, reported_failure, timeout, bytes)
+             SELECT $1, $2 + make_interval(hours => h), g, 'mlx5_' || k, 'sim', 'host', 'simulated', 'none', true,
+                    CASE WHEN g = k THEN 240 ELSE 60 END, CASE WHEN (h + g + k) % 997 = 0 THEN 1 ELSE 0 END, 0, 0,
+                    (CASE WHEN g = k THEN 240 ELSE 60 END)::bigint * 67108864
+             FROM generate_series(0, 8759) h, generate_series(0, 7) g, generate_series(0, 7) k",
+        )
+        .bind(format!("year-{n}"))
+        .bind(year_start)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query("ANALYZE probe_rollups").execute(&pool).await.unwrap();
+    let rollup_load = t.elapsed();
+    let mut year_times = Vec::new();
+    let mut buckets = 0;
+    for q in 0..100i64 {
+        let node = format!("year-{}", (q * 3) % rnodes);
+        let period = read::Period { since: Utc::now() - Duration::days(365), until: Utc::now(), limit: 10_000 };
+        let t = Instant::now();
+        let rows = read::gpu_hourly(&pool, &node, ((q * 5) % GPUS) as i32, period, read::Bucket::Day).await.unwrap();
+        year_times.push(t.elapsed().as_secs_f64() * 1e3);
+        buckets = rows.len();
+    }
+    year_times.sort_by(|a, b| a.total_cmp(b));
+
     println!(
         "history benchmark: {rows} probe rows over 30 daily partitions ({NODES} nodes x {GPUS} GPUs), loaded in {:.1} s",
         load.as_secs_f64()
@@ -146,6 +202,19 @@ async fn main() {
         results.len(),
         first.as_secs_f64() * 1e3,
         again.as_secs_f64() * 1e3
+    );
+    println!(
+        "  failures of the last day (/api/v1/failures?since=1d) over those probes: p50 {:.1} ms  p99 {:.1} ms (20 queries)",
+        fail_times[10], fail_times[19]
+    );
+    println!(
+        "a year of pair-hour rollups: {} rows ({rnodes} nodes x 8 GPUs x 8 NICs x 8,760 hours), loaded in {:.1} s",
+        rnodes * 8760 * 64,
+        rollup_load.as_secs_f64()
+    );
+    println!(
+        "  per-GPU year by day across tiers ({buckets} day-NIC rows): p50 {:.1} ms  p99 {:.1} ms  (goal p99 < 100 ms, 100 queries)",
+        year_times[50], year_times[98]
     );
     pool.close().await;
     cluster.stop().unwrap();

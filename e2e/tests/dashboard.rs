@@ -92,6 +92,9 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
         "the timeline shows the four failed (simulated) probes"
     );
     assert!(gpu.contains("data-verification=\"simulated\""), "the simulated fabric is marked: {gpu}");
+    // Thirty days by day across the tiers: GPU3's PIX pair has a failed day, its other pairs don't.
+    assert!(gpu.contains("<table id=\"by-day\">"), "{gpu}");
+    assert!(gpu.contains("data-nic=\"mlx5_3\"><td>mlx5_3 (workload)</td><td><div class=\"timeline small\"><div class=\"tick day bad sim\""), "{gpu}");
 
     // A node whose probes exercised no NIC: its GPUs are marked unverified, never ok, and the
     // fleet counts them.

@@ -51,7 +51,7 @@ fn sums(rows: &[Value], tier: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> (
     rows.iter()
         .filter(|r| r["tier"] == tier && r["nic"] == "mlx5_3")
         .filter(|r| {
-            let h: DateTime<Utc> = r["hour"].as_str().unwrap().parse().unwrap();
+            let h: DateTime<Utc> = r["start"].as_str().unwrap().parse().unwrap();
             h >= from && h < to
         })
         .fold((0, 0), |(o, s), r| (o + r["ok"].as_i64().unwrap(), s + r["silent_corruption"].as_i64().unwrap()))
@@ -131,10 +131,21 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
     assert_eq!(sums(rows, "rollup", old, old + Duration::hours(3)), (36, 3), "{rows:?}");
     assert_eq!(sums(rows, "live", this_hour, this_hour + Duration::hours(1)), (7, 0), "{rows:?}");
     assert_eq!(sums(rows, "rollup", last_hour, this_hour), (5, 0));
-    let newest: DateTime<Utc> = rows[0]["hour"].as_str().unwrap().parse().unwrap();
+    let newest: DateTime<Utc> = rows[0]["start"].as_str().unwrap().parse().unwrap();
     assert_eq!(newest, this_hour, "newest first");
     // The raw failures are still there as full probes (their own, longer retention).
     assert_eq!(h["probes"].as_array().unwrap().iter().filter(|p| p["verdict"] == "silent_corruption").count(), 3);
+
+    // A year by day: the old day's hours add up in one bucket; a bad bucket is refused.
+    let (code, body) = c.get("/api/v1/nodes/node-a/gpus/3/history?since=365d", None);
+    assert_eq!(code, 200, "{body}");
+    let days: Value = serde_json::from_str(&body).unwrap();
+    let days = days["hourly"].as_array().unwrap();
+    let old_day = old.duration_trunc(TimeDelta::days(1)).unwrap();
+    // (two days: the three hours may straddle a midnight)
+    assert_eq!(sums(days, "rollup", old_day, old_day + Duration::days(2)), (36, 3), "{days:?}");
+    assert!(days.iter().all(|d| d["start"].as_str().unwrap().ends_with("T00:00:00Z")), "{days:?}");
+    assert_eq!(c.get("/api/v1/nodes/node-a/gpus/3/history?bucket=week", None).0, 400);
 
     // The CLI reads the same rows.
     let out = std::process::Command::new(bin("railguard-collector"))
@@ -152,4 +163,36 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
         .output()
         .unwrap();
     assert!(!out.status.success());
+}
+
+/// Item 6: every history table (the time-partitioned ones and the status changes) is keyed node first (a distributed Postgres can
+/// shard on node_id), and a record id is unique within its node: a resend is a duplicate, the
+/// same id from another node is that node's own record.
+#[tokio::test(flavor = "multi_thread")]
+async fn history_is_keyed_node_first_and_ids_are_per_node() {
+    let pg = TestPg::start().await;
+    let keys: Vec<(String, String)> = sqlx::query_as(
+        "SELECT c.relname::text, (SELECT a.attname::text FROM pg_attribute a
+                                  WHERE a.attrelid = c.oid AND a.attnum = i.indkey[0])
+         FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
+         WHERE c.relkind = 'p' OR c.relname = 'gpu_status_changes' ORDER BY 1",
+    )
+    .fetch_all(&pg.pool)
+    .await
+    .unwrap();
+    let tables: Vec<&str> = keys.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        tables,
+        ["gpu_status_changes", "inline_reports", "probe_results", "probe_rollups", "probe_summaries", "signal_events"]
+    );
+    assert!(keys.iter().all(|(_, first)| first == "node_id"), "{keys:?}");
+
+    let store = Store::new(pg.pool.clone());
+    let rec = failure(3, "mlx5_3", Utc::now());
+    let a = NodeId::new("node-a").unwrap();
+    let b = NodeId::new("node-b").unwrap();
+    assert_eq!(store.ingest(&a, vec![rec.clone()], 0).await.unwrap().stored, 1);
+    let again = store.ingest(&a, vec![rec.clone()], 0).await.unwrap();
+    assert_eq!((again.stored, again.duplicates), (0, 1), "a resend is a duplicate");
+    assert_eq!(store.ingest(&b, vec![rec], 0).await.unwrap().stored, 1, "node-b's record is its own");
 }

@@ -57,6 +57,11 @@ pub struct TransportArgs {
     /// Give up on a transfer after this many milliseconds (verdict `timeout`).
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
+    /// Largest single transfer: a larger probe moves as consecutive segments of this size, each
+    /// with its own pattern, checked as it lands (the probe buffers stay this size). 0: each
+    /// probe is one transfer.
+    #[arg(long, default_value = "8M", value_parser = parse_bytes_or_zero)]
+    pub probe_segment: usize,
 }
 
 impl TransportArgs {
@@ -74,8 +79,14 @@ impl TransportArgs {
             nixl_block: self.nixl_block,
             memory: self.memory,
             timeout: std::time::Duration::from_millis(self.timeout_ms),
+            segment_bytes: self.probe_segment,
         }
     }
+}
+
+/// A size as [`parse_bytes`], or `0` (off).
+pub fn parse_bytes_or_zero(s: &str) -> Result<usize, String> {
+    if s.trim() == "0" { Ok(0) } else { parse_bytes(s) }
 }
 
 /// Parses sizes like `64M`, `1G`, `4096`.

@@ -103,6 +103,16 @@ pub struct EngineConfig {
     pub history: usize,
     /// Where the buffers are.
     pub memory: MemoryPref,
+    /// Largest single transfer: a larger probe moves as consecutive segments of this size, each
+    /// with its own nonce, poisoned before and checked as it lands, so the probe buffers (and
+    /// the agent's memory) stay this size whatever the probe's. 0: one transfer per probe.
+    pub segment_bytes: usize,
+}
+
+impl EngineConfig {
+    /// 8 MiB: two buffers of it are the agent's probe memory, and a segment's passes (fill and
+    /// digest, poison, check) run out of the CPU's caches rather than DRAM.
+    pub const DEFAULT_SEGMENT_BYTES: usize = 8 << 20;
 }
 
 impl Default for EngineConfig {
@@ -112,6 +122,7 @@ impl Default for EngineConfig {
             timeout: Duration::from_secs(10),
             history: 64,
             memory: MemoryPref::Auto,
+            segment_bytes: Self::DEFAULT_SEGMENT_BYTES,
         }
     }
 }
@@ -175,10 +186,24 @@ impl Engine {
         (self.cfg.chunk_bytes.max(8) / 8) * 8
     }
 
-    /// Readies buffers for a probe of `bytes` ahead of time (fresh nonce, source filled and
-    /// digested, destination poisoned), so the probe itself is the transfer and the check.
-    /// The probe loop calls it while it waits for the next slot.
+    /// The segment size for a probe of `bytes` (a whole number of chunks), or `bytes`.
+    fn segment_len(&self, bytes: usize) -> usize {
+        let chunk = self.chunk_bytes();
+        match self.cfg.segment_bytes {
+            0 => bytes,
+            s => ((s / chunk).max(1) * chunk).min(bytes),
+        }
+    }
+
+    /// Readies buffers for a probe of `bytes` (its first segment) ahead of time (fresh nonce,
+    /// source filled and digested, destination poisoned), so the probe itself is the transfer
+    /// and the check. The probe loop calls it while it waits for the next slot.
     pub fn prepare(&mut self, bytes: usize) {
+        let bytes = self.segment_len(bytes);
+        self.prepare_exact(bytes);
+    }
+
+    fn prepare_exact(&mut self, bytes: usize) {
         let chunk = self.chunk_bytes();
         let (mut src, mut dst) = match self.prepared.take() {
             Some(p) => (p.src, p.dst),
@@ -210,6 +235,7 @@ impl Engine {
             pair: pair_key,
             nonce,
             digests: Arc::new(pattern::digests(&buf, self.chunk_bytes())),
+            bytes,
         };
         self.next_id += 1;
         self.remember(k.clone());
@@ -224,7 +250,7 @@ impl Engine {
         bytes: usize,
         fault: Option<&Fault>,
     ) -> ProbeOutcome {
-        self.probe_with(transport, pair, bytes, fault, None)
+        self.probe_segments(transport, pair, bytes, fault, None)
     }
 
     /// A probe during which the transport suffers one of its own failures (the self-test's
@@ -236,7 +262,79 @@ impl Engine {
         bytes: usize,
         mode: transport::FailureMode,
     ) -> ProbeOutcome {
-        self.probe_with(transport, pair, bytes, None, Some(mode))
+        self.probe_segments(transport, pair, bytes, None, Some(mode))
+    }
+
+    /// One probe of `bytes` as consecutive segments ([`EngineConfig::segment_bytes`]), as one
+    /// result: bytes, chunks, bad chunks, bit flips and transfer time add up; the verdict,
+    /// diagnosis, reports and first bad byte are those of the first failing segment (its offset
+    /// in the probe added). A fault applies to every segment, except a bit flip (the probe's
+    /// last byte, so the last segment) and a swap (the probe's first two chunks). A segment the
+    /// transport failed or never completed ends the probe there: the rest would wait as long.
+    fn probe_segments(
+        &mut self,
+        transport: &mut dyn ProbeTransport,
+        pair: &Pair,
+        bytes: usize,
+        fault: Option<&Fault>,
+        failure: Option<transport::FailureMode>,
+    ) -> ProbeOutcome {
+        let seg = self.segment_len(bytes).max(1);
+        if bytes <= seg {
+            return self.probe_with(transport, pair, bytes, fault, failure);
+        }
+        let n = bytes.div_ceil(seg);
+        let mut acc: Option<ProbeOutcome> = None;
+        for k in 0..n {
+            let offset = k * seg;
+            let len = seg.min(bytes - offset);
+            let f = fault.filter(|f| match f.kind {
+                FaultKind::Bitflip => k == n - 1,
+                FaultKind::Swap => k == 0,
+                _ => true,
+            });
+            let mut o = self.probe_with(transport, pair, len, f, failure);
+            if o.result.verdict != ProbeVerdict::Ok {
+                let at = format!("segment {} of {n} (bytes {offset}..{}): ", k + 1, offset + len);
+                o.result.first_bad_offset = o.result.first_bad_offset.map(|b| b + offset as u64);
+                o.receiver.first_bad_offset = o.receiver.first_bad_offset.map(|b| b + offset as u64);
+                o.result.receiver_detail = format!("{at}{}", o.result.receiver_detail).chars().take(1000).collect();
+                o.receiver.detail = format!("{at}{}", o.receiver.detail);
+            }
+            let stop = matches!(o.result.verdict, ProbeVerdict::Timeout | ProbeVerdict::ReportedFailure);
+            acc = Some(match acc.take() {
+                None => o,
+                Some(mut a) => {
+                    let (r, v) = (&mut a.result, &mut a.receiver);
+                    r.bytes += o.result.bytes;
+                    r.chunks += o.result.chunks;
+                    r.bad_chunks += o.result.bad_chunks;
+                    r.bit_flips += o.result.bit_flips;
+                    r.duration_ns += o.result.duration_ns;
+                    v.chunks += o.receiver.chunks;
+                    v.bad_chunks += o.receiver.bad_chunks;
+                    v.bit_flips += o.receiver.bit_flips;
+                    if r.verdict == ProbeVerdict::Ok && o.result.verdict != ProbeVerdict::Ok {
+                        r.verdict = o.result.verdict;
+                        r.reported = o.result.reported;
+                        r.reported_detail = o.result.reported_detail;
+                        r.diagnosis = o.result.diagnosis;
+                        r.first_bad_offset = o.result.first_bad_offset;
+                        r.receiver_detail = o.result.receiver_detail;
+                        v.diagnosis = o.receiver.diagnosis;
+                        v.first_bad_offset = o.receiver.first_bad_offset;
+                        v.detail = o.receiver.detail;
+                        a.fault = o.fault.or(a.fault);
+                    }
+                    a
+                }
+            });
+            if stop {
+                break;
+            }
+        }
+        let Some(a) = acc else { unreachable!("a probe larger than a segment has at least two") };
+        a
     }
 
     fn probe_with(
@@ -252,7 +350,7 @@ impl Engine {
         let id = self.next_id;
         self.next_id += 1;
         if self.prepared.as_ref().is_none_or(|p| p.bytes != bytes) {
-            self.prepare(bytes);
+            self.prepare_exact(bytes);
         }
         let Some(Prepared { nonce, poison_nonce, mut src, mut dst, digests, .. }) = self.prepared.take() else {
             unreachable!("prepared just above")
@@ -274,14 +372,14 @@ impl Engine {
                     skip = Some(TransferReport::reporting(f.reported(), format!("fault: {what}")));
                 }
                 FaultKind::Stale => {
-                    let earlier = match self.history.iter().find(|k| k.pair == key).cloned() {
+                    let earlier = match self.history.iter().find(|k| k.pair == key && k.bytes == bytes).cloned() {
                         Some(k) => k,
                         None => self.synthetic_known(key.clone(), bytes),
                     };
                     pattern::fill(earlier.nonce, 0, src_view);
                 }
                 FaultKind::Misdirect => {
-                    let other = match self.history.iter().find(|k| k.pair != key).cloned() {
+                    let other = match self.history.iter().find(|k| k.pair != key && k.bytes == bytes).cloned() {
                         Some(k) => k,
                         None => self.synthetic_known(format!("GPU{}/elsewhere", pair.gpu + 1), bytes),
                     };
@@ -335,7 +433,7 @@ impl Engine {
         }
         let history: Vec<KnownProbe> = self.history.iter().cloned().collect();
         let v = verify::verify(dst_view, chunk, nonce, &digests, poison_nonce, &key, &history);
-        self.remember(KnownProbe { id, pair: key, nonce, digests });
+        self.remember(KnownProbe { id, pair: key, nonce, digests, bytes });
         self.spare = (src, dst);
 
         let verdict = match report.reported {

@@ -83,18 +83,16 @@ pub fn fill(nonce: u64, offset: u64, buf: &mut [u8]) {
 /// digesting each chunk while it is still in cache.
 pub fn fill_and_digest(nonce: u64, buf: &mut [u64], bytes: usize, chunk_bytes: usize) -> Vec<u64> {
     debug_assert_eq!(chunk_bytes % 8, 0);
-    let chunk_words = chunk_bytes / 8;
-    fill_words(nonce, 0, buf);
-    let mut out = Vec::with_capacity(bytes.div_ceil(chunk_bytes));
+    let chunk_words = (chunk_bytes / 8).max(1);
+    let mut out = Vec::with_capacity(bytes.div_ceil(chunk_bytes.max(1)));
     let mut done = 0;
     for (k, c) in buf.chunks_mut(chunk_words).enumerate() {
-        let _ = k;
-        let view: &[u8] = bytemuck::cast_slice(c);
-        let len = chunk_bytes.min(bytes - done);
-        out.push(digest(&view[..len]));
-        done += len;
-        if done >= bytes {
-            break;
+        fill_words(nonce, (k * chunk_words) as u64, c);
+        if done < bytes {
+            let view: &[u8] = bytemuck::cast_slice(c);
+            let len = chunk_bytes.min(bytes - done).min(view.len());
+            out.push(digest(&view[..len]));
+            done += len;
         }
     }
     out

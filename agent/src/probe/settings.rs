@@ -69,6 +69,8 @@ pub struct ProbeSettings {
     pub memory: MemoryPref,
     /// A transfer taking longer is a `timeout`.
     pub timeout: Duration,
+    /// Largest single transfer ([`EngineConfig::segment_bytes`]).
+    pub segment_bytes: usize,
 }
 
 impl Default for ProbeSettings {
@@ -86,6 +88,7 @@ impl Default for ProbeSettings {
             nixl_block: nixl::DEFAULT_BLOCK,
             memory: MemoryPref::default(),
             timeout: Duration::from_secs(10),
+            segment_bytes: EngineConfig::DEFAULT_SEGMENT_BYTES,
         }
     }
 }
@@ -187,6 +190,7 @@ impl ProbeSettings {
             timeout: self.timeout.max(Duration::from_millis(1)),
             // The simulated fabric stands in for the GPU too: its buffers stay in host memory.
             memory: if self.simulated() { MemoryPref::Host } else { self.memory },
+            segment_bytes: self.segment_bytes,
             ..Default::default()
         }
     }

@@ -149,3 +149,57 @@ fn ucx_reports_a_peer_closed_mid_put_and_recovers() {
         assert_eq!(out.result.verdict, ProbeVerdict::Ok, "the transport recovered: {out:?}");
     }
 }
+
+fn segmented(segment: usize) -> Engine {
+    Engine::new(EngineConfig { timeout: Duration::from_millis(300), segment_bytes: segment, ..Default::default() })
+}
+
+#[test]
+fn a_probe_larger_than_a_segment_moves_in_segments_and_reads_as_one() {
+    let seg = 1 << 20;
+    let mut e = segmented(seg);
+    let pair = Pair::named(3, "mlx5_3");
+    // Every fault is still classified as it is for one transfer, over real TCP, with the probe
+    // five segments and a bit long (odd sizes included).
+    let bytes = 5 * seg + 3 * 4096 + 5;
+    let mut t = TcpLoopback::new().unwrap();
+    let ok = e.probe(&mut t, &pair, bytes, None);
+    assert_eq!(ok.result.verdict, ProbeVerdict::Ok, "{ok:?}");
+    assert_eq!(ok.result.bytes, bytes as u64);
+    assert_eq!(ok.result.chunks as usize, bytes.div_ceil(pattern::DEFAULT_CHUNK_BYTES));
+    for kind in FaultKind::ALL {
+        let out = e.probe(&mut t, &pair, bytes, Some(&Fault::new(kind)));
+        assert_eq!((out.result.verdict, out.result.diagnosis), expected(kind), "{kind:?}: {out:#?}");
+        assert_eq!(e.probe(&mut t, &pair, bytes, None).result.verdict, ProbeVerdict::Ok, "after {kind:?}");
+    }
+    // A rejected DMA read leaves every segment untouched: every chunk of the probe is bad.
+    let out = e.probe(&mut SimFabric, &pair, 4 * seg, Some(&Fault::new(FaultKind::DmaReadRejected)));
+    assert_eq!(out.result.bad_chunks, out.result.chunks);
+    assert_eq!(out.result.first_bad_offset, Some(0));
+    // The last byte's flip is located in the probe, not in its segment.
+    let out = e.probe(&mut SimFabric, &pair, 4 * seg, Some(&Fault::new(FaultKind::Bitflip)));
+    assert_eq!((out.result.bad_chunks, out.result.bit_flips), (1, 1));
+    assert_eq!(out.result.first_bad_offset, Some(4 * seg as u64 - 1));
+    assert!(out.result.receiver_detail.starts_with("segment 4 of 4"), "{}", out.result.receiver_detail);
+    // A transport that never completes ends the probe at its first segment (no 4 × timeout).
+    let started = Instant::now();
+    let out = e.probe(&mut t, &pair, 4 * seg, Some(&Fault::new(FaultKind::Hang)));
+    assert_eq!(out.result.verdict, ProbeVerdict::Timeout);
+    assert_eq!(out.result.bytes, seg as u64, "only the first segment was tried");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+#[test]
+fn the_buffers_stay_the_size_of_a_segment() {
+    let mut e = segmented(1 << 20);
+    e.prepare(64 << 20);
+    assert_eq!(e.prepared.as_ref().map(|p| p.src.len() * 8), Some(1 << 20));
+    let out = e.probe(&mut SimFabric, &Pair::named(0, "mlx5_0"), 64 << 20, None);
+    assert_eq!(out.result.verdict, ProbeVerdict::Ok);
+    assert_eq!(out.result.bytes, 64 << 20);
+    assert!(e.spare.0.len() * 8 <= 1 << 20 && e.spare.1.len() * 8 <= 1 << 20);
+    // Segments off: one transfer of the whole probe.
+    let mut whole = segmented(0);
+    whole.prepare(4 << 20);
+    assert_eq!(whole.prepared.as_ref().map(|p| p.src.len() * 8), Some(4 << 20));
+}

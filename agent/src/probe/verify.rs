@@ -14,6 +14,8 @@ pub struct KnownProbe {
     pub pair: String,
     pub nonce: u64,
     pub digests: std::sync::Arc<Vec<u64>>,
+    /// Its size: bytes of another size cannot pass for it.
+    pub bytes: usize,
 }
 
 /// What the receiver found.

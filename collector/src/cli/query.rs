@@ -33,7 +33,7 @@ enum QueryWhat {
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         limit: u32,
     },
-    /// A GPU's probes per NIC and hour, across the storage tiers: pair-hour rollups, then the
+    /// A GPU's probes per NIC and hour (or day), across the storage tiers: pair-hour rollups, then the
     /// full probes and summaries after the newest rollup (as `hourly` in /api/v1/.../history).
     History {
         /// The node's id.
@@ -45,6 +45,9 @@ enum QueryWhat {
         /// Rows at most, newest first.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         limit: u32,
+        /// `hour` or `day`. Default: `hour` up to 7 days, `day` beyond.
+        #[arg(long)]
+        bucket: Option<String>,
     },
 }
 
@@ -60,12 +63,13 @@ impl QueryArgs {
                 let statuses = status.as_deref().map(params::statuses).transpose()?;
                 self.json_or_table(&read::gpus(&pool, statuses.as_deref(), i64::from(*limit)).await?)
             }
-            QueryWhat::History { node, gpu, range, limit } => {
+            QueryWhat::History { node, gpu, range, limit, bucket } => {
                 let node = params::node(node)?;
                 let gpu = params::gpu(gpu)?;
                 let (since, until) = range.range()?;
+                let bucket = params::bucket(bucket.as_deref(), since, until)?;
                 let period = read::Period { since, until, limit: i64::from(*limit) };
-                self.json_or_table(&read::gpu_hourly(&pool, node.as_str(), gpu, period).await?)
+                self.json_or_table(&read::gpu_hourly(&pool, node.as_str(), gpu, period, bucket).await?)
             }
         }
     }

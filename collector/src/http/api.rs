@@ -11,8 +11,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody};
 use super::{AppState, params};
 use crate::store::read::{
-    self, FailureRow, FleetSummary, GpuStatusRow, GridCell, HourRow, InlineRow, NodeInfo, PairRow, Period, ProbeRow,
-    SignalRow, StatusChange, TopologyView,
+    self, FailureRow, FleetSummary, GpuStatusRow, GridCell, HistoryBucket, InlineRow, NodeInfo, PairRow, Period,
+    ProbeRow, SignalRow, StatusChange, TopologyView,
 };
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
@@ -57,9 +57,9 @@ pub struct GpuHistory {
     pub since: DateTime<Utc>,
     pub until: DateTime<Utc>,
     pub probes: Vec<ProbeRow>,
-    /// Per pair and hour, across the storage tiers (rollups, then the live evidence): a year of
-    /// history after the full probes and summaries have gone.
-    pub hourly: Vec<HourRow>,
+    /// Per pair and hour (or day, `bucket`), across the storage tiers (rollups, then the live
+    /// evidence): a year of history after the full probes and summaries have gone.
+    pub hourly: Vec<HistoryBucket>,
     pub signals: Vec<SignalRow>,
     pub status_changes: Vec<StatusChange>,
 }
@@ -204,6 +204,10 @@ pub struct HistoryQuery {
     /// Rows of each kind at most (1–10000, default 1000).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 10000)]
     limit: Option<String>,
+    /// How `hourly` groups: `hour` or `day`. Default (absent or empty): `hour` for periods up to
+    /// 7 days, `day` beyond.
+    #[param(value_type = Option<String>, example = "day")]
+    bucket: Option<String>,
 }
 
 /// A GPU's history: probe verdicts, signals and status changes between `since` and `until`.
@@ -223,9 +227,10 @@ pub async fn history(
     let gpu = params::gpu(&gpu)?;
     let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "1d")?;
     let period = Period { since, until, limit: params::limit(q.limit.as_deref(), 1000)? };
+    let bucket = params::bucket(q.bucket.as_deref(), since, until)?;
     Ok(Json(GpuHistory {
         probes: read::gpu_probes(&s.pool, node.as_str(), gpu, period).await?,
-        hourly: read::gpu_hourly(&s.pool, node.as_str(), gpu, period).await?,
+        hourly: read::gpu_hourly(&s.pool, node.as_str(), gpu, period, bucket).await?,
         signals: read::gpu_signals(&s.pool, node.as_str(), gpu, period).await?,
         status_changes: read::gpu_status_changes(&s.pool, node.as_str(), gpu, period).await?,
         node: node.as_str().to_owned(),

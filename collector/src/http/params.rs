@@ -126,6 +126,24 @@ pub fn limit(s: Option<&str>, default: u32) -> Result<i64, ApiError> {
     }
 }
 
+/// `bucket=hour|day` of a GPU's history; absent or empty: by the period's length.
+pub fn bucket(
+    s: Option<&str>,
+    since: chrono::DateTime<chrono::Utc>,
+    until: chrono::DateTime<chrono::Utc>,
+) -> Result<crate::store::read::Bucket, ApiError> {
+    use crate::store::read::Bucket;
+    match s.map(str::trim) {
+        None | Some("") => Ok(Bucket::for_period(since, until)),
+        Some("hour") => Ok(Bucket::Hour),
+        Some("day") => Ok(Bucket::Day),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "bucket {:?} is not hour or day",
+            other.chars().take(64).collect::<String>()
+        ))),
+    }
+}
+
 /// The `{node}` path parameter (documentation only: handlers take the text and check it).
 #[derive(Debug, utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]

@@ -182,7 +182,7 @@ async fn insert_inline(
                 memory, path, attribution, transfers_ok, transfers_mismatch, transfers_error, bytes_verified,
                 blocks_verified, first_at, last_at, failures, failures_omitted)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
-             ON CONFLICT (record_id, observed_at) DO NOTHING",
+             ON CONFLICT (node_id, observed_at, record_id) DO NOTHING",
         )
         .bind(id)
         .bind(node.as_str())
@@ -376,7 +376,7 @@ async fn insert_probes(
               AS u(id, at, gpu, gpu_bdf, nic, nic_bdf, transport, bytes, reported, detail, verdict, diagnosis,
                    first_bad, bad_chunks, chunks, duration, selection, simulated, bit_flips, receiver_detail,
                    memory, path, injected, lanes)
-         ON CONFLICT (record_id, observed_at) DO NOTHING",
+         ON CONFLICT (node_id, observed_at, record_id) DO NOTHING",
     )
     .bind(node.as_str())
     .bind(ids)
@@ -443,7 +443,7 @@ async fn insert_signals(
          FROM UNNEST($2::uuid[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::int[], $8::text[],
                      $9::text[], $10::jsonb[])
               AS u(id, at, source, kind, bdf, gpu, nic, summary, attrs)
-         ON CONFLICT (record_id, observed_at) DO NOTHING",
+         ON CONFLICT (node_id, observed_at, record_id) DO NOTHING",
     )
     .bind(node.as_str())
     .bind(ids)

@@ -646,11 +646,34 @@ pub async fn gpu_probes(pool: &PgPool, node: &str, gpu: i32, period: Period) -> 
     .await
 }
 
-/// One GPU/NIC pair's probes in one UTC hour, by the provenance that decides what they prove
-/// (self-test probes with an injected fault are not here).
+/// How finely [`gpu_hourly`] groups a GPU's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Bucket {
+    Hour,
+    Day,
+}
+
+impl Bucket {
+    /// `hour` up to a week, `day` beyond (a year of days is 365 rows per pair).
+    pub fn for_period(since: DateTime<Utc>, until: DateTime<Utc>) -> Bucket {
+        if until - since > chrono::Duration::days(7) { Bucket::Day } else { Bucket::Hour }
+    }
+
+    fn unit(self) -> &'static str {
+        match self {
+            Bucket::Hour => "hour",
+            Bucket::Day => "day",
+        }
+    }
+}
+
+/// One GPU/NIC pair's probes in one UTC hour or day, by the provenance that decides what they
+/// prove (self-test probes with an injected fault are not here).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
-pub struct HourRow {
-    pub hour: DateTime<Utc>,
+pub struct HistoryBucket {
+    /// Start of the hour or day (UTC).
+    pub start: DateTime<Utc>,
     pub nic: String,
     pub path: DataPath,
     pub memory: Memory,
@@ -662,29 +685,31 @@ pub struct HourRow {
     pub bytes: i64,
     pub first_failure: Option<DateTime<Utc>>,
     pub last_failure: Option<DateTime<Utc>>,
-    /// `rollup` for an hour rolled up by the collector, `live` for hours after the node's newest
-    /// rollup (counted from the full probes and summaries as they are now).
+    /// `rollup` where the counts come from the collector's pair-hour rollups, `live` for hours
+    /// after the node's newest rollup (counted from the full probes and summaries as they are),
+    /// `mixed` for a day holding both.
     pub tier: String,
 }
 
-/// A GPU's probe history per pair and hour in `period`, newest first, across the storage tiers:
-/// the pair-hour rollups up to the node's newest rolled hour, the evidence itself after it. Reads
-/// a year of hours as cheaply as a day of probes.
-pub async fn gpu_hourly(pool: &PgPool, node: &str, gpu: i32, period: Period) -> Result<Vec<HourRow>, sqlx::Error> {
-    gpu_period(
-        pool,
+/// A GPU's probe history per pair and hour (or day) in `period`, newest first, across the
+/// storage tiers: the pair-hour rollups up to the node's newest rolled hour, the evidence itself
+/// after it. A year of days reads as cheaply as a day of probes.
+pub async fn gpu_hourly(
+    pool: &PgPool,
+    node: &str,
+    gpu: i32,
+    period: Period,
+    bucket: Bucket,
+) -> Result<Vec<HistoryBucket>, sqlx::Error> {
+    sqlx::query_as(
         "WITH rolled AS (
             SELECT max(hour) + interval '1 hour' AS upto FROM probe_rollups WHERE node_id = $1
-         )
-         SELECT * FROM (
-            SELECT hour, nic, path, memory, simulated, sum(ok)::bigint AS ok,
-                   sum(silent_corruption)::bigint AS silent_corruption, sum(reported_failure)::bigint AS reported_failure,
-                   sum(timeout)::bigint AS timeout, sum(bytes)::bigint AS bytes,
-                   min(first_failure) AS first_failure, max(last_failure) AS last_failure, 'rollup' AS tier
+         ), h AS (
+            SELECT hour, nic, path, memory, simulated, ok, silent_corruption, reported_failure, timeout, bytes,
+                   first_failure, last_failure, 'rollup' AS tier
             FROM probe_rollups
             WHERE node_id = $1 AND gpu_index = $2 AND injected = 'none'
               AND hour >= date_trunc('hour', $3::timestamptz, 'UTC') AND hour <= $4
-            GROUP BY hour, nic, path, memory, simulated
             UNION ALL
             SELECT date_trunc('hour', observed_at, 'UTC'), nic, path, memory, simulated,
                    coalesce(sum(probes) FILTER (WHERE verdict = 'ok'), 0),
@@ -698,12 +723,23 @@ pub async fn gpu_hourly(pool: &PgPool, node: &str, gpu: i32, period: Period) -> 
               AND observed_at >= greatest(date_trunc('hour', $3::timestamptz, 'UTC'), coalesce(rolled.upto, '-infinity'))
               AND observed_at <= $4
             GROUP BY 1, 2, 3, 4, 5
-         ) h
-         ORDER BY hour DESC, nic, path, memory LIMIT $5",
-        node,
-        gpu,
-        period,
+         )
+         SELECT date_trunc($6, hour, 'UTC') AS start, nic, path, memory, simulated, sum(ok)::bigint AS ok,
+                sum(silent_corruption)::bigint AS silent_corruption, sum(reported_failure)::bigint AS reported_failure,
+                sum(timeout)::bigint AS timeout, sum(bytes)::bigint AS bytes,
+                min(first_failure) AS first_failure, max(last_failure) AS last_failure,
+                CASE WHEN min(tier) = max(tier) THEN min(tier) ELSE 'mixed' END AS tier
+         FROM h
+         GROUP BY 1, 2, 3, 4, 5
+         ORDER BY start DESC, nic, path, memory LIMIT $5",
     )
+    .bind(node)
+    .bind(gpu)
+    .bind(period.since)
+    .bind(period.until)
+    .bind(period.limit)
+    .bind(bucket.unit())
+    .fetch_all(pool)
     .await
 }
 

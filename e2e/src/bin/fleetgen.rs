@@ -165,6 +165,7 @@ async fn main() {
     let stats = Arc::new(Stats::default());
     let cpu_start = collector.pid().and_then(cpu_seconds);
     let start = Instant::now();
+    let run_started = chrono::Utc::now();
     let fail_at = start + a.fail_after;
     let mut tasks = Vec::new();
     for (i, node) in names.iter().enumerate() {
@@ -252,6 +253,8 @@ async fn main() {
             stats.report(&format!("after {:>3} s", start.elapsed().as_secs()), start.elapsed());
         }
     }
+    // The end of the storage measurement: now, before the nodes' last sleeps end.
+    let storage_end = (Instant::now(), history_size(&pg.pool).await);
     for t in tasks {
         let _ = t.await;
     }
@@ -265,13 +268,15 @@ async fn main() {
     // Storage, measured: the growth of the probe history (full probes and summaries, tables and
     // indexes) between a point after the first summaries closed and the end, per node-day.
     if let Some((t0, b0, r0)) = storage_mark {
-        let (b1, r1) = history_size(&pg.pool).await;
-        let secs = t0.elapsed().as_secs_f64().max(1.0);
+        let (t1, (b1, r1)) = storage_end;
+        let secs = t1.duration_since(t0).as_secs_f64().max(1.0);
         let per_node_day = (b1 - b0) as f64 / a.nodes.max(1) as f64 * 86_400.0 / secs;
         println!(
-            "storage: {} rows ({}) and {:.1} MB of probe history added in the last {secs:.0} s: {:.2} MB per node-day (measured growth; full probes + summaries, with indexes)",
+            "storage: {} rows ({} full, {} summaries, {:.0} bytes a row) and {:.1} MB of probe history written in {secs:.0} s: {:.2} MB per node-day written (measured growth, tables and indexes)",
             r1.0 + r1.1 - r0.0 - r0.1,
-            format_args!("{} full, {} summaries", r1.0 - r0.0, r1.1 - r0.1),
+            r1.0 - r0.0,
+            r1.1 - r0.1,
+            (b1 - b0) as f64 / (r1.0 + r1.1 - r0.0 - r0.1).max(1) as f64,
             (b1 - b0) as f64 / 1e6,
             per_node_day / 1e6
         );
@@ -280,6 +285,34 @@ async fn main() {
             "storage: the run ended before the measurement point (--duration-secs longer than --summary-secs + 60)"
         );
     }
+    // The long tier: the pair-hour rollups of the hours this run touched (rolled now, as the
+    // leader does once an hour has passed), per node-hour and so per node-day.
+    let store = railguard_collector::store::Store::new(pg.pool.clone());
+    let (first, last) = (
+        railguard_collector::store::rollup::hour_of(run_started),
+        railguard_collector::store::rollup::hour_of(chrono::Utc::now()),
+    );
+    let mut h = first;
+    let mut hours = 0;
+    while h <= last {
+        store.roll_up_hour(h).await.unwrap();
+        hours += 1;
+        h += chrono::TimeDelta::hours(1);
+    }
+    let (rollup_bytes, rollup_rows): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
+                 WHERE i.inhparent = 'probe_rollups'::regclass),
+                (SELECT count(*) FROM probe_rollups)",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    println!(
+        "rollups: {rollup_rows} pair-hour rows in {:.2} MB for {hours} hour(s): {:.0} bytes a row, {:.2} MB per node-day kept a year",
+        rollup_bytes as f64 / 1e6,
+        rollup_bytes as f64 / rollup_rows.max(1) as f64,
+        rollup_bytes as f64 / a.nodes.max(1) as f64 / f64::from(hours) * 24.0 / 1e6
+    );
     if let Some((n, g)) = &a.fail
         && detected.is_none()
     {
