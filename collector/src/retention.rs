@@ -4,13 +4,20 @@
 use chrono::NaiveDate;
 use sqlx::PgPool;
 
-/// Drops `table`'s partitions holding only days before `keep_from`; returns them.
-pub async fn drop_before(pool: &PgPool, table: &str, keep_from: NaiveDate) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT railguard_drop_partitions_before($1::regclass, $2)")
-        .bind(table)
-        .bind(keep_from)
-        .fetch_all(pool)
-        .await
+/// Drops `table`'s partitions holding only days before `keep_from` (day partitions, or month
+/// partitions when `monthly`); returns them.
+pub async fn drop_before(
+    pool: &PgPool,
+    table: &str,
+    monthly: bool,
+    keep_from: NaiveDate,
+) -> Result<Vec<String>, sqlx::Error> {
+    let sql = if monthly {
+        "SELECT railguard_drop_month_partitions_before($1::regclass, $2)"
+    } else {
+        "SELECT railguard_drop_partitions_before($1::regclass, $2)"
+    };
+    sqlx::query_scalar(sql).bind(table).bind(keep_from).fetch_all(pool).await
 }
 
 /// Keeps the store's history window: drops older partitions every hour until `shutdown`. With

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use chrono::NaiveDate;
+use chrono::{Datelike, NaiveDate};
 use sqlx::PgPool;
 
 /// The partitioned tables (regclass names passed as bound parameters).
@@ -26,6 +26,16 @@ impl HistoryTable {
         HistoryTable::ProbeRollups,
     ];
 
+    /// Rollups are partitioned by month (kept a year), the rest by day.
+    pub fn monthly(self) -> bool {
+        self == HistoryTable::ProbeRollups
+    }
+
+    /// The first day of the partition holding `day`.
+    pub fn partition_of(self, day: NaiveDate) -> NaiveDate {
+        if self.monthly() { day.with_day(1).unwrap_or(day) } else { day }
+    }
+
     pub fn regclass(self) -> &'static str {
         match self {
             HistoryTable::ProbeResults => "probe_results",
@@ -46,26 +56,36 @@ pub struct PartitionCache {
 
 impl PartitionCache {
     pub async fn ensure(&self, pool: &PgPool, table: HistoryTable, day: NaiveDate) -> Result<(), sqlx::Error> {
+        let day = table.partition_of(day);
         if self.known.lock().map(|k| k.contains(&(table, day))).unwrap_or(false) {
             return Ok(());
         }
         // Outside the batch's transaction: the DDL commits on its own and briefly locks the
         // parent, once per day per table.
-        sqlx::query("SELECT railguard_ensure_day_partition($1::regclass, $2)")
-            .bind(table.regclass())
-            .bind(day)
-            .execute(pool)
-            .await?;
+        let sql = if table.monthly() {
+            "SELECT railguard_ensure_month_partition($1::regclass, $2)"
+        } else {
+            "SELECT railguard_ensure_day_partition($1::regclass, $2)"
+        };
+        sqlx::query(sql).bind(table.regclass()).bind(day).execute(pool).await?;
         if let Ok(mut k) = self.known.lock() {
             k.insert((table, day));
         }
         Ok(())
     }
 
-    /// Forgets `table`'s partitions of days before `day` (retention dropped them).
+    /// Forgets `table`'s partitions of days before `day` (retention dropped them; a month
+    /// partition goes only once its whole month is before `day`).
     pub fn forget_before(&self, table: HistoryTable, day: NaiveDate) {
         if let Ok(mut k) = self.known.lock() {
-            k.retain(|(t, d)| *t != table || *d >= day);
+            k.retain(|(t, d)| {
+                *t != table
+                    || if table.monthly() {
+                        d.checked_add_months(chrono::Months::new(1)).is_none_or(|end| end > day)
+                    } else {
+                        *d >= day
+                    }
+            });
         }
     }
 

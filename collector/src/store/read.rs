@@ -686,14 +686,14 @@ pub struct HistoryBucket {
     pub first_failure: Option<DateTime<Utc>>,
     pub last_failure: Option<DateTime<Utc>>,
     /// `rollup` where the counts come from the collector's pair-hour rollups, `live` for hours
-    /// after the node's newest rollup (counted from the full probes and summaries as they are),
+    /// after the GPU's newest rollup (counted from the full probes and summaries as they are),
     /// `mixed` for a day holding both.
     pub tier: String,
 }
 
 /// A GPU's probe history per pair and hour (or day) in `period`, newest first, across the
-/// storage tiers: the pair-hour rollups up to the node's newest rolled hour, the evidence itself
-/// after it. A year of days reads as cheaply as a day of probes.
+/// storage tiers: the pair-hour rollups up to the GPU's newest rolled hour (one index probe: the
+/// rollups are keyed node, GPU, hour), the evidence itself after it.
 pub async fn gpu_hourly(
     pool: &PgPool,
     node: &str,
@@ -703,7 +703,7 @@ pub async fn gpu_hourly(
 ) -> Result<Vec<HistoryBucket>, sqlx::Error> {
     sqlx::query_as(
         "WITH rolled AS (
-            SELECT max(hour) + interval '1 hour' AS upto FROM probe_rollups WHERE node_id = $1
+            SELECT max(hour) + interval '1 hour' AS upto FROM probe_rollups WHERE node_id = $1 AND gpu_index = $2
          ), h AS (
             SELECT hour, nic, path, memory, simulated, ok, silent_corruption, reported_failure, timeout, bytes,
                    first_failure, last_failure, 'rollup' AS tier
@@ -765,7 +765,9 @@ pub async fn gpu_status_changes(
 
 /// Which GPUs failed verification between `since` and `until`, on which NIC, how often: one row
 /// per GPU/NIC pair with at least one failed probe, most failures first. Probes with an injected
-/// fault are self-test history and not counted.
+/// fault are self-test history and not counted. The failing pairs come from the failed probes
+/// alone (a partial index holds them, however many ok probes and summaries the period has); only
+/// for those pairs is every probe counted.
 pub async fn failures(
     pool: &PgPool,
     since: DateTime<Utc>,
@@ -773,22 +775,28 @@ pub async fn failures(
     limit: i64,
 ) -> Result<Vec<FailureRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id AS node, gpu_index AS gpu, nic,
-                count(*) FILTER (WHERE verdict <> 'ok') AS failures,
-                count(*) FILTER (WHERE verdict = 'silent_corruption') AS silent_corruption,
-                count(*) FILTER (WHERE verdict = 'reported_failure') AS reported_failure,
-                count(*) FILTER (WHERE verdict = 'timeout') AS timeout,
-                sum(probes) AS probes,
-                mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE verdict = 'silent_corruption') AS diagnosis,
-                min(observed_at) FILTER (WHERE verdict <> 'ok') AS first_failure,
-                max(observed_at) FILTER (WHERE verdict <> 'ok') AS last_failure,
-                bool_or(simulated) AS simulated
-         FROM probe_evidence
-         WHERE observed_at >= $1 AND observed_at <= $2 AND injected = 'none'
-         GROUP BY node_id, gpu_index, nic
-         HAVING count(*) FILTER (WHERE verdict <> 'ok') > 0
-         ORDER BY failures DESC, node, gpu, nic
-         LIMIT $3",
+        "WITH f AS (
+            SELECT node_id, gpu_index, nic, count(*) AS failures,
+                   count(*) FILTER (WHERE verdict = 'silent_corruption') AS silent_corruption,
+                   count(*) FILTER (WHERE verdict = 'reported_failure') AS reported_failure,
+                   count(*) FILTER (WHERE verdict = 'timeout') AS timeout,
+                   mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE verdict = 'silent_corruption') AS diagnosis,
+                   min(observed_at) AS first_failure, max(observed_at) AS last_failure
+            FROM probe_results
+            WHERE observed_at >= $1 AND observed_at <= $2 AND injected = 'none' AND verdict <> 'ok'
+            GROUP BY node_id, gpu_index, nic
+            ORDER BY failures DESC, node_id, gpu_index, nic
+            LIMIT $3
+         )
+         SELECT f.node_id AS node, f.gpu_index AS gpu, f.nic, f.failures, f.silent_corruption, f.reported_failure,
+                f.timeout, p.probes, f.diagnosis, f.first_failure, f.last_failure, p.simulated
+         FROM f, LATERAL (
+            SELECT coalesce(sum(e.probes), 0)::bigint AS probes, coalesce(bool_or(e.simulated), false) AS simulated
+            FROM probe_evidence e
+            WHERE e.node_id = f.node_id AND e.gpu_index = f.gpu_index AND e.nic = f.nic
+              AND e.observed_at >= $1 AND e.observed_at <= $2 AND e.injected = 'none'
+         ) p
+         ORDER BY f.failures DESC, f.node_id, f.gpu_index, f.nic",
     )
     .bind(since)
     .bind(until)

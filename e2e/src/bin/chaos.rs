@@ -216,6 +216,7 @@ async fn stored_of(pg: &TestPg, node: &str) -> (u64, u64, u64) {
     let (n, distinct): (i64, i64) = sqlx::query_as(
         "SELECT count(*), count(DISTINCT record_id) FROM (
             SELECT record_id FROM probe_results WHERE node_id = $1 UNION ALL
+            SELECT record_id FROM probe_summaries WHERE node_id = $1 UNION ALL
             SELECT record_id FROM signal_events WHERE node_id = $1 AND kind <> 'agent_spool_drops' UNION ALL
             SELECT record_id FROM topology_snapshots WHERE node_id = $1) r",
     )
@@ -406,7 +407,10 @@ async fn main() -> std::process::ExitCode {
     if root {
         match Tmpfs::mount(&ctx.dir.path().join("spool-tmpfs"), "256k") {
             Ok(fs) => {
-                let mut agents = vec![ctx.agent(nodes[4], &url, None, &[], Some(fs.0.join("spool")))];
+                // Every probe in full: compaction would hold the ok probes in memory, and this
+                // fault needs a spool that fills.
+                let raw = [("RAILGUARD_PROBE_SUMMARY", "0".to_owned())];
+                let mut agents = vec![ctx.agent(nodes[4], &url, None, &raw, Some(fs.0.join("spool")))];
                 pause(Duration::from_secs(2));
                 collector.kill();
                 let t = Instant::now();
