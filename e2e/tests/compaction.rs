@@ -128,7 +128,7 @@ async fn ok_probes_travel_as_summaries_failures_in_full_and_verdicts_hold() {
         .unwrap();
     assert!(counted > 2, "the pair's window counts the probes its summaries stand for ({counted})");
 
-    // The fault goes: GPU3 recovers as fast as with every probe in full (its next three ok
+    // The fault goes: GPU3 recovers as fast as with every probe in full (its next five ok
     // probes travel in full), then its oks are summarised again.
     std::fs::write(&faults, r#"{"faults": []}"#).unwrap();
     wait_until("GPU3 back to its structural risk", Duration::from_secs(60), || async {
@@ -150,7 +150,7 @@ async fn ok_probes_travel_as_summaries_failures_in_full_and_verdicts_hold() {
     .fetch_one(&pg.pool)
     .await
     .unwrap();
-    assert_eq!(full_after, 3, "three ok probes in full after the failure, then summaries");
+    assert_eq!(full_after, 5, "five ok probes in full after the failure, then summaries");
     let _ = agent.0.kill();
     let _ = agent.0.wait();
 }

@@ -76,7 +76,7 @@ pub struct RunArgs {
     probe_budget: f64,
     /// Seconds over which each pair's ok probes travel as one summary (count, bytes, duration
     /// min/median/max, first/last time, provenance). Failed probes, a pair's first ok probe and
-    /// its first 3 after a failure always travel in full. 0: every probe in full (small fleets,
+    /// its first 5 after a failure (or after it becomes the workload's pair) always travel in full. 0: every probe in full (small fleets,
     /// debugging).
     #[arg(long, env = "RAILGUARD_PROBE_SUMMARY", default_value_t = ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW.as_secs())]
     probe_summary_secs: u64,

@@ -6,9 +6,10 @@
 //!   simulation, selection, lanes): probes that differ are summarised apart;
 //! - it never spans a failure of its pair: a failed probe closes the pair's open summaries
 //!   before it is spooled, so the collector's order of evidence is the order it happened in;
-//! - a pair's first ok probe, and its first [`RAW_AFTER_FAILURE`] ok probes after a failure,
-//!   travel in full: a pair is verified as soon as it is first probed, and it recovers as soon
-//!   as it would with every probe in full (the collector's hysteresis counts consecutive oks);
+//! - a pair's first ok probe, and its first [`RAW_AFTER_FAILURE`] ok probes after a failure or
+//!   after its selection changes (a pin makes it the workload's pair), travel in full: a pair is
+//!   verified as soon as it is first probed, and a GPU recovers as soon as it would with every
+//!   probe in full (the collector's hysteresis counts consecutive oks on the workload's pair);
 //! - probes with an injected fault are self-test history and always travel in full.
 //!
 //! A summary is held in memory until its window has passed (or the agent stops): a crash loses at
@@ -23,8 +24,9 @@ use railguard_schema::{
 };
 
 /// Ok probes of a pair sent in full after one of its failures: as many as the collector's
-/// hysteresis (three consecutive oks on the workload pair) needs to lift the failure.
-pub const RAW_AFTER_FAILURE: u32 = 3;
+/// rules look back over (a GPU stays `corrupting` while two of its workload pair's last five
+/// verdicts are silent corruptions, and leaves it after three consecutive oks).
+pub const RAW_AFTER_FAILURE: u32 = 5;
 
 /// What a summary's probes share.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -57,13 +59,15 @@ pub struct Compactor {
     open: HashMap<Key, Open>,
     /// Per pair: ok probes still to send in full (a pair absent here has never been seen).
     raw_left: HashMap<(u32, String), u32>,
+    /// Per pair: why it was last probed (sweep, predicted, pinned).
+    selection: HashMap<(u32, String), PairSelection>,
 }
 
 impl Compactor {
     /// Summaries over `window`; `Duration::ZERO` sends every probe in full (raw mode).
     pub fn new(window: Duration) -> Self {
         let window = (!window.is_zero()).then(|| chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX));
-        Compactor { window, open: HashMap::new(), raw_left: HashMap::new() }
+        Compactor { window, open: HashMap::new(), raw_left: HashMap::new(), selection: HashMap::new() }
     }
 
     /// The records to spool now for a probe observed at `at`, in order.
@@ -80,6 +84,10 @@ impl Compactor {
         }
         if !p.is_evidence() {
             return vec![RecordBody::Probe(p)];
+        }
+        // A pair that has just become the workload's (or stopped being it) proves itself afresh.
+        if self.selection.insert(pair.clone(), p.selection).is_some_and(|s| s != p.selection) {
+            self.raw_left.insert(pair.clone(), RAW_AFTER_FAILURE);
         }
         match self.raw_left.get_mut(&pair) {
             None => {
@@ -258,6 +266,22 @@ mod tests {
         assert_eq!(c.held(), 2, "GPU4's summary and GPU3's new one");
         let out = c.drain();
         assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn a_pair_that_becomes_the_workloads_sends_its_next_oks_in_full() {
+        let mut c = Compactor::new(Duration::from_secs(300));
+        let sweep = |t_: i64, c: &mut Compactor| {
+            c.observe(ProbeResult { selection: PairSelection::Sweep, ..probe(3, "mlx5_0", ProbeVerdict::Ok, 1) }, t(t_))
+        };
+        assert_eq!(kinds(&sweep(0, &mut c)), ["probe"]);
+        assert!(sweep(1, &mut c).is_empty());
+        // Pinned to mlx5_0: the GPU's recovery needs consecutive oks on it now, not in 5 minutes.
+        let pinned = || ProbeResult { selection: PairSelection::Pinned, ..probe(3, "mlx5_0", ProbeVerdict::Ok, 1) };
+        for i in 0..RAW_AFTER_FAILURE {
+            assert_eq!(kinds(&c.observe(pinned(), t(2 + i64::from(i)))), ["probe"]);
+        }
+        assert!(c.observe(pinned(), t(10)).is_empty());
     }
 
     #[test]

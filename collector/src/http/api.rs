@@ -206,7 +206,7 @@ pub struct HistoryQuery {
     limit: Option<String>,
     /// How `hourly` groups: `hour` or `day`. Default (absent or empty): `hour` for periods up to
     /// 7 days, `day` beyond.
-    #[param(value_type = Option<String>, example = "day")]
+    #[param(example = "day", pattern = "^(hour|day)?$")]
     bucket: Option<String>,
 }
 

@@ -133,7 +133,7 @@ pub fn bucket(
     until: chrono::DateTime<chrono::Utc>,
 ) -> Result<crate::store::read::Bucket, ApiError> {
     use crate::store::read::Bucket;
-    match s.map(str::trim) {
+    match s {
         None | Some("") => Ok(Bucket::for_period(since, until)),
         Some("hour") => Ok(Bucket::Hour),
         Some("day") => Ok(Bucket::Day),

@@ -223,6 +223,10 @@ async fn main() {
     // Past the first minute (every pair's first ok probe travels in full) and the first summaries.
     let measure_from = start + (a.summary + Duration::from_secs(60)).min(a.duration / 2);
     let mut storage_mark: Option<(Instant, i64, (i64, i64))> = None;
+    // Batches acknowledged after that point: the steady state, past the first minute's full
+    // probes (every pair's first ok probe travels in full, all nodes starting within a minute).
+    let mut steady_from = 0usize;
+    let mut steady_errors = 0u64;
     let port = collector.http_port;
     while Instant::now() < start + a.duration {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -248,6 +252,8 @@ async fn main() {
         if storage_mark.is_none() && Instant::now() >= measure_from {
             let (b, r) = history_size(&pg.pool).await;
             storage_mark = Some((Instant::now(), b, r));
+            steady_from = stats.latencies_us.lock().map(|l| l.len()).unwrap_or(0);
+            steady_errors = stats.errors.load(Ordering::Relaxed);
         }
         if start.elapsed().as_secs().is_multiple_of(10) {
             stats.report(&format!("after {:>3} s", start.elapsed().as_secs()), start.elapsed());
@@ -259,6 +265,19 @@ async fn main() {
         let _ = t.await;
     }
     stats.report("total", start.elapsed());
+    if storage_mark.is_some() {
+        let mut l = stats.latencies_us.lock().map(|l| l[steady_from.min(l.len())..].to_vec()).unwrap_or_default();
+        l.sort_unstable();
+        let q = |f: f64| l.get(((l.len() as f64 * f) as usize).min(l.len().saturating_sub(1))).copied().unwrap_or(0);
+        println!(
+            "steady state (after the first summaries): {} batches, ack p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {} errors",
+            l.len(),
+            q(0.5) as f64 / 1000.0,
+            q(0.99) as f64 / 1000.0,
+            l.last().copied().unwrap_or(0) as f64 / 1000.0,
+            stats.errors.load(Ordering::Relaxed) - steady_errors
+        );
+    }
     // What the fleet cost: the collector's CPU over the run, and Postgres's bytes per stored
     // probe (table + indexes) and per node-day at this cadence.
     let cpu = collector.pid().and_then(cpu_seconds).map(|c| c - cpu_start.unwrap_or(0.0));
