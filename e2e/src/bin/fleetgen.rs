@@ -36,6 +36,7 @@ struct Args {
     fail_after: Duration,
     assess_every: u64,
     summary: Duration,
+    start_over: Option<Duration>,
 }
 
 fn args() -> Result<Args, String> {
@@ -48,6 +49,7 @@ fn args() -> Result<Args, String> {
         fail_after: Duration::from_secs(10),
         assess_every: 10,
         summary: railguard_agent::service::probes::ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW,
+        start_over: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -61,13 +63,14 @@ fn args() -> Result<Args, String> {
             "--fail-after-secs" => a.fail_after = Duration::from_secs(num(val()?)?),
             "--assess-every-secs" => a.assess_every = num(val()?)?.max(1),
             "--summary-secs" => a.summary = Duration::from_secs(num(val()?)?),
+            "--start-over-secs" => a.start_over = Some(Duration::from_secs(num(val()?)?)),
             "--fail" => {
                 let v = val()?;
                 let (n, g) = v.split_once(':').ok_or(format!("--fail {v:?}: NODE:GPU"))?;
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--assess-every-secs S] [--summary-secs S (0: every probe in full)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--assess-every-secs S] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -173,8 +176,10 @@ async fn main() {
         let (node, stats, interval, end, summary) =
             (node.clone(), stats.clone(), a.interval, start + a.duration, a.summary);
         let failing = a.fail.as_ref().filter(|(n, _)| *n == node).map(|(_, g)| *g);
-        // Each node at its own phase within the interval.
-        let phase = interval.mul_f64(i as f64 / a.nodes.max(1) as f64);
+        // Each node at its own phase: within the interval, or over --start-over-secs (a rolling
+        // start; it also spreads the nodes' summary windows, as agents started at different
+        // times have them).
+        let phase = a.start_over.unwrap_or(interval).mul_f64(i as f64 / a.nodes.max(1) as f64);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(phase).await;
             let mut seq = 0u64;
@@ -221,7 +226,8 @@ async fn main() {
     // Progress, and the time from the injected failure to `corrupting`.
     let mut detected: Option<Duration> = None;
     // Past the first minute (every pair's first ok probe travels in full) and the first summaries.
-    let measure_from = start + (a.summary + Duration::from_secs(60)).min(a.duration / 2);
+    let measure_from =
+        start + (a.start_over.unwrap_or(a.interval) + a.summary + Duration::from_secs(60)).min(a.duration / 2);
     let mut storage_mark: Option<(Instant, i64, (i64, i64))> = None;
     // Batches acknowledged after that point: the steady state, past the first minute's full
     // probes (every pair's first ok probe travels in full, all nodes starting within a minute).
