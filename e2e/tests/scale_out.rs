@@ -25,6 +25,13 @@ fn assessment_age(c: &CollectorProc) -> Option<f64> {
 async fn the_leader_is_killed_under_load_and_the_other_collector_takes_over() {
     let pg = TestPg::start().await;
     let mut a = CollectorProc::start(&pg.url());
+    // The first collector takes both locks once its tasks run; only then does the second start
+    // (started at once, the two would race for them).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(leads(&a, "assessment") == Some(true) && leads(&a, "retention") == Some(true)) {
+        assert!(Instant::now() < deadline, "the only collector never led");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let b = CollectorProc::start(&pg.url());
     // Exactly one leads each task.
     let deadline = Instant::now() + Duration::from_secs(30);
