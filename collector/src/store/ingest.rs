@@ -222,53 +222,29 @@ async fn insert_summaries(
     if summaries.is_empty() {
         return Ok(0);
     }
-    let n = summaries.len();
-    let (mut ids, mut at, mut first_at, mut gpu, mut nic) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut transport, mut memory, mut path, mut injected, mut simulated, mut selection, mut lanes) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut probes, mut bytes, mut dmin, mut dmed, mut dmax, mut gpu_bdf, mut nic_bdf) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for (id, s) in summaries {
-        ids.push(id);
-        at.push(s.last_at);
-        first_at.push(s.first_at);
-        gpu.push(i32_sat(s.gpu));
-        nic.push(s.nic);
-        transport.push(s.transport.as_str());
-        memory.push(s.memory.as_str());
-        path.push(s.path.as_str());
-        injected.push(s.injected.as_str());
-        simulated.push(s.simulated);
-        selection.push(s.selection.as_str());
-        lanes.push(serde_json::json!(s.lanes));
-        probes.push(i32_sat(s.probes));
-        bytes.push(i64_sat(s.bytes));
-        dmin.push(i64_sat(s.duration_min_ns));
-        dmed.push(i64_sat(s.duration_median_ns));
-        dmax.push(i64_sat(s.duration_max_ns));
-        gpu_bdf.push(s.gpu_bdf.map(|b| b.to_string()));
-        nic_bdf.push(s.nic_bdf.map(|b| b.to_string()));
+    // One array per column, in the statement's order.
+    fn col<T>(s: &[(Uuid, ProbeSummary)], f: impl Fn(&Uuid, &ProbeSummary) -> T) -> Vec<T> {
+        s.iter().map(|(id, p)| f(id, p)).collect()
     }
+    let ids = col(&summaries, |id, _| *id);
+    let at = col(&summaries, |_, s| s.last_at);
+    let first_at = col(&summaries, |_, s| s.first_at);
+    let gpu = col(&summaries, |_, s| i32_sat(s.gpu));
+    let nic = col(&summaries, |_, s| s.nic.clone());
+    let transport = col(&summaries, |_, s| s.transport.as_str());
+    let memory = col(&summaries, |_, s| s.memory.as_str());
+    let path = col(&summaries, |_, s| s.path.as_str());
+    let injected = col(&summaries, |_, s| s.injected.as_str());
+    let simulated = col(&summaries, |_, s| s.simulated);
+    let selection = col(&summaries, |_, s| s.selection.as_str());
+    let lanes = col(&summaries, |_, s| serde_json::json!(s.lanes));
+    let probes = col(&summaries, |_, s| i32_sat(s.probes));
+    let bytes = col(&summaries, |_, s| i64_sat(s.bytes));
+    let dmin = col(&summaries, |_, s| i64_sat(s.duration_min_ns));
+    let dmed = col(&summaries, |_, s| i64_sat(s.duration_median_ns));
+    let dmax = col(&summaries, |_, s| i64_sat(s.duration_max_ns));
+    let gpu_bdf = col(&summaries, |_, s| s.gpu_bdf.map(|b| b.to_string()));
+    let nic_bdf = col(&summaries, |_, s| s.nic_bdf.map(|b| b.to_string()));
     let res = sqlx::query(
         "INSERT INTO probe_summaries (node_id, observed_at, record_id, first_at, gpu_index, nic, transport, memory,
              path, injected, simulated, selection, lanes, probes, bytes, duration_min_ns, duration_median_ns,
