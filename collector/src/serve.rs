@@ -111,6 +111,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             stats.clone(),
             stop_rx.clone(),
         ));
+        tokio::spawn(crate::assess::run_urgent(pool.clone(), cfg.assess.clone(), stats.clone(), stop_rx.clone()));
         if let Some(k8s) = cfg.k8s_nodes.clone() {
             // In-cluster configuration (the pod's service account), else KUBECONFIG.
             let client = kube::Client::try_default()

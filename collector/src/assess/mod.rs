@@ -21,6 +21,9 @@ pub use rules::{
 pub struct AssessConfig {
     pub window: Duration,
     pub rules: RulesConfig,
+    /// Between two passes over every GPU of the fleet (`serve --full-assess-every-secs`); the
+    /// passes between them take only the nodes with new evidence or evidence leaving the window.
+    pub full_every: Duration,
 }
 
 impl AssessConfig {
@@ -28,11 +31,13 @@ impl AssessConfig {
     pub const DEFAULT_WINDOW: Duration = Duration::from_secs(15 * 60);
     /// The default period between fleet assessments (`serve --assess-every-secs`).
     pub const DEFAULT_EVERY: Duration = Duration::from_secs(10);
+    /// The default period between passes over the whole fleet (`serve --full-assess-every-secs`).
+    pub const DEFAULT_FULL_EVERY: Duration = Duration::from_secs(300);
 
     /// A window of evidence; the reasons name it ("in the last 15 min").
     pub fn with_window(window: Duration) -> Self {
         let rules = RulesConfig { window_label: rules::window_label(window), ..RulesConfig::default() };
-        AssessConfig { window, rules }
+        AssessConfig { window, rules, full_every: Self::DEFAULT_FULL_EVERY }
     }
 }
 
@@ -339,7 +344,18 @@ pub async fn assess_and_store(
     nodes: Option<&[String]>,
     cfg: &AssessConfig,
 ) -> Result<Vec<Assessment>, sqlx::Error> {
-    let now = Utc::now();
+    assess_and_store_at(pool, nodes, cfg, Utc::now()).await
+}
+
+/// [`assess_and_store`] on the evidence up to `now`. A GPU whose stored status was written by an
+/// assessment later than `now` (a node assessed at once while this pass was reading) keeps it:
+/// a pass never overwrites a status made from newer evidence than its own.
+pub async fn assess_and_store_at(
+    pool: &PgPool,
+    nodes: Option<&[String]>,
+    cfg: &AssessConfig,
+    now: DateTime<Utc>,
+) -> Result<Vec<Assessment>, sqlx::Error> {
     let inputs = load_inputs(pool, nodes, now, cfg.window).await?;
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
     // One assessment writes at a time, fleet-wide (several collector replicas, a full pass and a
@@ -349,10 +365,20 @@ pub async fn assess_and_store(
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(crate::leader::ASSESSMENT ^ 1).execute(&mut *tx).await?;
     // Each GPU's current row, so only what changed is written (most rows of a steady fleet do
     // not change between passes).
-    type Row =
-        (String, i32, GpuStatus, Option<String>, Option<RiskLevel>, Json<Vec<String>>, Option<String>, Verification);
+    type Row = (
+        String,
+        i32,
+        GpuStatus,
+        Option<String>,
+        Option<RiskLevel>,
+        Json<Vec<String>>,
+        Option<String>,
+        Verification,
+        DateTime<Utc>,
+    );
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT node_id, gpu_index, status, workload_nic, structural_risk, reasons, recommendation, verification
+        "SELECT node_id, gpu_index, status, workload_nic, structural_risk, reasons, recommendation, verification,
+                assessed_at
          FROM gpu_status WHERE ($1::text[] IS NULL OR node_id = ANY($1))",
     )
     .bind(&filter)
@@ -367,6 +393,7 @@ pub async fn assess_and_store(
     let prev: HashMap<Key, GpuStatus> = current.iter().map(|(k, r)| (k.clone(), r.2)).collect();
     let results: Vec<Assessment> = inputs
         .iter()
+        .filter(|(k, _)| current.get(*k).is_none_or(|r| r.8 <= now))
         .map(|(k, i)| rules::assess(i, prev.get(k).map(|s| Previous { status: *s }), &cfg.rules))
         .collect();
 
@@ -454,9 +481,98 @@ pub async fn assess_and_store(
     Ok(results)
 }
 
-/// Re-assesses the whole fleet every `every` until `shutdown`, and a node at once when a batch
-/// brought a failure ([`crate::ingest::IngestStats::urgent`]): detection does not wait for the
-/// period.
+/// What an assessment pass covered.
+#[derive(Debug, Clone, Default)]
+pub struct Pass {
+    /// Every node of the fleet (true), or only those with new or expiring evidence.
+    pub full: bool,
+    /// Nodes assessed.
+    pub nodes: usize,
+    /// GPUs assessed (a GPU assessed later by another assessment is left as it is).
+    pub gpus: usize,
+}
+
+/// The nodes that may assess differently at `now` than at `prev` (the previous pass's `now`):
+/// those with a batch stored since they were last claimed (claimed here: their flag is cleared),
+/// and those with evidence entering or leaving the window between the two passes by its date.
+/// Sorted, no duplicates. (A verdict older than the hysteresis's one day leaves only at the next
+/// full pass.)
+pub async fn changed_nodes(
+    pool: &PgPool,
+    window: Duration,
+    prev: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, sqlx::Error> {
+    let w = chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
+    let (from, to) = (prev.checked_sub_signed(w), now.checked_sub_signed(w));
+    // A batch still in flight holds its node's row (it marks the node seen first): the claim
+    // waits for it, then sees its flag, so no stored evidence is ever claimed before it is visible.
+    let mut nodes: Vec<String> =
+        sqlx::query_scalar("UPDATE nodes SET evidence_pending = false WHERE evidence_pending RETURNING node_id")
+            .fetch_all(pool)
+            .await?;
+    // Evidence dated between the passes enters the window by time alone when it was stored
+    // ahead of its date (an agent clock running fast); evidence dated one window before them
+    // leaves it.
+    let mut slices = vec![(prev, now)];
+    if let (Some(from), Some(to)) = (from, to) {
+        slices.push((from, to));
+    }
+    for (from, to) in slices.into_iter().filter(|(f, t)| f < t) {
+        let dated: Vec<String> = sqlx::query_scalar(
+            "SELECT node_id FROM probe_results WHERE observed_at > $1 AND observed_at <= $2
+             UNION SELECT node_id FROM probe_summaries WHERE observed_at > $1 AND observed_at <= $2
+             UNION SELECT node_id FROM signal_events WHERE observed_at > $1 AND observed_at <= $2
+             UNION SELECT node_id FROM inline_reports WHERE observed_at > $1 AND observed_at <= $2",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(pool)
+        .await?;
+        nodes.extend(dated);
+    }
+    nodes.sort_unstable();
+    nodes.dedup();
+    Ok(nodes)
+}
+
+/// One pass at `now`: the whole fleet when `prev` is None, else only [`changed_nodes`] since
+/// `prev`. Nodes claimed by a pass that then fails are marked pending again.
+pub async fn assess_pass(
+    pool: &PgPool,
+    cfg: &AssessConfig,
+    prev: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Result<Pass, sqlx::Error> {
+    let Some(prev) = prev else {
+        // Everything is assessed now: no node stays pending (a batch stored after the claim
+        // marks its node again).
+        sqlx::query("UPDATE nodes SET evidence_pending = false WHERE evidence_pending").execute(pool).await?;
+        let r = assess_and_store_at(pool, None, cfg, now).await?;
+        let nodes = r.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
+        return Ok(Pass { full: true, nodes, gpus: r.len() });
+    };
+    let nodes = changed_nodes(pool, cfg.window, prev, now).await?;
+    if nodes.is_empty() {
+        return Ok(Pass::default());
+    }
+    match assess_and_store_at(pool, Some(&nodes), cfg, now).await {
+        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), gpus: r.len() }),
+        Err(e) => {
+            let _ = sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1)")
+                .bind(&nodes)
+                .execute(pool)
+                .await;
+            Err(e)
+        }
+    }
+}
+
+/// Assesses the fleet every `every` until `shutdown`, on the collector that leads (several
+/// replicas share one Postgres): a pass over every GPU every [`AssessConfig::full_every`] and on
+/// taking the lead, and in between passes over only the nodes with new evidence or evidence
+/// leaving the window, so a pass costs what changed, not the fleet's size. Nodes whose batches
+/// brought a failure are assessed at once by [`run_urgent`], on every replica, not here.
 pub async fn run_periodic(
     pool: PgPool,
     cfg: AssessConfig,
@@ -466,51 +582,132 @@ pub async fn run_periodic(
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     let mut shutdown = shutdown;
-    let mut next_full = tokio::time::Instant::now();
     let mut leader = crate::leader::Leadership::new(pool.clone(), crate::leader::ASSESSMENT, "fleet assessment");
     let me = format!("{}:{}", crate::hostname(), std::process::id());
+    // The previous pass's evidence time, and when the next full pass is due; None: not leading
+    // (a new leader starts with a full pass, knowing nothing of what its predecessor covered).
+    let mut prev: Option<DateTime<Utc>> = None;
+    let mut next_full = tokio::time::Instant::now();
     loop {
-        if tokio::time::Instant::now() >= next_full {
-            // The full pass is the leader's; every replica assesses at once the nodes whose
-            // batches it stored with a failure (below).
-            let leads = leader.check().await;
-            stats.leads_assessment.store(leads, Relaxed);
-            if leads {
-                match assess_and_store(&pool, None, &cfg).await {
-                    Ok(r) => {
-                        if let Err(e) = sqlx::query(
-                            "INSERT INTO assessment_runs (id, finished_at, holder) VALUES (1, now(), $1)
-                             ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, holder = EXCLUDED.holder",
-                        )
-                        .bind(&me)
-                        .execute(&pool)
-                        .await
-                        {
-                            tracing::warn!(error = %e, "recording the assessment pass failed");
-                        }
-                        tracing::debug!(gpus = r.len(), "fleet assessed")
+        let started = tokio::time::Instant::now();
+        let leads = leader.check().await;
+        stats.leads_assessment.store(leads, Relaxed);
+        if !leads {
+            prev = None;
+        } else {
+            let full = prev.is_none() || started >= next_full;
+            let now = Utc::now();
+            let t = std::time::Instant::now();
+            match assess_pass(&pool, &cfg, if full { None } else { prev }, now).await {
+                Ok(pass) => {
+                    prev = Some(now);
+                    if pass.full {
+                        next_full = started + cfg.full_every;
                     }
-                    Err(e) => tracing::warn!(error = %e, "assessment failed; will retry"),
+                    stats.assessment.record(&pass, t.elapsed());
+                    if let Err(e) = sqlx::query(
+                        "INSERT INTO assessment_runs (id, finished_at, holder) VALUES (1, now(), $1)
+                         ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, holder = EXCLUDED.holder",
+                    )
+                    .bind(&me)
+                    .execute(&pool)
+                    .await
+                    {
+                        tracing::warn!(error = %e, "recording the assessment pass failed");
+                    }
+                    tracing::debug!(full = pass.full, nodes = pass.nodes, gpus = pass.gpus, "fleet assessed");
+                }
+                // The next pass is a full one: what this one claimed is pending again, but a
+                // failed claim or expiry read leaves nothing to go by.
+                Err(e) => {
+                    prev = None;
+                    tracing::warn!(error = %e, "assessment failed; will retry");
                 }
             }
-            next_full = tokio::time::Instant::now() + every;
-        }
-        let urgent: Vec<String> =
-            stats.urgent.lock().map(|mut u| std::mem::take(&mut *u).into_iter().collect()).unwrap_or_default();
-        if !urgent.is_empty() {
-            match assess_and_store(&pool, Some(&urgent), &cfg).await {
-                Ok(r) => tracing::debug!(nodes = urgent.len(), gpus = r.len(), "failing nodes assessed at once"),
-                Err(e) => tracing::warn!(error = %e, "assessment of failing nodes failed; the next pass retries"),
-            }
-            continue;
         }
         tokio::select! {
-            _ = tokio::time::sleep_until(next_full) => {}
-            _ = stats.urgent_notify.notified() => {}
+            _ = tokio::time::sleep_until(started + every) => {}
             _ = shutdown.changed() => {
                 leader.release().await;
                 return;
             }
         }
+    }
+}
+
+/// Assesses at once, on whichever replica stored the batch, the nodes whose batches brought a
+/// failure ([`crate::ingest::IngestStats::urgent`]): detection waits for neither the period nor
+/// a fleet pass in progress (the two write under one lock, and a pass leaves alone a status made
+/// from newer evidence than its own).
+pub async fn run_urgent(
+    pool: PgPool,
+    cfg: AssessConfig,
+    stats: std::sync::Arc<crate::ingest::IngestStats>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut shutdown = shutdown;
+    loop {
+        let urgent: Vec<String> =
+            stats.urgent.lock().map(|mut u| std::mem::take(&mut *u).into_iter().collect()).unwrap_or_default();
+        if !urgent.is_empty() {
+            let started = std::time::Instant::now();
+            match assess_and_store(&pool, Some(&urgent), &cfg).await {
+                Ok(r) => {
+                    let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len() };
+                    stats.assessment.record_urgent(&pass, started.elapsed());
+                    tracing::debug!(nodes = urgent.len(), gpus = r.len(), "failing nodes assessed at once");
+                }
+                Err(e) => tracing::warn!(error = %e, "assessment of failing nodes failed; the next pass retries"),
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = stats.urgent_notify.notified() => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// The latest passes, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct PassStats {
+    inner: std::sync::Mutex<PassCounters>,
+}
+
+/// Per kind of pass (full, changed, urgent).
+#[derive(Debug, Default, Clone)]
+pub struct PassCounters {
+    pub kinds: BTreeMap<&'static str, KindStats>,
+}
+
+/// Passes of one kind run, and the latest one's wall time, nodes and GPUs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KindStats {
+    pub passes: u64,
+    pub seconds: f64,
+    pub nodes: usize,
+    pub gpus: usize,
+}
+
+impl PassStats {
+    fn bump(&self, kind: &'static str, pass: &Pass, took: Duration) {
+        if let Ok(mut c) = self.inner.lock() {
+            let e = c.kinds.entry(kind).or_default();
+            *e = KindStats { passes: e.passes + 1, seconds: took.as_secs_f64(), nodes: pass.nodes, gpus: pass.gpus };
+        }
+    }
+
+    /// A fleet pass (full or changed nodes only).
+    pub fn record(&self, pass: &Pass, took: Duration) {
+        self.bump(if pass.full { "full" } else { "changed" }, pass, took);
+    }
+
+    /// Nodes assessed at once for a failure.
+    pub fn record_urgent(&self, pass: &Pass, took: Duration) {
+        self.bump("urgent", pass, took);
+    }
+
+    pub fn snapshot(&self) -> PassCounters {
+        self.inner.lock().map(|c| c.clone()).unwrap_or_default()
     }
 }

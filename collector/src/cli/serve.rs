@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// Seconds between assessments of the fleet.
     #[arg(long, default_value_t = AssessConfig::DEFAULT_EVERY.as_secs())]
     assess_every_secs: u64,
+    /// Seconds between assessments of every GPU of the fleet; the assessments between them take
+    /// only the nodes with new evidence or evidence entering or leaving the window.
+    #[arg(long, default_value_t = AssessConfig::DEFAULT_FULL_EVERY.as_secs())]
+    full_assess_every_secs: u64,
     /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents, re-read
     /// when it (or the key) changes. Without it, plaintext needs --insecure.
     #[arg(long, env = "RAILGUARD_TLS_CERT", requires = "tls_key")]
@@ -113,6 +117,7 @@ impl ServeArgs {
             None => None,
         };
         cfg.assess = AssessConfig::with_window(Duration::from_secs(self.window_minutes.max(1) * 60));
+        cfg.assess.full_every = Duration::from_secs(self.full_assess_every_secs.max(1));
         cfg.assess_every = Duration::from_secs(self.assess_every_secs.max(1));
         cfg.retention_days = self.retention_days.max(1);
         cfg.tiers = railguard_collector::store::Tiers {

@@ -127,10 +127,37 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     if let Some(at) = last {
         let _ = writeln!(
             out,
-            "# HELP railguard_assessment_age_seconds Time since the last completed assessment of the whole fleet, by whichever collector leads it (GPU statuses are this old at most, plus one window).\n# TYPE railguard_assessment_age_seconds gauge"
+            "# HELP railguard_assessment_age_seconds Time since the last completed fleet assessment pass (over every GPU, or over every node with new evidence or evidence entering or leaving the window), by whichever collector leads it: GPU statuses are this old at most, plus one window.\n# TYPE railguard_assessment_age_seconds gauge"
         );
         let age = (chrono::Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0;
         let _ = writeln!(out, "railguard_assessment_age_seconds {age:.3}");
+    }
+    // This collector's own passes: full and changed-nodes passes while it leads, urgent ones
+    // (nodes whose batch brought a failure) on every replica.
+    let passes = st.assessment.snapshot();
+    type Pick = fn(&crate::assess::KindStats) -> String;
+    let metrics: [(&str, &str, &str, Pick); 3] = [
+        (
+            "railguard_assessment_passes_total",
+            "counter",
+            "Assessment passes this collector ran since it started, by kind: full (every GPU), changed (nodes with new or expiring evidence), urgent (nodes whose batch brought a failure).",
+            |k| k.passes.to_string(),
+        ),
+        (
+            "railguard_assessment_pass_seconds",
+            "gauge",
+            "Wall time of this collector's latest assessment pass of each kind, from reading the evidence to committing the statuses.",
+            |k| format!("{:.6}", k.seconds),
+        ),
+        ("railguard_assessment_pass_nodes", "gauge", "Nodes the latest assessment pass of each kind assessed.", |k| {
+            k.nodes.to_string()
+        }),
+    ];
+    for (name, kind, help, pick) in metrics {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (k, v) in &passes.kinds {
+            let _ = writeln!(out, "{name}{{kind=\"{k}\"}} {}", pick(v));
+        }
     }
     let _ = writeln!(
         out,

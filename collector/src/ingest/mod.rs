@@ -79,6 +79,8 @@ pub struct IngestStats {
     /// mismatch): the assessment takes them at once instead of at its next period.
     pub urgent: std::sync::Mutex<std::collections::BTreeSet<String>>,
     pub urgent_notify: tokio::sync::Notify,
+    /// The assessment passes this collector ran.
+    pub assessment: crate::assess::PassStats,
     /// This collector holds the fleet-wide tasks (several replicas on one Postgres).
     pub leads_assessment: std::sync::atomic::AtomicBool,
     pub leads_retention: std::sync::atomic::AtomicBool,

@@ -138,7 +138,8 @@ async fn upsert_node_seen(
     sqlx::query(
         "INSERT INTO nodes (node_id, spool_dropped_total) VALUES ($1, $2)
          ON CONFLICT (node_id) DO UPDATE
-            SET last_seen = now(), spool_dropped_total = GREATEST(nodes.spool_dropped_total, EXCLUDED.spool_dropped_total)",
+            SET last_seen = now(), evidence_pending = true,
+                spool_dropped_total = GREATEST(nodes.spool_dropped_total, EXCLUDED.spool_dropped_total)",
     )
     .bind(node.as_str())
     .bind(dropped)

@@ -5,7 +5,12 @@
 //! default cadence, one batch a minute of 88 probe records (every GPU/NIC pair once, the
 //! workload's pairs three times more), each batch at the node's own phase. `--fail NODE:GPU`
 //! makes that GPU's workload pair (its PIX NIC) a silent corruption from `--fail-after-secs`
-//! on, and fleetgen reports how long until the collector's API says `corrupting`.
+//! on; `--injections N` does so on N nodes spread over the fleet, one every `--inject-every-secs`
+//! from `--fail-after-secs` on. As the agent does, a node sends its failing probe and the probe
+//! that confirms it at once (not at its next batch), and goes on failing in its batches.
+//! fleetgen reports, per injection and as p50/p99/max, the time from that send to the
+//! collector's API saying `corrupting`, and samples the collector's assessment passes (seconds
+//! and nodes of the latest full and changed-nodes pass) every 10 s.
 //!
 //! It prints offered vs acknowledged records per second, batch acknowledgement latency (p50,
 //! p99, max) and errors every 10 s and at the end. Records are marked simulated, as every
@@ -34,6 +39,8 @@ struct Args {
     connections: usize,
     fail: Option<(String, u32)>,
     fail_after: Duration,
+    injections: usize,
+    inject_every: Duration,
     assess_every: u64,
     summary: Duration,
     start_over: Option<Duration>,
@@ -47,6 +54,8 @@ fn args() -> Result<Args, String> {
         connections: 8,
         fail: None,
         fail_after: Duration::from_secs(10),
+        injections: 0,
+        inject_every: Duration::from_secs(15),
         assess_every: 10,
         summary: railguard_agent::service::probes::ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW,
         start_over: None,
@@ -61,6 +70,8 @@ fn args() -> Result<Args, String> {
             "--interval-secs" => a.interval = Duration::from_secs(num(val()?)?.max(1)),
             "--connections" => a.connections = (num(val()?)? as usize).max(1),
             "--fail-after-secs" => a.fail_after = Duration::from_secs(num(val()?)?),
+            "--injections" => a.injections = num(val()?)? as usize,
+            "--inject-every-secs" => a.inject_every = Duration::from_secs(num(val()?)?),
             "--assess-every-secs" => a.assess_every = num(val()?)?.max(1),
             "--summary-secs" => a.summary = Duration::from_secs(num(val()?)?),
             "--start-over-secs" => a.start_over = Some(Duration::from_secs(num(val()?)?)),
@@ -70,7 +81,7 @@ fn args() -> Result<Args, String> {
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--assess-every-secs S] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -169,13 +180,26 @@ async fn main() {
     let cpu_start = collector.pid().and_then(cpu_seconds);
     let start = Instant::now();
     let run_started = chrono::Utc::now();
-    let fail_at = start + a.fail_after;
+    // The injections: --fail's node, and --injections more spread over the fleet.
+    let mut injections: Vec<Injection> = Vec::new();
+    if let Some((n, g)) = &a.fail {
+        injections.push(Injection::new(n.clone(), *g, start + a.fail_after));
+    }
+    for k in 0..a.injections {
+        let idx = (k * a.nodes / a.injections.max(1) + 11) % a.nodes.max(1);
+        let node = names[idx].clone();
+        if injections.iter().any(|j| j.node == node) {
+            continue;
+        }
+        let at = start + a.fail_after + a.inject_every * u32::try_from(k).unwrap_or(u32::MAX);
+        injections.push(Injection::new(node, (k % 8) as u32, at));
+    }
     let mut tasks = Vec::new();
     for (i, node) in names.iter().enumerate() {
         let mut client = channels[i % channels.len()].clone();
         let (node, stats, interval, end, summary) =
             (node.clone(), stats.clone(), a.interval, start + a.duration, a.summary);
-        let failing = a.fail.as_ref().filter(|(n, _)| *n == node).map(|(_, g)| *g);
+        let inj = injections.iter().find(|j| j.node == node).map(|j| (j.gpu, j.at, j.sent.clone()));
         // Each node at its own phase: within the interval, or over --start-over-secs (a rolling
         // start; it also spreads the nodes' summary windows, as agents started at different
         // times have them).
@@ -185,46 +209,45 @@ async fn main() {
             let mut seq = 0u64;
             // The agent's own compaction: failed probes in full, ok probes as summaries.
             let mut compactor = Compactor::new(summary);
+            let mut announced = false;
             while Instant::now() < end {
                 let next = Instant::now() + interval;
                 let now = chrono::Utc::now();
+                let failing = inj.as_ref().filter(|(_, at, _)| Instant::now() >= *at).map(|(g, _, _)| *g);
                 let mut bodies: Vec<RecordBody> = Vec::new();
-                for p in batch(i, seq, failing.filter(|_| Instant::now() >= fail_at)) {
+                for p in batch(i, seq, failing) {
                     bodies.extend(compactor.observe(p, now));
                 }
                 bodies.extend(compactor.due(now));
                 seq += 1;
-                if bodies.is_empty() {
-                    tokio::time::sleep_until(next.into()).await;
-                    continue;
-                }
-                let recs: Vec<railguard_schema::wire::Record> = bodies
-                    .into_iter()
-                    .map(|body| Record { id: RecordId::random(), observed_at: now, body }.into())
-                    .collect();
-                let n = recs.len() as u64;
-                stats.offered.fetch_add(n, Ordering::Relaxed);
-                let mut req =
-                    tonic::Request::new(RecordBatch { node_id: node.clone(), records: recs, spool_dropped_total: 0 });
-                req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(&node)).parse().unwrap());
-                let t = Instant::now();
-                match client.push_batch(req).await {
-                    Ok(_) => {
-                        stats.acked.fetch_add(n, Ordering::Relaxed);
-                        if let Ok(mut l) = stats.latencies_us.lock() {
-                            l.push(t.elapsed().as_micros() as u64);
-                        }
+                push(&mut client, &node, bodies, now, &stats).await;
+                announced |= failing.is_some();
+                // A failure starting before the next batch: the agent's probe of the workload
+                // pair fails, it probes the pair again at once, and ships both within a second.
+                if let Some((g, at, sent)) = &inj
+                    && !announced
+                    && *at < next
+                {
+                    tokio::time::sleep_until((*at).into()).await;
+                    let now = chrono::Utc::now();
+                    let mut bodies = Vec::new();
+                    for p in batch(i, seq, Some(*g))
+                        .into_iter()
+                        .filter(|p| p.gpu == *g && p.nic == format!("mlx5_{g}"))
+                        .take(2)
+                    {
+                        bodies.extend(compactor.observe(p, now));
                     }
-                    Err(_) => {
-                        stats.errors.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(mut s) = sent.lock() {
+                        *s = Some(Instant::now());
                     }
+                    push(&mut client, &node, bodies, now, &stats).await;
+                    announced = true;
                 }
                 tokio::time::sleep_until(next.into()).await;
             }
         }));
     }
-    // Progress, and the time from the injected failure to `corrupting`.
-    let mut detected: Option<Duration> = None;
     // Past the first minute (every pair's first ok probe travels in full) and the first summaries.
     let measure_from =
         start + (a.start_over.unwrap_or(a.interval) + a.summary + Duration::from_secs(60)).min(a.duration / 2);
@@ -234,25 +257,30 @@ async fn main() {
     let mut steady_from = 0usize;
     let mut steady_errors = 0u64;
     let port = collector.http_port;
+    // The collector's latest passes, sampled with each progress line: (kind, seconds, nodes),
+    // each pass once (by the kind's pass count).
+    let mut passes: Vec<(String, f64, f64)> = Vec::new();
+    let mut pass_counts: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
+    let mut reported = 0;
     while Instant::now() < start + a.duration {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Some((n, g)) = &a.fail
-            && detected.is_none()
-            && Instant::now() >= fail_at
-        {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        for j in injections.iter_mut().filter(|j| j.detected.is_none()) {
+            let Some(sent) = j.sent.lock().ok().and_then(|s| *s) else { continue };
             let (code, body) = tokio::task::spawn_blocking({
-                let path = format!("/api/v1/nodes/{n}/gpus/{g}");
+                let path = format!("/api/v1/nodes/{}/gpus/{}", j.node, j.gpu);
                 move || http_get(port, &path, None)
             })
             .await
             .unwrap();
             if code == 200 && body.contains("\"status\":\"corrupting\"") {
-                let d = Instant::now() - fail_at;
+                let d = sent.elapsed();
                 println!(
-                    "fleetgen: {n} GPU{g} corrupting {:.1} s after its workload pair started failing",
+                    "fleetgen: {} GPU{} corrupting {:.1} s after its failing probes were sent",
+                    j.node,
+                    j.gpu,
                     d.as_secs_f64()
                 );
-                detected = Some(d);
+                j.detected = Some(d);
             }
         }
         if storage_mark.is_none() && Instant::now() >= measure_from {
@@ -261,8 +289,16 @@ async fn main() {
             steady_from = stats.latencies_us.lock().map(|l| l.len()).unwrap_or(0);
             steady_errors = stats.errors.load(Ordering::Relaxed);
         }
-        if start.elapsed().as_secs().is_multiple_of(10) {
-            stats.report(&format!("after {:>3} s", start.elapsed().as_secs()), start.elapsed());
+        let secs = start.elapsed().as_secs();
+        if secs >= reported + 10 {
+            reported = secs - secs % 10;
+            stats.report(&format!("after {secs:>3} s"), start.elapsed());
+            let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
+            for (kind, count, secs, nodes) in latest_passes(&m) {
+                if pass_counts.insert(kind.clone(), count) != Some(count) {
+                    passes.push((kind, secs, nodes));
+                }
+            }
         }
     }
     // The end of the storage measurement: now, before the nodes' last sleeps end.
@@ -338,11 +374,105 @@ async fn main() {
         rollup_bytes as f64 / rollup_rows.max(1) as f64,
         rollup_bytes as f64 / a.nodes.max(1) as f64 / f64::from(hours) * 24.0 / 1e6
     );
-    if let Some((n, g)) = &a.fail
-        && detected.is_none()
-    {
-        println!("fleetgen: {n} GPU{g} was not corrupting by the end");
+    if !injections.is_empty() {
+        let mut d: Vec<f64> = injections.iter().filter_map(|j| j.detected).map(|d| d.as_secs_f64()).collect();
+        d.sort_by(f64::total_cmp);
+        let q = |f: f64| d.get(((d.len() as f64 * f).ceil() as usize).saturating_sub(1).min(d.len().saturating_sub(1)));
+        for j in injections.iter().filter(|j| j.detected.is_none()) {
+            println!("fleetgen: {} GPU{} was not corrupting by the end", j.node, j.gpu);
+        }
+        println!(
+            "detection: {} of {} injections corrupting in the API; from the failing probes' send: p50 {:.1} s, p99 {:.1} s, max {:.1} s",
+            d.len(),
+            injections.len(),
+            q(0.5).copied().unwrap_or(f64::NAN),
+            q(0.99).copied().unwrap_or(f64::NAN),
+            d.last().copied().unwrap_or(f64::NAN)
+        );
     }
+    for kind in ["full", "changed", "urgent"] {
+        let mut v: Vec<&(String, f64, f64)> = passes.iter().filter(|p| p.0 == kind).collect();
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let mut nodes: Vec<f64> = v.iter().map(|p| p.2).collect();
+        nodes.sort_by(f64::total_cmp);
+        println!(
+            "assessment ({kind} passes, the latest sampled every 10 s, {} distinct passes): median {:.3} s, max {:.3} s; median {:.0} nodes, max {:.0}",
+            v.len(),
+            v[v.len() / 2].1,
+            v[v.len() - 1].1,
+            nodes[nodes.len() / 2],
+            nodes[nodes.len() - 1]
+        );
+    }
+}
+
+/// One injected failure: `gpu`'s workload pair on `node` fails from `at`; `sent` is when the
+/// node shipped the failing probe and its confirmation.
+struct Injection {
+    node: String,
+    gpu: u32,
+    at: Instant,
+    sent: Arc<std::sync::Mutex<Option<Instant>>>,
+    detected: Option<Duration>,
+}
+
+impl Injection {
+    fn new(node: String, gpu: u32, at: Instant) -> Injection {
+        Injection { node, gpu, at, sent: Arc::default(), detected: None }
+    }
+}
+
+/// Sends one batch of a node's records (nothing when there are none), counting it.
+async fn push(
+    client: &mut IngestClient<tonic::transport::Channel>,
+    node: &str,
+    bodies: Vec<RecordBody>,
+    now: chrono::DateTime<chrono::Utc>,
+    stats: &Stats,
+) {
+    if bodies.is_empty() {
+        return;
+    }
+    let recs: Vec<railguard_schema::wire::Record> =
+        bodies.into_iter().map(|body| Record { id: RecordId::random(), observed_at: now, body }.into()).collect();
+    let n = recs.len() as u64;
+    stats.offered.fetch_add(n, Ordering::Relaxed);
+    let mut req = tonic::Request::new(RecordBatch { node_id: node.to_owned(), records: recs, spool_dropped_total: 0 });
+    req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(node)).parse().unwrap());
+    let t = Instant::now();
+    match client.push_batch(req).await {
+        Ok(_) => {
+            stats.acked.fetch_add(n, Ordering::Relaxed);
+            if let Ok(mut l) = stats.latencies_us.lock() {
+                l.push(t.elapsed().as_micros() as u64);
+            }
+        }
+        Err(_) => {
+            stats.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The latest assessment pass of each kind in a /metrics text: (kind, passes so far, seconds, nodes).
+fn latest_passes(metrics: &str) -> Vec<(String, f64, f64, f64)> {
+    let value = |name: &str, kind: &str| {
+        let prefix = format!("{name}{{kind=\"{kind}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse::<f64>().ok())
+    };
+    ["full", "changed", "urgent"]
+        .into_iter()
+        .filter_map(|k| {
+            Some((
+                k.to_owned(),
+                value("railguard_assessment_passes_total", k)?,
+                value("railguard_assessment_pass_seconds", k)?,
+                value("railguard_assessment_pass_nodes", k)?,
+            ))
+        })
+        .collect()
 }
 
 /// Bytes (tables and indexes, every day partition) and rows (full probes, summaries) of the

@@ -1,0 +1,188 @@
+//! Incremental assessment (#15 item 3): between full passes, a pass assesses only the nodes with
+//! a batch stored since they were last claimed and the nodes whose evidence enters or leaves the
+//! window by its date; a pass never overwrites a status made from newer evidence than its own.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use chrono::{DateTime, Duration, SubsecRound, Utc};
+use railguard_agent::topology::fixture;
+use railguard_collector::assess::{AssessConfig, assess_and_store_at, assess_pass};
+use railguard_collector::store::Store;
+use railguard_e2e::scripted::*;
+use railguard_e2e::*;
+use railguard_schema::*;
+
+/// A silent corruption (or an ok probe) of `gpu` via `nic`, dated `at`.
+fn probe_at(gpu: u32, nic: &str, verdict: ProbeVerdict, at: DateTime<Utc>) -> Record {
+    let mut r = Record::try_from(probe_rec(gpu, nic, verdict, PairSelection::Predicted, 0)).unwrap();
+    r.observed_at = at;
+    r
+}
+
+async fn status(pg: &TestPg, node: &str, gpu: i32) -> (String, DateTime<Utc>) {
+    sqlx::query_as("SELECT status::text, assessed_at FROM gpu_status WHERE node_id = $1 AND gpu_index = $2")
+        .bind(node)
+        .bind(gpu)
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap()
+}
+
+async fn pending(pg: &TestPg) -> Vec<String> {
+    sqlx::query_scalar("SELECT node_id FROM nodes WHERE evidence_pending ORDER BY node_id")
+        .fetch_all(&pg.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_evidence() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let cfg = AssessConfig::default();
+    let names = ["node-a", "node-b", "node-c"];
+    for n in names {
+        let node = NodeId::new(n).unwrap();
+        store.register_node(&node, n, "test").await.unwrap();
+        let t = Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap();
+        store.ingest(&node, vec![t], 0).await.unwrap();
+    }
+    assert_eq!(pending(&pg).await, names, "a stored batch marks its node");
+
+    // The first pass takes everyone and claims them.
+    let t0 = Utc::now();
+    let full = assess_pass(&pg.pool, &cfg, None, t0).await.unwrap();
+    assert!(full.full && full.nodes == 3, "{full:?}");
+    let gpus_per_node = full.gpus / 3;
+    assert!(gpus_per_node >= 1);
+    assert!(pending(&pg).await.is_empty());
+    let nic: String = sqlx::query_scalar(
+        "SELECT workload_nic FROM gpu_status WHERE node_id = 'node-b' AND gpu_index = 3 AND workload_nic IS NOT NULL",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    let (before_a, assessed_a) = status(&pg, "node-a", 3).await;
+
+    // Nothing new: a pass touches nobody.
+    let t1 = t0 + Duration::seconds(1);
+    let idle = assess_pass(&pg.pool, &cfg, Some(t0), t1).await.unwrap();
+    assert_eq!((idle.nodes, idle.gpus), (0, 0), "{idle:?}");
+
+    // node-b's workload pair fails twice (dated before the previous pass, as a batch delivered
+    // late is): only node-b is assessed, and it is corrupting; node-a's row is not rewritten.
+    let failed_at = t0 - Duration::seconds(30);
+    let node_b = NodeId::new("node-b").unwrap();
+    let failures = vec![
+        probe_at(3, &nic, ProbeVerdict::SilentCorruption, failed_at),
+        probe_at(3, &nic, ProbeVerdict::SilentCorruption, failed_at + Duration::seconds(1)),
+    ];
+    store.ingest(&node_b, failures, 0).await.unwrap();
+    assert_eq!(pending(&pg).await, ["node-b"]);
+    let t2 = t1 + Duration::seconds(1);
+    let changed = assess_pass(&pg.pool, &cfg, Some(t1), t2).await.unwrap();
+    assert!(!changed.full && changed.nodes == 1 && changed.gpus == gpus_per_node, "{changed:?}");
+    assert_eq!(status(&pg, "node-b", 3).await.0, "corrupting");
+    assert_eq!(status(&pg, "node-a", 3).await, (before_a.clone(), assessed_a), "node-a untouched");
+    assert!(pending(&pg).await.is_empty(), "node-b claimed");
+
+    // Evidence dated between two passes enters the window by its date (a fast agent clock): the
+    // pass covering that date takes its node even though the batch was claimed before.
+    let node_c = NodeId::new("node-c").unwrap();
+    let ahead = t2 + Duration::seconds(20);
+    store.ingest(&node_c, vec![probe_at(3, &nic, ProbeVerdict::Ok, ahead)], 0).await.unwrap();
+    let claim = assess_pass(&pg.pool, &cfg, Some(t2), t2 + Duration::seconds(1)).await.unwrap();
+    assert_eq!(claim.nodes, 1, "the batch itself: {claim:?}");
+    let entering = assess_pass(&pg.pool, &cfg, Some(ahead - Duration::seconds(1)), ahead).await.unwrap();
+    assert_eq!(entering.nodes, 1, "its date: {entering:?}");
+
+    // One window after the failures, they leave it: node-b is assessed again with no new batch,
+    // and only node-b (node-c's probe is not leaving yet).
+    let w = Duration::from_std(cfg.window).unwrap();
+    let leaving =
+        assess_pass(&pg.pool, &cfg, Some(failed_at + w - Duration::seconds(1)), failed_at + w + Duration::seconds(5))
+            .await
+            .unwrap();
+    assert!(leaving.nodes == 1 && leaving.gpus == gpus_per_node, "{leaving:?}");
+    // Still corrupting (leaving it takes verified probes), but no longer for failures in the
+    // window: the reasons say what is left.
+    let reasons: String =
+        sqlx::query_scalar("SELECT reasons::text FROM gpu_status WHERE node_id = 'node-b' AND gpu_index = 3")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    assert!(reasons.contains("still corrupting until") && !reasons.contains("were silent corruption"), "{reasons}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pass_leaves_alone_a_status_made_from_newer_evidence() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let cfg = AssessConfig::default();
+    for n in ["node-a", "node-b"] {
+        let node = NodeId::new(n).unwrap();
+        store.register_node(&node, n, "test").await.unwrap();
+        let t = Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap();
+        store.ingest(&node, vec![t], 0).await.unwrap();
+    }
+    let t0 = Utc::now().trunc_subsecs(6); // Postgres keeps microseconds
+    let first = assess_and_store_at(&pg.pool, None, &cfg, t0).await.unwrap();
+    let per_node = first.len() / 2;
+    let nic: String = sqlx::query_scalar(
+        "SELECT workload_nic FROM gpu_status WHERE node_id = 'node-b' AND gpu_index = 3 AND workload_nic IS NOT NULL",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    // A fleet pass reads the evidence up to t1; meanwhile node-b's workload pair fails (dated
+    // after t1) and node-b is assessed at once on the evidence up to t2: corrupting.
+    let (t1, t2) = (t0 + Duration::seconds(5), t0 + Duration::seconds(8));
+    let node_b = NodeId::new("node-b").unwrap();
+    let failures = vec![
+        probe_at(3, &nic, ProbeVerdict::SilentCorruption, t1 + Duration::seconds(1)),
+        probe_at(3, &nic, ProbeVerdict::SilentCorruption, t1 + Duration::seconds(2)),
+    ];
+    store.ingest(&node_b, failures, 0).await.unwrap();
+    let urgent = assess_and_store_at(&pg.pool, Some(&["node-b".to_owned()]), &cfg, t2).await.unwrap();
+    assert_eq!(urgent.len(), per_node);
+    assert_eq!(status(&pg, "node-b", 3).await, ("corrupting".to_owned(), t2));
+    // The fleet pass then writes: it saw no failure, and leaves node-b's GPU as the newer
+    // assessment made it.
+    let stale = assess_and_store_at(&pg.pool, None, &cfg, t1).await.unwrap();
+    assert!(stale.iter().all(|a| !(a.node == "node-b" && a.gpu == 3)), "node-b's GPU3 skipped");
+    assert_eq!(stale.iter().filter(|a| a.node == "node-a").count(), per_node);
+    assert_eq!(status(&pg, "node-b", 3).await, ("corrupting".to_owned(), t2));
+}
+
+#[test]
+fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_passes() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pg = rt.block_on(TestPg::start());
+    let c = CollectorProc::start(&pg.url()); // a pass every second, a full one every 5 minutes
+    let metric = |m: &str, kind: &str| -> Option<f64> {
+        let (_, body) = c.get("/metrics", None);
+        let prefix = format!("{m}{{kind=\"{kind}\"}} ");
+        body.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse().ok())
+    };
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}: {}", c.get("/metrics", None).1);
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    wait("the first (full) pass", &|| metric("railguard_assessment_passes_total", "full") == Some(1.0));
+    assert_eq!(metric("railguard_assessment_pass_nodes", "full"), Some(0.0), "an empty fleet");
+    // A node arrives after it: a pass over the changed nodes takes it, long before the next full one.
+    rt.block_on(send(&c, "node-a", vec![topo_rec(topology(&fixture::dgx_h100_like(), None))]));
+    wait("node-a assessed", &|| {
+        let n: i64 = rt
+            .block_on(
+                sqlx::query_scalar("SELECT count(*) FROM gpu_status WHERE node_id = 'node-a'").fetch_one(&pg.pool),
+            )
+            .unwrap();
+        n > 0
+    });
+    assert_eq!(metric("railguard_assessment_passes_total", "full"), Some(1.0), "no second full pass");
+    assert!(metric("railguard_assessment_passes_total", "changed").is_some_and(|n| n >= 1.0));
+    assert!(metric("railguard_assessment_pass_seconds", "changed").is_some_and(|s| s >= 0.0));
+}
