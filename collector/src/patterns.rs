@@ -280,7 +280,7 @@ pub async fn load(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> 
          ), probes AS (
             SELECT w.node_id, w.gpu_index, w.nic, bool_or(w.verdict <> 'ok') AS failed, bool_or(w.path = 'simulated') AS simulated
             FROM w JOIN sim USING (node_id)
-            WHERE w.path = 'nic_dma' OR (w.path = 'simulated' AND sim.all_simulated)
+            WHERE railguard_trusted(w.path, sim.all_simulated)
             GROUP BY 1, 2, 3
          ), inline AS (
             SELECT node_id, gpu_index, nic, sum(transfers_mismatch) > 0 AS failed, false AS simulated
@@ -292,7 +292,7 @@ pub async fn load(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> 
             SELECT node_id, gpu_index, nic, bool_or(failed) AS failed, bool_or(simulated) AS simulated
             FROM (SELECT * FROM probes UNION ALL SELECT * FROM inline) x GROUP BY 1, 2, 3
          ), snap AS (
-            SELECT DISTINCT ON (node_id) * FROM topology_snapshots ORDER BY node_id, observed_at DESC
+            SELECT * FROM latest_topology
          )
          SELECT p.node_id, p.gpu_index, p.nic, p.failed, p.simulated, tp.class, s.virtualized, s.hypervisor, s.viommu,
                 s.gpudirect, s.driver_version, tg.name AS gpu_model,

@@ -4,20 +4,18 @@
 use chrono::NaiveDate;
 use sqlx::PgPool;
 
-/// Drops `table`'s partitions holding only days before `keep_from` (day partitions, or month
-/// partitions when `monthly`); returns them.
+/// Drops `table`'s partitions holding only days before `keep_from`; returns them.
 pub async fn drop_before(
     pool: &PgPool,
-    table: &str,
-    monthly: bool,
+    table: crate::store::HistoryTable,
     keep_from: NaiveDate,
 ) -> Result<Vec<String>, sqlx::Error> {
-    let sql = if monthly {
-        "SELECT railguard_drop_month_partitions_before($1::regclass, $2)"
-    } else {
-        "SELECT railguard_drop_partitions_before($1::regclass, $2)"
-    };
-    sqlx::query_scalar(sql).bind(table).bind(keep_from).fetch_all(pool).await
+    sqlx::query_scalar("SELECT railguard_drop_partitions_ending_by($1::regclass, $2, $3)")
+        .bind(table.regclass())
+        .bind(keep_from)
+        .bind(table.span())
+        .fetch_all(pool)
+        .await
 }
 
 /// Keeps the store's history window: drops older partitions every hour until `shutdown`. With

@@ -242,6 +242,20 @@ impl Engine {
         k
     }
 
+    /// The latest remembered probe of `bytes` that `which` accepts, or a synthetic one for the
+    /// pair `pair_key()` names when none ran yet.
+    fn known_like(
+        &mut self,
+        which: impl Fn(&KnownProbe) -> bool,
+        bytes: usize,
+        pair_key: impl FnOnce() -> String,
+    ) -> KnownProbe {
+        match self.history.iter().find(|k| k.bytes == bytes && which(k)).cloned() {
+            Some(k) => k,
+            None => self.synthetic_known(pair_key(), bytes),
+        }
+    }
+
     /// Runs one probe of `bytes` over `transport`, with `fault` applied if given.
     pub fn probe(
         &mut self,
@@ -371,18 +385,13 @@ impl Engine {
                     };
                     skip = Some(TransferReport::reporting(f.reported(), format!("fault: {what}")));
                 }
+                // An earlier probe of this pair, or a probe of another pair, arrives instead.
                 FaultKind::Stale => {
-                    let earlier = match self.history.iter().find(|k| k.pair == key && k.bytes == bytes).cloned() {
-                        Some(k) => k,
-                        None => self.synthetic_known(key.clone(), bytes),
-                    };
+                    let earlier = self.known_like(|k| k.pair == key, bytes, || key.clone());
                     pattern::fill(earlier.nonce, 0, src_view);
                 }
                 FaultKind::Misdirect => {
-                    let other = match self.history.iter().find(|k| k.pair != key && k.bytes == bytes).cloned() {
-                        Some(k) => k,
-                        None => self.synthetic_known(format!("GPU{}/elsewhere", pair.gpu + 1), bytes),
-                    };
+                    let other = self.known_like(|k| k.pair != key, bytes, || format!("GPU{}/elsewhere", pair.gpu + 1));
                     pattern::fill(other.nonce, 0, src_view);
                 }
                 FaultKind::Bitflip => {

@@ -83,16 +83,20 @@ pub async fn load_inputs(
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
     let mut inputs: BTreeMap<Key, GpuInput> = BTreeMap::new();
+    // Every query below serves the whole fleet (`$1` NULL) and a few nodes alike; a cached generic
+    // plan cannot use the node-first indexes for `($1 IS NULL OR node_id = ANY($1))`, so each
+    // query is planned for its own parameters (a pass over a few hundred nodes then reads only
+    // their rows).
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan").execute(&mut *tx).await?;
 
     // Latest topology per node: structural risk and the workload's NIC per GPU. The risks were
     // validated at ingest; a row that no longer decodes is an error, not an empty list.
-    let topo: Vec<(String, Json<Vec<GpuRisk>>)> = sqlx::query_as(
-        "SELECT DISTINCT ON (node_id) node_id, risks FROM topology_snapshots
-         WHERE ($1::text[] IS NULL OR node_id = ANY($1)) ORDER BY node_id, observed_at DESC",
-    )
-    .bind(&filter)
-    .fetch_all(pool)
-    .await?;
+    let topo: Vec<(String, Json<Vec<GpuRisk>>)> =
+        sqlx::query_as("SELECT node_id, risks FROM latest_topology WHERE ($1::text[] IS NULL OR node_id = ANY($1))")
+            .bind(&filter)
+            .fetch_all(&mut *tx)
+            .await?;
     for (node, Json(risks)) in topo {
         for r in risks {
             inputs.insert(
@@ -124,7 +128,7 @@ pub async fn load_inputs(
          ), sim AS (
             SELECT node_id, bool_and(path = 'simulated') AS all_simulated FROM w GROUP BY node_id
          ), t AS (
-            SELECT w.*, (w.path = 'nic_dma' OR (w.path = 'simulated' AND sim.all_simulated)) AS trusted
+            SELECT w.*, railguard_trusted(w.path, sim.all_simulated) AS trusted
             FROM w JOIN sim USING (node_id)
          )
          SELECT node_id, gpu_index, nic,
@@ -147,7 +151,7 @@ pub async fn load_inputs(
     .bind(&filter)
     .bind(since)
     .bind(now)
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
     for r in counts {
         let gpu = u32::try_from(r.gpu_index).unwrap_or(0);
@@ -172,12 +176,14 @@ pub async fn load_inputs(
             inline: InlineCounts::default(),
         });
     }
-    load_inline(pool, &filter, since, now, &mut inputs).await?;
+    load_inline(&mut tx, &filter, since, now, &mut inputs).await?;
     for input in inputs.values_mut() {
         input.pairs.sort_by(|a, b| a.nic.cmp(&b.nic));
     }
 
-    // The last verdicts on each GPU's workload pair (hysteresis), within a day.
+    // The last verdicts on each GPU's workload pair (hysteresis), within the window: what a pass
+    // reads does not grow with the history kept (a pair with fewer than ten in the window has a
+    // shorter streak, so it leaves `corrupting` later, never sooner).
     // A summary stands for its probes, all ok, at its last probe's time (the agent closes a pair's
     // summary before it spools the pair's failure, so no summary straddles one).
     let recent: Vec<(String, i32, String, ProbeVerdict, i32)> = sqlx::query_as(
@@ -185,13 +191,14 @@ pub async fn load_inputs(
             SELECT node_id, gpu_index, nic, verdict, probes, observed_at,
                    row_number() OVER (PARTITION BY node_id, gpu_index, nic ORDER BY observed_at DESC) AS rn
             FROM probe_evidence
-            WHERE observed_at > $2 - interval '1 day' AND observed_at <= $2 AND ($1::text[] IS NULL OR node_id = ANY($1))
+            WHERE observed_at > $2 AND observed_at <= $3 AND ($1::text[] IS NULL OR node_id = ANY($1))
               AND injected = 'none' AND path IN ('nic_dma', 'simulated')
          ) r WHERE rn <= 10 ORDER BY node_id, gpu_index, nic, rn",
     )
     .bind(&filter)
+    .bind(since)
     .bind(now)
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
     for (node, gpu, nic, verdict, probes) in recent {
         if let Some(i) = inputs.get_mut(&(node, u32::try_from(gpu).unwrap_or(0)))
@@ -218,7 +225,7 @@ pub async fn load_inputs(
     .bind(&filter)
     .bind(since)
     .bind(now)
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
     let mut by_nic: HashMap<(String, String), Vec<SignalCount>> = HashMap::new();
     for (node, gpu, nic, kind, xid, count, summary) in signals {
@@ -249,6 +256,7 @@ pub async fn load_inputs(
             input.signals.extend(v.iter().cloned());
         }
     }
+    tx.commit().await?;
     Ok(inputs)
 }
 
@@ -256,7 +264,7 @@ pub async fn load_inputs(
 /// failed transfers in words. Reports the agent could not attribute to a GPU are kept and
 /// shown, but cannot be assessed.
 async fn load_inline(
-    pool: &PgPool,
+    conn: &mut sqlx::PgConnection,
     filter: &Option<Vec<String>>,
     since: DateTime<Utc>,
     now: DateTime<Utc>,
@@ -276,7 +284,7 @@ async fn load_inline(
     .bind(filter)
     .bind(since)
     .bind(now)
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
     for (node, gpu, nic, ok, ok_nic, ok_gpu, mismatch, error) in rows {
@@ -314,7 +322,7 @@ async fn load_inline(
     .bind(filter)
     .bind(since)
     .bind(now)
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     for (node, gpu, nic, Json(f)) in failures {
         if let Some(p) = inputs
@@ -495,8 +503,7 @@ pub struct Pass {
 /// The nodes that may assess differently at `now` than at `prev` (the previous pass's `now`):
 /// those with a batch stored since they were last claimed (claimed here: their flag is cleared),
 /// and those with evidence entering or leaving the window between the two passes by its date.
-/// Sorted, no duplicates. (A verdict older than the hysteresis's one day leaves only at the next
-/// full pass.)
+/// Sorted, no duplicates.
 pub async fn changed_nodes(
     pool: &PgPool,
     window: Duration,

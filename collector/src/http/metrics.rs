@@ -50,7 +50,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         other = crate::ingest::OTHER_DEVICE,
     );
     if let Ok(v) = st.verdicts.lock() {
-        for ((node, gpu, nic, verdict, path), n) in v.iter() {
+        for ((node, gpu, nic, verdict, path), n) in v.series.iter() {
             let simulated = *path == railguard_schema::DataPath::Simulated;
             let _ = writeln!(
                 out,

@@ -63,7 +63,7 @@ pub struct IngestStats {
     pub batches_failed: AtomicU64,
     /// Stored probe results that are evidence (no injected fault) per (node, GPU, NIC, verdict,
     /// path), for `railguard_probe_verdicts_total`.
-    pub verdicts: std::sync::Mutex<std::collections::BTreeMap<VerdictKey, u64>>,
+    pub verdicts: std::sync::Mutex<VerdictCounts>,
     /// Per node, `agent_spool_quarantine` signals stored (pieces of its spool it could not
     /// decode), for `railguard_agent_spool_quarantined_total`.
     pub quarantined: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
@@ -97,16 +97,27 @@ impl IngestStats {
         let Ok(mut v) = self.verdicts.lock() else { return };
         let (gpu, nic) = known.labels(gpu, &nic);
         let mut key = (node.to_owned(), gpu, nic, verdict, path);
-        if !v.contains_key(&key) {
-            // Only when a series would be new: rare after a node's first cycles.
-            let series = v.keys().filter(|k| k.0 == node).count();
-            if series >= MAX_VERDICT_SERIES_PER_NODE {
+        if !v.series.contains_key(&key) {
+            // A new series: within the node's budget, or under `other` (which may be new too).
+            if v.per_node.get(node).copied().unwrap_or(0) >= MAX_VERDICT_SERIES_PER_NODE {
                 key.1 = OTHER_DEVICE.to_owned();
                 key.2 = OTHER_DEVICE.to_owned();
             }
+            if !v.series.contains_key(&key) {
+                *v.per_node.entry(node.to_owned()).or_default() += 1;
+            }
         }
-        *v.entry(key).or_default() += 1;
+        *v.series.entry(key).or_default() += 1;
     }
+}
+
+/// `railguard_probe_verdicts_total`'s series, and how many each node has (its budget is
+/// [`MAX_VERDICT_SERIES_PER_NODE`] plus its `other` series; counted as they are made, so a new
+/// series costs a lookup, not a scan of every node's series).
+#[derive(Debug, Default)]
+pub struct VerdictCounts {
+    pub series: std::collections::BTreeMap<VerdictKey, u64>,
+    per_node: std::collections::HashMap<String, usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -362,6 +373,7 @@ mod tests {
         }
         stats.count_verdict("n2", &known, (7, "mlx5_0".into(), "ok", DataPath::NicDma));
         let v = stats.verdicts.lock().unwrap();
+        let v = &v.series;
         let n1: Vec<_> = v.iter().filter(|(k, _)| k.0 == "n1").collect();
         assert_eq!(n1.len(), MAX_VERDICT_SERIES_PER_NODE + 1, "the cap, plus the one 'other' series");
         let other = v.get(&("n1".into(), OTHER_DEVICE.into(), OTHER_DEVICE.into(), "ok", DataPath::NicDma));

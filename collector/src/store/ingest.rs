@@ -44,6 +44,11 @@ fn i32_sat(v: u32) -> i32 {
     i32::try_from(v).unwrap_or(i32::MAX)
 }
 
+/// One bound array of an UNNEST insert: `f` of every row, in order.
+fn col<R, T>(rows: &[R], f: impl Fn(&R) -> T) -> Vec<T> {
+    rows.iter().map(f).collect()
+}
+
 /// Namespace for ids the collector derives itself (spool-drop events), so they are idempotent too.
 const DERIVED_ID_NAMESPACE: Uuid = Uuid::from_u128(0x5a1d_7a3e_0b1e_4c3a_9f00_7261_696c_6764);
 
@@ -223,29 +228,25 @@ async fn insert_summaries(
     if summaries.is_empty() {
         return Ok(0);
     }
-    // One array per column, in the statement's order.
-    fn col<T>(s: &[(Uuid, ProbeSummary)], f: impl Fn(&Uuid, &ProbeSummary) -> T) -> Vec<T> {
-        s.iter().map(|(id, p)| f(id, p)).collect()
-    }
-    let ids = col(&summaries, |id, _| *id);
-    let at = col(&summaries, |_, s| s.last_at);
-    let first_at = col(&summaries, |_, s| s.first_at);
-    let gpu = col(&summaries, |_, s| i32_sat(s.gpu));
-    let nic = col(&summaries, |_, s| s.nic.clone());
-    let transport = col(&summaries, |_, s| s.transport.as_str());
-    let memory = col(&summaries, |_, s| s.memory.as_str());
-    let path = col(&summaries, |_, s| s.path.as_str());
-    let injected = col(&summaries, |_, s| s.injected.as_str());
-    let simulated = col(&summaries, |_, s| s.simulated);
-    let selection = col(&summaries, |_, s| s.selection.as_str());
-    let lanes = col(&summaries, |_, s| serde_json::json!(s.lanes));
-    let probes = col(&summaries, |_, s| i32_sat(s.probes));
-    let bytes = col(&summaries, |_, s| i64_sat(s.bytes));
-    let dmin = col(&summaries, |_, s| i64_sat(s.duration_min_ns));
-    let dmed = col(&summaries, |_, s| i64_sat(s.duration_median_ns));
-    let dmax = col(&summaries, |_, s| i64_sat(s.duration_max_ns));
-    let gpu_bdf = col(&summaries, |_, s| s.gpu_bdf.map(|b| b.to_string()));
-    let nic_bdf = col(&summaries, |_, s| s.nic_bdf.map(|b| b.to_string()));
+    let ids = col(&summaries, |(id, _)| *id);
+    let at = col(&summaries, |(_, s)| s.last_at);
+    let first_at = col(&summaries, |(_, s)| s.first_at);
+    let gpu = col(&summaries, |(_, s)| i32_sat(s.gpu));
+    let nic = col(&summaries, |(_, s)| s.nic.clone());
+    let transport = col(&summaries, |(_, s)| s.transport.as_str());
+    let memory = col(&summaries, |(_, s)| s.memory.as_str());
+    let path = col(&summaries, |(_, s)| s.path.as_str());
+    let injected = col(&summaries, |(_, s)| s.injected.as_str());
+    let simulated = col(&summaries, |(_, s)| s.simulated);
+    let selection = col(&summaries, |(_, s)| s.selection.as_str());
+    let lanes = col(&summaries, |(_, s)| serde_json::json!(s.lanes));
+    let probes = col(&summaries, |(_, s)| i32_sat(s.probes));
+    let bytes = col(&summaries, |(_, s)| i64_sat(s.bytes));
+    let dmin = col(&summaries, |(_, s)| i64_sat(s.duration_min_ns));
+    let dmed = col(&summaries, |(_, s)| i64_sat(s.duration_median_ns));
+    let dmax = col(&summaries, |(_, s)| i64_sat(s.duration_max_ns));
+    let gpu_bdf = col(&summaries, |(_, s)| s.gpu_bdf.map(|b| b.to_string()));
+    let nic_bdf = col(&summaries, |(_, s)| s.nic_bdf.map(|b| b.to_string()));
     let res = sqlx::query(
         "INSERT INTO probe_summaries (node_id, observed_at, record_id, first_at, gpu_index, nic, transport, memory,
              path, injected, simulated, selection, lanes, probes, bytes, duration_min_ns, duration_median_ns,
@@ -288,57 +289,30 @@ async fn insert_probes(
     if probes.is_empty() {
         return Ok(0);
     }
-    let n = probes.len();
-    let mut ids = Vec::with_capacity(n);
-    let mut at = Vec::with_capacity(n);
-    let mut gpu = Vec::with_capacity(n);
-    let mut gpu_bdf = Vec::with_capacity(n);
-    let mut nic = Vec::with_capacity(n);
-    let mut nic_bdf = Vec::with_capacity(n);
-    let mut transport = Vec::with_capacity(n);
-    let mut bytes = Vec::with_capacity(n);
-    let mut reported = Vec::with_capacity(n);
-    let mut detail = Vec::with_capacity(n);
-    let mut verdict = Vec::with_capacity(n);
-    let mut diagnosis = Vec::with_capacity(n);
-    let mut first_bad = Vec::with_capacity(n);
-    let mut bad_chunks = Vec::with_capacity(n);
-    let mut chunks = Vec::with_capacity(n);
-    let mut duration = Vec::with_capacity(n);
-    let mut selection = Vec::with_capacity(n);
-    let mut simulated = Vec::with_capacity(n);
-    let mut bit_flips = Vec::with_capacity(n);
-    let mut receiver_detail = Vec::with_capacity(n);
-    let mut memory = Vec::with_capacity(n);
-    let mut path = Vec::with_capacity(n);
-    let mut injected = Vec::with_capacity(n);
-    let mut lanes = Vec::with_capacity(n);
-    for (id, t, p) in probes {
-        ids.push(id);
-        at.push(t);
-        gpu.push(i32_sat(p.gpu));
-        gpu_bdf.push(p.gpu_bdf.map(|b| b.to_string()));
-        nic.push(p.nic);
-        nic_bdf.push(p.nic_bdf.map(|b| b.to_string()));
-        transport.push(p.transport.as_str());
-        bytes.push(i64_sat(p.bytes));
-        reported.push(p.reported.as_str());
-        detail.push(p.reported_detail);
-        verdict.push(p.verdict.as_str());
-        diagnosis.push(p.diagnosis.as_str());
-        first_bad.push(p.first_bad_offset.map(i64_sat));
-        bad_chunks.push(i32_sat(p.bad_chunks));
-        chunks.push(i32_sat(p.chunks));
-        duration.push(i64_sat(p.duration_ns));
-        selection.push(p.selection.as_str());
-        simulated.push(p.simulated);
-        bit_flips.push(i64_sat(p.bit_flips));
-        receiver_detail.push(p.receiver_detail);
-        memory.push(p.memory.as_str());
-        path.push(p.path.as_str());
-        injected.push(p.injected.as_str());
-        lanes.push(serde_json::json!(p.lanes));
-    }
+    let ids = col(&probes, |(id, _, _)| *id);
+    let at = col(&probes, |(_, t, _)| *t);
+    let gpu = col(&probes, |(_, _, p)| i32_sat(p.gpu));
+    let gpu_bdf = col(&probes, |(_, _, p)| p.gpu_bdf.map(|b| b.to_string()));
+    let nic = col(&probes, |(_, _, p)| p.nic.clone());
+    let nic_bdf = col(&probes, |(_, _, p)| p.nic_bdf.map(|b| b.to_string()));
+    let transport = col(&probes, |(_, _, p)| p.transport.as_str());
+    let bytes = col(&probes, |(_, _, p)| i64_sat(p.bytes));
+    let reported = col(&probes, |(_, _, p)| p.reported.as_str());
+    let detail = col(&probes, |(_, _, p)| p.reported_detail.clone());
+    let verdict = col(&probes, |(_, _, p)| p.verdict.as_str());
+    let diagnosis = col(&probes, |(_, _, p)| p.diagnosis.as_str());
+    let first_bad = col(&probes, |(_, _, p)| p.first_bad_offset.map(i64_sat));
+    let bad_chunks = col(&probes, |(_, _, p)| i32_sat(p.bad_chunks));
+    let chunks = col(&probes, |(_, _, p)| i32_sat(p.chunks));
+    let duration = col(&probes, |(_, _, p)| i64_sat(p.duration_ns));
+    let selection = col(&probes, |(_, _, p)| p.selection.as_str());
+    let simulated = col(&probes, |(_, _, p)| p.simulated);
+    let bit_flips = col(&probes, |(_, _, p)| i64_sat(p.bit_flips));
+    let receiver_detail = col(&probes, |(_, _, p)| p.receiver_detail.clone());
+    let memory = col(&probes, |(_, _, p)| p.memory.as_str());
+    let path = col(&probes, |(_, _, p)| p.path.as_str());
+    let injected = col(&probes, |(_, _, p)| p.injected.as_str());
+    let lanes = col(&probes, |(_, _, p)| serde_json::json!(p.lanes));
     let res = sqlx::query(
         "INSERT INTO probe_results (record_id, node_id, observed_at, gpu_index, gpu_bdf, nic, nic_bdf, transport,
              bytes, reported, reported_detail, verdict, diagnosis, first_bad_offset, bad_chunks, chunks,

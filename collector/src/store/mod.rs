@@ -91,8 +91,7 @@ impl Store {
                 _ => days,
             };
             let keep_from = (today - chrono::Duration::days(i64::from(keep))).date_naive();
-            dropped
-                .extend(crate::retention::drop_before(&self.pool, table.regclass(), table.monthly(), keep_from).await?);
+            dropped.extend(crate::retention::drop_before(&self.pool, table, keep_from).await?);
             self.partitions.forget_before(table, keep_from);
         }
         Ok(dropped)

@@ -31,6 +31,11 @@ impl HistoryTable {
         self == HistoryTable::ProbeRollups
     }
 
+    /// The span of one partition, as the partition functions name it (`day` or `month`).
+    pub fn span(self) -> &'static str {
+        if self.monthly() { "month" } else { "day" }
+    }
+
     /// The first day of the partition holding `day`.
     pub fn partition_of(self, day: NaiveDate) -> NaiveDate {
         if self.monthly() { day.with_day(1).unwrap_or(day) } else { day }
@@ -62,12 +67,12 @@ impl PartitionCache {
         }
         // Outside the batch's transaction: the DDL commits on its own and briefly locks the
         // parent, once per day per table.
-        let sql = if table.monthly() {
-            "SELECT railguard_ensure_month_partition($1::regclass, $2)"
-        } else {
-            "SELECT railguard_ensure_day_partition($1::regclass, $2)"
-        };
-        sqlx::query(sql).bind(table.regclass()).bind(day).execute(pool).await?;
+        sqlx::query("SELECT railguard_ensure_partition($1::regclass, $2, $3)")
+            .bind(table.regclass())
+            .bind(day)
+            .bind(table.span())
+            .execute(pool)
+            .await?;
         if let Ok(mut k) = self.known.lock() {
             k.insert((table, day));
         }

@@ -490,13 +490,11 @@ pub async fn last_assessment(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sql
 /// Every GPU's current status, for the fleet grid (compact: one reason each).
 pub async fn grid_now(pool: &PgPool) -> Result<Vec<GridCell>, sqlx::Error> {
     sqlx::query_as(
-        "WITH snap AS (SELECT DISTINCT ON (node_id) node_id, record_id, hypervisor FROM topology_snapshots
-                       ORDER BY node_id, observed_at DESC)
-         SELECT s.node_id AS node, s.gpu_index AS gpu, s.status, s.since, s.workload_nic, s.verification,
+        "SELECT s.node_id AS node, s.gpu_index AS gpu, s.status, s.since, s.workload_nic, s.verification,
                 coalesce(s.reasons->>0, '') AS reason, coalesce(t.hypervisor, '') AS hypervisor,
                 coalesce(g.name, '') AS gpu_model
          FROM gpu_status s
-         LEFT JOIN snap t ON t.node_id = s.node_id
+         LEFT JOIN latest_topology t ON t.node_id = s.node_id
          LEFT JOIN topology_gpus g ON g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
          ORDER BY s.node_id, s.gpu_index",
     )

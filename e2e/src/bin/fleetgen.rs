@@ -10,7 +10,8 @@
 //! that confirms it at once (not at its next batch), and goes on failing in its batches.
 //! fleetgen reports, per injection and as p50/p99/max, the time from that send to the
 //! collector's API saying `corrupting`, and samples the collector's assessment passes (seconds
-//! and nodes of the latest full and changed-nodes pass) every 10 s.
+//! and nodes of the latest full and changed-nodes pass) every 10 s, and times the fleet reads
+//! (`/api/v1/fleet?limit=100`, `/api/v1/failures?since=1d`) every 2 s under the load.
 //!
 //! It prints offered vs acknowledged records per second, batch acknowledgement latency (p50,
 //! p99, max) and errors every 10 s and at the end. Records are marked simulated, as every
@@ -262,6 +263,10 @@ async fn main() {
     let mut passes: Vec<(String, f64, f64)> = Vec::new();
     let mut pass_counts: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
     let mut reported = 0;
+    // Fleet reads under this ingest load, every 2 s from the steady state on: (path, ms each).
+    const READS: [&str; 2] = ["/api/v1/fleet?limit=100", "/api/v1/failures?since=1d"];
+    let mut reads: Vec<Vec<f64>> = vec![Vec::new(); READS.len()];
+    let mut next_read = measure_from;
     while Instant::now() < start + a.duration {
         tokio::time::sleep(Duration::from_millis(250)).await;
         for j in injections.iter_mut().filter(|j| j.detected.is_none()) {
@@ -288,6 +293,23 @@ async fn main() {
             storage_mark = Some((Instant::now(), b, r));
             steady_from = stats.latencies_us.lock().map(|l| l.len()).unwrap_or(0);
             steady_errors = stats.errors.load(Ordering::Relaxed);
+        }
+        if Instant::now() >= next_read {
+            next_read = Instant::now() + Duration::from_secs(2);
+            for (path, ms) in READS.into_iter().zip(reads.iter_mut()) {
+                let (code, took) = tokio::task::spawn_blocking(move || {
+                    let t = Instant::now();
+                    let (code, _) = http_get(port, path, None);
+                    (code, t.elapsed())
+                })
+                .await
+                .unwrap();
+                if code == 200 {
+                    ms.push(took.as_secs_f64() * 1000.0);
+                } else {
+                    println!("fleetgen: GET {path} answered {code}");
+                }
+            }
         }
         let secs = start.elapsed().as_secs();
         if secs >= reported + 10 {
@@ -388,6 +410,20 @@ async fn main() {
             q(0.5).copied().unwrap_or(f64::NAN),
             q(0.99).copied().unwrap_or(f64::NAN),
             d.last().copied().unwrap_or(f64::NAN)
+        );
+    }
+    for (path, ms) in READS.into_iter().zip(reads.iter_mut()) {
+        if ms.is_empty() {
+            continue;
+        }
+        ms.sort_by(f64::total_cmp);
+        let q = |f: f64| ms[((ms.len() as f64 * f).ceil() as usize).saturating_sub(1).min(ms.len() - 1)];
+        println!(
+            "under load (steady state, every 2 s): GET {path} p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} reads)",
+            q(0.5),
+            q(0.99),
+            ms[ms.len() - 1],
+            ms.len()
         );
     }
     for kind in ["full", "changed", "urgent"] {
