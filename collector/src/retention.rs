@@ -38,7 +38,13 @@ pub async fn run_periodic(
         // Pair-hour rollups before retention, so an hour is rolled up before its evidence goes.
         if leads {
             match rollups.tick(&store, chrono::Utc::now()).await {
-                Ok(Some(p)) if p.rows > 0 => tracing::info!(hours = p.hours, rows = p.rows, "rolled up probe hours"),
+                Ok(Some(p)) if p.rows > 0 => tracing::info!(
+                    hours = p.hours,
+                    rows = p.rows,
+                    days = p.days,
+                    day_rows = p.day_rows,
+                    "rolled up probe hours (and passed days)"
+                ),
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "rolling up probe hours failed; will retry");

@@ -87,6 +87,15 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
     .await
     .unwrap();
     assert_eq!(rolled, (36, 3), "each summary counted as its 12 probes, each failure once");
+    // The passed days are rolled up from their hours too.
+    assert!(pass.days >= 5 && pass.day_rows >= 1, "{pass:?}");
+    let daily: (i64, i64) = sqlx::query_as(
+        "SELECT sum(ok)::bigint, sum(silent_corruption)::bigint FROM probe_rollups_daily WHERE gpu_index = 3 AND nic = 'mlx5_3'",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(daily, rolled);
     // Rolling again writes the same rows (no double count).
     store.roll_up_passed(Some(old), now).await.unwrap();
     let again: (i64, i64) = sqlx::query_as(
@@ -163,6 +172,18 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
         .output()
         .unwrap();
     assert!(!out.status.success());
+
+    // Day buckets read the pair-day rollups: with the old days' pair-hour rows gone, the year by
+    // day still says what those days' probes said.
+    sqlx::query("DELETE FROM probe_rollups WHERE hour < $1")
+        .bind(old_day + Duration::days(2))
+        .execute(&pg.pool)
+        .await
+        .unwrap();
+    let (code, body) = c.get("/api/v1/nodes/node-a/gpus/3/history?since=365d", None);
+    assert_eq!(code, 200, "{body}");
+    let days: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(sums(days["hourly"].as_array().unwrap(), "rollup", old_day, old_day + Duration::days(2)), (36, 3));
 }
 
 /// Item 6: every history table (the time-partitioned ones and the status changes) is keyed node first (a distributed Postgres can
@@ -183,7 +204,15 @@ async fn history_is_keyed_node_first_and_ids_are_per_node() {
     let tables: Vec<&str> = keys.iter().map(|(t, _)| t.as_str()).collect();
     assert_eq!(
         tables,
-        ["gpu_status_changes", "inline_reports", "probe_results", "probe_rollups", "probe_summaries", "signal_events"]
+        [
+            "gpu_status_changes",
+            "inline_reports",
+            "probe_results",
+            "probe_rollups",
+            "probe_rollups_daily",
+            "probe_summaries",
+            "signal_events"
+        ]
     );
     assert!(keys.iter().all(|(_, first)| first == "node_id"), "{keys:?}");
 

@@ -87,7 +87,7 @@ impl Store {
         for table in HistoryTable::ALL {
             let keep = match table {
                 HistoryTable::ProbeSummaries => self.tiers.summary_days,
-                HistoryTable::ProbeRollups => self.tiers.rollup_days,
+                HistoryTable::ProbeRollups | HistoryTable::ProbeRollupsDaily => self.tiers.rollup_days,
                 _ => days,
             };
             let keep_from = (today - chrono::Duration::days(i64::from(keep))).date_naive();

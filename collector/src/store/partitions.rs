@@ -14,21 +14,23 @@ pub enum HistoryTable {
     InlineReports,
     ProbeSummaries,
     ProbeRollups,
+    ProbeRollupsDaily,
 }
 
 impl HistoryTable {
     /// Every partitioned history table.
-    pub const ALL: [HistoryTable; 5] = [
+    pub const ALL: [HistoryTable; 6] = [
         HistoryTable::ProbeResults,
         HistoryTable::SignalEvents,
         HistoryTable::InlineReports,
         HistoryTable::ProbeSummaries,
         HistoryTable::ProbeRollups,
+        HistoryTable::ProbeRollupsDaily,
     ];
 
     /// Rollups are partitioned by month (kept a year), the rest by day.
     pub fn monthly(self) -> bool {
-        self == HistoryTable::ProbeRollups
+        matches!(self, HistoryTable::ProbeRollups | HistoryTable::ProbeRollupsDaily)
     }
 
     /// The span of one partition, as the partition functions name it (`day` or `month`).
@@ -48,6 +50,7 @@ impl HistoryTable {
             HistoryTable::InlineReports => "inline_reports",
             HistoryTable::ProbeSummaries => "probe_summaries",
             HistoryTable::ProbeRollups => "probe_rollups",
+            HistoryTable::ProbeRollupsDaily => "probe_rollups_daily",
         }
     }
 }

@@ -683,15 +683,16 @@ pub struct HistoryBucket {
     pub bytes: i64,
     pub first_failure: Option<DateTime<Utc>>,
     pub last_failure: Option<DateTime<Utc>>,
-    /// `rollup` where the counts come from the collector's pair-hour rollups, `live` for hours
-    /// after the GPU's newest rollup (counted from the full probes and summaries as they are),
-    /// `mixed` for a day holding both.
+    /// `rollup` where the counts come from the collector's pair-hour (or pair-day) rollups,
+    /// `live` for hours after the GPU's newest rollup (counted from the full probes and summaries
+    /// as they are), `mixed` for a day holding both.
     pub tier: String,
 }
 
 /// A GPU's probe history per pair and hour (or day) in `period`, newest first, across the
-/// storage tiers: the pair-hour rollups up to the GPU's newest rolled hour (one index probe: the
-/// rollups are keyed node, GPU, hour), the evidence itself after it.
+/// storage tiers: for day buckets the pair-day rollups up to the GPU's newest rolled day (day
+/// buckets are whole UTC days), then the pair-hour rollups up to its newest rolled hour (one
+/// index range each: the rollups are keyed node, GPU, time), the evidence itself after it.
 pub async fn gpu_hourly(
     pool: &PgPool,
     node: &str,
@@ -700,14 +701,25 @@ pub async fn gpu_hourly(
     bucket: Bucket,
 ) -> Result<Vec<HistoryBucket>, sqlx::Error> {
     sqlx::query_as(
-        "WITH rolled AS (
+        "WITH days AS (
+            -- Day buckets read the pair-day rollups up to the GPU's newest rolled day.
+            SELECT max(day) + interval '1 day' AS upto
+            FROM probe_rollups_daily WHERE $6 = 'day' AND node_id = $1 AND gpu_index = $2
+         ), rolled AS (
             SELECT max(hour) + interval '1 hour' AS upto FROM probe_rollups WHERE node_id = $1 AND gpu_index = $2
          ), h AS (
+            SELECT day AS hour, nic, path, memory, simulated, ok, silent_corruption, reported_failure, timeout, bytes,
+                   first_failure, last_failure, 'rollup' AS tier
+            FROM probe_rollups_daily
+            WHERE $6 = 'day' AND node_id = $1 AND gpu_index = $2 AND injected = 'none'
+              AND day >= date_trunc('day', $3::timestamptz, 'UTC') AND day <= $4
+            UNION ALL
             SELECT hour, nic, path, memory, simulated, ok, silent_corruption, reported_failure, timeout, bytes,
                    first_failure, last_failure, 'rollup' AS tier
-            FROM probe_rollups
+            FROM probe_rollups, days
             WHERE node_id = $1 AND gpu_index = $2 AND injected = 'none'
-              AND hour >= date_trunc('hour', $3::timestamptz, 'UTC') AND hour <= $4
+              AND hour >= greatest(date_trunc('hour', $3::timestamptz, 'UTC'), coalesce(days.upto, '-infinity'))
+              AND hour <= $4
             UNION ALL
             SELECT date_trunc('hour', observed_at, 'UTC'), nic, path, memory, simulated,
                    coalesce(sum(probes) FILTER (WHERE verdict = 'ok'), 0),

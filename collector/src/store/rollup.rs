@@ -1,11 +1,12 @@
-//! Pair-hour rollups (#15 item 2): once an hour has passed, what every GPU/NIC pair's probes said
+//! Pair-hour and pair-day rollups (#15 item 2): once an hour has passed, what every GPU/NIC pair's probes said
 //! in it (full probes and summaries, each counted as the probes it stands for), kept apart by the
 //! provenance that decides what they prove (transport, memory, path, injected fault,
-//! simulation). The rollups outlive the full probes and the summaries (their own retention), and
+//! simulation); once a day has passed, its hours added up per pair (a GPU's year by day reads
+//! 365 rows a pair, not 8,760). The rollups outlive the full probes and the summaries (their own retention), and
 //! the history reads rollups for rolled hours and the evidence itself after them
 //! ([`super::read::gpu_hourly`]), so a caller never needs to know which tier answered.
 
-use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use chrono::{DateTime, DurationRound, NaiveDate, NaiveTime, TimeDelta, Utc};
 
 use super::{HistoryTable, Store};
 
@@ -17,7 +18,12 @@ pub const REROLL_HOURS: i64 = 2;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RollupPass {
     pub hours: u32,
+    /// Pair-hour rows written.
     pub rows: u64,
+    /// Days rolled up from their hours (those of `hours` that have passed), and the pair-day
+    /// rows written.
+    pub days: u32,
+    pub day_rows: u64,
 }
 
 /// The UTC hour holding `t`.
@@ -54,6 +60,31 @@ impl Store {
         Ok(res.rows_affected())
     }
 
+    /// Rolls up one UTC day from its pair-hour rollups (idempotent: rolled again, it writes the
+    /// same rows, or the day's hours as re-rolled since).
+    pub async fn roll_up_day(&self, day: NaiveDate) -> Result<u64, sqlx::Error> {
+        self.ensure_partition(HistoryTable::ProbeRollupsDaily, day).await?;
+        let start = day.and_time(NaiveTime::MIN).and_utc();
+        let res = sqlx::query(
+            "INSERT INTO probe_rollups_daily (node_id, day, gpu_index, nic, transport, memory, path, injected, simulated,
+                 ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
+             SELECT node_id, $1, gpu_index, nic, transport, memory, path, injected, simulated,
+                    sum(ok)::bigint, sum(silent_corruption)::bigint, sum(reported_failure)::bigint, sum(timeout)::bigint,
+                    sum(bytes)::bigint, min(first_failure), max(last_failure)
+             FROM probe_rollups
+             WHERE hour >= $1 AND hour < $1 + interval '1 day'
+             GROUP BY node_id, gpu_index, nic, transport, memory, path, injected, simulated
+             ON CONFLICT (node_id, gpu_index, day, nic, transport, memory, path, injected, simulated) DO UPDATE SET
+                 ok = EXCLUDED.ok, silent_corruption = EXCLUDED.silent_corruption,
+                 reported_failure = EXCLUDED.reported_failure, timeout = EXCLUDED.timeout, bytes = EXCLUDED.bytes,
+                 first_failure = EXCLUDED.first_failure, last_failure = EXCLUDED.last_failure, rolled_at = now()",
+        )
+        .bind(start)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected())
+    }
+
     /// Rolls up every passed hour from `from` (the newest rolled hour minus [`REROLL_HOURS`] when
     /// None; the earliest evidence when nothing was rolled yet) to the hour before `now`'s.
     /// Returns the pass and the hour it rolled up to (exclusive).
@@ -85,10 +116,18 @@ impl Store {
         // Nothing older than the rollups' own retention.
         let oldest = until - TimeDelta::days(i64::from(self.tiers.rollup_days));
         h = h.max(hour_of(oldest));
+        // The days whose hours this pass rolled, once each has passed: rolled (again) from its
+        // hours, so a day re-rolled for late records is re-rolled too.
+        let mut days = std::collections::BTreeSet::new();
         while h < until {
             pass.rows += self.roll_up_hour(h).await?;
             pass.hours += 1;
+            days.insert(h.date_naive());
             h += TimeDelta::hours(1);
+        }
+        for day in days.into_iter().filter(|d| *d < until.date_naive()) {
+            pass.day_rows += self.roll_up_day(day).await?;
+            pass.days += 1;
         }
         Ok((pass, until))
     }
