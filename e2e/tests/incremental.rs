@@ -47,6 +47,13 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
         store.ingest(&node, vec![t], 0).await.unwrap();
     }
     assert_eq!(pending(&pg).await, names, "a stored batch marks its node");
+    // Every node has its row on the fleet page from its first batch, before any assessment.
+    let unassessed: Vec<(String, i32, i64)> =
+        sqlx::query_as("SELECT node_id, rank, gpus FROM node_status ORDER BY node_id")
+            .fetch_all(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(unassessed, names.map(|n| (n.to_owned(), 0, 0)));
 
     // The first pass takes everyone and claims them.
     let t0 = Utc::now();
@@ -83,6 +90,14 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
     assert!(!changed.full && changed.nodes == 1 && changed.gpus == gpus_per_node, "{changed:?}");
     assert_eq!(status(&pg, "node-b", 3).await.0, "corrupting");
     assert_eq!(status(&pg, "node-a", 3).await, (before_a.clone(), assessed_a), "node-a untouched");
+    // The fleet page's per-node counts follow in the same transaction: node-b is worst first.
+    let ranked: Vec<(String, Option<String>, i64, i64)> =
+        sqlx::query_as("SELECT node_id, worst::text, corrupting, gpus FROM node_status ORDER BY rank DESC, node_id")
+            .fetch_all(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(ranked[0], ("node-b".to_owned(), Some("corrupting".to_owned()), 1, gpus_per_node as i64), "{ranked:?}");
+    assert_eq!(ranked.len(), 3);
     assert!(pending(&pg).await.is_empty(), "node-b claimed");
 
     // Evidence dated between two passes enters the window by its date (a fast agent clock): the

@@ -447,6 +447,8 @@ pub async fn assess_and_store_at(
             changes.4.push(reasons);
         }
     }
+    let mut written_nodes: Vec<String> = cols.0.clone();
+    written_nodes.dedup();
     sqlx::query(
         "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation, verification)
          SELECT u.node, u.gpu, u.status, $9, $9, u.nic, u.risk, u.reasons, u.rec, u.verification
@@ -470,6 +472,10 @@ pub async fn assess_and_store_at(
     .bind(now)
     .execute(&mut *tx)
     .await?;
+    // The fleet page's per-node counts, for the nodes whose rows were just written.
+    if !written_nodes.is_empty() {
+        sqlx::query("SELECT railguard_refresh_node_status($1)").bind(&written_nodes).execute(&mut *tx).await?;
+    }
     if !changes.0.is_empty() {
         sqlx::query(
             "INSERT INTO gpu_status_changes (node_id, gpu_index, at, from_status, to_status, reasons)

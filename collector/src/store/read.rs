@@ -268,15 +268,6 @@ pub struct Period {
 
 // SQL fragments shared by several queries, as macros so every query stays one compile-time
 // string (`concat!`): nothing is assembled at run time.
-macro_rules! status_counts {
-    () => {
-        "count(*) FILTER (WHERE g.status = 'ok') AS ok,
-         count(*) FILTER (WHERE g.status = 'watch') AS watch,
-         count(*) FILTER (WHERE g.status = 'at_risk') AS at_risk,
-         count(*) FILTER (WHERE g.status = 'corrupting') AS corrupting,
-         count(*) FILTER (WHERE g.verification IN ('unprobed', 'unproven')) AS unverified"
-    };
-}
 macro_rules! gpu_status_columns {
     () => {
         "node_id AS node, gpu_index AS gpu, status, verification, since, assessed_at, workload_nic, structural_risk,
@@ -305,22 +296,17 @@ pub async fn fleet(pool: &PgPool, page: &FleetPage) -> Result<FleetSummary, sqlx
     }
     // Worst first (rank: the worst status's place in gpu_status_kind, 0 without GPUs), then by
     // node id; the cursor is (rank, node), so a page never repeats or skips a node.
-    let rows: Vec<Ranked> = sqlx::query_as(concat!(
-        "WITH n AS (
-            SELECT n.node_id AS node, n.hostname, n.agent_version, n.last_seen, n.spool_dropped_total,
-                   count(g.gpu_index) AS gpus, ",
-        status_counts!(),
-        ", max(g.status) AS worst,
-                   coalesce(array_position(enum_range(NULL::gpu_status_kind), max(g.status)), 0) AS rank
-            FROM nodes n LEFT JOIN gpu_status g ON g.node_id = n.node_id
-            GROUP BY n.node_id
-         )
-         SELECT * FROM n
-         WHERE ($1::gpu_status_kind[] IS NULL OR worst = ANY($1))
-           AND ($2::int IS NULL OR rank < $2 OR (rank = $2 AND node > $3))
-         ORDER BY rank DESC, node
-         LIMIT $4"
-    ))
+    // The per-node counts the assessment keeps (`node_status`, migration 0019): the page is a
+    // range of its (rank, node) index, not a count of every GPU of the fleet.
+    let rows: Vec<Ranked> = sqlx::query_as(
+        "SELECT n.node_id AS node, n.hostname, n.agent_version, n.last_seen, n.spool_dropped_total,
+                s.gpus, s.ok, s.watch, s.at_risk, s.corrupting, s.unverified, s.worst, s.rank
+         FROM node_status s JOIN nodes n ON n.node_id = s.node_id
+         WHERE ($1::gpu_status_kind[] IS NULL OR s.worst = ANY($1))
+           AND ($2::int IS NULL OR s.rank < $2 OR (s.rank = $2 AND s.node_id > $3))
+         ORDER BY s.rank DESC, s.node_id
+         LIMIT $4",
+    )
     .bind(&page.worst)
     .bind(page.after.as_ref().map(|a| a.0))
     .bind(page.after.as_ref().map(|a| a.1.clone()))
@@ -336,10 +322,14 @@ pub async fn fleet(pool: &PgPool, page: &FleetPage) -> Result<FleetSummary, sqlx
         _ => None,
     };
     let nodes: Vec<NodeSummary> = nodes.into_iter().map(|(_, n)| n).collect();
-    let totals: FleetTotals =
-        sqlx::query_as(concat!("SELECT count(*) AS gpus, ", status_counts!(), " FROM gpu_status g"))
-            .fetch_one(pool)
-            .await?;
+    let totals: FleetTotals = sqlx::query_as(
+        "SELECT coalesce(sum(gpus), 0)::bigint AS gpus, coalesce(sum(ok), 0)::bigint AS ok,
+                coalesce(sum(watch), 0)::bigint AS watch, coalesce(sum(at_risk), 0)::bigint AS at_risk,
+                coalesce(sum(corrupting), 0)::bigint AS corrupting, coalesce(sum(unverified), 0)::bigint AS unverified
+         FROM node_status",
+    )
+    .fetch_one(pool)
+    .await?;
     let changes_last_hour = sqlx::query_as(
         "SELECT node_id AS node, gpu_index AS gpu, at, from_status AS \"from\", to_status AS \"to\", reasons
          FROM gpu_status_changes WHERE at > now() - interval '1 hour' ORDER BY at DESC LIMIT 200",
