@@ -3,8 +3,10 @@
 --
 -- `evidence_pending` is set by every stored batch in the batch's own transaction (the same
 -- statement that marks the node seen, so it costs no extra write) and cleared by the assessment
--- leader when it claims the node (`UPDATE … WHERE evidence_pending RETURNING node_id`; a batch
--- still in flight holds the node's row, so the claim waits for it and sees its flag). A node
+-- leader when it claims the node (`UPDATE … WHERE evidence_pending RETURNING node_id`), before it
+-- reads the evidence. A flag is cleared only once committed, and it commits with its batch's
+-- evidence, so a pass reads every batch whose flag it cleared; a batch still in flight is claimed
+-- by this pass (if its node was already pending, the claim waits for it) or by the next. A node
 -- registered before this migration starts pending: the first pass after it covers everyone.
 -- (No index on the flag: one row a node, and an index on it would stop the per-batch update of
 -- `nodes` from being a heap-only update.)

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use railguard_agent::topology::fixture;
-use railguard_collector::assess::{AssessConfig, assess_and_store_at, assess_pass};
+use railguard_collector::assess::{AssessConfig, assess_and_store_at, assess_pass, changed_nodes};
 use railguard_collector::store::Store;
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
@@ -166,6 +166,49 @@ async fn a_pass_leaves_alone_a_status_made_from_newer_evidence() {
     assert!(stale.iter().all(|a| !(a.node == "node-b" && a.gpu == 3)), "node-b's GPU3 skipped");
     assert_eq!(stale.iter().filter(|a| a.node == "node-a").count(), per_node);
     assert_eq!(status(&pg, "node-b", 3).await, ("corrupting".to_owned(), t2));
+}
+
+/// A batch in flight while the leader claims: its node is claimed by this pass or the next, and
+/// never cleared before its evidence is visible to the pass that cleared it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_in_flight_during_a_claim_is_claimed_by_this_pass_or_the_next() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let cfg = AssessConfig::default();
+    for n in ["node-a", "node-b"] {
+        store.register_node(&NodeId::new(n).unwrap(), n, "test").await.unwrap();
+    }
+    let t0 = Utc::now();
+    assess_pass(&pg.pool, &cfg, None, t0).await.unwrap();
+    assert!(pending(&pg).await.is_empty());
+    // The statement a batch starts with (it marks its node seen and pending), not committed yet.
+    let mark = "UPDATE nodes SET last_seen = now(), evidence_pending = true WHERE node_id = $1";
+
+    // node-a was not pending: the claim does not see the uncommitted flag, does not wait, and
+    // leaves it; the next claim, after the batch commits, takes it.
+    let mut batch = pg.pool.begin().await.unwrap();
+    sqlx::query(mark).bind("node-a").execute(&mut *batch).await.unwrap();
+    let claimed = changed_nodes(&pg.pool, cfg.window, t0, t0 + Duration::seconds(1)).await.unwrap();
+    assert!(claimed.is_empty(), "{claimed:?}");
+    batch.commit().await.unwrap();
+    let claimed = changed_nodes(&pg.pool, cfg.window, t0, t0 + Duration::seconds(2)).await.unwrap();
+    assert_eq!(claimed, ["node-a"]);
+
+    // node-b was pending already: the claim waits for the batch holding its row, then takes it
+    // (with the batch committed, the pass's read that follows sees its evidence).
+    sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = 'node-b'").execute(&pg.pool).await.unwrap();
+    let mut batch = pg.pool.begin().await.unwrap();
+    sqlx::query(mark).bind("node-b").execute(&mut *batch).await.unwrap();
+    let claim = tokio::spawn({
+        let pool = pg.pool.clone();
+        let window = cfg.window;
+        async move { changed_nodes(&pool, window, t0, t0 + Duration::seconds(3)).await.unwrap() }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!claim.is_finished(), "the claim waits for the batch's row");
+    batch.commit().await.unwrap();
+    assert_eq!(claim.await.unwrap(), ["node-b"]);
+    assert!(pending(&pg).await.is_empty());
 }
 
 #[test]

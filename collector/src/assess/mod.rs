@@ -518,8 +518,10 @@ pub async fn changed_nodes(
 ) -> Result<Vec<String>, sqlx::Error> {
     let w = chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
     let (from, to) = (prev.checked_sub_signed(w), now.checked_sub_signed(w));
-    // A batch still in flight holds its node's row (it marks the node seen first): the claim
-    // waits for it, then sees its flag, so no stored evidence is ever claimed before it is visible.
+    // A flag is cleared only once committed, and it commits with its batch's evidence, which the
+    // pass reads after this claim: no evidence is claimed before it is visible. A batch still in
+    // flight is claimed by this pass (if its node was pending already, the claim waits for its
+    // row) or by the next (`e2e/tests/incremental.rs`).
     let mut nodes: Vec<String> =
         sqlx::query_scalar("UPDATE nodes SET evidence_pending = false WHERE evidence_pending RETURNING node_id")
             .fetch_all(pool)
