@@ -348,6 +348,25 @@ async fn the_fleet_is_read_in_pages() {
     let everyone: Vec<&str> = all["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
     assert_eq!(everyone.len(), 5);
     assert!(all["next"].is_null());
+    // The per-node counts the page reads (kept by the assessment) agree with the GPUs' statuses.
+    let counted: Vec<(String, i64, i64, Option<String>)> = sqlx::query_as(
+        "SELECT n.node_id, count(g.gpu_index), count(*) FILTER (WHERE g.status = 'corrupting'), max(g.status)::text
+         FROM nodes n LEFT JOIN gpu_status g ON g.node_id = n.node_id GROUP BY n.node_id",
+    )
+    .fetch_all(&pg.pool)
+    .await
+    .unwrap();
+    for (node, gpus, corrupting, worst) in &counted {
+        let n = all["nodes"].as_array().unwrap().iter().find(|n| n["node"] == node.as_str()).unwrap();
+        assert_eq!(
+            (&n["gpus"], &n["status_counts"]["corrupting"]),
+            (&Value::from(*gpus), &Value::from(*corrupting)),
+            "{n}"
+        );
+        assert_eq!(n["worst"].as_str(), worst.as_deref(), "{n}");
+    }
+    let total: i64 = counted.iter().map(|c| c.1).sum();
+    assert_eq!(all["totals"]["gpus"], total);
     let mut paged = Vec::new();
     let mut url = "/api/v1/fleet?limit=2".to_owned();
     loop {
