@@ -31,12 +31,21 @@ pub fn hour_of(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(TimeDelta::hours(1)).unwrap_or(t)
 }
 
+/// A re-rolled hour or day replaces its row's counts (one compile-time string, `concat!`).
+macro_rules! rollup_replaces {
+    () => {
+        "ok = EXCLUDED.ok, silent_corruption = EXCLUDED.silent_corruption,
+         reported_failure = EXCLUDED.reported_failure, timeout = EXCLUDED.timeout, bytes = EXCLUDED.bytes,
+         first_failure = EXCLUDED.first_failure, last_failure = EXCLUDED.last_failure, rolled_at = now()"
+    };
+}
+
 impl Store {
     /// Rolls up one hour (idempotent: a second pass over the same evidence writes the same rows).
     pub async fn roll_up_hour(&self, hour: DateTime<Utc>) -> Result<u64, sqlx::Error> {
         let hour = hour_of(hour);
         self.ensure_partition(HistoryTable::ProbeRollups, hour.date_naive()).await?;
-        let res = sqlx::query(
+        let res = sqlx::query(concat!(
             "INSERT INTO probe_rollups (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated,
                  ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
              SELECT node_id, $1, gpu_index, nic, transport, memory, path, injected, simulated,
@@ -49,11 +58,9 @@ impl Store {
              FROM probe_evidence
              WHERE observed_at >= $1 AND observed_at < $1 + interval '1 hour'
              GROUP BY node_id, gpu_index, nic, transport, memory, path, injected, simulated
-             ON CONFLICT (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated) DO UPDATE SET
-                 ok = EXCLUDED.ok, silent_corruption = EXCLUDED.silent_corruption,
-                 reported_failure = EXCLUDED.reported_failure, timeout = EXCLUDED.timeout, bytes = EXCLUDED.bytes,
-                 first_failure = EXCLUDED.first_failure, last_failure = EXCLUDED.last_failure, rolled_at = now()",
-        )
+             ON CONFLICT (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated) DO UPDATE SET ",
+            rollup_replaces!()
+        ))
         .bind(hour)
         .execute(&self.pool)
         .await?;
@@ -65,7 +72,7 @@ impl Store {
     pub async fn roll_up_day(&self, day: NaiveDate) -> Result<u64, sqlx::Error> {
         self.ensure_partition(HistoryTable::ProbeRollupsDaily, day).await?;
         let start = day.and_time(NaiveTime::MIN).and_utc();
-        let res = sqlx::query(
+        let res = sqlx::query(concat!(
             "INSERT INTO probe_rollups_daily (node_id, day, gpu_index, nic, transport, memory, path, injected, simulated,
                  ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
              SELECT node_id, $1, gpu_index, nic, transport, memory, path, injected, simulated,
@@ -74,11 +81,9 @@ impl Store {
              FROM probe_rollups
              WHERE hour >= $1 AND hour < $1 + interval '1 day'
              GROUP BY node_id, gpu_index, nic, transport, memory, path, injected, simulated
-             ON CONFLICT (node_id, gpu_index, day, nic, transport, memory, path, injected, simulated) DO UPDATE SET
-                 ok = EXCLUDED.ok, silent_corruption = EXCLUDED.silent_corruption,
-                 reported_failure = EXCLUDED.reported_failure, timeout = EXCLUDED.timeout, bytes = EXCLUDED.bytes,
-                 first_failure = EXCLUDED.first_failure, last_failure = EXCLUDED.last_failure, rolled_at = now()",
-        )
+             ON CONFLICT (node_id, gpu_index, day, nic, transport, memory, path, injected, simulated) DO UPDATE SET ",
+            rollup_replaces!()
+        ))
         .bind(start)
         .execute(&self.pool)
         .await?;
