@@ -186,13 +186,20 @@ pub async fn load_inputs(
     // shorter streak, so it leaves `corrupting` later, never sooner).
     // A summary stands for its probes, all ok, at its last probe's time (the agent closes a pair's
     // summary before it spools the pair's failure, so no summary straddles one).
+    // Only the workload pairs (one of each GPU's eight or so) are ranked: the pair each GPU's
+    // latest topology names, as `workload_nic` above.
     let recent: Vec<(String, i32, String, ProbeVerdict, i32)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, nic, verdict, probes FROM (
-            SELECT node_id, gpu_index, nic, verdict, probes, observed_at,
-                   row_number() OVER (PARTITION BY node_id, gpu_index, nic ORDER BY observed_at DESC) AS rn
-            FROM probe_evidence
-            WHERE observed_at > $2 AND observed_at <= $3 AND ($1::text[] IS NULL OR node_id = ANY($1))
-              AND injected = 'none' AND path IN ('nic_dma', 'simulated')
+        "WITH wl AS (
+            SELECT t.node_id, (r->>'gpu')::int AS gpu_index, r->>'predicted_nic' AS nic
+            FROM latest_topology t, jsonb_array_elements(t.risks) r
+            WHERE ($1::text[] IS NULL OR t.node_id = ANY($1)) AND r->>'predicted_nic' IS NOT NULL
+         )
+         SELECT node_id, gpu_index, nic, verdict, probes FROM (
+            SELECT e.node_id, e.gpu_index, e.nic, e.verdict, e.probes,
+                   row_number() OVER (PARTITION BY e.node_id, e.gpu_index ORDER BY e.observed_at DESC) AS rn
+            FROM probe_evidence e JOIN wl ON wl.node_id = e.node_id AND wl.gpu_index = e.gpu_index AND wl.nic = e.nic
+            WHERE e.observed_at > $2 AND e.observed_at <= $3 AND ($1::text[] IS NULL OR e.node_id = ANY($1))
+              AND e.injected = 'none' AND e.path IN ('nic_dma', 'simulated')
          ) r WHERE rn <= 10 ORDER BY node_id, gpu_index, nic, rn",
     )
     .bind(&filter)
