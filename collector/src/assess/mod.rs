@@ -187,30 +187,35 @@ pub async fn load_inputs(
     // A summary stands for its probes, all ok, at its last probe's time (the agent closes a pair's
     // summary before it spools the pair's failure, so no summary straddles one).
     // Only the workload pairs (one of each GPU's eight or so) are ranked: the pair each GPU's
-    // latest topology names, as `workload_nic` above.
-    let recent: Vec<(String, i32, String, ProbeVerdict, i32)> = sqlx::query_as(
-        "WITH wl AS (
-            SELECT t.node_id, (r->>'gpu')::int AS gpu_index, r->>'predicted_nic' AS nic
-            FROM latest_topology t, jsonb_array_elements(t.risks) r
-            WHERE ($1::text[] IS NULL OR t.node_id = ANY($1)) AND r->>'predicted_nic' IS NOT NULL
-         )
-         SELECT node_id, gpu_index, nic, verdict, probes FROM (
-            SELECT e.node_id, e.gpu_index, e.nic, e.verdict, e.probes,
+    // latest topology names, as read above (bound, so the topology is read once a pass).
+    let (wl_node, wl_gpu, wl_nic): (Vec<&str>, Vec<i32>, Vec<&str>) = {
+        let pairs: Vec<(&str, i32, &str)> = inputs
+            .values()
+            .filter_map(|i| Some((i.node.as_str(), i32::try_from(i.gpu).ok()?, i.workload_nic.as_deref()?)))
+            .collect();
+        (pairs.iter().map(|p| p.0).collect(), pairs.iter().map(|p| p.1).collect(), pairs.iter().map(|p| p.2).collect())
+    };
+    let recent: Vec<(String, i32, ProbeVerdict, i32)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, verdict, probes FROM (
+            SELECT e.node_id, e.gpu_index, e.verdict, e.probes,
                    row_number() OVER (PARTITION BY e.node_id, e.gpu_index ORDER BY e.observed_at DESC) AS rn
-            FROM probe_evidence e JOIN wl ON wl.node_id = e.node_id AND wl.gpu_index = e.gpu_index AND wl.nic = e.nic
+            FROM probe_evidence e
+            JOIN UNNEST($4::text[], $5::int[], $6::text[]) AS wl(node_id, gpu_index, nic)
+              ON wl.node_id = e.node_id AND wl.gpu_index = e.gpu_index AND wl.nic = e.nic
             WHERE e.observed_at > $2 AND e.observed_at <= $3 AND ($1::text[] IS NULL OR e.node_id = ANY($1))
               AND e.injected = 'none' AND e.path IN ('nic_dma', 'simulated')
-         ) r WHERE rn <= 10 ORDER BY node_id, gpu_index, nic, rn",
+         ) r WHERE rn <= 10 ORDER BY node_id, gpu_index, rn",
     )
     .bind(&filter)
     .bind(since)
     .bind(now)
+    .bind(&wl_node)
+    .bind(&wl_gpu)
+    .bind(&wl_nic)
     .fetch_all(&mut *tx)
     .await?;
-    for (node, gpu, nic, verdict, probes) in recent {
-        if let Some(i) = inputs.get_mut(&(node, u32::try_from(gpu).unwrap_or(0)))
-            && i.workload_nic.as_deref() == Some(nic.as_str())
-        {
+    for (node, gpu, verdict, probes) in recent {
+        if let Some(i) = inputs.get_mut(&(node, u32::try_from(gpu).unwrap_or(0))) {
             let room = RECENT_VERDICTS.saturating_sub(i.workload_recent.len());
             let n = usize::try_from(probes).unwrap_or(1).clamp(1, room.max(1));
             i.workload_recent.extend(std::iter::repeat_n(verdict, n));
@@ -524,20 +529,16 @@ pub async fn changed_nodes(
     now: DateTime<Utc>,
 ) -> Result<Vec<String>, sqlx::Error> {
     let w = chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
-    let (from, to) = (prev.checked_sub_signed(w), now.checked_sub_signed(w));
     // A flag is cleared only once committed, and it commits with its batch's evidence, which the
     // pass reads after this claim: no evidence is claimed before it is visible. A batch still in
     // flight is claimed by this pass (if its node was pending already, the claim waits for its
     // row) or by the next (`e2e/tests/incremental.rs`).
-    let mut nodes: Vec<String> =
-        sqlx::query_scalar("UPDATE nodes SET evidence_pending = false WHERE evidence_pending RETURNING node_id")
-            .fetch_all(pool)
-            .await?;
+    let mut nodes = claim_pending(pool).await?;
     // Evidence dated between the passes enters the window by time alone when it was stored
     // ahead of its date (an agent clock running fast); evidence dated one window before them
     // leaves it.
     let mut slices = vec![(prev, now)];
-    if let (Some(from), Some(to)) = (from, to) {
+    if let (Some(from), Some(to)) = (prev.checked_sub_signed(w), now.checked_sub_signed(w)) {
         slices.push((from, to));
     }
     for (from, to) in slices.into_iter().filter(|(f, t)| f < t) {
@@ -558,6 +559,13 @@ pub async fn changed_nodes(
     Ok(nodes)
 }
 
+/// Clears the flag of every node with a batch stored since its last claim; returns them.
+async fn claim_pending(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("UPDATE nodes SET evidence_pending = false WHERE evidence_pending RETURNING node_id")
+        .fetch_all(pool)
+        .await
+}
+
 /// One pass at `now`: the whole fleet when `prev` is None, else only [`changed_nodes`] since
 /// `prev`. Nodes claimed by a pass that then fails are marked pending again.
 pub async fn assess_pass(
@@ -569,7 +577,7 @@ pub async fn assess_pass(
     let Some(prev) = prev else {
         // Everything is assessed now: no node stays pending (a batch stored after the claim
         // marks its node again).
-        sqlx::query("UPDATE nodes SET evidence_pending = false WHERE evidence_pending").execute(pool).await?;
+        claim_pending(pool).await?;
         let r = assess_and_store_at(pool, None, cfg, now).await?;
         let nodes = r.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
         return Ok(Pass { full: true, nodes, gpus: r.len() });
