@@ -146,7 +146,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         (
             "railguard_assessment_pass_seconds",
             "gauge",
-            "Wall time of this collector's latest assessment pass of each kind, from reading the evidence to committing the statuses.",
+            "Wall time of this collector's latest assessment pass of each kind, from finding the nodes to assess (changed passes: claiming the pending nodes and reading the window's edges) to committing their statuses.",
             |k| format!("{:.6}", k.seconds),
         ),
         ("railguard_assessment_pass_nodes", "gauge", "Nodes the latest assessment pass of each kind assessed.", |k| {
