@@ -164,21 +164,28 @@ async fn main() {
     let rnodes: i64 = std::env::var("ROLLUP_NODES").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
     let year_start = hour_of(Utc::now()) - Duration::days(365);
     for d in 0..=366 {
-        sqlx::query("SELECT railguard_ensure_partition('probe_rollups'::regclass, $1, 'month')")
+        sqlx::query("SELECT railguard_ensure_partition('probe_rollup_sets'::regclass, $1, 'month')")
             .bind((year_start + Duration::days(d)).date_naive())
             .execute(&pool)
             .await
             .unwrap();
     }
     let t = Instant::now();
+    // As the leader stores them: one row per node-hour, an element per pair.
     for n in 0..rnodes {
         sqlx::query(
-            "INSERT INTO probe_rollups (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated,
-                 ok, silent_corruption, reported_failure, timeout, bytes)
-             SELECT $1, $2 + make_interval(hours => h), g, 'mlx5_' || k, 'sim', 'host', 'simulated', 'none', true,
-                    CASE WHEN g = k THEN 240 ELSE 60 END, CASE WHEN (h + g + k) % 997 = 0 THEN 1 ELSE 0 END, 0, 0,
-                    (CASE WHEN g = k THEN 240 ELSE 60 END)::bigint * 67108864
-             FROM generate_series(0, 8759) h, generate_series(0, 7) g, generate_series(0, 7) k",
+            "INSERT INTO probe_rollup_sets (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated,
+                 ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
+             SELECT $1, $2 + make_interval(hours => h), array_agg(g ORDER BY g, k), array_agg('mlx5_' || k ORDER BY g, k),
+                    array_agg('sim'::text), array_agg('host'::text), array_agg('simulated'::text),
+                    array_agg('none'::text), array_agg(true),
+                    array_agg(CASE WHEN g = k THEN 240 ELSE 60 END::bigint ORDER BY g, k),
+                    array_agg(CASE WHEN (h + g + k) % 997 = 0 THEN 1 ELSE 0 END::bigint ORDER BY g, k),
+                    array_agg(0::bigint), array_agg(0::bigint),
+                    array_agg((CASE WHEN g = k THEN 240 ELSE 60 END)::bigint * 67108864 ORDER BY g, k),
+                    array_agg(NULL::timestamptz), array_agg(NULL::timestamptz)
+             FROM generate_series(0, 8759) h, generate_series(0, 7) g, generate_series(0, 7) k
+             GROUP BY h",
         )
         .bind(format!("year-{n}"))
         .bind(year_start)
@@ -195,7 +202,7 @@ async fn main() {
         store.roll_up_day((year_start + Duration::days(d)).date_naive()).await.unwrap();
     }
     let day_rollup = t.elapsed();
-    sqlx::query("ANALYZE probe_rollups").execute(&pool).await.unwrap();
+    sqlx::query("ANALYZE probe_rollup_sets").execute(&pool).await.unwrap();
     sqlx::query("ANALYZE probe_rollups_daily").execute(&pool).await.unwrap();
     // One untimed pass over every GPU's year first: the timed queries read warm pages, as a
     // collector's do once it has served a while (the cold first reads are printed apart).

@@ -45,6 +45,7 @@ impl TestPg {
         let sql = match table {
             "probe_results" => "SELECT count(*) FROM probe_results",
             "probe_summaries" => "SELECT count(*) FROM probe_summaries",
+            "probe_summary_sets" => "SELECT count(*) FROM probe_summary_sets",
             "signal_events" => "SELECT count(*) FROM signal_events",
             "topology_snapshots" => "SELECT count(*) FROM topology_snapshots",
             "nodes" => "SELECT count(*) FROM nodes",
@@ -59,6 +60,7 @@ impl TestPg {
             "SELECT count(*), count(DISTINCT record_id) FROM (
                 SELECT record_id FROM probe_results UNION ALL
                 SELECT record_id FROM probe_summaries UNION ALL
+                SELECT record_id FROM probe_summary_sets UNION ALL
                 SELECT record_id FROM signal_events WHERE kind <> 'agent_spool_drops' UNION ALL
                 SELECT record_id FROM topology_snapshots) r",
         )

@@ -11,6 +11,28 @@ use railguard_e2e::*;
 const GPU3_FAILS: &str =
     r#"{"faults": [{"gpu": 3, "nic": "mlx5_3", "kind": "dma_read_rejected", "reported": "success"}]}"#;
 
+/// `$select FROM` every summary of every set (one row each, with the columns of a set's
+/// elements) `$rest`.
+macro_rules! summaries {
+    ($select:literal $(, $rest:literal)?) => {
+        concat!(
+            $select,
+            " FROM (SELECT s.observed_at, m.* FROM probe_summary_sets s,
+                unnest(s.gpu_index, s.nic, s.transport, s.memory, s.path, s.injected, s.simulated, s.selection,
+                       s.probes, s.bytes, s.duration_min_ns, s.duration_median_ns, s.duration_max_ns,
+                       s.first_before_us, s.last_before_us)
+                AS m(gpu_index, nic, transport, memory, path, injected, simulated, selection, probes, bytes,
+                     duration_min_ns, duration_median_ns, duration_max_ns, first_before_us, last_before_us)
+             ) AS summaries ",
+            $($rest)?
+        )
+    };
+}
+
+async fn scalar(pg: &TestPg, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(&pg.pool).await.unwrap()
+}
+
 async fn gpu(collector: &CollectorProc, g: u32) -> serde_json::Value {
     let (code, body) = collector.get(&format!("/api/v1/nodes/node-a/gpus/{g}"), None);
     assert_eq!(code, 200, "{body}");
@@ -52,11 +74,7 @@ async fn ok_probes_travel_as_summaries_failures_in_full_and_verdicts_hold() {
 
     // Every pair but the failing one gets summaries; GPU3 is corrupting, GPU0's pair verified.
     wait_until("summaries of the 63 healthy pairs", Duration::from_secs(60), || async {
-        let pairs: i64 = sqlx::query_scalar("SELECT count(DISTINCT (gpu_index, nic)) FROM probe_summaries")
-            .fetch_one(&pg.pool)
-            .await
-            .unwrap();
-        pairs >= 63
+        scalar(&pg, summaries!("SELECT count(DISTINCT (gpu_index, nic))")).await >= 63
     })
     .await;
     wait_until("GPU3 corrupting", Duration::from_secs(30), || async {
@@ -69,12 +87,15 @@ async fn ok_probes_travel_as_summaries_failures_in_full_and_verdicts_hold() {
     assert_eq!(g0["status"]["verification"], "simulated", "{g0}");
 
     // Failures never summarised; a healthy pair's only full ok probe is its first.
-    let failing_summaries: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM probe_summaries WHERE gpu_index = 3 AND nic = 'mlx5_3'")
-            .fetch_one(&pg.pool)
-            .await
-            .unwrap();
-    assert_eq!(failing_summaries, 0);
+    assert_eq!(scalar(&pg, summaries!("SELECT count(*)", "WHERE gpu_index = 3 AND nic = 'mlx5_3'")).await, 0);
+    // The pairs' windows end together: a set carries the node's pairs, one row for all of them
+    // (no single-summary rows: those are older agents').
+    let widest: Option<i32> = sqlx::query_scalar("SELECT max(cardinality(gpu_index)) FROM probe_summary_sets")
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert!(widest.unwrap_or(0) >= 60, "a set holds the healthy pairs' summaries ({widest:?})");
+    assert_eq!(pg.count("probe_summaries").await, 0);
     let most_full_oks: i64 = sqlx::query_scalar(
         "SELECT max(n) FROM (SELECT count(*) AS n FROM probe_results WHERE verdict = 'ok' GROUP BY gpu_index, nic) x",
     )
@@ -90,22 +111,31 @@ async fn ok_probes_travel_as_summaries_failures_in_full_and_verdicts_hold() {
     .unwrap();
     assert!(failures >= 2, "each failure in full, the first one confirmed at once ({failures})");
     // The summaries keep their probes' provenance and add up.
-    let (odd, probes, bytes): (i64, i64, i64) = sqlx::query_as(
+    let (odd, probes, bytes): (i64, i64, i64) = sqlx::query_as(summaries!(
         "SELECT count(*) FILTER (WHERE NOT simulated OR path <> 'simulated' OR transport <> 'sim' OR memory <> 'host'
                                     OR injected <> 'none' OR bytes <> probes::bigint * 262144
-                                    OR first_at > observed_at OR duration_min_ns > duration_median_ns
-                                    OR duration_median_ns > duration_max_ns),
-                sum(probes)::bigint, sum(bytes)::bigint
-         FROM probe_summaries",
-    )
+                                    OR first_before_us < last_before_us OR last_before_us < 0
+                                    OR duration_min_ns > duration_median_ns OR duration_median_ns > duration_max_ns),
+                sum(probes)::bigint, sum(bytes)::bigint"
+    ))
     .fetch_one(&pg.pool)
     .await
     .unwrap();
     assert_eq!(odd, 0, "every summary says what produced its probes");
     assert_eq!(bytes, probes * 262_144);
-    let predicted: Option<i32> = sqlx::query_scalar(
-        "SELECT max(probes) FROM probe_summaries WHERE gpu_index = 0 AND nic = 'mlx5_0' AND selection = 'predicted'",
+    // The evidence view shows each summary of a set as a row dated by its set, with its own times.
+    let (summary_rows, out_of_order): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE NOT (first_at <= last_at AND last_at <= observed_at))
+         FROM probe_evidence WHERE summary",
     )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    assert!(summary_rows >= 63 && out_of_order == 0, "{summary_rows} summary rows, {out_of_order} out of order");
+    let predicted: Option<i32> = sqlx::query_scalar(summaries!(
+        "SELECT max(probes)",
+        "WHERE gpu_index = 0 AND nic = 'mlx5_0' AND selection = 'predicted'"
+    ))
     .fetch_one(&pg.pool)
     .await
     .unwrap();
@@ -136,11 +166,7 @@ async fn ok_probes_travel_as_summaries_failures_in_full_and_verdicts_hold() {
     })
     .await;
     wait_until("GPU3's pair summarised again", Duration::from_secs(30), || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM probe_summaries WHERE gpu_index = 3 AND nic = 'mlx5_3'")
-            .fetch_one(&pg.pool)
-            .await
-            .unwrap()
-            > 0
+        scalar(&pg, summaries!("SELECT count(*)", "WHERE gpu_index = 3 AND nic = 'mlx5_3'")).await > 0
     })
     .await;
     let full_after: i64 = sqlx::query_scalar(
@@ -179,4 +205,5 @@ async fn raw_mode_sends_every_probe_in_full() {
     let _ = agent.0.kill();
     let _ = agent.0.wait();
     assert_eq!(pg.count("probe_summaries").await, 0);
+    assert_eq!(pg.count("probe_summary_sets").await, 0);
 }

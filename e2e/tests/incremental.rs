@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use railguard_agent::topology::fixture;
-use railguard_collector::assess::{AssessConfig, assess_and_store_at, assess_pass, changed_nodes};
+use railguard_collector::assess::{AssessConfig, Slice, assess_and_store_at, assess_pass, changed_nodes, slice_nodes};
 use railguard_collector::store::Store;
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
@@ -57,7 +57,7 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
 
     // The first pass takes everyone and claims them.
     let t0 = Utc::now();
-    let full = assess_pass(&pg.pool, &cfg, None, t0).await.unwrap();
+    let full = assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap();
     assert!(full.full && full.nodes == 3, "{full:?}");
     let gpus_per_node = full.gpus / 3;
     assert!(gpus_per_node >= 1);
@@ -72,7 +72,7 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
 
     // Nothing new: a pass touches nobody.
     let t1 = t0 + Duration::seconds(1);
-    let idle = assess_pass(&pg.pool, &cfg, Some(t0), t1).await.unwrap();
+    let idle = assess_pass(&pg.pool, &cfg, Some(t0), t1, None).await.unwrap();
     assert_eq!((idle.nodes, idle.gpus), (0, 0), "{idle:?}");
 
     // node-b's workload pair fails twice (dated before the previous pass, as a batch delivered
@@ -86,7 +86,7 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
     store.ingest(&node_b, failures, 0).await.unwrap();
     assert_eq!(pending(&pg).await, ["node-b"]);
     let t2 = t1 + Duration::seconds(1);
-    let changed = assess_pass(&pg.pool, &cfg, Some(t1), t2).await.unwrap();
+    let changed = assess_pass(&pg.pool, &cfg, Some(t1), t2, None).await.unwrap();
     assert!(!changed.full && changed.nodes == 1 && changed.gpus == gpus_per_node, "{changed:?}");
     assert_eq!(status(&pg, "node-b", 3).await.0, "corrupting");
     assert_eq!(status(&pg, "node-a", 3).await, (before_a.clone(), assessed_a), "node-a untouched");
@@ -105,18 +105,23 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
     let node_c = NodeId::new("node-c").unwrap();
     let ahead = t2 + Duration::seconds(20);
     store.ingest(&node_c, vec![probe_at(3, &nic, ProbeVerdict::Ok, ahead)], 0).await.unwrap();
-    let claim = assess_pass(&pg.pool, &cfg, Some(t2), t2 + Duration::seconds(1)).await.unwrap();
+    let claim = assess_pass(&pg.pool, &cfg, Some(t2), t2 + Duration::seconds(1), None).await.unwrap();
     assert_eq!(claim.nodes, 1, "the batch itself: {claim:?}");
-    let entering = assess_pass(&pg.pool, &cfg, Some(ahead - Duration::seconds(1)), ahead).await.unwrap();
+    let entering = assess_pass(&pg.pool, &cfg, Some(ahead - Duration::seconds(1)), ahead, None).await.unwrap();
     assert_eq!(entering.nodes, 1, "its date: {entering:?}");
 
     // One window after the failures, they leave it: node-b is assessed again with no new batch,
     // and only node-b (node-c's probe is not leaving yet).
     let w = Duration::from_std(cfg.window).unwrap();
-    let leaving =
-        assess_pass(&pg.pool, &cfg, Some(failed_at + w - Duration::seconds(1)), failed_at + w + Duration::seconds(5))
-            .await
-            .unwrap();
+    let leaving = assess_pass(
+        &pg.pool,
+        &cfg,
+        Some(failed_at + w - Duration::seconds(1)),
+        failed_at + w + Duration::seconds(5),
+        None,
+    )
+    .await
+    .unwrap();
     assert!(leaving.nodes == 1 && leaving.gpus == gpus_per_node, "{leaving:?}");
     // Still corrupting (leaving it takes verified probes), but no longer for failures in the
     // window: the reasons say what is left.
@@ -126,6 +131,59 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
             .await
             .unwrap();
     assert!(reasons.contains("still corrupting until") && !reasons.contains("were silent corruption"), "{reasons}");
+}
+
+/// The rolling sweep: with nothing new, each pass takes one slice of the fleet, the slices are
+/// disjoint and together are the fleet, so every GPU is assessed once per sweep without a pass
+/// over all of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rolling_sweep_assesses_every_node_once_per_sweep() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let cfg = AssessConfig::default();
+    let names: Vec<String> = (0..12).map(|i| format!("node-{i:02}")).collect();
+    for n in &names {
+        let node = NodeId::new(n.clone()).unwrap();
+        store.register_node(&node, n, "test").await.unwrap();
+        let t = Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap();
+        store.ingest(&node, vec![t], 0).await.unwrap();
+    }
+    let t0 = Utc::now().trunc_subsecs(6);
+    assert_eq!(assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap().nodes, 12);
+
+    // Statuses no new evidence would correct (what the sweep is the safety net for): reasons that
+    // no longer say what the evidence does.
+    sqlx::query("UPDATE gpu_status SET reasons = '[\"stale\"]'").execute(&pg.pool).await.unwrap();
+
+    assert_eq!(Slice::count(std::time::Duration::from_secs(300), std::time::Duration::from_secs(10)), 30);
+    assert_eq!(Slice::count(std::time::Duration::from_secs(5), std::time::Duration::from_secs(10)), 1);
+    let mut slice = Slice { index: 0, of: 4 };
+    let mut seen: Vec<String> = Vec::new();
+    let mut prev = t0;
+    for k in 1..=4 {
+        let now = t0 + Duration::seconds(k);
+        let expected = slice_nodes(&pg.pool, slice).await.unwrap();
+        let pass = assess_pass(&pg.pool, &cfg, Some(prev), now, Some(slice)).await.unwrap();
+        assert!(!pass.full && pass.nodes == expected.len(), "{pass:?} {expected:?}");
+        let assessed: Vec<String> =
+            sqlx::query_scalar("SELECT DISTINCT node_id FROM gpu_status WHERE assessed_at = $1 ORDER BY node_id")
+                .bind(now)
+                .fetch_all(&pg.pool)
+                .await
+                .unwrap();
+        assert_eq!(assessed, expected, "slice {slice:?}: its nodes (rewritten) and no other");
+        seen.extend(assessed);
+        prev = now;
+        slice = slice.next();
+    }
+    assert_eq!(slice, Slice { index: 0, of: 4 }, "the sweep starts over");
+    seen.sort();
+    assert_eq!(seen, names, "every node once per sweep");
+    let stale: i64 = sqlx::query_scalar("SELECT count(*) FROM gpu_status WHERE reasons = '[\"stale\"]'")
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert_eq!(stale, 0, "one sweep corrected every status");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -179,7 +237,7 @@ async fn a_batch_in_flight_during_a_claim_is_claimed_by_this_pass_or_the_next() 
         store.register_node(&NodeId::new(n).unwrap(), n, "test").await.unwrap();
     }
     let t0 = Utc::now();
-    assess_pass(&pg.pool, &cfg, None, t0).await.unwrap();
+    assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap();
     assert!(pending(&pg).await.is_empty());
     // The statement a batch starts with (it marks its node seen and pending), not committed yet.
     let mark = "UPDATE nodes SET last_seen = now(), evidence_pending = true WHERE node_id = $1";
@@ -211,28 +269,30 @@ async fn a_batch_in_flight_during_a_claim_is_claimed_by_this_pass_or_the_next() 
     assert!(pending(&pg).await.is_empty());
 }
 
+fn metric(c: &CollectorProc, m: &str, kind: &str) -> Option<f64> {
+    let (_, body) = c.get("/metrics", None);
+    let prefix = format!("{m}{{kind=\"{kind}\"}} ");
+    body.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse().ok())
+}
+
+fn wait(c: &CollectorProc, what: &str, done: &dyn Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}: {}", c.get("/metrics", None).1);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_passes() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pg = rt.block_on(TestPg::start());
-    let c = CollectorProc::start(&pg.url()); // a pass every second, a full one every 5 minutes
-    let metric = |m: &str, kind: &str| -> Option<f64> {
-        let (_, body) = c.get("/metrics", None);
-        let prefix = format!("{m}{{kind=\"{kind}\"}} ");
-        body.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse().ok())
-    };
-    let wait = |what: &str, done: &dyn Fn() -> bool| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !done() {
-            assert!(std::time::Instant::now() < deadline, "{what}: {}", c.get("/metrics", None).1);
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-    };
-    wait("the first (full) pass", &|| metric("railguard_assessment_passes_total", "full") == Some(1.0));
-    assert_eq!(metric("railguard_assessment_pass_nodes", "full"), Some(0.0), "an empty fleet");
-    // A node arrives after it: a pass over the changed nodes takes it, long before the next full one.
+    let c = CollectorProc::start(&pg.url()); // a pass every second, a full one only at the start
+    wait(&c, "the first (full) pass", &|| metric(&c, "railguard_assessment_passes_total", "full") == Some(1.0));
+    assert_eq!(metric(&c, "railguard_assessment_pass_nodes", "full"), Some(0.0), "an empty fleet");
+    // A node arrives after it: a pass over the changed nodes takes it.
     rt.block_on(send(&c, "node-a", vec![topo_rec(topology(&fixture::dgx_h100_like(), None))]));
-    wait("node-a assessed", &|| {
+    wait(&c, "node-a assessed", &|| {
         let n: i64 = rt
             .block_on(
                 sqlx::query_scalar("SELECT count(*) FROM gpu_status WHERE node_id = 'node-a'").fetch_one(&pg.pool),
@@ -240,7 +300,16 @@ fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_p
             .unwrap();
         n > 0
     });
-    assert_eq!(metric("railguard_assessment_passes_total", "full"), Some(1.0), "no second full pass");
-    assert!(metric("railguard_assessment_passes_total", "changed").is_some_and(|n| n >= 1.0));
-    assert!(metric("railguard_assessment_pass_seconds", "changed").is_some_and(|s| s >= 0.0));
+    assert_eq!(metric(&c, "railguard_assessment_passes_total", "full"), Some(1.0), "no second full pass");
+    assert!(metric(&c, "railguard_assessment_passes_total", "changed").is_some_and(|n| n >= 1.0));
+    assert!(metric(&c, "railguard_assessment_pass_seconds", "changed").is_some_and(|s| s >= 0.0));
+
+    // A collector that takes the lead after it (this one stops) goes on from its last pass: no
+    // pass over the whole fleet.
+    drop(c);
+    let next = CollectorProc::start(&pg.url());
+    wait(&next, "the new leader's passes", &|| {
+        metric(&next, "railguard_assessment_passes_total", "changed").is_some_and(|n| n >= 2.0)
+    });
+    assert_eq!(metric(&next, "railguard_assessment_passes_total", "full"), None, "it went on from its predecessor");
 }

@@ -38,6 +38,19 @@ fn summary(gpu: u32, nic: &str, probes: u32, last_at: DateTime<Utc>) -> Record {
     }
 }
 
+/// The summaries of `pairs` closed together, as one set record, the last probe at `last_at`.
+fn set(pairs: &[(u32, &str, u32)], last_at: DateTime<Utc>) -> Record {
+    let summaries = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (gpu, nic, probes))| match summary(*gpu, nic, *probes, last_at - Duration::seconds(i as i64)).body {
+            RecordBody::Summary(s) => s,
+            _ => unreachable!(),
+        })
+        .collect();
+    Record { id: RecordId::random(), observed_at: last_at, body: RecordBody::Summaries(ProbeSummarySet { summaries }) }
+}
+
 fn failure(gpu: u32, nic: &str, at: DateTime<Utc>) -> Record {
     let mut p = probe(3); // a silent corruption
     p.gpu = gpu;
@@ -81,12 +94,19 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
     assert_eq!(until, hour_of(now));
     assert!(pass.hours >= 5 * 24 && pass.rows == 3, "{pass:?}");
     let rolled: (i64, i64) = sqlx::query_as(
-        "SELECT sum(ok)::bigint, sum(silent_corruption)::bigint FROM probe_rollups WHERE gpu_index = 3 AND nic = 'mlx5_3'",
+        "SELECT sum(ok)::bigint, sum(silent_corruption)::bigint FROM pair_hours WHERE gpu_index = 3 AND nic = 'mlx5_3'",
     )
     .fetch_one(&pg.pool)
     .await
     .unwrap();
     assert_eq!(rolled, (36, 3), "each summary counted as its 12 probes, each failure once");
+    // Stored as one row per node-hour (three hours with evidence), none per pair.
+    let stored: (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM probe_rollup_sets), (SELECT count(*) FROM probe_rollups)")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, (3, 0));
     // The passed days are rolled up from their hours too.
     assert!(pass.days >= 5 && pass.day_rows >= 1, "{pass:?}");
     let daily: (i64, i64) = sqlx::query_as(
@@ -99,7 +119,7 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
     // Rolling again writes the same rows (no double count).
     store.roll_up_passed(Some(old), now).await.unwrap();
     let again: (i64, i64) = sqlx::query_as(
-        "SELECT sum(ok)::bigint, sum(silent_corruption)::bigint FROM probe_rollups WHERE gpu_index = 3 AND nic = 'mlx5_3'",
+        "SELECT sum(ok)::bigint, sum(silent_corruption)::bigint FROM pair_hours WHERE gpu_index = 3 AND nic = 'mlx5_3'",
     )
     .fetch_one(&pg.pool)
     .await
@@ -112,7 +132,7 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
     store.ingest(&node, vec![summary(3, "mlx5_3", 5, last_hour + Duration::minutes(10))], 0).await.unwrap();
     store.roll_up_passed(None, now).await.unwrap();
     let late: i64 =
-        sqlx::query_scalar("SELECT ok FROM probe_rollups WHERE hour = $1 AND gpu_index = 3 AND nic = 'mlx5_3'")
+        sqlx::query_scalar("SELECT ok FROM pair_hours WHERE hour = $1 AND gpu_index = 3 AND nic = 'mlx5_3'")
             .bind(last_hour)
             .fetch_one(&pg.pool)
             .await
@@ -131,6 +151,23 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
         .unwrap();
     assert_eq!(old_summaries, 0);
 
+    // A pair-hour rolled before node-hour rows (a per-pair row of `probe_rollups`) still counts.
+    let legacy = old - Duration::hours(2);
+    sqlx::query("SELECT railguard_ensure_partition('probe_rollups'::regclass, $1, 'month')")
+        .bind(legacy.date_naive())
+        .execute(&pg.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO probe_rollups (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated, ok,
+             silent_corruption, reported_failure, timeout, bytes)
+         VALUES ('node-a', $1, 3, 'mlx5_3', 'sim', 'host', 'simulated', 'none', true, 11, 0, 0, 0, 0)",
+    )
+    .bind(legacy)
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+
     // The history still says what those hours' probes said, from the rollups; this hour is live.
     let c = CollectorProc::start(&pg.url());
     let (code, body) = c.get("/api/v1/nodes/node-a/gpus/3/history?since=7d", None);
@@ -138,6 +175,7 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
     let h: Value = serde_json::from_str(&body).unwrap();
     let rows = h["hourly"].as_array().unwrap();
     assert_eq!(sums(rows, "rollup", old, old + Duration::hours(3)), (36, 3), "{rows:?}");
+    assert_eq!(sums(rows, "rollup", legacy, legacy + Duration::hours(1)), (11, 0), "{rows:?}");
     assert_eq!(sums(rows, "live", this_hour, this_hour + Duration::hours(1)), (7, 0), "{rows:?}");
     assert_eq!(sums(rows, "rollup", last_hour, this_hour), (5, 0));
     let newest: DateTime<Utc> = rows[0]["start"].as_str().unwrap().parse().unwrap();
@@ -175,7 +213,7 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
 
     // Day buckets read the pair-day rollups: with the old days' pair-hour rows gone, the year by
     // day still says what those days' probes said.
-    sqlx::query("DELETE FROM probe_rollups WHERE hour < $1")
+    sqlx::query("DELETE FROM probe_rollup_sets WHERE hour < $1")
         .bind(old_day + Duration::days(2))
         .execute(&pg.pool)
         .await
@@ -208,9 +246,11 @@ async fn history_is_keyed_node_first_and_ids_are_per_node() {
             "gpu_status_changes",
             "inline_reports",
             "probe_results",
+            "probe_rollup_sets",
             "probe_rollups",
             "probe_rollups_daily",
             "probe_summaries",
+            "probe_summary_sets",
             "signal_events"
         ]
     );
@@ -224,4 +264,50 @@ async fn history_is_keyed_node_first_and_ids_are_per_node() {
     let again = store.ingest(&a, vec![rec.clone()], 0).await.unwrap();
     assert_eq!((again.stored, again.duplicates), (0, 1), "a resend is a duplicate");
     assert_eq!(store.ingest(&b, vec![rec], 0).await.unwrap().stored, 1, "node-b's record is its own");
+}
+
+/// A summary set is one row, read back as its summaries (each with its own first and last probe,
+/// dated by the set), counted as the probes they stand for, and a resend is a duplicate.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_summary_set_is_one_row_read_as_its_summaries() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let a = NodeId::new("node-a").unwrap();
+    let last = (Utc::now() - Duration::minutes(2)).duration_trunc(TimeDelta::microseconds(1)).unwrap();
+    let rec = set(&[(3, "mlx5_3", 5), (3, "mlx5_0", 4), (0, "mlx5_0", 20)], last);
+    assert_eq!(store.ingest(&a, vec![rec.clone()], 0).await.unwrap().stored, 1);
+    let again = store.ingest(&a, vec![rec], 0).await.unwrap();
+    assert_eq!((again.stored, again.duplicates), (0, 1), "a resend is a duplicate");
+    assert_eq!(pg.count("probe_summary_sets").await, 1);
+    assert_eq!(pg.count("probe_summaries").await, 0);
+
+    let rows: Vec<(i32, String, i32, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>, bool)> = sqlx::query_as(
+        "SELECT gpu_index, nic, probes, observed_at, first_at, last_at, summary FROM probe_evidence
+         WHERE node_id = 'node-a' ORDER BY last_at DESC",
+    )
+    .fetch_all(&pg.pool)
+    .await
+    .unwrap();
+    let expected: Vec<_> = [(3, "mlx5_3", 5), (3, "mlx5_0", 4), (0, "mlx5_0", 20)]
+        .iter()
+        .enumerate()
+        .map(|(i, (g, n, p))| {
+            let own_last = last - Duration::seconds(i as i64);
+            (*g, n.to_string(), *p, last, own_last - Duration::minutes(4), own_last, true)
+        })
+        .collect();
+    assert_eq!(rows, expected, "each summary with its own times, dated by the set's last probe");
+
+    // The window's reads count them, as the GPU's history does.
+    let c = CollectorProc::start(&pg.url());
+    let (code, body) = c.get("/api/v1/nodes/node-a/gpus/3/history?since=1h", None);
+    assert_eq!(code, 200, "{body}");
+    let h: Value = serde_json::from_str(&body).unwrap();
+    let ok: i64 = h["hourly"].as_array().unwrap().iter().map(|r| r["ok"].as_i64().unwrap()).sum();
+    assert_eq!(ok, 9, "GPU3's two summaries stand for 9 ok probes: {body}");
+    let probes = h["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), 2, "{body}");
+    assert!(probes.iter().all(|p| p["summary"] == true), "{body}");
+    let at: DateTime<Utc> = probes[1]["at"].as_str().unwrap().parse().unwrap();
+    assert_eq!(at, last - Duration::seconds(1), "a summary's own last probe: {body}");
 }

@@ -123,6 +123,7 @@ impl TryFrom<wire::Record> for Record {
             wire::record::Body::Topology(t) => RecordBody::Topology(t.try_into()?),
             wire::record::Body::Inline(i) => RecordBody::Inline(i.try_into()?),
             wire::record::Body::Summary(p) => RecordBody::Summary(p.try_into()?),
+            wire::record::Body::Summaries(p) => RecordBody::Summaries(p.try_into()?),
         };
         Ok(Record { id: RecordId(id), observed_at, body })
     }
@@ -139,6 +140,7 @@ impl From<Record> for wire::Record {
                 RecordBody::Topology(t) => wire::record::Body::Topology(t.into()),
                 RecordBody::Inline(i) => wire::record::Body::Inline(i.into()),
                 RecordBody::Summary(p) => wire::record::Body::Summary(p.into()),
+                RecordBody::Summaries(p) => wire::record::Body::Summaries(p.into()),
             }),
         }
     }
@@ -294,6 +296,41 @@ impl From<ProbeSummary> for wire::ProbeSummary {
             first_at_unix_ns: timestamp_to_unix_ns(p.first_at),
             last_at_unix_ns: timestamp_to_unix_ns(p.last_at),
         }
+    }
+}
+
+impl TryFrom<wire::ProbeSummarySet> for ProbeSummarySet {
+    type Error = WireError;
+    fn try_from(p: wire::ProbeSummarySet) -> Result<Self, WireError> {
+        let n = p.summaries.len();
+        if n == 0 {
+            return Err(WireError::Missing("summaries.summaries"));
+        }
+        if n > ProbeSummarySet::MAX_SUMMARIES {
+            return Err(WireError::TooMany {
+                field: "summaries.summaries",
+                count: n,
+                max: ProbeSummarySet::MAX_SUMMARIES,
+            });
+        }
+        let set = ProbeSummarySet {
+            summaries: p.summaries.into_iter().map(ProbeSummary::try_from).collect::<Result<_, _>>()?,
+        };
+        if let (Some(first), Some(last)) = (set.first_at(), set.last_at())
+            && last - first > ProbeSummarySet::MAX_SPAN
+        {
+            return Err(WireError::OutOfRange {
+                field: "summaries (seconds from the first probe to the last)",
+                value: (last - first).num_seconds(),
+            });
+        }
+        Ok(set)
+    }
+}
+
+impl From<ProbeSummarySet> for wire::ProbeSummarySet {
+    fn from(p: ProbeSummarySet) -> Self {
+        wire::ProbeSummarySet { summaries: p.summaries.into_iter().map(Into::into).collect() }
     }
 }
 
@@ -808,6 +845,35 @@ mod tests {
         assert!(matches!(ProbeSummary::try_from(bad).unwrap_err(), WireError::TooMany { .. }));
         let bad = wire::ProbeSummary { first_at_unix_ns: 5, ..w };
         assert!(matches!(ProbeSummary::try_from(bad).unwrap_err(), WireError::ImpossibleTimestamp { .. }));
+    }
+
+    #[test]
+    fn summary_sets_round_trip_and_empty_huge_or_long_ones_are_refused() {
+        let s = summary();
+        let other = ProbeSummary { gpu: 1, nic: "mlx5_1".into(), ..s.clone() };
+        let set = ProbeSummarySet { summaries: vec![s.clone(), other] };
+        assert_eq!(set.first_at(), Some(s.first_at));
+        let rec = Record { id: RecordId::random(), observed_at: s.last_at, body: RecordBody::Summaries(set.clone()) };
+        assert_eq!(Record::try_from(wire::Record::from(rec.clone())).unwrap(), rec);
+        assert_eq!(rec.body.kind(), "summaries");
+
+        let w: wire::ProbeSummarySet = set.into();
+        let empty = wire::ProbeSummarySet { summaries: vec![] };
+        assert_eq!(ProbeSummarySet::try_from(empty).unwrap_err(), WireError::Missing("summaries.summaries"));
+        let huge =
+            wire::ProbeSummarySet { summaries: vec![w.summaries[0].clone(); ProbeSummarySet::MAX_SUMMARIES + 1] };
+        assert!(matches!(ProbeSummarySet::try_from(huge).unwrap_err(), WireError::TooMany { max: 1024, .. }));
+        // One bad member refuses the set (the record), with the member's own error.
+        let mut bad = w.clone();
+        bad.summaries[1].probes = 0;
+        assert_eq!(
+            ProbeSummarySet::try_from(bad).unwrap_err(),
+            WireError::OutOfRange { field: "summary.probes", value: 0 }
+        );
+        // 31 minutes from the first probe to the last: beyond what a set may span.
+        let mut long = w;
+        long.summaries[1].last_at_unix_ns = long.summaries[0].first_at_unix_ns + 31 * 60 * 1_000_000_000;
+        assert!(matches!(ProbeSummarySet::try_from(long).unwrap_err(), WireError::OutOfRange { value: 1860, .. }));
     }
 
     fn inline_report() -> InlineReport {

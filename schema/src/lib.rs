@@ -19,7 +19,8 @@ pub use convert::WireError;
 pub use inline::{InlineFailure, InlineReport};
 pub use path_class::PathClass;
 pub use probe::{
-    DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeResult, ProbeSummary, ProbeVerdict, Reported, Transport,
+    DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeResult, ProbeSummary, ProbeSummarySet, ProbeVerdict,
+    Reported, Transport,
 };
 pub use record::{NodeId, NodeIdError, Record, RecordBody, RecordId};
 pub use signal::{SignalEvent, SignalKind, SignalSource};

@@ -191,3 +191,30 @@ pub struct ProbeSummary {
     pub first_at: chrono::DateTime<chrono::Utc>,
     pub last_at: chrono::DateTime<chrono::Utc>,
 }
+
+/// The summaries an agent closed together (#15): every pair whose window ended at the same
+/// boundary, or the pair a failure closed early. The collector stores a set as one row, so a
+/// node's window costs one row instead of one per pair.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ProbeSummarySet {
+    pub summaries: Vec<ProbeSummary>,
+}
+
+impl ProbeSummarySet {
+    /// Summaries in one set, at most.
+    pub const MAX_SUMMARIES: usize = 1024;
+    /// From the set's first probe to its last, at most (the collector stores each summary's
+    /// times as microseconds before the set's last probe, in 32 bits; 30 minutes is also twice
+    /// the default assessment window, far beyond any sensible summary window).
+    pub const MAX_SPAN: chrono::TimeDelta = chrono::TimeDelta::minutes(30);
+
+    /// The last probe of the set: when it is dated.
+    pub fn last_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.summaries.iter().map(|s| s.last_at).max()
+    }
+
+    /// The first probe of the set.
+    pub fn first_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.summaries.iter().map(|s| s.first_at).min()
+    }
+}

@@ -75,10 +75,13 @@ pub struct RunArgs {
     #[arg(long, default_value_t = ProbeLoopConfig::DEFAULT_BUDGET)]
     probe_budget: f64,
     /// Seconds over which each pair's ok probes travel as one summary (count, bytes, duration
-    /// min/median/max, first/last time, provenance). Failed probes, a pair's first ok probe and
-    /// its first 5 after a failure (or after it becomes the workload's pair) always travel in full. 0: every probe in full (small fleets,
-    /// debugging).
-    #[arg(long, env = "RAILGUARD_PROBE_SUMMARY", default_value_t = ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW.as_secs())]
+    /// min/median/max, first/last time, provenance); every pair's window ends at the same
+    /// boundaries (offset per node by a hash of its id), and the summaries that end together
+    /// travel as one record. Failed probes, a pair's first ok probe and its first 5 after a
+    /// failure (or after it becomes the workload's pair) always travel in full. 0: every probe
+    /// in full (small fleets, debugging). At most 1800.
+    #[arg(long, env = "RAILGUARD_PROBE_SUMMARY", default_value_t = ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=1800))]
     probe_summary_secs: u64,
     /// Kernel log, NIC counter and eBPF settings.
     #[command(flatten)]
@@ -116,6 +119,8 @@ impl RunArgs {
                 self.collector
             );
         }
+        let summary_window = Duration::from_secs(self.probe_summary_secs);
+        let summary_phase = railguard_agent::probe::compact::Compactor::phase_for(node_id.as_str(), summary_window);
         let mut shipper = ShipperConfig::new(self.collector, node_id, token);
         shipper.token_file = Some(self.token_file);
         shipper.tls = railguard_agent::shipper::AgentTls {
@@ -141,7 +146,8 @@ impl RunArgs {
                 cycle: Duration::from_secs(self.probe_cycle_secs),
                 probe_bytes: self.probe_bytes,
                 budget: self.probe_budget,
-                summary_window: Duration::from_secs(self.probe_summary_secs),
+                summary_window,
+                summary_phase,
             }),
             signals,
             inline: (!self.no_inline)

@@ -14,13 +14,20 @@
 //!
 //! A summary is held in memory until its window has passed (or the agent stops): a crash loses at
 //! most one window of ok probes, never a failure.
+//!
+//! Windows are aligned: every pair's window ends at the same boundaries (a multiple of the window
+//! after the node's own phase, so a fleet's nodes do not all send at once), and the summaries
+//! closed together travel as one [`ProbeSummarySet`] record — the collector stores one row per
+//! node and window instead of one per pair. A pair's first window is shorter (it opens at its
+//! first summarised probe and ends at the next boundary).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use railguard_schema::{
-    Bdf, DataPath, Injected, Memory, PairSelection, ProbeResult, ProbeSummary, ProbeVerdict, RecordBody, Transport,
+    Bdf, DataPath, Injected, Memory, PairSelection, ProbeResult, ProbeSummary, ProbeSummarySet, ProbeVerdict,
+    RecordBody, Transport,
 };
 
 /// Ok probes of a pair sent in full after one of its failures: as many as the collector's
@@ -48,6 +55,8 @@ struct Open {
     nic_bdf: Option<Bdf>,
     first_at: DateTime<Utc>,
     last_at: DateTime<Utc>,
+    /// The boundary that ends its window.
+    closes_at: DateTime<Utc>,
     bytes: u64,
     durations: Vec<u64>,
 }
@@ -56,6 +65,8 @@ struct Open {
 #[derive(Debug)]
 pub struct Compactor {
     window: Option<chrono::TimeDelta>,
+    /// Boundaries fall at `phase + k × window` (nanoseconds since the Unix epoch).
+    phase_ns: i64,
     open: HashMap<Key, Open>,
     /// Per pair: ok probes still to send in full (a pair absent here has never been seen).
     raw_left: HashMap<(u32, String), u32>,
@@ -64,18 +75,51 @@ pub struct Compactor {
 }
 
 impl Compactor {
-    /// Summaries over `window`; `Duration::ZERO` sends every probe in full (raw mode).
-    pub fn new(window: Duration) -> Self {
+    /// Summaries over `window`, whose boundaries fall `phase` after each multiple of `window`
+    /// since the Unix epoch (the phase is taken modulo the window); `Duration::ZERO` sends every
+    /// probe in full (raw mode).
+    pub fn new(window: Duration, phase: Duration) -> Self {
         let window = (!window.is_zero()).then(|| chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX));
-        Compactor { window, open: HashMap::new(), raw_left: HashMap::new(), selection: HashMap::new() }
+        let phase_ns = match window.and_then(|w| w.num_nanoseconds()) {
+            Some(w) if w > 0 => i64::try_from(phase.as_nanos() % w.unsigned_abs() as u128).unwrap_or(0),
+            _ => 0,
+        };
+        Compactor { window, phase_ns, open: HashMap::new(), raw_left: HashMap::new(), selection: HashMap::new() }
+    }
+
+    /// A node's phase: its name hashed (FNV-1a) into the window, stable across restarts, so
+    /// the nodes of a fleet spread their summary sets over the window instead of all sending
+    /// at the boundary.
+    pub fn phase_for(node: &str, window: Duration) -> Duration {
+        let h = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        let w = window.as_millis().max(1);
+        Duration::from_millis(u64::try_from(u128::from(h) % w).unwrap_or(0))
+    }
+
+    /// The first boundary after `at`.
+    fn boundary_after(&self, at: DateTime<Utc>, window: chrono::TimeDelta) -> DateTime<Utc> {
+        let (Some(t), Some(w)) = (at.timestamp_nanos_opt(), window.num_nanoseconds()) else {
+            return at + window;
+        };
+        if w <= 0 {
+            return at;
+        }
+        let k = (t - self.phase_ns).div_euclid(w) + 1;
+        k.checked_mul(w)
+            .and_then(|b| b.checked_add(self.phase_ns))
+            .map(DateTime::from_timestamp_nanos)
+            .unwrap_or(at + window)
     }
 
     /// The records to spool now for a probe observed at `at`, in order.
     pub fn observe(&mut self, p: ProbeResult, at: DateTime<Utc>) -> Vec<RecordBody> {
-        let Some(_) = self.window else { return vec![RecordBody::Probe(p)] };
+        let Some(window) = self.window else { return vec![RecordBody::Probe(p)] };
+        // A summary never outlives its window, even when `due` was not called in time: the first
+        // probe after a boundary closes every window that ended there, as one set.
+        let mut out = self.due(at);
         let pair = (p.gpu, p.nic.clone());
         if p.verdict != ProbeVerdict::Ok {
-            let mut out = self.close_pair(p.gpu, &p.nic);
+            out.extend(self.close_pair(p.gpu, &p.nic));
             if p.is_evidence() {
                 self.raw_left.insert(pair, RAW_AFTER_FAILURE);
             }
@@ -83,7 +127,8 @@ impl Compactor {
             return out;
         }
         if !p.is_evidence() {
-            return vec![RecordBody::Probe(p)];
+            out.push(RecordBody::Probe(p));
+            return out;
         }
         // A pair that has just become the workload's (or stopped being it) proves itself afresh.
         if self.selection.insert(pair.clone(), p.selection).is_some_and(|s| s != p.selection) {
@@ -92,11 +137,13 @@ impl Compactor {
         match self.raw_left.get_mut(&pair) {
             None => {
                 self.raw_left.insert(pair, 0);
-                return vec![RecordBody::Probe(p)];
+                out.push(RecordBody::Probe(p));
+                return out;
             }
             Some(n) if *n > 0 => {
                 *n -= 1;
-                return vec![RecordBody::Probe(p)];
+                out.push(RecordBody::Probe(p));
+                return out;
             }
             Some(_) => {}
         }
@@ -111,24 +158,25 @@ impl Compactor {
             selection: p.selection,
             lanes: p.lanes,
         };
+        let closes_at = self.boundary_after(at, window);
         let open = self.open.entry(key).or_insert_with(|| Open {
             gpu_bdf: p.gpu_bdf,
             nic_bdf: p.nic_bdf,
             first_at: at,
             last_at: at,
+            closes_at,
             bytes: 0,
             durations: Vec::new(),
         });
         open.last_at = open.last_at.max(at);
         open.bytes = open.bytes.saturating_add(p.bytes);
         open.durations.push(p.duration_ns);
-        Vec::new()
+        out
     }
 
-    /// Summaries whose window has passed by `now`.
+    /// Summaries whose window has ended by `now`, as one set.
     pub fn due(&mut self, now: DateTime<Utc>) -> Vec<RecordBody> {
-        let Some(window) = self.window else { return Vec::new() };
-        self.take(|_, o| now.signed_duration_since(o.first_at) >= window)
+        self.take(|_, o| now >= o.closes_at)
     }
 
     /// Every open summary (the agent is stopping).
@@ -145,12 +193,27 @@ impl Compactor {
         self.take(|k, _| k.gpu == gpu && k.nic == nic)
     }
 
+    /// The picked summaries as one set per window (none: no record), split if a set would be
+    /// larger than one may be (more than 1,024 pairs and provenances on a node).
     fn take(&mut self, pick: impl Fn(&Key, &Open) -> bool) -> Vec<RecordBody> {
         let keys: Vec<Key> = self.open.iter().filter(|(k, o)| pick(k, o)).map(|(k, _)| k.clone()).collect();
-        let mut out: Vec<ProbeSummary> =
-            keys.into_iter().filter_map(|k| self.open.remove(&k).map(|o| summary(k, o))).collect();
-        out.sort_by(|a, b| (a.first_at, a.gpu, &a.nic).cmp(&(b.first_at, b.gpu, &b.nic)));
-        out.into_iter().map(RecordBody::Summary).collect()
+        // One set per window: a set spans at most its window, however late it is taken.
+        let mut windows: BTreeMap<DateTime<Utc>, Vec<ProbeSummary>> = BTreeMap::new();
+        for k in keys {
+            if let Some(o) = self.open.remove(&k) {
+                windows.entry(o.closes_at).or_default().push(summary(k, o));
+            }
+        }
+        let mut out = Vec::new();
+        for mut summaries in windows.into_values() {
+            summaries.sort_by(|a, b| (a.first_at, a.gpu, &a.nic).cmp(&(b.first_at, b.gpu, &b.nic)));
+            out.extend(
+                summaries
+                    .chunks(ProbeSummarySet::MAX_SUMMARIES)
+                    .map(|c| RecordBody::Summaries(ProbeSummarySet { summaries: c.to_vec() })),
+            );
+        }
+        out
     }
 }
 
@@ -219,9 +282,20 @@ mod tests {
         v.iter().map(RecordBody::kind).collect()
     }
 
+    /// A compactor whose window boundaries fall on t(0), t(w), t(2w), ...
+    fn aligned(window_secs: u64) -> Compactor {
+        Compactor::new(Duration::from_secs(window_secs), Duration::from_secs(1_700_000_000 % window_secs))
+    }
+
+    /// The one set in `out`.
+    fn one_set(out: &[RecordBody]) -> &[ProbeSummary] {
+        let [RecordBody::Summaries(set)] = out else { panic!("{out:?}") };
+        &set.summaries
+    }
+
     #[test]
     fn raw_mode_sends_every_probe() {
-        let mut c = Compactor::new(Duration::ZERO);
+        let mut c = Compactor::new(Duration::ZERO, Duration::ZERO);
         for i in 0..5 {
             assert_eq!(kinds(&c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(i))), ["probe"]);
         }
@@ -230,15 +304,15 @@ mod tests {
 
     #[test]
     fn the_first_ok_travels_in_full_and_the_rest_as_one_summary_per_window() {
-        let mut c = Compactor::new(Duration::from_secs(300));
+        let mut c = aligned(300);
         assert_eq!(kinds(&c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 5), t(0))), ["probe"]);
         for (i, d) in [(60, 30), (120, 10), (180, 20), (240, 40)] {
             assert!(c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, d), t(i)).is_empty());
         }
         assert_eq!(c.held(), 4);
-        assert!(c.due(t(359)).is_empty(), "the window opened at 60 s");
-        let out = c.due(t(360));
-        let [RecordBody::Summary(s)] = out.as_slice() else { panic!("{out:?}") };
+        assert!(c.due(t(299)).is_empty(), "the window ends at the boundary, 300 s");
+        let out = c.due(t(300));
+        let [s] = one_set(&out) else { panic!("{out:?}") };
         assert_eq!((s.probes, s.bytes), (4, 4 << 20));
         assert_eq!((s.duration_min_ns, s.duration_median_ns, s.duration_max_ns), (10, 30, 40));
         assert_eq!((s.first_at, s.last_at), (t(60), t(240)));
@@ -248,7 +322,7 @@ mod tests {
 
     #[test]
     fn a_failure_closes_its_pairs_summary_first_and_the_next_oks_travel_in_full() {
-        let mut c = Compactor::new(Duration::from_secs(300));
+        let mut c = aligned(300);
         c.observe(probe(3, "mlx5_3", ProbeVerdict::Ok, 1), t(0));
         c.observe(probe(3, "mlx5_3", ProbeVerdict::Ok, 1), t(1));
         c.observe(probe(3, "mlx5_3", ProbeVerdict::Ok, 1), t(2));
@@ -256,8 +330,8 @@ mod tests {
         c.observe(probe(4, "mlx5_4", ProbeVerdict::Ok, 1), t(0));
         c.observe(probe(4, "mlx5_4", ProbeVerdict::Ok, 1), t(1));
         let out = c.observe(probe(3, "mlx5_3", ProbeVerdict::SilentCorruption, 1), t(3));
-        assert_eq!(kinds(&out), ["summary", "probe"], "the oks before the failure are stored before it");
-        let RecordBody::Summary(s) = &out[0] else { unreachable!() };
+        assert_eq!(kinds(&out), ["summaries", "probe"], "the oks before the failure are stored before it");
+        let [s] = one_set(&out[..1]) else { panic!("{out:?}") };
         assert_eq!((s.gpu, s.probes, s.last_at), (3, 2, t(2)));
         for i in 0..RAW_AFTER_FAILURE {
             assert_eq!(kinds(&c.observe(probe(3, "mlx5_3", ProbeVerdict::Ok, 1), t(4 + i64::from(i)))), ["probe"]);
@@ -265,12 +339,12 @@ mod tests {
         assert!(c.observe(probe(3, "mlx5_3", ProbeVerdict::Ok, 1), t(10)).is_empty());
         assert_eq!(c.held(), 2, "GPU4's summary and GPU3's new one");
         let out = c.drain();
-        assert_eq!(out.len(), 2);
+        assert_eq!(one_set(&out).len(), 2, "both end at the same boundary: one set");
     }
 
     #[test]
     fn a_pair_that_becomes_the_workloads_sends_its_next_oks_in_full() {
-        let mut c = Compactor::new(Duration::from_secs(300));
+        let mut c = aligned(300);
         let sweep = |t_: i64, c: &mut Compactor| {
             c.observe(ProbeResult { selection: PairSelection::Sweep, ..probe(3, "mlx5_0", ProbeVerdict::Ok, 1) }, t(t_))
         };
@@ -286,7 +360,7 @@ mod tests {
 
     #[test]
     fn probes_produced_differently_are_summarised_apart_and_injected_ones_travel_in_full() {
-        let mut c = Compactor::new(Duration::from_secs(60));
+        let mut c = aligned(60);
         c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(0));
         c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(1));
         let cuda = ProbeResult { memory: Memory::Cuda, ..probe(0, "mlx5_0", ProbeVerdict::Ok, 1) };
@@ -298,13 +372,90 @@ mod tests {
         let failed_injected =
             ProbeResult { injected: Injected::Drop, ..probe(0, "mlx5_0", ProbeVerdict::SilentCorruption, 1) };
         // an injected failure closes the pair's summaries (order) but is no failure of the pair
-        assert_eq!(kinds(&c.observe(failed_injected, t(5))), ["summary", "summary", "summary", "probe"]);
+        let out = c.observe(failed_injected, t(5));
+        assert_eq!(kinds(&out), ["summaries", "probe"]);
+        assert_eq!(one_set(&out[..1]).len(), 3, "host, cuda and tcp/lo apart");
         assert!(
             c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(6)).is_empty(),
             "no raw oks after a self-test fault"
         );
         let out = c.due(t(66));
-        let [RecordBody::Summary(s)] = out.as_slice() else { panic!("{out:?}") };
+        let [s] = one_set(&out) else { panic!("{out:?}") };
         assert_eq!(s.memory, Memory::Host);
+    }
+
+    #[test]
+    fn pairs_whose_windows_end_together_travel_as_one_set() {
+        let mut c = aligned(300);
+        for (gpu, at) in [(0, 10), (1, 100), (2, 290)] {
+            let nic = format!("mlx5_{gpu}");
+            c.observe(probe(gpu, &nic, ProbeVerdict::Ok, 1), t(at - 5)); // the first, in full
+            assert!(c.observe(probe(gpu, &nic, ProbeVerdict::Ok, 1), t(at)).is_empty());
+        }
+        assert!(c.due(t(299)).is_empty());
+        let out = c.due(t(300));
+        let set = one_set(&out);
+        assert_eq!(set.iter().map(|s| s.gpu).collect::<Vec<_>>(), [0, 1, 2], "one set, ordered by first probe");
+        assert_eq!(c.held(), 0);
+    }
+
+    #[test]
+    fn a_summary_never_outlives_its_window_and_a_late_take_gives_one_set_per_window() {
+        use chrono::TimeDelta;
+        let mut c = aligned(60);
+        c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(0));
+        c.observe(probe(1, "mlx5_1", ProbeVerdict::Ok, 1), t(0));
+        assert!(c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(10)).is_empty());
+        assert!(c.observe(probe(1, "mlx5_1", ProbeVerdict::Ok, 1), t(10)).is_empty());
+        // `due` was not called at 60 s: the next probe after the boundary (GPU0's) closes every
+        // window that ended there, GPU1's too, as one set, before it is summarised afresh.
+        let out = c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(70));
+        let set = one_set(&out);
+        assert_eq!(set.iter().map(|s| (s.gpu, s.last_at)).collect::<Vec<_>>(), [(0, t(10)), (1, t(10))]);
+        assert!(c.observe(probe(1, "mlx5_1", ProbeVerdict::Ok, 1), t(75)).is_empty());
+        // GPU0, 1 and 2's windows end at 120 s; GPU3's first probe after it, even one that
+        // travels in full (its first), closes them as one set before it.
+        c.observe(probe(2, "mlx5_2", ProbeVerdict::Ok, 1), t(99));
+        assert!(c.observe(probe(2, "mlx5_2", ProbeVerdict::Ok, 1), t(100)).is_empty());
+        let out = c.observe(probe(3, "mlx5_3", ProbeVerdict::Ok, 1), t(124));
+        assert_eq!(kinds(&out), ["summaries", "probe"]);
+        assert_eq!(one_set(&out[..1]).iter().map(|s| s.gpu).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(c.observe(probe(3, "mlx5_3", ProbeVerdict::Ok, 1), t(125)).is_empty());
+        assert!(c.due(t(130)).is_empty());
+        assert_eq!(c.held(), 1, "GPU3's window is still open");
+        // Windows that ended at different boundaries are different sets (a set spans one window).
+        let mut c = aligned(60);
+        c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(0));
+        c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(10));
+        c.observe(probe(1, "mlx5_1", ProbeVerdict::Ok, 1), t(0));
+        c.observe(probe(1, "mlx5_1", ProbeVerdict::Ok, 1), t(10));
+        let mut d = Compactor { open: HashMap::new(), ..aligned(60) };
+        std::mem::swap(&mut c.open, &mut d.open);
+        // GPU1's summary moved a window later by hand: what a late take meets after a stall.
+        for (k, o) in d.open.drain() {
+            let shift = if k.gpu == 1 { TimeDelta::seconds(60) } else { TimeDelta::zero() };
+            c.open.insert(k, Open { closes_at: o.closes_at + shift, ..o });
+        }
+        let out = c.drain();
+        assert_eq!(kinds(&out), ["summaries", "summaries"]);
+        assert_eq!((one_set(&out[..1])[0].gpu, one_set(&out[1..])[0].gpu), (0, 1));
+    }
+
+    #[test]
+    fn nodes_spread_their_boundaries_over_the_window() {
+        let w = Duration::from_secs(300);
+        let phases: std::collections::BTreeSet<Duration> =
+            (0..50).map(|i| Compactor::phase_for(&format!("gpu-node-{i:03}"), w)).collect();
+        assert!(phases.len() > 45, "{} distinct phases of 50", phases.len());
+        assert!(phases.iter().all(|p| *p < w));
+        assert_eq!(Compactor::phase_for("a", w), Compactor::phase_for("a", w), "stable");
+        // A phase beyond the window is taken modulo it: the same boundaries.
+        let mut a = Compactor::new(w, Duration::from_secs(10));
+        let mut b = Compactor::new(w, Duration::from_secs(310));
+        for c in [&mut a, &mut b] {
+            c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(0));
+            c.observe(probe(0, "mlx5_0", ProbeVerdict::Ok, 1), t(1));
+        }
+        assert_eq!(a.open.values().next().unwrap().closes_at, b.open.values().next().unwrap().closes_at);
     }
 }

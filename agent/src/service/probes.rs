@@ -30,6 +30,8 @@ pub struct ProbeLoopConfig {
     /// Ok probes of each pair travel as one summary per this window (failed probes always in
     /// full; [`crate::probe::compact`]). Zero: every probe in full.
     pub summary_window: Duration,
+    /// Where this node's windows end within the window ([`Compactor::phase_for`] of its id).
+    pub summary_phase: Duration,
 }
 
 impl ProbeLoopConfig {
@@ -43,7 +45,7 @@ impl ProbeLoopConfig {
 
 /// Runs the loop on this thread until `stop`; the open summaries are spooled as it stops.
 pub fn run(cfg: &ProbeLoopConfig, topology: &SharedTopology, spool: &SpoolHandle, stop: &Stop) {
-    let mut compactor = Compactor::new(cfg.summary_window);
+    let mut compactor = Compactor::new(cfg.summary_window, cfg.summary_phase);
     probe_loop(cfg, topology, spool, stop, &mut compactor);
     let held = compactor.held();
     spool_all(spool, compactor.drain());

@@ -21,8 +21,9 @@ pub use rules::{
 pub struct AssessConfig {
     pub window: Duration,
     pub rules: RulesConfig,
-    /// Between two passes over every GPU of the fleet (`serve --full-assess-every-secs`); the
-    /// passes between them take only the nodes with new evidence or evidence leaving the window.
+    /// Every GPU of the fleet is assessed at least once in this period
+    /// (`serve --full-assess-every-secs`), by a rolling sweep: each pass adds one slice of the
+    /// fleet to the nodes with new evidence or evidence leaving the window.
     pub full_every: Duration,
 }
 
@@ -545,6 +546,7 @@ pub async fn changed_nodes(
         let dated: Vec<String> = sqlx::query_scalar(
             "SELECT node_id FROM probe_results WHERE observed_at > $1 AND observed_at <= $2
              UNION SELECT node_id FROM probe_summaries WHERE observed_at > $1 AND observed_at <= $2
+             UNION SELECT node_id FROM probe_summary_sets WHERE observed_at > $1 AND observed_at <= $2
              UNION SELECT node_id FROM signal_events WHERE observed_at > $1 AND observed_at <= $2
              UNION SELECT node_id FROM inline_reports WHERE observed_at > $1 AND observed_at <= $2",
         )
@@ -566,13 +568,48 @@ async fn claim_pending(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
         .await
 }
 
+/// One slice of the fleet, by a hash of the node's id: slice `index` of `of`. Over `of` passes,
+/// one per slice, every node is assessed once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slice {
+    pub index: u32,
+    pub of: u32,
+}
+
+impl Slice {
+    /// The slices a sweep needs so that every node is assessed once every `full_every` with a
+    /// pass every `every`.
+    pub fn count(full_every: Duration, every: Duration) -> u32 {
+        let n = (full_every.as_secs_f64() / every.as_secs_f64().max(1e-3)).floor();
+        if n.is_finite() { (n as u32).max(1) } else { 1 }
+    }
+
+    /// The slice after this one.
+    pub fn next(self) -> Slice {
+        Slice { index: (self.index + 1) % self.of.max(1), of: self.of }
+    }
+}
+
+/// The nodes of `slice` (sorted).
+pub async fn slice_nodes(pool: &PgPool, slice: Slice) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT node_id FROM nodes WHERE (hashtext(node_id)::bigint & 2147483647) % $2 = $1 ORDER BY node_id",
+    )
+    .bind(i64::from(slice.index))
+    .bind(i64::from(slice.of.max(1)))
+    .fetch_all(pool)
+    .await
+}
+
 /// One pass at `now`: the whole fleet when `prev` is None, else only [`changed_nodes`] since
-/// `prev`. Nodes claimed by a pass that then fails are marked pending again.
+/// `prev` and the nodes of `sweep`'s slice. Nodes claimed by a pass that then fails are marked
+/// pending again.
 pub async fn assess_pass(
     pool: &PgPool,
     cfg: &AssessConfig,
     prev: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
+    sweep: Option<Slice>,
 ) -> Result<Pass, sqlx::Error> {
     let Some(prev) = prev else {
         // Everything is assessed now: no node stays pending (a batch stored after the claim
@@ -582,7 +619,12 @@ pub async fn assess_pass(
         let nodes = r.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
         return Ok(Pass { full: true, nodes, gpus: r.len() });
     };
-    let nodes = changed_nodes(pool, cfg.window, prev, now).await?;
+    let mut nodes = changed_nodes(pool, cfg.window, prev, now).await?;
+    if let Some(slice) = sweep {
+        nodes.extend(slice_nodes(pool, slice).await?);
+        nodes.sort_unstable();
+        nodes.dedup();
+    }
     if nodes.is_empty() {
         return Ok(Pass::default());
     }
@@ -599,10 +641,14 @@ pub async fn assess_pass(
 }
 
 /// Assesses the fleet every `every` until `shutdown`, on the collector that leads (several
-/// replicas share one Postgres): a pass over every GPU every [`AssessConfig::full_every`] and on
-/// taking the lead, and in between passes over only the nodes with new evidence or evidence
-/// leaving the window, so a pass costs what changed, not the fleet's size. Nodes whose batches
-/// brought a failure are assessed at once by [`run_urgent`], on every replica, not here.
+/// replicas share one Postgres). Each pass takes the nodes with new evidence or evidence leaving
+/// the window, and one slice of the fleet (a rolling sweep: every GPU is assessed at least once
+/// every [`AssessConfig::full_every`], spread over the passes instead of one pass over the whole
+/// fleet), so a pass costs what changed plus a fixed share, not the fleet's size. A collector
+/// that takes the lead goes on from its predecessor's last pass (`assessment_runs`) when that is
+/// recent, and passes over the whole fleet only when nothing is known to go on from (no recent
+/// pass, or its own pass failed). Nodes whose batches brought a failure are assessed at once by
+/// [`run_urgent`], on every replica, not here.
 pub async fn run_periodic(
     pool: PgPool,
     cfg: AssessConfig,
@@ -614,10 +660,10 @@ pub async fn run_periodic(
     let mut shutdown = shutdown;
     let mut leader = crate::leader::Leadership::new(pool.clone(), crate::leader::ASSESSMENT, "fleet assessment");
     let me = format!("{}:{}", crate::hostname(), std::process::id());
-    // The previous pass's evidence time, and when the next full pass is due; None: not leading
-    // (a new leader starts with a full pass, knowing nothing of what its predecessor covered).
+    // The previous pass's evidence time; None: not leading, or the last pass failed.
     let mut prev: Option<DateTime<Utc>> = None;
-    let mut next_full = tokio::time::Instant::now();
+    let mut leading = false;
+    let mut slice = Slice { index: 0, of: Slice::count(cfg.full_every, every) };
     loop {
         let started = tokio::time::Instant::now();
         let leads = leader.check().await;
@@ -625,15 +671,15 @@ pub async fn run_periodic(
         if !leads {
             prev = None;
         } else {
-            let full = prev.is_none() || started >= next_full;
+            if !leading {
+                prev = predecessor(&pool, &cfg, every).await;
+            }
             let now = Utc::now();
             let t = std::time::Instant::now();
-            match assess_pass(&pool, &cfg, if full { None } else { prev }, now).await {
+            match assess_pass(&pool, &cfg, prev, now, Some(slice)).await {
                 Ok(pass) => {
                     prev = Some(now);
-                    if pass.full {
-                        next_full = started + cfg.full_every;
-                    }
+                    slice = slice.next();
                     stats.assessment.record(&pass, t.elapsed());
                     if let Err(e) = sqlx::query(
                         "INSERT INTO assessment_runs (id, finished_at, holder) VALUES (1, now(), $1)
@@ -655,6 +701,7 @@ pub async fn run_periodic(
                 }
             }
         }
+        leading = leads;
         tokio::select! {
             _ = tokio::time::sleep_until(started + every) => {}
             _ = shutdown.changed() => {
@@ -663,6 +710,28 @@ pub async fn run_periodic(
             }
         }
     }
+}
+
+/// Where a collector that has just taken the lead goes on from: its predecessor's last pass,
+/// when it finished less than a window ago (widened by two periods and a minute: the record
+/// holds when the pass finished, not the evidence time it read up to, and a wider slice only
+/// adds nodes). None (a pass over the whole fleet) when there is none or it is older: the
+/// evidence that left the window since is not known any more. Nodes the predecessor claimed
+/// and never wrote (it died mid-pass) are met again by the sweep within one sweep, by their
+/// next batch at once, and by [`run_urgent`] at once for a failure.
+async fn predecessor(pool: &PgPool, cfg: &AssessConfig, every: Duration) -> Option<DateTime<Utc>> {
+    let last: Option<DateTime<Utc>> =
+        match sqlx::query_scalar("SELECT finished_at FROM assessment_runs WHERE id = 1").fetch_optional(pool).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the last assessment pass failed; passing over the whole fleet");
+                None
+            }
+        };
+    let margin = chrono::TimeDelta::from_std(every * 2 + Duration::from_secs(60)).ok()?;
+    let window = chrono::TimeDelta::from_std(cfg.window).ok()?;
+    let from = last? - margin;
+    (Utc::now() - from < window).then_some(from)
 }
 
 /// Assesses at once, on whichever replica stored the batch, the nodes whose batches brought a

@@ -47,8 +47,9 @@ pub struct ServeArgs {
     /// Seconds between assessments of the fleet.
     #[arg(long, default_value_t = AssessConfig::DEFAULT_EVERY.as_secs())]
     assess_every_secs: u64,
-    /// Seconds between assessments of every GPU of the fleet; the assessments between them take
-    /// only the nodes with new evidence or evidence entering or leaving the window.
+    /// Every GPU of the fleet is assessed at least once in this many seconds, by a rolling
+    /// sweep: each assessment takes the nodes with new evidence or evidence entering or leaving
+    /// the window, and one slice of the fleet (this period over --assess-every-secs slices).
     #[arg(long, default_value_t = AssessConfig::DEFAULT_FULL_EVERY.as_secs())]
     full_assess_every_secs: u64,
     /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents, re-read

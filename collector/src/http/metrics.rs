@@ -122,17 +122,17 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             let _ = writeln!(out, "railguard_agent_spool_quarantined_total{{node=\"{}\"}} {n}", label(node));
         }
     }
-    // The last full pass of whichever replica leads (every replica reports the same age).
+    // The last pass of whichever replica leads (every replica reports the same age).
     let last = crate::store::read::last_assessment(&s.pool).await?;
     if let Some(at) = last {
         let _ = writeln!(
             out,
-            "# HELP railguard_assessment_age_seconds Time since the last completed fleet assessment pass (over every GPU, or over every node with new evidence or evidence entering or leaving the window), by whichever collector leads it: GPU statuses are this old at most, plus one window.\n# TYPE railguard_assessment_age_seconds gauge"
+            "# HELP railguard_assessment_age_seconds Time since the last completed fleet assessment pass (over every GPU, or over the nodes with new evidence or evidence entering or leaving the window and one slice of the fleet's rolling sweep), by whichever collector leads it: GPU statuses are this old at most, plus one window.\n# TYPE railguard_assessment_age_seconds gauge"
         );
         let age = (chrono::Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0;
         let _ = writeln!(out, "railguard_assessment_age_seconds {age:.3}");
     }
-    // This collector's own passes: full and changed-nodes passes while it leads, urgent ones
+    // This collector's own passes: full and changed-nodes (+ sweep slice) passes while it leads, urgent ones
     // (nodes whose batch brought a failure) on every replica.
     let passes = st.assessment.snapshot();
     type Pick = fn(&crate::assess::KindStats) -> String;
@@ -140,13 +140,13 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         (
             "railguard_assessment_passes_total",
             "counter",
-            "Assessment passes this collector ran since it started, by kind: full (every GPU), changed (nodes with new or expiring evidence), urgent (nodes whose batch brought a failure).",
+            "Assessment passes this collector ran since it started, by kind: full (every GPU: a new leader with no recent pass to go on from, or after a failed pass), changed (nodes with new or expiring evidence, and one slice of the fleet's rolling sweep), urgent (nodes whose batch brought a failure).",
             |k| k.passes.to_string(),
         ),
         (
             "railguard_assessment_pass_seconds",
             "gauge",
-            "Wall time of this collector's latest assessment pass of each kind, from finding the nodes to assess (changed passes: claiming the pending nodes and reading the window's edges) to committing their statuses.",
+            "Wall time of this collector's latest assessment pass of each kind, from finding the nodes to assess (changed passes: claiming the pending nodes, reading the window's edges and the sweep's slice) to committing their statuses.",
             |k| format!("{:.6}", k.seconds),
         ),
         ("railguard_assessment_pass_nodes", "gauge", "Nodes the latest assessment pass of each kind assessed.", |k| {

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use railguard_schema::{
-    InlineReport, NodeId, ProbeResult, ProbeSummary, Record, RecordBody, SignalEvent, SignalKind, SignalSource,
-    TopologySnapshot,
+    InlineReport, NodeId, ProbeResult, ProbeSummary, ProbeSummarySet, Record, RecordBody, SignalEvent, SignalKind,
+    SignalSource, TopologySnapshot,
 };
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
@@ -81,6 +81,7 @@ impl Store {
         let mut topologies = Vec::new();
         let mut inline = Vec::new();
         let mut summaries = Vec::new();
+        let mut sets = Vec::new();
         for r in records {
             match r.body {
                 RecordBody::Probe(p) => probes.push((r.id.0, r.observed_at, p)),
@@ -88,9 +89,11 @@ impl Store {
                 RecordBody::Topology(t) => topologies.push((r.id.0, r.observed_at, t)),
                 RecordBody::Inline(i) => inline.push((r.id.0, r.observed_at, i)),
                 RecordBody::Summary(s) => summaries.push((r.id.0, s)),
+                RecordBody::Summaries(s) => sets.push((r.id.0, s)),
             }
         }
-        let total = (probes.len() + signals.len() + topologies.len() + inline.len() + summaries.len()) as u64;
+        let total =
+            (probes.len() + signals.len() + topologies.len() + inline.len() + summaries.len() + sets.len()) as u64;
 
         let days =
             |ts: &mut dyn Iterator<Item = &DateTime<Utc>>| ts.map(|t| t.date_naive()).collect::<BTreeSet<NaiveDate>>();
@@ -99,6 +102,9 @@ impl Store {
         }
         for day in days(&mut summaries.iter().map(|s| &s.1.last_at)) {
             self.partitions.ensure(&self.pool, HistoryTable::ProbeSummaries, day).await?;
+        }
+        for day in days(&mut sets.iter().filter_map(|(_, s)| s.summaries.iter().map(|m| &m.last_at).max())) {
+            self.partitions.ensure(&self.pool, HistoryTable::ProbeSummarySets, day).await?;
         }
         for day in days(&mut inline.iter().map(|i| &i.1)) {
             self.partitions.ensure(&self.pool, HistoryTable::InlineReports, day).await?;
@@ -119,6 +125,7 @@ impl Store {
         stored += insert_signals(&mut tx, node, signals).await?;
         stored += insert_inline(&mut tx, node, inline).await?;
         stored += insert_summaries(&mut tx, node, summaries).await?;
+        stored += insert_summary_sets(&mut tx, node, sets).await?;
         for (id, at, t) in topologies {
             stored += insert_topology(&mut tx, node, id, at, t).await?;
         }
@@ -218,8 +225,78 @@ async fn insert_inline(
     Ok(stored)
 }
 
-/// Summaries of ok probes, one statement per batch. A summary is dated by its last probe (the
-/// record's own observation time is when the agent closed it).
+/// A summary's columns as bound arrays (one element per summary): what a single summary's row
+/// and a set's row store alike.
+struct SummaryColumns {
+    gpu: Vec<i32>,
+    nic: Vec<String>,
+    transport: Vec<&'static str>,
+    memory: Vec<&'static str>,
+    path: Vec<&'static str>,
+    injected: Vec<&'static str>,
+    simulated: Vec<bool>,
+    selection: Vec<&'static str>,
+    lanes: Vec<serde_json::Value>,
+    probes: Vec<i32>,
+    bytes: Vec<i64>,
+    dmin: Vec<i64>,
+    dmed: Vec<i64>,
+    dmax: Vec<i64>,
+    gpu_bdf: Vec<Option<String>>,
+    nic_bdf: Vec<Option<String>>,
+}
+
+impl SummaryColumns {
+    fn of(summaries: &[&ProbeSummary]) -> Self {
+        SummaryColumns {
+            gpu: col(summaries, |s| i32_sat(s.gpu)),
+            nic: col(summaries, |s| s.nic.clone()),
+            transport: col(summaries, |s| s.transport.as_str()),
+            memory: col(summaries, |s| s.memory.as_str()),
+            path: col(summaries, |s| s.path.as_str()),
+            injected: col(summaries, |s| s.injected.as_str()),
+            simulated: col(summaries, |s| s.simulated),
+            selection: col(summaries, |s| s.selection.as_str()),
+            lanes: col(summaries, |s| serde_json::json!(s.lanes)),
+            probes: col(summaries, |s| i32_sat(s.probes)),
+            bytes: col(summaries, |s| i64_sat(s.bytes)),
+            dmin: col(summaries, |s| i64_sat(s.duration_min_ns)),
+            dmed: col(summaries, |s| i64_sat(s.duration_median_ns)),
+            dmax: col(summaries, |s| i64_sat(s.duration_max_ns)),
+            gpu_bdf: col(summaries, |s| s.gpu_bdf.map(|b| b.to_string())),
+            nic_bdf: col(summaries, |s| s.nic_bdf.map(|b| b.to_string())),
+        }
+    }
+
+    /// Binds the columns in the order `gpu_index, nic, transport, memory, path, injected,
+    /// simulated, selection, lanes, probes, bytes, duration_min_ns, duration_median_ns,
+    /// duration_max_ns, gpu_bdf, nic_bdf`.
+    fn bind<'q>(
+        self,
+        q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+        q.bind(self.gpu)
+            .bind(self.nic)
+            .bind(self.transport)
+            .bind(self.memory)
+            .bind(self.path)
+            .bind(self.injected)
+            .bind(self.simulated)
+            .bind(self.selection)
+            .bind(self.lanes)
+            .bind(self.probes)
+            .bind(self.bytes)
+            .bind(self.dmin)
+            .bind(self.dmed)
+            .bind(self.dmax)
+            .bind(self.gpu_bdf)
+            .bind(self.nic_bdf)
+    }
+}
+
+/// Single summaries of ok probes (agents before summary sets), one statement per batch. A
+/// summary is dated by its last probe (the record's own observation time is when the agent
+/// closed it).
 async fn insert_summaries(
     tx: &mut Transaction<'_, Postgres>,
     node: &NodeId,
@@ -231,23 +308,8 @@ async fn insert_summaries(
     let ids = col(&summaries, |(id, _)| *id);
     let at = col(&summaries, |(_, s)| s.last_at);
     let first_at = col(&summaries, |(_, s)| s.first_at);
-    let gpu = col(&summaries, |(_, s)| i32_sat(s.gpu));
-    let nic = col(&summaries, |(_, s)| s.nic.clone());
-    let transport = col(&summaries, |(_, s)| s.transport.as_str());
-    let memory = col(&summaries, |(_, s)| s.memory.as_str());
-    let path = col(&summaries, |(_, s)| s.path.as_str());
-    let injected = col(&summaries, |(_, s)| s.injected.as_str());
-    let simulated = col(&summaries, |(_, s)| s.simulated);
-    let selection = col(&summaries, |(_, s)| s.selection.as_str());
-    let lanes = col(&summaries, |(_, s)| serde_json::json!(s.lanes));
-    let probes = col(&summaries, |(_, s)| i32_sat(s.probes));
-    let bytes = col(&summaries, |(_, s)| i64_sat(s.bytes));
-    let dmin = col(&summaries, |(_, s)| i64_sat(s.duration_min_ns));
-    let dmed = col(&summaries, |(_, s)| i64_sat(s.duration_median_ns));
-    let dmax = col(&summaries, |(_, s)| i64_sat(s.duration_max_ns));
-    let gpu_bdf = col(&summaries, |(_, s)| s.gpu_bdf.map(|b| b.to_string()));
-    let nic_bdf = col(&summaries, |(_, s)| s.nic_bdf.map(|b| b.to_string()));
-    let res = sqlx::query(
+    let all: Vec<&ProbeSummary> = summaries.iter().map(|(_, s)| s).collect();
+    let q = sqlx::query(
         "INSERT INTO probe_summaries (node_id, observed_at, record_id, first_at, gpu_index, nic, transport, memory,
              path, injected, simulated, selection, lanes, probes, bytes, duration_min_ns, duration_median_ns,
              duration_max_ns, gpu_bdf, nic_bdf)
@@ -259,26 +321,44 @@ async fn insert_summaries(
     .bind(node.as_str())
     .bind(at)
     .bind(ids)
-    .bind(first_at)
-    .bind(gpu)
-    .bind(nic)
-    .bind(transport)
-    .bind(memory)
-    .bind(path)
-    .bind(injected)
-    .bind(simulated)
-    .bind(selection)
-    .bind(lanes)
-    .bind(probes)
-    .bind(bytes)
-    .bind(dmin)
-    .bind(dmed)
-    .bind(dmax)
-    .bind(gpu_bdf)
-    .bind(nic_bdf)
-    .execute(&mut **tx)
-    .await?;
+    .bind(first_at);
+    let res = SummaryColumns::of(&all).bind(q).execute(&mut **tx).await?;
     Ok(res.rows_affected())
+}
+
+/// Summary sets, one row (and one statement) per set: each column an array with an element per
+/// summary, dated by the set's last probe; each summary's own first and last probe kept as
+/// microseconds before it (a set spans at most 30 minutes: validated on the way in).
+async fn insert_summary_sets(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &NodeId,
+    sets: Vec<(Uuid, ProbeSummarySet)>,
+) -> Result<u64, StoreError> {
+    let mut stored = 0;
+    for (id, set) in sets {
+        let (Some(first), Some(last)) = (set.first_at(), set.last_at()) else { continue };
+        let before_us =
+            |t: DateTime<Utc>| i32::try_from((last - t).num_microseconds().unwrap_or(0)).unwrap_or(i32::MAX);
+        let first_before: Vec<i32> = set.summaries.iter().map(|s| before_us(s.first_at)).collect();
+        let last_before: Vec<i32> = set.summaries.iter().map(|s| before_us(s.last_at)).collect();
+        let all: Vec<&ProbeSummary> = set.summaries.iter().collect();
+        let q = sqlx::query(
+            "INSERT INTO probe_summary_sets (node_id, observed_at, record_id, first_at, first_before_us,
+                 last_before_us, gpu_index, nic, transport, memory, path, injected, simulated, selection, lanes,
+                 probes, bytes, duration_min_ns, duration_median_ns, duration_max_ns, gpu_bdf, nic_bdf)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+                     $21, $22)
+             ON CONFLICT (node_id, observed_at, record_id) DO NOTHING",
+        )
+        .bind(node.as_str())
+        .bind(last)
+        .bind(id)
+        .bind(first)
+        .bind(first_before)
+        .bind(last_before);
+        stored += SummaryColumns::of(&all).bind(q).execute(&mut **tx).await?.rows_affected();
+    }
+    Ok(stored)
 }
 
 async fn insert_probes(

@@ -86,8 +86,10 @@ impl Store {
         let mut dropped = Vec::new();
         for table in HistoryTable::ALL {
             let keep = match table {
-                HistoryTable::ProbeSummaries => self.tiers.summary_days,
-                HistoryTable::ProbeRollups | HistoryTable::ProbeRollupsDaily => self.tiers.rollup_days,
+                HistoryTable::ProbeSummaries | HistoryTable::ProbeSummarySets => self.tiers.summary_days,
+                HistoryTable::ProbeRollups | HistoryTable::ProbeRollupSets | HistoryTable::ProbeRollupsDaily => {
+                    self.tiers.rollup_days
+                }
                 _ => days,
             };
             let keep_from = (today - chrono::Duration::days(i64::from(keep))).date_naive();

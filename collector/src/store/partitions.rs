@@ -13,24 +13,28 @@ pub enum HistoryTable {
     SignalEvents,
     InlineReports,
     ProbeSummaries,
+    ProbeSummarySets,
     ProbeRollups,
+    ProbeRollupSets,
     ProbeRollupsDaily,
 }
 
 impl HistoryTable {
     /// Every partitioned history table.
-    pub const ALL: [HistoryTable; 6] = [
+    pub const ALL: [HistoryTable; 8] = [
         HistoryTable::ProbeResults,
         HistoryTable::SignalEvents,
         HistoryTable::InlineReports,
         HistoryTable::ProbeSummaries,
+        HistoryTable::ProbeSummarySets,
         HistoryTable::ProbeRollups,
+        HistoryTable::ProbeRollupSets,
         HistoryTable::ProbeRollupsDaily,
     ];
 
     /// Rollups are partitioned by month (kept a year), the rest by day.
     pub fn monthly(self) -> bool {
-        matches!(self, HistoryTable::ProbeRollups | HistoryTable::ProbeRollupsDaily)
+        matches!(self, HistoryTable::ProbeRollups | HistoryTable::ProbeRollupSets | HistoryTable::ProbeRollupsDaily)
     }
 
     /// The span of one partition, as the partition functions name it (`day` or `month`).
@@ -49,7 +53,9 @@ impl HistoryTable {
             HistoryTable::SignalEvents => "signal_events",
             HistoryTable::InlineReports => "inline_reports",
             HistoryTable::ProbeSummaries => "probe_summaries",
+            HistoryTable::ProbeSummarySets => "probe_summary_sets",
             HistoryTable::ProbeRollups => "probe_rollups",
+            HistoryTable::ProbeRollupSets => "probe_rollup_sets",
             HistoryTable::ProbeRollupsDaily => "probe_rollups_daily",
         }
     }

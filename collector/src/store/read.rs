@@ -206,6 +206,7 @@ pub struct SignalRow {
 /// A probe result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
 pub struct ProbeRow {
+    /// When the probe ran; for a summary, its last probe.
     pub at: DateTime<Utc>,
     pub nic: String,
     pub transport: Transport,
@@ -621,12 +622,12 @@ pub async fn gpu_signals(pool: &PgPool, node: &str, gpu: i32, period: Period) ->
 pub async fn gpu_probes(pool: &PgPool, node: &str, gpu: i32, period: Period) -> Result<Vec<ProbeRow>, sqlx::Error> {
     gpu_period(
         pool,
-        "SELECT observed_at AS at, nic, transport, bytes, reported, verdict, diagnosis, bad_chunks, chunks,
+        "SELECT last_at AS at, nic, transport, bytes, reported, verdict, diagnosis, bad_chunks, chunks,
                 first_bad_offset, selection, simulated, receiver_detail, memory, path, injected, lanes,
                 probes, summary, first_at
          FROM probe_evidence
          WHERE node_id = $1 AND gpu_index = $2 AND observed_at >= $3 AND observed_at <= $4
-         ORDER BY observed_at DESC LIMIT $5",
+         ORDER BY observed_at DESC, last_at DESC LIMIT $5",
         node,
         gpu,
         period,
@@ -696,7 +697,11 @@ pub async fn gpu_hourly(
             SELECT max(day) + interval '1 day' AS upto
             FROM probe_rollups_daily WHERE $6 = 'day' AND node_id = $1 AND gpu_index = $2
          ), rolled AS (
-            SELECT max(hour) + interval '1 hour' AS upto FROM probe_rollups WHERE node_id = $1 AND gpu_index = $2
+            -- A node-hour row means the hour was rolled for every GPU of the node.
+            SELECT greatest(
+                       (SELECT max(hour) FROM probe_rollups WHERE node_id = $1 AND gpu_index = $2),
+                       (SELECT max(hour) FROM probe_rollup_sets WHERE node_id = $1)
+                   ) + interval '1 hour' AS upto
          ), h AS (
             SELECT day AS hour, nic, path, memory, simulated, ok, silent_corruption, reported_failure, timeout, bytes,
                    first_failure, last_failure, 'rollup' AS tier
@@ -706,7 +711,7 @@ pub async fn gpu_hourly(
             UNION ALL
             SELECT hour, nic, path, memory, simulated, ok, silent_corruption, reported_failure, timeout, bytes,
                    first_failure, last_failure, 'rollup' AS tier
-            FROM probe_rollups, days
+            FROM pair_hours, days
             WHERE node_id = $1 AND gpu_index = $2 AND injected = 'none'
               AND hour >= greatest(date_trunc('hour', $3::timestamptz, 'UTC'), coalesce(days.upto, '-infinity'))
               AND hour <= $4

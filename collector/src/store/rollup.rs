@@ -2,7 +2,9 @@
 //! in it (full probes and summaries, each counted as the probes it stands for), kept apart by the
 //! provenance that decides what they prove (transport, memory, path, injected fault,
 //! simulation); once a day has passed, its hours added up per pair (a GPU's year by day reads
-//! 365 rows a pair, not 8,760). The rollups outlive the full probes and the summaries (their own retention), and
+//! 365 rows a pair, not 8,760). An hour's pairs are stored as one row per node
+//! (`probe_rollup_sets`, an element per pair and provenance; `pair_hours` reads them a pair-hour
+//! a row, with the per-pair rows rolled before them). The rollups outlive the full probes and the summaries (their own retention), and
 //! the history reads rollups for rolled hours and the evidence itself after them
 //! ([`super::read::gpu_hourly`]), so a caller never needs to know which tier answered.
 
@@ -18,7 +20,7 @@ pub const REROLL_HOURS: i64 = 2;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RollupPass {
     pub hours: u32,
-    /// Pair-hour rows written.
+    /// Pair-hours written (elements of the node-hour rows).
     pub rows: u64,
     /// Days rolled up from their hours (those of `hours` that have passed), and the pair-day
     /// rows written.
@@ -31,40 +33,58 @@ pub fn hour_of(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(TimeDelta::hours(1)).unwrap_or(t)
 }
 
-/// A re-rolled hour or day replaces its row's counts (one compile-time string, `concat!`).
-macro_rules! rollup_replaces {
-    () => {
-        "ok = EXCLUDED.ok, silent_corruption = EXCLUDED.silent_corruption,
-         reported_failure = EXCLUDED.reported_failure, timeout = EXCLUDED.timeout, bytes = EXCLUDED.bytes,
-         first_failure = EXCLUDED.first_failure, last_failure = EXCLUDED.last_failure, rolled_at = now()"
-    };
-}
-
 impl Store {
-    /// Rolls up one hour (idempotent: a second pass over the same evidence writes the same rows).
+    /// Rolls up one hour (idempotent: a second pass over the same evidence writes the same rows):
+    /// one row per node (`probe_rollup_sets`), an element per pair and provenance. Returns the
+    /// pair-hours written.
     pub async fn roll_up_hour(&self, hour: DateTime<Utc>) -> Result<u64, sqlx::Error> {
         let hour = hour_of(hour);
-        self.ensure_partition(HistoryTable::ProbeRollups, hour.date_naive()).await?;
-        let res = sqlx::query(concat!(
-            "INSERT INTO probe_rollups (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated,
-                 ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
-             SELECT node_id, $1, gpu_index, nic, transport, memory, path, injected, simulated,
-                    coalesce(sum(probes) FILTER (WHERE verdict = 'ok'), 0),
-                    coalesce(sum(probes) FILTER (WHERE verdict = 'silent_corruption'), 0),
-                    coalesce(sum(probes) FILTER (WHERE verdict = 'reported_failure'), 0),
-                    coalesce(sum(probes) FILTER (WHERE verdict = 'timeout'), 0),
-                    coalesce(sum(bytes), 0)::bigint,
-                    min(observed_at) FILTER (WHERE verdict <> 'ok'), max(observed_at) FILTER (WHERE verdict <> 'ok')
-             FROM probe_evidence
-             WHERE observed_at >= $1 AND observed_at < $1 + interval '1 hour'
-             GROUP BY node_id, gpu_index, nic, transport, memory, path, injected, simulated
-             ON CONFLICT (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated) DO UPDATE SET ",
-            rollup_replaces!()
-        ))
+        self.ensure_partition(HistoryTable::ProbeRollupSets, hour.date_naive()).await?;
+        let pairs: i64 = sqlx::query_scalar(
+            "WITH pairs AS (
+                SELECT node_id, gpu_index, nic, transport, memory, path, injected, simulated,
+                       coalesce(sum(probes) FILTER (WHERE verdict = 'ok'), 0)::bigint AS ok,
+                       coalesce(sum(probes) FILTER (WHERE verdict = 'silent_corruption'), 0)::bigint AS sc,
+                       coalesce(sum(probes) FILTER (WHERE verdict = 'reported_failure'), 0)::bigint AS rf,
+                       coalesce(sum(probes) FILTER (WHERE verdict = 'timeout'), 0)::bigint AS timeout,
+                       coalesce(sum(bytes), 0)::bigint AS bytes,
+                       min(observed_at) FILTER (WHERE verdict <> 'ok') AS first_failure,
+                       max(observed_at) FILTER (WHERE verdict <> 'ok') AS last_failure
+                FROM probe_evidence
+                WHERE observed_at >= $1 AND observed_at < $1 + interval '1 hour'
+                GROUP BY node_id, gpu_index, nic, transport, memory, path, injected, simulated
+             ), written AS (
+                INSERT INTO probe_rollup_sets AS r (node_id, hour, gpu_index, nic, transport, memory, path, injected,
+                    simulated, ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
+                SELECT node_id, $1, array_agg(gpu_index ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(nic ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(transport ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(memory ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(path ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(injected ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(simulated ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(ok ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(sc ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(rf ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(timeout ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(bytes ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(first_failure ORDER BY gpu_index, nic, transport, memory, path, injected, simulated),
+                       array_agg(last_failure ORDER BY gpu_index, nic, transport, memory, path, injected, simulated)
+                FROM pairs GROUP BY node_id
+                ON CONFLICT (node_id, hour) DO UPDATE SET
+                    gpu_index = EXCLUDED.gpu_index, nic = EXCLUDED.nic, transport = EXCLUDED.transport,
+                    memory = EXCLUDED.memory, path = EXCLUDED.path, injected = EXCLUDED.injected,
+                    simulated = EXCLUDED.simulated, ok = EXCLUDED.ok, silent_corruption = EXCLUDED.silent_corruption,
+                    reported_failure = EXCLUDED.reported_failure, timeout = EXCLUDED.timeout, bytes = EXCLUDED.bytes,
+                    first_failure = EXCLUDED.first_failure, last_failure = EXCLUDED.last_failure, rolled_at = now()
+                RETURNING cardinality(r.gpu_index) AS n
+             )
+             SELECT coalesce(sum(n), 0)::bigint FROM written",
+        )
         .bind(hour)
-        .execute(&self.pool)
+        .fetch_one(&self.pool)
         .await?;
-        Ok(res.rows_affected())
+        Ok(u64::try_from(pairs).unwrap_or(0))
     }
 
     /// Rolls up one UTC day from its pair-hour rollups (idempotent: rolled again, it writes the
@@ -72,18 +92,20 @@ impl Store {
     pub async fn roll_up_day(&self, day: NaiveDate) -> Result<u64, sqlx::Error> {
         self.ensure_partition(HistoryTable::ProbeRollupsDaily, day).await?;
         let start = day.and_time(NaiveTime::MIN).and_utc();
-        let res = sqlx::query(concat!(
+        let res = sqlx::query(
             "INSERT INTO probe_rollups_daily (node_id, day, gpu_index, nic, transport, memory, path, injected, simulated,
                  ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
              SELECT node_id, $1, gpu_index, nic, transport, memory, path, injected, simulated,
                     sum(ok)::bigint, sum(silent_corruption)::bigint, sum(reported_failure)::bigint, sum(timeout)::bigint,
                     sum(bytes)::bigint, min(first_failure), max(last_failure)
-             FROM probe_rollups
+             FROM pair_hours
              WHERE hour >= $1 AND hour < $1 + interval '1 day'
              GROUP BY node_id, gpu_index, nic, transport, memory, path, injected, simulated
-             ON CONFLICT (node_id, gpu_index, day, nic, transport, memory, path, injected, simulated) DO UPDATE SET ",
-            rollup_replaces!()
-        ))
+             ON CONFLICT (node_id, gpu_index, day, nic, transport, memory, path, injected, simulated) DO UPDATE SET
+                 ok = EXCLUDED.ok, silent_corruption = EXCLUDED.silent_corruption,
+                 reported_failure = EXCLUDED.reported_failure, timeout = EXCLUDED.timeout, bytes = EXCLUDED.bytes,
+                 first_failure = EXCLUDED.first_failure, last_failure = EXCLUDED.last_failure, rolled_at = now()",
+        )
         .bind(start)
         .execute(&self.pool)
         .await?;
@@ -102,13 +124,17 @@ impl Store {
         let from = match from {
             Some(f) => Some(hour_of(f)),
             None => {
-                let newest: Option<DateTime<Utc>> =
-                    sqlx::query_scalar("SELECT max(hour) FROM probe_rollups").fetch_one(&self.pool).await?;
+                let newest: Option<DateTime<Utc>> = sqlx::query_scalar(
+                    "SELECT greatest((SELECT max(hour) FROM probe_rollups), (SELECT max(hour) FROM probe_rollup_sets))",
+                )
+                .fetch_one(&self.pool)
+                .await?;
                 match newest {
                     Some(h) => Some(h - TimeDelta::hours(REROLL_HOURS)),
                     None => sqlx::query_scalar::<_, Option<DateTime<Utc>>>(
                         "SELECT least((SELECT min(observed_at) FROM probe_results),
-                                      (SELECT min(observed_at) FROM probe_summaries))",
+                                      (SELECT min(observed_at) FROM probe_summaries),
+                                      (SELECT min(observed_at) FROM probe_summary_sets))",
                     )
                     .fetch_one(&self.pool)
                     .await?

@@ -78,10 +78,9 @@ fn main() {
     let (full, summaries, probes, transfer_ns): (i64, i64, i64, i64) = rt
         .block_on(
             sqlx::query_as(
-                "SELECT (SELECT count(*) FROM probe_results), (SELECT count(*) FROM probe_summaries),
+                "SELECT (SELECT count(*) FROM probe_results), (SELECT count(*) FROM probe_evidence WHERE summary),
                         (SELECT coalesce(sum(probes), 0)::bigint FROM probe_evidence),
-                        (SELECT coalesce(sum(duration_ns), 0)::bigint FROM probe_results)
-                        + (SELECT coalesce(sum(duration_median_ns * probes), 0)::bigint FROM probe_summaries)",
+                        (SELECT coalesce(sum(duration_ns * probes), 0)::bigint FROM probe_evidence)",
             )
             .fetch_one(&pg.pool),
         )

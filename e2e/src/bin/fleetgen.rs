@@ -209,7 +209,7 @@ async fn main() {
             tokio::time::sleep(phase).await;
             let mut seq = 0u64;
             // The agent's own compaction: failed probes in full, ok probes as summaries.
-            let mut compactor = Compactor::new(summary);
+            let mut compactor = Compactor::new(summary, Compactor::phase_for(&node, summary));
             let mut announced = false;
             while Instant::now() < end {
                 let next = Instant::now() + interval;
@@ -252,7 +252,7 @@ async fn main() {
     // Past the first minute (every pair's first ok probe travels in full) and the first summaries.
     let measure_from =
         start + (a.start_over.unwrap_or(a.interval) + a.summary + Duration::from_secs(60)).min(a.duration / 2);
-    let mut storage_mark: Option<(Instant, i64, (i64, i64))> = None;
+    let mut storage_mark: Option<(Instant, i64, (i64, i64, i64))> = None;
     // Batches acknowledged after that point: the steady state, past the first minute's full
     // probes (every pair's first ok probe travels in full, all nodes starting within a minute).
     let mut steady_from = 0usize;
@@ -355,11 +355,13 @@ async fn main() {
         let secs = t1.duration_since(t0).as_secs_f64().max(1.0);
         let per_node_day = (b1 - b0) as f64 / a.nodes.max(1) as f64 * 86_400.0 / secs;
         println!(
-            "storage: {} rows ({} full, {} summaries, {:.0} bytes a row) and {:.1} MB of probe history written in {secs:.0} s: {:.2} MB per node-day written (measured growth, tables and indexes)",
+            "storage: {} rows ({} full probes, {} summary rows holding {} summaries; {:.0} bytes a row, {:.0} a summary) and {:.1} MB of probe history written in {secs:.0} s: {:.2} MB per node-day written (measured growth, tables, indexes and TOAST)",
             r1.0 + r1.1 - r0.0 - r0.1,
             r1.0 - r0.0,
             r1.1 - r0.1,
+            r1.2 - r0.2,
             (b1 - b0) as f64 / (r1.0 + r1.1 - r0.0 - r0.1).max(1) as f64,
+            (b1 - b0) as f64 / (r1.2 - r0.2).max(1) as f64,
             (b1 - b0) as f64 / 1e6,
             per_node_day / 1e6
         );
@@ -382,19 +384,21 @@ async fn main() {
         hours += 1;
         h += chrono::TimeDelta::hours(1);
     }
-    let (rollup_bytes, rollup_rows): (i64, i64) = sqlx::query_as(
+    let (rollup_bytes, rollup_rows, pair_hours): (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
-                 WHERE i.inhparent = 'probe_rollups'::regclass),
-                (SELECT count(*) FROM probe_rollups)",
+                 WHERE i.inhparent = 'probe_rollup_sets'::regclass),
+                (SELECT count(*) FROM probe_rollup_sets),
+                (SELECT coalesce(sum(cardinality(gpu_index)), 0)::bigint FROM probe_rollup_sets)",
     )
     .fetch_one(&pg.pool)
     .await
     .unwrap();
+    // A node has one row per rolled hour: a day is 24 of them.
     println!(
-        "rollups: {rollup_rows} pair-hour rows in {:.2} MB for {hours} hour(s): {:.0} bytes a row, {:.2} MB per node-day kept a year",
+        "rollups: {rollup_rows} node-hour rows holding {pair_hours} pair-hours in {:.2} MB for {hours} hour(s): {:.0} bytes a node-hour row, {:.3} MB per node-day kept a year",
         rollup_bytes as f64 / 1e6,
         rollup_bytes as f64 / rollup_rows.max(1) as f64,
-        rollup_bytes as f64 / a.nodes.max(1) as f64 / f64::from(hours) * 24.0 / 1e6
+        rollup_bytes as f64 / rollup_rows.max(1) as f64 * 24.0 / 1e6
     );
     if !injections.is_empty() {
         let mut d: Vec<f64> = injections.iter().filter_map(|j| j.detected).map(|d| d.as_secs_f64()).collect();
@@ -511,16 +515,20 @@ fn latest_passes(metrics: &str) -> Vec<(String, f64, f64, f64)> {
         .collect()
 }
 
-/// Bytes (tables and indexes, every day partition) and rows (full probes, summaries) of the
-/// probe history.
-async fn history_size(pool: &sqlx::PgPool) -> (i64, (i64, i64)) {
-    sqlx::query_as::<_, (i64, i64, i64)>(
+/// Bytes (tables, indexes and TOAST, every day partition) and rows (full probes, summary rows:
+/// sets and single summaries, and the summaries in them) of the probe history.
+async fn history_size(pool: &sqlx::PgPool) -> (i64, (i64, i64, i64)) {
+    sqlx::query_as::<_, (i64, i64, i64, i64)>(
         "SELECT (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
-                 WHERE i.inhparent IN ('probe_results'::regclass, 'probe_summaries'::regclass)),
-                (SELECT count(*) FROM probe_results), (SELECT count(*) FROM probe_summaries)",
+                 WHERE i.inhparent IN ('probe_results'::regclass, 'probe_summaries'::regclass,
+                                       'probe_summary_sets'::regclass)),
+                (SELECT count(*) FROM probe_results),
+                (SELECT count(*) FROM probe_summaries) + (SELECT count(*) FROM probe_summary_sets),
+                (SELECT count(*) FROM probe_summaries)
+                + (SELECT coalesce(sum(cardinality(gpu_index)), 0) FROM probe_summary_sets)::bigint",
     )
     .fetch_one(pool)
     .await
-    .map(|(b, r, s)| (b, (r, s)))
+    .map(|(b, r, s, m)| (b, (r, s, m)))
     .unwrap()
 }
