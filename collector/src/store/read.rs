@@ -711,10 +711,24 @@ pub async fn gpu_hourly(
             UNION ALL
             SELECT hour, nic, path, memory, simulated, ok, silent_corruption, reported_failure, timeout, bytes,
                    first_failure, last_failure, 'rollup' AS tier
-            FROM pair_hours, days
+            FROM probe_rollups, days
             WHERE node_id = $1 AND gpu_index = $2 AND injected = 'none'
               AND hour >= greatest(date_trunc('hour', $3::timestamptz, 'UTC'), coalesce(days.upto, '-infinity'))
               AND hour <= $4
+            UNION ALL
+            -- Node-hour rows (not the view pair_hours: the bound from `days` must reach the
+            -- index on (node_id, hour), which it does not through the view's union).
+            SELECT s.hour, m.nic, m.path, m.memory, m.simulated, m.ok, m.silent_corruption, m.reported_failure,
+                   m.timeout, m.bytes, m.first_failure, m.last_failure, 'rollup' AS tier
+            FROM days, probe_rollup_sets s
+            CROSS JOIN LATERAL unnest(s.gpu_index, s.nic, s.path, s.memory, s.simulated, s.injected, s.ok,
+                                      s.silent_corruption, s.reported_failure, s.timeout, s.bytes, s.first_failure,
+                                      s.last_failure)
+                AS m(gpu_index, nic, path, memory, simulated, injected, ok, silent_corruption, reported_failure,
+                     timeout, bytes, first_failure, last_failure)
+            WHERE s.node_id = $1 AND m.gpu_index = $2 AND m.injected = 'none'
+              AND s.hour >= greatest(date_trunc('hour', $3::timestamptz, 'UTC'), coalesce(days.upto, '-infinity'))
+              AND s.hour <= $4
             UNION ALL
             SELECT date_trunc('hour', observed_at, 'UTC'), nic, path, memory, simulated,
                    coalesce(sum(probes) FILTER (WHERE verdict = 'ok'), 0),

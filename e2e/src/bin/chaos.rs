@@ -85,6 +85,10 @@ impl Ctx {
             .arg("--sysfs-root")
             .arg(&self.sys)
             .args(["--fabric", "sim", "--probe-cycle-secs", "1", "--probe-bytes", "4K", "--no-signals"])
+            // Every probe a record (raw mode): the suite counts records through each fault, so
+            // the agents must keep producing them; compaction, which sends a node's ok probes as
+            // one record per window, has its own tests (agent compact.rs, e2e compaction.rs).
+            .args(["--probe-summary-secs", "0"])
             .args(["--backoff-max-ms", "300", "--batch-records", "200", "--spool-max-bytes", "67108864"])
             .env("RUST_LOG", "warn,railguard_agent::service=info")
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))

@@ -258,9 +258,9 @@ async fn main() {
     let mut steady_from = 0usize;
     let mut steady_errors = 0u64;
     let port = collector.http_port;
-    // The collector's latest passes, sampled with each progress line: (kind, seconds, nodes),
-    // each pass once (by the kind's pass count).
-    let mut passes: Vec<(String, f64, f64)> = Vec::new();
+    // The collector's latest passes, sampled with each progress line: (kind, seconds, nodes,
+    // sampled in the steady state), each pass once (by the kind's pass count).
+    let mut passes: Vec<(String, f64, f64, bool)> = Vec::new();
     let mut pass_counts: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
     let mut reported = 0;
     // Fleet reads under this ingest load, every 2 s from the steady state on: (path, ms each).
@@ -318,7 +318,7 @@ async fn main() {
             let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
             for (kind, count, secs, nodes) in latest_passes(&m) {
                 if pass_counts.insert(kind.clone(), count) != Some(count) {
-                    passes.push((kind, secs, nodes));
+                    passes.push((kind, secs, nodes, storage_mark.is_some()));
                 }
             }
         }
@@ -430,8 +430,9 @@ async fn main() {
             ms.len()
         );
     }
-    for kind in ["full", "changed", "urgent"] {
-        let mut v: Vec<&(String, f64, f64)> = passes.iter().filter(|p| p.0 == kind).collect();
+    for (kind, steady_only) in [("full", false), ("changed", false), ("changed", true), ("urgent", false)] {
+        let mut v: Vec<&(String, f64, f64, bool)> =
+            passes.iter().filter(|p| p.0 == kind && (p.3 || !steady_only)).collect();
         if v.is_empty() {
             continue;
         }
@@ -439,7 +440,8 @@ async fn main() {
         let mut nodes: Vec<f64> = v.iter().map(|p| p.2).collect();
         nodes.sort_by(f64::total_cmp);
         println!(
-            "assessment ({kind} passes, the latest sampled every 10 s, {} distinct passes): median {:.3} s, max {:.3} s; median {:.0} nodes, max {:.0}",
+            "assessment ({kind} passes{}, the latest sampled every 10 s, {} distinct passes): median {:.3} s, max {:.3} s; median {:.0} nodes, max {:.0}",
+            if steady_only { " in the steady state" } else { "" },
             v.len(),
             v[v.len() / 2].1,
             v[v.len() - 1].1,
