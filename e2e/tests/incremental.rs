@@ -157,6 +157,12 @@ async fn a_rolling_sweep_assesses_every_node_once_per_sweep() {
 
     assert_eq!(Slice::count(std::time::Duration::from_secs(300), std::time::Duration::from_secs(10)), 30);
     assert_eq!(Slice::count(std::time::Duration::from_secs(5), std::time::Duration::from_secs(10)), 1);
+    // A new leader starts where a sweep on schedule is: one slice a period, across leaders.
+    let every = std::time::Duration::from_secs(10);
+    let epoch = DateTime::<Utc>::from_timestamp(0, 0).unwrap();
+    assert_eq!(Slice::at(30, every, epoch + Duration::seconds(15)), Slice { index: 1, of: 30 });
+    assert_eq!(Slice::at(30, every, epoch + Duration::seconds(305)), Slice { index: 0, of: 30 });
+    assert_eq!(Slice::at(30, every, epoch + Duration::seconds(295)).next(), Slice { index: 0, of: 30 });
     let mut slice = Slice { index: 0, of: 4 };
     let mut seen: Vec<String> = Vec::new();
     let mut prev = t0;

@@ -588,6 +588,15 @@ impl Slice {
     pub fn next(self) -> Slice {
         Slice { index: (self.index + 1) % self.of.max(1), of: self.of }
     }
+
+    /// The slice a sweep on schedule is at, at `now` (one slice per period since the epoch): where
+    /// a collector taking the lead starts, so the sweep goes on across leaders instead of every
+    /// new leader starting again at slice 0 (a leadership that moved often would sweep the
+    /// first slices only).
+    pub fn at(of: u32, every: Duration, now: DateTime<Utc>) -> Slice {
+        let periods = now.timestamp_millis().max(0) as u128 / every.as_millis().max(1);
+        Slice { index: u32::try_from(periods % u128::from(of.max(1))).unwrap_or(0), of: of.max(1) }
+    }
 }
 
 /// The nodes of `slice` (sorted).
@@ -673,6 +682,7 @@ pub async fn run_periodic(
         } else {
             if !leading {
                 prev = predecessor(&pool, &cfg, every).await;
+                slice = Slice::at(slice.of, every, Utc::now());
             }
             let now = Utc::now();
             let t = std::time::Instant::now();
