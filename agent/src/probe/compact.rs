@@ -442,6 +442,26 @@ mod tests {
     }
 
     #[test]
+    fn a_window_with_more_summaries_than_a_set_holds_travels_as_several_sets() {
+        let mut c = aligned(300);
+        let n = ProbeSummarySet::MAX_SUMMARIES + 76;
+        for i in 0..n {
+            let nic = format!("nic{i}");
+            c.observe(probe(0, &nic, ProbeVerdict::Ok, 1), t(1)); // the first, in full
+            assert!(c.observe(probe(0, &nic, ProbeVerdict::Ok, 1), t(2)).is_empty());
+        }
+        let out = c.due(t(300));
+        let sizes: Vec<usize> = out
+            .iter()
+            .map(|r| match r {
+                RecordBody::Summaries(s) => s.summaries.len(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(sizes, [ProbeSummarySet::MAX_SUMMARIES, 76]);
+    }
+
+    #[test]
     fn nodes_spread_their_boundaries_over_the_window() {
         let w = Duration::from_secs(300);
         let phases: std::collections::BTreeSet<Duration> =
