@@ -1,8 +1,8 @@
 -- Summary sets (#15, storage): the summaries an agent closed together (its pairs' windows end at
 -- the same boundaries) in one row per node and window, each column an array with one element per
 -- summary. A row per pair cost 259 bytes with its index, 64 pairs × 288 windows a day = 4.2 MB per
--- node-day; a set of 64 is about 2.5 kB once Postgres compresses its arrays (measured by
--- fleetgen, docs/scaling.md).
+-- node-day; a set of 64 is about 2.1 kB with its index and TOAST once Postgres compresses its
+-- arrays, 0.61 MB per node-day (measured by fleetgen, docs/scaling.md).
 --
 -- `observed_at` is the set's last probe and dates every summary in it (so a window read is an
 -- index range on the set, not on its elements); each summary's own first and last probe are kept
