@@ -174,7 +174,7 @@ impl Compactor {
         out
     }
 
-    /// Summaries whose window has ended by `now`, as one set.
+    /// Summaries whose window has ended by `now`, one set per window.
     pub fn due(&mut self, now: DateTime<Utc>) -> Vec<RecordBody> {
         self.take(|_, o| now >= o.closes_at)
     }

@@ -730,15 +730,14 @@ pub async fn run_periodic(
 /// and never wrote (it died mid-pass) are met again by the sweep within one sweep, by their
 /// next batch at once, and by [`run_urgent`] at once for a failure.
 async fn predecessor(pool: &PgPool, cfg: &AssessConfig, every: Duration) -> Option<DateTime<Utc>> {
-    let last: Option<DateTime<Utc>> =
-        match sqlx::query_scalar("SELECT finished_at FROM assessment_runs WHERE id = 1").fetch_optional(pool).await {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the last assessment pass failed; passing over the whole fleet");
-                None
-            }
-        };
-    let margin = chrono::TimeDelta::from_std(every * 2 + Duration::from_secs(60)).ok()?;
+    let last = match crate::store::read::last_assessment(pool).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the last assessment pass failed; passing over the whole fleet");
+            None
+        }
+    };
+    let margin = chrono::TimeDelta::from_std(every.saturating_mul(2).saturating_add(Duration::from_secs(60))).ok()?;
     let window = chrono::TimeDelta::from_std(cfg.window).ok()?;
     let from = last? - margin;
     (Utc::now() - from < window).then_some(from)

@@ -103,7 +103,8 @@ impl Store {
         for day in days(&mut summaries.iter().map(|s| &s.1.last_at)) {
             self.partitions.ensure(&self.pool, HistoryTable::ProbeSummaries, day).await?;
         }
-        for day in days(&mut sets.iter().filter_map(|(_, s)| s.summaries.iter().map(|m| &m.last_at).max())) {
+        let set_dates: Vec<DateTime<Utc>> = sets.iter().filter_map(|(_, s)| s.last_at()).collect();
+        for day in days(&mut set_dates.iter()) {
             self.partitions.ensure(&self.pool, HistoryTable::ProbeSummarySets, day).await?;
         }
         for day in days(&mut inline.iter().map(|i| &i.1)) {
