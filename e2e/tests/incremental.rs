@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use railguard_agent::topology::fixture;
-use railguard_collector::assess::{AssessConfig, Slice, assess_and_store_at, assess_pass, changed_nodes, slice_nodes};
+use railguard_collector::assess::{AssessConfig, Sweep, assess_and_store_at, assess_pass, changed_nodes};
 use railguard_collector::store::Store;
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
@@ -133,11 +133,11 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
     assert!(reasons.contains("still corrupting until") && !reasons.contains("were silent corruption"), "{reasons}");
 }
 
-/// The rolling sweep: with nothing new, each pass takes one slice of the fleet, the slices are
-/// disjoint and together are the fleet, so every GPU is assessed once per sweep without a pass
-/// over all of them.
+/// The rolling sweep: a pass adds the nodes no assessment has covered for the sweep's period,
+/// oldest first and at most its share of the fleet; a node assessed for its own evidence is not
+/// swept until it is due again; a burst falling due at once is spread over the passes.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_rolling_sweep_assesses_every_node_once_per_sweep() {
+async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
     let pg = TestPg::start().await;
     let store = Store::new(pg.pool.clone());
     let cfg = AssessConfig::default();
@@ -148,48 +148,75 @@ async fn a_rolling_sweep_assesses_every_node_once_per_sweep() {
         let t = Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap();
         store.ingest(&node, vec![t], 0).await.unwrap();
     }
+    let assessed_at = |now: DateTime<Utc>| {
+        let pool = pg.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT node_id FROM nodes WHERE assessed_at = $1 ORDER BY node_id")
+                .bind(now)
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        Sweep::new(std::time::Duration::from_secs(300), std::time::Duration::from_secs(10)),
+        Sweep { period: std::time::Duration::from_secs(300), of: 30 }
+    );
+    assert_eq!(Sweep::new(std::time::Duration::from_secs(5), std::time::Duration::from_secs(10)).of, 1);
     let t0 = Utc::now().trunc_subsecs(6);
-    assert_eq!(assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap().nodes, 12);
+    let full = assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap();
+    assert!(full.full && full.nodes == 12);
+    assert_eq!(assessed_at(t0).await, names, "a pass over the fleet marks every node assessed");
 
     // Statuses no new evidence would correct (what the sweep is the safety net for): reasons that
     // no longer say what the evidence does.
     sqlx::query("UPDATE gpu_status SET reasons = '[\"stale\"]'").execute(&pg.pool).await.unwrap();
+    let sweep = Sweep { period: std::time::Duration::from_secs(60), of: 4 }; // 3 nodes a pass
+    let at = |s: i64| t0 + Duration::seconds(s);
 
-    assert_eq!(Slice::count(std::time::Duration::from_secs(300), std::time::Duration::from_secs(10)), 30);
-    assert_eq!(Slice::count(std::time::Duration::from_secs(5), std::time::Duration::from_secs(10)), 1);
-    // A new leader starts where a sweep on schedule is: one slice a period, across leaders.
-    let every = std::time::Duration::from_secs(10);
-    let epoch = DateTime::<Utc>::from_timestamp(0, 0).unwrap();
-    assert_eq!(Slice::at(30, every, epoch + Duration::seconds(15)), Slice { index: 1, of: 30 });
-    assert_eq!(Slice::at(30, every, epoch + Duration::seconds(305)), Slice { index: 0, of: 30 });
-    assert_eq!(Slice::at(30, every, epoch + Duration::seconds(295)).next(), Slice { index: 0, of: 30 });
-    let mut slice = Slice { index: 0, of: 4 };
-    let mut seen: Vec<String> = Vec::new();
-    let mut prev = t0;
-    for k in 1..=4 {
-        let now = t0 + Duration::seconds(k);
-        let expected = slice_nodes(&pg.pool, slice).await.unwrap();
-        let pass = assess_pass(&pg.pool, &cfg, Some(prev), now, Some(slice)).await.unwrap();
-        assert!(!pass.full && pass.nodes == expected.len(), "{pass:?} {expected:?}");
-        let assessed: Vec<String> =
-            sqlx::query_scalar("SELECT DISTINCT node_id FROM gpu_status WHERE assessed_at = $1 ORDER BY node_id")
-                .bind(now)
-                .fetch_all(&pg.pool)
-                .await
-                .unwrap();
-        assert_eq!(assessed, expected, "slice {slice:?}: its nodes (rewritten) and no other");
-        seen.extend(assessed);
-        prev = now;
-        slice = slice.next();
+    // Nothing new and nobody due: an empty pass.
+    let pass = assess_pass(&pg.pool, &cfg, Some(t0), at(10), Some(sweep)).await.unwrap();
+    assert!(pass.nodes == 0 && pass.swept == 0, "{pass:?}");
+    // node-05 brings evidence: assessed for it, not swept.
+    let nic: String = sqlx::query_scalar(
+        "SELECT workload_nic FROM gpu_status WHERE node_id = 'node-05' AND gpu_index = 0 AND workload_nic IS NOT NULL",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    let node5 = NodeId::new("node-05").unwrap();
+    store.ingest(&node5, vec![probe_at(0, &nic, ProbeVerdict::Ok, at(20))], 0).await.unwrap();
+    let pass = assess_pass(&pg.pool, &cfg, Some(at(10)), at(30), Some(sweep)).await.unwrap();
+    assert!(pass.nodes == 1 && pass.swept == 0, "{pass:?}");
+    assert_eq!(assessed_at(at(30)).await, ["node-05"]);
+
+    // From t0 + 60 s the other eleven are due, three a pass, oldest first (then by id); node-05
+    // only once its own period has passed, and then before the nodes due after it.
+    let mut prev = at(30);
+    let mut swept: Vec<String> = Vec::new();
+    for (s, expected) in [
+        (60, vec!["node-00", "node-01", "node-02"]),
+        (70, vec!["node-03", "node-04", "node-06"]),
+        (80, vec!["node-07", "node-08", "node-09"]),
+        (90, vec!["node-05", "node-10", "node-11"]),
+        (100, vec![]),
+    ] {
+        let pass = assess_pass(&pg.pool, &cfg, Some(prev), at(s), Some(sweep)).await.unwrap();
+        assert!(!pass.full && pass.nodes == expected.len() && pass.swept == expected.len(), "+{s} s: {pass:?}");
+        assert_eq!(assessed_at(at(s)).await, expected, "+{s} s");
+        swept.extend(expected.into_iter().map(str::to_owned));
+        prev = at(s);
     }
-    assert_eq!(slice, Slice { index: 0, of: 4 }, "the sweep starts over");
-    seen.sort();
-    assert_eq!(seen, names, "every node once per sweep");
+    swept.sort();
+    assert_eq!(swept, names, "every node once, each when due");
     let stale: i64 = sqlx::query_scalar("SELECT count(*) FROM gpu_status WHERE reasons = '[\"stale\"]'")
         .fetch_one(&pg.pool)
         .await
         .unwrap();
-    assert_eq!(stale, 0, "one sweep corrected every status");
+    assert_eq!(stale, 0, "the sweep corrected every status");
+    // A node assessed later than a pass's evidence time keeps its later mark.
+    assess_and_store_at(&pg.pool, Some(&["node-00".to_owned()]), &cfg, at(50)).await.unwrap();
+    assert_eq!(assessed_at(at(60)).await, ["node-00", "node-01", "node-02"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -309,6 +336,8 @@ fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_p
     assert_eq!(metric(&c, "railguard_assessment_passes_total", "full"), Some(1.0), "no second full pass");
     assert!(metric(&c, "railguard_assessment_passes_total", "changed").is_some_and(|n| n >= 1.0));
     assert!(metric(&c, "railguard_assessment_pass_seconds", "changed").is_some_and(|s| s >= 0.0));
+    // node-a was assessed for its batch and (the sweep's period is 5 min) is not due for it.
+    assert_eq!(metric(&c, "railguard_assessment_pass_swept_nodes", "changed"), Some(0.0));
 
     // A collector that takes the lead after it (this one stops) goes on from its last pass: no
     // pass over the whole fleet.

@@ -21,9 +21,10 @@ pub use rules::{
 pub struct AssessConfig {
     pub window: Duration,
     pub rules: RulesConfig,
-    /// Every GPU of the fleet is assessed at least once in this period
-    /// (`serve --full-assess-every-secs`), by a rolling sweep: each pass adds one slice of the
-    /// fleet to the nodes with new evidence or evidence leaving the window.
+    /// Every GPU of the fleet is assessed at least once in this period and one more pass
+    /// (`serve --full-assess-every-secs`), by a rolling sweep: each pass adds the nodes no
+    /// assessment has covered for this long ([`Sweep`]) to the nodes with new evidence or
+    /// evidence entering or leaving the window.
     pub full_every: Duration,
 }
 
@@ -32,7 +33,7 @@ impl AssessConfig {
     pub const DEFAULT_WINDOW: Duration = Duration::from_secs(15 * 60);
     /// The default period between fleet assessments (`serve --assess-every-secs`).
     pub const DEFAULT_EVERY: Duration = Duration::from_secs(10);
-    /// The default period between passes over the whole fleet (`serve --full-assess-every-secs`).
+    /// The default longest time a node goes unassessed (`serve --full-assess-every-secs`).
     pub const DEFAULT_FULL_EVERY: Duration = Duration::from_secs(300);
 
     /// A window of evidence; the reasons name it ("in the last 15 min").
@@ -505,6 +506,7 @@ pub async fn assess_and_store_at(
         .await?;
     }
     tx.commit().await?;
+    mark_assessed(pool, nodes, now).await;
     Ok(results)
 }
 
@@ -515,6 +517,9 @@ pub struct Pass {
     pub full: bool,
     /// Nodes assessed.
     pub nodes: usize,
+    /// Of those, the nodes assessed only for the rolling sweep (not assessed for
+    /// [`AssessConfig::full_every`], and with nothing new).
+    pub swept: usize,
     /// GPUs assessed (a GPU assessed later by another assessment is left as it is).
     pub gpus: usize,
 }
@@ -568,57 +573,72 @@ async fn claim_pending(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
         .await
 }
 
-/// One slice of the fleet, by a hash of the node's id: slice `index` of `of`. Over `of` passes,
-/// one per slice, every node is assessed once.
+/// The rolling sweep's share of a pass: the nodes no assessment has covered for `period`
+/// (`nodes.assessed_at`, written by every assessment), oldest first, at most one `of`-th of the
+/// fleet a pass. A node assessed for its own evidence is not assessed again by the sweep (a
+/// healthy node sends a summary set each window and is assessed for it), so a pass costs what
+/// changed plus the nodes that went quiet; a burst of nodes falling due at once (as after a pass
+/// over the whole fleet) is spread over the passes that follow, `of`-th by `of`-th.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slice {
-    pub index: u32,
+pub struct Sweep {
+    pub period: Duration,
     pub of: u32,
 }
 
-impl Slice {
-    /// The slices a sweep needs so that every node is assessed once every `full_every` with a
-    /// pass every `every`.
-    pub fn count(full_every: Duration, every: Duration) -> u32 {
+impl Sweep {
+    /// The sweep that assesses every node at least once every `full_every` (and one pass) with
+    /// a pass every `every`: its share of a pass is `every / full_every` of the fleet.
+    pub fn new(full_every: Duration, every: Duration) -> Sweep {
         let n = (full_every.as_secs_f64() / every.as_secs_f64().max(1e-3)).floor();
-        if n.is_finite() { (n as u32).max(1) } else { 1 }
-    }
-
-    /// The slice after this one.
-    pub fn next(self) -> Slice {
-        Slice { index: (self.index + 1) % self.of.max(1), of: self.of }
-    }
-
-    /// The slice a sweep on schedule is at, at `now` (one slice per period since the epoch): where
-    /// a collector taking the lead starts, so the sweep goes on across leaders instead of every
-    /// new leader starting again at slice 0 (a leadership that moved often would sweep the
-    /// first slices only).
-    pub fn at(of: u32, every: Duration, now: DateTime<Utc>) -> Slice {
-        let periods = now.timestamp_millis().max(0) as u128 / every.as_millis().max(1);
-        Slice { index: u32::try_from(periods % u128::from(of.max(1))).unwrap_or(0), of: of.max(1) }
+        Sweep { period: full_every, of: if n.is_finite() { (n as u32).max(1) } else { 1 } }
     }
 }
 
-/// The nodes of `slice` (sorted).
-pub async fn slice_nodes(pool: &PgPool, slice: Slice) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT node_id FROM nodes WHERE (hashtext(node_id)::bigint & 2147483647) % $2 = $1 ORDER BY node_id",
+/// The nodes `sweep` takes at `now`: not assessed since `now - sweep.period` (or never), oldest
+/// first, at most one `sweep.of`-th of the fleet (rounded up). Sorted by node id.
+pub async fn due_nodes(pool: &PgPool, sweep: Sweep, now: DateTime<Utc>) -> Result<Vec<String>, sqlx::Error> {
+    let before = chrono::TimeDelta::from_std(sweep.period).ok().and_then(|p| now.checked_sub_signed(p));
+    let Some(before) = before else { return Ok(Vec::new()) };
+    let mut nodes: Vec<String> = sqlx::query_scalar(
+        "SELECT node_id FROM nodes WHERE assessed_at IS NULL OR assessed_at <= $1
+         ORDER BY assessed_at NULLS FIRST, node_id
+         LIMIT (SELECT ceil(count(*) / $2::float8)::bigint FROM nodes)",
     )
-    .bind(i64::from(slice.index))
-    .bind(i64::from(slice.of.max(1)))
+    .bind(before)
+    .bind(f64::from(sweep.of.max(1)))
     .fetch_all(pool)
-    .await
+    .await?;
+    nodes.sort_unstable();
+    Ok(nodes)
+}
+
+/// Marks `nodes` (every node: None) assessed at `now`, for the sweep. After the assessment has
+/// committed, not in its transaction: it would hold the nodes' rows, which every stored batch
+/// updates, for the whole write. A mark lost (the collector died in between) only makes the sweep
+/// assess the node again.
+async fn mark_assessed(pool: &PgPool, nodes: Option<&[String]>, now: DateTime<Utc>) {
+    let r = sqlx::query(
+        "UPDATE nodes SET assessed_at = $2
+         WHERE ($1::text[] IS NULL OR node_id = ANY($1)) AND (assessed_at IS NULL OR assessed_at < $2)",
+    )
+    .bind(nodes)
+    .bind(now)
+    .execute(pool)
+    .await;
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "marking nodes assessed failed; the sweep will assess them again");
+    }
 }
 
 /// One pass at `now`: the whole fleet when `prev` is None, else only [`changed_nodes`] since
-/// `prev` and the nodes of `sweep`'s slice. Nodes claimed by a pass that then fails are marked
-/// pending again.
+/// `prev` and the nodes `sweep` finds due ([`due_nodes`]). Nodes claimed by a pass that then
+/// fails are marked pending again.
 pub async fn assess_pass(
     pool: &PgPool,
     cfg: &AssessConfig,
     prev: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
-    sweep: Option<Slice>,
+    sweep: Option<Sweep>,
 ) -> Result<Pass, sqlx::Error> {
     let Some(prev) = prev else {
         // Everything is assessed now: no node stays pending (a batch stored after the claim
@@ -626,19 +646,23 @@ pub async fn assess_pass(
         claim_pending(pool).await?;
         let r = assess_and_store_at(pool, None, cfg, now).await?;
         let nodes = r.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
-        return Ok(Pass { full: true, nodes, gpus: r.len() });
+        return Ok(Pass { full: true, nodes, swept: 0, gpus: r.len() });
     };
     let mut nodes = changed_nodes(pool, cfg.window, prev, now).await?;
-    if let Some(slice) = sweep {
-        nodes.extend(slice_nodes(pool, slice).await?);
+    let mut swept = 0;
+    if let Some(sweep) = sweep {
+        let due = due_nodes(pool, sweep, now).await?;
+        let changed = nodes.len();
+        nodes.extend(due);
         nodes.sort_unstable();
         nodes.dedup();
+        swept = nodes.len() - changed;
     }
     if nodes.is_empty() {
         return Ok(Pass::default());
     }
     match assess_and_store_at(pool, Some(&nodes), cfg, now).await {
-        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), gpus: r.len() }),
+        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, gpus: r.len() }),
         Err(e) => {
             let _ = sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1)")
                 .bind(&nodes)
@@ -650,10 +674,11 @@ pub async fn assess_pass(
 }
 
 /// Assesses the fleet every `every` until `shutdown`, on the collector that leads (several
-/// replicas share one Postgres). Each pass takes the nodes with new evidence or evidence leaving
-/// the window, and one slice of the fleet (a rolling sweep: every GPU is assessed at least once
-/// every [`AssessConfig::full_every`], spread over the passes instead of one pass over the whole
-/// fleet), so a pass costs what changed plus a fixed share, not the fleet's size. A collector
+/// replicas share one Postgres). Each pass takes the nodes with new evidence or evidence entering
+/// or leaving the window, and the nodes no assessment has covered for
+/// [`AssessConfig::full_every`] ([`Sweep`]: every GPU is assessed at least that often, and no
+/// pass over the whole fleet is needed for it), so a pass costs what changed plus the nodes that
+/// went quiet, not the fleet's size. A collector
 /// that takes the lead goes on from its predecessor's last pass (`assessment_runs`) when that is
 /// recent, and passes over the whole fleet only when nothing is known to go on from (no recent
 /// pass, or its own pass failed). Nodes whose batches brought a failure are assessed at once by
@@ -672,7 +697,7 @@ pub async fn run_periodic(
     // The previous pass's evidence time; None: not leading, or the last pass failed.
     let mut prev: Option<DateTime<Utc>> = None;
     let mut leading = false;
-    let mut slice = Slice { index: 0, of: Slice::count(cfg.full_every, every) };
+    let sweep = Sweep::new(cfg.full_every, every);
     loop {
         let started = tokio::time::Instant::now();
         let leads = leader.check().await;
@@ -682,14 +707,12 @@ pub async fn run_periodic(
         } else {
             if !leading {
                 prev = predecessor(&pool, &cfg, every).await;
-                slice = Slice::at(slice.of, every, Utc::now());
             }
             let now = Utc::now();
             let t = std::time::Instant::now();
-            match assess_pass(&pool, &cfg, prev, now, Some(slice)).await {
+            match assess_pass(&pool, &cfg, prev, now, Some(sweep)).await {
                 Ok(pass) => {
                     prev = Some(now);
-                    slice = slice.next();
                     stats.assessment.record(&pass, t.elapsed());
                     if let Err(e) = sqlx::query(
                         "INSERT INTO assessment_runs (id, finished_at, holder) VALUES (1, now(), $1)
@@ -701,7 +724,13 @@ pub async fn run_periodic(
                     {
                         tracing::warn!(error = %e, "recording the assessment pass failed");
                     }
-                    tracing::debug!(full = pass.full, nodes = pass.nodes, gpus = pass.gpus, "fleet assessed");
+                    tracing::debug!(
+                        full = pass.full,
+                        nodes = pass.nodes,
+                        swept = pass.swept,
+                        gpus = pass.gpus,
+                        "fleet assessed"
+                    );
                 }
                 // The next pass is a full one: what this one claimed is pending again, but a
                 // failed claim or expiry read leaves nothing to go by.
@@ -727,7 +756,7 @@ pub async fn run_periodic(
 /// holds when the pass finished, not the evidence time it read up to, and a wider slice only
 /// adds nodes). None (a pass over the whole fleet) when there is none or it is older: the
 /// evidence that left the window since is not known any more. Nodes the predecessor claimed
-/// and never wrote (it died mid-pass) are met again by the sweep within one sweep, by their
+/// and never wrote (it died mid-pass) are met again by the sweep (they are not marked assessed), by their
 /// next batch at once, and by [`run_urgent`] at once for a failure.
 async fn predecessor(pool: &PgPool, cfg: &AssessConfig, every: Duration) -> Option<DateTime<Utc>> {
     let last = match crate::store::read::last_assessment(pool).await {
@@ -761,7 +790,7 @@ pub async fn run_urgent(
             let started = std::time::Instant::now();
             match assess_and_store(&pool, Some(&urgent), &cfg).await {
                 Ok(r) => {
-                    let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len() };
+                    let pass = Pass { full: false, nodes: urgent.len(), swept: 0, gpus: r.len() };
                     stats.assessment.record_urgent(&pass, started.elapsed());
                     tracing::debug!(nodes = urgent.len(), gpus = r.len(), "failing nodes assessed at once");
                 }
@@ -788,12 +817,13 @@ pub struct PassCounters {
     pub kinds: BTreeMap<&'static str, KindStats>,
 }
 
-/// Passes of one kind run, and the latest one's wall time, nodes and GPUs.
+/// Passes of one kind run, and the latest one's wall time, nodes (and of those, swept) and GPUs.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KindStats {
     pub passes: u64,
     pub seconds: f64,
     pub nodes: usize,
+    pub swept: usize,
     pub gpus: usize,
 }
 
@@ -801,7 +831,13 @@ impl PassStats {
     fn bump(&self, kind: &'static str, pass: &Pass, took: Duration) {
         if let Ok(mut c) = self.inner.lock() {
             let e = c.kinds.entry(kind).or_default();
-            *e = KindStats { passes: e.passes + 1, seconds: took.as_secs_f64(), nodes: pass.nodes, gpus: pass.gpus };
+            *e = KindStats {
+                passes: e.passes + 1,
+                seconds: took.as_secs_f64(),
+                nodes: pass.nodes,
+                swept: pass.swept,
+                gpus: pass.gpus,
+            };
         }
     }
 

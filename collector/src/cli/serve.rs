@@ -47,9 +47,11 @@ pub struct ServeArgs {
     /// Seconds between assessments of the fleet.
     #[arg(long, default_value_t = AssessConfig::DEFAULT_EVERY.as_secs())]
     assess_every_secs: u64,
-    /// Every GPU of the fleet is assessed at least once in this many seconds, by a rolling
-    /// sweep: each assessment takes the nodes with new evidence or evidence entering or leaving
-    /// the window, and one slice of the fleet (this period over --assess-every-secs slices).
+    /// Every GPU of the fleet is assessed at least once in this many seconds (and one assessment
+    /// period), by a rolling sweep: each assessment takes the nodes with new evidence or evidence
+    /// entering or leaving the window, and the nodes no assessment has covered for this long,
+    /// oldest first (at most --assess-every-secs over this period of the fleet a pass, so a
+    /// burst of nodes falling due at once is spread over the passes that follow).
     #[arg(long, default_value_t = AssessConfig::DEFAULT_FULL_EVERY.as_secs())]
     full_assess_every_secs: u64,
     /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents, re-read

@@ -132,26 +132,32 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         let age = (chrono::Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0;
         let _ = writeln!(out, "railguard_assessment_age_seconds {age:.3}");
     }
-    // This collector's own passes: full and changed-nodes (+ sweep slice) passes while it leads, urgent ones
+    // This collector's own passes: full and changed-nodes (+ the sweep's due nodes) passes while it leads, urgent ones
     // (nodes whose batch brought a failure) on every replica.
     let passes = st.assessment.snapshot();
     type Pick = fn(&crate::assess::KindStats) -> String;
-    let metrics: [(&str, &str, &str, Pick); 3] = [
+    let metrics: [(&str, &str, &str, Pick); 4] = [
         (
             "railguard_assessment_passes_total",
             "counter",
-            "Assessment passes this collector ran since it started, by kind: full (every GPU: a new leader with no recent pass to go on from, or after a failed pass), changed (nodes with new or expiring evidence, and one slice of the fleet's rolling sweep), urgent (nodes whose batch brought a failure).",
+            "Assessment passes this collector ran since it started, by kind: full (every GPU: a new leader with no recent pass to go on from, or after a failed pass), changed (nodes with new evidence or evidence entering or leaving the window, and the rolling sweep's nodes: not assessed for --full-assess-every-secs), urgent (nodes whose batch brought a failure).",
             |k| k.passes.to_string(),
         ),
         (
             "railguard_assessment_pass_seconds",
             "gauge",
-            "Wall time of this collector's latest assessment pass of each kind, from finding the nodes to assess (changed passes: claiming the pending nodes, reading the window's edges and the sweep's slice) to committing their statuses.",
+            "Wall time of this collector's latest assessment pass of each kind, from finding the nodes to assess (changed passes: claiming the pending nodes, reading the window's edges and the nodes due for the sweep) to committing their statuses.",
             |k| format!("{:.6}", k.seconds),
         ),
         ("railguard_assessment_pass_nodes", "gauge", "Nodes the latest assessment pass of each kind assessed.", |k| {
             k.nodes.to_string()
         }),
+        (
+            "railguard_assessment_pass_swept_nodes",
+            "gauge",
+            "Of the nodes the latest assessment pass of each kind assessed, those there only for the rolling sweep (nothing new, not assessed for --full-assess-every-secs).",
+            |k| k.swept.to_string(),
+        ),
     ];
     for (name, kind, help, pick) in metrics {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");

@@ -258,9 +258,9 @@ async fn main() {
     let mut steady_from = 0usize;
     let mut steady_errors = 0u64;
     let port = collector.http_port;
-    // The collector's latest passes, sampled with each progress line: (kind, seconds, nodes,
-    // sampled in the steady state), each pass once (by the kind's pass count).
-    let mut passes: Vec<(String, f64, f64, bool)> = Vec::new();
+    // The collector's latest passes, sampled with each progress line, each pass once (by the
+    // kind's pass count); flagged when sampled in the steady state.
+    let mut passes: Vec<(PassSample, bool)> = Vec::new();
     let mut pass_counts: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
     let mut reported = 0;
     // Fleet reads under this ingest load, every 2 s from the steady state on: (path, ms each).
@@ -316,9 +316,9 @@ async fn main() {
             reported = secs - secs % 10;
             stats.report(&format!("after {secs:>3} s"), start.elapsed());
             let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
-            for (kind, count, secs, nodes) in latest_passes(&m) {
-                if pass_counts.insert(kind.clone(), count) != Some(count) {
-                    passes.push((kind, secs, nodes, storage_mark.is_some()));
+            for p in latest_passes(&m) {
+                if pass_counts.insert(p.kind.clone(), p.count) != Some(p.count) {
+                    passes.push((p, storage_mark.is_some()));
                 }
             }
         }
@@ -431,22 +431,28 @@ async fn main() {
         );
     }
     for (kind, steady_only) in [("full", false), ("changed", false), ("changed", true), ("urgent", false)] {
-        let mut v: Vec<&(String, f64, f64, bool)> =
-            passes.iter().filter(|p| p.0 == kind && (p.3 || !steady_only)).collect();
+        let v: Vec<&PassSample> =
+            passes.iter().filter(|(p, steady)| p.kind == kind && (*steady || !steady_only)).map(|(p, _)| p).collect();
         if v.is_empty() {
             continue;
         }
-        v.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let mut nodes: Vec<f64> = v.iter().map(|p| p.2).collect();
-        nodes.sort_by(f64::total_cmp);
+        let sorted = |f: fn(&PassSample) -> f64| {
+            let mut x: Vec<f64> = v.iter().map(|p| f(p)).collect();
+            x.sort_by(f64::total_cmp);
+            x
+        };
+        let (secs, nodes, swept) = (sorted(|p| p.secs), sorted(|p| p.nodes), sorted(|p| p.swept));
+        let (mid, last) = (v.len() / 2, v.len() - 1);
         println!(
-            "assessment ({kind} passes{}, the latest sampled every 10 s, {} distinct passes): median {:.3} s, max {:.3} s; median {:.0} nodes, max {:.0}",
+            "assessment ({kind} passes{}, the latest sampled every 10 s, {} distinct passes): median {:.3} s, max {:.3} s; median {:.0} nodes, max {:.0}; of them swept (due, nothing new): median {:.0}, max {:.0}",
             if steady_only { " in the steady state" } else { "" },
             v.len(),
-            v[v.len() / 2].1,
-            v[v.len() - 1].1,
-            nodes[nodes.len() / 2],
-            nodes[nodes.len() - 1]
+            secs[mid],
+            secs[last],
+            nodes[mid],
+            nodes[last],
+            swept[mid],
+            swept[last]
         );
     }
 }
@@ -498,8 +504,19 @@ async fn push(
     }
 }
 
-/// The latest assessment pass of each kind in a /metrics text: (kind, passes so far, seconds, nodes).
-fn latest_passes(metrics: &str) -> Vec<(String, f64, f64, f64)> {
+/// The latest assessment pass of one kind, as /metrics shows it.
+struct PassSample {
+    kind: String,
+    /// Passes of the kind so far.
+    count: f64,
+    secs: f64,
+    nodes: f64,
+    /// Nodes there only for the rolling sweep.
+    swept: f64,
+}
+
+/// The latest assessment pass of each kind in a /metrics text.
+fn latest_passes(metrics: &str) -> Vec<PassSample> {
     let value = |name: &str, kind: &str| {
         let prefix = format!("{name}{{kind=\"{kind}\"}} ");
         metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse::<f64>().ok())
@@ -507,12 +524,13 @@ fn latest_passes(metrics: &str) -> Vec<(String, f64, f64, f64)> {
     ["full", "changed", "urgent"]
         .into_iter()
         .filter_map(|k| {
-            Some((
-                k.to_owned(),
-                value("railguard_assessment_passes_total", k)?,
-                value("railguard_assessment_pass_seconds", k)?,
-                value("railguard_assessment_pass_nodes", k)?,
-            ))
+            Some(PassSample {
+                kind: k.to_owned(),
+                count: value("railguard_assessment_passes_total", k)?,
+                secs: value("railguard_assessment_pass_seconds", k)?,
+                nodes: value("railguard_assessment_pass_nodes", k)?,
+                swept: value("railguard_assessment_pass_swept_nodes", k)?,
+            })
         })
         .collect()
 }
