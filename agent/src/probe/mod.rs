@@ -3,9 +3,10 @@
 //! recorded separately; the gap between them is what railguard exists to show.
 //!
 //! One probe: a fresh nonce fills the source (no two probes carry the same bytes), the
-//! receiver poisons its buffer, the transport moves the bytes, the receiver compares per-chunk
-//! digests sent out of band and, where they differ, says what is there instead (untouched,
-//! stale, misdirected, swapped, corrupt).
+//! receiver poisons its buffer, the transport moves the bytes, the receiver compares every byte
+//! with the pattern made again from the nonce (all that travels out of band) and, for the
+//! chunks that differ, says what is there instead (untouched, stale, misdirected, swapped,
+//! corrupt: by per-chunk digests, made only then).
 
 pub mod compact;
 pub mod fault;
@@ -110,8 +111,8 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// 8 MiB: two buffers of it are the agent's probe memory, and a segment's passes (fill and
-    /// digest, poison, check) run out of the CPU's caches rather than DRAM.
+    /// 8 MiB: two buffers of it are the agent's probe memory, and a segment's passes (fill,
+    /// poison, check) run out of the CPU's caches rather than DRAM.
     pub const DEFAULT_SEGMENT_BYTES: usize = 8 << 20;
 }
 
@@ -127,7 +128,7 @@ impl Default for EngineConfig {
     }
 }
 
-/// Buffers ready for the next probe: source filled and digested, destination poisoned.
+/// Buffers ready for the next probe: source filled, destination poisoned.
 #[derive(Debug)]
 struct Prepared {
     bytes: usize,
@@ -135,7 +136,6 @@ struct Prepared {
     poison_nonce: u64,
     src: Vec<u64>,
     dst: Vec<u64>,
-    digests: Arc<Vec<u64>>,
 }
 
 /// Runs probes. Patterns are made and checked in host memory; with a GPU (CUDA) the bytes
@@ -196,7 +196,7 @@ impl Engine {
     }
 
     /// Readies buffers for a probe of `bytes` (its first segment) ahead of time (fresh nonce,
-    /// source filled and digested, destination poisoned), so the probe itself is the transfer
+    /// source filled, destination poisoned), so the probe itself is the transfer
     /// and the check. The probe loop calls it while it waits for the next slot.
     pub fn prepare(&mut self, bytes: usize) {
         let bytes = self.segment_len(bytes);
@@ -204,7 +204,6 @@ impl Engine {
     }
 
     fn prepare_exact(&mut self, bytes: usize) {
-        let chunk = self.chunk_bytes();
         let (mut src, mut dst) = match self.prepared.take() {
             Some(p) => (p.src, p.dst),
             None => std::mem::take(&mut self.spare),
@@ -214,9 +213,9 @@ impl Engine {
         dst.resize(words, 0);
         let nonce = rand::random::<u64>();
         let poison_nonce = rand::random::<u64>();
-        let digests = Arc::new(pattern::fill_and_digest(nonce, &mut src, bytes, chunk));
+        pattern::fill_words(nonce, 0, &mut src);
         pattern::poison_words(poison_nonce, &mut dst);
-        self.prepared = Some(Prepared { bytes, nonce, poison_nonce, src, dst, digests });
+        self.prepared = Some(Prepared { bytes, nonce, poison_nonce, src, dst });
     }
 
     fn remember(&mut self, k: KnownProbe) {
@@ -227,16 +226,7 @@ impl Engine {
     /// A probe of `pair` that the receiver will recognise, without transferring it (used when
     /// an injection needs an earlier or foreign probe and none ran yet).
     fn synthetic_known(&mut self, pair_key: String, bytes: usize) -> KnownProbe {
-        let nonce = rand::random::<u64>();
-        let mut buf = vec![0u8; bytes];
-        pattern::fill(nonce, 0, &mut buf);
-        let k = KnownProbe {
-            id: self.next_id,
-            pair: pair_key,
-            nonce,
-            digests: Arc::new(pattern::digests(&buf, self.chunk_bytes())),
-            bytes,
-        };
+        let k = KnownProbe::new(self.next_id, pair_key, rand::random::<u64>(), bytes, self.chunk_bytes());
         self.next_id += 1;
         self.remember(k.clone());
         k
@@ -366,7 +356,7 @@ impl Engine {
         if self.prepared.as_ref().is_none_or(|p| p.bytes != bytes) {
             self.prepare_exact(bytes);
         }
-        let Some(Prepared { nonce, poison_nonce, mut src, mut dst, digests, .. }) = self.prepared.take() else {
+        let Some(Prepared { nonce, poison_nonce, mut src, mut dst, .. }) = self.prepared.take() else {
             unreachable!("prepared just above")
         };
         let src_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut src)[..bytes];
@@ -441,8 +431,9 @@ impl Engine {
             report.reported = r;
         }
         let history: Vec<KnownProbe> = self.history.iter().cloned().collect();
-        let v = verify::verify(dst_view, chunk, nonce, &digests, poison_nonce, &key, &history);
-        self.remember(KnownProbe { id, pair: key, nonce, digests, bytes });
+        let this = KnownProbe::new(id, key, nonce, bytes, chunk);
+        let v = verify::verify(dst_view, chunk, &this, poison_nonce, &history);
+        self.remember(this);
         self.spare = (src, dst);
 
         let verdict = match report.reported {

@@ -1,16 +1,21 @@
 //! What a probe carries: bytes derived from a per-probe nonce (no two probes alike), a poison
-//! the receiver writes before each probe, and per-chunk digests sent out of band.
+//! the receiver writes before each probe, the receiver's byte-for-byte check, and per-chunk
+//! digests to say what a bad chunk holds.
 //!
 //! Pattern: word `i` = `TABLE[i % 512] ^ key(nonce, i / 512)`: a fixed random table XORed with
 //! a key per 4 KiB block, derived from the nonce and the block's position. Bytes differ between
 //! probes (nonce), between blocks (position: a swapped or misplaced block shows) and within a
 //! block (table); the fill is a streaming XOR that runs near memory speed.
 //!
+//! Check: the receiver compares every byte with the pattern made again from the nonce (the
+//! nonce is all that travels out of band; [`matches`]). Digests are made only to say what a
+//! bad chunk holds instead (an earlier probe, another pair's, another chunk of this one).
+//!
 //! Digest: CRC32 (crc32fast, with run-time SIMD dispatch). The verification benchmark
 //! (`cargo bench -p railguard-agent --bench verify`) measured CRC32 faster than XXH3-64 on one
-//! core here (12.2 vs 7.4 GB/s, memcpy 10.1 GB/s), and only CRC32 met the ≥ 0.8× memcpy goal.
-//! A corrupt chunk escapes with probability 2^-32; a bad probe has many bad chunks or is
-//! rechecked on the next cycle, and CRC32 catches every burst of up to 32 flipped bits.
+//! core here (12.2 vs 7.4 GB/s, memcpy 10.1 GB/s). It was the check until the compare (a
+//! corrupt chunk could escape it with probability 2^-32); it now only names what a bad chunk
+//! holds, where a collision would at worst name it wrongly.
 
 /// Default chunk: small enough that a swapped or misdirected block is told apart, large
 /// enough that digests cost nothing to send (16 K digests for 1 GiB).
@@ -79,23 +84,48 @@ pub fn fill(nonce: u64, offset: u64, buf: &mut [u8]) {
     }
 }
 
-/// Fills the first `bytes` of `buf` with the pattern and returns the digest of each chunk,
-/// digesting each chunk while it is still in cache.
-pub fn fill_and_digest(nonce: u64, buf: &mut [u64], bytes: usize, chunk_bytes: usize) -> Vec<u64> {
-    debug_assert_eq!(chunk_bytes % 8, 0);
+/// The digest of each chunk of the first `bytes` of the probe's pattern, made a chunk at a time
+/// in a chunk-sized scratch buffer (what a receiver needs only to say what a bad chunk holds
+/// instead: an ok probe never makes them).
+pub fn pattern_digests(nonce: u64, bytes: usize, chunk_bytes: usize) -> Vec<u64> {
     let chunk_words = (chunk_bytes / 8).max(1);
-    let mut out = Vec::with_capacity(bytes.div_ceil(chunk_bytes.max(1)));
+    let chunk_bytes = chunk_words * 8;
+    let mut scratch = vec![0u64; chunk_words];
+    let mut out = Vec::with_capacity(bytes.div_ceil(chunk_bytes));
     let mut done = 0;
-    for (k, c) in buf.chunks_mut(chunk_words).enumerate() {
-        fill_words(nonce, (k * chunk_words) as u64, c);
-        if done < bytes {
-            let view: &[u8] = bytemuck::cast_slice(c);
-            let len = chunk_bytes.min(bytes - done).min(view.len());
-            out.push(digest(&view[..len]));
-            done += len;
-        }
+    while done < bytes {
+        fill_words(nonce, (done / 8) as u64, &mut scratch);
+        let len = chunk_bytes.min(bytes - done);
+        out.push(digest(&bytemuck::cast_slice::<u64, u8>(&scratch)[..len]));
+        done += len;
     }
     out
+}
+
+/// Whether `chunk`, which starts at byte `offset` of the probe (a multiple of 8), holds exactly
+/// the probe's pattern: every byte compared with the pattern made again from the nonce, a
+/// 4 KiB block at a time (a streaming XOR and OR, no digest in between, so nothing escapes
+/// the check by a digest collision).
+pub fn matches(nonce: u64, offset: u64, chunk: &[u8]) -> bool {
+    debug_assert_eq!(offset % 8, 0);
+    let mut w = offset / 8;
+    let mut pos = 0usize;
+    while chunk.len() - pos >= 8 {
+        let start = (w % BLOCK_WORDS as u64) as usize;
+        let n = (BLOCK_WORDS - start).min((chunk.len() - pos) / 8);
+        let key = block_key(nonce, w / BLOCK_WORDS as u64);
+        let mut acc = 0u64;
+        for (c, t) in chunk[pos..pos + n * 8].chunks_exact(8).zip(&TABLE[start..start + n]) {
+            acc |= u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])) ^ t ^ key;
+        }
+        if acc != 0 {
+            return false;
+        }
+        pos += n * 8;
+        w += n as u64;
+    }
+    let rest = &chunk[pos..];
+    rest.is_empty() || rest == &word(nonce, w).to_ne_bytes()[..rest.len()]
 }
 
 /// The poison the receiver writes before a probe: one word repeated. A chunk still equal to
@@ -149,9 +179,10 @@ mod tests {
     }
 
     #[test]
-    fn word_fill_byte_fill_and_fused_digests_agree() {
+    fn word_fill_byte_fill_and_pattern_digests_agree() {
         let mut words = vec![0u64; 3000];
-        let d = fill_and_digest(5, &mut words, 3000 * 8 - 3, 4096);
+        fill_words(5, 0, &mut words);
+        let d = pattern_digests(5, 3000 * 8 - 3, 4096);
         let mut bytes = vec![0u8; 3000 * 8 - 3];
         fill(5, 0, &mut bytes);
         let view: &[u8] = bytemuck::cast_slice(&words);
@@ -160,6 +191,30 @@ mod tests {
         let mut part = vec![0u64; 100];
         fill_words(5, 700, &mut part);
         assert_eq!(&part[..], &words[700..800]);
+    }
+
+    #[test]
+    fn matches_takes_exactly_the_pattern_at_its_offset() {
+        let mut a = vec![0u8; 3 * 4096 + 13];
+        fill(7, 0, &mut a);
+        assert!(matches(7, 0, &a));
+        // Any chunk at its offset, aligned to a block or not, with a short tail or none.
+        for (from, to) in [(0, 8), (8, 4096), (4096, 8192 + 5), (1000, a.len()), (a.len() - 5, a.len())] {
+            let from = from / 8 * 8;
+            assert!(matches(7, from as u64, &a[from..to]), "{from}..{to}");
+            assert!(!matches(8, from as u64, &a[from..to]), "another nonce {from}..{to}");
+        }
+        assert!(!matches(7, 8, &a[..4096]), "another offset");
+        // One flipped bit anywhere, the tail included, fails the chunk.
+        for at in [0, 7, 4095, 4096, 8191, a.len() - 1] {
+            let mut b = a.clone();
+            b[at] ^= 0x10;
+            assert!(!matches(7, 0, &b), "flip at {at}");
+        }
+        let mut p = vec![0u8; 4096];
+        poison(7, &mut p);
+        assert!(!matches(7, 0, &p));
+        assert!(matches(7, 0, &[]));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The receiver's check: every chunk's digest against what the sender said it sent, and for
-//! the chunks that differ, what is there instead.
+//! The receiver's check: every byte of every chunk against the probe's pattern (made again from
+//! its nonce), and for the chunks that differ, what is there instead.
 
 use std::collections::HashMap;
 
@@ -7,15 +7,29 @@ use railguard_schema::Diagnosis;
 
 use super::pattern;
 
-/// A probe the receiver remembers, to recognise its bytes later (stale or misdirected data).
+/// A probe the receiver checks, and remembers to recognise its bytes later (stale or
+/// misdirected data).
 #[derive(Debug, Clone)]
 pub struct KnownProbe {
     pub id: u64,
     pub pair: String,
     pub nonce: u64,
-    pub digests: std::sync::Arc<Vec<u64>>,
     /// Its size: bytes of another size cannot pass for it.
     pub bytes: usize,
+    chunk_bytes: usize,
+    /// Per-chunk digests of its pattern, made the first time a failed check needs them.
+    digests: std::sync::Arc<std::sync::OnceLock<Vec<u64>>>,
+}
+
+impl KnownProbe {
+    pub fn new(id: u64, pair: String, nonce: u64, bytes: usize, chunk_bytes: usize) -> Self {
+        KnownProbe { id, pair, nonce, bytes, chunk_bytes: chunk_bytes.max(1), digests: Default::default() }
+    }
+
+    /// The digest of each chunk of its pattern (made on first use, then kept).
+    pub fn digests(&self) -> &[u64] {
+        self.digests.get_or_init(|| pattern::pattern_digests(self.nonce, self.bytes, self.chunk_bytes))
+    }
 }
 
 /// What the receiver found.
@@ -47,24 +61,28 @@ enum Found {
     Corrupt { flips: u64, first_byte: usize },
 }
 
-/// Checks `received` against `expected` digests of the probe `nonce`. `poison_nonce` is what
-/// the receiver wrote before the probe; `history` holds recent probes (this pair's earlier
-/// ones and other pairs'), newest first.
+/// Checks `received`, chunk by chunk, byte for byte, against the pattern of `probe` (chunks of
+/// `chunk_bytes`, a multiple of 8). `poison_nonce` is what the receiver wrote before the probe;
+/// `history` holds recent probes (this pair's earlier ones and other pairs'), newest first.
+/// Digests (of the bad chunks, and of the probes they are matched against) are made only when
+/// a chunk is bad.
 pub fn verify(
     received: &[u8],
     chunk_bytes: usize,
-    nonce: u64,
-    expected: &[u64],
+    probe: &KnownProbe,
     poison_nonce: u64,
-    this_pair: &str,
     history: &[KnownProbe],
 ) -> Verification {
-    let chunk_bytes = chunk_bytes.max(1);
+    let chunk_bytes = (chunk_bytes / 8).max(1) * 8;
+    let (nonce, this_pair) = (probe.nonce, probe.pair.as_str());
     let mut bad: Vec<(usize, u64)> = Vec::new();
     for (i, chunk) in received.chunks(chunk_bytes).enumerate() {
-        let d = pattern::digest(chunk);
-        if expected.get(i) != Some(&d) {
-            bad.push((i, d));
+        // A chunk of another extent than the probe's own there (more or fewer bytes arrived than
+        // it has) is bad whatever it holds.
+        let start = i * chunk_bytes;
+        let same_extent = start + chunk.len() == (start + chunk_bytes).min(probe.bytes);
+        if !(same_extent && pattern::matches(nonce, start as u64, chunk)) {
+            bad.push((i, pattern::digest(chunk)));
         }
     }
     let chunks = received.len().div_ceil(chunk_bytes) as u32;
@@ -87,21 +105,21 @@ pub fn verify(
         });
         let f = if d == pd {
             Found::Untouched
-        } else if let Some(k) = history.iter().find(|k| k.pair == this_pair && k.digests.get(i) == Some(&d)) {
+        } else if let Some(k) = history.iter().find(|k| k.pair == this_pair && k.digests().get(i) == Some(&d)) {
             Found::Stale(k.id)
         } else if let Some(p) = other_pairs
             .get_or_insert_with(|| {
                 history
                     .iter()
                     .filter(|k| k.pair != this_pair)
-                    .flat_map(|k| k.digests.iter().map(move |d| (*d, k.pair.as_str())))
+                    .flat_map(|k| k.digests().iter().map(move |d| (*d, k.pair.as_str())))
                     .collect()
             })
             .get(&d)
         {
             Found::Misdirected((*p).to_owned())
         } else if let Some(j) = by_digest
-            .get_or_insert_with(|| expected.iter().enumerate().map(|(j, d)| (*d, j)).collect())
+            .get_or_insert_with(|| probe.digests().iter().enumerate().map(|(j, d)| (*d, j)).collect())
             .get(&d)
             .copied()
         {

@@ -130,7 +130,7 @@ fn probe_loop(
             },
         );
         for (at, pair) in plan.slots {
-            // Fill, digest and poison now, in the gap, so the probe is transfer + check.
+            // Fill and poison now, in the gap, so the probe is transfer + check.
             engine.prepare(plan.probe_bytes as usize);
             if !stop.sleep((cycle_start + at).saturating_duration_since(Instant::now())) {
                 return;
