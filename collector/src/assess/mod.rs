@@ -617,14 +617,26 @@ pub async fn due_nodes(pool: &PgPool, sweep: Sweep, now: DateTime<Utc>) -> Resul
 /// updates, for the whole write. A mark lost (the collector died in between) only makes the sweep
 /// assess the node again.
 async fn mark_assessed(pool: &PgPool, nodes: Option<&[String]>, now: DateTime<Utc>) {
-    let r = sqlx::query(
-        "UPDATE nodes SET assessed_at = $2
-         WHERE ($1::text[] IS NULL OR node_id = ANY($1)) AND (assessed_at IS NULL OR assessed_at < $2)",
-    )
-    .bind(nodes)
-    .bind(now)
-    .execute(pool)
-    .await;
+    // Two statements, not `$1 IS NULL OR …`: a cached generic plan of that could not use the
+    // primary key for a few nodes.
+    let r = match nodes {
+        Some(nodes) => {
+            sqlx::query(
+                "UPDATE nodes SET assessed_at = $2
+                 WHERE node_id = ANY($1) AND (assessed_at IS NULL OR assessed_at < $2)",
+            )
+            .bind(nodes)
+            .bind(now)
+            .execute(pool)
+            .await
+        }
+        None => {
+            sqlx::query("UPDATE nodes SET assessed_at = $1 WHERE assessed_at IS NULL OR assessed_at < $1")
+                .bind(now)
+                .execute(pool)
+                .await
+        }
+    };
     if let Err(e) = r {
         tracing::warn!(error = %e, "marking nodes assessed failed; the sweep will assess them again");
     }
