@@ -432,7 +432,7 @@ impl Engine {
         }
         let history: Vec<KnownProbe> = self.history.iter().cloned().collect();
         let this = KnownProbe::new(id, key, nonce, bytes, chunk);
-        let v = verify::verify(dst_view, chunk, &this, poison_nonce, &history);
+        let v = verify::verify(dst_view, &this, poison_nonce, &history);
         self.remember(this);
         self.spare = (src, dst);
 

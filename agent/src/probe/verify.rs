@@ -22,8 +22,11 @@ pub struct KnownProbe {
 }
 
 impl KnownProbe {
+    /// A probe of `bytes` checked in chunks of `chunk_bytes` (rounded down to whole 8-byte
+    /// words, at least one).
     pub fn new(id: u64, pair: String, nonce: u64, bytes: usize, chunk_bytes: usize) -> Self {
-        KnownProbe { id, pair, nonce, bytes, chunk_bytes: chunk_bytes.max(1), digests: Default::default() }
+        let chunk_bytes = (chunk_bytes / 8).max(1) * 8;
+        KnownProbe { id, pair, nonce, bytes, chunk_bytes, digests: Default::default() }
     }
 
     /// The digest of each chunk of its pattern (made on first use, then kept).
@@ -61,19 +64,13 @@ enum Found {
     Corrupt { flips: u64, first_byte: usize },
 }
 
-/// Checks `received`, chunk by chunk, byte for byte, against the pattern of `probe` (chunks of
-/// `chunk_bytes`, a multiple of 8). `poison_nonce` is what the receiver wrote before the probe;
+/// Checks `received`, chunk by chunk (the probe's chunks), byte for byte, against the pattern
+/// of `probe`. `poison_nonce` is what the receiver wrote before the probe;
 /// `history` holds recent probes (this pair's earlier ones and other pairs'), newest first.
 /// Digests (of the bad chunks, and of the probes they are matched against) are made only when
 /// a chunk is bad.
-pub fn verify(
-    received: &[u8],
-    chunk_bytes: usize,
-    probe: &KnownProbe,
-    poison_nonce: u64,
-    history: &[KnownProbe],
-) -> Verification {
-    let chunk_bytes = (chunk_bytes / 8).max(1) * 8;
+pub fn verify(received: &[u8], probe: &KnownProbe, poison_nonce: u64, history: &[KnownProbe]) -> Verification {
+    let chunk_bytes = probe.chunk_bytes;
     let (nonce, this_pair) = (probe.nonce, probe.pair.as_str());
     let mut bad: Vec<(usize, u64)> = Vec::new();
     for (i, chunk) in received.chunks(chunk_bytes).enumerate() {

@@ -595,11 +595,11 @@ impl Sweep {
 }
 
 /// The nodes `sweep` takes at `now`: not assessed since `now - sweep.period` (or never), oldest
-/// first, at most one `sweep.of`-th of the fleet (rounded up). Sorted by node id.
+/// first, at most one `sweep.of`-th of the fleet (rounded up), in that order.
 pub async fn due_nodes(pool: &PgPool, sweep: Sweep, now: DateTime<Utc>) -> Result<Vec<String>, sqlx::Error> {
     let before = chrono::TimeDelta::from_std(sweep.period).ok().and_then(|p| now.checked_sub_signed(p));
     let Some(before) = before else { return Ok(Vec::new()) };
-    let mut nodes: Vec<String> = sqlx::query_scalar(
+    sqlx::query_scalar(
         "SELECT node_id FROM nodes WHERE assessed_at IS NULL OR assessed_at <= $1
          ORDER BY assessed_at NULLS FIRST, node_id
          LIMIT (SELECT ceil(count(*) / $2::float8)::bigint FROM nodes)",
@@ -607,9 +607,7 @@ pub async fn due_nodes(pool: &PgPool, sweep: Sweep, now: DateTime<Utc>) -> Resul
     .bind(before)
     .bind(f64::from(sweep.of.max(1)))
     .fetch_all(pool)
-    .await?;
-    nodes.sort_unstable();
-    Ok(nodes)
+    .await
 }
 
 /// Marks `nodes` (every node: None) assessed at `now`, for the sweep. After the assessment has
