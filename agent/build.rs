@@ -1,5 +1,5 @@
-//! Builds the UCX bridge (agent/ucx/shim.c) and the eBPF object (ebpf/railguard.bpf.c) for the
-//! target architecture.
+//! Builds the UCX bridge (agent/ucx/shim.c), the eBPF object (ebpf/railguard.bpf.c) for the
+//! target architecture, and the probe pattern's GPU kernels (agent/cuda/pattern.cu) as PTX.
 //!
 //! Without UCX headers or clang the agent still builds (a developer's laptop), and says at run
 //! time what it lacks. `RAILGUARD_REQUIRE_NATIVE=1` (set by scripts/test.sh and the agent image)
@@ -21,6 +21,38 @@ fn main() {
     };
     build_ucx_shim(&gap);
     build_ebpf(&gap);
+    build_ptx(&gap);
+}
+
+/// The pattern kernels as PTX (clang's NVPTX back end; no CUDA toolkit needed), which the
+/// driver compiles for the GPU at load time. Without them probes in GPU memory are checked on
+/// the host (every probe downloaded). The same source compiled for the host (agent/cuda/host.c)
+/// lets the tests check the kernels' arithmetic on machines without a GPU.
+fn build_ptx(gap: &dyn Fn(String)) {
+    println!("cargo:rerun-if-changed=cuda/pattern.cu");
+    println!("cargo:rerun-if-changed=cuda/host.c");
+    println!("cargo:rustc-check-cfg=cfg(railguard_ptx)");
+    cc::Build::new().file("cuda/host.c").warnings(true).compile("railguard_pattern_host");
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("pattern.ptx");
+    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
+    // sm_60 (Pascal) and later: 64-bit atomic min on global memory; the driver JIT-compiles the
+    // PTX for newer GPUs (Hopper included).
+    let run = std::process::Command::new(&clang)
+        .args(["-x", "cuda", "--cuda-gpu-arch=sm_60", "--cuda-device-only", "-nocudainc", "-nocudalib", "-O3", "-S"])
+        .arg("-o")
+        .arg(&out)
+        .arg("cuda/pattern.cu")
+        .output();
+    match run {
+        Ok(o) if o.status.success() => println!("cargo:rustc-cfg=railguard_ptx"),
+        Ok(o) => gap(format!(
+            "the agent is built without its GPU pattern kernels ({clang} -x cuda failed: {}): probes in GPU memory are checked on the host",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => gap(format!(
+            "the agent is built without its GPU pattern kernels ({clang} not found: {e}): probes in GPU memory are checked on the host"
+        )),
+    }
 }
 
 /// With UCX headers the shim talks to libucp (loaded at run time); without them the ucx

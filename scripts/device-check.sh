@@ -50,8 +50,16 @@ python3 -c "import json,sys; t=json.load(open(sys.argv[1])); sys.exit(0 if t['gp
 # cuda_staged. Every clean check must pass.
 step selftest-tcp-gpu "$bin" selftest --transport tcp --memory gpu --bytes 64M --json
 memory_is "$out/selftest-tcp-gpu.txt" cuda_staged
-step probe-tcp-gpu "$bin" probe --transport tcp --memory gpu --nic all --bytes 64M --json
+step probe-tcp-gpu env RUST_LOG=info "$bin" probe --transport tcp --memory gpu --nic all --bytes 64M --json
 memory_is "$out/probe-tcp-gpu.txt" cuda_staged
+# The GPU fills, poisons and checks the probes itself (agent/cuda/pattern.cu, loaded as PTX and
+# checked against the host's pattern first): an ok probe is never copied to the host.
+grep -q "pattern_on_gpu=true" "$out/probe-tcp-gpu.txt" \
+  || fail "the GPU pattern kernels were not used (see the warning in $out/probe-tcp-gpu.txt)"
+# Faults on the GPU path: the self-test's injections are made on the host, its clean checks on
+# the GPU; every injected fault must still be caught.
+step selftest-tcp-gpu-kernels env RUST_LOG=info "$bin" selftest --transport tcp --memory gpu --bytes 8M --json
+grep -q "pattern_on_gpu=true" "$out/selftest-tcp-gpu-kernels.txt" || fail "the self-test did not use the GPU pattern kernels"
 
 # RDMA devices, if the machine has any: the NIC itself reads GPU memory (dma-buf or peermem),
 # so the buffers are GPU memory moved GPU to GPU: cuda.

@@ -60,7 +60,7 @@ pub struct TransportArgs {
     /// Largest single transfer: a larger probe moves as consecutive segments of this size, each
     /// with its own pattern, checked as it lands (the probe buffers stay this size). 0: each
     /// probe is one transfer.
-    #[arg(long, default_value = "8M", value_parser = parse_bytes_or_zero)]
+    #[arg(long, default_value = "1M", value_parser = parse_bytes_or_zero)]
     pub probe_segment: usize,
 }
 

@@ -111,9 +111,12 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// 8 MiB: two buffers of it are the agent's probe memory, and a segment's passes (fill,
-    /// poison, check) run out of the CPU's caches rather than DRAM.
-    pub const DEFAULT_SEGMENT_BYTES: usize = 8 << 20;
+    /// 1 MiB: two buffers of it are the agent's probe memory, and a segment's passes (fill, the
+    /// transfer's writes, the check and the next poison) run out of the core's own cache (2 MiB
+    /// of L2 on a Sapphire Rapids core; 1 MiB and the CCX's L3 on Zen 4; one RDMA work request
+    /// of the verbs transport). At 8 MiB they ran out of DRAM on a 2 MiB-L2 core: the agent
+    /// bench measured 0.62× the CPU at 1 MiB (docs/scaling.md).
+    pub const DEFAULT_SEGMENT_BYTES: usize = 1 << 20;
 }
 
 impl Default for EngineConfig {
@@ -128,14 +131,45 @@ impl Default for EngineConfig {
     }
 }
 
-/// Buffers ready for the next probe: source filled, destination poisoned.
+/// The next probe's nonces, and its host buffers: source filled and destination poisoned when
+/// `host_ready` (not when the GPU will do that work, see [`gpu`]).
 #[derive(Debug)]
 struct Prepared {
     bytes: usize,
     nonce: u64,
     poison_nonce: u64,
+    host_ready: bool,
+    /// `dst` already holds `poison_nonce`'s poison over the probe's `bytes` (written by the
+    /// last probe's check, [`verify::verify_then_poison`]).
+    dst_poisoned: bool,
     src: Vec<u64>,
     dst: Vec<u64>,
+}
+
+/// The receive buffer of the last probe, ready for the next one: the poison (nonce) it holds
+/// over how many bytes, when its check wrote one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SparePoison {
+    nonce: u64,
+    bytes: usize,
+}
+
+impl Prepared {
+    /// Fills the source and poisons the destination in host memory, if not done yet.
+    fn ready_host(&mut self) {
+        if self.host_ready {
+            return;
+        }
+        let words = self.bytes.div_ceil(8);
+        self.src.resize(words, 0);
+        self.dst.resize(words, 0);
+        pattern::fill_words(self.nonce, 0, &mut self.src);
+        if !self.dst_poisoned {
+            pattern::poison_words(self.poison_nonce, &mut self.dst);
+            self.dst_poisoned = true;
+        }
+        self.host_ready = true;
+    }
 }
 
 /// Runs probes. Patterns are made and checked in host memory; with a GPU (CUDA) the bytes
@@ -147,6 +181,8 @@ pub struct Engine {
     next_id: u64,
     prepared: Option<Prepared>,
     spare: (Vec<u64>, Vec<u64>),
+    /// What the spare receive buffer holds, when it is the next probe's poison.
+    spare_poison: Option<SparePoison>,
     /// Per GPU index: its buffers, or why GPU memory cannot be used (said once, then host).
     gpus: HashMap<u32, Result<GpuSlot, Arc<gpu::GpuError>>>,
 }
@@ -159,6 +195,7 @@ impl Engine {
             next_id: 1,
             prepared: None,
             spare: (Vec::new(), Vec::new()),
+            spare_poison: None,
             gpus: HashMap::new(),
         }
     }
@@ -167,7 +204,10 @@ impl Engine {
     fn gpu_slot(&mut self, pair: &Pair, bytes: usize) -> Result<&mut GpuSlot, Arc<gpu::GpuError>> {
         let entry = self.gpus.entry(pair.gpu).or_insert_with(|| {
             let cuda = gpu::Cuda::open(pair.gpu_bdf, pair.gpu)?;
-            tracing::info!(gpu = pair.gpu, cuda = cuda.ordinal, name = %cuda.name, dma_buf = cuda.dma_buf, "probe buffers in GPU memory");
+            tracing::info!(gpu = pair.gpu, cuda = cuda.ordinal, name = %cuda.name, dma_buf = cuda.dma_buf, pattern_on_gpu = cuda.kernels.is_ok(), "probe buffers in GPU memory");
+            if let Err(e) = &cuda.kernels {
+                tracing::warn!(gpu = pair.gpu, reason = %e, "the host fills and checks this GPU's probes (each one copied to the host)");
+            }
             Ok(GpuSlot::new(cuda, bytes)?)
         });
         let slot = match entry {
@@ -195,27 +235,41 @@ impl Engine {
         }
     }
 
-    /// Readies buffers for a probe of `bytes` (its first segment) ahead of time (fresh nonce,
-    /// source filled, destination poisoned), so the probe itself is the transfer
-    /// and the check. The probe loop calls it while it waits for the next slot.
-    pub fn prepare(&mut self, bytes: usize) {
+    /// Readies buffers for a probe of `pair` of `bytes` (its first segment) ahead of time
+    /// (fresh nonce; in host memory, source filled and destination poisoned), so the probe
+    /// itself is the transfer and the check. The probe loop calls it while it waits for the
+    /// next slot. A pair whose GPU makes and checks the pattern itself needs no host work.
+    pub fn prepare(&mut self, pair: &Pair, bytes: usize) {
         let bytes = self.segment_len(bytes);
+        let on_gpu = self.cfg.memory != MemoryPref::Host
+            && bytes.is_multiple_of(8)
+            && matches!(self.gpus.get(&pair.gpu), Some(Ok(slot)) if slot.cuda.kernels.is_ok());
         self.prepare_exact(bytes);
+        if !on_gpu && let Some(p) = self.prepared.as_mut() {
+            p.ready_host();
+        }
     }
 
+    /// Fresh nonces for a probe of `bytes`; host buffers are made ready when needed
+    /// ([`Prepared::ready_host`]).
+    /// A receive buffer that already holds a poison of its own over `bytes` keeps it (its
+    /// nonce was drawn fresh when it was written); any other is poisoned when made ready.
     fn prepare_exact(&mut self, bytes: usize) {
-        let (mut src, mut dst) = match self.prepared.take() {
-            Some(p) => (p.src, p.dst),
-            None => std::mem::take(&mut self.spare),
+        let (src, dst, poisoned) = match self.prepared.take() {
+            Some(p) => {
+                let held = p.dst_poisoned.then_some(SparePoison { nonce: p.poison_nonce, bytes: p.bytes });
+                (p.src, p.dst, held)
+            }
+            None => {
+                let (src, dst) = std::mem::take(&mut self.spare);
+                (src, dst, self.spare_poison.take())
+            }
         };
-        let words = bytes.div_ceil(8);
-        src.resize(words, 0);
-        dst.resize(words, 0);
+        let held = poisoned.filter(|p| p.bytes == bytes);
         let nonce = rand::random::<u64>();
-        let poison_nonce = rand::random::<u64>();
-        pattern::fill_words(nonce, 0, &mut src);
-        pattern::poison_words(poison_nonce, &mut dst);
-        self.prepared = Some(Prepared { bytes, nonce, poison_nonce, src, dst });
+        let poison_nonce = held.map_or_else(rand::random::<u64>, |p| p.nonce);
+        self.prepared =
+            Some(Prepared { bytes, nonce, poison_nonce, host_ready: false, dst_poisoned: held.is_some(), src, dst });
     }
 
     fn remember(&mut self, k: KnownProbe) {
@@ -318,6 +372,11 @@ impl Engine {
                     v.chunks += o.receiver.chunks;
                     v.bad_chunks += o.receiver.bad_chunks;
                     v.bit_flips += o.receiver.bit_flips;
+                    // A fault injected into any segment (a bit flip goes to the last) makes the
+                    // whole probe an injection: self-test history, never evidence.
+                    if r.injected == Injected::None {
+                        r.injected = o.result.injected;
+                    }
                     if r.verdict == ProbeVerdict::Ok && o.result.verdict != ProbeVerdict::Ok {
                         r.verdict = o.result.verdict;
                         r.reported = o.result.reported;
@@ -356,9 +415,25 @@ impl Engine {
         if self.prepared.as_ref().is_none_or(|p| p.bytes != bytes) {
             self.prepare_exact(bytes);
         }
-        let Some(Prepared { nonce, poison_nonce, mut src, mut dst, .. }) = self.prepared.take() else {
-            unreachable!("prepared just above")
+        let (timeout, pref) = (self.cfg.timeout, self.cfg.memory);
+        // Where the pair's buffers live: its GPU, unless host memory is asked for (`None`) or
+        // the GPU cannot be used (`Some(why)`). The GPU fills, poisons and checks them itself
+        // when it has the kernels, unless a fault must change what travels (the host makes
+        // those bytes, as on every other path).
+        let gpu: Result<bool, Option<Arc<gpu::GpuError>>> = if pref == MemoryPref::Host {
+            Err(None)
+        } else {
+            self.gpu_slot(pair, bytes).map(|s| s.cuda.kernels.is_ok()).map_err(Some)
         };
+        let gpu_pattern = matches!(gpu, Ok(true)) && fault.is_none() && bytes.is_multiple_of(8);
+        let Some(mut prepared) = self.prepared.take() else { unreachable!("prepared just above") };
+        if !gpu_pattern {
+            prepared.ready_host();
+        }
+        let Prepared { nonce, poison_nonce, mut src, mut dst, .. } = prepared;
+        let words = bytes.div_ceil(8);
+        src.resize(words, 0);
+        dst.resize(words, 0);
         let src_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut src)[..bytes];
 
         // Injections change what travels (and so must be caught by the receiver), or make the
@@ -406,14 +481,22 @@ impl Engine {
             }
         }
         let dst_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut dst)[..bytes];
-        let (timeout, pref) = (self.cfg.timeout, self.cfg.memory);
-        // Where the pair's buffers live: its GPU, unless host memory is asked for (`None`) or
-        // the GPU cannot be used (`Some(why)`).
-        let slot = if pref == MemoryPref::Host { Err(None) } else { self.gpu_slot(pair, bytes).map_err(Some) };
+        let slot = match gpu {
+            Ok(_) => self.gpu_slot(pair, bytes).map_err(Some),
+            Err(e) => Err(e),
+        };
         let on_gpu = slot.is_ok();
+        // Set when the GPU compared every byte and all matched: nothing to download or check.
+        let mut clean_on_gpu = false;
         let (mut report, duration_ns) = match (skip, slot) {
             // Nothing moved.
             (Some(r), _) => (r, 0),
+            (None, Ok(slot)) if gpu_pattern => {
+                let g =
+                    gpu_pattern_transfer(slot, transport, &pair.nic, nonce, poison_nonce, dst_view, timeout, sabotage);
+                clean_on_gpu = g.clean;
+                (g.report, g.ns)
+            }
             (None, Ok(slot)) => gpu_transfer(slot, transport, &pair.nic, src_view, dst_view, timeout, sabotage),
             (None, Err(Some(why))) if pref == MemoryPref::Gpu => {
                 (TransferReport::error(format!("GPU memory required (--memory gpu): {why}")), 0)
@@ -430,11 +513,20 @@ impl Engine {
             // for a failed read. A real transport's own report is never overwritten.
             report.reported = r;
         }
-        let history: Vec<KnownProbe> = self.history.iter().cloned().collect();
         let this = KnownProbe::new(id, key, nonce, bytes, chunk);
-        let v = verify::verify(dst_view, &this, poison_nonce, &history);
+        // The receiver's check; on the host it also poisons the buffer for the next probe of
+        // this size as it goes (one pass over the buffer, not two).
+        let (v, spare_poison) = if clean_on_gpu {
+            (Verification::clean(bytes, chunk), None)
+        } else {
+            let history: Vec<KnownProbe> = self.history.iter().cloned().collect();
+            let next = rand::random::<u64>();
+            let (v, poisoned) = verify::verify_then_poison(dst_view, &this, poison_nonce, &history, next);
+            (v, poisoned.then_some(SparePoison { nonce: next, bytes }))
+        };
         self.remember(this);
         self.spare = (src, dst);
+        self.spare_poison = spare_poison;
 
         let verdict = match report.reported {
             Reported::Nothing => ProbeVerdict::Timeout,
@@ -512,6 +604,67 @@ fn gpu_transfer(
         return (TransferReport::error(format!("GPU memory: reading the destination back: {e}")), ns);
     }
     (report, ns)
+}
+
+/// What [`gpu_pattern_transfer`] did.
+struct GpuPatternTransfer {
+    report: TransferReport,
+    /// The transport's time.
+    ns: u64,
+    /// The GPU compared every byte of the destination and all matched; otherwise `dst` holds
+    /// what the receiver must check on the host (the destination, or the poison where nothing
+    /// could be read back).
+    clean: bool,
+}
+
+/// A probe whose pattern the GPU makes and checks: fill the source and poison the destination
+/// on the GPU, let the transport move GPU memory to GPU memory, compare every byte of the
+/// destination on the GPU. Only a destination that failed the compare (or that the GPU could
+/// not compare) is downloaded into `dst`, for the receiver to work out what it holds instead.
+#[allow(clippy::too_many_arguments)] // one probe's parts, each used once
+fn gpu_pattern_transfer(
+    slot: &mut GpuSlot,
+    transport: &mut dyn ProbeTransport,
+    nic: &str,
+    nonce: u64,
+    poison_nonce: u64,
+    dst: &mut [u8],
+    timeout: Duration,
+    sabotage: Sabotage,
+) -> GpuPatternTransfer {
+    let k = match &slot.cuda.kernels {
+        Ok(k) => k.clone(),
+        Err(e) => {
+            return GpuPatternTransfer {
+                report: TransferReport::error(format!("GPU memory: {e}")),
+                ns: 0,
+                clean: false,
+            };
+        }
+    };
+    let poison_word = pattern::poison_word(poison_nonce);
+    if let Err(e) = slot.src.fill_pattern(&k, nonce).and_then(|()| slot.dst.poison(&k, poison_word)) {
+        // Nothing moved: the receiver sees its poison.
+        pattern::poison(poison_nonce, dst);
+        return GpuPatternTransfer { report: TransferReport::error(format!("GPU memory: {e}")), ns: 0, clean: false };
+    }
+    let started = Instant::now();
+    let report = transport.transfer_device(nic, &slot.src, &mut slot.dst, timeout, sabotage);
+    let ns = started.elapsed().as_nanos() as u64;
+    match slot.dst.check_pattern(&k, nonce) {
+        Ok(c) if c.bad_words == 0 => return GpuPatternTransfer { report, ns, clean: true },
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "the GPU could not check a probe; the host checks it"),
+    }
+    if let Err(e) = slot.dst.download(dst) {
+        pattern::poison(poison_nonce, dst);
+        return GpuPatternTransfer {
+            report: TransferReport::error(format!("GPU memory: reading the destination back: {e}")),
+            ns,
+            clean: false,
+        };
+    }
+    GpuPatternTransfer { report, ns, clean: false }
 }
 
 /// What the receiver must conclude under each fault (docs/how-railguard-decides.md §1: a failed read that the

@@ -170,6 +170,9 @@ fn a_probe_larger_than_a_segment_moves_in_segments_and_reads_as_one() {
     for kind in FaultKind::ALL {
         let out = e.probe(&mut t, &pair, bytes, Some(&Fault::new(kind)));
         assert_eq!((out.result.verdict, out.result.diagnosis), expected(kind), "{kind:?}: {out:#?}");
+        // On a real transport the fault is an injection, whichever segment it went to (a bit
+        // flip goes to the last): the probe is self-test history, not evidence.
+        assert_eq!(out.result.injected, Injected::from(kind), "{kind:?}");
         assert_eq!(e.probe(&mut t, &pair, bytes, None).result.verdict, ProbeVerdict::Ok, "after {kind:?}");
     }
     // A rejected DMA read leaves every segment untouched: every chunk of the probe is bad.
@@ -192,7 +195,7 @@ fn a_probe_larger_than_a_segment_moves_in_segments_and_reads_as_one() {
 #[test]
 fn the_buffers_stay_the_size_of_a_segment() {
     let mut e = segmented(1 << 20);
-    e.prepare(64 << 20);
+    e.prepare(&Pair::named(0, "mlx5_0"), 64 << 20);
     assert_eq!(e.prepared.as_ref().map(|p| p.src.len() * 8), Some(1 << 20));
     let out = e.probe(&mut SimFabric, &Pair::named(0, "mlx5_0"), 64 << 20, None);
     assert_eq!(out.result.verdict, ProbeVerdict::Ok);
@@ -200,6 +203,40 @@ fn the_buffers_stay_the_size_of_a_segment() {
     assert!(e.spare.0.len() * 8 <= 1 << 20 && e.spare.1.len() * 8 <= 1 << 20);
     // Segments off: one transfer of the whole probe.
     let mut whole = segmented(0);
-    whole.prepare(4 << 20);
+    whole.prepare(&Pair::named(0, "mlx5_0"), 4 << 20);
     assert_eq!(whole.prepared.as_ref().map(|p| p.src.len() * 8), Some(4 << 20));
+}
+
+#[test]
+fn an_ok_probes_check_leaves_the_next_probes_poison_and_a_failed_one_does_not() {
+    let mut e = engine();
+    let pair = Pair::named(0, "mlx5_0");
+    // One segment (the default is 1 MiB), its last chunk short.
+    let bytes = (512 << 10) + 13;
+    let poisoned = |e: &Engine| {
+        let p = e.prepared.as_ref().expect("prepared");
+        let mut want = vec![0u8; bytes];
+        pattern::poison(p.poison_nonce, &mut want);
+        (p.dst_poisoned, bytemuck::cast_slice::<u64, u8>(&p.dst)[..bytes] == want[..])
+    };
+    assert_eq!(e.probe(&mut SimFabric, &pair, bytes, None).result.verdict, ProbeVerdict::Ok);
+    e.prepare(&pair, bytes);
+    assert_eq!(poisoned(&e), (true, true), "the check wrote the next probe's poison; prepare kept it");
+    // The kept poison is the one the receiver checks against: a drop reads as untouched.
+    let dropped = e.probe(&mut SimFabric, &pair, bytes, Some(&Fault::new(FaultKind::Drop)));
+    assert_eq!((dropped.result.diagnosis, dropped.receiver.bad_chunks), (Diagnosis::Untouched, 9));
+    // A failed check leaves the bad chunks as they arrived: prepare poisons the whole buffer.
+    let flipped = e.probe(&mut SimFabric, &pair, bytes, Some(&Fault::new(FaultKind::Bitflip)));
+    assert_eq!(flipped.result.diagnosis, Diagnosis::Corrupt);
+    assert!(e.spare_poison.is_none());
+    e.prepare(&pair, bytes);
+    assert_eq!(poisoned(&e), (true, true));
+    // Another size: the buffer is poisoned again for it.
+    assert_eq!(e.probe(&mut SimFabric, &pair, bytes, None).result.verdict, ProbeVerdict::Ok);
+    e.prepare(&pair, 4096);
+    assert!(!e.prepared.as_ref().is_some_and(|p| p.dst_poisoned && p.bytes != 4096));
+    assert_eq!(
+        e.probe(&mut SimFabric, &pair, 4096, Some(&Fault::new(FaultKind::Drop))).result.diagnosis,
+        Diagnosis::Untouched
+    );
 }

@@ -49,6 +49,13 @@ pub struct Verification {
 }
 
 impl Verification {
+    /// Every byte of a probe of `bytes` matched (found by a check that compared them all: the
+    /// host's [`verify`], or the GPU's compare in GPU memory).
+    pub fn clean(bytes: usize, chunk_bytes: usize) -> Self {
+        let chunk = (chunk_bytes / 8).max(1) * 8;
+        Verification { chunks: bytes.div_ceil(chunk) as u32, ..Default::default() }
+    }
+
     pub fn ok(&self) -> bool {
         self.bad_chunks == 0
     }
@@ -71,17 +78,59 @@ enum Found {
 /// a chunk is bad.
 pub fn verify(received: &[u8], probe: &KnownProbe, poison_nonce: u64, history: &[KnownProbe]) -> Verification {
     let chunk_bytes = probe.chunk_bytes;
-    let (nonce, this_pair) = (probe.nonce, probe.pair.as_str());
     let mut bad: Vec<(usize, u64)> = Vec::new();
     for (i, chunk) in received.chunks(chunk_bytes).enumerate() {
-        // A chunk of another extent than the probe's own there (more or fewer bytes arrived than
-        // it has) is bad whatever it holds.
         let start = i * chunk_bytes;
-        let same_extent = start + chunk.len() == (start + chunk_bytes).min(probe.bytes);
-        if !(same_extent && pattern::matches(nonce, start as u64, chunk)) {
+        if !(same_extent(probe, start, chunk.len()) && pattern::matches(probe.nonce, start as u64, chunk)) {
             bad.push((i, pattern::digest(chunk)));
         }
     }
+    diagnose(received, probe, poison_nonce, history, bad)
+}
+
+/// [`verify`], and every chunk that matched then holds the next probe's poison
+/// (`next_poison_nonce`), written while the chunk is still in cache: the receiver's check and
+/// its poison for the next probe are one pass over memory. The chunks that did not match are
+/// left as they arrived (the diagnosis reads them). Returns whether the whole of `received`
+/// now holds the next probe's poison (every chunk matched).
+pub fn verify_then_poison(
+    received: &mut [u8],
+    probe: &KnownProbe,
+    poison_nonce: u64,
+    history: &[KnownProbe],
+    next_poison_nonce: u64,
+) -> (Verification, bool) {
+    let chunk_bytes = probe.chunk_bytes;
+    let next = pattern::poison_word(next_poison_nonce);
+    let mut bad: Vec<(usize, u64)> = Vec::new();
+    for (i, chunk) in received.chunks_mut(chunk_bytes).enumerate() {
+        let start = i * chunk_bytes;
+        if !(same_extent(probe, start, chunk.len())
+            && pattern::matches_then_poison(probe.nonce, start as u64, chunk, next))
+        {
+            bad.push((i, pattern::digest(chunk)));
+        }
+    }
+    let poisoned = bad.is_empty();
+    (diagnose(received, probe, poison_nonce, history, bad), poisoned)
+}
+
+/// Whether a chunk of `len` bytes at `start` has the probe's own extent there: a chunk of
+/// another extent (more or fewer bytes arrived than the probe has) is bad whatever it holds.
+fn same_extent(probe: &KnownProbe, start: usize, len: usize) -> bool {
+    start + len == (start + probe.chunk_bytes).min(probe.bytes)
+}
+
+/// What the chunks in `bad` (index, digest) hold instead of the probe's pattern.
+fn diagnose(
+    received: &[u8],
+    probe: &KnownProbe,
+    poison_nonce: u64,
+    history: &[KnownProbe],
+    bad: Vec<(usize, u64)>,
+) -> Verification {
+    let chunk_bytes = probe.chunk_bytes;
+    let (nonce, this_pair) = (probe.nonce, probe.pair.as_str());
     let chunks = received.len().div_ceil(chunk_bytes) as u32;
     let mut v = Verification { chunks, bad_chunks: bad.len() as u32, ..Default::default() };
     if bad.is_empty() {

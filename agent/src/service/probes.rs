@@ -131,7 +131,7 @@ fn probe_loop(
         );
         for (at, pair) in plan.slots {
             // Fill and poison now, in the gap, so the probe is transfer + check.
-            engine.prepare(plan.probe_bytes as usize);
+            engine.prepare(&pair, plan.probe_bytes as usize);
             if !stop.sleep((cycle_start + at).saturating_duration_since(Instant::now())) {
                 return;
             }
@@ -157,7 +157,7 @@ fn probe_loop(
             loop {
                 attempts += 1;
                 if attempts > 1 {
-                    engine.prepare(plan.probe_bytes as usize);
+                    engine.prepare(&pair, plan.probe_bytes as usize);
                 }
                 let out = engine.probe(
                     t.as_mut(),
