@@ -300,8 +300,8 @@ pub async fn load(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> 
                  WHERE (r->>'gpu')::int = p.gpu_index LIMIT 1) AS workload_pair
          FROM pairs p
          LEFT JOIN snap s ON s.node_id = p.node_id
-         LEFT JOIN topology_paths tp ON tp.snapshot_id = s.record_id AND tp.a = 'GPU' || p.gpu_index AND tp.b = p.nic
-         LEFT JOIN topology_gpus tg ON tg.snapshot_id = s.record_id AND tg.gpu_index = p.gpu_index
+         LEFT JOIN topology_paths tp ON tp.node_id = s.node_id AND tp.snapshot_id = s.record_id AND tp.a = 'GPU' || p.gpu_index AND tp.b = p.nic
+         LEFT JOIN topology_gpus tg ON tg.node_id = s.node_id AND tg.snapshot_id = s.record_id AND tg.gpu_index = p.gpu_index
          ORDER BY 1, 2, 3",
     )
     .bind(since)

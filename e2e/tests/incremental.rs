@@ -27,6 +27,27 @@ async fn status(pg: &TestPg, node: &str, gpu: i32) -> (String, DateTime<Utc>) {
         .unwrap()
 }
 
+/// Twelve registered nodes, node-00..node-11, each with a seed-like topology.
+async fn twelve_nodes(store: &Store) -> Vec<String> {
+    let names: Vec<String> = (0..12).map(|i| format!("node-{i:02}")).collect();
+    for n in &names {
+        let node = NodeId::new(n.clone()).unwrap();
+        store.register_node(&node, n, "test").await.unwrap();
+        let t = Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap();
+        store.ingest(&node, vec![t], 0).await.unwrap();
+    }
+    names
+}
+
+/// The nodes whose last assessment was at `t`.
+async fn assessed_at(pg: &TestPg, t: DateTime<Utc>) -> Vec<String> {
+    sqlx::query_scalar("SELECT node_id FROM nodes WHERE assessed_at = $1 ORDER BY node_id")
+        .bind(t)
+        .fetch_all(&pg.pool)
+        .await
+        .unwrap()
+}
+
 async fn pending(pg: &TestPg) -> Vec<String> {
     sqlx::query_scalar("SELECT node_id FROM nodes WHERE evidence_pending ORDER BY node_id")
         .fetch_all(&pg.pool)
@@ -141,23 +162,7 @@ async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
     let pg = TestPg::start().await;
     let store = Store::new(pg.pool.clone());
     let cfg = AssessConfig::default();
-    let names: Vec<String> = (0..12).map(|i| format!("node-{i:02}")).collect();
-    for n in &names {
-        let node = NodeId::new(n.clone()).unwrap();
-        store.register_node(&node, n, "test").await.unwrap();
-        let t = Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap();
-        store.ingest(&node, vec![t], 0).await.unwrap();
-    }
-    let assessed_at = |now: DateTime<Utc>| {
-        let pool = pg.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, String>("SELECT node_id FROM nodes WHERE assessed_at = $1 ORDER BY node_id")
-                .bind(now)
-                .fetch_all(&pool)
-                .await
-                .unwrap()
-        }
-    };
+    let names = twelve_nodes(&store).await;
     assert_eq!(
         Sweep::new(std::time::Duration::from_secs(300), std::time::Duration::from_secs(10)),
         Sweep { period: std::time::Duration::from_secs(300), of: 30 }
@@ -166,7 +171,7 @@ async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
     let t0 = Utc::now().trunc_subsecs(6);
     let full = assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap();
     assert!(full.full && full.nodes == 12);
-    assert_eq!(assessed_at(t0).await, names, "a pass over the fleet marks every node assessed");
+    assert_eq!(assessed_at(&pg, t0).await, names, "a pass over the fleet marks every node assessed");
 
     // Statuses no new evidence would correct (what the sweep is the safety net for): reasons that
     // no longer say what the evidence does.
@@ -188,7 +193,7 @@ async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
     store.ingest(&node5, vec![probe_at(0, &nic, ProbeVerdict::Ok, at(20))], 0).await.unwrap();
     let pass = assess_pass(&pg.pool, &cfg, Some(at(10)), at(30), Some(sweep)).await.unwrap();
     assert!(pass.nodes == 1 && pass.swept == 0, "{pass:?}");
-    assert_eq!(assessed_at(at(30)).await, ["node-05"]);
+    assert_eq!(assessed_at(&pg, at(30)).await, ["node-05"]);
 
     // From t0 + 60 s the other eleven are due, three a pass, oldest first (then by id); node-05
     // only once its own period has passed, and then before the nodes due after it.
@@ -203,7 +208,7 @@ async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
     ] {
         let pass = assess_pass(&pg.pool, &cfg, Some(prev), at(s), Some(sweep)).await.unwrap();
         assert!(!pass.full && pass.nodes == expected.len() && pass.swept == expected.len(), "+{s} s: {pass:?}");
-        assert_eq!(assessed_at(at(s)).await, expected, "+{s} s");
+        assert_eq!(assessed_at(&pg, at(s)).await, expected, "+{s} s");
         swept.extend(expected.into_iter().map(str::to_owned));
         prev = at(s);
     }
@@ -216,7 +221,116 @@ async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
     assert_eq!(stale, 0, "the sweep corrected every status");
     // A node assessed later than a pass's evidence time keeps its later mark.
     assess_and_store_at(&pg.pool, Some(&["node-00".to_owned()]), &cfg, at(50)).await.unwrap();
-    assert_eq!(assessed_at(at(60)).await, ["node-00", "node-01", "node-02"]);
+    assert_eq!(assessed_at(&pg, at(60)).await, ["node-00", "node-01", "node-02"]);
+}
+
+/// A pass past `--assess-max-nodes` takes the nodes assessed longest ago and leaves the rest
+/// pending; the next passes take them first, so every node with new evidence is assessed within
+/// a few passes and none waits behind nodes assessed after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pass_past_its_bound_takes_the_nodes_assessed_longest_ago_and_leaves_the_rest_pending() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let cfg = AssessConfig { max_nodes: 5, ..AssessConfig::default() };
+    let names = twelve_nodes(&store).await;
+    let t0 = Utc::now().trunc_subsecs(6);
+    let at = |s: i64| t0 + Duration::seconds(s);
+    let full = assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap();
+    assert!(full.full && full.nodes == 12, "a full pass is not bounded: {full:?}");
+    // node-06..11 assessed again later than node-00..05.
+    assess_and_store_at(&pg.pool, Some(&names[6..]), &cfg, at(5)).await.unwrap();
+    // Every node brings evidence.
+    let nic: String = sqlx::query_scalar(
+        "SELECT workload_nic FROM gpu_status WHERE node_id = 'node-00' AND gpu_index = 0 AND workload_nic IS NOT NULL",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    for n in &names {
+        let node = NodeId::new(n.clone()).unwrap();
+        store.ingest(&node, vec![probe_at(0, &nic, ProbeVerdict::Ok, at(8))], 0).await.unwrap();
+    }
+    assert_eq!(pending(&pg).await, names);
+    let mut prev = at(5);
+    for (s, taken, left) in [
+        (10, vec!["node-00", "node-01", "node-02", "node-03", "node-04"], 7),
+        (20, vec!["node-05", "node-06", "node-07", "node-08", "node-09"], 2),
+        (30, vec!["node-10", "node-11"], 0),
+    ] {
+        let pass = assess_pass(&pg.pool, &cfg, Some(prev), at(s), None).await.unwrap();
+        assert_eq!((pass.nodes, pass.swept, pass.deferred), (taken.len(), 0, left), "+{s} s: {pass:?}");
+        assert_eq!(assessed_at(&pg, at(s)).await, taken, "+{s} s: the nodes assessed longest ago first");
+        let waiting = pending(&pg).await;
+        assert_eq!(waiting.len(), left, "+{s} s: the rest left pending: {waiting:?}");
+        assert!(waiting.iter().all(|n| !taken.contains(&n.as_str())));
+        prev = at(s);
+    }
+    let pass = assess_pass(&pg.pool, &cfg, Some(prev), at(40), None).await.unwrap();
+    assert_eq!(pass.nodes, 0, "nothing left: {pass:?}");
+    // Unbounded (0), the same evidence is one pass.
+    for n in &names {
+        let node = NodeId::new(n.clone()).unwrap();
+        store.ingest(&node, vec![probe_at(0, &nic, ProbeVerdict::Ok, at(45))], 0).await.unwrap();
+    }
+    let unbounded = AssessConfig { max_nodes: 0, ..AssessConfig::default() };
+    let pass = assess_pass(&pg.pool, &unbounded, Some(at(40)), at(50), None).await.unwrap();
+    assert_eq!((pass.nodes, pass.deferred), (12, 0));
+}
+
+/// A day partition that was never analyzed gets statistics once it holds rows, before the
+/// pass that reads it; once analyzed it is left to autovacuum.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_partition_with_rows_is_analyzed_once() {
+    use railguard_collector::store::{ANALYZE_MIN_CHANGES, analyze_new_partitions};
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let node = NodeId::new("node-a").unwrap();
+    store.register_node(&node, "node-a", "test").await.unwrap();
+    assert!(analyze_new_partitions(&pg.pool).await.unwrap().is_empty(), "nothing written yet");
+    let rows = usize::try_from(ANALYZE_MIN_CHANGES).unwrap() + 200;
+    for batch in 0..rows / 100 {
+        let probes: Vec<Record> = (0..100)
+            .map(|i| {
+                probe_at(
+                    i % 8,
+                    &format!("mlx5_{}", i % 8),
+                    ProbeVerdict::Ok,
+                    Utc::now() - Duration::seconds(batch as i64),
+                )
+            })
+            .collect();
+        store.ingest(&node, probes, 0).await.unwrap();
+        if batch == 0 {
+            // Autovacuum kept off the partition the first batch made: the test is about what
+            // happens before its first visit, whenever that would come.
+            sqlx::query(
+                "DO $$ DECLARE r record; BEGIN
+                   FOR r IN SELECT inhrelid::regclass AS part FROM pg_inherits WHERE inhparent = 'probe_results'::regclass LOOP
+                     EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', r.part);
+                   END LOOP; END $$",
+            )
+            .execute(&pg.pool)
+            .await
+            .unwrap();
+        }
+    }
+    // The writers' counts reach the statistics views within a few seconds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let analyzed = loop {
+        let done = analyze_new_partitions(&pg.pool).await.unwrap();
+        if !done.is_empty() || std::time::Instant::now() > deadline {
+            break done;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    assert!(analyzed.iter().any(|p| p.starts_with("probe_results")), "{analyzed:?}");
+    let stats: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stats WHERE tablename = ANY($1)")
+        .bind(&analyzed)
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert!(stats > 0, "the planner has column statistics for {analyzed:?}");
+    assert!(analyze_new_partitions(&pg.pool).await.unwrap().is_empty(), "analyzed once, then autovacuum's");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,8 +4,10 @@
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use chrono::{DateTime, Duration, DurationRound, TimeDelta, Utc};
+use railguard_agent::topology::fixture;
 use railguard_collector::store::rollup::hour_of;
 use railguard_collector::store::{Store, Tiers};
+use railguard_e2e::scripted::{topo_rec, topology};
 use railguard_e2e::*;
 use railguard_schema::*;
 use serde_json::Value;
@@ -234,7 +236,7 @@ async fn history_is_keyed_node_first_and_ids_are_per_node() {
         "SELECT c.relname::text, (SELECT a.attname::text FROM pg_attribute a
                                   WHERE a.attrelid = c.oid AND a.attnum = i.indkey[0])
          FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
-         WHERE c.relkind = 'p' OR c.relname = 'gpu_status_changes' ORDER BY 1",
+         WHERE c.relkind = 'p' OR c.relname = 'gpu_status_changes' OR c.relname LIKE 'topology\\_%' ORDER BY 1",
     )
     .fetch_all(&pg.pool)
     .await
@@ -251,7 +253,11 @@ async fn history_is_keyed_node_first_and_ids_are_per_node() {
             "probe_rollups_daily",
             "probe_summaries",
             "probe_summary_sets",
-            "signal_events"
+            "signal_events",
+            "topology_gpus",
+            "topology_nics",
+            "topology_paths",
+            "topology_snapshots"
         ]
     );
     assert!(keys.iter().all(|(_, first)| first == "node_id"), "{keys:?}");
@@ -264,6 +270,15 @@ async fn history_is_keyed_node_first_and_ids_are_per_node() {
     let again = store.ingest(&a, vec![rec.clone()], 0).await.unwrap();
     assert_eq!((again.stored, again.duplicates), (0, 1), "a resend is a duplicate");
     assert_eq!(store.ingest(&b, vec![rec], 0).await.unwrap().stored, 1, "node-b's record is its own");
+    // The same for a topology snapshot, its GPUs, NICs and paths.
+    let topo = Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap();
+    assert_eq!(store.ingest(&a, vec![topo.clone()], 0).await.unwrap().stored, 1);
+    assert_eq!(store.ingest(&a, vec![topo.clone()], 0).await.unwrap().duplicates, 1, "a resend is a duplicate");
+    assert_eq!(store.ingest(&b, vec![topo], 0).await.unwrap().stored, 1, "node-b's snapshot is its own");
+    for node in ["node-a", "node-b"] {
+        let t = railguard_collector::store::read::topology(&pg.pool, node).await.unwrap().unwrap();
+        assert_eq!((t.gpus.len(), t.nics.is_empty(), t.paths.is_empty()), (8, false, false), "{node}");
+    }
 }
 
 /// A summary set is one row, read back as its summaries (each with its own first and last probe,

@@ -26,6 +26,11 @@ pub struct AssessConfig {
     /// assessment has covered for this long ([`Sweep`]) to the nodes with new evidence or
     /// evidence entering or leaving the window.
     pub full_every: Duration,
+    /// At most this many nodes in one pass between full ones (`serve --assess-max-nodes`; 0:
+    /// no bound): the nodes assessed longest ago first, the rest left pending for the next pass
+    /// ([`assess_pass`]). Bounds a pass's time when many nodes change at once (a rolling start
+    /// of the fleet); a node's failure is assessed at once by [`run_urgent`] whatever the bound.
+    pub max_nodes: usize,
 }
 
 impl AssessConfig {
@@ -35,11 +40,13 @@ impl AssessConfig {
     pub const DEFAULT_EVERY: Duration = Duration::from_secs(10);
     /// The default longest time a node goes unassessed (`serve --full-assess-every-secs`).
     pub const DEFAULT_FULL_EVERY: Duration = Duration::from_secs(300);
+    /// The default bound on the nodes of one pass (`serve --assess-max-nodes`).
+    pub const DEFAULT_MAX_NODES: usize = 1000;
 
     /// A window of evidence; the reasons name it ("in the last 15 min").
     pub fn with_window(window: Duration) -> Self {
         let rules = RulesConfig { window_label: rules::window_label(window), ..RulesConfig::default() };
-        AssessConfig { window, rules, full_every: Self::DEFAULT_FULL_EVERY }
+        AssessConfig { window, rules, full_every: Self::DEFAULT_FULL_EVERY, max_nodes: Self::DEFAULT_MAX_NODES }
     }
 }
 
@@ -520,6 +527,8 @@ pub struct Pass {
     /// Of those, the nodes assessed only for the rolling sweep (not assessed for
     /// [`AssessConfig::full_every`], and with nothing new).
     pub swept: usize,
+    /// Nodes with something new left pending for the next pass by [`AssessConfig::max_nodes`].
+    pub deferred: usize,
     /// GPUs assessed (a GPU assessed later by another assessment is left as it is).
     pub gpus: usize,
 }
@@ -656,23 +665,28 @@ pub async fn assess_pass(
         claim_pending(pool).await?;
         let r = assess_and_store_at(pool, None, cfg, now).await?;
         let nodes = r.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
-        return Ok(Pass { full: true, nodes, swept: 0, gpus: r.len() });
+        return Ok(Pass { full: true, nodes, gpus: r.len(), ..Pass::default() });
     };
-    let mut nodes = changed_nodes(pool, cfg.window, prev, now).await?;
-    let mut swept = 0;
+    let changed = changed_nodes(pool, cfg.window, prev, now).await?;
+    let mut nodes = changed.clone();
     if let Some(sweep) = sweep {
-        let due = due_nodes(pool, sweep, now).await?;
-        let changed = nodes.len();
-        nodes.extend(due);
+        nodes.extend(due_nodes(pool, sweep, now).await?);
         nodes.sort_unstable();
         nodes.dedup();
-        swept = nodes.len() - changed;
     }
     if nodes.is_empty() {
         return Ok(Pass::default());
     }
+    let mut deferred = 0;
+    if cfg.max_nodes > 0 && nodes.len() > cfg.max_nodes {
+        let left;
+        (nodes, left) = bound_pass(pool, nodes, cfg.max_nodes).await?;
+        deferred = left.iter().filter(|n| changed.binary_search(n).is_ok()).count();
+    }
+    // `changed` is sorted (changed_nodes), `nodes` too.
+    let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
     match assess_and_store_at(pool, Some(&nodes), cfg, now).await {
-        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, gpus: r.len() }),
+        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, deferred, gpus: r.len() }),
         Err(e) => {
             let _ = sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1)")
                 .bind(&nodes)
@@ -718,6 +732,15 @@ pub async fn run_periodic(
             if !leading {
                 prev = predecessor(&pool, &cfg, every).await;
             }
+            // Statistics first for the day partitions the pass reads (a fresh one has none).
+            let a = std::time::Instant::now();
+            match crate::store::analyze_new_partitions(&pool).await {
+                Ok(done) if !done.is_empty() => {
+                    tracing::info!(partitions = ?done, took_ms = a.elapsed().as_millis() as u64, "analyzed new partitions")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "analyzing new partitions failed; the pass plans on what it has"),
+            }
             let now = Utc::now();
             let t = std::time::Instant::now();
             match assess_pass(&pool, &cfg, prev, now, Some(sweep)).await {
@@ -738,6 +761,7 @@ pub async fn run_periodic(
                         full = pass.full,
                         nodes = pass.nodes,
                         swept = pass.swept,
+                        deferred = pass.deferred,
                         gpus = pass.gpus,
                         "fleet assessed"
                     );
@@ -759,6 +783,26 @@ pub async fn run_periodic(
             }
         }
     }
+}
+
+/// The `max` of `nodes` (sorted) assessed longest ago (never first), and the rest, which are
+/// marked pending so that the next pass takes them (before the nodes this one assesses: they
+/// are then the ones assessed longest ago). Both sorted.
+async fn bound_pass(pool: &PgPool, nodes: Vec<String>, max: usize) -> Result<(Vec<String>, Vec<String>), sqlx::Error> {
+    let mut taken: Vec<String> = sqlx::query_scalar(
+        "SELECT node_id FROM nodes WHERE node_id = ANY($1) ORDER BY assessed_at NULLS FIRST, node_id LIMIT $2",
+    )
+    .bind(&nodes)
+    .bind(i64::try_from(max).unwrap_or(i64::MAX))
+    .fetch_all(pool)
+    .await?;
+    taken.sort_unstable();
+    let left: Vec<String> = nodes.into_iter().filter(|n| taken.binary_search(n).is_err()).collect();
+    sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1) AND NOT evidence_pending")
+        .bind(&left)
+        .execute(pool)
+        .await?;
+    Ok((taken, left))
 }
 
 /// Where a collector that has just taken the lead goes on from: its predecessor's last pass,
@@ -800,7 +844,7 @@ pub async fn run_urgent(
             let started = std::time::Instant::now();
             match assess_and_store(&pool, Some(&urgent), &cfg).await {
                 Ok(r) => {
-                    let pass = Pass { full: false, nodes: urgent.len(), swept: 0, gpus: r.len() };
+                    let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len(), ..Pass::default() };
                     stats.assessment.record_urgent(&pass, started.elapsed());
                     tracing::debug!(nodes = urgent.len(), gpus = r.len(), "failing nodes assessed at once");
                 }
@@ -834,6 +878,7 @@ pub struct KindStats {
     pub seconds: f64,
     pub nodes: usize,
     pub swept: usize,
+    pub deferred: usize,
     pub gpus: usize,
 }
 
@@ -846,6 +891,7 @@ impl PassStats {
                 seconds: took.as_secs_f64(),
                 nodes: pass.nodes,
                 swept: pass.swept,
+                deferred: pass.deferred,
                 gpus: pass.gpus,
             };
         }

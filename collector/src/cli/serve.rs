@@ -54,6 +54,12 @@ pub struct ServeArgs {
     /// burst of nodes falling due at once is spread over the passes that follow).
     #[arg(long, default_value_t = AssessConfig::DEFAULT_FULL_EVERY.as_secs())]
     full_assess_every_secs: u64,
+    /// At most this many nodes in one assessment pass (0: no bound). Past it, the nodes assessed
+    /// longest ago go first and the rest are left pending for the next pass, so a pass's time is
+    /// bounded when many nodes change at once (a fleet starting); a node whose batch brought a
+    /// failure is assessed at once whatever the bound.
+    #[arg(long, default_value_t = AssessConfig::DEFAULT_MAX_NODES)]
+    assess_max_nodes: usize,
     /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents, re-read
     /// when it (or the key) changes. Without it, plaintext needs --insecure.
     #[arg(long, env = "RAILGUARD_TLS_CERT", requires = "tls_key")]
@@ -121,6 +127,7 @@ impl ServeArgs {
         };
         cfg.assess = AssessConfig::with_window(Duration::from_secs(self.window_minutes.max(1) * 60));
         cfg.assess.full_every = Duration::from_secs(self.full_assess_every_secs.max(1));
+        cfg.assess.max_nodes = self.assess_max_nodes;
         cfg.assess_every = Duration::from_secs(self.assess_every_secs.max(1));
         cfg.retention_days = self.retention_days.max(1);
         cfg.tiers = railguard_collector::store::Tiers {

@@ -136,7 +136,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     // (nodes whose batch brought a failure) on every replica.
     let passes = st.assessment.snapshot();
     type Pick = fn(&crate::assess::KindStats) -> String;
-    let metrics: [(&str, &str, &str, Pick); 4] = [
+    let metrics: [(&str, &str, &str, Pick); 5] = [
         (
             "railguard_assessment_passes_total",
             "counter",
@@ -157,6 +157,12 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             "gauge",
             "Of the nodes the latest assessment pass of each kind assessed, those there only for the rolling sweep (nothing new, not assessed for --full-assess-every-secs).",
             |k| k.swept.to_string(),
+        ),
+        (
+            "railguard_assessment_pass_deferred_nodes",
+            "gauge",
+            "Nodes with new or expiring evidence that the latest assessment pass of each kind left pending for the next pass, past --assess-max-nodes (the nodes assessed longest ago go first; a failure is assessed at once whatever the bound).",
+            |k| k.deferred.to_string(),
         ),
     ];
     for (name, kind, help, pick) in metrics {

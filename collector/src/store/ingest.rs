@@ -504,7 +504,7 @@ async fn insert_topology(
         "INSERT INTO topology_snapshots (record_id, node_id, observed_at, virtualized, hypervisor, viommu, gpudirect,
              kernel_iommu_flags, risks, warnings, driver_version)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-         ON CONFLICT (record_id) DO NOTHING",
+         ON CONFLICT (node_id, record_id) DO NOTHING",
     )
     .bind(id)
     .bind(node.as_str())
@@ -524,8 +524,8 @@ async fn insert_topology(
         return Ok(0);
     }
     sqlx::query(
-        "INSERT INTO topology_gpus (snapshot_id, gpu_index, bdf, numa_node, name, uuid)
-         SELECT $1, * FROM UNNEST($2::int[], $3::text[], $4::int[], $5::text[], $6::text[])",
+        "INSERT INTO topology_gpus (node_id, snapshot_id, gpu_index, bdf, numa_node, name, uuid)
+         SELECT $7, $1, * FROM UNNEST($2::int[], $3::text[], $4::int[], $5::text[], $6::text[])",
     )
     .bind(id)
     .bind(t.gpus.iter().map(|g| i32_sat(g.index)).collect::<Vec<_>>())
@@ -533,6 +533,7 @@ async fn insert_topology(
     .bind(t.gpus.iter().map(|g| g.numa_node).collect::<Vec<_>>())
     .bind(t.gpus.iter().map(|g| g.name.clone()).collect::<Vec<_>>())
     .bind(t.gpus.iter().map(|g| g.uuid.clone()).collect::<Vec<_>>())
+    .bind(node.as_str())
     .execute(&mut **tx)
     .await?;
     let mut ports = Vec::with_capacity(t.nics.len());
@@ -540,8 +541,8 @@ async fn insert_topology(
         ports.push(json("nic ports", &n.ports)?);
     }
     sqlx::query(
-        "INSERT INTO topology_nics (snapshot_id, name, bdf, numa_node, ports, netdevs)
-         SELECT $1, u.name, u.bdf, u.numa, u.ports,
+        "INSERT INTO topology_nics (node_id, snapshot_id, name, bdf, numa_node, ports, netdevs)
+         SELECT $7, $1, u.name, u.bdf, u.numa, u.ports,
                 COALESCE(ARRAY(SELECT jsonb_array_elements_text(u.netdevs)), '{}')
          FROM UNNEST($2::text[], $3::text[], $4::int[], $5::jsonb[], $6::jsonb[]) AS u(name, bdf, numa, ports, netdevs)
          ON CONFLICT DO NOTHING",
@@ -552,11 +553,12 @@ async fn insert_topology(
     .bind(t.nics.iter().map(|n| n.numa_node).collect::<Vec<_>>())
     .bind(ports)
     .bind(t.nics.iter().map(|n| serde_json::json!(n.netdevs)).collect::<Vec<_>>())
+    .bind(node.as_str())
     .execute(&mut **tx)
     .await?;
     sqlx::query(
-        "INSERT INTO topology_paths (snapshot_id, a, b, class, nvlinks)
-         SELECT $1, * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int[])
+        "INSERT INTO topology_paths (node_id, snapshot_id, a, b, class, nvlinks)
+         SELECT $6, $1, * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int[])
          ON CONFLICT DO NOTHING",
     )
     .bind(id)
@@ -564,6 +566,7 @@ async fn insert_topology(
     .bind(t.paths.iter().map(|p| p.b.clone()).collect::<Vec<_>>())
     .bind(t.paths.iter().map(|p| p.class.as_str()).collect::<Vec<_>>())
     .bind(t.paths.iter().map(|p| i32_sat(p.nvlinks)).collect::<Vec<_>>())
+    .bind(node.as_str())
     .execute(&mut **tx)
     .await?;
     Ok(1)

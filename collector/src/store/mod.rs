@@ -7,7 +7,7 @@ pub mod read;
 pub mod rollup;
 
 pub use ingest::{IngestOutcome, StoreError};
-pub use partitions::HistoryTable;
+pub use partitions::{ANALYZE_MIN_CHANGES, HistoryTable, analyze_new_partitions};
 
 use std::sync::Arc;
 

@@ -109,6 +109,17 @@ impl PartitionCache {
     }
 }
 
+/// Rows a partition must have had written before [`analyze_new_partitions`] analyzes it (fewer
+/// plan well enough on defaults, and autovacuum will meet them).
+pub const ANALYZE_MIN_CHANGES: i64 = 1000;
+
+/// Analyzes the history tables' partitions that were never analyzed and have had at least
+/// [`ANALYZE_MIN_CHANGES`] rows written (migration 0023: a fresh day partition is otherwise read
+/// on default selectivities until autovacuum's first visit). Returns those analyzed.
+pub async fn analyze_new_partitions(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT railguard_analyze_new_partitions($1)").bind(ANALYZE_MIN_CHANGES).fetch_all(pool).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -486,7 +486,7 @@ pub async fn grid_now(pool: &PgPool) -> Result<Vec<GridCell>, sqlx::Error> {
                 coalesce(g.name, '') AS gpu_model
          FROM gpu_status s
          LEFT JOIN latest_topology t ON t.node_id = s.node_id
-         LEFT JOIN topology_gpus g ON g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
+         LEFT JOIN topology_gpus g ON g.node_id = t.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
          ORDER BY s.node_id, s.gpu_index",
     )
     .fetch_all(pool)
@@ -506,7 +506,7 @@ pub async fn grid_at(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<GridCell>, 
          FROM (SELECT DISTINCT ON (node_id, gpu_index) * FROM gpu_status_changes
                WHERE at <= $1 ORDER BY node_id, gpu_index, at DESC) c
          LEFT JOIN snap t ON t.node_id = c.node_id
-         LEFT JOIN topology_gpus g ON g.snapshot_id = t.record_id AND g.gpu_index = c.gpu_index
+         LEFT JOIN topology_gpus g ON g.node_id = t.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = c.gpu_index
          ORDER BY c.node_id, c.gpu_index",
     )
     .bind(at)
@@ -550,21 +550,26 @@ pub async fn topology(pool: &PgPool, node: &str) -> Result<Option<TopologyView>,
     let Some(s) = row else { return Ok(None) };
     let gpus = sqlx::query_as(
         "SELECT gpu_index AS index, bdf, numa_node, name, uuid FROM topology_gpus
-         WHERE snapshot_id = $1 ORDER BY gpu_index",
+         WHERE node_id = $2 AND snapshot_id = $1 ORDER BY gpu_index",
     )
     .bind(s.record_id)
+    .bind(node)
     .fetch_all(pool)
     .await?;
     let nics = sqlx::query_as(
-        "SELECT name, bdf, numa_node, ports FROM topology_nics WHERE snapshot_id = $1 ORDER BY bdf, name",
+        "SELECT name, bdf, numa_node, ports FROM topology_nics WHERE node_id = $2 AND snapshot_id = $1 ORDER BY bdf, name",
     )
     .bind(s.record_id)
+    .bind(node)
     .fetch_all(pool)
     .await?;
-    let paths = sqlx::query_as("SELECT a, b, class, nvlinks FROM topology_paths WHERE snapshot_id = $1 ORDER BY a, b")
-        .bind(s.record_id)
-        .fetch_all(pool)
-        .await?;
+    let paths = sqlx::query_as(
+        "SELECT a, b, class, nvlinks FROM topology_paths WHERE node_id = $2 AND snapshot_id = $1 ORDER BY a, b",
+    )
+    .bind(s.record_id)
+    .bind(node)
+    .fetch_all(pool)
+    .await?;
     Ok(Some(TopologyView {
         observed_at: s.observed_at,
         host: s.host,

@@ -441,10 +441,11 @@ async fn main() {
             x.sort_by(f64::total_cmp);
             x
         };
-        let (secs, nodes, swept) = (sorted(|p| p.secs), sorted(|p| p.nodes), sorted(|p| p.swept));
+        let (secs, nodes, swept, deferred) =
+            (sorted(|p| p.secs), sorted(|p| p.nodes), sorted(|p| p.swept), sorted(|p| p.deferred));
         let (mid, last) = (v.len() / 2, v.len() - 1);
         println!(
-            "assessment ({kind} passes{}, the latest sampled every 10 s, {} distinct passes): median {:.3} s, max {:.3} s; median {:.0} nodes, max {:.0}; of them swept (due, nothing new): median {:.0}, max {:.0}",
+            "assessment ({kind} passes{}, the latest sampled every 10 s, {} distinct passes): median {:.3} s, max {:.3} s; median {:.0} nodes, max {:.0}; of them swept (due, nothing new): median {:.0}, max {:.0}; left pending past --assess-max-nodes: median {:.0}, max {:.0}",
             if steady_only { " in the steady state" } else { "" },
             v.len(),
             secs[mid],
@@ -452,7 +453,9 @@ async fn main() {
             nodes[mid],
             nodes[last],
             swept[mid],
-            swept[last]
+            swept[last],
+            deferred[mid],
+            deferred[last]
         );
     }
 }
@@ -513,6 +516,8 @@ struct PassSample {
     nodes: f64,
     /// Nodes there only for the rolling sweep.
     swept: f64,
+    /// Nodes with something new left for the next pass (past --assess-max-nodes).
+    deferred: f64,
 }
 
 /// The latest assessment pass of each kind in a /metrics text.
@@ -530,6 +535,7 @@ fn latest_passes(metrics: &str) -> Vec<PassSample> {
                 secs: value("railguard_assessment_pass_seconds", k)?,
                 nodes: value("railguard_assessment_pass_nodes", k)?,
                 swept: value("railguard_assessment_pass_swept_nodes", k)?,
+                deferred: value("railguard_assessment_pass_deferred_nodes", k).unwrap_or(0.0),
             })
         })
         .collect()
