@@ -142,7 +142,9 @@ impl Kernels {
             // SAFETY: rg_fill(u64 *p, u64 words, u64 nonce, u64 first_word) writes p[0..words],
             // within the allocation (checked above); the arguments match in number and type.
             unsafe { b.launch(launch_config(words)) }.map_err(cuda_err("rg_fill"))?;
-            Ok(())
+            // Done before it returns: the NIC may read the buffer by DMA next, outside the
+            // stream's order.
+            stream.synchronize().map_err(cuda_err("rg_fill"))
         })
     }
 
@@ -156,7 +158,9 @@ impl Kernels {
             // SAFETY: rg_poison(u64 *p, u64 words, u64 value) writes p[0..words], within the
             // allocation (checked above); the arguments match in number and type.
             unsafe { b.launch(launch_config(words)) }.map_err(cuda_err("rg_poison"))?;
-            Ok(())
+            // Done before it returns: the NIC may write the buffer by DMA next, outside the
+            // stream's order (a late poison would overwrite what arrived).
+            stream.synchronize().map_err(cuda_err("rg_poison"))
         })
     }
 
@@ -334,13 +338,15 @@ impl DevBuf {
         })
     }
 
-    /// Writes words `0..len/8` of the probe with `nonce` into the buffer (`len` a multiple of 8).
+    /// Writes words `0..len/8` of the probe with `nonce` into the buffer (`len` a multiple of 8),
+    /// and returns once the GPU has.
     pub fn fill_pattern(&mut self, k: &Kernels, nonce: u64) -> Result<(), GpuError> {
         let words = self.words()?;
         k.fill(&self.stream, &mut self.slice, words, nonce)
     }
 
-    /// Sets every word of the buffer's `len` bytes to `word` (the receiver's poison).
+    /// Sets every word of the buffer's `len` bytes to `word` (the receiver's poison), and
+    /// returns once the GPU has.
     pub fn poison(&mut self, k: &Kernels, word: u64) -> Result<(), GpuError> {
         let words = self.words()?;
         k.poison(&self.stream, &mut self.slice, words, word)
