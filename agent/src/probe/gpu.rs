@@ -133,9 +133,7 @@ impl Kernels {
     }
 
     fn fill(&self, stream: &Arc<CudaStream>, p: &mut CudaSlice<u8>, words: u64, nonce: u64) -> Result<(), GpuError> {
-        if words * 8 > p.len() as u64 {
-            return Err(GpuError::TooLarge { bytes: words as usize * 8, capacity: p.len() });
-        }
+        fits(p, words)?;
         guarded("filling on the GPU", || {
             let mut b = stream.launch_builder(&self.fill);
             b.arg(&mut *p).arg(&words).arg(&nonce).arg(&0u64);
@@ -149,9 +147,7 @@ impl Kernels {
     }
 
     fn poison(&self, stream: &Arc<CudaStream>, p: &mut CudaSlice<u8>, words: u64, word: u64) -> Result<(), GpuError> {
-        if words * 8 > p.len() as u64 {
-            return Err(GpuError::TooLarge { bytes: words as usize * 8, capacity: p.len() });
-        }
+        fits(p, words)?;
         guarded("poisoning on the GPU", || {
             let mut b = stream.launch_builder(&self.poison);
             b.arg(&mut *p).arg(&words).arg(&word);
@@ -165,9 +161,7 @@ impl Kernels {
     }
 
     fn check(&self, stream: &Arc<CudaStream>, p: &CudaSlice<u8>, words: u64, nonce: u64) -> Result<GpuCheck, GpuError> {
-        if words * 8 > p.len() as u64 {
-            return Err(GpuError::TooLarge { bytes: words as usize * 8, capacity: p.len() });
-        }
+        fits(p, words)?;
         guarded("checking on the GPU", || {
             let mut out = stream.clone_htod(&[0u64, u64::MAX]).map_err(cuda_err("allocating the check's result"))?;
             let mut b = stream.launch_builder(&self.check);
@@ -181,6 +175,17 @@ impl Kernels {
             let (bad_words, first) = (got.first().copied().unwrap_or(u64::MAX), got.get(1).copied().unwrap_or(0));
             Ok(GpuCheck { bad_words, first_bad_offset: (bad_words > 0).then(|| first.saturating_mul(8)) })
         })
+    }
+}
+
+/// Whether `words` 8-byte words lie within `p` (what a kernel's launch may touch).
+fn fits(p: &CudaSlice<u8>, words: u64) -> Result<(), GpuError> {
+    match words.checked_mul(8) {
+        Some(b) if b <= p.len() as u64 => Ok(()),
+        _ => Err(GpuError::TooLarge {
+            bytes: usize::try_from(words.saturating_mul(8)).unwrap_or(usize::MAX),
+            capacity: p.len(),
+        }),
     }
 }
 

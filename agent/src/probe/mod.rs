@@ -160,9 +160,6 @@ impl Prepared {
         if self.host_ready {
             return;
         }
-        let words = self.bytes.div_ceil(8);
-        self.src.resize(words, 0);
-        self.dst.resize(words, 0);
         pattern::fill_words(self.nonce, 0, &mut self.src);
         if !self.dst_poisoned {
             pattern::poison_words(self.poison_nonce, &mut self.dst);
@@ -241,21 +238,28 @@ impl Engine {
     /// next slot. A pair whose GPU makes and checks the pattern itself needs no host work.
     pub fn prepare(&mut self, pair: &Pair, bytes: usize) {
         let bytes = self.segment_len(bytes);
-        let on_gpu = self.cfg.memory != MemoryPref::Host
-            && bytes.is_multiple_of(8)
-            && matches!(self.gpus.get(&pair.gpu), Some(Ok(slot)) if slot.cuda.kernels.is_ok());
+        let on_gpu = self.pattern_on_gpu(pair, bytes);
         self.prepare_exact(bytes);
         if !on_gpu && let Some(p) = self.prepared.as_mut() {
             p.ready_host();
         }
     }
 
-    /// Fresh nonces for a probe of `bytes`; host buffers are made ready when needed
-    /// ([`Prepared::ready_host`]).
-    /// A receive buffer that already holds a poison of its own over `bytes` keeps it (its
-    /// nonce was drawn fresh when it was written); any other is poisoned when made ready.
+    /// Whether the pair's GPU fills, poisons and checks a probe of `bytes` itself: its buffers
+    /// are open in GPU memory with the pattern kernels loaded (an injected fault aside: those
+    /// bytes are made on the host).
+    fn pattern_on_gpu(&self, pair: &Pair, bytes: usize) -> bool {
+        self.cfg.memory != MemoryPref::Host
+            && bytes.is_multiple_of(8)
+            && matches!(self.gpus.get(&pair.gpu), Some(Ok(slot)) if slot.cuda.kernels.is_ok())
+    }
+
+    /// Fresh nonces for a probe of `bytes` and host buffers of its size, made ready when needed
+    /// ([`Prepared::ready_host`]). A receive buffer that already holds a poison of its own over
+    /// `bytes` keeps it (its nonce was drawn fresh when it was written); any other is poisoned
+    /// when made ready.
     fn prepare_exact(&mut self, bytes: usize) {
-        let (src, dst, poisoned) = match self.prepared.take() {
+        let (mut src, mut dst, poisoned) = match self.prepared.take() {
             Some(p) => {
                 let held = p.dst_poisoned.then_some(SparePoison { nonce: p.poison_nonce, bytes: p.bytes });
                 (p.src, p.dst, held)
@@ -266,6 +270,9 @@ impl Engine {
             }
         };
         let held = poisoned.filter(|p| p.bytes == bytes);
+        let words = bytes.div_ceil(8);
+        src.resize(words, 0);
+        dst.resize(words, 0);
         let nonce = rand::random::<u64>();
         let poison_nonce = held.map_or_else(rand::random::<u64>, |p| p.nonce);
         self.prepared =
@@ -420,20 +427,14 @@ impl Engine {
         // the GPU cannot be used (`Some(why)`). The GPU fills, poisons and checks them itself
         // when it has the kernels, unless a fault must change what travels (the host makes
         // those bytes, as on every other path).
-        let gpu: Result<bool, Option<Arc<gpu::GpuError>>> = if pref == MemoryPref::Host {
-            Err(None)
-        } else {
-            self.gpu_slot(pair, bytes).map(|s| s.cuda.kernels.is_ok()).map_err(Some)
-        };
-        let gpu_pattern = matches!(gpu, Ok(true)) && fault.is_none() && bytes.is_multiple_of(8);
+        let gpu: Result<(), Option<Arc<gpu::GpuError>>> =
+            if pref == MemoryPref::Host { Err(None) } else { self.gpu_slot(pair, bytes).map(|_| ()).map_err(Some) };
+        let gpu_pattern = fault.is_none() && self.pattern_on_gpu(pair, bytes);
         let Some(mut prepared) = self.prepared.take() else { unreachable!("prepared just above") };
         if !gpu_pattern {
             prepared.ready_host();
         }
         let Prepared { nonce, poison_nonce, mut src, mut dst, .. } = prepared;
-        let words = bytes.div_ceil(8);
-        src.resize(words, 0);
-        dst.resize(words, 0);
         let src_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut src)[..bytes];
 
         // Injections change what travels (and so must be caught by the receiver), or make the
@@ -482,7 +483,7 @@ impl Engine {
         }
         let dst_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut dst)[..bytes];
         let slot = match gpu {
-            Ok(_) => self.gpu_slot(pair, bytes).map_err(Some),
+            Ok(()) => self.gpu_slot(pair, bytes).map_err(Some),
             Err(e) => Err(e),
         };
         let on_gpu = slot.is_ok();
@@ -517,7 +518,7 @@ impl Engine {
         // The receiver's check; on the host it also poisons the buffer for the next probe of
         // this size as it goes (one pass over the buffer, not two).
         let (v, spare_poison) = if clean_on_gpu {
-            (Verification::clean(bytes, chunk), None)
+            (Verification::clean(&this), None)
         } else {
             let history: Vec<KnownProbe> = self.history.iter().cloned().collect();
             let next = rand::random::<u64>();

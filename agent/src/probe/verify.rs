@@ -49,11 +49,10 @@ pub struct Verification {
 }
 
 impl Verification {
-    /// Every byte of a probe of `bytes` matched (found by a check that compared them all: the
-    /// host's [`verify`], or the GPU's compare in GPU memory).
-    pub fn clean(bytes: usize, chunk_bytes: usize) -> Self {
-        let chunk = (chunk_bytes / 8).max(1) * 8;
-        Verification { chunks: bytes.div_ceil(chunk) as u32, ..Default::default() }
+    /// Every byte of `probe` matched (found by a check that compared them all: the host's
+    /// [`verify`], or the GPU's compare in GPU memory).
+    pub fn clean(probe: &KnownProbe) -> Self {
+        Verification { chunks: probe.bytes.div_ceil(probe.chunk_bytes) as u32, ..Default::default() }
     }
 
     pub fn ok(&self) -> bool {
