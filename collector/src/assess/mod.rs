@@ -4,12 +4,13 @@
 //! are stored as history. Rules live in [`rules`]; this module loads their inputs.
 
 pub mod rules;
+mod window;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use railguard_schema::{Diagnosis, GpuRisk, ProbeVerdict, RiskLevel, SignalKind};
+use railguard_schema::{GpuRisk, RiskLevel, SignalKind};
 use sqlx::PgPool;
 use sqlx::types::Json;
 
@@ -61,24 +62,6 @@ type Key = (String, u32);
 /// The workload pair's latest verdicts the hysteresis looks at.
 const RECENT_VERDICTS: usize = 10;
 
-/// One GPU/NIC pair's probes in the window (the query in [`load_inputs`]).
-#[derive(sqlx::FromRow)]
-struct PairRow {
-    node_id: String,
-    gpu_index: i32,
-    nic: String,
-    ok: i64,
-    silent_corruption: i64,
-    reported_failure: i64,
-    timeout: i64,
-    ok_gpu_memory: i64,
-    diagnosis: Option<Diagnosis>,
-    simulated: bool,
-    unproven_ok: i64,
-    unproven_bad: i64,
-    unproven_via: Vec<String>,
-}
-
 /// Loads the inputs of every GPU of `nodes` (all nodes when None) as of `now`.
 pub async fn load_inputs(
     pool: &PgPool,
@@ -128,103 +111,38 @@ pub async fn load_inputs(
     // each counted as the probes it stands for), under the trust policy: injected faults are not
     // evidence at all; a probe verifies the pair only if the pair's NIC moved the bytes, or it
     // ran on the simulated fabric of a node whose whole fabric is simulated; anything else is
-    // counted apart, as unproven.
-    let counts: Vec<PairRow> = sqlx::query_as(
-        "WITH w AS (
-            SELECT * FROM probe_evidence
-            WHERE observed_at > $2 AND observed_at <= $3 AND injected = 'none'
-              AND ($1::text[] IS NULL OR node_id = ANY($1))
-         ), sim AS (
-            SELECT node_id, bool_and(path = 'simulated') AS all_simulated FROM w GROUP BY node_id
-         ), t AS (
-            SELECT w.*, railguard_trusted(w.path, sim.all_simulated) AS trusted
-            FROM w JOIN sim USING (node_id)
-         )
-         SELECT node_id, gpu_index, nic,
-                coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'ok'), 0) AS ok,
-                coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'silent_corruption'), 0) AS silent_corruption,
-                coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'reported_failure'), 0) AS reported_failure,
-                coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'timeout'), 0) AS timeout,
-                coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'ok' AND path = 'nic_dma' AND memory = 'cuda'), 0) AS ok_gpu_memory,
-                mode() WITHIN GROUP (ORDER BY diagnosis)
-                    FILTER (WHERE trusted AND verdict = 'silent_corruption') AS diagnosis,
-                coalesce(bool_or(trusted AND path = 'simulated'), false) AS simulated,
-                coalesce(sum(probes) FILTER (WHERE NOT trusted AND verdict = 'ok'), 0) AS unproven_ok,
-                coalesce(sum(probes) FILTER (WHERE NOT trusted AND verdict <> 'ok'), 0) AS unproven_bad,
-                coalesce(array_agg(DISTINCT CASE WHEN jsonb_array_length(lanes) > 0
-                                                 THEN transport || ' over ' || (lanes->>0) ELSE transport END)
-                         FILTER (WHERE NOT trusted), '{}') AS unproven_via
-         FROM t
-         GROUP BY node_id, gpu_index, nic",
-    )
-    .bind(&filter)
-    .bind(since)
-    .bind(now)
-    .fetch_all(&mut *tx)
-    .await?;
-    for r in counts {
-        let gpu = u32::try_from(r.gpu_index).unwrap_or(0);
-        let input = inputs.entry((r.node_id.clone(), gpu)).or_insert_with(|| GpuInput {
-            node: r.node_id.clone(),
-            gpu,
-            ..Default::default()
-        });
-        let n = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
-        input.pairs.push(PairCounts {
-            nic: r.nic,
-            ok: n(r.ok),
-            silent_corruption: n(r.silent_corruption),
-            reported_failure: n(r.reported_failure),
-            timeout: n(r.timeout),
-            ok_gpu_memory: n(r.ok_gpu_memory),
-            diagnosis: r.diagnosis,
-            simulated: r.simulated,
-            unproven_ok: n(r.unproven_ok),
-            unproven_bad: n(r.unproven_bad),
-            unproven_via: r.unproven_via,
-            inline: InlineCounts::default(),
-        });
+    // counted apart, as unproven ([`window`]). With them, the last verdicts on each GPU's
+    // workload pair (the pair its latest topology names, as read above).
+    let workload: window::WorkloadPairs = {
+        let mut w: window::WorkloadPairs = HashMap::new();
+        for i in inputs.values() {
+            if let (Ok(g), Some(nic)) = (i32::try_from(i.gpu), i.workload_nic.as_ref()) {
+                w.entry(i.node.clone()).or_default().push((g, nic.clone()));
+            }
+        }
+        w
+    };
+    let mut evidence = window::load(&mut tx, &filter, since, now, &workload).await?;
+    let recent = std::mem::take(&mut evidence.recent);
+    for (node, gpu, pair) in evidence.into_pairs() {
+        let gpu = u32::try_from(gpu).unwrap_or(0);
+        let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput { node, gpu, ..Default::default() });
+        input.pairs.push(pair);
     }
     load_inline(&mut tx, &filter, since, now, &mut inputs).await?;
     for input in inputs.values_mut() {
         input.pairs.sort_by(|a, b| a.nic.cmp(&b.nic));
     }
 
-    // The last verdicts on each GPU's workload pair (hysteresis), within the window: what a pass
+    // The hysteresis reads the workload pair's latest verdicts within the window: what a pass
     // reads does not grow with the history kept (a pair with fewer than ten in the window has a
-    // shorter streak, so it leaves `corrupting` later, never sooner).
-    // A summary stands for its probes, all ok, at its last probe's time (the agent closes a pair's
-    // summary before it spools the pair's failure, so no summary straddles one).
-    // Only the workload pairs (one of each GPU's eight or so) are ranked: the pair each GPU's
-    // latest topology names, as read above (bound, so the topology is read once a pass).
-    let (wl_node, wl_gpu, wl_nic): (Vec<&str>, Vec<i32>, Vec<&str>) = {
-        let pairs: Vec<(&str, i32, &str)> = inputs
-            .values()
-            .filter_map(|i| Some((i.node.as_str(), i32::try_from(i.gpu).ok()?, i.workload_nic.as_deref()?)))
-            .collect();
-        (pairs.iter().map(|p| p.0).collect(), pairs.iter().map(|p| p.1).collect(), pairs.iter().map(|p| p.2).collect())
-    };
-    let recent: Vec<(String, i32, ProbeVerdict, i32)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, verdict, probes FROM (
-            SELECT e.node_id, e.gpu_index, e.verdict, e.probes,
-                   row_number() OVER (PARTITION BY e.node_id, e.gpu_index ORDER BY e.observed_at DESC) AS rn
-            FROM probe_evidence e
-            JOIN UNNEST($4::text[], $5::int[], $6::text[]) AS wl(node_id, gpu_index, nic)
-              ON wl.node_id = e.node_id AND wl.gpu_index = e.gpu_index AND wl.nic = e.nic
-            WHERE e.observed_at > $2 AND e.observed_at <= $3 AND ($1::text[] IS NULL OR e.node_id = ANY($1))
-              AND e.injected = 'none' AND e.path IN ('nic_dma', 'simulated')
-         ) r WHERE rn <= 10 ORDER BY node_id, gpu_index, rn",
-    )
-    .bind(&filter)
-    .bind(since)
-    .bind(now)
-    .bind(&wl_node)
-    .bind(&wl_gpu)
-    .bind(&wl_nic)
-    .fetch_all(&mut *tx)
-    .await?;
-    for (node, gpu, verdict, probes) in recent {
-        if let Some(i) = inputs.get_mut(&(node, u32::try_from(gpu).unwrap_or(0))) {
+    // shorter streak, so it leaves `corrupting` later, never sooner). A summary stands for its
+    // probes, all ok, at its set's time (the agent closes a pair's summary before it spools the
+    // pair's failure, so no summary straddles one).
+    for ((node, gpu), mut records) in recent {
+        let Some(i) = inputs.get_mut(&(node, u32::try_from(gpu).unwrap_or(0))) else { continue };
+        records.sort_by_key(|r| std::cmp::Reverse(r.0));
+        for (_, verdict, probes) in records.into_iter().take(RECENT_VERDICTS) {
             let room = RECENT_VERDICTS.saturating_sub(i.workload_recent.len());
             let n = usize::try_from(probes).unwrap_or(1).clamp(1, room.max(1));
             i.workload_recent.extend(std::iter::repeat_n(verdict, n));

@@ -1,0 +1,292 @@
+//! A pass reads the window's probe evidence in two parts (records stored a row each, grouped in
+//! SQL; summary sets added up by the collector as rows of arrays, collector/src/assess/window.rs).
+//! What it yields must be what one query over every record and summary (`probe_evidence`)
+//! defines: the query the collector ran before, kept here as the reference, on random evidence
+//! of every provenance (paths, memory, injected faults, transports and lanes, single summaries and
+//! sets, evidence before the window), for the whole fleet and for a few nodes.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, SubsecRound, Utc};
+use railguard_agent::topology::fixture;
+use railguard_collector::assess::{AssessConfig, PairCounts, load_inputs};
+use railguard_collector::store::Store;
+use railguard_e2e::scripted::*;
+use railguard_e2e::*;
+use railguard_schema::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The reference: per pair, the trust policy over `probe_evidence` in one query.
+const REFERENCE_COUNTS: &str = "WITH w AS (
+        SELECT * FROM probe_evidence
+        WHERE observed_at > $2 AND observed_at <= $3 AND injected = 'none'
+          AND ($1::text[] IS NULL OR node_id = ANY($1))
+     ), sim AS (
+        SELECT node_id, bool_and(path = 'simulated') AS all_simulated FROM w GROUP BY node_id
+     ), t AS (
+        SELECT w.*, railguard_trusted(w.path, sim.all_simulated) AS trusted
+        FROM w JOIN sim USING (node_id)
+     )
+     SELECT node_id, gpu_index, nic,
+            coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'ok'), 0),
+            coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'silent_corruption'), 0),
+            coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'reported_failure'), 0),
+            coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'timeout'), 0),
+            coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'ok' AND path = 'nic_dma' AND memory = 'cuda'), 0),
+            mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE trusted AND verdict = 'silent_corruption'),
+            coalesce(bool_or(trusted AND path = 'simulated'), false),
+            coalesce(sum(probes) FILTER (WHERE NOT trusted AND verdict = 'ok'), 0),
+            coalesce(sum(probes) FILTER (WHERE NOT trusted AND verdict <> 'ok'), 0),
+            coalesce(array_agg(DISTINCT CASE WHEN jsonb_array_length(lanes) > 0
+                                             THEN transport || ' over ' || (lanes->>0) ELSE transport END)
+                     FILTER (WHERE NOT trusted), '{}')
+     FROM t
+     GROUP BY node_id, gpu_index, nic";
+
+/// The reference for the hysteresis: the workload pair's ten latest records, newest first.
+const REFERENCE_RECENT: &str = "SELECT node_id, gpu_index, verdict, probes FROM (
+        SELECT e.node_id, e.gpu_index, e.verdict, e.probes,
+               row_number() OVER (PARTITION BY e.node_id, e.gpu_index ORDER BY e.observed_at DESC) AS rn
+        FROM probe_evidence e
+        JOIN (SELECT node_id, (r->>'gpu')::int AS gpu_index, r->>'predicted_nic' AS nic
+              FROM latest_topology, jsonb_array_elements(risks) r) wl
+          ON wl.node_id = e.node_id AND wl.gpu_index = e.gpu_index AND wl.nic = e.nic
+        WHERE e.observed_at > $2 AND e.observed_at <= $3 AND ($1::text[] IS NULL OR e.node_id = ANY($1))
+          AND e.injected = 'none' AND e.path IN ('nic_dma', 'simulated')
+     ) r WHERE rn <= 10 ORDER BY node_id, gpu_index, rn";
+
+type Counts = (String, i32, String, i64, i64, i64, i64, i64, Option<Diagnosis>, bool, i64, i64, Vec<String>);
+
+async fn reference(
+    pg: &TestPg,
+    nodes: Option<&[String]>,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> (BTreeMap<(String, u32), Vec<PairCounts>>, BTreeMap<(String, u32), Vec<ProbeVerdict>>) {
+    let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
+    let rows: Vec<Counts> =
+        sqlx::query_as(REFERENCE_COUNTS).bind(&filter).bind(since).bind(now).fetch_all(&pg.pool).await.unwrap();
+    let mut pairs: BTreeMap<(String, u32), Vec<PairCounts>> = BTreeMap::new();
+    let n = |v: i64| u32::try_from(v).unwrap();
+    for (node, gpu, nic, ok, sc, rf, to, ok_gpu, diagnosis, simulated, un_ok, un_bad, via) in rows {
+        pairs.entry((node, u32::try_from(gpu).unwrap())).or_default().push(PairCounts {
+            nic,
+            ok: n(ok),
+            silent_corruption: n(sc),
+            reported_failure: n(rf),
+            timeout: n(to),
+            ok_gpu_memory: n(ok_gpu),
+            diagnosis,
+            simulated,
+            unproven_ok: n(un_ok),
+            unproven_bad: n(un_bad),
+            unproven_via: via,
+            inline: Default::default(),
+        });
+    }
+    for v in pairs.values_mut() {
+        v.sort_by(|a, b| a.nic.cmp(&b.nic));
+    }
+    let rows: Vec<(String, i32, ProbeVerdict, i32)> =
+        sqlx::query_as(REFERENCE_RECENT).bind(&filter).bind(since).bind(now).fetch_all(&pg.pool).await.unwrap();
+    let mut recent: BTreeMap<(String, u32), Vec<ProbeVerdict>> = BTreeMap::new();
+    for (node, gpu, verdict, probes) in rows {
+        let r = recent.entry((node, u32::try_from(gpu).unwrap())).or_default();
+        let room = 10usize.saturating_sub(r.len());
+        r.extend(std::iter::repeat_n(verdict, usize::try_from(probes).unwrap().clamp(1, room.max(1))));
+        r.truncate(10);
+    }
+    (pairs, recent)
+}
+
+fn pick<T: Copy>(rng: &mut StdRng, of: &[T]) -> T {
+    of[rng.random_range(0..of.len())]
+}
+
+/// Provenance as an agent would report it: the simulated fabric, or a real transport with its
+/// path, memory and lanes.
+fn provenance(rng: &mut StdRng, simulated_node: bool) -> (Transport, DataPath, Memory, Vec<String>) {
+    if simulated_node || rng.random_bool(0.25) {
+        return (Transport::Sim, DataPath::Simulated, Memory::Host, Vec::new());
+    }
+    let transport = pick(rng, &[Transport::Ucx, Transport::Nixl, Transport::Verbs, Transport::Tcp]);
+    let path = if transport == Transport::Tcp {
+        DataPath::HostCopy
+    } else {
+        pick(rng, &[DataPath::NicDma, DataPath::HostCopy])
+    };
+    let memory = pick(rng, &[Memory::Host, Memory::Cuda, Memory::CudaStaged]);
+    let lanes = match rng.random_range(0..4) {
+        0 => Vec::new(),
+        1 => vec!["tcp/lo".to_owned()],
+        2 => vec!["rc_mlx5/mlx5_0:1".to_owned(), "rc_mlx5/mlx5_1:1".to_owned()],
+        _ => vec!["sysv/memory".to_owned()],
+    };
+    (transport, path, memory, lanes)
+}
+
+fn injected(rng: &mut StdRng) -> Injected {
+    if rng.random_bool(0.1) {
+        pick(rng, &[Injected::Bitflip, Injected::Drop, Injected::DmaReadRejected])
+    } else {
+        Injected::None
+    }
+}
+
+/// A node's random evidence: full probes (every verdict), single summaries and summary sets,
+/// each at its own time (ties in time would leave the latest verdicts' order to chance), some
+/// of it before the window.
+fn evidence(rng: &mut StdRng, node: usize, now: DateTime<Utc>) -> Vec<Record> {
+    // Nodes 0-3: every record the simulated fabric's (trusted there; node 3's injected faults on
+    // a real transport, which are no evidence, leave it so); nodes 4-5: simulated records stored
+    // a row each, summary sets of every kind; the rest mixed throughout (the simulated fabric's probes are
+    // unproven there, as host copies always are).
+    let (simulated_probes, simulated_summaries) = (node < 6, node < 4);
+    let mut out = Vec::new();
+    // Distinct times across the node's records: millisecond `k` of the node's own offset.
+    let mut k = 0i64;
+    let mut at = |rng: &mut StdRng| {
+        k += 1;
+        let within = rng.random_bool(0.9);
+        let secs = if within { rng.random_range(1..880) } else { rng.random_range(905..1500) };
+        now - Duration::seconds(secs) - Duration::milliseconds(k * 10 + node as i64)
+    };
+    for _ in 0..160 {
+        let mut p = probe(0);
+        p.gpu = rng.random_range(0..8);
+        // The workload pair (the fixture's PIX NIC, mlx5_<gpu>) half of the time.
+        p.nic =
+            if rng.random_bool(0.5) { format!("mlx5_{}", p.gpu) } else { format!("mlx5_{}", rng.random_range(0..8)) };
+        (p.transport, p.path, p.memory, p.lanes) = provenance(rng, simulated_probes);
+        p.injected = injected(rng);
+        if node == 3 && p.injected != Injected::None {
+            (p.transport, p.path) = (Transport::Ucx, DataPath::NicDma);
+        }
+        p.simulated = p.path == DataPath::Simulated;
+        p.verdict = pick(
+            rng,
+            &[
+                ProbeVerdict::Ok,
+                ProbeVerdict::Ok,
+                ProbeVerdict::SilentCorruption,
+                ProbeVerdict::ReportedFailure,
+                ProbeVerdict::Timeout,
+            ],
+        );
+        p.diagnosis = match p.verdict {
+            ProbeVerdict::SilentCorruption => {
+                pick(rng, &[Diagnosis::Untouched, Diagnosis::Stale, Diagnosis::Corrupt, Diagnosis::Misdirected])
+            }
+            ProbeVerdict::Timeout => Diagnosis::Untouched,
+            _ => Diagnosis::None,
+        };
+        out.push(Record { id: RecordId::random(), observed_at: at(rng), body: RecordBody::Probe(p) });
+    }
+    let summary = |rng: &mut StdRng, gpu: u32, nic: String, last_at: DateTime<Utc>, simulated: bool| {
+        let (transport, path, memory, lanes) = provenance(rng, simulated);
+        ProbeSummary {
+            gpu,
+            gpu_bdf: None,
+            nic,
+            nic_bdf: None,
+            transport,
+            memory,
+            path,
+            injected: injected(rng),
+            simulated: path == DataPath::Simulated,
+            selection: PairSelection::Sweep,
+            lanes,
+            probes: rng.random_range(1..12),
+            bytes: 1 << 20,
+            duration_min_ns: 1,
+            duration_median_ns: 2,
+            duration_max_ns: 3,
+            first_at: last_at - Duration::seconds(250),
+            last_at,
+        }
+    };
+    for _ in 0..6 {
+        let last_at = at(rng);
+        let (gpu, nic) = (rng.random_range(0..8), format!("mlx5_{}", rng.random_range(0..8)));
+        let s = summary(rng, gpu, nic, last_at, simulated_probes);
+        out.push(Record { id: RecordId::random(), observed_at: last_at, body: RecordBody::Summary(s) });
+    }
+    for _ in 0..4 {
+        let last_at = at(rng);
+        let mut summaries = Vec::new();
+        for gpu in 0..8u32 {
+            for nic in 0..8u32 {
+                if rng.random_bool(0.6) {
+                    // Each summary's last probe at most a window before the set's.
+                    let own = last_at - Duration::seconds(rng.random_range(0..200));
+                    summaries.push(summary(rng, gpu, format!("mlx5_{nic}"), own, simulated_summaries));
+                }
+            }
+        }
+        if let Some(first) = summaries.first_mut() {
+            first.last_at = last_at;
+        }
+        out.push(Record {
+            id: RecordId::random(),
+            observed_at: last_at,
+            body: RecordBody::Summaries(ProbeSummarySet { summaries }),
+        });
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pass_reads_the_window_as_one_query_over_every_record_would() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let window = AssessConfig::default().window;
+    let now = Utc::now().trunc_subsecs(6);
+    let since = now - Duration::from_std(window).unwrap();
+    let mut rng = StdRng::seed_from_u64(15);
+    let names: Vec<String> = (0..10).map(|i| format!("node-{i:02}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        let node = NodeId::new(n.clone()).unwrap();
+        store.register_node(&node, n, "test").await.unwrap();
+        let mut records = vec![Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap()];
+        records.extend(evidence(&mut rng, i, now));
+        store.ingest(&node, records, 0).await.unwrap();
+    }
+    let sets: i64 = pg.count("probe_summary_sets").await;
+    assert_eq!(sets, 40, "every node's sets stored");
+
+    for nodes in [None, Some(&names[2..7])] {
+        let (want_pairs, want_recent) = reference(&pg, nodes, since, now).await;
+        let inputs = load_inputs(&pg.pool, nodes, now, window).await.unwrap();
+        let got_pairs: BTreeMap<(String, u32), Vec<PairCounts>> =
+            inputs.iter().filter(|(_, i)| !i.pairs.is_empty()).map(|(k, i)| (k.clone(), i.pairs.clone())).collect();
+        let got_recent: BTreeMap<(String, u32), Vec<ProbeVerdict>> = inputs
+            .iter()
+            .filter(|(_, i)| !i.workload_recent.is_empty())
+            .map(|(k, i)| (k.clone(), i.workload_recent.clone()))
+            .collect();
+        // The evidence exercised what it should: trusted and unproven counts, mixed diagnoses,
+        // simulated pairs trusted on simulated nodes only, lanes in the unproven transports.
+        let all: Vec<&PairCounts> = want_pairs.values().flatten().collect();
+        assert!(all.iter().any(|p| p.unproven_ok > 0 && p.unproven_bad > 0));
+        assert!(all.iter().any(|p| p.ok_gpu_memory > 0));
+        assert!(all.iter().any(|p| p.simulated) && all.iter().any(|p| !p.simulated && p.ok > 0));
+        assert!(all.iter().any(|p| p.unproven_via.iter().any(|v| v.contains(" over "))));
+        assert!(all.iter().any(|p| p.unproven_via.len() > 1));
+        assert!(all.iter().any(|p| p.diagnosis.is_some_and(|d| d != Diagnosis::Untouched)));
+        assert!(
+            want_recent
+                .values()
+                .any(|r| r.len() == 10 && r.contains(&ProbeVerdict::Ok) && r.iter().any(|v| *v != ProbeVerdict::Ok))
+        );
+        assert_eq!(got_pairs.len(), want_pairs.len(), "the GPUs with evidence ({nodes:?})");
+        for (k, want) in &want_pairs {
+            assert_eq!(got_pairs.get(k), Some(want), "pairs of {k:?}");
+        }
+        assert_eq!(got_recent, want_recent, "the workload pairs' latest verdicts ({nodes:?})");
+        if let Some(nodes) = nodes {
+            assert!(inputs.keys().all(|(n, _)| nodes.contains(n)), "only the nodes asked for");
+        }
+    }
+}
