@@ -196,24 +196,93 @@ pub fn digests(buf: &[u8], chunk_bytes: usize) -> Vec<u64> {
 
 /// The fill, the compare and the poison are plain loops that the compiler vectorises. Built for
 /// the x86-64 baseline (SSE2) they move 16 bytes an instruction; on a CPU with AVX2 (every x86
-/// GPU server of the last decade) the same loops compiled again with AVX2 enabled move 32.
-/// [`dispatch!`](simd::dispatch) picks at run time (a cached CPUID read). The bytes are the
-/// same either way (tested: `the_avx2_and_baseline_loops_agree`).
-mod simd {
-    /// Calls `body(args)` (an `#[inline(always)]` function) compiled with AVX2 where the CPU
-    /// has it, else as built.
+/// GPU server of the last decade) the same loops compiled again with AVX2 enabled move 32, and
+/// with AVX-512 (F and BW: Intel Xeons since Skylake, AMD since Zen 4) 64.
+/// [`dispatch!`](simd::dispatch) picks the widest the CPU has at run time (a cached CPUID read),
+/// at most [`simd::cap`]'s. The bytes are the same whichever runs (tested:
+/// `every_width_of_the_loops_agrees`).
+pub mod simd {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    /// How wide the pattern loops run.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    #[repr(u8)]
+    pub enum Level {
+        /// As built (the x86-64 baseline: SSE2).
+        Baseline = 0,
+        Avx2 = 1,
+        Avx512 = 2,
+    }
+
+    static CAP: AtomicU8 = AtomicU8::new(Level::Avx512 as u8);
+
+    /// The widest loops this CPU runs.
+    pub fn detected() -> Level {
+        static DETECTED: OnceLock<Level> = OnceLock::new();
+        *DETECTED.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+                    return Level::Avx512;
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    return Level::Avx2;
+                }
+            }
+            Level::Baseline
+        })
+    }
+
+    /// Runs the loops no wider than `level` from now on, in the whole process (the benchmark
+    /// compares the widths; the bytes are the same at every width, so a concurrent caller is
+    /// unaffected but for speed). Returns the cap before.
+    pub fn cap(level: Level) -> Level {
+        match CAP.swap(level as u8, Ordering::Relaxed) {
+            0 => Level::Baseline,
+            1 => Level::Avx2,
+            _ => Level::Avx512,
+        }
+    }
+
+    /// The width the loops run at now: the CPU's widest, at most the cap.
+    pub fn level() -> Level {
+        let cap = match CAP.load(Ordering::Relaxed) {
+            0 => Level::Baseline,
+            1 => Level::Avx2,
+            _ => Level::Avx512,
+        };
+        detected().min(cap)
+    }
+
+    /// Calls `body(args)` (an `#[inline(always)]` function) compiled for the width [`level`]
+    /// says.
     macro_rules! dispatch {
         ($body:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty) => {{
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                #[target_feature(enable = "avx2")]
-                fn wide($($arg: $ty),*) -> $ret {
-                    $body($($arg),*)
+            match simd::level() {
+                simd::Level::Avx512 => {
+                    #[target_feature(enable = "avx512f,avx512bw,avx2")]
+                    fn widest($($arg: $ty),*) -> $ret {
+                        $body($($arg),*)
+                    }
+                    #[allow(unsafe_code)]
+                    // SAFETY: `widest` needs AVX-512 F and BW (and AVX2), which this CPU has
+                    // (`simd::detected`).
+                    let r = unsafe { widest($($arg),*) };
+                    return r;
                 }
-                #[allow(unsafe_code)]
-                // SAFETY: `wide` needs nothing but AVX2, which this CPU has (checked above).
-                let r = unsafe { wide($($arg),*) };
-                return r;
+                simd::Level::Avx2 => {
+                    #[target_feature(enable = "avx2")]
+                    fn wide($($arg: $ty),*) -> $ret {
+                        $body($($arg),*)
+                    }
+                    #[allow(unsafe_code)]
+                    // SAFETY: `wide` needs nothing but AVX2, which this CPU has (`simd::detected`).
+                    let r = unsafe { wide($($arg),*) };
+                    return r;
+                }
+                simd::Level::Baseline => {}
             }
             $body($($arg),*)
         }};
@@ -282,20 +351,36 @@ mod tests {
     /// The dispatched loops (AVX2 where this CPU has it) and the baseline ones they are
     /// compiled from make and accept the same bytes.
     #[test]
-    fn the_avx2_and_baseline_loops_agree() {
-        for (words, first) in [(0usize, 0u64), (1, 0), (511, 1), (513, 0), (5000, 777), (3 * 512, 512)] {
+    fn every_width_of_the_loops_agrees() {
+        // Each width this CPU has, through the dispatch, against the loops as built.
+        let widths = [simd::Level::Baseline, simd::Level::Avx2, simd::Level::Avx512];
+        for level in widths.into_iter().filter(|l| *l <= simd::detected()) {
+            let before = simd::cap(level);
+            assert_eq!(simd::level(), level);
+            agree_with_the_baseline(level);
+            simd::cap(before);
+        }
+    }
+
+    fn agree_with_the_baseline(level: simd::Level) {
+        for (words, first) in [(0usize, 0u64), (1, 0), (7, 3), (511, 1), (513, 0), (5000, 777), (3 * 512, 512)] {
             let (mut a, mut b) = (vec![0u64; words], vec![1u64; words]);
             fill_words(99, first, &mut a);
             fill_words_body(99, first, &mut b);
-            assert_eq!(a, b, "{words} words from {first}");
+            assert_eq!(a, b, "{level:?}: {words} words from {first}");
             let bytes: &[u8] = bytemuck::cast_slice(&a);
             for len in [bytes.len(), bytes.len().saturating_sub(3)] {
                 let chunk = &bytes[..len];
                 assert!(matches(99, first * 8, chunk) && matches_body(99, first * 8, chunk));
                 if len > 0 {
-                    let mut bad = chunk.to_vec();
-                    bad[len / 2] ^= 0x80;
-                    assert!(!matches(99, first * 8, &bad) && !matches_body(99, first * 8, &bad), "{len}");
+                    for at in [0, len / 2, len - 1] {
+                        let mut bad = chunk.to_vec();
+                        bad[at] ^= 0x80;
+                        assert!(
+                            !matches(99, first * 8, &bad) && !matches_body(99, first * 8, &bad),
+                            "{level:?} {len} {at}"
+                        );
+                    }
                 }
             }
             let (mut p, mut q) = (vec![0u8; words * 8 + 5], vec![0u8; words * 8 + 5]);
