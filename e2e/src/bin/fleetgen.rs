@@ -43,6 +43,8 @@ struct Args {
     injections: usize,
     inject_every: Duration,
     assess_every: u64,
+    /// The collector's `--assess-max-nodes` (its default when None).
+    assess_max_nodes: Option<u64>,
     summary: Duration,
     start_over: Option<Duration>,
 }
@@ -58,6 +60,7 @@ fn args() -> Result<Args, String> {
         injections: 0,
         inject_every: Duration::from_secs(15),
         assess_every: 10,
+        assess_max_nodes: None,
         summary: railguard_agent::service::probes::ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW,
         start_over: None,
     };
@@ -74,6 +77,7 @@ fn args() -> Result<Args, String> {
             "--injections" => a.injections = num(val()?)? as usize,
             "--inject-every-secs" => a.inject_every = Duration::from_secs(num(val()?)?),
             "--assess-every-secs" => a.assess_every = num(val()?)?.max(1),
+            "--assess-max-nodes" => a.assess_max_nodes = Some(num(val()?)?),
             "--summary-secs" => a.summary = Duration::from_secs(num(val()?)?),
             "--start-over-secs" => a.start_over = Some(Duration::from_secs(num(val()?)?)),
             "--fail" => {
@@ -82,7 +86,7 @@ fn args() -> Result<Args, String> {
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -161,7 +165,12 @@ async fn main() {
     eprintln!("fleetgen: starting Postgres and a collector for {} nodes…", a.nodes);
     let pg = TestPg::start().await;
     let every = a.assess_every.to_string();
-    let collector = CollectorProc::start_with(&pg.url(), &refs, &["--assess-every-secs", &every]);
+    let max_nodes = a.assess_max_nodes.map(|n| n.to_string());
+    let mut collector_args = vec!["--assess-every-secs", every.as_str()];
+    if let Some(n) = &max_nodes {
+        collector_args.extend(["--assess-max-nodes", n.as_str()]);
+    }
+    let collector = CollectorProc::start_with(&pg.url(), &refs, &collector_args);
     let mut channels = Vec::new();
     for _ in 0..a.connections {
         channels.push(IngestClient::connect(collector.url()).await.unwrap());
