@@ -145,13 +145,13 @@ fn main() {
     }
 
     // The same at the default segment, by the width of the pattern loops (fill, compare, poison;
-    // the fabric's copy is libc's memcpy at every width): what AVX2 and AVX-512 buy.
+    // the fabric's copy is libc's memcpy at every width): what AVX2 buys.
     println!(
         "probe data path by loop width ({} KiB segments; the CPU's widest: {:?})",
         EngineConfig::DEFAULT_SEGMENT_BYTES >> 10,
         pattern::simd::detected()
     );
-    let widths = [pattern::simd::Level::Baseline, pattern::simd::Level::Avx2, pattern::simd::Level::Avx512];
+    let widths = [pattern::simd::Level::Baseline, pattern::simd::Level::Avx2];
     let mut engine = Engine::new(EngineConfig::default());
     let mut fabric = SimFabric;
     for level in widths.into_iter().filter(|l| *l <= pattern::simd::detected()) {

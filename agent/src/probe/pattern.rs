@@ -196,11 +196,15 @@ pub fn digests(buf: &[u8], chunk_bytes: usize) -> Vec<u64> {
 
 /// The fill, the compare and the poison are plain loops that the compiler vectorises. Built for
 /// the x86-64 baseline (SSE2) they move 16 bytes an instruction; on a CPU with AVX2 (every x86
-/// GPU server of the last decade) the same loops compiled again with AVX2 enabled move 32, and
-/// with AVX-512 (F and BW: Intel Xeons since Skylake, AMD since Zen 4) 64.
-/// [`dispatch!`](simd::dispatch) picks the widest the CPU has at run time (a cached CPUID read),
-/// at most [`simd::cap`]'s. The bytes are the same whichever runs (tested:
+/// GPU server of the last decade) the same loops compiled again with AVX2 enabled move 32.
+/// [`dispatch!`](simd::dispatch) picks at run time (a cached CPUID read), at most
+/// [`simd::cap`]'s width. The bytes are the same either way (tested:
 /// `every_width_of_the_loops_agrees`).
+///
+/// AVX-512 was measured and not kept: 1.06x AVX2's speed on the probe's data path in a tight
+/// loop, nothing outside the noise in the agent bench, and 512-bit instructions can lower the
+/// clock of a Skylake-era Xeon's core, which the agent shares with the serving process
+/// (docs/scaling.md).
 pub mod simd {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU8, Ordering};
@@ -212,23 +216,26 @@ pub mod simd {
         /// As built (the x86-64 baseline: SSE2).
         Baseline = 0,
         Avx2 = 1,
-        Avx512 = 2,
     }
 
-    static CAP: AtomicU8 = AtomicU8::new(Level::Avx512 as u8);
+    static CAP: AtomicU8 = AtomicU8::new(Level::Avx2 as u8);
+
+    impl Level {
+        fn from_u8(v: u8) -> Level {
+            match v {
+                0 => Level::Baseline,
+                _ => Level::Avx2,
+            }
+        }
+    }
 
     /// The widest loops this CPU runs.
     pub fn detected() -> Level {
         static DETECTED: OnceLock<Level> = OnceLock::new();
         *DETECTED.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
-            {
-                if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
-                    return Level::Avx512;
-                }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    return Level::Avx2;
-                }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Level::Avx2;
             }
             Level::Baseline
         })
@@ -238,21 +245,12 @@ pub mod simd {
     /// compares the widths; the bytes are the same at every width, so a concurrent caller is
     /// unaffected but for speed). Returns the cap before.
     pub fn cap(level: Level) -> Level {
-        match CAP.swap(level as u8, Ordering::Relaxed) {
-            0 => Level::Baseline,
-            1 => Level::Avx2,
-            _ => Level::Avx512,
-        }
+        Level::from_u8(CAP.swap(level as u8, Ordering::Relaxed))
     }
 
     /// The width the loops run at now: the CPU's widest, at most the cap.
     pub fn level() -> Level {
-        let cap = match CAP.load(Ordering::Relaxed) {
-            0 => Level::Baseline,
-            1 => Level::Avx2,
-            _ => Level::Avx512,
-        };
-        detected().min(cap)
+        detected().min(Level::from_u8(CAP.load(Ordering::Relaxed)))
     }
 
     /// Calls `body(args)` (an `#[inline(always)]` function) compiled for the width [`level`]
@@ -260,29 +258,15 @@ pub mod simd {
     macro_rules! dispatch {
         ($body:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty) => {{
             #[cfg(target_arch = "x86_64")]
-            match simd::level() {
-                simd::Level::Avx512 => {
-                    #[target_feature(enable = "avx512f,avx512bw,avx2")]
-                    fn widest($($arg: $ty),*) -> $ret {
-                        $body($($arg),*)
-                    }
-                    #[allow(unsafe_code)]
-                    // SAFETY: `widest` needs AVX-512 F and BW (and AVX2), which this CPU has
-                    // (`simd::detected`).
-                    let r = unsafe { widest($($arg),*) };
-                    return r;
+            if simd::level() == simd::Level::Avx2 {
+                #[target_feature(enable = "avx2")]
+                fn wide($($arg: $ty),*) -> $ret {
+                    $body($($arg),*)
                 }
-                simd::Level::Avx2 => {
-                    #[target_feature(enable = "avx2")]
-                    fn wide($($arg: $ty),*) -> $ret {
-                        $body($($arg),*)
-                    }
-                    #[allow(unsafe_code)]
-                    // SAFETY: `wide` needs nothing but AVX2, which this CPU has (`simd::detected`).
-                    let r = unsafe { wide($($arg),*) };
-                    return r;
-                }
-                simd::Level::Baseline => {}
+                #[allow(unsafe_code)]
+                // SAFETY: `wide` needs nothing but AVX2, which this CPU has (`simd::detected`).
+                let r = unsafe { wide($($arg),*) };
+                return r;
             }
             $body($($arg),*)
         }};
@@ -353,7 +337,7 @@ mod tests {
     #[test]
     fn every_width_of_the_loops_agrees() {
         // Each width this CPU has, through the dispatch, against the loops as built.
-        let widths = [simd::Level::Baseline, simd::Level::Avx2, simd::Level::Avx512];
+        let widths = [simd::Level::Baseline, simd::Level::Avx2];
         for level in widths.into_iter().filter(|l| *l <= simd::detected()) {
             let before = simd::cap(level);
             assert_eq!(simd::level(), level);
