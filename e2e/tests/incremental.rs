@@ -450,6 +450,18 @@ fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_p
     assert_eq!(metric(&c, "railguard_assessment_passes_total", "full"), Some(1.0), "no second full pass");
     assert!(metric(&c, "railguard_assessment_passes_total", "changed").is_some_and(|n| n >= 1.0));
     assert!(metric(&c, "railguard_assessment_pass_seconds", "changed").is_some_and(|s| s >= 0.0));
+    // The latest pass's time by phase (from one scrape: passes go on), within its wall time.
+    let (_, body) = c.get("/metrics", None);
+    let value = |labels: &str| {
+        body.lines().find_map(|l| l.strip_prefix(&format!("{labels} "))).and_then(|v| v.parse::<f64>().ok())
+    };
+    let total = value("railguard_assessment_pass_seconds{kind=\"changed\"}").unwrap();
+    let phases: Vec<f64> = ["select", "read", "write"]
+        .iter()
+        .map(|p| value(&format!("railguard_assessment_pass_phase_seconds{{kind=\"changed\",phase=\"{p}\"}}")).unwrap())
+        .collect();
+    assert!(phases.iter().all(|p| *p >= 0.0) && phases.iter().sum::<f64>() <= total + 1e-3, "{phases:?} of {total}");
+    assert!(phases[0] > 0.0, "finding the nodes takes time ({phases:?})");
     // node-a was assessed for its batch and (the sweep's period is 5 min) is not due for it.
     assert_eq!(metric(&c, "railguard_assessment_pass_swept_nodes", "changed"), Some(0.0));
 

@@ -303,7 +303,23 @@ pub async fn assess_and_store_at(
     cfg: &AssessConfig,
     now: DateTime<Utc>,
 ) -> Result<Vec<Assessment>, sqlx::Error> {
+    let mut phases = Phases::default();
+    assess_and_store_timed(pool, nodes, cfg, now, &mut phases).await
+}
+
+/// [`assess_and_store_at`], adding the time it spent reading the evidence and writing the
+/// statuses to `phases`.
+async fn assess_and_store_timed(
+    pool: &PgPool,
+    nodes: Option<&[String]>,
+    cfg: &AssessConfig,
+    now: DateTime<Utc>,
+    phases: &mut Phases,
+) -> Result<Vec<Assessment>, sqlx::Error> {
+    let started = std::time::Instant::now();
     let inputs = load_inputs(pool, nodes, now, cfg.window).await?;
+    phases.read += started.elapsed();
+    let started = std::time::Instant::now();
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
     // One assessment writes at a time, fleet-wide (several collector replicas, a full pass and a
     // node assessed at once): the previous statuses are read under the same lock, so a change is
@@ -432,6 +448,7 @@ pub async fn assess_and_store_at(
     }
     tx.commit().await?;
     mark_assessed(pool, nodes, now).await;
+    phases.write += started.elapsed();
     Ok(results)
 }
 
@@ -449,6 +466,21 @@ pub struct Pass {
     pub deferred: usize,
     /// GPUs assessed (a GPU assessed later by another assessment is left as it is).
     pub gpus: usize,
+    /// Where the pass's time went.
+    pub phases: Phases,
+}
+
+/// A pass's wall time by phase.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Phases {
+    /// Finding the nodes: claiming the pending ones, the window's edges, the sweep's due nodes,
+    /// the bound.
+    pub select: Duration,
+    /// Reading their evidence ([`load_inputs`]).
+    pub read: Duration,
+    /// The rules, and writing what changed: the statuses read under the write lock, the status
+    /// rows, the fleet page's rows, the history of changes, the nodes' assessed marks.
+    pub write: Duration,
 }
 
 /// The nodes that may assess differently at `now` than at `prev` (the previous pass's `now`):
@@ -577,13 +609,16 @@ pub async fn assess_pass(
     now: DateTime<Utc>,
     sweep: Option<Sweep>,
 ) -> Result<Pass, sqlx::Error> {
+    let mut phases = Phases::default();
+    let started = std::time::Instant::now();
     let Some(prev) = prev else {
         // Everything is assessed now: no node stays pending (a batch stored after the claim
         // marks its node again).
         claim_pending(pool).await?;
-        let r = assess_and_store_at(pool, None, cfg, now).await?;
+        phases.select = started.elapsed();
+        let r = assess_and_store_timed(pool, None, cfg, now, &mut phases).await?;
         let nodes = r.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
-        return Ok(Pass { full: true, nodes, gpus: r.len(), ..Pass::default() });
+        return Ok(Pass { full: true, nodes, gpus: r.len(), phases, ..Pass::default() });
     };
     let changed = changed_nodes(pool, cfg.window, prev, now).await?;
     let mut nodes = changed.clone();
@@ -593,7 +628,8 @@ pub async fn assess_pass(
         nodes.dedup();
     }
     if nodes.is_empty() {
-        return Ok(Pass::default());
+        phases.select = started.elapsed();
+        return Ok(Pass { phases, ..Pass::default() });
     }
     let mut deferred = 0;
     if cfg.max_nodes > 0 && nodes.len() > cfg.max_nodes {
@@ -603,8 +639,9 @@ pub async fn assess_pass(
     }
     // `changed` is sorted (changed_nodes), `nodes` too.
     let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
-    match assess_and_store_at(pool, Some(&nodes), cfg, now).await {
-        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, deferred, gpus: r.len() }),
+    phases.select = started.elapsed();
+    match assess_and_store_timed(pool, Some(&nodes), cfg, now, &mut phases).await {
+        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, deferred, gpus: r.len(), phases }),
         Err(e) => {
             let _ = sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1)")
                 .bind(&nodes)
@@ -760,9 +797,10 @@ pub async fn run_urgent(
             stats.urgent.lock().map(|mut u| std::mem::take(&mut *u).into_iter().collect()).unwrap_or_default();
         if !urgent.is_empty() {
             let started = std::time::Instant::now();
-            match assess_and_store(&pool, Some(&urgent), &cfg).await {
+            let mut phases = Phases::default();
+            match assess_and_store_timed(&pool, Some(&urgent), &cfg, Utc::now(), &mut phases).await {
                 Ok(r) => {
-                    let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len(), ..Pass::default() };
+                    let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len(), phases, ..Pass::default() };
                     stats.assessment.record_urgent(&pass, started.elapsed());
                     tracing::debug!(nodes = urgent.len(), gpus = r.len(), "failing nodes assessed at once");
                 }
@@ -798,6 +836,7 @@ pub struct KindStats {
     pub swept: usize,
     pub deferred: usize,
     pub gpus: usize,
+    pub phases: Phases,
 }
 
 impl PassStats {
@@ -811,6 +850,7 @@ impl PassStats {
                 swept: pass.swept,
                 deferred: pass.deferred,
                 gpus: pass.gpus,
+                phases: pass.phases,
             };
         }
     }

@@ -171,6 +171,16 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             let _ = writeln!(out, "{name}{{kind=\"{k}\"}} {}", pick(v));
         }
     }
+    let name = "railguard_assessment_pass_phase_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Wall time of this collector's latest assessment pass of each kind by phase: select (finding the nodes: claiming the pending ones, the window's edges, the sweep's due nodes, the bound), read (their evidence in the window), write (the rules, and writing what changed: statuses, the fleet page's rows, the history of changes, the nodes' assessed marks).\n# TYPE {name} gauge"
+    );
+    for (k, v) in &passes.kinds {
+        for (phase, d) in [("select", v.phases.select), ("read", v.phases.read), ("write", v.phases.write)] {
+            let _ = writeln!(out, "{name}{{kind=\"{k}\",phase=\"{phase}\"}} {:.6}", d.as_secs_f64());
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP railguard_leader 1 where this collector holds a fleet-wide task (with several replicas on one Postgres, exactly one holds each).\n# TYPE railguard_leader gauge"

@@ -466,6 +466,13 @@ async fn main() {
             deferred[mid],
             deferred[last]
         );
+        // Where the time went: the medians by phase, and the longest pass's phases.
+        let longest = v.iter().max_by(|a, b| a.secs.total_cmp(&b.secs)).map(|p| p.phases).unwrap_or_default();
+        let (sel, read, write) = (sorted(|p| p.phases[0]), sorted(|p| p.phases[1]), sorted(|p| p.phases[2]));
+        println!(
+            "  by phase: median select {:.3} s, read {:.3} s, write {:.3} s; the longest pass: select {:.3} s, read {:.3} s, write {:.3} s",
+            sel[mid], read[mid], write[mid], longest[0], longest[1], longest[2]
+        );
     }
 }
 
@@ -527,13 +534,20 @@ struct PassSample {
     swept: f64,
     /// Nodes with something new left for the next pass (past --assess-max-nodes).
     deferred: f64,
+    /// Seconds finding the nodes, reading their evidence, and assessing and writing.
+    phases: [f64; 3],
 }
 
 /// The latest assessment pass of each kind in a /metrics text.
 fn latest_passes(metrics: &str) -> Vec<PassSample> {
-    let value = |name: &str, kind: &str| {
-        let prefix = format!("{name}{{kind=\"{kind}\"}} ");
+    let labelled = |name: &str, labels: &str| {
+        let prefix = format!("{name}{{{labels}}} ");
         metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse::<f64>().ok())
+    };
+    let value = |name: &str, kind: &str| labelled(name, &format!("kind=\"{kind}\""));
+    let phase = |kind: &str, phase: &str| {
+        labelled("railguard_assessment_pass_phase_seconds", &format!("kind=\"{kind}\",phase=\"{phase}\""))
+            .unwrap_or(0.0)
     };
     ["full", "changed", "urgent"]
         .into_iter()
@@ -545,6 +559,7 @@ fn latest_passes(metrics: &str) -> Vec<PassSample> {
                 nodes: value("railguard_assessment_pass_nodes", k)?,
                 swept: value("railguard_assessment_pass_swept_nodes", k)?,
                 deferred: value("railguard_assessment_pass_deferred_nodes", k).unwrap_or(0.0),
+                phases: [phase(k, "select"), phase(k, "read"), phase(k, "write")],
             })
         })
         .collect()
