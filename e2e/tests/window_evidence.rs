@@ -109,7 +109,8 @@ fn pick<T: Copy>(rng: &mut StdRng, of: &[T]) -> T {
 /// path, memory and lanes.
 fn provenance(rng: &mut StdRng, simulated_node: bool) -> (Transport, DataPath, Memory, Vec<String>) {
     if simulated_node || rng.random_bool(0.25) {
-        return (Transport::Sim, DataPath::Simulated, Memory::Host, Vec::new());
+        // Simulated GPU memory too: only the pair's NIC moving GPU memory counts as verified in it.
+        return (Transport::Sim, DataPath::Simulated, pick(rng, &[Memory::Host, Memory::Cuda]), Vec::new());
     }
     let transport = pick(rng, &[Transport::Ucx, Transport::Nixl, Transport::Verbs, Transport::Tcp]);
     let path = if transport == Transport::Tcp {

@@ -24,6 +24,7 @@
 //! pair's NIC moved the bytes, or it ran on the simulated fabric of a node whose whole fabric (in
 //! the window) is simulated. Injected faults are not evidence at all.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
@@ -64,7 +65,7 @@ struct ClassCounts {
     silent_corruption: u64,
     reported_failure: u64,
     timeout: u64,
-    /// Ok probes in GPU memory at both ends (`cuda`).
+    /// Ok probes the pair's NIC moved in GPU memory at both ends (`nic_dma`, `cuda`).
     ok_cuda: u64,
     /// Records of silent corruption per diagnosis (the mode counts records, as SQL's does).
     diagnoses: Vec<(Diagnosis, u64)>,
@@ -84,13 +85,17 @@ impl ClassCounts {
             }
             ProbeVerdict::SilentCorruption => {
                 self.silent_corruption += probes;
-                match self.diagnoses.iter_mut().find(|(d, _)| *d == diagnosis) {
-                    Some((_, n)) => *n += records,
-                    None => self.diagnoses.push((diagnosis, records)),
-                }
+                self.count_diagnosis(diagnosis, records);
             }
             ProbeVerdict::ReportedFailure => self.reported_failure += probes,
             ProbeVerdict::Timeout => self.timeout += probes,
+        }
+    }
+
+    fn count_diagnosis(&mut self, diagnosis: Diagnosis, records: u64) {
+        match self.diagnoses.iter_mut().find(|(d, _)| *d == diagnosis) {
+            Some((_, n)) => *n += records,
+            None => self.diagnoses.push((diagnosis, records)),
         }
     }
 
@@ -98,6 +103,20 @@ impl ClassCounts {
         if !self.via.contains(via) {
             self.via.insert(via.to_owned());
         }
+    }
+
+    /// Adds another class's counts to these.
+    fn absorb(&mut self, other: ClassCounts) {
+        self.records += other.records;
+        self.ok += other.ok;
+        self.silent_corruption += other.silent_corruption;
+        self.reported_failure += other.reported_failure;
+        self.timeout += other.timeout;
+        self.ok_cuda += other.ok_cuda;
+        for (d, n) in other.diagnoses {
+            self.count_diagnosis(d, n);
+        }
+        self.via.extend(other.via);
     }
 
     fn bad(&self) -> u64 {
@@ -119,7 +138,34 @@ struct NodeAcc {
     pairs: HashMap<i32, Vec<(String, PairAcc)>>,
 }
 
+/// Records of one pair with one provenance and outcome: a grouped row, or one summary of a set.
+struct Evidence<'a> {
+    gpu: i32,
+    nic: &'a str,
+    path: &'a str,
+    memory: &'a str,
+    verdict: ProbeVerdict,
+    diagnosis: Diagnosis,
+    /// The probes the records stand for, and the records.
+    probes: u64,
+    records: u64,
+    transport: &'a str,
+    first_lane: Option<&'a str>,
+}
+
 impl NodeAcc {
+    /// Counts `e` into its pair, and into the node's trust decision; for a path that may prove
+    /// nothing, notes the transport that carried it.
+    fn record(&mut self, e: Evidence<'_>) {
+        let class = Class::of(e.path);
+        self.all_simulated &= class == Class::Simulated;
+        let counts = &mut self.pair(e.gpu, e.nic).by_class[class as usize];
+        counts.add(e.verdict, e.diagnosis, class == Class::NicDma && e.memory == "cuda", e.probes, e.records);
+        if class != Class::NicDma {
+            counts.add_via(&via(e.transport, e.first_lane));
+        }
+    }
+
     fn pair(&mut self, gpu: i32, nic: &str) -> &mut PairAcc {
         let nics = self.pairs.entry(gpu).or_default();
         let i = match nics.iter().position(|(n, _)| n == nic) {
@@ -162,49 +208,38 @@ impl WindowEvidence {
             pairs.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
             for (gpu, nic, p) in pairs {
                 let n = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-                let mut counts = PairCounts { nic, inline: InlineCounts::default(), ..Default::default() };
-                let (mut ok, mut sc, mut rf, mut to, mut un_ok, mut un_bad) = (0, 0, 0, 0, 0, 0);
-                let mut diagnoses: Vec<(Diagnosis, u64)> = Vec::new();
-                let mut via: BTreeSet<String> = BTreeSet::new();
+                let (mut proven, mut unproven) = (ClassCounts::default(), ClassCounts::default());
+                let mut simulated = false;
                 for (c, k) in p.by_class.into_iter().enumerate() {
                     if k.records == 0 {
                         continue;
                     }
                     if trusted(c) {
-                        ok += k.ok;
-                        sc += k.silent_corruption;
-                        rf += k.reported_failure;
-                        to += k.timeout;
-                        for (d, m) in k.diagnoses {
-                            match diagnoses.iter_mut().find(|(e, _)| *e == d) {
-                                Some((_, x)) => *x += m,
-                                None => diagnoses.push((d, m)),
-                            }
-                        }
-                        if c == Class::NicDma as usize {
-                            counts.ok_gpu_memory = n(k.ok_cuda);
-                        }
-                        if c == Class::Simulated as usize {
-                            counts.simulated = true;
-                        }
+                        simulated |= c == Class::Simulated as usize;
+                        proven.absorb(k);
                     } else {
-                        un_ok += k.ok;
-                        un_bad += k.bad();
-                        via.extend(k.via);
+                        unproven.absorb(k);
                     }
                 }
-                counts.ok = n(ok);
-                counts.silent_corruption = n(sc);
-                counts.reported_failure = n(rf);
-                counts.timeout = n(to);
-                counts.unproven_ok = n(un_ok);
-                counts.unproven_bad = n(un_bad);
-                // SQL's mode(): the most frequent, the first in the column's (text) order on a tie.
-                counts.diagnosis = diagnoses
-                    .into_iter()
-                    .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.as_str().cmp(a.0.as_str())))
-                    .map(|(d, _)| d);
-                counts.unproven_via = via.into_iter().collect();
+                let counts = PairCounts {
+                    nic,
+                    ok: n(proven.ok),
+                    silent_corruption: n(proven.silent_corruption),
+                    reported_failure: n(proven.reported_failure),
+                    timeout: n(proven.timeout),
+                    ok_gpu_memory: n(proven.ok_cuda),
+                    // SQL's mode(): the most frequent, the first in the column's (text) order on a tie.
+                    diagnosis: proven
+                        .diagnoses
+                        .into_iter()
+                        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.as_str().cmp(a.0.as_str())))
+                        .map(|(d, _)| d),
+                    simulated,
+                    unproven_ok: n(unproven.ok),
+                    unproven_bad: n(unproven.bad()),
+                    unproven_via: unproven.via.into_iter().collect(),
+                    inline: InlineCounts::default(),
+                };
                 out.push((node.clone(), gpu, counts));
             }
         }
@@ -213,12 +248,20 @@ impl WindowEvidence {
 }
 
 /// What carried a probe, for "unproven … via X": its transport, over its first lane if it
-/// reported any (`ucx over tcp/lo`). Lanes are stored as a JSON array of strings.
-fn via(transport: &str, lanes: &serde_json::Value) -> String {
-    match lanes.as_array().and_then(|l| l.first()) {
-        Some(serde_json::Value::String(s)) => format!("{transport} over {s}"),
-        Some(other) => format!("{transport} over {other}"),
-        None => transport.to_owned(),
+/// reported any (`ucx over tcp/lo`).
+fn via<'a>(transport: &'a str, first_lane: Option<&str>) -> Cow<'a, str> {
+    match first_lane {
+        Some(lane) => Cow::Owned(format!("{transport} over {lane}")),
+        None => Cow::Borrowed(transport),
+    }
+}
+
+/// A record's first lane, as SQL's `lanes->>0` reads it (lanes are stored as a JSON array of
+/// strings; anything else in the array as its JSON text).
+fn first_lane(lanes: &serde_json::Value) -> Option<Cow<'_, str>> {
+    match lanes.as_array()?.first()? {
+        serde_json::Value::String(s) => Some(Cow::Borrowed(s)),
+        other => Some(Cow::Owned(other.to_string())),
     }
 }
 
@@ -245,20 +288,21 @@ pub(super) async fn load(
         memory: String,
         verdict: ProbeVerdict,
         diagnosis: Diagnosis,
-        via: String,
+        transport: String,
+        first_lane: Option<String>,
         probes: i64,
         records: i64,
     }
     let groups: Vec<Group> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic, path, memory, verdict, diagnosis,
-                CASE WHEN path = 'nic_dma' THEN ''
-                     WHEN jsonb_array_length(lanes) > 0 THEN transport || ' over ' || (lanes->>0)
-                     ELSE transport END AS via,
+                -- what carried it, read only where the path proves nothing (see `via`)
+                CASE WHEN path = 'nic_dma' THEN '' ELSE transport END AS transport,
+                CASE WHEN path = 'nic_dma' THEN NULL ELSE lanes->>0 END AS first_lane,
                 sum(probes)::bigint AS probes, count(*) AS records
          FROM probe_row_evidence
          WHERE observed_at > $2 AND observed_at <= $3 AND injected = 'none'
            AND ($1::text[] IS NULL OR node_id = ANY($1))
-         GROUP BY 1, 2, 3, 4, 5, 6, 7, 8",
+         GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9",
     )
     .bind(filter)
     .bind(since)
@@ -267,14 +311,18 @@ pub(super) async fn load(
     .await?;
     let u = |v: i64| u64::try_from(v).unwrap_or(0);
     for g in groups {
-        let class = Class::of(&g.path);
-        let node = ev.node(g.node_id);
-        node.all_simulated &= class == Class::Simulated;
-        let counts = &mut node.pair(g.gpu_index, &g.nic).by_class[class as usize];
-        counts.add(g.verdict, g.diagnosis, g.memory == "cuda", u(g.probes), u(g.records));
-        if class != Class::NicDma {
-            counts.add_via(&g.via);
-        }
+        ev.node(g.node_id).record(Evidence {
+            gpu: g.gpu_index,
+            nic: &g.nic,
+            path: &g.path,
+            memory: &g.memory,
+            verdict: g.verdict,
+            diagnosis: g.diagnosis,
+            probes: u(g.probes),
+            records: u(g.records),
+            transport: &g.transport,
+            first_lane: g.first_lane.as_deref(),
+        });
     }
 
     // The workload pairs' latest records stored a row each (ten per GPU at most: all the
@@ -347,20 +395,21 @@ pub(super) async fn load(
             if inj != "none" {
                 continue;
             }
-            let class = Class::of(path);
-            node.all_simulated &= class == Class::Simulated;
-            let counts = &mut node.pair(gpu, nic).by_class[class as usize];
-            counts.add(ProbeVerdict::Ok, Diagnosis::None, memory == "cuda", u(i64::from(n)), 1);
-            if class != Class::NicDma {
-                let lane = lanes.get(i).map(|j| &j.0).unwrap_or(&serde_json::Value::Null);
-                let transport = transports.get(i).map(String::as_str).unwrap_or_default();
-                if lane.as_array().is_none_or(Vec::is_empty) {
-                    counts.add_via(transport);
-                } else {
-                    counts.add_via(&via(transport, lane));
-                }
-            }
-            if class != Class::Other && wl.is_some_and(|w| w.iter().any(|(g, wn)| *g == gpu && wn == nic)) {
+            let lane = lanes.get(i).and_then(|l| first_lane(&l.0));
+            let transport = transports.get(i).map(String::as_str).unwrap_or_default();
+            node.record(Evidence {
+                gpu,
+                nic,
+                path,
+                memory,
+                verdict: ProbeVerdict::Ok,
+                diagnosis: Diagnosis::None,
+                probes: u(i64::from(n)),
+                records: 1,
+                transport,
+                first_lane: lane.as_deref(),
+            });
+            if Class::of(path) != Class::Other && wl.is_some_and(|w| w.iter().any(|(g, wn)| *g == gpu && wn == nic)) {
                 recent.push((gpu, n));
             }
         }
