@@ -434,7 +434,8 @@ fn wait(c: &CollectorProc, what: &str, done: &dyn Fn() -> bool) {
 fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_passes() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pg = rt.block_on(TestPg::start());
-    let c = CollectorProc::start(&pg.url()); // a pass every second, a full one only at the start
+    // A pass every second, a full one only at the start; the window kept between passes.
+    let c = CollectorProc::start_with(&pg.url(), &[], &["--keep-window"]);
     wait(&c, "the first (full) pass", &|| metric(&c, "railguard_assessment_passes_total", "full") == Some(1.0));
     assert_eq!(metric(&c, "railguard_assessment_pass_nodes", "full"), Some(0.0), "an empty fleet");
     // A node arrives after it: a pass over the changed nodes takes it.
@@ -462,6 +463,9 @@ fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_p
         .collect();
     assert!(phases.iter().all(|p| *p >= 0.0) && phases.iter().sum::<f64>() <= total + 1e-3, "{phases:?} of {total}");
     assert!(phases[0] > 0.0, "finding the nodes takes time ({phases:?})");
+    // The passes read their window through the kept one (node-a's first pass here: in full).
+    let read = value("railguard_assessment_window_nodes_total{source=\"read\"}").unwrap();
+    assert!(read >= 1.0 && value("railguard_assessment_window_nodes_total{source=\"kept\"}").is_some(), "{read}");
     // node-a was assessed for its batch and (the sweep's period is 5 min) is not due for it.
     assert_eq!(metric(&c, "railguard_assessment_pass_swept_nodes", "changed"), Some(0.0));
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use railguard_agent::topology::fixture;
-use railguard_collector::assess::{AssessConfig, PairCounts, load_inputs};
+use railguard_collector::assess::{AssessConfig, GpuInput, PairCounts, WindowCache, load_inputs, load_inputs_cached};
 use railguard_collector::store::Store;
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
@@ -140,12 +140,6 @@ fn injected(rng: &mut StdRng) -> Injected {
 /// each at its own time (ties in time would leave the latest verdicts' order to chance), some
 /// of it before the window.
 fn evidence(rng: &mut StdRng, node: usize, now: DateTime<Utc>) -> Vec<Record> {
-    // Nodes 0-3: every record the simulated fabric's (trusted there; node 3's injected faults on
-    // a real transport, which are no evidence, leave it so); nodes 4-5: simulated records stored
-    // a row each, summary sets of every kind; the rest mixed throughout (the simulated fabric's probes are
-    // unproven there, as host copies always are).
-    let (simulated_probes, simulated_summaries) = (node < 6, node < 4);
-    let mut out = Vec::new();
     // Distinct times across the node's records: millisecond `k` of the node's own offset.
     let mut k = 0i64;
     let mut at = |rng: &mut StdRng| {
@@ -154,7 +148,24 @@ fn evidence(rng: &mut StdRng, node: usize, now: DateTime<Utc>) -> Vec<Record> {
         let secs = if within { rng.random_range(1..880) } else { rng.random_range(905..1500) };
         now - Duration::seconds(secs) - Duration::milliseconds(k * 10 + node as i64)
     };
-    for _ in 0..160 {
+    evidence_at(rng, node, (160, 6, 4), &mut at)
+}
+
+/// A node's random evidence as [`evidence`] makes it: `n.0` full probes, `n.1` single summaries
+/// and `n.2` summary sets, each at the time `at` picks.
+fn evidence_at(
+    rng: &mut StdRng,
+    node: usize,
+    n: (usize, usize, usize),
+    at: &mut dyn FnMut(&mut StdRng) -> DateTime<Utc>,
+) -> Vec<Record> {
+    // Nodes 0-3: every record the simulated fabric's (trusted there; node 3's injected faults on
+    // a real transport, which are no evidence, leave it so); nodes 4-5: simulated records stored
+    // a row each, summary sets of every kind; the rest mixed throughout (the simulated fabric's probes are
+    // unproven there, as host copies always are).
+    let (simulated_probes, simulated_summaries) = (node < 6, node < 4);
+    let mut out = Vec::new();
+    for _ in 0..n.0 {
         let mut p = probe(0);
         p.gpu = rng.random_range(0..8);
         // The workload pair (the fixture's PIX NIC, mlx5_<gpu>) half of the time.
@@ -208,13 +219,13 @@ fn evidence(rng: &mut StdRng, node: usize, now: DateTime<Utc>) -> Vec<Record> {
             last_at,
         }
     };
-    for _ in 0..6 {
+    for _ in 0..n.1 {
         let last_at = at(rng);
         let (gpu, nic) = (rng.random_range(0..8), format!("mlx5_{}", rng.random_range(0..8)));
         let s = summary(rng, gpu, nic, last_at, simulated_probes);
         out.push(Record { id: RecordId::random(), observed_at: last_at, body: RecordBody::Summary(s) });
     }
-    for _ in 0..4 {
+    for _ in 0..n.2 {
         let last_at = at(rng);
         let mut summaries = Vec::new();
         for gpu in 0..8u32 {
@@ -290,4 +301,104 @@ async fn a_pass_reads_the_window_as_one_query_over_every_record_would() {
             assert!(inputs.keys().all(|(n, _)| nodes.contains(n)), "only the nodes asked for");
         }
     }
+}
+
+type Inputs = std::collections::BTreeMap<(String, u32), GpuInput>;
+
+/// What the window read yields that the cache must match: each GPU's pairs and its workload
+/// pair's latest verdicts.
+fn evidence_of(inputs: &Inputs) -> BTreeMap<(String, u32), (Vec<PairCounts>, Vec<ProbeVerdict>)> {
+    inputs
+        .iter()
+        .filter(|(_, i)| !i.pairs.is_empty() || !i.workload_recent.is_empty())
+        .map(|(k, i)| (k.clone(), (i.pairs.clone(), i.workload_recent.clone())))
+        .collect()
+}
+
+/// The leader's kept window (`WindowCache`): pass after pass, with evidence arriving between
+/// passes, evidence leaving the window, passes over some nodes (the others' kept evidence moves
+/// on without them), evidence arriving late (marked by ingest, read again in full), workload
+/// pairs changing (a pin) and a full pass, it yields what reading the whole window again yields.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kept_window_is_the_window_read_again_pass_after_pass() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let window = AssessConfig::default().window;
+    let t0 = Utc::now().trunc_subsecs(3);
+    let mut rng = StdRng::seed_from_u64(16);
+    let names: Vec<String> = (0..8).map(|i| format!("node-{i:02}")).collect();
+    // Each node's times so far (milliseconds), so that no two of a node's records tie.
+    let mut used: Vec<std::collections::HashSet<i64>> = vec![Default::default(); names.len()];
+    let mut pick = |rng: &mut StdRng, node: usize, from: DateTime<Utc>, to: DateTime<Utc>| loop {
+        let ms = rng.random_range(0..(to - from).num_milliseconds());
+        let t = to - Duration::milliseconds(ms);
+        if used[node].insert(t.timestamp_millis()) {
+            return t;
+        }
+    };
+    for (i, n) in names.iter().enumerate() {
+        let node = NodeId::new(n.clone()).unwrap();
+        store.register_node(&node, n, "test").await.unwrap();
+        let mut records = vec![Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap()];
+        let from = t0 - Duration::seconds(1500);
+        records.extend(evidence_at(&mut rng, i, (120, 4, 4), &mut |rng| pick(rng, i, from, t0)));
+        store.ingest(&node, records, 0).await.unwrap();
+    }
+
+    let mut cache = WindowCache::default();
+    let (mut late, mut repinned, mut kept_nodes) = (0, 0, 0usize);
+    for k in 0..=26i64 {
+        let now = t0 + Duration::seconds(40 * k);
+        if k > 0 {
+            // What the nodes observed since the last pass, stored at once (it is not late: the
+            // passes run ahead of the clock).
+            for (i, n) in names.iter().enumerate() {
+                if rng.random_bool(0.3) {
+                    continue;
+                }
+                let from = now - Duration::seconds(40);
+                let records = evidence_at(&mut rng, i, (12, 1, 1), &mut |rng| pick(rng, i, from, now));
+                store.ingest(&NodeId::new(n.clone()).unwrap(), records, 0).await.unwrap();
+            }
+        }
+        if k % 6 == 5 {
+            // Evidence stored long after it was observed (a spool replayed), inside the part of
+            // the window the cache already holds: ingest marks the node late.
+            let i = rng.random_range(0..names.len());
+            let real = Utc::now();
+            let records = evidence_at(&mut rng, i, (6, 0, 1), &mut |rng| {
+                pick(rng, i, real - Duration::seconds(200), real - Duration::seconds(100))
+            });
+            store.ingest(&NodeId::new(names[i].clone()).unwrap(), records, 0).await.unwrap();
+            late += 1;
+        }
+        if k == 9 || k == 18 {
+            // The workload's NIC changes: the latest verdicts are kept for the new pairs.
+            let i = k as usize % names.len();
+            let pin = if k == 9 { "mlx5_3:1" } else { "mlx5_5:1" };
+            let topo = Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), Some(pin)))).unwrap();
+            store.ingest(&NodeId::new(names[i].clone()).unwrap(), vec![topo], 0).await.unwrap();
+            repinned += 1;
+        }
+        // A full pass now and then; otherwise some of the nodes (the rest's kept evidence moves
+        // on without them), or all.
+        let some: Vec<String> = names.iter().filter(|_| rng.random_bool(0.5)).cloned().collect();
+        let nodes: Option<&[String]> = match k % 7 {
+            0 => None,
+            3 => Some(&names),
+            _ => Some(&some),
+        };
+        let got = load_inputs_cached(&pg.pool, nodes, now, window, &mut cache).await.unwrap();
+        let want = load_inputs(&pg.pool, nodes, now, window).await.unwrap();
+        let (got, want) = (evidence_of(&got), evidence_of(&want));
+        assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "GPUs at pass {k} ({nodes:?})");
+        for (key, w) in &want {
+            assert_eq!(got.get(key), Some(w), "{key:?} at pass {k}");
+        }
+        kept_nodes = kept_nodes.max(cache.len());
+    }
+    assert!(late >= 4 && repinned == 2 && kept_nodes == names.len(), "{late} {repinned} {kept_nodes}");
+    // Most nodes of most passes came from what was kept, not from reading their window again.
+    let (kept, read) = cache.answered();
+    assert!(kept > 2 * read, "{kept} answered from the kept window, {read} read in full");
 }

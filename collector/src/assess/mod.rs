@@ -6,6 +6,8 @@
 pub mod rules;
 mod window;
 
+pub use window::{LATE_AFTER, SEAL_AFTER, WindowCache};
+
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -32,6 +34,9 @@ pub struct AssessConfig {
     /// ([`assess_pass`]). Bounds a pass's time when many nodes change at once (a rolling start
     /// of the fleet); a node's failure is assessed at once by [`run_urgent`] whatever the bound.
     pub max_nodes: usize,
+    /// The leader keeps the window between its passes ([`WindowCache`], `serve --keep-window`;
+    /// off: every pass reads its nodes' window in full).
+    pub keep_window: bool,
 }
 
 impl AssessConfig {
@@ -47,7 +52,13 @@ impl AssessConfig {
     /// A window of evidence; the reasons name it ("in the last 15 min").
     pub fn with_window(window: Duration) -> Self {
         let rules = RulesConfig { window_label: rules::window_label(window), ..RulesConfig::default() };
-        AssessConfig { window, rules, full_every: Self::DEFAULT_FULL_EVERY, max_nodes: Self::DEFAULT_MAX_NODES }
+        AssessConfig {
+            window,
+            rules,
+            full_every: Self::DEFAULT_FULL_EVERY,
+            max_nodes: Self::DEFAULT_MAX_NODES,
+            keep_window: false,
+        }
     }
 }
 
@@ -68,6 +79,32 @@ pub async fn load_inputs(
     nodes: Option<&[String]>,
     now: DateTime<Utc>,
     window: Duration,
+) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
+    let mut steps = Steps::default();
+    load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps), None).await
+}
+
+/// [`load_inputs`] through `cache`, the window's evidence kept from the passes before
+/// ([`WindowCache`]): the same inputs, reading only what entered and left the window since.
+pub async fn load_inputs_cached(
+    pool: &PgPool,
+    nodes: Option<&[String]>,
+    now: DateTime<Utc>,
+    window: Duration,
+    cache: &mut WindowCache,
+) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
+    let mut steps = Steps::default();
+    load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps), Some(cache)).await
+}
+
+/// [`load_inputs`], timing its statements; through `cache` when given.
+async fn load_inputs_timed(
+    pool: &PgPool,
+    nodes: Option<&[String]>,
+    now: DateTime<Utc>,
+    window: Duration,
+    laps: &mut Laps<'_>,
+    cache: Option<&mut WindowCache>,
 ) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
     let since = chrono::TimeDelta::from_std(window)
         .ok()
@@ -106,6 +143,7 @@ pub async fn load_inputs(
             );
         }
     }
+    laps.lap(Step::Topology);
 
     // Probe verdicts per pair in the window (full probes and the agents' summaries of ok probes,
     // each counted as the probes it stands for), under the trust policy: injected faults are not
@@ -122,14 +160,39 @@ pub async fn load_inputs(
         }
         w
     };
-    let mut evidence = window::load(&mut tx, &filter, since, now, &workload).await?;
+    let mut evidence = match cache {
+        None => window::load(&mut tx, &filter, since, now, &workload, laps).await?,
+        Some(cache) => {
+            // The nodes ingest marked late since they were last read: read in full. Cleared in
+            // this transaction; a pass that fails after it forgets the cache (run_periodic).
+            let late: Vec<String> = match &filter {
+                Some(nodes) => {
+                    sqlx::query_scalar(
+                        "UPDATE nodes SET late_evidence = false WHERE node_id = ANY($1) AND late_evidence
+                         RETURNING node_id",
+                    )
+                    .bind(nodes)
+                    .fetch_all(&mut *tx)
+                    .await?
+                }
+                None => {
+                    sqlx::query_scalar("UPDATE nodes SET late_evidence = false WHERE late_evidence RETURNING node_id")
+                        .fetch_all(&mut *tx)
+                        .await?
+                }
+            };
+            window::load_cached(&mut tx, &filter, (since, now), &workload, &late, cache, laps).await?
+        }
+    };
     let recent = std::mem::take(&mut evidence.recent);
     for (node, gpu, pair) in evidence.into_pairs() {
         let gpu = u32::try_from(gpu).unwrap_or(0);
         let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput { node, gpu, ..Default::default() });
         input.pairs.push(pair);
     }
+    laps.lap(Step::Tally);
     load_inline(&mut tx, &filter, since, now, &mut inputs).await?;
+    laps.lap(Step::Inline);
     for input in inputs.values_mut() {
         input.pairs.sort_by(|a, b| a.nic.cmp(&b.nic));
     }
@@ -196,6 +259,7 @@ pub async fn load_inputs(
         }
     }
     tx.commit().await?;
+    laps.lap(Step::Signals);
     Ok(inputs)
 }
 
@@ -304,7 +368,7 @@ pub async fn assess_and_store_at(
     now: DateTime<Utc>,
 ) -> Result<Vec<Assessment>, sqlx::Error> {
     let mut phases = Phases::default();
-    assess_and_store_timed(pool, nodes, cfg, now, &mut phases).await
+    assess_and_store_timed(pool, nodes, cfg, now, &mut phases, None).await
 }
 
 /// [`assess_and_store_at`], adding the time it spent reading the evidence and writing the
@@ -315,9 +379,12 @@ async fn assess_and_store_timed(
     cfg: &AssessConfig,
     now: DateTime<Utc>,
     phases: &mut Phases,
+    cache: Option<&mut WindowCache>,
 ) -> Result<Vec<Assessment>, sqlx::Error> {
     let started = std::time::Instant::now();
-    let inputs = load_inputs(pool, nodes, now, cfg.window).await?;
+    let mut steps = phases.steps;
+    let mut laps = Laps::new(&mut steps);
+    let inputs = load_inputs_timed(pool, nodes, now, cfg.window, &mut laps, cache).await?;
     phases.read += started.elapsed();
     let started = std::time::Instant::now();
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
@@ -359,6 +426,7 @@ async fn assess_and_store_timed(
         .filter(|(k, _)| current.get(*k).is_none_or(|r| r.8 <= now))
         .map(|(k, i)| rules::assess(i, prev.get(k).map(|s| Previous { status: *s }), &cfg.rules))
         .collect();
+    laps.lap(Step::Current);
 
     let mut cols: (
         Vec<String>,
@@ -427,10 +495,12 @@ async fn assess_and_store_timed(
     .bind(now)
     .execute(&mut *tx)
     .await?;
+    laps.lap(Step::Statuses);
     // The fleet page's per-node counts, for the nodes whose rows were just written.
     if !written_nodes.is_empty() {
         sqlx::query("SELECT railguard_refresh_node_status($1)").bind(&written_nodes).execute(&mut *tx).await?;
     }
+    laps.lap(Step::FleetPage);
     if !changes.0.is_empty() {
         sqlx::query(
             "INSERT INTO gpu_status_changes (node_id, gpu_index, at, from_status, to_status, reasons)
@@ -446,8 +516,11 @@ async fn assess_and_store_timed(
         .execute(&mut *tx)
         .await?;
     }
+    laps.lap(Step::History);
     tx.commit().await?;
     mark_assessed(pool, nodes, now).await;
+    laps.lap(Step::Commit);
+    phases.steps = steps;
     phases.write += started.elapsed();
     Ok(results)
 }
@@ -470,6 +543,28 @@ pub struct Pass {
     pub phases: Phases,
 }
 
+impl Pass {
+    /// A pass slower than this logs a warning with where its time went.
+    pub const SLOW: Duration = Duration::from_secs(1);
+
+    fn warn_if_slow(&self, kind: &'static str, took: Duration) {
+        if took >= Self::SLOW {
+            let p = &self.phases;
+            tracing::warn!(
+                kind,
+                nodes = self.nodes,
+                gpus = self.gpus,
+                took_ms = took.as_millis() as u64,
+                select_ms = p.select.as_millis() as u64,
+                read_ms = p.read.as_millis() as u64,
+                write_ms = p.write.as_millis() as u64,
+                steps = %p.steps,
+                "slow assessment pass"
+            );
+        }
+    }
+}
+
 /// A pass's wall time by phase.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Phases {
@@ -481,6 +576,116 @@ pub struct Phases {
     /// The rules, and writing what changed: the statuses read under the write lock, the status
     /// rows, the fleet page's rows, the history of changes, the nodes' assessed marks.
     pub write: Duration,
+    /// The read and write phases statement by statement, for the log line of a slow pass.
+    pub steps: Steps,
+}
+
+/// The statements of a pass's read and write phases, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The nodes' latest topologies.
+    Topology,
+    /// The window's records stored a row each, grouped.
+    ProbeRows,
+    /// The workload pairs' latest records stored a row each.
+    Recent,
+    /// The window's summary sets.
+    SummarySets,
+    /// Adding up the window's evidence per pair (and the kept window's with the newest).
+    Tally,
+    /// In-line verification reports.
+    Inline,
+    /// Signals.
+    Signals,
+    /// The rules, and the current statuses read under the write lock.
+    Current,
+    /// The status rows that changed.
+    Statuses,
+    /// The fleet page's rows of the nodes written.
+    FleetPage,
+    /// The history of status changes.
+    History,
+    /// The commit, and the nodes' assessed marks.
+    Commit,
+}
+
+impl Step {
+    const ALL: [Step; 12] = [
+        Step::Topology,
+        Step::ProbeRows,
+        Step::Recent,
+        Step::SummarySets,
+        Step::Tally,
+        Step::Inline,
+        Step::Signals,
+        Step::Current,
+        Step::Statuses,
+        Step::FleetPage,
+        Step::History,
+        Step::Commit,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Step::Topology => "topology",
+            Step::ProbeRows => "probe rows",
+            Step::Recent => "workload recent",
+            Step::SummarySets => "summary sets",
+            Step::Tally => "tally",
+            Step::Inline => "inline",
+            Step::Signals => "signals",
+            Step::Current => "rules and current",
+            Step::Statuses => "status rows",
+            Step::FleetPage => "fleet page",
+            Step::History => "history",
+            Step::Commit => "commit and marks",
+        }
+    }
+}
+
+/// Time spent per [`Step`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Steps([Duration; Step::ALL.len()]);
+
+impl Steps {
+    pub fn get(&self, step: Step) -> Duration {
+        self.0[step as usize]
+    }
+}
+
+impl std::fmt::Display for Steps {
+    /// `topology 12 ms, probe rows 310 ms, …`, the steps that took any time.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for s in Step::ALL {
+            let d = self.get(s);
+            if d.is_zero() {
+                continue;
+            }
+            write!(f, "{}{} {} ms", if first { "" } else { ", " }, s.name(), d.as_millis())?;
+            first = false;
+        }
+        Ok(())
+    }
+}
+
+/// Times consecutive steps into a [`Steps`].
+pub(crate) struct Laps<'a> {
+    steps: &'a mut Steps,
+    at: std::time::Instant,
+}
+
+impl<'a> Laps<'a> {
+    pub(crate) fn new(steps: &'a mut Steps) -> Self {
+        Laps { steps, at: std::time::Instant::now() }
+    }
+
+    /// Adds the time since the last lap (or since [`Laps::new`]) to `step`.
+    pub(crate) fn lap(&mut self, step: Step) {
+        let now = std::time::Instant::now();
+        self.steps.0[step as usize] += now - self.at;
+        self.at = now;
+    }
 }
 
 /// The nodes that may assess differently at `now` than at `prev` (the previous pass's `now`):
@@ -609,6 +814,30 @@ pub async fn assess_pass(
     now: DateTime<Utc>,
     sweep: Option<Sweep>,
 ) -> Result<Pass, sqlx::Error> {
+    assess_pass_with(pool, cfg, prev, now, sweep, None).await
+}
+
+/// [`assess_pass`] reading the window through `cache` ([`WindowCache`]), as the leader's
+/// periodic passes do. A pass that fails leaves the cache unusable: clear it.
+pub async fn assess_pass_cached(
+    pool: &PgPool,
+    cfg: &AssessConfig,
+    prev: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    sweep: Option<Sweep>,
+    cache: &mut WindowCache,
+) -> Result<Pass, sqlx::Error> {
+    assess_pass_with(pool, cfg, prev, now, sweep, Some(cache)).await
+}
+
+async fn assess_pass_with(
+    pool: &PgPool,
+    cfg: &AssessConfig,
+    prev: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    sweep: Option<Sweep>,
+    cache: Option<&mut WindowCache>,
+) -> Result<Pass, sqlx::Error> {
     let mut phases = Phases::default();
     let started = std::time::Instant::now();
     let Some(prev) = prev else {
@@ -616,7 +845,7 @@ pub async fn assess_pass(
         // marks its node again).
         claim_pending(pool).await?;
         phases.select = started.elapsed();
-        let r = assess_and_store_timed(pool, None, cfg, now, &mut phases).await?;
+        let r = assess_and_store_timed(pool, None, cfg, now, &mut phases, cache).await?;
         let nodes = r.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
         return Ok(Pass { full: true, nodes, gpus: r.len(), phases, ..Pass::default() });
     };
@@ -640,7 +869,7 @@ pub async fn assess_pass(
     // `changed` is sorted (changed_nodes), `nodes` too.
     let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
     phases.select = started.elapsed();
-    match assess_and_store_timed(pool, Some(&nodes), cfg, now, &mut phases).await {
+    match assess_and_store_timed(pool, Some(&nodes), cfg, now, &mut phases, cache).await {
         Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, deferred, gpus: r.len(), phases }),
         Err(e) => {
             let _ = sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1)")
@@ -677,12 +906,15 @@ pub async fn run_periodic(
     let mut prev: Option<DateTime<Utc>> = None;
     let mut leading = false;
     let sweep = Sweep::new(cfg.full_every, every);
+    // The window's evidence kept between this collector's passes while it leads.
+    let mut cache = WindowCache::default();
     loop {
         let started = tokio::time::Instant::now();
         let leads = leader.check().await;
         stats.leads_assessment.store(leads, Relaxed);
         if !leads {
             prev = None;
+            cache.clear();
         } else {
             if !leading {
                 prev = predecessor(&pool, &cfg, every).await;
@@ -698,10 +930,14 @@ pub async fn run_periodic(
             }
             let now = Utc::now();
             let t = std::time::Instant::now();
-            match assess_pass(&pool, &cfg, prev, now, Some(sweep)).await {
+            let before = cache.answered();
+            let kept = if cfg.keep_window { Some(&mut cache) } else { None };
+            match assess_pass_with(&pool, &cfg, prev, now, Some(sweep), kept).await {
                 Ok(pass) => {
+                    stats.assessment.record_window(before, cache.answered());
                     prev = Some(now);
                     stats.assessment.record(&pass, t.elapsed());
+                    pass.warn_if_slow(if pass.full { "full" } else { "changed" }, t.elapsed());
                     if let Err(e) = sqlx::query(
                         "INSERT INTO assessment_runs (id, finished_at, holder) VALUES (1, now(), $1)
                          ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, holder = EXCLUDED.holder",
@@ -725,6 +961,7 @@ pub async fn run_periodic(
                 // failed claim or expiry read leaves nothing to go by.
                 Err(e) => {
                     prev = None;
+                    cache.clear();
                     tracing::warn!(error = %e, "assessment failed; will retry");
                 }
             }
@@ -798,10 +1035,11 @@ pub async fn run_urgent(
         if !urgent.is_empty() {
             let started = std::time::Instant::now();
             let mut phases = Phases::default();
-            match assess_and_store_timed(&pool, Some(&urgent), &cfg, Utc::now(), &mut phases).await {
+            match assess_and_store_timed(&pool, Some(&urgent), &cfg, Utc::now(), &mut phases, None).await {
                 Ok(r) => {
                     let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len(), phases, ..Pass::default() };
                     stats.assessment.record_urgent(&pass, started.elapsed());
+                    pass.warn_if_slow("urgent", started.elapsed());
                     tracing::debug!(nodes = urgent.len(), gpus = r.len(), "failing nodes assessed at once");
                 }
                 Err(e) => tracing::warn!(error = %e, "assessment of failing nodes failed; the next pass retries"),
@@ -825,6 +1063,9 @@ pub struct PassStats {
 #[derive(Debug, Default, Clone)]
 pub struct PassCounters {
     pub kinds: BTreeMap<&'static str, KindStats>,
+    /// Nodes of periodic passes answered from the kept window and read in full
+    /// ([`WindowCache::answered`], summed over the caches this collector has had).
+    pub window: (u64, u64),
 }
 
 /// Passes of one kind run, and the latest one's wall time, nodes (and of those, swept) and GPUs.
@@ -863,6 +1104,15 @@ impl PassStats {
     /// Nodes assessed at once for a failure.
     pub fn record_urgent(&self, pass: &Pass, took: Duration) {
         self.bump("urgent", pass, took);
+    }
+
+    /// The kept window's counts after a pass: `now` is the cache's total, `before` what it was
+    /// before the pass.
+    pub fn record_window(&self, before: (u64, u64), now: (u64, u64)) {
+        if let Ok(mut c) = self.inner.lock() {
+            c.window.0 += now.0.saturating_sub(before.0);
+            c.window.1 += now.1.saturating_sub(before.1);
+        }
     }
 
     pub fn snapshot(&self) -> PassCounters {

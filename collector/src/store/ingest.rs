@@ -119,8 +119,16 @@ impl Store {
             self.partitions.ensure(&self.pool, HistoryTable::SignalEvents, day).await?;
         }
 
+        // The oldest probe evidence of the batch: stored long after it was observed, it makes the
+        // assessment read its node's window again (migration 0026).
+        let oldest = probes
+            .iter()
+            .map(|p| p.1)
+            .chain(summaries.iter().map(|s| s.1.last_at))
+            .chain(set_dates.iter().copied())
+            .min();
         let mut tx = self.pool.begin().await?;
-        upsert_node_seen(&mut tx, node, spool_dropped_total).await?;
+        upsert_node_seen(&mut tx, node, spool_dropped_total, oldest).await?;
         let mut stored = 0;
         stored += insert_probes(&mut tx, node, probes).await?;
         stored += insert_signals(&mut tx, node, signals).await?;
@@ -141,6 +149,7 @@ async fn upsert_node_seen(
     tx: &mut Transaction<'_, Postgres>,
     node: &NodeId,
     dropped_total: u64,
+    oldest_evidence: Option<DateTime<Utc>>,
 ) -> Result<(), StoreError> {
     let previous: Option<i64> =
         sqlx::query_scalar("SELECT spool_dropped_total FROM nodes WHERE node_id = $1 FOR UPDATE")
@@ -152,10 +161,13 @@ async fn upsert_node_seen(
         "INSERT INTO nodes (node_id, spool_dropped_total) VALUES ($1, $2)
          ON CONFLICT (node_id) DO UPDATE
             SET last_seen = now(), evidence_pending = true,
+                late_evidence = nodes.late_evidence OR coalesce($3 <= now() - $4 * interval '1 second', false),
                 spool_dropped_total = GREATEST(nodes.spool_dropped_total, EXCLUDED.spool_dropped_total)",
     )
     .bind(node.as_str())
     .bind(dropped)
+    .bind(oldest_evidence)
+    .bind(crate::assess::LATE_AFTER.as_secs_f64())
     .execute(&mut **tx)
     .await?;
     let previous = previous.unwrap_or(0);

@@ -45,6 +45,8 @@ struct Args {
     assess_every: u64,
     /// The collector's `--assess-max-nodes` (its default when None).
     assess_max_nodes: Option<u64>,
+    /// The collector's `--keep-window`.
+    keep_window: bool,
     summary: Duration,
     start_over: Option<Duration>,
 }
@@ -61,6 +63,7 @@ fn args() -> Result<Args, String> {
         inject_every: Duration::from_secs(15),
         assess_every: 10,
         assess_max_nodes: None,
+        keep_window: false,
         summary: railguard_agent::service::probes::ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW,
         start_over: None,
     };
@@ -78,6 +81,7 @@ fn args() -> Result<Args, String> {
             "--inject-every-secs" => a.inject_every = Duration::from_secs(num(val()?)?),
             "--assess-every-secs" => a.assess_every = num(val()?)?.max(1),
             "--assess-max-nodes" => a.assess_max_nodes = Some(num(val()?)?),
+            "--keep-window" => a.keep_window = true,
             "--summary-secs" => a.summary = Duration::from_secs(num(val()?)?),
             "--start-over-secs" => a.start_over = Some(Duration::from_secs(num(val()?)?)),
             "--fail" => {
@@ -86,7 +90,7 @@ fn args() -> Result<Args, String> {
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--keep-window (the collector's)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -169,6 +173,9 @@ async fn main() {
     let mut collector_args = vec!["--assess-every-secs", every.as_str()];
     if let Some(n) = &max_nodes {
         collector_args.extend(["--assess-max-nodes", n.as_str()]);
+    }
+    if a.keep_window {
+        collector_args.push("--keep-window");
     }
     let collector = CollectorProc::start_with(&pg.url(), &refs, &collector_args);
     let mut channels = Vec::new();
@@ -272,6 +279,7 @@ async fn main() {
     let mut passes: Vec<(PassSample, bool)> = Vec::new();
     let mut pass_counts: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
     let mut reported = 0;
+    let mut window_nodes: Option<(f64, f64)> = None;
     // Fleet reads under this ingest load, every 2 s from the steady state on: (path, ms each).
     const READS: [&str; 2] = ["/api/v1/fleet?limit=100", "/api/v1/failures?since=1d"];
     let mut reads: Vec<Vec<f64>> = vec![Vec::new(); READS.len()];
@@ -325,12 +333,19 @@ async fn main() {
             reported = secs - secs % 10;
             stats.report(&format!("after {secs:>3} s"), start.elapsed());
             let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
+            window_nodes = window_answered(&m).or(window_nodes);
             for p in latest_passes(&m) {
                 if pass_counts.insert(p.kind.clone(), p.count) != Some(p.count) {
                     passes.push((p, storage_mark.is_some()));
                 }
             }
         }
+    }
+    if let Some((kept, read)) = window_nodes {
+        println!(
+            "assessment window: {kept:.0} nodes of passes answered from the kept window, {read:.0} read in full ({:.1} % kept)",
+            100.0 * kept / (kept + read).max(1.0)
+        );
     }
     // The end of the storage measurement: now, before the nodes' last sleeps end.
     let storage_end = (Instant::now(), history_size(&pg.pool).await);
@@ -356,6 +371,15 @@ async fn main() {
     let cpu = collector.pid().and_then(cpu_seconds).map(|c| c - cpu_start.unwrap_or(0.0));
     if let Some(c) = cpu {
         println!("collector CPU: {:.1} % of one core over the run", 100.0 * c / start.elapsed().as_secs_f64());
+    }
+    if let Some(kib) =
+        collector.pid().and_then(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok()).and_then(|st| {
+            st.lines().find_map(|l| {
+                l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            })
+        })
+    {
+        println!("collector peak RSS: {:.0} MiB", kib / 1024.0);
     }
     // Storage, measured: the growth of the probe history (full probes and summaries, tables and
     // indexes) between a point after the first summaries closed and the end, per node-day.
@@ -536,6 +560,15 @@ struct PassSample {
     deferred: f64,
     /// Seconds finding the nodes, reading their evidence, and assessing and writing.
     phases: [f64; 3],
+}
+
+/// Nodes of passes answered from the kept window and read in full, in a /metrics text.
+fn window_answered(metrics: &str) -> Option<(f64, f64)> {
+    let v = |source: &str| {
+        let prefix = format!("railguard_assessment_window_nodes_total{{source=\"{source}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse::<f64>().ok())
+    };
+    Some((v("kept")?, v("read")?))
 }
 
 /// The latest assessment pass of each kind in a /metrics text.
