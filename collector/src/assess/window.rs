@@ -81,29 +81,21 @@ struct ClassCounts {
 }
 
 impl ClassCounts {
-    fn add(
-        &mut self,
-        verdict: ProbeVerdict,
-        diagnosis: Diagnosis,
-        cuda: bool,
-        probes: u64,
-        records: u64,
-        remove: bool,
-    ) {
-        step(&mut self.records, records, remove);
+    fn add(&mut self, verdict: ProbeVerdict, diagnosis: Diagnosis, cuda: bool, probes: u64, records: u64) {
+        step(&mut self.records, records, false);
         match verdict {
             ProbeVerdict::Ok => {
-                step(&mut self.ok, probes, remove);
+                step(&mut self.ok, probes, false);
                 if cuda {
-                    step(&mut self.ok_cuda, probes, remove);
+                    step(&mut self.ok_cuda, probes, false);
                 }
             }
             ProbeVerdict::SilentCorruption => {
-                step(&mut self.silent_corruption, probes, remove);
-                self.count_diagnosis(diagnosis, records, remove);
+                step(&mut self.silent_corruption, probes, false);
+                self.count_diagnosis(diagnosis, records, false);
             }
-            ProbeVerdict::ReportedFailure => step(&mut self.reported_failure, probes, remove),
-            ProbeVerdict::Timeout => step(&mut self.timeout, probes, remove),
+            ProbeVerdict::ReportedFailure => step(&mut self.reported_failure, probes, false),
+            ProbeVerdict::Timeout => step(&mut self.timeout, probes, false),
         }
     }
 
@@ -133,19 +125,19 @@ impl ClassCounts {
         }
     }
 
-    /// Adds another class's counts to these.
-    fn absorb(&mut self, other: ClassCounts) {
-        self.records += other.records;
-        self.ok += other.ok;
-        self.silent_corruption += other.silent_corruption;
-        self.reported_failure += other.reported_failure;
-        self.timeout += other.timeout;
-        self.ok_cuda += other.ok_cuda;
-        for (d, n) in other.diagnoses {
-            self.count_diagnosis(d, n, false);
+    /// Adds another class's counts to these, or (`remove`) takes them away.
+    fn merge(&mut self, other: &ClassCounts, remove: bool) {
+        step(&mut self.records, other.records, remove);
+        step(&mut self.ok, other.ok, remove);
+        step(&mut self.silent_corruption, other.silent_corruption, remove);
+        step(&mut self.reported_failure, other.reported_failure, remove);
+        step(&mut self.timeout, other.timeout, remove);
+        step(&mut self.ok_cuda, other.ok_cuda, remove);
+        for (d, n) in &other.diagnoses {
+            self.count_diagnosis(*d, *n, remove);
         }
-        for (v, n) in other.via {
-            self.count_via(&v, n, false);
+        for (v, n) in &other.via {
+            self.count_via(v, *n, remove);
         }
     }
 
@@ -198,17 +190,17 @@ struct Evidence<'a> {
 
 impl NodeAcc {
     /// Counts `e` into its pair, and into the node's trust decision; for a path that may prove
-    /// nothing, notes the transport that carried it. With `remove`, takes it away again.
-    fn record(&mut self, e: Evidence<'_>, remove: bool) {
+    /// nothing, notes the transport that carried it.
+    fn record(&mut self, e: Evidence<'_>) {
         let class = Class::of(e.path);
         if class != Class::Simulated {
-            step(&mut self.not_simulated, e.records, remove);
+            step(&mut self.not_simulated, e.records, false);
         }
         let counts = self.pair(e.gpu, e.nic).class(class as usize);
         let cuda = class == Class::NicDma && e.memory == "cuda";
-        counts.add(e.verdict, e.diagnosis, cuda, e.probes, e.records, remove);
+        counts.add(e.verdict, e.diagnosis, cuda, e.probes, e.records);
         if class != Class::NicDma {
-            counts.count_via(&via(e.transport, e.first_lane), e.records, remove);
+            counts.count_via(&via(e.transport, e.first_lane), e.records, false);
         }
     }
 
@@ -224,49 +216,26 @@ impl NodeAcc {
         &mut nics[i].1
     }
 
-    /// Adds `other`'s evidence to this node's.
-    fn absorb(&mut self, other: NodeAcc) {
-        self.not_simulated += other.not_simulated;
-        for (gpu, nics) in other.pairs {
-            for (nic, p) in nics {
-                let mine = self.pair(gpu, &nic);
-                for (c, k) in p.by_class.into_iter().enumerate() {
-                    if let Some(k) = k {
-                        mine.class(c).absorb(*k);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Takes away `gone`'s evidence (what left the window), dropping the pairs left empty.
-    fn subtract(&mut self, gone: &NodeAcc) {
-        step(&mut self.not_simulated, gone.not_simulated, true);
-        for (gpu, nics) in &gone.pairs {
+    /// Adds `other`'s evidence to this node's, or (`remove`: what left the window) takes it away,
+    /// dropping the pairs left empty.
+    fn merge(&mut self, other: &NodeAcc, remove: bool) {
+        step(&mut self.not_simulated, other.not_simulated, remove);
+        for (gpu, nics) in &other.pairs {
             for (nic, p) in nics {
                 let mine = self.pair(*gpu, nic);
                 for (c, k) in p.by_class.iter().enumerate() {
-                    let Some(k) = k else { continue };
-                    let m = mine.class(c);
-                    step(&mut m.records, k.records, true);
-                    step(&mut m.ok, k.ok, true);
-                    step(&mut m.silent_corruption, k.silent_corruption, true);
-                    step(&mut m.reported_failure, k.reported_failure, true);
-                    step(&mut m.timeout, k.timeout, true);
-                    step(&mut m.ok_cuda, k.ok_cuda, true);
-                    for (d, n) in &k.diagnoses {
-                        m.count_diagnosis(*d, *n, true);
-                    }
-                    for (v, n) in &k.via {
-                        m.count_via(v, *n, true);
+                    if let Some(k) = k {
+                        mine.class(c).merge(k, remove);
                     }
                 }
             }
         }
-        for nics in self.pairs.values_mut() {
-            nics.retain(|(_, p)| !p.is_empty());
+        if remove {
+            for nics in self.pairs.values_mut() {
+                nics.retain(|(_, p)| !p.is_empty());
+            }
+            self.pairs.retain(|_, nics| !nics.is_empty());
         }
-        self.pairs.retain(|_, nics| !nics.is_empty());
     }
 
     fn is_empty(&self) -> bool {
@@ -311,9 +280,9 @@ impl WindowEvidence {
                     let k = *k;
                     if trusted(c) {
                         simulated |= c == Class::Simulated as usize;
-                        proven.absorb(k);
+                        proven.merge(&k, false);
                     } else {
-                        unproven.absorb(k);
+                        unproven.merge(&k, false);
                     }
                 }
                 let counts = PairCounts {
@@ -449,21 +418,18 @@ async fn load_split(
     let u = |v: i64| u64::try_from(v).unwrap_or(0);
     for g in groups {
         let part = if g.after { &mut late } else { &mut ev };
-        part.node(g.node_id).record(
-            Evidence {
-                gpu: g.gpu_index,
-                nic: &g.nic,
-                path: &g.path,
-                memory: &g.memory,
-                verdict: g.verdict,
-                diagnosis: g.diagnosis,
-                probes: u(g.probes),
-                records: u(g.records),
-                transport: &g.transport,
-                first_lane: g.first_lane.as_deref(),
-            },
-            false,
-        );
+        part.node(g.node_id).record(Evidence {
+            gpu: g.gpu_index,
+            nic: &g.nic,
+            path: &g.path,
+            memory: &g.memory,
+            verdict: g.verdict,
+            diagnosis: g.diagnosis,
+            probes: u(g.probes),
+            records: u(g.records),
+            transport: &g.transport,
+            first_lane: g.first_lane.as_deref(),
+        });
     }
     laps.lap(super::Step::ProbeRows);
 
@@ -539,21 +505,18 @@ async fn load_split(
             }
             let lane = lanes.get(i).and_then(|l| first_lane(&l.0));
             let transport = transports.get(i).map(String::as_str).unwrap_or_default();
-            node.record(
-                Evidence {
-                    gpu,
-                    nic,
-                    path,
-                    memory,
-                    verdict: ProbeVerdict::Ok,
-                    diagnosis: Diagnosis::None,
-                    probes: u(i64::from(n)),
-                    records: 1,
-                    transport,
-                    first_lane: lane.as_deref(),
-                },
-                false,
-            );
+            node.record(Evidence {
+                gpu,
+                nic,
+                path,
+                memory,
+                verdict: ProbeVerdict::Ok,
+                diagnosis: Diagnosis::None,
+                probes: u(i64::from(n)),
+                records: 1,
+                transport,
+                first_lane: lane.as_deref(),
+            });
             if Class::of(path) != Class::Other && wl.is_some_and(|w| w.iter().any(|(g, wn)| *g == gpu && wn == nic)) {
                 recent.push((gpu, n));
             }
@@ -686,12 +649,12 @@ pub(super) async fn load_cached(
             sqlx::query("SET LOCAL enable_indexscan = on").execute(&mut *conn).await?;
             for (node, acc) in &gone.nodes {
                 if let Some(s) = cache.nodes.get_mut(node) {
-                    s.acc.subtract(acc);
+                    s.acc.merge(acc, true);
                 }
             }
             for (node, acc) in kept.nodes {
                 if let Some(s) = cache.nodes.get_mut(&node) {
-                    s.acc.absorb(acc);
+                    s.acc.merge(&acc, false);
                 }
             }
             for ((node, gpu), records) in kept.recent {
@@ -790,7 +753,7 @@ pub(super) async fn load_cached(
             }
         }
         if let Some(t) = tail.nodes.remove(&node) {
-            acc.absorb(t);
+            acc.merge(&t, false);
         }
         if !acc.is_empty() {
             ev.nodes.insert(node, acc);
