@@ -477,4 +477,13 @@ fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_p
         metric(&next, "railguard_assessment_passes_total", "changed").is_some_and(|n| n >= 2.0)
     });
     assert_eq!(metric(&next, "railguard_assessment_passes_total", "full"), None, "it went on from its predecessor");
+    // Without --keep-window every node of its passes is read in full, and counted so.
+    rt.block_on(send(&next, "node-a", vec![topo_rec(topology(&fixture::dgx_h100_like(), None))]));
+    let window = |source: &str| {
+        let (_, body) = next.get("/metrics", None);
+        let prefix = format!("railguard_assessment_window_nodes_total{{source=\"{source}\"}} ");
+        body.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse::<f64>().ok())
+    };
+    wait(&next, "node-a read in full", &|| window("read").is_some_and(|n| n >= 1.0));
+    assert_eq!(window("kept"), Some(0.0), "nothing kept without --keep-window");
 }

@@ -934,7 +934,10 @@ pub async fn run_periodic(
             let kept = if cfg.keep_window { Some(&mut cache) } else { None };
             match assess_pass_with(&pool, &cfg, prev, now, Some(sweep), kept).await {
                 Ok(pass) => {
-                    stats.assessment.record_window(before, cache.answered());
+                    // Without the kept window every node of a pass is read in full.
+                    let after =
+                        if cfg.keep_window { cache.answered() } else { (before.0, before.1 + pass.nodes as u64) };
+                    stats.assessment.record_window(before, after);
                     prev = Some(now);
                     stats.assessment.record(&pass, t.elapsed());
                     pass.warn_if_slow(if pass.full { "full" } else { "changed" }, t.elapsed());
