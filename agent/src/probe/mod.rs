@@ -7,6 +7,11 @@
 //! with the pattern made again from the nonce (all that travels out of band) and, for the
 //! chunks that differ, says what is there instead (untouched, stale, misdirected, swapped,
 //! corrupt: by per-chunk digests, made only then).
+//!
+//! In host memory the receiver's check is one pass over the two buffers after the transfer: it
+//! compares the received bytes, writes the next probe's poison over them where they matched, and
+//! writes the next probe's pattern (a nonce drawn then) into the source beside it
+//! ([`verify::verify_poison_refill`]); the next probe is then the transfer and that pass.
 
 pub mod compact;
 pub mod fault;
@@ -111,8 +116,8 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// 1 MiB: two buffers of it are the agent's probe memory, and a segment's passes (fill, the
-    /// transfer's writes, the check and the next poison) run out of the core's own cache (2 MiB
+    /// 1 MiB: two buffers of it are the agent's probe memory, and a segment's passes (the
+    /// transfer's writes, then the check with the next poison and fill) run out of the core's own cache (2 MiB
     /// of L2 on a Sapphire Rapids core; 1 MiB and the CCX's L3 on Zen 4; one RDMA work request
     /// of the verbs transport). At 8 MiB they ran out of DRAM on a 2 MiB-L2 core: the agent
     /// bench measured 0.62× the CPU at 1 MiB (docs/scaling.md).
@@ -131,41 +136,44 @@ impl Default for EngineConfig {
     }
 }
 
-/// The next probe's nonces, and its host buffers: source filled and destination poisoned when
-/// `host_ready` (not when the GPU will do that work, see [`gpu`]).
+/// The next probe's nonces, and its host buffers: source filled and destination poisoned once
+/// [`Prepared::ready_host`] ran (not when the GPU will do that work, see [`gpu`]).
 #[derive(Debug)]
 struct Prepared {
     bytes: usize,
     nonce: u64,
     poison_nonce: u64,
-    host_ready: bool,
+    /// `src` already holds `nonce`'s pattern over the probe's `bytes` (made ahead of time, or
+    /// by the last probe's check, [`verify::verify_poison_refill`]).
+    src_filled: bool,
     /// `dst` already holds `poison_nonce`'s poison over the probe's `bytes` (written by the
-    /// last probe's check, [`verify::verify_then_poison`]).
+    /// last probe's check).
     dst_poisoned: bool,
     src: Vec<u64>,
     dst: Vec<u64>,
 }
 
-/// The receive buffer of the last probe, ready for the next one: the poison (nonce) it holds
-/// over how many bytes, when its check wrote one.
+/// What a spare buffer of the last probe holds for the next one, as its check left it: the
+/// pattern (source) or the poison (destination) of `nonce` over the first `bytes`. Both are
+/// the same over any shorter length (a word depends only on the nonce and its index; the
+/// poison is one word repeated), so they serve any probe of up to `bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct SparePoison {
+struct Holds {
     nonce: u64,
     bytes: usize,
 }
 
 impl Prepared {
-    /// Fills the source and poisons the destination in host memory, if not done yet.
+    /// Fills the source and poisons the destination in host memory, where not done yet.
     fn ready_host(&mut self) {
-        if self.host_ready {
-            return;
+        if !self.src_filled {
+            pattern::fill_words(self.nonce, 0, &mut self.src);
+            self.src_filled = true;
         }
-        pattern::fill_words(self.nonce, 0, &mut self.src);
         if !self.dst_poisoned {
             pattern::poison_words(self.poison_nonce, &mut self.dst);
             self.dst_poisoned = true;
         }
-        self.host_ready = true;
     }
 }
 
@@ -178,8 +186,10 @@ pub struct Engine {
     next_id: u64,
     prepared: Option<Prepared>,
     spare: (Vec<u64>, Vec<u64>),
+    /// What the spare source holds, when it is the next probe's pattern.
+    spare_fill: Option<Holds>,
     /// What the spare receive buffer holds, when it is the next probe's poison.
-    spare_poison: Option<SparePoison>,
+    spare_poison: Option<Holds>,
     /// Per GPU index: its buffers, or why GPU memory cannot be used (said once, then host).
     gpus: HashMap<u32, Result<GpuSlot, Arc<gpu::GpuError>>>,
 }
@@ -192,6 +202,7 @@ impl Engine {
             next_id: 1,
             prepared: None,
             spare: (Vec::new(), Vec::new()),
+            spare_fill: None,
             spare_poison: None,
             gpus: HashMap::new(),
         }
@@ -254,29 +265,37 @@ impl Engine {
             && matches!(self.gpus.get(&pair.gpu), Some(Ok(slot)) if slot.cuda.kernels.is_ok())
     }
 
-    /// Fresh nonces for a probe of `bytes` and host buffers of its size, made ready when needed
-    /// ([`Prepared::ready_host`]). A receive buffer that already holds a poison of its own over
-    /// `bytes` keeps it (its nonce was drawn fresh when it was written); any other is poisoned
-    /// when made ready.
+    /// Nonces for a probe of `bytes` and host buffers of its size, made ready when needed
+    /// ([`Prepared::ready_host`]). A source that already holds a pattern of its own over at least
+    /// `bytes` keeps it and its nonce, and a receive buffer that holds a poison of its own over at
+    /// least `bytes` keeps it (each nonce drawn fresh when its bytes were written, by the last
+    /// probe's check); any other nonce is drawn now and its buffer written when made ready.
     fn prepare_exact(&mut self, bytes: usize) {
-        let (mut src, mut dst, poisoned) = match self.prepared.take() {
+        let (mut src, mut dst, filled, poisoned) = match self.prepared.take() {
             Some(p) => {
-                let held = p.dst_poisoned.then_some(SparePoison { nonce: p.poison_nonce, bytes: p.bytes });
-                (p.src, p.dst, held)
+                let filled = p.src_filled.then_some(Holds { nonce: p.nonce, bytes: p.bytes });
+                let poisoned = p.dst_poisoned.then_some(Holds { nonce: p.poison_nonce, bytes: p.bytes });
+                (p.src, p.dst, filled, poisoned)
             }
             None => {
                 let (src, dst) = std::mem::take(&mut self.spare);
-                (src, dst, self.spare_poison.take())
+                (src, dst, self.spare_fill.take(), self.spare_poison.take())
             }
         };
-        let held = poisoned.filter(|p| p.bytes == bytes);
+        let filled = filled.filter(|h| h.bytes >= bytes);
+        let poisoned = poisoned.filter(|h| h.bytes >= bytes);
         let words = bytes.div_ceil(8);
         src.resize(words, 0);
         dst.resize(words, 0);
-        let nonce = rand::random::<u64>();
-        let poison_nonce = held.map_or_else(rand::random::<u64>, |p| p.nonce);
-        self.prepared =
-            Some(Prepared { bytes, nonce, poison_nonce, host_ready: false, dst_poisoned: held.is_some(), src, dst });
+        self.prepared = Some(Prepared {
+            bytes,
+            nonce: filled.map_or_else(rand::random::<u64>, |h| h.nonce),
+            poison_nonce: poisoned.map_or_else(rand::random::<u64>, |h| h.nonce),
+            src_filled: filled.is_some(),
+            dst_poisoned: poisoned.is_some(),
+            src,
+            dst,
+        });
     }
 
     fn remember(&mut self, k: KnownProbe) {
@@ -515,18 +534,29 @@ impl Engine {
             report.reported = r;
         }
         let this = KnownProbe::new(id, key, nonce, bytes, chunk);
-        // The receiver's check; on the host it also poisons the buffer for the next probe of
-        // this size as it goes (one pass over the buffer, not two).
-        let (v, spare_poison) = if clean_on_gpu {
-            (Verification::clean(&this), None)
+        // The receiver's check; on the host the same pass writes the next probe's poison into
+        // the receive buffer and its pattern into the source (one pass over the two buffers
+        // after the transfer, not three).
+        let (v, spare_fill, spare_poison) = if clean_on_gpu {
+            (Verification::clean(&this), None, None)
         } else {
             let history: Vec<KnownProbe> = self.history.iter().cloned().collect();
-            let next = rand::random::<u64>();
-            let (v, poisoned) = verify::verify_then_poison(dst_view, &this, poison_nonce, &history, next);
-            (v, poisoned.then_some(SparePoison { nonce: next, bytes }))
+            let (next_poison, next_nonce) = (rand::random::<u64>(), rand::random::<u64>());
+            let src_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut src)[..bytes];
+            let (v, poisoned) = verify::verify_poison_refill(
+                dst_view,
+                &this,
+                poison_nonce,
+                &history,
+                next_poison,
+                src_view,
+                next_nonce,
+            );
+            (v, Some(Holds { nonce: next_nonce, bytes }), poisoned.then_some(Holds { nonce: next_poison, bytes }))
         };
         self.remember(this);
         self.spare = (src, dst);
+        self.spare_fill = spare_fill;
         self.spare_poison = spare_poison;
 
         let verdict = match report.reported {

@@ -150,6 +150,92 @@ pub fn matches_then_poison(nonce: u64, offset: u64, chunk: &mut [u8], poison_wor
     true
 }
 
+/// The receiver's check, its next poison and the sender's next fill, in one pass over a chunk:
+/// whether `chunk` (at byte `offset` of its probe, a multiple of 8) holds exactly `nonce`'s
+/// pattern (every byte compared, as [`matches`]); where it does, `chunk` then holds
+/// `poison_word`; and `next` (the sender's bytes at the same offset of the next probe, as long
+/// as `chunk`) then holds `next_nonce`'s pattern whatever `chunk` held. A chunk that did not
+/// match is left as it arrived, for the receiver to say what it holds.
+///
+/// Each 4 KiB block is compared and the next pattern written beside it in one loop (the table
+/// word both need loaded once), then poisoned while it is in the core's first-level cache: the
+/// fill, the compare and the poison were three passes over the segment.
+pub fn check_poison_refill(
+    nonce: u64,
+    offset: u64,
+    chunk: &mut [u8],
+    poison_word: u64,
+    next_nonce: u64,
+    next: &mut [u8],
+) -> bool {
+    simd::dispatch!(check_poison_refill_body(
+        nonce: u64,
+        offset: u64,
+        chunk: &mut [u8],
+        poison_word: u64,
+        next_nonce: u64,
+        next: &mut [u8]
+    ) -> bool)
+}
+
+#[inline(always)]
+fn check_poison_refill_body(
+    nonce: u64,
+    offset: u64,
+    chunk: &mut [u8],
+    poison_word: u64,
+    next_nonce: u64,
+    next: &mut [u8],
+) -> bool {
+    debug_assert_eq!(offset % 8, 0);
+    if chunk.len() != next.len() {
+        // Not one extent: each on its own (no caller of the engine's does this).
+        fill(next_nonce, offset, next);
+        return matches_then_poison(nonce, offset, chunk, poison_word);
+    }
+    let poison = poison_word.to_ne_bytes();
+    let (words, rest) = chunk.as_chunks_mut::<8>();
+    let (next_words, next_rest) = next.as_chunks_mut::<8>();
+    let mut w = offset / 8;
+    let mut pos = 0usize;
+    // Every block so far matched (and holds the poison now).
+    let mut ok = true;
+    while pos < words.len() {
+        let start = (w % BLOCK_WORDS as u64) as usize;
+        let n = (BLOCK_WORDS - start).min(words.len() - pos);
+        let block = w / BLOCK_WORDS as u64;
+        let (key, next_key) = (block_key(nonce, block), block_key(next_nonce, block));
+        let mut acc = 0u64;
+        for ((c, s), t) in words[pos..pos + n].iter().zip(&mut next_words[pos..pos + n]).zip(&TABLE[start..start + n]) {
+            acc |= u64::from_ne_bytes(*c) ^ t ^ key;
+            *s = (t ^ next_key).to_ne_bytes();
+        }
+        if ok && acc == 0 {
+            words[pos..pos + n].fill(poison);
+        } else if ok {
+            ok = false;
+            // The blocks before it matched and now hold the poison: their pattern goes back.
+            for (k, c) in words[..pos].iter_mut().enumerate() {
+                *c = word(nonce, offset / 8 + k as u64).to_ne_bytes();
+            }
+        }
+        pos += n;
+        w += n as u64;
+    }
+    let n = rest.len();
+    next_rest.copy_from_slice(&word(next_nonce, w).to_ne_bytes()[..n]);
+    if ok && rest != &word(nonce, w).to_ne_bytes()[..n] {
+        ok = false;
+        for (k, c) in words.iter_mut().enumerate() {
+            *c = word(nonce, offset / 8 + k as u64).to_ne_bytes();
+        }
+    }
+    if ok {
+        rest.copy_from_slice(&poison[..n]);
+    }
+    ok
+}
+
 /// The poison the receiver writes before a probe: one word repeated. A chunk still equal to
 /// it was never written ("untouched").
 pub fn poison_word(poison_nonce: u64) -> u64 {
@@ -394,6 +480,51 @@ mod tests {
             assert!(!matches_then_poison(3, 4096, &mut bad, poison_word(11)));
             assert_eq!(bad, received, "a chunk that did not match is left as it arrived (flip at {at})");
         }
+    }
+
+    /// The one-pass check: the same answer as [`matches`], the poison where it matched, the
+    /// chunk as it arrived where it did not (a bad block first, in the middle, last, or only
+    /// the tail), and the next probe's pattern in the source every time; at every width.
+    #[test]
+    fn check_poison_refill_is_the_check_the_poison_and_the_fill() {
+        let widths = [simd::Level::Baseline, simd::Level::Avx2];
+        for level in widths.into_iter().filter(|l| *l <= simd::detected()) {
+            let before = simd::cap(level);
+            for (len, offset) in [(3 * 4096 + 13, 4096u64), (4096, 0), (2 * 4096, 1000 * 8), (5, 8), (0, 0)] {
+                let mut arrived = vec![0u8; len];
+                fill(3, offset, &mut arrived);
+                let mut want_next = vec![0u8; len];
+                fill(21, offset, &mut want_next);
+                let mut poisoned = vec![0u8; len];
+                poison(11, &mut poisoned);
+                let mut ok = arrived.clone();
+                let mut next = vec![0xa5u8; len];
+                assert!(check_poison_refill(3, offset, &mut ok, poison_word(11), 21, &mut next));
+                assert_eq!((ok == poisoned, next == want_next), (true, true), "{level:?} {len}");
+                for at in [0, 4095, 4096, 8191, 3 * 4096, len.wrapping_sub(1)].into_iter().filter(|a| *a < len) {
+                    let mut bad = arrived.clone();
+                    bad[at] ^= 1;
+                    let received = bad.clone();
+                    let mut next = vec![0u8; len];
+                    assert!(!check_poison_refill(3, offset, &mut bad, poison_word(11), 21, &mut next));
+                    assert_eq!(bad, received, "{level:?}: left as it arrived (flip at {at} of {len})");
+                    assert_eq!(next, want_next, "{level:?}: the source filled all the same");
+                }
+                // Another nonce's bytes, or another offset's: not a match.
+                let mut other = arrived.clone();
+                let mut next = vec![0u8; len];
+                assert_eq!(check_poison_refill(4, offset, &mut other, poison_word(11), 21, &mut next), len == 0);
+            }
+            simd::cap(before);
+        }
+        // Buffers of two lengths: each on its own, the same result.
+        let mut a = vec![0u8; 4096];
+        fill(3, 0, &mut a);
+        let mut next = vec![0u8; 100];
+        assert!(check_poison_refill(3, 0, &mut a, poison_word(1), 5, &mut next));
+        let mut want = vec![0u8; 100];
+        fill(5, 0, &mut want);
+        assert_eq!(next, want);
     }
 
     #[test]

@@ -231,12 +231,59 @@ fn an_ok_probes_check_leaves_the_next_probes_poison_and_a_failed_one_does_not() 
     assert!(e.spare_poison.is_none());
     e.prepare(&pair, bytes);
     assert_eq!(poisoned(&e), (true, true));
-    // Another size: the buffer is poisoned again for it.
+    // A shorter probe keeps the poison (one word repeated: the same over any length) ...
     assert_eq!(e.probe(&mut SimFabric, &pair, bytes, None).result.verdict, ProbeVerdict::Ok);
     e.prepare(&pair, 4096);
-    assert!(!e.prepared.as_ref().is_some_and(|p| p.dst_poisoned && p.bytes != 4096));
+    assert!(e.prepared.as_ref().is_some_and(|p| p.dst_poisoned && p.bytes == 4096));
     assert_eq!(
         e.probe(&mut SimFabric, &pair, 4096, Some(&Fault::new(FaultKind::Drop))).result.diagnosis,
         Diagnosis::Untouched
     );
+    // ... a longer one has its buffer poisoned again, over all of it.
+    assert_eq!(e.probe(&mut SimFabric, &pair, 4096, None).result.verdict, ProbeVerdict::Ok);
+    let short = e.spare_poison.expect("poisoned").nonce;
+    e.prepare(&pair, bytes);
+    assert!(e.prepared.as_ref().is_some_and(|p| p.poison_nonce != short && p.bytes == bytes));
+    assert_eq!(poisoned(&e), (true, true));
+    let dropped = e.probe(&mut SimFabric, &pair, bytes, Some(&Fault::new(FaultKind::Drop)));
+    assert_eq!((dropped.result.diagnosis, dropped.receiver.bad_chunks), (Diagnosis::Untouched, 9));
+}
+
+#[test]
+fn an_ok_probes_check_fills_the_next_probes_source_and_the_next_probe_uses_it() {
+    let mut e = engine();
+    let pair = Pair::named(0, "mlx5_0");
+    let bytes = (512 << 10) + 13;
+    let filled = |e: &Engine, bytes: usize| {
+        let p = e.prepared.as_ref().expect("prepared");
+        let mut want = vec![0u8; bytes];
+        pattern::fill(p.nonce, 0, &mut want);
+        (p.src_filled, bytemuck::cast_slice::<u64, u8>(&p.src)[..bytes] == want[..])
+    };
+    for fault in [None, Some(FaultKind::Bitflip), Some(FaultKind::Drop), Some(FaultKind::Stale)] {
+        let f = fault.map(Fault::new);
+        let out = e.probe(&mut SimFabric, &pair, bytes, f.as_ref());
+        assert_eq!(out.result.verdict == ProbeVerdict::Ok, fault.is_none(), "{fault:?}");
+        // Whatever the check found, the source holds a fresh nonce's pattern, and prepare keeps
+        // it rather than filling again.
+        let before = e.spare_fill.expect("the check filled the source");
+        assert!(e.history.iter().all(|k| k.nonce != before.nonce), "a nonce no probe has carried");
+        e.prepare(&pair, bytes);
+        assert_eq!(e.prepared.as_ref().map(|p| p.nonce), Some(before.nonce), "{fault:?}");
+        assert_eq!(filled(&e, bytes), (true, true), "{fault:?}");
+        // The probe then carries that nonce, and its check passes.
+        let next = e.probe(&mut SimFabric, &pair, bytes, None);
+        assert_eq!(next.result.verdict, ProbeVerdict::Ok, "{fault:?}");
+        assert_eq!(e.history.front().map(|k| k.nonce), Some(before.nonce));
+    }
+    // A shorter probe keeps the pattern (a prefix of it); a longer one gets a new nonce, filled.
+    e.probe(&mut SimFabric, &pair, bytes, None);
+    e.prepare(&pair, 4096);
+    assert_eq!(filled(&e, 4096), (true, true));
+    assert_eq!(e.probe(&mut SimFabric, &pair, 4096, None).result.verdict, ProbeVerdict::Ok);
+    let short = e.spare_fill.expect("filled").nonce;
+    e.prepare(&pair, bytes);
+    assert!(e.prepared.as_ref().is_some_and(|p| p.nonce != short));
+    assert_eq!(filled(&e, bytes), (true, true));
+    assert_eq!(e.probe(&mut SimFabric, &pair, bytes, None).result.verdict, ProbeVerdict::Ok);
 }

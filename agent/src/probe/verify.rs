@@ -114,6 +114,40 @@ pub fn verify_then_poison(
     (diagnose(received, probe, poison_nonce, history, bad), poisoned)
 }
 
+/// [`verify_then_poison`], and `next_src` (the sender's buffer, as long as `received`) then
+/// holds the pattern of `next_nonce`, the next probe's, made in the same pass as the check
+/// ([`pattern::check_poison_refill`]): an ok probe on the host is the transfer and this one
+/// pass. `next_src` is written whatever the check finds.
+pub fn verify_poison_refill(
+    received: &mut [u8],
+    probe: &KnownProbe,
+    poison_nonce: u64,
+    history: &[KnownProbe],
+    next_poison_nonce: u64,
+    next_src: &mut [u8],
+    next_nonce: u64,
+) -> (Verification, bool) {
+    if next_src.len() != received.len() {
+        pattern::fill(next_nonce, 0, next_src);
+        return verify_then_poison(received, probe, poison_nonce, history, next_poison_nonce);
+    }
+    let chunk_bytes = probe.chunk_bytes;
+    let next = pattern::poison_word(next_poison_nonce);
+    let mut bad: Vec<(usize, u64)> = Vec::new();
+    for (i, (chunk, src)) in received.chunks_mut(chunk_bytes).zip(next_src.chunks_mut(chunk_bytes)).enumerate() {
+        let start = i * chunk_bytes;
+        let same = same_extent(probe, start, chunk.len());
+        if !same {
+            pattern::fill(next_nonce, start as u64, src);
+        }
+        if !(same && pattern::check_poison_refill(probe.nonce, start as u64, chunk, next, next_nonce, src)) {
+            bad.push((i, pattern::digest(chunk)));
+        }
+    }
+    let poisoned = bad.is_empty();
+    (diagnose(received, probe, poison_nonce, history, bad), poisoned)
+}
+
 /// Whether a chunk of `len` bytes at `start` has the probe's own extent there: a chunk of
 /// another extent (more or fewer bytes arrived than the probe has) is bad whatever it holds.
 fn same_extent(probe: &KnownProbe, start: usize, len: usize) -> bool {
