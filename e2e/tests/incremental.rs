@@ -487,3 +487,90 @@ fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_p
     wait(&next, "node-a read in full", &|| window("read").is_some_and(|n| n >= 1.0));
     assert_eq!(window("kept"), Some(0.0), "nothing kept without --keep-window");
 }
+
+/// A pass takes no more nodes than its time budget allows at the cost per node the leader
+/// measured on its passes before (`--assess-pass-budget-ms`: 1 ms here, so the floor of 50
+/// nodes), and while it leaves nodes pending the next pass follows within seconds, not a whole
+/// period (20 s here): 150 new nodes are all assessed long before two more periods pass.
+#[test]
+fn a_pass_bound_by_time_leaves_the_rest_to_passes_that_follow_at_once() {
+    use railguard_collector::assess::PassBudget;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pg = rt.block_on(TestPg::start());
+    let names: Vec<String> = (0..200).map(|i| format!("fleet-{i:03}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let c = CollectorProc::start_with(
+        &pg.url(),
+        &refs,
+        &["--assess-every-secs", "20", "--assess-pass-budget-ms", "1", "--full-assess-every-secs", "3600"],
+    );
+    wait(&c, "the first (full) pass", &|| metric(&c, "railguard_assessment_passes_total", "full") == Some(1.0));
+    let snapshot = topology(&fixture::dgx_h100_like(), None);
+    let topo = || vec![topo_rec(snapshot.clone())];
+    // Each node's batch on one connection, one after the other: all of them within a second or
+    // two, so that one pass finds them all.
+    let send_all = |nodes: &[String]| {
+        rt.block_on(async {
+            let mut client = railguard_schema::wire::ingest_client::IngestClient::connect(c.url()).await.unwrap();
+            for n in nodes {
+                let mut req = tonic::Request::new(railguard_schema::wire::RecordBatch {
+                    node_id: n.clone(),
+                    records: topo(),
+                    spool_dropped_total: 0,
+                });
+                req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(n)).parse().unwrap());
+                client.push_batch(req).await.unwrap();
+            }
+        })
+    };
+    let assessed = |nodes: &[String]| -> i64 {
+        rt.block_on(
+            sqlx::query_scalar("SELECT count(DISTINCT node_id) FROM gpu_status WHERE node_id = ANY($1)")
+                .bind(nodes)
+                .fetch_one(&pg.pool),
+        )
+        .unwrap()
+    };
+    // 50 nodes, sent just after a pass: the next periodic pass takes them all (nothing measured
+    // yet) and measures them.
+    let (first, rest) = names.split_at(PassBudget::MEASURED_FROM);
+    let passes_then = metric(&c, "railguard_assessment_passes_total", "changed").unwrap_or(0.0);
+    wait(&c, "a pass to send after", &|| {
+        metric(&c, "railguard_assessment_passes_total", "changed").is_some_and(|n| n > passes_then)
+    });
+    send_all(first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while assessed(first) < first.len() as i64 {
+        assert!(std::time::Instant::now() < deadline, "the first 50 nodes were never assessed");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(metric(&c, "railguard_assessment_pass_deferred_nodes", "changed"), Some(0.0));
+    let passes_before = metric(&c, "railguard_assessment_passes_total", "changed").unwrap();
+    // 150 more: the pass after takes 50 (1 ms buys no more), leaves 100, and the passes that
+    // follow at once take the rest.
+    let sending = std::time::Instant::now();
+    send_all(rest);
+    let sent = std::time::Instant::now();
+    eprintln!("150 nodes sent in {:?}", sent - sending);
+    let mut deferred_seen = 0.0f64;
+    while assessed(rest) < rest.len() as i64 {
+        assert!(
+            sent.elapsed() < std::time::Duration::from_secs(35),
+            "150 nodes not assessed 35 s after they arrived (passes every 20 s, 50 a pass: without the catch-up \
+             the third pass is due 40-60 s after): {} of them; {}",
+            assessed(rest),
+            c.get("/metrics", None).1
+        );
+        deferred_seen =
+            deferred_seen.max(metric(&c, "railguard_assessment_pass_deferred_nodes", "changed").unwrap_or(0.0));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(metric(&c, "railguard_assessment_pass_bound_nodes", "changed"), Some(PassBudget::MIN_NODES as f64));
+    let passes = metric(&c, "railguard_assessment_passes_total", "changed").unwrap() - passes_before;
+    assert!(passes >= 3.0, "{passes} passes for 150 nodes at 50 a pass");
+    assert!(deferred_seen >= 50.0, "a pass left nodes pending ({deferred_seen})");
+    // Every pass is in the histogram of pass times.
+    let count = metric(&c, "railguard_assessment_pass_duration_seconds_count", "changed").unwrap();
+    assert_eq!(count, metric(&c, "railguard_assessment_passes_total", "changed").unwrap());
+    assert!(metric(&c, "railguard_assessment_pass_longest_seconds", "changed").is_some_and(|s| s > 0.0));
+}

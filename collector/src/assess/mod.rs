@@ -34,6 +34,11 @@ pub struct AssessConfig {
     /// ([`assess_pass`]). Bounds a pass's time when many nodes change at once (a rolling start
     /// of the fleet); a node's failure is assessed at once by [`run_urgent`] whatever the bound.
     pub max_nodes: usize,
+    /// A periodic pass between full ones takes no more nodes than this much time allows at the
+    /// cost per node the leader measured on its recent passes (`serve --assess-pass-budget-ms`;
+    /// zero: no bound by time), and at most [`AssessConfig::max_nodes`] ([`PassBudget`]). While
+    /// nodes are left pending the next pass follows sooner ([`PassBudget::next_after`]).
+    pub pass_budget: Duration,
     /// The leader keeps the window between its passes ([`WindowCache`], `serve --keep-window`;
     /// off: every pass reads its nodes' window in full).
     pub keep_window: bool,
@@ -48,6 +53,8 @@ impl AssessConfig {
     pub const DEFAULT_FULL_EVERY: Duration = Duration::from_secs(300);
     /// The default bound on the nodes of one pass (`serve --assess-max-nodes`).
     pub const DEFAULT_MAX_NODES: usize = 1000;
+    /// The default time budget of a pass (`serve --assess-pass-budget-ms`).
+    pub const DEFAULT_PASS_BUDGET: Duration = Duration::from_millis(400);
 
     /// A window of evidence; the reasons name it ("in the last 15 min").
     pub fn with_window(window: Duration) -> Self {
@@ -57,6 +64,7 @@ impl AssessConfig {
             rules,
             full_every: Self::DEFAULT_FULL_EVERY,
             max_nodes: Self::DEFAULT_MAX_NODES,
+            pass_budget: Self::DEFAULT_PASS_BUDGET,
             keep_window: false,
         }
     }
@@ -535,8 +543,10 @@ pub struct Pass {
     /// Of those, the nodes assessed only for the rolling sweep (not assessed for
     /// [`AssessConfig::full_every`], and with nothing new).
     pub swept: usize,
-    /// Nodes with something new left pending for the next pass by [`AssessConfig::max_nodes`].
+    /// Nodes with something new left pending for the next pass by its bound.
     pub deferred: usize,
+    /// The most nodes the pass could take ([`PassBudget::bound`]; None: no bound).
+    pub bound: Option<usize>,
     /// GPUs assessed (a GPU assessed later by another assessment is left as it is).
     pub gpus: usize,
     /// Where the pass's time went.
@@ -553,6 +563,8 @@ impl Pass {
             tracing::warn!(
                 kind,
                 nodes = self.nodes,
+                bound = ?self.bound,
+                deferred = self.deferred,
                 gpus = self.gpus,
                 took_ms = took.as_millis() as u64,
                 select_ms = p.select.as_millis() as u64,
@@ -814,7 +826,8 @@ pub async fn assess_pass(
     now: DateTime<Utc>,
     sweep: Option<Sweep>,
 ) -> Result<Pass, sqlx::Error> {
-    assess_pass_with(pool, cfg, prev, now, sweep, None).await
+    let bound = (cfg.max_nodes > 0).then_some(cfg.max_nodes);
+    assess_pass_with(pool, cfg, prev, now, sweep, None, bound).await
 }
 
 /// [`assess_pass`] reading the window through `cache` ([`WindowCache`]), as the leader's
@@ -827,9 +840,11 @@ pub async fn assess_pass_cached(
     sweep: Option<Sweep>,
     cache: &mut WindowCache,
 ) -> Result<Pass, sqlx::Error> {
-    assess_pass_with(pool, cfg, prev, now, sweep, Some(cache)).await
+    let bound = (cfg.max_nodes > 0).then_some(cfg.max_nodes);
+    assess_pass_with(pool, cfg, prev, now, sweep, Some(cache), bound).await
 }
 
+/// [`assess_pass`] with at most `bound` nodes between full passes (None: all of them).
 async fn assess_pass_with(
     pool: &PgPool,
     cfg: &AssessConfig,
@@ -837,6 +852,7 @@ async fn assess_pass_with(
     now: DateTime<Utc>,
     sweep: Option<Sweep>,
     cache: Option<&mut WindowCache>,
+    bound: Option<usize>,
 ) -> Result<Pass, sqlx::Error> {
     let mut phases = Phases::default();
     let started = std::time::Instant::now();
@@ -861,16 +877,16 @@ async fn assess_pass_with(
         return Ok(Pass { phases, ..Pass::default() });
     }
     let mut deferred = 0;
-    if cfg.max_nodes > 0 && nodes.len() > cfg.max_nodes {
+    if let Some(max) = bound.filter(|max| nodes.len() > *max) {
         let left;
-        (nodes, left) = bound_pass(pool, nodes, cfg.max_nodes).await?;
+        (nodes, left) = bound_pass(pool, nodes, max).await?;
         deferred = left.iter().filter(|n| changed.binary_search(n).is_ok()).count();
     }
     // `changed` is sorted (changed_nodes), `nodes` too.
     let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
     phases.select = started.elapsed();
     match assess_and_store_timed(pool, Some(&nodes), cfg, now, &mut phases, cache).await {
-        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, deferred, gpus: r.len(), phases }),
+        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, deferred, bound, gpus: r.len(), phases }),
         Err(e) => {
             let _ = sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1)")
                 .bind(&nodes)
@@ -908,8 +924,10 @@ pub async fn run_periodic(
     let sweep = Sweep::new(cfg.full_every, every);
     // The window's evidence kept between this collector's passes while it leads.
     let mut cache = WindowCache::default();
+    let mut budget = PassBudget::new(&cfg);
     loop {
         let started = tokio::time::Instant::now();
+        let mut next = every;
         let leads = leader.check().await;
         stats.leads_assessment.store(leads, Relaxed);
         if !leads {
@@ -932,8 +950,13 @@ pub async fn run_periodic(
             let t = std::time::Instant::now();
             let before = cache.answered();
             let kept = if cfg.keep_window { Some(&mut cache) } else { None };
-            match assess_pass_with(&pool, &cfg, prev, now, Some(sweep), kept).await {
+            match assess_pass_with(&pool, &cfg, prev, now, Some(sweep), kept, budget.bound()).await {
                 Ok(pass) => {
+                    let took = t.elapsed();
+                    if !pass.full {
+                        budget.observe(pass.nodes, took);
+                    }
+                    next = PassBudget::next_after(started.elapsed(), pass.deferred, every);
                     // Without the kept window every node of a pass is read in full.
                     let after =
                         if cfg.keep_window { cache.answered() } else { (before.0, before.1 + pass.nodes as u64) };
@@ -956,7 +979,9 @@ pub async fn run_periodic(
                         nodes = pass.nodes,
                         swept = pass.swept,
                         deferred = pass.deferred,
+                        bound = ?pass.bound,
                         gpus = pass.gpus,
+                        next_in_ms = next.saturating_sub(started.elapsed()).as_millis() as u64,
                         "fleet assessed"
                     );
                 }
@@ -971,12 +996,77 @@ pub async fn run_periodic(
         }
         leading = leads;
         tokio::select! {
-            _ = tokio::time::sleep_until(started + every) => {}
+            _ = tokio::time::sleep_until(started + next) => {}
             _ = shutdown.changed() => {
                 leader.release().await;
                 return;
             }
         }
+    }
+}
+
+/// The bound on a periodic pass's nodes: as many as [`AssessConfig::pass_budget`] allows at the
+/// cost per node the leader measured on its own recent passes, at most
+/// [`AssessConfig::max_nodes`]. A pass's time is then bounded by time, not by a count chosen for
+/// one machine: a rolling start's nodes (each with its first statuses to write) cost more than a
+/// steady fleet's, and a collector sharing its cores with a burst of ingest runs slower. The
+/// nodes past it wait for the next pass, which follows sooner ([`PassBudget::next_after`]); a
+/// node whose batch brought a failure is assessed at once whatever the bound ([`run_urgent`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PassBudget {
+    budget: Duration,
+    max_nodes: usize,
+    /// Seconds a node cost in recent passes (each pass's time over its nodes, its fixed costs
+    /// included, so an over- rather than an underestimate): up at once to a costlier pass's,
+    /// down halfway to a cheaper one's.
+    per_node: Option<f64>,
+}
+
+impl PassBudget {
+    /// A pass of fewer nodes is not measured: its fixed costs say little of a node's.
+    pub const MEASURED_FROM: usize = 50;
+    /// The fewest nodes a bound by time leaves a pass.
+    pub const MIN_NODES: usize = 50;
+    /// While nodes are left pending, the next pass starts as long after this one ended as it
+    /// took, and at least this long: ingest keeps at least half the leader's time.
+    pub const CATCH_UP_GAP: Duration = Duration::from_secs(1);
+
+    pub fn new(cfg: &AssessConfig) -> Self {
+        PassBudget { budget: cfg.pass_budget, max_nodes: cfg.max_nodes, per_node: None }
+    }
+
+    /// The most nodes the next pass may take (None: no bound). Before any pass was measured,
+    /// only [`AssessConfig::max_nodes`] bounds it.
+    pub fn bound(&self) -> Option<usize> {
+        let by_time = self.per_node.filter(|c| *c > 0.0 && !self.budget.is_zero()).map(|c| {
+            let n = self.budget.as_secs_f64() / c;
+            if n >= usize::MAX as f64 { usize::MAX } else { (n as usize).max(Self::MIN_NODES) }
+        });
+        let by_count = (self.max_nodes > 0).then_some(self.max_nodes);
+        match (by_time, by_count) {
+            (Some(t), Some(c)) => Some(t.min(c)),
+            (t, c) => t.or(c),
+        }
+    }
+
+    /// Learns from a periodic pass of `nodes` that took `took`.
+    pub fn observe(&mut self, nodes: usize, took: Duration) {
+        if nodes < Self::MEASURED_FROM {
+            return;
+        }
+        let c = took.as_secs_f64() / nodes as f64;
+        self.per_node = Some(self.per_node.map_or(c, |p| c.max(0.5 * p + 0.5 * c)));
+    }
+
+    /// How long after a pass that took `took` and left `deferred` nodes pending the next one
+    /// starts, with passes every `every`: `every` from this one's start when none was left,
+    /// else as long as this one took (at least [`PassBudget::CATCH_UP_GAP`]) after its end,
+    /// never later than `every` from its start. Measured from this pass's start.
+    pub fn next_after(took: Duration, deferred: usize, every: Duration) -> Duration {
+        if deferred == 0 {
+            return every;
+        }
+        (took + took.max(Self::CATCH_UP_GAP)).min(every.max(took))
     }
 }
 
@@ -1071,28 +1161,49 @@ pub struct PassCounters {
     pub window: (u64, u64),
 }
 
-/// Passes of one kind run, and the latest one's wall time, nodes (and of those, swept) and GPUs.
+/// Passes of one kind run, and the latest one's wall time, nodes (and of those, swept) and GPUs;
+/// with every pass's wall time counted by [`KindStats::BUCKETS`] and the longest.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KindStats {
     pub passes: u64,
     pub seconds: f64,
+    /// Passes that took at most each of [`KindStats::BUCKETS`] (cumulative, as Prometheus
+    /// histograms count), their seconds summed, and the longest since the collector started.
+    pub took_le: [u64; KindStats::BUCKETS.len()],
+    pub took_sum: f64,
+    pub longest: f64,
     pub nodes: usize,
     pub swept: usize,
     pub deferred: usize,
+    pub bound: Option<usize>,
     pub gpus: usize,
     pub phases: Phases,
+}
+
+impl KindStats {
+    /// Upper bounds (seconds) of the pass time histogram's buckets, +Inf aside.
+    pub const BUCKETS: [f64; 8] = [0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0];
 }
 
 impl PassStats {
     fn bump(&self, kind: &'static str, pass: &Pass, took: Duration) {
         if let Ok(mut c) = self.inner.lock() {
             let e = c.kinds.entry(kind).or_default();
+            let secs = took.as_secs_f64();
+            let mut took_le = e.took_le;
+            for (n, le) in took_le.iter_mut().zip(KindStats::BUCKETS) {
+                *n += u64::from(secs <= le);
+            }
             *e = KindStats {
                 passes: e.passes + 1,
-                seconds: took.as_secs_f64(),
+                seconds: secs,
+                took_le,
+                took_sum: e.took_sum + secs,
+                longest: e.longest.max(secs),
                 nodes: pass.nodes,
                 swept: pass.swept,
                 deferred: pass.deferred,
+                bound: pass.bound,
                 gpus: pass.gpus,
                 phases: pass.phases,
             };
@@ -1120,5 +1231,74 @@ impl PassStats {
 
     pub fn snapshot(&self) -> PassCounters {
         self.inner.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(ms: u64, max_nodes: usize) -> PassBudget {
+        let cfg = AssessConfig { pass_budget: Duration::from_millis(ms), max_nodes, ..AssessConfig::default() };
+        PassBudget::new(&cfg)
+    }
+
+    #[test]
+    fn a_pass_takes_as_many_nodes_as_its_budget_allows_at_the_measured_cost() {
+        // Nothing measured yet: the count bound alone.
+        let mut b = budget(400, 1000);
+        assert_eq!(b.bound(), Some(1000));
+        // 1,000 nodes in 1.6 s: 1.6 ms a node, 250 fit in 400 ms.
+        b.observe(1000, Duration::from_millis(1600));
+        assert_eq!(b.bound(), Some(250));
+        // A cheaper pass brings it down halfway: 0.4 ms a node next, 1 ms, 400 nodes ...
+        b.observe(500, Duration::from_millis(200));
+        assert_eq!(b.bound(), Some(400));
+        // ... a costlier one up at once: 2 ms a node, 200 nodes; then halfway down again.
+        b.observe(100, Duration::from_millis(200));
+        assert_eq!(b.bound(), Some(200));
+        b.observe(1000, Duration::from_millis(1000));
+        assert_eq!(b.bound(), Some(266));
+        // A small pass says nothing of a node's cost.
+        b.observe(PassBudget::MEASURED_FROM - 1, Duration::from_secs(5));
+        assert_eq!(b.bound(), Some(266));
+        // Cheap nodes: the count bound caps it; costly ones: never fewer than the floor.
+        b.observe(1000, Duration::from_millis(1));
+        b.observe(1000, Duration::from_millis(1));
+        assert_eq!(b.bound(), Some(1000));
+        let mut slow = budget(400, 1000);
+        slow.observe(100, Duration::from_secs(100));
+        assert_eq!(slow.bound(), Some(PassBudget::MIN_NODES));
+    }
+
+    #[test]
+    fn either_bound_can_be_off() {
+        let mut by_time = budget(400, 0);
+        assert_eq!(by_time.bound(), None, "nothing measured, no count bound");
+        by_time.observe(100, Duration::from_millis(200));
+        assert_eq!(by_time.bound(), Some(200));
+        let mut by_count = budget(0, 300);
+        by_count.observe(100, Duration::from_secs(10));
+        assert_eq!(by_count.bound(), Some(300));
+        let mut none = budget(0, 0);
+        none.observe(100, Duration::from_secs(1));
+        assert_eq!(none.bound(), None);
+        // A pass measured at no time at all leaves the count bound.
+        let mut instant = budget(400, 0);
+        instant.observe(100, Duration::ZERO);
+        assert_eq!(instant.bound(), None);
+    }
+
+    #[test]
+    fn while_nodes_are_pending_the_next_pass_comes_sooner_and_leaves_ingest_half_the_time() {
+        let every = Duration::from_secs(10);
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        assert_eq!(PassBudget::next_after(ms(300), 0, every), every, "nothing pending: the period");
+        assert_eq!(PassBudget::next_after(ms(300), 5, every), ms(1300), "a second after a short pass");
+        assert_eq!(PassBudget::next_after(s(3), 5, every), s(6), "as long as it took after a long one");
+        assert_eq!(PassBudget::next_after(s(7), 5, every), every, "never later than the period");
+        assert_eq!(PassBudget::next_after(s(12), 5, every), s(12), "at once after one longer than the period");
+        assert_eq!(PassBudget::next_after(s(12), 0, every), every);
     }
 }

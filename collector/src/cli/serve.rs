@@ -60,6 +60,13 @@ pub struct ServeArgs {
     /// failure is assessed at once whatever the bound.
     #[arg(long, default_value_t = AssessConfig::DEFAULT_MAX_NODES)]
     assess_max_nodes: usize,
+    /// An assessment pass takes no more nodes than this many milliseconds allow at the cost per
+    /// node the leader measured on its recent passes (0: no bound by time; --assess-max-nodes
+    /// bounds it all the same). While nodes are left pending, the next pass follows after as
+    /// long as the last one took (at least a second), not a whole --assess-every-secs; a node
+    /// whose batch brought a failure is assessed at once whatever the bound.
+    #[arg(long, default_value_t = AssessConfig::DEFAULT_PASS_BUDGET.as_millis() as u64)]
+    assess_pass_budget_ms: u64,
     /// Keep the window between assessment passes: the leader holds each node's evidence of the
     /// window in memory (about 22 KiB a node of 64 pairs) and reads only what entered and left it
     /// since the last pass, instead of reading each assessed node's window again. Off by default:
@@ -135,6 +142,7 @@ impl ServeArgs {
         cfg.assess = AssessConfig::with_window(Duration::from_secs(self.window_minutes.max(1) * 60));
         cfg.assess.full_every = Duration::from_secs(self.full_assess_every_secs.max(1));
         cfg.assess.max_nodes = self.assess_max_nodes;
+        cfg.assess.pass_budget = Duration::from_millis(self.assess_pass_budget_ms);
         cfg.assess.keep_window = self.keep_window;
         cfg.assess_every = Duration::from_secs(self.assess_every_secs.max(1));
         cfg.retention_days = self.retention_days.max(1);

@@ -136,7 +136,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     // (nodes whose batch brought a failure) on every replica.
     let passes = st.assessment.snapshot();
     type Pick = fn(&crate::assess::KindStats) -> String;
-    let metrics: [(&str, &str, &str, Pick); 5] = [
+    let metrics: [(&str, &str, &str, Pick); 6] = [
         (
             "railguard_assessment_passes_total",
             "counter",
@@ -161,8 +161,14 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         (
             "railguard_assessment_pass_deferred_nodes",
             "gauge",
-            "Nodes with new or expiring evidence that the latest assessment pass of each kind left pending for the next pass, past --assess-max-nodes (the nodes assessed longest ago go first; a failure is assessed at once whatever the bound).",
+            "Nodes with new or expiring evidence that the latest assessment pass of each kind left pending for the next pass, past its bound (railguard_assessment_pass_bound_nodes; the nodes assessed longest ago go first; a failure is assessed at once whatever the bound).",
             |k| k.deferred.to_string(),
+        ),
+        (
+            "railguard_assessment_pass_bound_nodes",
+            "gauge",
+            "The most nodes the latest assessment pass of each kind could take: --assess-max-nodes, or fewer where --assess-pass-budget-ms at the cost per node measured on the leader's recent passes allows fewer; -1 where nothing bound it (a full pass, an urgent one, both bounds off).",
+            |k| k.bound.map_or_else(|| "-1".to_owned(), |b| b.to_string()),
         ),
     ];
     for (name, kind, help, pick) in metrics {
@@ -170,6 +176,27 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         for (k, v) in &passes.kinds {
             let _ = writeln!(out, "{name}{{kind=\"{k}\"}} {}", pick(v));
         }
+    }
+    let name = "railguard_assessment_pass_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Wall time of every assessment pass of each kind this collector ran since it started (as railguard_assessment_pass_seconds measures it).\n# TYPE {name} histogram"
+    );
+    for (k, v) in &passes.kinds {
+        for (le, n) in crate::assess::KindStats::BUCKETS.iter().zip(v.took_le) {
+            let _ = writeln!(out, "{name}_bucket{{kind=\"{k}\",le=\"{le}\"}} {n}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{kind=\"{k}\",le=\"+Inf\"}} {}", v.passes);
+        let _ = writeln!(out, "{name}_sum{{kind=\"{k}\"}} {:.6}", v.took_sum);
+        let _ = writeln!(out, "{name}_count{{kind=\"{k}\"}} {}", v.passes);
+    }
+    let name = "railguard_assessment_pass_longest_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} The longest assessment pass of each kind this collector ran since it started.\n# TYPE {name} gauge"
+    );
+    for (k, v) in &passes.kinds {
+        let _ = writeln!(out, "{name}{{kind=\"{k}\"}} {:.6}", v.longest);
     }
     let name = "railguard_assessment_pass_phase_seconds";
     let _ = writeln!(

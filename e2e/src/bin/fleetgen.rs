@@ -45,6 +45,8 @@ struct Args {
     assess_every: u64,
     /// The collector's `--assess-max-nodes` (its default when None).
     assess_max_nodes: Option<u64>,
+    /// The collector's `--assess-pass-budget-ms` (its default when None).
+    assess_pass_budget_ms: Option<u64>,
     /// The collector's `--keep-window`.
     keep_window: bool,
     summary: Duration,
@@ -63,6 +65,7 @@ fn args() -> Result<Args, String> {
         inject_every: Duration::from_secs(15),
         assess_every: 10,
         assess_max_nodes: None,
+        assess_pass_budget_ms: None,
         keep_window: false,
         summary: railguard_agent::service::probes::ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW,
         start_over: None,
@@ -81,6 +84,7 @@ fn args() -> Result<Args, String> {
             "--inject-every-secs" => a.inject_every = Duration::from_secs(num(val()?)?),
             "--assess-every-secs" => a.assess_every = num(val()?)?.max(1),
             "--assess-max-nodes" => a.assess_max_nodes = Some(num(val()?)?),
+            "--assess-pass-budget-ms" => a.assess_pass_budget_ms = Some(num(val()?)?),
             "--keep-window" => a.keep_window = true,
             "--summary-secs" => a.summary = Duration::from_secs(num(val()?)?),
             "--start-over-secs" => a.start_over = Some(Duration::from_secs(num(val()?)?)),
@@ -90,7 +94,7 @@ fn args() -> Result<Args, String> {
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--keep-window (the collector's)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--keep-window (the collector's)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -173,6 +177,10 @@ async fn main() {
     let mut collector_args = vec!["--assess-every-secs", every.as_str()];
     if let Some(n) = &max_nodes {
         collector_args.extend(["--assess-max-nodes", n.as_str()]);
+    }
+    let budget = a.assess_pass_budget_ms.map(|n| n.to_string());
+    if let Some(ms) = &budget {
+        collector_args.extend(["--assess-pass-budget-ms", ms.as_str()]);
     }
     if a.keep_window {
         collector_args.push("--keep-window");
@@ -280,6 +288,7 @@ async fn main() {
     let mut pass_counts: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
     let mut reported = 0;
     let mut window_nodes: Option<(f64, f64)> = None;
+    let mut durations_mark: Vec<PassDurations> = Vec::new();
     // Fleet reads under this ingest load, every 2 s from the steady state on: (path, ms each).
     const READS: [&str; 2] = ["/api/v1/fleet?limit=100", "/api/v1/failures?since=1d"];
     let mut reads: Vec<Vec<f64>> = vec![Vec::new(); READS.len()];
@@ -306,6 +315,8 @@ async fn main() {
             }
         }
         if storage_mark.is_none() && Instant::now() >= measure_from {
+            let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
+            durations_mark = pass_durations(&m);
             let (b, r) = history_size(&pg.pool).await;
             storage_mark = Some((Instant::now(), b, r));
             steady_from = stats.latencies_us.lock().map(|l| l.len()).unwrap_or(0);
@@ -341,6 +352,8 @@ async fn main() {
             }
         }
     }
+    let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
+    let durations_end = pass_durations(&m);
     if let Some((kept, read)) = window_nodes {
         println!(
             "assessment window: {kept:.0} nodes of passes answered from the kept window, {read:.0} read in full ({:.1} % kept)",
@@ -478,7 +491,7 @@ async fn main() {
             (sorted(|p| p.secs), sorted(|p| p.nodes), sorted(|p| p.swept), sorted(|p| p.deferred));
         let (mid, last) = (v.len() / 2, v.len() - 1);
         println!(
-            "assessment ({kind} passes{}, the latest sampled every 10 s, {} distinct passes): median {:.3} s, max {:.3} s; median {:.0} nodes, max {:.0}; of them swept (due, nothing new): median {:.0}, max {:.0}; left pending past --assess-max-nodes: median {:.0}, max {:.0}",
+            "assessment ({kind} passes{}, the latest sampled every 10 s, {} distinct passes): median {:.3} s, max {:.3} s; median {:.0} nodes, max {:.0}; of them swept (due, nothing new): median {:.0}, max {:.0}; left pending past the pass's bound: median {:.0}, max {:.0}",
             if steady_only { " in the steady state" } else { "" },
             v.len(),
             secs[mid],
@@ -498,6 +511,39 @@ async fn main() {
             sel[mid], read[mid], write[mid], longest[0], longest[1], longest[2]
         );
     }
+    // Every pass, not a sample: the collector's histogram of pass times.
+    for d in &durations_end {
+        let steady = durations_mark.iter().find(|m| m.kind == d.kind).map_or(String::new(), |m| {
+            format!("; in the steady state {:.0} passes, {:.0} over 1 s", d.count - m.count, d.over_1s - m.over_1s)
+        });
+        println!(
+            "assessment ({} passes, every one, from the collector's histogram): {:.0} passes, {:.0} over 1 s, the longest {:.3} s{steady}",
+            d.kind, d.count, d.over_1s, d.longest
+        );
+    }
+}
+
+/// Every assessment pass of one kind so far, from the collector's histogram of pass times.
+#[derive(Debug, Clone)]
+struct PassDurations {
+    kind: String,
+    count: f64,
+    over_1s: f64,
+    longest: f64,
+}
+
+/// [`PassDurations`] of each kind in a /metrics text.
+fn pass_durations(metrics: &str) -> Vec<PassDurations> {
+    let value = |line: String| metrics.lines().find_map(|l| l.strip_prefix(&line)).and_then(|v| v.parse::<f64>().ok());
+    ["full", "changed", "urgent"]
+        .into_iter()
+        .filter_map(|k| {
+            let count = value(format!("railguard_assessment_pass_duration_seconds_count{{kind=\"{k}\"}} "))?;
+            let le_1 = value(format!("railguard_assessment_pass_duration_seconds_bucket{{kind=\"{k}\",le=\"1\"}} "))?;
+            let longest = value(format!("railguard_assessment_pass_longest_seconds{{kind=\"{k}\"}} ")).unwrap_or(0.0);
+            Some(PassDurations { kind: k.to_owned(), count, over_1s: count - le_1, longest })
+        })
+        .collect()
 }
 
 /// One injected failure: `gpu`'s workload pair on `node` fails from `at`; `sent` is when the
@@ -556,7 +602,7 @@ struct PassSample {
     nodes: f64,
     /// Nodes there only for the rolling sweep.
     swept: f64,
-    /// Nodes with something new left for the next pass (past --assess-max-nodes).
+    /// Nodes with something new left for the next pass (past the pass's bound).
     deferred: f64,
     /// Seconds finding the nodes, reading their evidence, and assessing and writing.
     phases: [f64; 3],
