@@ -49,6 +49,8 @@ struct Args {
     assess_pass_budget_ms: Option<u64>,
     /// The collector's `--keep-window`.
     keep_window: bool,
+    /// Seconds between reads of `/api/v1/patterns` under load (0: none).
+    patterns_every: u64,
     summary: Duration,
     start_over: Option<Duration>,
 }
@@ -67,6 +69,7 @@ fn args() -> Result<Args, String> {
         assess_max_nodes: None,
         assess_pass_budget_ms: None,
         keep_window: false,
+        patterns_every: 0,
         summary: railguard_agent::service::probes::ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW,
         start_over: None,
     };
@@ -86,6 +89,7 @@ fn args() -> Result<Args, String> {
             "--assess-max-nodes" => a.assess_max_nodes = Some(num(val()?)?),
             "--assess-pass-budget-ms" => a.assess_pass_budget_ms = Some(num(val()?)?),
             "--keep-window" => a.keep_window = true,
+            "--patterns-every-secs" => a.patterns_every = num(val()?)?,
             "--summary-secs" => a.summary = Duration::from_secs(num(val()?)?),
             "--start-over-secs" => a.start_over = Some(Duration::from_secs(num(val()?)?)),
             "--fail" => {
@@ -94,7 +98,7 @@ fn args() -> Result<Args, String> {
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--keep-window (the collector's)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--keep-window (the collector's)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -289,10 +293,16 @@ async fn main() {
     let mut reported = 0;
     let mut window_nodes: Option<(f64, f64)> = None;
     let mut durations_mark: Vec<PassDurations> = Vec::new();
-    // Fleet reads under this ingest load, every 2 s from the steady state on: (path, ms each).
-    const READS: [&str; 2] = ["/api/v1/fleet?limit=100", "/api/v1/failures?since=1d"];
-    let mut reads: Vec<Vec<f64>> = vec![Vec::new(); READS.len()];
-    let mut next_read = measure_from;
+    // Fleet reads under this ingest load from the steady state on, each every so many seconds:
+    // (path, ms each). The patterns page (it reads the whole fleet's hour of evidence) only with
+    // --patterns-every-secs: 31 s a read at 10,000 nodes, and it slows ingest (docs/scaling.md).
+    let mut reads_of: Vec<(&str, u64)> = vec![("/api/v1/fleet?limit=100", 2), ("/api/v1/failures?since=1d", 2)];
+    if a.patterns_every > 0 {
+        reads_of.push(("/api/v1/patterns", a.patterns_every));
+    }
+    let reads_of = reads_of;
+    let mut reads: Vec<Vec<f64>> = vec![Vec::new(); reads_of.len()];
+    let mut next_reads = vec![measure_from; reads_of.len()];
     while Instant::now() < start + a.duration {
         tokio::time::sleep(Duration::from_millis(250)).await;
         for j in injections.iter_mut().filter(|j| j.detected.is_none()) {
@@ -322,9 +332,11 @@ async fn main() {
             steady_from = stats.latencies_us.lock().map(|l| l.len()).unwrap_or(0);
             steady_errors = stats.errors.load(Ordering::Relaxed);
         }
-        if Instant::now() >= next_read {
-            next_read = Instant::now() + Duration::from_secs(2);
-            for (path, ms) in READS.into_iter().zip(reads.iter_mut()) {
+        for (((path, every), ms), next_read) in
+            reads_of.iter().copied().zip(reads.iter_mut()).zip(next_reads.iter_mut())
+        {
+            if Instant::now() >= *next_read {
+                *next_read = Instant::now() + Duration::from_secs(every);
                 let (code, took) = tokio::task::spawn_blocking(move || {
                     let t = Instant::now();
                     let (code, _) = http_get(port, path, None);
@@ -462,14 +474,14 @@ async fn main() {
             d.last().copied().unwrap_or(f64::NAN)
         );
     }
-    for (path, ms) in READS.into_iter().zip(reads.iter_mut()) {
+    for ((path, every), ms) in reads_of.iter().copied().zip(reads.iter_mut()) {
         if ms.is_empty() {
             continue;
         }
         ms.sort_by(f64::total_cmp);
         let q = |f: f64| ms[((ms.len() as f64 * f).ceil() as usize).saturating_sub(1).min(ms.len() - 1)];
         println!(
-            "under load (steady state, every 2 s): GET {path} p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} reads)",
+            "under load (steady state, every {every} s): GET {path} p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} reads)",
             q(0.5),
             q(0.99),
             ms[ms.len() - 1],
