@@ -215,9 +215,7 @@ fn check_poison_refill_body(
         } else if ok {
             ok = false;
             // The blocks before it matched and now hold the poison: their pattern goes back.
-            for (k, c) in words[..pos].iter_mut().enumerate() {
-                *c = word(nonce, offset / 8 + k as u64).to_ne_bytes();
-            }
+            fill(nonce, offset, words[..pos].as_flattened_mut());
         }
         pos += n;
         w += n as u64;
@@ -226,9 +224,7 @@ fn check_poison_refill_body(
     next_rest.copy_from_slice(&word(next_nonce, w).to_ne_bytes()[..n]);
     if ok && rest != &word(nonce, w).to_ne_bytes()[..n] {
         ok = false;
-        for (k, c) in words.iter_mut().enumerate() {
-            *c = word(nonce, offset / 8 + k as u64).to_ne_bytes();
-        }
+        fill(nonce, offset, words.as_flattened_mut());
     }
     if ok {
         rest.copy_from_slice(&poison[..n]);

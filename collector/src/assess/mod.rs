@@ -962,8 +962,8 @@ pub async fn run_periodic(
                         if cfg.keep_window { cache.answered() } else { (before.0, before.1 + pass.nodes as u64) };
                     stats.assessment.record_window(before, after);
                     prev = Some(now);
-                    stats.assessment.record(&pass, t.elapsed());
-                    pass.warn_if_slow(if pass.full { "full" } else { "changed" }, t.elapsed());
+                    stats.assessment.record(&pass, took);
+                    pass.warn_if_slow(if pass.full { "full" } else { "changed" }, took);
                     if let Err(e) = sqlx::query(
                         "INSERT INTO assessment_runs (id, finished_at, holder) VALUES (1, now(), $1)
                          ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, holder = EXCLUDED.holder",

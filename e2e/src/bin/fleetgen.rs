@@ -546,13 +546,17 @@ struct PassDurations {
 
 /// [`PassDurations`] of each kind in a /metrics text.
 fn pass_durations(metrics: &str) -> Vec<PassDurations> {
-    let value = |line: String| metrics.lines().find_map(|l| l.strip_prefix(&line)).and_then(|v| v.parse::<f64>().ok());
+    let kind = |name: &str, k: &str| series(metrics, name, &format!("kind=\"{k}\""));
     ["full", "changed", "urgent"]
         .into_iter()
         .filter_map(|k| {
-            let count = value(format!("railguard_assessment_pass_duration_seconds_count{{kind=\"{k}\"}} "))?;
-            let le_1 = value(format!("railguard_assessment_pass_duration_seconds_bucket{{kind=\"{k}\",le=\"1\"}} "))?;
-            let longest = value(format!("railguard_assessment_pass_longest_seconds{{kind=\"{k}\"}} ")).unwrap_or(0.0);
+            let count = kind("railguard_assessment_pass_duration_seconds_count", k)?;
+            let le_1 = series(
+                metrics,
+                "railguard_assessment_pass_duration_seconds_bucket",
+                &format!("kind=\"{k}\",le=\"1\""),
+            )?;
+            let longest = kind("railguard_assessment_pass_longest_seconds", k).unwrap_or(0.0);
             Some(PassDurations { kind: k.to_owned(), count, over_1s: count - le_1, longest })
         })
         .collect()
@@ -622,19 +626,19 @@ struct PassSample {
 
 /// Nodes of passes answered from the kept window and read in full, in a /metrics text.
 fn window_answered(metrics: &str) -> Option<(f64, f64)> {
-    let v = |source: &str| {
-        let prefix = format!("railguard_assessment_window_nodes_total{{source=\"{source}\"}} ");
-        metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse::<f64>().ok())
-    };
+    let v = |source: &str| series(metrics, "railguard_assessment_window_nodes_total", &format!("source=\"{source}\""));
     Some((v("kept")?, v("read")?))
+}
+
+/// The value of the series `name{labels}` in a /metrics text.
+fn series(metrics: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{{{labels}}} ");
+    metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse::<f64>().ok())
 }
 
 /// The latest assessment pass of each kind in a /metrics text.
 fn latest_passes(metrics: &str) -> Vec<PassSample> {
-    let labelled = |name: &str, labels: &str| {
-        let prefix = format!("{name}{{{labels}}} ");
-        metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse::<f64>().ok())
-    };
+    let labelled = |name: &str, labels: &str| series(metrics, name, labels);
     let value = |name: &str, kind: &str| labelled(name, &format!("kind=\"{kind}\""));
     let phase = |kind: &str, phase: &str| {
         labelled("railguard_assessment_pass_phase_seconds", &format!("kind=\"{kind}\",phase=\"{phase}\""))
