@@ -9,13 +9,21 @@
 //! covered, fewest healthy pairs sharing it),
 //! and says it with counts, a contrast (the pairs that differ in one attribute, and how they
 //! fare) and a confidence.
+//!
+//! At fleet scale (10,000 nodes, some 600,000 pairs in 15 minutes) the pairs are counted as an
+//! assessment pass counts them (`assess::window`: rows grouped in SQL, summary sets added up
+//! here), each joined to its node's facts kept between reads ([`Facts`]), and grouped by what
+//! they are ([`Pairs`]: a few groups a node), which is what [`explain`] looks at.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
+use sqlx::types::Json;
 use utoipa::ToSchema;
+use uuid::Uuid;
 
 /// The attributes, in order of preference when two explanations are equally good (general
 /// first: a whole path class before one node).
@@ -103,232 +111,594 @@ fn describe(conj: &[(&str, &str)]) -> String {
     describe_as(conj, false)
 }
 
-fn matches(p: &PairFacts, conj: &[(&str, &str)]) -> bool {
-    conj.iter().all(|(a, v)| p.attrs.get(a).is_some_and(|x| x == v))
+/// No value: the attribute is unknown for the pair, and matches nothing.
+const NONE: u32 = u32::MAX;
+
+/// How many attributes a pair has.
+const N: usize = ATTRIBUTES.len();
+
+/// Attribute values, each distinct string once, by id.
+#[derive(Default)]
+struct Values {
+    ids: HashMap<Arc<str>, u32>,
+    names: Vec<Arc<str>>,
+}
+
+impl Values {
+    fn id(&mut self, v: &str) -> u32 {
+        if let Some(id) = self.ids.get(v) {
+            return *id;
+        }
+        let id = u32::try_from(self.names.len()).unwrap_or(NONE - 1);
+        let v: Arc<str> = v.into();
+        self.names.push(v.clone());
+        self.ids.insert(v, id);
+        id
+    }
+
+    fn get(&self, v: &str) -> Option<u32> {
+        self.ids.get(v).copied()
+    }
+}
+
+/// Pairs that have the same value on every attribute, counted.
+#[derive(Debug, Clone, Copy)]
+struct Group {
+    attrs: [u32; N],
+    pairs: usize,
+    failing: usize,
+    /// Failing pairs whose trusted evidence is the simulated fabric's.
+    failing_simulated: usize,
+}
+
+/// The pairs of a period as [`explain`] reads them: grouped by what they are (a fleet of
+/// 10,000 nodes has some 600,000 pairs with trusted evidence, and a few groups per node), each
+/// attribute's value an id.
+#[derive(Default)]
+pub struct Pairs {
+    names: Vec<Arc<str>>,
+    groups: Vec<Group>,
+    index: HashMap<[u32; N], usize>,
+    /// Pairs with trusted evidence, and how many of them failed.
+    pub pairs: usize,
+    pub failing: usize,
+}
+
+impl Pairs {
+    fn add(&mut self, attrs: [u32; N], failed: bool, simulated: bool) {
+        let i = *self.index.entry(attrs).or_insert_with(|| {
+            self.groups.push(Group { attrs, pairs: 0, failing: 0, failing_simulated: 0 });
+            self.groups.len() - 1
+        });
+        let g = &mut self.groups[i];
+        g.pairs += 1;
+        self.pairs += 1;
+        if failed {
+            g.failing += 1;
+            self.failing += 1;
+            if simulated {
+                g.failing_simulated += 1;
+            }
+        }
+    }
+
+    /// The pairs of `facts`, grouped.
+    pub fn of(facts: &[PairFacts]) -> Pairs {
+        let mut values = Values::default();
+        let mut out = Pairs::default();
+        for p in facts {
+            let mut attrs = [NONE; N];
+            for (i, a) in ATTRIBUTES.iter().enumerate() {
+                if let Some(v) = p.attrs.get(a) {
+                    attrs[i] = values.id(v);
+                }
+            }
+            out.add(attrs, p.failed, p.simulated);
+        }
+        out.names = values.names;
+        out
+    }
+
+    /// Every group: its attributes (the known ones) → its pairs, failing pairs, and failing
+    /// pairs on the simulated fabric. What two ways of reading the same pairs must agree on.
+    pub fn counts(&self) -> BTreeMap<Vec<(&'static str, String)>, (usize, usize, usize)> {
+        self.groups
+            .iter()
+            .map(|g| {
+                let attrs = ATTRIBUTES
+                    .iter()
+                    .zip(g.attrs)
+                    .filter(|(_, v)| *v != NONE)
+                    .map(|(a, v)| (*a, self.name(v).to_owned()))
+                    .collect();
+                (attrs, (g.pairs, g.failing, g.failing_simulated))
+            })
+            .collect()
+    }
+
+    fn name(&self, id: u32) -> &str {
+        self.names.get(id as usize).map(|n| &**n).unwrap_or_default()
+    }
+
+    /// The best explanation of the failing pairs, if any pair fails (what [`explain`] says of
+    /// the same pairs).
+    pub fn explain(&self) -> Option<Factor> {
+        if self.failing == 0 {
+            return None;
+        }
+        let failing: Vec<&Group> = self.groups.iter().filter(|g| g.failing > 0).collect();
+        let n_failing = self.failing;
+        // Candidates: every combination of up to three attributes, with the values some failing
+        // pair has on them.
+        type Score = (usize, std::cmp::Reverse<usize>, std::cmp::Reverse<usize>, usize);
+        let mut best: Option<(Vec<(usize, u32)>, Score)> = None;
+        let mut combos: Vec<Vec<usize>> = (0..N).map(|i| vec![i]).collect();
+        for i in 0..N {
+            for j in i + 1..N {
+                combos.push(vec![i, j]);
+                for k in j + 1..N {
+                    combos.push(vec![i, j, k]);
+                }
+            }
+        }
+        let key = |g: &Group, combo: &[usize]| -> Option<[u32; 3]> {
+            let mut k = [0; 3];
+            for (slot, a) in k.iter_mut().zip(combo) {
+                *slot = g.attrs[*a];
+                if *slot == NONE {
+                    return None;
+                }
+            }
+            Some(k)
+        };
+        for combo in &combos {
+            // The pairs matching each candidate, and the failing ones among them, in one look
+            // at every group.
+            let mut tally: HashMap<[u32; 3], (usize, usize)> = HashMap::new();
+            for g in &failing {
+                if let Some(k) = key(g, combo) {
+                    tally.entry(k).or_default();
+                }
+            }
+            for g in &self.groups {
+                if let Some(t) = key(g, combo).and_then(|k| tally.get_mut(&k)) {
+                    t.0 += g.pairs;
+                    t.1 += g.failing;
+                }
+            }
+            // In the order of their values' names (the first of equal scores wins).
+            let mut candidates: Vec<(Vec<&str>, [u32; 3], (usize, usize))> = tally
+                .into_iter()
+                .map(|(k, t)| (k[..combo.len()].iter().map(|id| self.name(*id)).collect(), k, t))
+                .collect();
+            candidates.sort_by(|a, b| a.0.cmp(&b.0));
+            for (_, k, (matched, covered)) in candidates {
+                // Score: how well the set of matching pairs and the set of failing pairs
+                // coincide (Dice: 2·both / (failing + matching), per mille), then fewer
+                // attributes, then more general ones, then more failures covered. Covering every
+                // failure with an attribute the whole fleet shares scores low; so does a precise
+                // set that misses most failures.
+                let dice = 2000 * covered / (n_failing + matched).max(1);
+                let generality: usize = combo.iter().sum();
+                let score = (dice, std::cmp::Reverse(combo.len()), std::cmp::Reverse(generality), covered);
+                if best.as_ref().is_none_or(|(_, s)| score > *s) {
+                    best = Some((combo.iter().copied().zip(k).collect(), score));
+                }
+            }
+        }
+        let (conj_ids, _) = best?;
+        let matches = |g: &Group, conj: &[(usize, u32)]| conj.iter().all(|(a, v)| g.attrs[*a] == *v);
+        let conj: Vec<(&str, &str)> = conj_ids.iter().map(|(a, v)| (ATTRIBUTES[*a], self.name(*v))).collect();
+        let matched: Vec<&Group> = self.groups.iter().filter(|g| matches(g, &conj_ids)).collect();
+        let covered = matched.iter().map(|g| g.failing).sum::<usize>();
+        let matched_pairs = matched.iter().map(|g| g.pairs).sum::<usize>();
+        // Context: in VMs, the hypervisor and vIOMMU every matching pair shares (said, not needed
+        // to explain: what a VM's IOMMU does is the question in the first place).
+        let mut said: Vec<(&str, &str)> = conj.clone();
+        let uniform = |a: usize| -> Option<&str> {
+            let first = matched.first()?.attrs[a];
+            (first != NONE && matched.iter().all(|g| g.attrs[a] == first)).then(|| self.name(first))
+        };
+        let pos = |a: &str| ATTRIBUTES.iter().position(|x| *x == a).unwrap_or(N);
+        if uniform(pos("virtualized")) == Some("yes") {
+            for a in ["hypervisor", "viommu"] {
+                if let Some(v) = uniform(pos(a)).filter(|v| !v.is_empty())
+                    && !conj.iter().any(|(c, _)| *c == a)
+                {
+                    said.push((a, v));
+                }
+            }
+        }
+        said.sort_by_key(|(a, _)| pos(a));
+        let all = covered == n_failing;
+        let mut summary = format!(
+            "{} {} failing pair{} {} {}",
+            if all { "all" } else { "" },
+            if all { n_failing.to_string() } else { format!("{covered} of {n_failing}") },
+            if n_failing == 1 { "" } else { "s" },
+            if n_failing == 1 && all { "is" } else { "are" },
+            describe(&said)
+        )
+        .trim()
+        .to_owned();
+        if matched_pairs > covered {
+            summary.push_str(&format!(" ({covered} of {matched_pairs} such pairs fail)"));
+        }
+        // Contrast: drop one attribute at a time; the pairs that match the rest but differ there.
+        let mut contrast = Vec::new();
+        // The environment first ("no PIX pair on bare metal fails"), then the path.
+        for (i, (attr, val)) in conj_ids.iter().enumerate().rev() {
+            let rest_ids: Vec<(usize, u32)> =
+                conj_ids.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, c)| *c).collect();
+            let rest: Vec<(&str, &str)> = rest_ids.iter().map(|(a, v)| (ATTRIBUTES[*a], self.name(*v))).collect();
+            let others: Vec<&Group> = self
+                .groups
+                .iter()
+                .filter(|g| matches(g, &rest_ids) && g.attrs[*attr] != NONE && g.attrs[*attr] != *val)
+                .collect();
+            if others.is_empty() {
+                continue;
+            }
+            let (attr, val) = (ATTRIBUTES[*attr], self.name(*val));
+            let n_others = others.iter().map(|g| g.pairs).sum::<usize>();
+            let bad = others.iter().map(|g| g.failing).sum::<usize>();
+            let values: BTreeSet<&str> = others.iter().map(|g| self.name(g.attrs[pos(attr)])).collect();
+            let (one, many) = match values.iter().next() {
+                Some(v) if values.len() == 1 => {
+                    let mut c = rest.clone();
+                    c.push((attr, v));
+                    c.sort_by_key(|(a, _)| pos(a));
+                    (describe_as(&c, true), describe_as(&c, false))
+                }
+                _ if attr == "path" => {
+                    let up = val.to_uppercase();
+                    (
+                        format!("non-{up} {}", describe_as(&rest, true)),
+                        format!("non-{up} {}", describe_as(&rest, false)),
+                    )
+                }
+                _ => (
+                    format!("{} with another {attr}", describe_as(&rest, true)),
+                    format!("{} with another {attr}", describe_as(&rest, false)),
+                ),
+            };
+            contrast.push(match bad {
+                0 => format!("no {one} fails ({n_others} probed)"),
+                1 => format!("1 of {n_others} {many} fails"),
+                b => format!("{b} of {n_others} {many} fail"),
+            });
+        }
+        let simulated = matched.iter().map(|g| g.failing_simulated).sum::<usize>();
+        if simulated > 0 {
+            summary = format!(
+                "[simulated fabric{}] {summary}",
+                if simulated < covered { format!(": {simulated} of these pairs") } else { String::new() }
+            );
+        }
+        if !contrast.is_empty() {
+            summary.push_str("; ");
+            summary.push_str(&contrast.join("; "));
+        }
+        let precision = covered as f64 / matched_pairs.max(1) as f64;
+        let healthy_contrast = contrast.iter().any(|c| c.starts_with("no "));
+        let confidence = if n_failing < 2 {
+            "low"
+        } else if all && precision >= 0.9 && healthy_contrast {
+            "high"
+        } else if covered * 2 > n_failing && precision >= 0.5 {
+            "medium"
+        } else {
+            "low"
+        };
+        Some(Factor {
+            summary,
+            attributes: conj.iter().map(|(a, v)| format!("{a}={v}")).collect(),
+            failing: n_failing,
+            covered,
+            matched: matched_pairs,
+            matched_failing: covered,
+            contrast,
+            simulated,
+            confidence: confidence.to_owned(),
+        })
+    }
 }
 
 /// The best explanation of the failing pairs, if any pair fails.
 pub fn explain(pairs: &[PairFacts]) -> Option<Factor> {
-    let failing: Vec<&PairFacts> = pairs.iter().filter(|p| p.failed).collect();
-    if failing.is_empty() {
-        return None;
-    }
-    // Candidates: every combination of up to three attributes, with the values some failing
-    // pair has on them.
-    let mut best: Option<(Vec<(&str, &str)>, (usize, std::cmp::Reverse<usize>, std::cmp::Reverse<usize>, usize))> =
-        None;
-    let n = ATTRIBUTES.len();
-    let mut combos: Vec<Vec<usize>> = (0..n).map(|i| vec![i]).collect();
-    for i in 0..n {
-        for j in i + 1..n {
-            combos.push(vec![i, j]);
-            for k in j + 1..n {
-                combos.push(vec![i, j, k]);
-            }
-        }
-    }
-    for combo in &combos {
-        let attrs: Vec<&str> = combo.iter().map(|i| ATTRIBUTES[*i]).collect();
-        let values: BTreeSet<Vec<&str>> = failing
-            .iter()
-            .filter_map(|p| attrs.iter().map(|a| p.attrs.get(a).map(String::as_str)).collect::<Option<Vec<&str>>>())
-            .collect();
-        for vals in values {
-            let conj: Vec<(&str, &str)> = attrs.iter().copied().zip(vals.iter().copied()).collect();
-            let covered = failing.iter().filter(|p| matches(p, &conj)).count();
-            let matched = pairs.iter().filter(|p| matches(p, &conj)).count();
-            // Score: how well the set of matching pairs and the set of failing pairs coincide
-            // (Dice: 2·both / (failing + matching), per mille), then fewer attributes, then more
-            // general ones, then more failures covered. Covering every failure with an attribute
-            // the whole fleet shares scores low; so does a precise set that misses most failures.
-            let dice = 2000 * covered / (failing.len() + matched).max(1);
-            let generality: usize = combo.iter().sum();
-            let score = (dice, std::cmp::Reverse(conj.len()), std::cmp::Reverse(generality), covered);
-            if best.as_ref().is_none_or(|(_, s)| score > *s) {
-                best = Some((conj, score));
-            }
-        }
-    }
-    let (conj, _) = best?;
-    let covered: Vec<&PairFacts> = failing.iter().copied().filter(|p| matches(p, &conj)).collect();
-    let matched: Vec<&PairFacts> = pairs.iter().filter(|p| matches(p, &conj)).collect();
-    // Context: in VMs, the hypervisor and vIOMMU every matching pair shares (said, not needed to
-    // explain: what a VM's IOMMU does is the question in the first place).
-    let mut said: Vec<(&str, &str)> = conj.clone();
-    let uniform = |a: &str| -> Option<&str> {
-        let first = matched.first()?.attrs.get(a)?;
-        matched.iter().all(|p| p.attrs.get(a) == Some(first)).then_some(first.as_str())
-    };
-    if uniform("virtualized") == Some("yes") {
-        for a in ["hypervisor", "viommu"] {
-            if let Some(v) = uniform(a).filter(|v| !v.is_empty())
-                && !conj.iter().any(|(c, _)| *c == a)
-            {
-                said.push((a, v));
-            }
-        }
-    }
-    said.sort_by_key(|(a, _)| ATTRIBUTES.iter().position(|x| x == a));
-    let all = covered.len() == failing.len();
-    let mut summary = format!(
-        "{} {} failing pair{} {} {}",
-        if all { "all" } else { "" },
-        if all { failing.len().to_string() } else { format!("{} of {}", covered.len(), failing.len()) },
-        if failing.len() == 1 { "" } else { "s" },
-        if failing.len() == 1 && all { "is" } else { "are" },
-        describe(&said)
-    )
-    .trim()
-    .to_owned();
-    if matched.len() > covered.len() {
-        summary.push_str(&format!(" ({} of {} such pairs fail)", covered.len(), matched.len()));
-    }
-    // Contrast: drop one attribute at a time; the pairs that match the rest but differ there.
-    let mut contrast = Vec::new();
-    // The environment first ("no PIX pair on bare metal fails"), then the path.
-    for (i, (attr, val)) in conj.iter().enumerate().rev() {
-        let rest: Vec<(&str, &str)> = conj.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, c)| *c).collect();
-        let others: Vec<&PairFacts> =
-            pairs.iter().filter(|p| matches(p, &rest) && p.attrs.get(attr).is_some_and(|v| v != val)).collect();
-        if others.is_empty() {
-            continue;
-        }
-        let bad = others.iter().filter(|p| p.failed).count();
-        let values: BTreeSet<&str> = others.iter().filter_map(|p| p.attrs.get(attr).map(String::as_str)).collect();
-        let (one, many) = match values.iter().next() {
-            Some(v) if values.len() == 1 => {
-                let mut c = rest.clone();
-                c.push((attr, v));
-                c.sort_by_key(|(a, _)| ATTRIBUTES.iter().position(|x| x == a));
-                (describe_as(&c, true), describe_as(&c, false))
-            }
-            _ if *attr == "path" => {
-                let up = val.to_uppercase();
-                (format!("non-{up} {}", describe_as(&rest, true)), format!("non-{up} {}", describe_as(&rest, false)))
-            }
-            _ => (
-                format!("{} with another {attr}", describe_as(&rest, true)),
-                format!("{} with another {attr}", describe_as(&rest, false)),
-            ),
-        };
-        contrast.push(match bad {
-            0 => format!("no {one} fails ({} probed)", others.len()),
-            1 => format!("1 of {} {many} fails", others.len()),
-            b => format!("{b} of {} {many} fail", others.len()),
-        });
-    }
-    let simulated = covered.iter().filter(|p| p.simulated).count();
-    if simulated > 0 {
-        summary = format!(
-            "[simulated fabric{}] {summary}",
-            if simulated < covered.len() { format!(": {simulated} of these pairs") } else { String::new() }
-        );
-    }
-    if !contrast.is_empty() {
-        summary.push_str("; ");
-        summary.push_str(&contrast.join("; "));
-    }
-    let precision = covered.len() as f64 / matched.len().max(1) as f64;
-    let healthy_contrast = contrast.iter().any(|c| c.starts_with("no "));
-    let confidence = if failing.len() < 2 {
-        "low"
-    } else if all && precision >= 0.9 && healthy_contrast {
-        "high"
-    } else if covered.len() * 2 > failing.len() && precision >= 0.5 {
-        "medium"
-    } else {
-        "low"
-    };
-    Some(Factor {
-        summary,
-        attributes: conj.iter().map(|(a, v)| format!("{a}={v}")).collect(),
-        failing: failing.len(),
-        covered: covered.len(),
-        matched: matched.len(),
-        matched_failing: covered.len(),
-        contrast,
-        simulated,
-        confidence: confidence.to_owned(),
-    })
+    Pairs::of(pairs).explain()
 }
 
-/// Every pair with trusted evidence in `(since, until]`, with its facts from its node's latest
-/// topology.
-pub async fn load(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> Result<Vec<PairFacts>, sqlx::Error> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        node_id: String,
-        gpu_index: i32,
-        nic: String,
-        failed: bool,
-        simulated: bool,
-        class: Option<String>,
-        virtualized: Option<String>,
-        hypervisor: Option<String>,
-        viommu: Option<String>,
-        gpudirect: Option<String>,
-        driver_version: Option<String>,
-        gpu_model: Option<String>,
-        workload_pair: Option<bool>,
+/// What a node's latest topology says of its pairs, as value ids of [`Facts`].
+struct NodeFacts {
+    snapshot: Uuid,
+    node: u32,
+    /// virtualized, hypervisor (lower case), viommu, gpudirect, driver.
+    host: [u32; 5],
+    /// Per GPU: its model (NONE when it has no name).
+    gpus: Vec<(i32, u32)>,
+    /// Per GPU and NIC: the path class.
+    paths: Vec<(i32, u32, u32)>,
+    /// Per GPU: the NIC its workload is predicted to use (NONE when none is).
+    workload: Vec<(i32, u32)>,
+}
+
+#[derive(Default)]
+struct Known {
+    values: Values,
+    nodes: HashMap<String, NodeFacts>,
+    /// Snapshots read since this was made.
+    fetched: u64,
+}
+
+/// Every node's facts from its latest topology snapshot, kept between reads of the patterns:
+/// a snapshot changes when the node's hardware or configuration does, so a read fetches the
+/// facts only of nodes whose latest snapshot it has not seen (all of them the first time). Joining
+/// every pair to its node's snapshot, GPU and path in SQL took 23 s of a 31-s read at 10,000
+/// nodes (docs/scaling.md). About 1 KiB a node.
+#[derive(Default)]
+pub struct Facts {
+    known: Mutex<Known>,
+}
+
+impl std::fmt::Debug for Facts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes = self.known.lock().map_or(0, |k| k.nodes.len());
+        f.debug_struct("Facts").field("nodes", &nodes).finish_non_exhaustive()
     }
-    let rows: Vec<Row> = sqlx::query_as(
-        "WITH w AS (
-            SELECT node_id, gpu_index, nic, verdict, path FROM probe_evidence
-            WHERE observed_at > $1 AND observed_at <= $2 AND injected = 'none'
-         ), sim AS (
-            SELECT node_id, bool_and(path = 'simulated') AS all_simulated FROM w GROUP BY node_id
-         ), probes AS (
-            SELECT w.node_id, w.gpu_index, w.nic, bool_or(w.verdict <> 'ok') AS failed, bool_or(w.path = 'simulated') AS simulated
-            FROM w JOIN sim USING (node_id)
-            WHERE railguard_trusted(w.path, sim.all_simulated)
-            GROUP BY 1, 2, 3
-         ), inline AS (
-            SELECT node_id, gpu_index, nic, sum(transfers_mismatch) > 0 AS failed, false AS simulated
-            FROM inline_reports
-            WHERE observed_at > $1 AND observed_at <= $2 AND gpu_index IS NOT NULL AND nic <> ''
-              AND (transfers_mismatch > 0 OR path = 'nic_dma')
-            GROUP BY 1, 2, 3
-         ), pairs AS (
-            SELECT node_id, gpu_index, nic, bool_or(failed) AS failed, bool_or(simulated) AS simulated
-            FROM (SELECT * FROM probes UNION ALL SELECT * FROM inline) x GROUP BY 1, 2, 3
-         ), snap AS (
-            SELECT * FROM latest_topology
-         )
-         SELECT p.node_id, p.gpu_index, p.nic, p.failed, p.simulated, tp.class, s.virtualized, s.hypervisor, s.viommu,
-                s.gpudirect, s.driver_version, tg.name AS gpu_model,
-                (SELECT r->>'predicted_nic' = p.nic FROM jsonb_array_elements(s.risks) r
-                 WHERE (r->>'gpu')::int = p.gpu_index LIMIT 1) AS workload_pair
-         FROM pairs p
-         LEFT JOIN snap s ON s.node_id = p.node_id
-         LEFT JOIN topology_paths tp ON tp.node_id = s.node_id AND tp.snapshot_id = s.record_id AND tp.a = 'GPU' || p.gpu_index AND tp.b = p.nic
-         LEFT JOIN topology_gpus tg ON tg.node_id = s.node_id AND tg.snapshot_id = s.record_id AND tg.gpu_index = p.gpu_index
-         ORDER BY 1, 2, 3",
+}
+
+/// Nodes whose facts one statement fetches.
+const FACTS_CHUNK: usize = 2000;
+
+/// A node's facts as read: (snapshot, virtualized, hypervisor, viommu, gpudirect, driver, risks).
+type HostRow = (String, Uuid, String, String, String, String, String, Json<serde_json::Value>);
+
+impl Facts {
+    /// Nodes whose facts are kept.
+    pub fn len(&self) -> usize {
+        self.known.lock().map_or(0, |k| k.nodes.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Snapshots whose facts were read from the store since this was made.
+    pub fn fetched(&self) -> u64 {
+        self.known.lock().map_or(0, |k| k.fetched)
+    }
+
+    /// The facts of `stale` (node, its latest snapshot), read from the store.
+    async fn fetch(
+        conn: &mut sqlx::PgConnection,
+        stale: &[(String, Uuid)],
+    ) -> Result<(Vec<HostRow>, Vec<(String, i32, String)>, Vec<(String, String, String, String)>), sqlx::Error> {
+        let (mut hosts, mut gpus, mut paths) = (Vec::new(), Vec::new(), Vec::new());
+        for chunk in stale.chunks(FACTS_CHUNK) {
+            let nodes: Vec<&str> = chunk.iter().map(|(n, _)| n.as_str()).collect();
+            let snaps: Vec<Uuid> = chunk.iter().map(|(_, s)| *s).collect();
+            hosts.extend(
+                sqlx::query_as::<_, HostRow>(
+                    "SELECT s.node_id, s.record_id, s.virtualized, s.hypervisor, s.viommu, s.gpudirect,
+                            s.driver_version, s.risks
+                     FROM unnest($1::text[], $2::uuid[]) AS k(node_id, record_id)
+                     JOIN topology_snapshots s USING (node_id, record_id)",
+                )
+                .bind(&nodes)
+                .bind(&snaps)
+                .fetch_all(&mut *conn)
+                .await?,
+            );
+            gpus.extend(
+                sqlx::query_as::<_, (String, i32, String)>(
+                    "SELECT g.node_id, g.gpu_index, g.name
+                     FROM unnest($1::text[], $2::uuid[]) AS k(node_id, snapshot_id)
+                     JOIN topology_gpus g USING (node_id, snapshot_id)",
+                )
+                .bind(&nodes)
+                .bind(&snaps)
+                .fetch_all(&mut *conn)
+                .await?,
+            );
+            paths.extend(
+                sqlx::query_as::<_, (String, String, String, String)>(
+                    "SELECT p.node_id, p.a, p.b, p.class
+                     FROM unnest($1::text[], $2::uuid[]) AS k(node_id, snapshot_id)
+                     JOIN topology_paths p USING (node_id, snapshot_id)
+                     WHERE p.a LIKE 'GPU%' AND p.b NOT LIKE 'GPU%'",
+                )
+                .bind(&nodes)
+                .bind(&snaps)
+                .fetch_all(&mut *conn)
+                .await?,
+            );
+        }
+        Ok((hosts, gpus, paths))
+    }
+
+    /// Files what [`Facts::fetch`] read.
+    fn file(
+        known: &mut Known,
+        (hosts, gpus, paths): (Vec<HostRow>, Vec<(String, i32, String)>, Vec<(String, String, String, String)>),
+    ) {
+        known.fetched += hosts.len() as u64;
+        let v = &mut known.values;
+        for (node, snapshot, virtualized, hypervisor, viommu, gpudirect, driver, Json(risks)) in hosts {
+            // The first risk of each GPU that names it; its predicted NIC (none: unknown).
+            let mut workload: Vec<(i32, u32)> = Vec::new();
+            for r in risks.as_array().into_iter().flatten() {
+                let gpu = r.get("gpu").and_then(|g| g.as_i64()).and_then(|g| i32::try_from(g).ok());
+                if let Some(gpu) = gpu
+                    && !workload.iter().any(|(g, _)| *g == gpu)
+                {
+                    let nic = r.get("predicted_nic").and_then(|n| n.as_str()).map_or(NONE, |n| v.id(n));
+                    workload.push((gpu, nic));
+                }
+            }
+            let facts = NodeFacts {
+                snapshot,
+                node: v.id(&node),
+                host: [
+                    v.id(&virtualized),
+                    v.id(&hypervisor.to_lowercase()),
+                    v.id(&viommu),
+                    v.id(&gpudirect),
+                    v.id(&driver),
+                ],
+                gpus: Vec::new(),
+                paths: Vec::new(),
+                workload,
+            };
+            known.nodes.insert(node, facts);
+        }
+        for (node, gpu, name) in gpus {
+            let model = if name.is_empty() { NONE } else { known.values.id(&name) };
+            if let Some(f) = known.nodes.get_mut(&node) {
+                f.gpus.push((gpu, model));
+            }
+        }
+        for (node, a, b, class) in paths {
+            let Some(gpu) = a.strip_prefix("GPU").and_then(|g| g.parse::<i32>().ok()) else { continue };
+            let (nic, class) = (known.values.id(&b), known.values.id(&class));
+            if let Some(f) = known.nodes.get_mut(&node) {
+                f.paths.push((gpu, nic, class));
+            }
+        }
+    }
+}
+
+/// The longest run of whole hours inside (`since`, `until`] that the collector has rolled up
+/// (`rollup_hours`), as [start, end).
+async fn rolled_hours(
+    conn: &mut sqlx::PgConnection,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, sqlx::Error> {
+    let hour = chrono::TimeDelta::hours(1);
+    // The first hour that starts after `since` (the period leaves `since` itself out), and the
+    // end of the last that ends by `until`.
+    let (first, end) = (crate::store::rollup::hour_of(since) + hour, crate::store::rollup::hour_of(until));
+    if first >= end {
+        return Ok(None);
+    }
+    let hours: Vec<DateTime<Utc>> =
+        sqlx::query_scalar("SELECT hour FROM rollup_hours WHERE hour >= $1 AND hour < $2 ORDER BY hour")
+            .bind(first)
+            .bind(end)
+            .fetch_all(&mut *conn)
+            .await?;
+    let mut best: Option<(DateTime<Utc>, DateTime<Utc>)> = None;
+    let mut run: Option<(DateTime<Utc>, DateTime<Utc>)> = None;
+    for h in hours {
+        run = match run {
+            Some((a, b)) if b == h => Some((a, h + hour)),
+            _ => Some((h, h + hour)),
+        };
+        if let Some((a, b)) = run
+            && best.is_none_or(|(x, y)| b - a > y - x)
+        {
+            best = Some((a, b));
+        }
+    }
+    Ok(best)
+}
+
+/// Every pair with trusted evidence in `(since, until]` (probes, counted as an assessment pass
+/// counts them, and in-line checks), with its facts from its node's latest topology, grouped;
+/// the facts through `facts`, kept from earlier reads. Across the storage tiers: the longest run
+/// of whole hours of the period that the collector has rolled up is read from the pair-hour
+/// rollups (a day at 10,000 nodes is 240,000 node-hour rows there, 2.9 million summary sets in
+/// the evidence; and the agents' summaries of ok probes are kept 7 days by default, the rollups
+/// a year), the rest from the evidence itself.
+pub async fn load(
+    pool: &PgPool,
+    facts: &Facts,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<Pairs, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let rolled = rolled_hours(&mut tx, since, until).await?;
+    let evidence = crate::assess::period_pairs(&mut tx, since, until, rolled).await?;
+    // The workload's own transfers, verified in-line through the pair's NIC (or failed).
+    let inline: Vec<(String, i32, String, bool)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic, sum(transfers_mismatch) > 0 AS failed
+         FROM inline_reports
+         WHERE observed_at > $1 AND observed_at <= $2 AND gpu_index IS NOT NULL AND nic <> ''
+           AND (transfers_mismatch > 0 OR path = 'nic_dma')
+         GROUP BY 1, 2, 3",
     )
     .bind(since)
     .bind(until)
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| {
-            let mut attrs = BTreeMap::new();
-            let mut put = |k: &'static str, v: Option<String>| {
-                if let Some(v) = v {
-                    attrs.insert(k, v);
+    let mut inline: HashMap<(String, i32, String), bool> =
+        inline.into_iter().map(|(node, gpu, nic, failed)| ((node, gpu, nic), failed)).collect();
+
+    // The nodes' latest snapshots; the facts of those not known as they are now.
+    let latest: Vec<(String, Uuid)> =
+        sqlx::query_as("SELECT node_id, record_id FROM latest_topology").fetch_all(&mut *tx).await?;
+    let stale: Vec<(String, Uuid)> = {
+        let with_evidence: HashSet<&str> = evidence.nodes().chain(inline.keys().map(|k| k.0.as_str())).collect();
+        let known = facts.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        latest
+            .iter()
+            .filter(|(n, s)| with_evidence.contains(n.as_str()) && known.nodes.get(n).is_none_or(|f| f.snapshot != *s))
+            .cloned()
+            .collect()
+    };
+    let fetched = Facts::fetch(&mut tx, &stale).await?;
+    tx.commit().await?;
+
+    let mut known = facts.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    Facts::file(&mut known, fetched);
+    // A node whose snapshots are gone is forgotten.
+    let live: HashSet<&str> = latest.iter().map(|(n, _)| n.as_str()).collect();
+    known.nodes.retain(|n, _| live.contains(n.as_str()));
+    let snapshot: HashMap<&str, Uuid> = latest.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+
+    let Known { values, nodes, .. } = &mut *known;
+    let (yes, no) = (values.id("yes"), values.id("no"));
+    // A pair's attributes from its node's facts (those of the node's latest snapshot only: a
+    // snapshot newer than this read's is the next read's).
+    let mut attrs_of = |node: &str, gpu: i32, nic: &str| -> [u32; N] {
+        let mut attrs = [NONE; N];
+        let Some(f) = nodes.get(node).filter(|f| snapshot.get(node) == Some(&f.snapshot)) else {
+            attrs[N - 1] = values.id(node);
+            return attrs;
+        };
+        attrs[N - 1] = f.node;
+        let nic_id = values.get(nic);
+        attrs[0] = f.paths.iter().find(|(g, n, _)| *g == gpu && Some(*n) == nic_id).map_or(NONE, |(_, _, c)| *c);
+        attrs[1..6].copy_from_slice(&f.host);
+        attrs[6] = f.gpus.iter().find(|(g, _)| *g == gpu).map_or(NONE, |(_, m)| *m);
+        attrs[7] = match f.workload.iter().find(|(g, _)| *g == gpu) {
+            Some((_, w)) if *w != NONE => {
+                if Some(*w) == nic_id {
+                    yes
+                } else {
+                    no
                 }
-            };
-            put("path", r.class);
-            put("virtualized", r.virtualized);
-            put("hypervisor", r.hypervisor.map(|h| h.to_lowercase()));
-            put("viommu", r.viommu);
-            put("gpudirect", r.gpudirect);
-            put("driver", r.driver_version);
-            put("gpu_model", r.gpu_model.filter(|m| !m.is_empty()));
-            put("workload_pair", r.workload_pair.map(|w| if w { "yes" } else { "no" }.to_owned()));
-            put("node", Some(r.node_id.clone()));
-            PairFacts { node: r.node_id, gpu: r.gpu_index, nic: r.nic, failed: r.failed, simulated: r.simulated, attrs }
-        })
-        .collect())
+            }
+            _ => NONE,
+        };
+        attrs
+    };
+    let mut out = Pairs::default();
+    evidence.for_each_trusted(|node, gpu, nic, bad, simulated| {
+        let checked = if inline.is_empty() {
+            false
+        } else {
+            inline.remove(&(node.to_owned(), gpu, nic.to_owned())).unwrap_or(false)
+        };
+        out.add(attrs_of(node, gpu, nic), bad || checked, simulated);
+    });
+    // Pairs with in-line checks alone.
+    for ((node, gpu, nic), failed) in inline {
+        out.add(attrs_of(&node, gpu, &nic), failed, false);
+    }
+    out.names = values.names.clone();
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -133,6 +133,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                     stats: stats.clone(),
                     api_token: cfg.api_token.as_deref().map(Arc::from),
                     window_minutes: i32::try_from(cfg.assess.window.as_secs() / 60).unwrap_or(i32::MAX).max(1),
+                    facts: Arc::default(),
                 };
                 let mut rx = stop_rx.clone();
                 Some(tokio::spawn(async move {

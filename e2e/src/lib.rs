@@ -49,6 +49,7 @@ impl TestPg {
             "signal_events" => "SELECT count(*) FROM signal_events",
             "topology_snapshots" => "SELECT count(*) FROM topology_snapshots",
             "nodes" => "SELECT count(*) FROM nodes",
+            "rollup_hours" => "SELECT count(*) FROM rollup_hours",
             _ => panic!("unknown table {table}"),
         };
         sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()

@@ -574,3 +574,42 @@ fn a_pass_bound_by_time_leaves_the_rest_to_passes_that_follow_at_once() {
     assert_eq!(count, metric(&c, "railguard_assessment_passes_total", "changed").unwrap());
     assert!(metric(&c, "railguard_assessment_pass_longest_seconds", "changed").is_some_and(|s| s > 0.0));
 }
+
+/// A leader with no pass to go on from (nothing recorded: a cold start) over a fleet larger than
+/// one pass may take (12 nodes, `--assess-max-nodes 5`) does not pass over the whole fleet at
+/// once: every node is marked pending and bounded passes that follow at once take them all,
+/// long before a second period (20 s) would have.
+#[test]
+fn a_cold_start_over_a_fleet_larger_than_a_pass_takes_it_in_bounded_passes() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pg = rt.block_on(TestPg::start());
+    let store = Store::new(pg.pool.clone());
+    let names = rt.block_on(twelve_nodes(&store));
+    let started = std::time::Instant::now();
+    let c = CollectorProc::start_with(
+        &pg.url(),
+        &[],
+        &["--assess-every-secs", "20", "--assess-max-nodes", "5", "--full-assess-every-secs", "3600"],
+    );
+    let assessed = || -> i64 {
+        rt.block_on(
+            sqlx::query_scalar("SELECT count(DISTINCT node_id) FROM gpu_status WHERE node_id = ANY($1)")
+                .bind(&names)
+                .fetch_one(&pg.pool),
+        )
+        .unwrap()
+    };
+    wait(&c, "every node assessed", &|| assessed() == 12);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "within one period: {:?}", started.elapsed());
+    assert_eq!(metric(&c, "railguard_assessment_passes_total", "full"), None, "no pass over the whole fleet");
+    assert!(metric(&c, "railguard_assessment_passes_total", "changed").is_some_and(|n| n >= 3.0));
+    assert_eq!(metric(&c, "railguard_assessment_pass_bound_nodes", "changed"), Some(5.0));
+    // Each pass took at most its bound: the histogram's count of passes covers the 12 nodes.
+    let (_, body) = c.get("/metrics", None);
+    let most = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("railguard_assessment_pass_nodes{kind=\"changed\"} "))
+        .filter_map(|v| v.parse::<f64>().ok())
+        .fold(0.0, f64::max);
+    assert!(most <= 5.0, "{most}");
+}

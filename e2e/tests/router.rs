@@ -36,7 +36,13 @@ async fn every_endpoint_answers_as_its_document_says_in_process() {
     store.ingest(&node, records, 0).await.unwrap();
     assess_and_store(&pg.pool, None, &AssessConfig::default()).await.unwrap();
 
-    let state = AppState { pool: pg.pool.clone(), stats: Arc::default(), api_token: None, window_minutes: 15 };
+    let state = AppState {
+        pool: pg.pool.clone(),
+        stats: Arc::default(),
+        api_token: None,
+        window_minutes: 15,
+        facts: Arc::default(),
+    };
     let (code, spec) = get(&state, "/api/v1/openapi.json").await;
     assert_eq!(code, StatusCode::OK);
 

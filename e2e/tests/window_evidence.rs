@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use railguard_agent::topology::fixture;
 use railguard_collector::assess::{AssessConfig, GpuInput, PairCounts, WindowCache, load_inputs, load_inputs_cached};
+use railguard_collector::patterns;
 use railguard_collector::store::Store;
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
@@ -401,4 +402,256 @@ async fn the_kept_window_is_the_window_read_again_pass_after_pass() {
     // Most nodes of most passes came from what was kept, not from reading their window again.
     let (kept, read) = cache.answered();
     assert!(kept > 2 * read, "{kept} answered from the kept window, {read} read in full");
+}
+
+/// The pattern finder's read before its pairs were counted as a pass counts them and their
+/// facts kept between reads: one query joining every pair to its node's latest snapshot, GPU
+/// and path. The reference for `patterns::load`.
+const REFERENCE_PATTERN_PAIRS: &str = "WITH w AS (
+        SELECT node_id, gpu_index, nic, verdict, path FROM probe_evidence
+        WHERE observed_at > $1 AND observed_at <= $2 AND injected = 'none'
+     ), sim AS (
+        SELECT node_id, bool_and(path = 'simulated') AS all_simulated FROM w GROUP BY node_id
+     ), probes AS (
+        SELECT w.node_id, w.gpu_index, w.nic, bool_or(w.verdict <> 'ok') AS failed, bool_or(w.path = 'simulated') AS simulated
+        FROM w JOIN sim USING (node_id)
+        WHERE railguard_trusted(w.path, sim.all_simulated)
+        GROUP BY 1, 2, 3
+     ), inline AS (
+        SELECT node_id, gpu_index, nic, sum(transfers_mismatch) > 0 AS failed, false AS simulated
+        FROM inline_reports
+        WHERE observed_at > $1 AND observed_at <= $2 AND gpu_index IS NOT NULL AND nic <> ''
+          AND (transfers_mismatch > 0 OR path = 'nic_dma')
+        GROUP BY 1, 2, 3
+     ), pairs AS (
+        SELECT node_id, gpu_index, nic, bool_or(failed) AS failed, bool_or(simulated) AS simulated
+        FROM (SELECT * FROM probes UNION ALL SELECT * FROM inline) x GROUP BY 1, 2, 3
+     )
+     SELECT p.node_id, p.gpu_index, p.nic, p.failed, p.simulated, tp.class, s.virtualized, s.hypervisor, s.viommu,
+            s.gpudirect, s.driver_version, tg.name AS gpu_model,
+            (SELECT r->>'predicted_nic' = p.nic FROM jsonb_array_elements(s.risks) r
+             WHERE (r->>'gpu')::int = p.gpu_index LIMIT 1) AS workload_pair
+     FROM pairs p
+     LEFT JOIN latest_topology s ON s.node_id = p.node_id
+     LEFT JOIN topology_paths tp ON tp.node_id = s.node_id AND tp.snapshot_id = s.record_id AND tp.a = 'GPU' || p.gpu_index AND tp.b = p.nic
+     LEFT JOIN topology_gpus tg ON tg.node_id = s.node_id AND tg.snapshot_id = s.record_id AND tg.gpu_index = p.gpu_index";
+
+type PatternRow = (
+    String,
+    i32,
+    String,
+    bool,
+    bool,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<bool>,
+);
+
+async fn reference_patterns(pg: &TestPg, since: DateTime<Utc>, until: DateTime<Utc>) -> Vec<patterns::PairFacts> {
+    let rows: Vec<PatternRow> =
+        sqlx::query_as(REFERENCE_PATTERN_PAIRS).bind(since).bind(until).fetch_all(&pg.pool).await.unwrap();
+    rows.into_iter()
+        .map(|(node, gpu, nic, failed, simulated, class, virt, hv, viommu, gd, driver, model, wl)| {
+            let mut attrs = BTreeMap::new();
+            let mut put = |k: &'static str, v: Option<String>| {
+                if let Some(v) = v {
+                    attrs.insert(k, v);
+                }
+            };
+            put("path", class);
+            put("virtualized", virt);
+            put("hypervisor", hv.map(|h| h.to_lowercase()));
+            put("viommu", viommu);
+            put("gpudirect", gd);
+            put("driver", driver);
+            put("gpu_model", model.filter(|m| !m.is_empty()));
+            put("workload_pair", wl.map(|w| if w { "yes" } else { "no" }.to_owned()));
+            put("node", Some(node.clone()));
+            patterns::PairFacts { node, gpu, nic, failed, simulated, attrs }
+        })
+        .collect()
+}
+
+fn inline_report(rng: &mut StdRng, at: DateTime<Utc>) -> Record {
+    let gpu = rng.random_range(0..8);
+    let mismatch = rng.random_bool(0.3);
+    Record {
+        id: RecordId::random(),
+        observed_at: at,
+        body: RecordBody::Inline(InlineReport {
+            gpu: Some(gpu),
+            gpu_bdf: None,
+            nic: if rng.random_bool(0.1) { String::new() } else { format!("mlx5_{}", rng.random_range(0..8)) },
+            nic_bdf: None,
+            pid: 7,
+            process: "vllm".into(),
+            memory: pick(rng, &[Memory::Cuda, Memory::Host]),
+            path: pick(rng, &[DataPath::NicDma, DataPath::HostCopy]),
+            attribution: "test".into(),
+            transfers_ok: 4,
+            transfers_mismatch: u64::from(mismatch),
+            transfers_error: 0,
+            bytes_verified: 1 << 20,
+            blocks_verified: 16,
+            first_at: at - Duration::seconds(5),
+            last_at: at,
+            failures: Vec::new(),
+            failures_omitted: 0,
+        }),
+    }
+}
+
+/// The pattern finder counts each pair as a pass does and keeps every node's topology facts
+/// between reads; what it groups must be what one query joining every pair to its node's latest
+/// snapshot found (the read before, kept above), on random evidence of every provenance, nodes
+/// of several topologies (a pinned one, one that never sent any), in-line reports, and after a
+/// node's topology changed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pattern_finder_groups_the_pairs_one_joining_query_found() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let now = Utc::now().trunc_subsecs(6);
+    let since = now - Duration::minutes(15);
+    let mut rng = StdRng::seed_from_u64(17);
+    let names: Vec<String> = (0..12).map(|i| format!("node-{i:02}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        let node = NodeId::new(n.clone()).unwrap();
+        store.register_node(&node, n, "test").await.unwrap();
+        let mut records = Vec::new();
+        let spec = match i % 4 {
+            0 => fixture::seed_kvm_guest(),
+            1 => fixture::dgx_h100_like(),
+            2 => fixture::flat_cloud_vm(),
+            _ => fixture::two_socket_translating(),
+        };
+        if i != 11 {
+            let mut t = topology(&spec, (i == 5).then_some("mlx5_2:1"));
+            // GPU models as NVML names them, on some nodes (none on the rest: unknown).
+            for g in t.gpus.iter_mut().filter(|_| i % 3 == 0) {
+                g.name = if g.index < 4 { "NVIDIA H200".into() } else { "NVIDIA H100 80GB HBM3".into() };
+            }
+            records.push(Record::try_from(topo_rec(t)).unwrap());
+        }
+        records.extend(evidence(&mut rng, i, now));
+        for k in 0..3 {
+            records.push(inline_report(&mut rng, now - Duration::seconds(30 + k)));
+        }
+        store.ingest(&node, records, 0).await.unwrap();
+    }
+    let facts = patterns::Facts::default();
+    let check = |got: patterns::Pairs, want: Vec<patterns::PairFacts>, when: &str| {
+        let want = patterns::Pairs::of(&want);
+        assert_eq!((got.pairs, got.failing), (want.pairs, want.failing), "{when}");
+        assert_eq!(got.counts(), want.counts(), "{when}");
+        assert_eq!(got.explain(), want.explain(), "{when}");
+        got
+    };
+    let first = check(
+        patterns::load(&pg.pool, &facts, since, now).await.unwrap(),
+        reference_patterns(&pg, since, now).await,
+        "the first read",
+    );
+    // The evidence exercised what it should: failing and healthy pairs, several path classes and
+    // hosts, workload pairs and not, simulated failures, pairs of the node without a topology.
+    let counts = first.counts();
+    let has = |a: &str| counts.keys().any(|k| k.iter().any(|(x, _)| *x == a));
+    assert!(first.failing > 0 && first.failing < first.pairs, "{} of {}", first.failing, first.pairs);
+    for a in ["path", "hypervisor", "gpu_model", "workload_pair"] {
+        assert!(has(a), "{a}: {:?}", counts.keys().next());
+    }
+    assert!(counts.keys().any(|k| k.len() == 1 && k[0].1 == "node-11"), "the node without a topology");
+    assert!(counts.values().any(|c| c.2 > 0), "failures on the simulated fabric");
+    let paths: std::collections::BTreeSet<&str> =
+        counts.keys().flat_map(|k| k.iter().filter(|(a, _)| *a == "path").map(|(_, v)| v.as_str())).collect();
+    assert!(paths.len() >= 3, "{paths:?}");
+    assert_eq!(facts.len(), 11, "every node with a topology is kept");
+    let fetched = facts.fetched();
+    assert_eq!(fetched, 11);
+
+    // Read again: the same, and no snapshot fetched again.
+    check(
+        patterns::load(&pg.pool, &facts, since, now).await.unwrap(),
+        reference_patterns(&pg, since, now).await,
+        "again",
+    );
+    assert_eq!(facts.fetched(), fetched);
+
+    // A node's topology changes (another machine, a pin): its facts are read again, only its.
+    for (i, pin) in [(1, Some("mlx5_6:1")), (2, None)] {
+        let spec = if i == 1 { fixture::dgx_h100_like() } else { fixture::seed_kvm_guest() };
+        let topo = Record::try_from(topo_rec(topology(&spec, pin))).unwrap();
+        store.ingest(&NodeId::new(names[i].clone()).unwrap(), vec![topo], 0).await.unwrap();
+    }
+    check(
+        patterns::load(&pg.pool, &facts, since, now).await.unwrap(),
+        reference_patterns(&pg, since, now).await,
+        "after two nodes' topology changed",
+    );
+    assert_eq!(facts.fetched(), fetched + 2);
+}
+
+/// Across the storage tiers: over a period of hours, the hours the collector rolled up are read
+/// from the pair-hour rollups, and the pattern finder finds what the joining query found over
+/// the evidence itself, even once that evidence is gone (the summaries' retention is shorter
+/// than the rollups').
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pattern_finder_reads_rolled_hours_from_the_rollups() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let now = Utc::now().trunc_subsecs(6);
+    let since = now - Duration::hours(5);
+    let mut rng = StdRng::seed_from_u64(18);
+    let names: Vec<String> = (0..8).map(|i| format!("node-{i:02}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        let node = NodeId::new(n.clone()).unwrap();
+        store.register_node(&node, n, "test").await.unwrap();
+        let spec = if i % 2 == 0 { fixture::seed_kvm_guest() } else { fixture::dgx_h100_like() };
+        let mut records = vec![Record::try_from(topo_rec(topology(&spec, None))).unwrap()];
+        let mut k = 0i64;
+        records.extend(evidence_at(&mut rng, i, (120, 4, 6), &mut |rng| {
+            k += 1;
+            now - Duration::seconds(rng.random_range(1..5 * 3600)) - Duration::milliseconds(k * 10 + i as i64)
+        }));
+        store.ingest(&node, records, 0).await.unwrap();
+    }
+    let want = reference_patterns(&pg, since, now).await;
+    let facts = patterns::Facts::default();
+    let check = |got: patterns::Pairs, when: &str| {
+        let want = patterns::Pairs::of(&want);
+        assert!(want.failing > 0 && want.failing < want.pairs);
+        assert_eq!((got.pairs, got.failing), (want.pairs, want.failing), "{when}");
+        assert_eq!(got.counts(), want.counts(), "{when}");
+        assert_eq!(got.explain(), want.explain(), "{when}");
+    };
+    check(patterns::load(&pg.pool, &facts, since, now).await.unwrap(), "nothing rolled up");
+
+    // The collector rolls up every passed hour; the whole hours of the period come from there.
+    let (pass, until) = store.roll_up_passed(None, now).await.unwrap();
+    assert!(pass.hours >= 5 && pass.rows > 0, "{pass:?}");
+    let rolled: i64 = pg.count("rollup_hours").await;
+    assert_eq!(rolled, i64::from(pass.hours));
+    check(patterns::load(&pg.pool, &facts, since, now).await.unwrap(), "rolled up");
+
+    // The evidence of the rolled hours inside the period goes (as retention would drop it):
+    // the rollups answer for it.
+    let first = railguard_collector::store::rollup::hour_of(since) + Duration::hours(1);
+    for (table, delete) in [
+        ("probe_results", "DELETE FROM probe_results WHERE observed_at >= $1 AND observed_at < $2"),
+        ("probe_summaries", "DELETE FROM probe_summaries WHERE observed_at >= $1 AND observed_at < $2"),
+        ("probe_summary_sets", "DELETE FROM probe_summary_sets WHERE observed_at >= $1 AND observed_at < $2"),
+    ] {
+        let gone = sqlx::query(delete).bind(first).bind(until).execute(&pg.pool).await.unwrap().rows_affected();
+        assert!(gone > 0 || table == "probe_summaries", "{table}");
+    }
+    check(patterns::load(&pg.pool, &facts, since, now).await.unwrap(), "the rolled hours' evidence gone");
+    // Without the rollups marked, the same read finds less (the evidence is gone): the hours did
+    // come from the rollups.
+    sqlx::query("DELETE FROM rollup_hours").execute(&pg.pool).await.unwrap();
+    let without = patterns::load(&pg.pool, &facts, since, now).await.unwrap();
+    assert!(without.counts() != patterns::Pairs::of(&want).counts(), "the rollups answered for the hours");
 }

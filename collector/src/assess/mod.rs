@@ -92,6 +92,36 @@ pub async fn load_inputs(
     load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps), None).await
 }
 
+/// Every pair's probe evidence observed in (`since`, `until`], counted as a pass counts it
+/// under the trust policy ([`window`]; no in-line counts): the pattern finder's pairs. The
+/// whole hours `rolled` (rolled up, inside the period) are read from the pair-hour rollups
+/// ([`window::load_period`]).
+pub(crate) async fn period_pairs(
+    conn: &mut sqlx::PgConnection,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+    rolled: Option<(DateTime<Utc>, DateTime<Utc>)>,
+) -> Result<PeriodPairs, sqlx::Error> {
+    let mut steps = Steps::default();
+    Ok(PeriodPairs(window::load_period(conn, since, until, rolled, &mut Laps::new(&mut steps)).await?))
+}
+
+/// What [`period_pairs`] read.
+pub(crate) struct PeriodPairs(window::WindowEvidence);
+
+impl PeriodPairs {
+    /// The nodes with evidence.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.0.nodes()
+    }
+
+    /// Each pair with trusted evidence: (node, GPU, NIC, a trusted probe failed, the trusted
+    /// probes include the simulated fabric's).
+    pub(crate) fn for_each_trusted(self, f: impl FnMut(&str, i32, &str, bool, bool)) {
+        self.0.for_each_trusted(f)
+    }
+}
+
 /// [`load_inputs`] through `cache`, the window's evidence kept from the passes before
 /// ([`WindowCache`]): the same inputs, reading only what entered and left the window since.
 pub async fn load_inputs_cached(
@@ -948,9 +978,32 @@ pub async fn run_periodic(
             }
             let now = Utc::now();
             let t = std::time::Instant::now();
+            let mut bound = budget.bound();
+            // Nothing to go on from (no recent predecessor, or the last pass failed) and a fleet
+            // larger than one pass may take: every node is marked pending and taken by bounded
+            // passes that follow at once, not by one pass over the whole fleet (10,000 nodes in
+            // one pass hold the assessment's lock for seconds). Before any pass was measured, the
+            // first takes at most COLD_START_NODES, and the cost it measures bounds the next.
+            if prev.is_none()
+                && let Some(max) = bound
+            {
+                match cold_start(&pool, max).await {
+                    Ok(true) => {
+                        prev = Some(now);
+                        if !budget.measured() {
+                            bound = Some(max.min(PassBudget::COLD_START_NODES));
+                        }
+                        tracing::info!(bound = ?bound, "no pass to go on from: every node pending, taken by bounded passes");
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "marking the fleet pending failed; passing over the whole fleet")
+                    }
+                }
+            }
             let before = cache.answered();
             let kept = if cfg.keep_window { Some(&mut cache) } else { None };
-            match assess_pass_with(&pool, &cfg, prev, now, Some(sweep), kept, budget.bound()).await {
+            match assess_pass_with(&pool, &cfg, prev, now, Some(sweep), kept, bound).await {
                 Ok(pass) => {
                     let took = t.elapsed();
                     if !pass.full {
@@ -1031,8 +1084,17 @@ impl PassBudget {
     /// took, and at least this long: ingest keeps at least half the leader's time.
     pub const CATCH_UP_GAP: Duration = Duration::from_secs(1);
 
+    /// The most nodes the first pass of a cold start takes before any pass was measured
+    /// ([`cold_start`]).
+    pub const COLD_START_NODES: usize = 200;
+
     pub fn new(cfg: &AssessConfig) -> Self {
         PassBudget { budget: cfg.pass_budget, max_nodes: cfg.max_nodes, per_node: None }
+    }
+
+    /// A pass was measured.
+    pub fn measured(&self) -> bool {
+        self.per_node.is_some()
     }
 
     /// The most nodes the next pass may take (None: no bound). Before any pass was measured,
@@ -1088,6 +1150,25 @@ async fn bound_pass(pool: &PgPool, nodes: Vec<String>, max: usize) -> Result<(Ve
         .execute(pool)
         .await?;
     Ok((taken, left))
+}
+
+/// A leader with no pass to go on from, over a fleet of more than `max` nodes: marks every node
+/// pending (the passes that follow take them, `max` at a time, those assessed longest ago first)
+/// and says so; false (nothing marked) for a fleet one pass may take whole.
+async fn cold_start(pool: &PgPool, max: usize) -> Result<bool, sqlx::Error> {
+    let marked = sqlx::query(
+        "UPDATE nodes SET evidence_pending = true
+         WHERE NOT evidence_pending AND (SELECT count(*) FROM nodes) > $1",
+    )
+    .bind(i64::try_from(max).unwrap_or(i64::MAX))
+    .execute(pool)
+    .await?;
+    if marked.rows_affected() > 0 {
+        return Ok(true);
+    }
+    // Every node was pending already, or the fleet is small.
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM nodes").fetch_one(pool).await?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX) > max)
 }
 
 /// Where a collector that has just taken the lead goes on from: its predecessor's last pass,

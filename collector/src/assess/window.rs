@@ -258,6 +258,37 @@ impl WindowEvidence {
         self.nodes.entry(node).or_default()
     }
 
+    /// The nodes with evidence.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.nodes.keys().map(String::as_str)
+    }
+
+    /// Each pair with trusted evidence (under the trust policy, as [`WindowEvidence::into_pairs`]
+    /// decides it), node by node, each node's evidence let go once it is seen: its node, GPU and
+    /// NIC, whether any trusted probe failed, and whether the trusted ones include the simulated
+    /// fabric's. The pattern finder's read of every pair of the fleet, without their counts.
+    pub fn for_each_trusted(self, mut f: impl FnMut(&str, i32, &str, bool, bool)) {
+        for (node, acc) in self.nodes {
+            let all_simulated = acc.not_simulated == 0;
+            for (gpu, nics) in acc.pairs {
+                for (nic, p) in nics {
+                    let (mut trusted, mut bad, mut simulated) = (false, false, false);
+                    for (c, k) in p.by_class.iter().enumerate() {
+                        let Some(k) = k.as_ref().filter(|k| k.records > 0) else { continue };
+                        if c == Class::NicDma as usize || (c == Class::Simulated as usize && all_simulated) {
+                            trusted = true;
+                            bad |= k.bad() > 0;
+                            simulated |= c == Class::Simulated as usize;
+                        }
+                    }
+                    if trusted {
+                        f(&node, gpu, &nic, bad, simulated);
+                    }
+                }
+            }
+        }
+    }
+
     /// Each pair's counts under the trust policy, in (node, GPU, NIC) order.
     pub fn into_pairs(self) -> Vec<(String, i32, PairCounts)> {
         let mut out = Vec::new();
@@ -340,11 +371,20 @@ pub(super) type WorkloadPairs = HashMap<String, Vec<(i32, String)>>;
 /// keeps them for.
 pub(super) trait Workloads: Sync {
     fn of(&self, node: &str) -> Option<&[(i32, String)]>;
+
+    /// No node has a workload pair: no latest verdicts to read (the pattern finder's reads).
+    fn none(&self) -> bool {
+        false
+    }
 }
 
 impl Workloads for WorkloadPairs {
     fn of(&self, node: &str) -> Option<&[(i32, String)]> {
         self.get(node).map(Vec::as_slice)
+    }
+
+    fn none(&self) -> bool {
+        self.is_empty()
     }
 }
 
@@ -361,20 +401,110 @@ pub(super) async fn load(
     workload: &(dyn Workloads + Sync),
     laps: &mut super::Laps<'_>,
 ) -> Result<WindowEvidence, sqlx::Error> {
-    Ok(load_split(conn, filter, [(since, now), (now, now)], now, workload, laps).await?.0)
+    Ok(load_split(conn, filter, [(since, now), (now, now)], now, workload, false, laps).await?.0)
+}
+
+/// Every node's evidence observed in (`since`, `until`] across the storage tiers, for the
+/// pattern finder: the whole hours `[rolled.0, rolled.1)` (hours the collector has rolled up,
+/// inside the period) from the pair-hour rollups, the rest of the period from the evidence
+/// itself. A rolled-up hour counts its pair's probes per provenance as the evidence did, with no
+/// diagnosis of its failures and no lanes (neither is rolled up); evidence that reached the
+/// store after its hour's last roll-up is not in it. No workload pairs' latest verdicts.
+pub(super) async fn load_period(
+    conn: &mut sqlx::PgConnection,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+    rolled: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    laps: &mut super::Laps<'_>,
+) -> Result<WindowEvidence, sqlx::Error> {
+    let none = WorkloadPairs::new();
+    let Some((from, to)) = rolled.filter(|(f, t)| since <= *f && f < t && *t <= until) else {
+        return Ok(load_split(conn, &None, [(since, until), (until, until)], until, &none, true, laps).await?.0);
+    };
+    // (a, b] ranges around the rolled hours [from, to): up to the instant before `from`, and from `to` on.
+    let tick = chrono::TimeDelta::microseconds(1);
+    let (mut ev, _) =
+        load_split(conn, &None, [(since, from - tick), (to - tick, until)], until, &none, true, laps).await?;
+    type RolledRow = (
+        String,
+        Vec<i32>,
+        Vec<String>,
+        Vec<String>,
+        Vec<String>,
+        Vec<String>,
+        Vec<String>,
+        Vec<i64>,
+        Vec<i64>,
+        Vec<i64>,
+        Vec<i64>,
+    );
+    let mut rows = sqlx::query_as::<_, RolledRow>(
+        "SELECT node_id, gpu_index, nic, path, memory, injected, transport, ok, silent_corruption, reported_failure, timeout
+         FROM probe_rollup_sets WHERE hour >= $1 AND hour < $2
+         UNION ALL
+         SELECT node_id, ARRAY[gpu_index], ARRAY[nic], ARRAY[path], ARRAY[memory], ARRAY[injected], ARRAY[transport],
+                ARRAY[ok], ARRAY[silent_corruption], ARRAY[reported_failure], ARRAY[timeout]
+         FROM probe_rollups WHERE hour >= $1 AND hour < $2",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch(&mut *conn);
+    let u = |v: i64| u64::try_from(v).unwrap_or(0);
+    while let Some(row) = rows.next().await {
+        let (node_id, gpus, nics, paths, memories, injected, transports, ok, sc, rf, timeout) = row?;
+        let node = ev.node(node_id);
+        for i in 0..gpus.len() {
+            let (Some(&gpu), Some(nic), Some(path), Some(memory), Some(inj), Some(transport)) =
+                (gpus.get(i), nics.get(i), paths.get(i), memories.get(i), injected.get(i), transports.get(i))
+            else {
+                continue;
+            };
+            if inj != "none" {
+                continue;
+            }
+            let counts = [
+                (ProbeVerdict::Ok, Diagnosis::None, ok.get(i)),
+                (ProbeVerdict::SilentCorruption, Diagnosis::None, sc.get(i)),
+                (ProbeVerdict::ReportedFailure, Diagnosis::None, rf.get(i)),
+                (ProbeVerdict::Timeout, Diagnosis::None, timeout.get(i)),
+            ];
+            for (verdict, diagnosis, n) in counts {
+                let n = n.copied().map(u).unwrap_or(0);
+                if n > 0 {
+                    node.record(Evidence {
+                        gpu,
+                        nic,
+                        path,
+                        memory,
+                        verdict,
+                        diagnosis,
+                        probes: n,
+                        records: 1,
+                        transport,
+                        first_lane: None,
+                    });
+                }
+            }
+        }
+    }
+    laps.lap(super::Step::SummarySets);
+    Ok(ev)
 }
 
 /// [`load`] of the evidence observed in either of two ranges (`(a, b]`; an empty one is
 /// `(t, t]`), in one read: what was observed up to `split`, and what after. Among the workload
 /// pairs' latest records, those of the later part are complete (its newest ten); the earlier
 /// part's are complete only where the later part has fewer than ten, which is all a ranking of
-/// the two together needs.
+/// the two together needs. `lean` (the pattern finder's read): the summary sets without their
+/// memory, transports and lanes, so no GPU-memory counts and no transports of unproven probes
+/// from them (the trust decision and the verdicts are the same).
 async fn load_split(
     conn: &mut sqlx::PgConnection,
     filter: &Option<Vec<String>>,
     ranges: [(DateTime<Utc>, DateTime<Utc>); 2],
     split: DateTime<Utc>,
     workload: &(dyn Workloads + Sync),
+    lean: bool,
     laps: &mut super::Laps<'_>,
 ) -> Result<(WindowEvidence, WindowEvidence), sqlx::Error> {
     let (mut ev, mut late) = (WindowEvidence::default(), WindowEvidence::default());
@@ -396,7 +526,8 @@ async fn load_split(
         after: bool,
     }
     let [(a0, b0), (a1, b1)] = ranges;
-    let groups: Vec<Group> = sqlx::query_as(
+    // Streamed: a rolling start's first minute is a row for each of every pair's first probes.
+    let mut groups = sqlx::query_as::<_, Group>(
         "SELECT node_id, gpu_index, nic, path, memory, verdict, diagnosis,
                 -- what carried it, read only where the path proves nothing (see `via`)
                 CASE WHEN path = 'nic_dma' THEN '' ELSE transport END AS transport,
@@ -413,10 +544,10 @@ async fn load_split(
     .bind(a1)
     .bind(b1)
     .bind(split)
-    .fetch_all(&mut *conn)
-    .await?;
+    .fetch(&mut *conn);
     let u = |v: i64| u64::try_from(v).unwrap_or(0);
-    for g in groups {
+    while let Some(g) = groups.next().await {
+        let g = g?;
         let part = if g.after { &mut late } else { &mut ev };
         part.node(g.node_id).record(Evidence {
             gpu: g.gpu_index,
@@ -431,13 +562,17 @@ async fn load_split(
             first_lane: g.first_lane.as_deref(),
         });
     }
+    drop(groups);
     laps.lap(super::Step::ProbeRows);
 
     // The latest records stored a row each of every pair on a path that may verify it (ten a
     // pair at most: all the hysteresis reads), kept for the workload pairs, to be ranked with
-    // the sets' below.
-    let recent: Vec<(String, i32, String, DateTime<Utc>, ProbeVerdict, i32)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, nic, observed_at, verdict, probes FROM (
+    // the sets' below (none to keep when no node has a workload pair).
+    let recent: Vec<(String, i32, String, DateTime<Utc>, ProbeVerdict, i32)> = if workload.none() {
+        Vec::new()
+    } else {
+        sqlx::query_as(
+            "SELECT node_id, gpu_index, nic, observed_at, verdict, probes FROM (
             SELECT e.node_id, e.gpu_index, e.nic, e.observed_at, e.verdict, e.probes,
                    row_number() OVER (PARTITION BY e.node_id, e.gpu_index, e.nic ORDER BY e.observed_at DESC) AS rn
             FROM probe_row_evidence e
@@ -445,15 +580,16 @@ async fn load_split(
               AND ($1::text[] IS NULL OR e.node_id = ANY($1))
               AND e.injected = 'none' AND e.path IN ('nic_dma', 'simulated')
          ) r WHERE rn <= $6",
-    )
-    .bind(filter)
-    .bind(a0)
-    .bind(b0)
-    .bind(a1)
-    .bind(b1)
-    .bind(i64::try_from(super::RECENT_VERDICTS).unwrap_or(10))
-    .fetch_all(&mut *conn)
-    .await?;
+        )
+        .bind(filter)
+        .bind(a0)
+        .bind(b0)
+        .bind(a1)
+        .bind(b1)
+        .bind(i64::try_from(super::RECENT_VERDICTS).unwrap_or(10))
+        .fetch_all(&mut *conn)
+        .await?
+    };
     for (node, gpu, nic, at, verdict, probes) in recent {
         if is_workload(workload, &node, gpu, &nic) {
             let part = if at > split { &mut late } else { &mut ev };
@@ -477,7 +613,9 @@ async fn load_split(
         Vec<i32>,
     );
     let mut sets = sqlx::query_as::<_, SetRow>(
-        "SELECT node_id, observed_at, gpu_index, nic, path, memory, injected, transport, lanes, probes
+        "SELECT node_id, observed_at, gpu_index, nic, path,
+                CASE WHEN $6 THEN '{}' ELSE memory END, injected,
+                CASE WHEN $6 THEN '{}' ELSE transport END, CASE WHEN $6 THEN '{}' ELSE lanes END, probes
          FROM probe_summary_sets
          WHERE ((observed_at > $2 AND observed_at <= $3) OR (observed_at > $4 AND observed_at <= $5))
            AND ($1::text[] IS NULL OR node_id = ANY($1))",
@@ -487,6 +625,7 @@ async fn load_split(
     .bind(b0)
     .bind(a1)
     .bind(b1)
+    .bind(lean)
     .fetch(&mut *conn);
     while let Some(row) = sets.next().await {
         let (node_id, at, gpus, nics, paths, memories, injected, transports, lanes, probes) = row?;
@@ -495,14 +634,16 @@ async fn load_split(
         let node = part.node(node_id.clone());
         let mut recent: Vec<(i32, i32)> = Vec::new();
         for i in 0..gpus.len() {
-            let (Some(&gpu), Some(nic), Some(path), Some(memory), Some(inj), Some(&n)) =
-                (gpus.get(i), nics.get(i), paths.get(i), memories.get(i), injected.get(i), probes.get(i))
+            let (Some(&gpu), Some(nic), Some(path), Some(inj), Some(&n)) =
+                (gpus.get(i), nics.get(i), paths.get(i), injected.get(i), probes.get(i))
             else {
                 continue;
             };
             if inj != "none" {
                 continue;
             }
+            // Not read for a lean read (empty arrays): no GPU-memory count, no transport.
+            let memory = memories.get(i).map(String::as_str).unwrap_or_default();
             let lane = lanes.get(i).and_then(|l| first_lane(&l.0));
             let transport = transports.get(i).map(String::as_str).unwrap_or_default();
             node.record(Evidence {
@@ -645,7 +786,7 @@ pub(super) async fn load_cached(
             // probes: 11 ms a slice and growing with the day, against 0.3 ms by BRIN).
             sqlx::query("SET LOCAL enable_indexscan = off").execute(&mut *conn).await?;
             let (gone, kept) =
-                load_split(conn, &None, [(from, since), (until, seal)], until, &cache.nodes, laps).await?;
+                load_split(conn, &None, [(from, since), (until, seal)], until, &cache.nodes, false, laps).await?;
             sqlx::query("SET LOCAL enable_indexscan = on").execute(&mut *conn).await?;
             for (node, acc) in &gone.nodes {
                 if let Some(s) = cache.nodes.get_mut(node) {
@@ -689,7 +830,7 @@ pub(super) async fn load_cached(
     // Those read in full, kept up to the seal, in the same read as their newest part.
     let mut tail = WindowEvidence::default();
     if full.as_ref().is_none_or(|f| !f.is_empty()) {
-        let (read, newest) = load_split(conn, &full, [(since, now), (now, now)], seal, workload, laps).await?;
+        let (read, newest) = load_split(conn, &full, [(since, now), (now, now)], seal, workload, false, laps).await?;
         tail = newest;
         if full.is_none() {
             cache.read += read.nodes.len() as u64;

@@ -22,8 +22,8 @@ impl ReportArgs {
         let probes = export::probes(&pool, since, until).await?;
         let mut report = export::report(&probes)?;
         // The common factor of the failing pairs (trusted evidence only), in one line.
-        let pairs = railguard_collector::patterns::load(&pool, since, until).await?;
-        let factor = railguard_collector::patterns::explain(&pairs);
+        let facts = railguard_collector::patterns::Facts::default();
+        let factor = railguard_collector::patterns::load(&pool, &facts, since, until).await?.explain();
         report["explanation"] = serde_json::to_value(&factor)?;
         if self.json {
             println!("{}", serde_json::to_string_pretty(&report)?);

@@ -302,6 +302,8 @@ pub struct Patterns {
 /// The one line that explains the fleet's failing pairs: the smallest set of attributes (path
 /// class, virtualization, vIOMMU, hypervisor, GPUDirect, driver, GPU model, workload pair, node)
 /// shared by the failing pairs and not by the healthy ones, with counts, a contrast and a confidence.
+/// Read across the storage tiers: the whole hours of the period the collector has rolled up
+/// come from the pair-hour rollups (kept a year), the rest from the evidence itself.
 #[utoipa::path(get, path = "/api/v1/patterns", tag = "fleet",
     params(PatternsQuery),
     responses(
@@ -314,9 +316,8 @@ pub async fn patterns(
     params::ApiQuery(q): params::ApiQuery<PatternsQuery>,
 ) -> ApiResult<Patterns> {
     let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "1h")?;
-    let pairs = crate::patterns::load(&s.pool, since, until).await?;
-    let failing = pairs.iter().filter(|p| p.failed).count();
-    Ok(Json(Patterns { since, until, pairs: pairs.len(), failing, factor: crate::patterns::explain(&pairs) }))
+    let pairs = crate::patterns::load(&s.pool, &s.facts, since, until).await?;
+    Ok(Json(Patterns { since, until, pairs: pairs.pairs, failing: pairs.failing, factor: pairs.explain() }))
 }
 
 /// `?at=`.

@@ -167,7 +167,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         (
             "railguard_assessment_pass_bound_nodes",
             "gauge",
-            "The most nodes the latest assessment pass of each kind could take: --assess-max-nodes, or fewer where --assess-pass-budget-ms at the cost per node measured on the leader's recent passes allows fewer; -1 where nothing bound it (a full pass, an urgent one, both bounds off).",
+            "The most nodes the latest assessment pass of each kind could take: --assess-max-nodes, or fewer where --assess-pass-budget-ms at the cost per node measured on the leader's recent passes allows fewer (a cold start's first pass, before any was measured: at most 200); -1 where nothing bound it (a full pass, an urgent one, both bounds off).",
             |k| k.bound.map_or_else(|| "-1".to_owned(), |b| b.to_string()),
         ),
     ];

@@ -30,6 +30,8 @@ pub struct AppState {
     pub api_token: Option<Arc<str>>,
     /// The assessment window (the API's per-pair window counts).
     pub window_minutes: i32,
+    /// The nodes' topology facts the pattern finder has read, kept between its reads.
+    pub facts: Arc<crate::patterns::Facts>,
 }
 
 /// Headers on every response: the dashboard loads only its own script and style from the

@@ -95,6 +95,12 @@ impl Store {
             let keep_from = (today - chrono::Duration::days(i64::from(keep))).date_naive();
             dropped.extend(crate::retention::drop_before(&self.pool, table, keep_from).await?);
             self.partitions.forget_before(table, keep_from);
+            if table == HistoryTable::ProbeRollupSets {
+                // The rolled hours of the partitions dropped (those ending by `keep_from`): a
+                // read across the tiers no longer finds them in the rollups.
+                let kept_from = table.partition_of(keep_from).and_time(chrono::NaiveTime::MIN).and_utc();
+                sqlx::query("DELETE FROM rollup_hours WHERE hour < $1").bind(kept_from).execute(&self.pool).await?;
+            }
         }
         Ok(dropped)
     }

@@ -84,6 +84,11 @@ impl Store {
         .bind(hour)
         .fetch_one(&self.pool)
         .await?;
+        // Marked once its rows are in: a read across the tiers takes the hour from the rollups.
+        sqlx::query("INSERT INTO rollup_hours (hour) VALUES ($1) ON CONFLICT (hour) DO UPDATE SET rolled_at = now()")
+            .bind(hour)
+            .execute(&self.pool)
+            .await?;
         Ok(u64::try_from(pairs).unwrap_or(0))
     }
 
