@@ -443,16 +443,20 @@ pub struct Facts {
 
 impl std::fmt::Debug for Facts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let nodes = self.known.lock().map_or(0, |k| k.nodes.len());
-        f.debug_struct("Facts").field("nodes", &nodes).finish_non_exhaustive()
+        f.debug_struct("Facts").field("nodes", &self.len()).finish_non_exhaustive()
     }
 }
 
 /// Nodes whose facts one statement fetches.
 const FACTS_CHUNK: usize = 2000;
 
-/// A node's facts as read: (snapshot, virtualized, hypervisor, viommu, gpudirect, driver, risks).
-type HostRow = (String, Uuid, String, String, String, String, String, Json<serde_json::Value>);
+/// A node's facts as read: (snapshot, virtualized, hypervisor, viommu, gpudirect, driver, risks;
+/// the risks validated at ingest, as the assessment reads them).
+type HostRow = (String, Uuid, String, String, String, String, String, Json<Vec<railguard_schema::GpuRisk>>);
+
+/// What [`Facts::fetch`] reads: the snapshots, their GPUs (node, index, name) and their GPU/NIC
+/// paths (node, a, b, class).
+type Fetched = (Vec<HostRow>, Vec<(String, i32, String)>, Vec<(String, String, String, String)>);
 
 impl Facts {
     /// Nodes whose facts are kept.
@@ -470,10 +474,7 @@ impl Facts {
     }
 
     /// The facts of `stale` (node, its latest snapshot), read from the store.
-    async fn fetch(
-        conn: &mut sqlx::PgConnection,
-        stale: &[(String, Uuid)],
-    ) -> Result<(Vec<HostRow>, Vec<(String, i32, String)>, Vec<(String, String, String, String)>), sqlx::Error> {
+    async fn fetch(conn: &mut sqlx::PgConnection, stale: &[(String, Uuid)]) -> Result<Fetched, sqlx::Error> {
         let (mut hosts, mut gpus, mut paths) = (Vec::new(), Vec::new(), Vec::new());
         for chunk in stale.chunks(FACTS_CHUNK) {
             let nodes: Vec<&str> = chunk.iter().map(|(n, _)| n.as_str()).collect();
@@ -518,22 +519,17 @@ impl Facts {
     }
 
     /// Files what [`Facts::fetch`] read.
-    fn file(
-        known: &mut Known,
-        (hosts, gpus, paths): (Vec<HostRow>, Vec<(String, i32, String)>, Vec<(String, String, String, String)>),
-    ) {
+    fn file(known: &mut Known, (hosts, gpus, paths): Fetched) {
         known.fetched += hosts.len() as u64;
         let v = &mut known.values;
         for (node, snapshot, virtualized, hypervisor, viommu, gpudirect, driver, Json(risks)) in hosts {
-            // The first risk of each GPU that names it; its predicted NIC (none: unknown).
+            // The first risk of each GPU; its predicted NIC (none: unknown).
             let mut workload: Vec<(i32, u32)> = Vec::new();
-            for r in risks.as_array().into_iter().flatten() {
-                let gpu = r.get("gpu").and_then(|g| g.as_i64()).and_then(|g| i32::try_from(g).ok());
-                if let Some(gpu) = gpu
+            for r in risks {
+                if let Ok(gpu) = i32::try_from(r.gpu)
                     && !workload.iter().any(|(g, _)| *g == gpu)
                 {
-                    let nic = r.get("predicted_nic").and_then(|n| n.as_str()).map_or(NONE, |n| v.id(n));
-                    workload.push((gpu, nic));
+                    workload.push((gpu, r.predicted_nic.as_deref().map_or(NONE, |n| v.id(n))));
                 }
             }
             let facts = NodeFacts {

@@ -1156,19 +1156,12 @@ async fn bound_pass(pool: &PgPool, nodes: Vec<String>, max: usize) -> Result<(Ve
 /// pending (the passes that follow take them, `max` at a time, those assessed longest ago first)
 /// and says so; false (nothing marked) for a fleet one pass may take whole.
 async fn cold_start(pool: &PgPool, max: usize) -> Result<bool, sqlx::Error> {
-    let marked = sqlx::query(
-        "UPDATE nodes SET evidence_pending = true
-         WHERE NOT evidence_pending AND (SELECT count(*) FROM nodes) > $1",
-    )
-    .bind(i64::try_from(max).unwrap_or(i64::MAX))
-    .execute(pool)
-    .await?;
-    if marked.rows_affected() > 0 {
-        return Ok(true);
-    }
-    // Every node was pending already, or the fleet is small.
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM nodes").fetch_one(pool).await?;
-    Ok(usize::try_from(n).unwrap_or(usize::MAX) > max)
+    if usize::try_from(n).unwrap_or(usize::MAX) <= max {
+        return Ok(false);
+    }
+    sqlx::query("UPDATE nodes SET evidence_pending = true WHERE NOT evidence_pending").execute(pool).await?;
+    Ok(true)
 }
 
 /// Where a collector that has just taken the lead goes on from: its predecessor's last pass,

@@ -55,6 +55,12 @@ impl Class {
             _ => Class::Other,
         }
     }
+
+    /// The trust policy per class index (`PairAcc::by_class`): the pair's NIC's DMA always; the
+    /// simulated fabric on a node whose evidence is all simulated.
+    fn trusted(class: usize, all_simulated: bool) -> bool {
+        class == Class::NicDma as usize || (class == Class::Simulated as usize && all_simulated)
+    }
 }
 
 /// Adds `n` to `v`, or takes it away (evidence leaving the window; never below zero).
@@ -275,7 +281,7 @@ impl WindowEvidence {
                     let (mut trusted, mut bad, mut simulated) = (false, false, false);
                     for (c, k) in p.by_class.iter().enumerate() {
                         let Some(k) = k.as_ref().filter(|k| k.records > 0) else { continue };
-                        if c == Class::NicDma as usize || (c == Class::Simulated as usize && all_simulated) {
+                        if Class::trusted(c, all_simulated) {
                             trusted = true;
                             bad |= k.bad() > 0;
                             simulated |= c == Class::Simulated as usize;
@@ -294,7 +300,6 @@ impl WindowEvidence {
         let mut out = Vec::new();
         for (node, acc) in self.nodes {
             let all_simulated = acc.not_simulated == 0;
-            let trusted = |c: usize| c == Class::NicDma as usize || (c == Class::Simulated as usize && all_simulated);
             let mut pairs: Vec<(i32, String, PairAcc)> = acc
                 .pairs
                 .into_iter()
@@ -309,7 +314,7 @@ impl WindowEvidence {
                 for (c, k) in p.by_class.into_iter().enumerate() {
                     let Some(k) = k.filter(|k| k.records > 0) else { continue };
                     let k = *k;
-                    if trusted(c) {
+                    if Class::trusted(c, all_simulated) {
                         simulated |= c == Class::Simulated as usize;
                         proven.merge(&k, false);
                     } else {
@@ -463,12 +468,13 @@ pub(super) async fn load_period(
                 continue;
             }
             let counts = [
-                (ProbeVerdict::Ok, Diagnosis::None, ok.get(i)),
-                (ProbeVerdict::SilentCorruption, Diagnosis::None, sc.get(i)),
-                (ProbeVerdict::ReportedFailure, Diagnosis::None, rf.get(i)),
-                (ProbeVerdict::Timeout, Diagnosis::None, timeout.get(i)),
+                (ProbeVerdict::Ok, ok.get(i)),
+                (ProbeVerdict::SilentCorruption, sc.get(i)),
+                (ProbeVerdict::ReportedFailure, rf.get(i)),
+                (ProbeVerdict::Timeout, timeout.get(i)),
             ];
-            for (verdict, diagnosis, n) in counts {
+            // No diagnosis: not rolled up.
+            for (verdict, n) in counts {
                 let n = n.copied().map(u).unwrap_or(0);
                 if n > 0 {
                     node.record(Evidence {
@@ -477,7 +483,7 @@ pub(super) async fn load_period(
                         path,
                         memory,
                         verdict,
-                        diagnosis,
+                        diagnosis: Diagnosis::None,
                         probes: n,
                         records: 1,
                         transport,
