@@ -62,6 +62,10 @@ fn verbs_transport_on_soft_roce() {
     )
     .unwrap();
     std::fs::write(dir.path().join("gpu3.json"), r#"{"faults": [{"gpu": 3, "kind": "error"}]}"#).unwrap();
+    // A real stall holds the probe's RC queue pairs open until its deadline, so the QP table is
+    // read while they exist however fast the VM moves bytes (a clean 64 MiB READ could finish
+    // between two reads of the table, and did under CI's faster VM).
+    std::fs::write(dir.path().join("hang2.json"), r#"{"faults": [{"gpu": 2, "kind": "hang"}]}"#).unwrap();
     support::build_fake_cuda(dir.path());
     // NIXL's wheel bundles its own libibverbs with the mlx5 provider only (what production NICs
     // use); Soft-RoCE's provider comes from the distribution. Test glue, not something a node
@@ -88,7 +92,7 @@ echo "=== ucx-rxe"; {agent} probe --transport ucx --ucx-device rxe0:1 --memory h
 echo "=== nixl-selftest"; {nixl} selftest --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== nixl-read"; {nixl} probe --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic all --bytes 4M --nixl-block 1M --probe-segment 4M --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== nixl-write"; {nixl} probe --nixl-lib {site} --transport nixl --nixl-op write --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --timeout-ms 20000 --json; echo "exit=$?"
-echo "=== qp-table"; CUDA_VISIBLE_DEVICES=2 {agent} probe --transport verbs --verbs-device rxe0 --verbs-op read --memory host --sysfs-root {sys} --gpu 2 --nic auto --bytes 64M --timeout-ms 60000 >/dev/null 2>&1 & P=$!; for i in $(seq 100); do q=$({agent} watch --list-qps --no-ebpf --sysfs-root {sys} --proc-root /proc 2>/dev/null); echo "$q"; case "$q" in *'"RC"'*) break;; esac; kill -0 $P 2>/dev/null || break; sleep 0.2; done; wait
+echo "=== qp-table"; CUDA_VISIBLE_DEVICES=2 {agent} probe --transport verbs --verbs-device rxe0 --verbs-op read --memory host --sysfs-root {sys} --gpu 2 --nic auto --bytes 1M --timeout-ms 60000 --faults {d}/hang2.json >/dev/null 2>&1 & P=$!; for i in $(seq 100); do q=$({agent} watch --list-qps --no-ebpf --sysfs-root {sys} --proc-root /proc 2>/dev/null); echo "$q"; case "$q" in *'"RC"'*) break;; esac; kill -0 $P 2>/dev/null || {{ echo "probe-exited"; break; }}; sleep 0.2; done; kill $P 2>/dev/null; wait
 echo "=== inline-rxe"; mkdir -p /run/tmp/inline && echo t > /run/tmp/inline/token && NO_COLOR=1 RUST_LOG=railguard_agent::inline=debug {agent} run --insecure --collector http://127.0.0.1:9 --node-id vm --token-file /run/tmp/inline/token --spool-dir /run/tmp/inline/spool --sysfs-root {sys} --probe-cycle-secs 0 --no-signals --topology-interval 0 --inline-socket /run/tmp/inline/inline.sock > /run/tmp/inline/agent.log 2>&1 & AG=$!; for i in $(seq 50); do [ -S /run/tmp/inline/inline.sock ] && break; sleep 0.1; done; LD_LIBRARY_PATH={ibv} UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc CUDA_VISIBLE_DEVICES=2 RAILGUARD_INLINE_SOCKET=/run/tmp/inline/inline.sock NIXL_LOG_LEVEL=WARN {py} {race} --mode race --reuse before --transfers 5 --blocks 16 --block-bytes 65536 2>/dev/null | grep '^{{'; kill $AG; wait $AG; grep 'in-line report' /run/tmp/inline/agent.log
 echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9 --sysfs-root {sys} --gpu 0 --nic auto --json; echo "exit=$?"
 "#,
@@ -137,8 +141,10 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
 
     // The kernel's QP table through rdma netlink (no uprobe, any verbs consumer): the kernel's
     // own GSI QP, and the RC QP of a verbs process on rxe0 with its pid and the GPU its
-    // CUDA_VISIBLE_DEVICES names.
-    let qps = json_lines(section(&s, "qp-table"));
+    // CUDA_VISIBLE_DEVICES names (the probe's stalled pair holds its queue pairs open).
+    let qt = section(&s, "qp-table");
+    assert!(!qt.contains("probe-exited"), "the stalled probe ended before its QP was seen: {qt}");
+    let qps = json_lines(qt);
     assert!(qps.iter().any(|q| q["device"] == "rxe0" && q["type"] == "GSI" && q["kernel"] == "ib_core"), "{qps:?}");
     assert!(
         qps.iter().any(|q| q["device"] == "rxe0"
