@@ -435,10 +435,14 @@ struct Known {
 /// a snapshot changes when the node's hardware or configuration does, so a read fetches the
 /// facts only of nodes whose latest snapshot it has not seen (all of them the first time). Joining
 /// every pair to its node's snapshot, GPU and path in SQL took 23 s of a 31-s read at 10,000
-/// nodes (docs/scaling.md). About 1 KiB a node.
+/// nodes (docs/scaling.md). About 1 KiB a node. With them, the evidence of the periods read
+/// again and again (the dashboard's 15 minutes), kept between reads
+/// ([`crate::assess::PeriodCache`]): one read of such a period at a time, each moving it on
+/// from the one before.
 #[derive(Default)]
 pub struct Facts {
     known: Mutex<Known>,
+    periods: tokio::sync::Mutex<crate::assess::PeriodCache>,
 }
 
 impl std::fmt::Debug for Facts {
@@ -471,6 +475,12 @@ impl Facts {
     /// Snapshots whose facts were read from the store since this was made.
     pub fn fetched(&self) -> u64 {
         self.known.lock().map_or(0, |k| k.fetched)
+    }
+
+    /// Of the period reads so far: those that moved a kept period on, those that read theirs
+    /// whole, and the nodes read again in full for evidence stored late.
+    pub async fn periods_answered(&self) -> (u64, u64, u64) {
+        self.periods.lock().await.answered()
     }
 
     /// The facts of `stale` (node, its latest snapshot), read from the store.
@@ -607,15 +617,27 @@ async fn rolled_hours(
 /// rollups (a day at 10,000 nodes is 240,000 node-hour rows there, 2.9 million summary sets in
 /// the evidence; and the agents' summaries of ok probes are kept 7 days by default, the rollups
 /// a year), the rest from the evidence itself.
+///
+/// A period of up to an hour or two is kept in `facts` between reads and moved on by the next
+/// read of its length ([`crate::assess::PeriodCache`]); that relies on `until` being no later
+/// than the clock (the API clamps it): evidence observed inside the kept part and stored after
+/// the read is then stored late, which marks its node to be read again.
 pub async fn load(
     pool: &PgPool,
     facts: &Facts,
     since: DateTime<Utc>,
     until: DateTime<Utc>,
 ) -> Result<Pairs, sqlx::Error> {
+    let rolled = rolled_hours(&mut *pool.acquire().await?, since, until).await?;
+    // A period with no rolled hours in it (up to an hour or two) is kept between reads; reads of
+    // kept periods take turns (each moves on from the one before it, which is what makes it
+    // cheap), waiting before they take a connection.
+    let mut periods = match rolled {
+        None => Some(facts.periods.lock().await),
+        Some(_) => None,
+    };
     let mut tx = pool.begin().await?;
-    let rolled = rolled_hours(&mut tx, since, until).await?;
-    let evidence = crate::assess::period_pairs(&mut tx, since, until, rolled).await?;
+    let evidence = crate::assess::period_pairs(&mut tx, since, until, rolled, periods.as_deref_mut()).await?;
     // The workload's own transfers, verified in-line through the pair's NIC (or failed).
     let inline: Vec<(String, i32, String, bool)> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic, sum(transfers_mismatch) > 0 AS failed

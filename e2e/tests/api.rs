@@ -197,6 +197,13 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         let body: Value = serde_json::from_str(&body).unwrap();
         openapi::check(&spec, path, code, &body).unwrap_or_else(|e| panic!("{e}"));
     }
+    // A period that ends after now is read up to now, and the answer says so (a kept period
+    // must not end after the clock).
+    let ahead = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let p = json(&c, &format!("/api/v1/patterns?since=1h&until={ahead}"));
+    let until: chrono::DateTime<chrono::Utc> = p["until"].as_str().unwrap().parse().unwrap();
+    assert!(until <= chrono::Utc::now(), "{p}");
+    assert_eq!(p["failing"], json(&c, "/api/v1/patterns")["failing"], "{p}");
     // The check is not vacuous: an undocumented field or a wrong enum value fails it.
     let mut gpu = json(&c, "/api/v1/nodes/seed-auto/gpus/3");
     gpu["status"]["secret"] = Value::from(1);

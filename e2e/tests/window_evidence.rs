@@ -655,3 +655,131 @@ async fn the_pattern_finder_reads_rolled_hours_from_the_rollups() {
     let without = patterns::load(&pg.pool, &facts, since, now).await.unwrap();
     assert!(without.counts() != patterns::Pairs::of(&want).counts(), "the rollups answered for the hours");
 }
+
+/// A probe of `node-08`'s kind: through the pair's own NIC (trusted), ok unless `bad`.
+fn nic_probe(gpu: u32, bad: bool, at: DateTime<Utc>) -> Record {
+    let mut p = probe(0);
+    (p.gpu, p.nic) = (gpu, format!("mlx5_{gpu}"));
+    (p.transport, p.path, p.simulated) = (Transport::Ucx, DataPath::NicDma, false);
+    p.lanes = vec![format!("rc_verbs/mlx5_{gpu}:1")];
+    p.verdict = if bad { ProbeVerdict::SilentCorruption } else { ProbeVerdict::Ok };
+    p.diagnosis = if bad { Diagnosis::Corrupt } else { Diagnosis::None };
+    Record { id: RecordId::random(), observed_at: at, body: RecordBody::Probe(p) }
+}
+
+/// The pattern finder's kept periods (`PeriodCache`): read after read of relative periods (the
+/// dashboard's 15 minutes, another length beside it), with evidence arriving between reads and
+/// leaving the periods, evidence stored late inside the part already kept (a failure on a node
+/// otherwise healthy: marked by ingest, the node read again in full), a period that moves back
+/// (read whole) and one shorter than what is read each time anyway, each read finds what the
+/// joining query over the whole period finds.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pattern_finders_kept_periods_are_the_periods_read_whole_read_after_read() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let t0 = Utc::now().trunc_subsecs(3);
+    let mut rng = StdRng::seed_from_u64(19);
+    // node-08 and node-09 only ever send ok probes through their own NICs (one per GPU each
+    // step), except node-08's failures stored late and one failure of node-09's that the
+    // 15 minutes leave behind.
+    let names: Vec<String> = (0..10).map(|i| format!("node-{i:02}")).collect();
+    let healthy = 8;
+    let mut used: Vec<std::collections::HashSet<i64>> = vec![Default::default(); names.len()];
+    let mut pick = |rng: &mut StdRng, node: usize, from: DateTime<Utc>, to: DateTime<Utc>| loop {
+        let ms = rng.random_range(0..(to - from).num_milliseconds());
+        let t = to - Duration::milliseconds(ms);
+        if used[node].insert(t.timestamp_millis()) {
+            return t;
+        }
+    };
+    let mut steady = |rng: &mut StdRng, i: usize, from: DateTime<Utc>, to: DateTime<Utc>, n| -> Vec<Record> {
+        if i >= healthy {
+            (0..8).map(|gpu| nic_probe(gpu, false, pick(rng, i, from, to))).collect()
+        } else {
+            evidence_at(rng, i, n, &mut |rng| pick(rng, i, from, to))
+        }
+    };
+    for (i, n) in names.iter().enumerate() {
+        let node = NodeId::new(n.clone()).unwrap();
+        store.register_node(&node, n, "test").await.unwrap();
+        let spec = if i % 2 == 0 { fixture::seed_kvm_guest() } else { fixture::dgx_h100_like() };
+        let mut records = vec![Record::try_from(topo_rec(topology(&spec, None))).unwrap()];
+        records.extend(steady(&mut rng, i, t0 - Duration::seconds(1500), t0, (120, 4, 4)));
+        if i == healthy + 1 {
+            records.push(nic_probe(3, true, t0 - Duration::seconds(600)));
+        }
+        store.ingest(&node, records, 0).await.unwrap();
+    }
+    // The history above stands in for what was stored long before these reads: its marks of
+    // late evidence are old, so a read re-reads only the nodes stored late during the test
+    // (node-09 never: its failure must leave the kept 15 minutes by moving them).
+    sqlx::query("UPDATE nodes SET late_stored_at = late_stored_at - interval '1 hour'")
+        .execute(&pg.pool)
+        .await
+        .unwrap();
+
+    let facts = patterns::Facts::default();
+    let failing_of =
+        |pairs: &[patterns::PairFacts], node: &str| pairs.iter().filter(|p| p.node == node && p.failed).count();
+    let (mut late, mut flipped, mut before, mut expired) = (0, 0, 0, None);
+    for k in 0..=24i64 {
+        // The periods run ahead of the clock, so what the nodes observe between reads is
+        // stored before its time (never late).
+        let now = t0 + Duration::seconds(40 * k);
+        if k > 0 {
+            for (i, n) in names.iter().enumerate() {
+                if i != healthy && rng.random_bool(0.3) {
+                    continue;
+                }
+                let records = steady(&mut rng, i, now - Duration::seconds(40), now, (12, 1, 1));
+                store.ingest(&NodeId::new(n.clone()).unwrap(), records, 0).await.unwrap();
+            }
+        }
+        if k % 6 == 5 {
+            // Stored long after it was observed, inside the part of the 15 minutes already kept:
+            // a failure of node-08's, and a random node's evidence.
+            let real = Utc::now();
+            let at = real - Duration::seconds(150) - Duration::milliseconds(k);
+            let bad = nic_probe(u32::try_from(k % 8).unwrap(), true, at);
+            store.ingest(&NodeId::new(names[healthy].clone()).unwrap(), vec![bad], 0).await.unwrap();
+            let i = rng.random_range(0..healthy);
+            let records = steady(&mut rng, i, real - Duration::seconds(200), real - Duration::seconds(100), (6, 0, 1));
+            store.ingest(&NodeId::new(names[i].clone()).unwrap(), records, 0).await.unwrap();
+            late += 1;
+        }
+        // Mostly the dashboard's 15 minutes; now and then 20 minutes (a second kept period), a
+        // 15 minutes ending 5 minutes back (it moves back: read whole), and 90 s (shorter than
+        // what is read each time: nothing kept).
+        let (length, until) = match k {
+            13 => (Duration::minutes(15), now - Duration::minutes(5)),
+            _ if k % 5 == 4 => (Duration::minutes(20), now),
+            7 => (Duration::seconds(90), now),
+            _ => (Duration::minutes(15), now),
+        };
+        let since = until - length;
+        let got = patterns::load(&pg.pool, &facts, since, until).await.unwrap();
+        let want = reference_patterns(&pg, since, until).await;
+        if length == Duration::minutes(15) && until == now {
+            let failing = failing_of(&want, "node-08");
+            if failing > before {
+                flipped += 1;
+            }
+            before = failing;
+            expired = match (expired, failing_of(&want, "node-09")) {
+                (_, 1) => Some(false),
+                (Some(false), 0) => Some(true),
+                (e, _) => e,
+            };
+        }
+        let want = patterns::Pairs::of(&want);
+        assert_eq!((got.pairs, got.failing), (want.pairs, want.failing), "read {k}");
+        assert_eq!(got.counts(), want.counts(), "read {k}");
+        assert_eq!(got.explain(), want.explain(), "read {k}");
+    }
+    // The late failures mattered (each turned a pair of the healthy node failing where the
+    // kept period had it ok), and most reads moved a kept period rather than reading it whole.
+    assert!(late == 4 && flipped >= 2, "{late} late, {flipped} flipped");
+    assert_eq!(expired, Some(true), "node-09's failure was in the 15 minutes, then left them");
+    let (moved, whole, again) = facts.periods_answered().await;
+    assert!(moved >= 15 && whole <= 4 && again >= 3, "{moved} moved, {whole} whole, {again} nodes read again");
+}

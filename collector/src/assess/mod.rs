@@ -6,7 +6,7 @@
 pub mod rules;
 mod window;
 
-pub use window::{LATE_AFTER, SEAL_AFTER, WindowCache};
+pub use window::{KEPT_PERIODS, LATE_AFTER, PeriodCache, SEAL_AFTER, WindowCache};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -95,32 +95,25 @@ pub async fn load_inputs(
 /// Every pair's probe evidence observed in (`since`, `until`], counted as a pass counts it
 /// under the trust policy ([`window`]; no in-line counts): the pattern finder's pairs. The
 /// whole hours `rolled` (rolled up, inside the period) are read from the pair-hour rollups
-/// ([`window::load_period`]).
-pub(crate) async fn period_pairs(
+/// ([`window::load_period`]); a period without any is read through `cache` when given, kept
+/// from the reads before ([`PeriodCache`]).
+pub(crate) async fn period_pairs<'a>(
     conn: &mut sqlx::PgConnection,
     since: DateTime<Utc>,
     until: DateTime<Utc>,
     rolled: Option<(DateTime<Utc>, DateTime<Utc>)>,
-) -> Result<PeriodPairs, sqlx::Error> {
+    cache: Option<&'a mut PeriodCache>,
+) -> Result<PeriodPairs<'a>, sqlx::Error> {
     let mut steps = Steps::default();
-    Ok(PeriodPairs(window::load_period(conn, since, until, rolled, &mut Laps::new(&mut steps)).await?))
-}
-
-/// What [`period_pairs`] read.
-pub(crate) struct PeriodPairs(window::WindowEvidence);
-
-impl PeriodPairs {
-    /// The nodes with evidence.
-    pub(crate) fn nodes(&self) -> impl Iterator<Item = &str> {
-        self.0.nodes()
-    }
-
-    /// Each pair with trusted evidence: (node, GPU, NIC, a trusted probe failed, the trusted
-    /// probes include the simulated fabric's).
-    pub(crate) fn for_each_trusted(self, f: impl FnMut(&str, i32, &str, bool, bool)) {
-        self.0.for_each_trusted(f)
+    let mut laps = Laps::new(&mut steps);
+    match (rolled, cache) {
+        (None, Some(cache)) => window::load_period_cached(conn, since, until, cache, &mut laps).await,
+        _ => Ok(window::LeanPeriod::of(window::load_period(conn, since, until, rolled, &mut laps).await?)),
     }
 }
+
+/// What [`period_pairs`] read: [`PeriodPairs::nodes`], [`PeriodPairs::for_each_trusted`].
+pub(crate) type PeriodPairs<'a> = window::LeanPeriod<'a>;
 
 /// [`load_inputs`] through `cache`, the window's evidence kept from the passes before
 /// ([`WindowCache`]): the same inputs, reading only what entered and left the window since.

@@ -264,37 +264,6 @@ impl WindowEvidence {
         self.nodes.entry(node).or_default()
     }
 
-    /// The nodes with evidence.
-    pub fn nodes(&self) -> impl Iterator<Item = &str> {
-        self.nodes.keys().map(String::as_str)
-    }
-
-    /// Each pair with trusted evidence (under the trust policy, as [`WindowEvidence::into_pairs`]
-    /// decides it), node by node, each node's evidence let go once it is seen: its node, GPU and
-    /// NIC, whether any trusted probe failed, and whether the trusted ones include the simulated
-    /// fabric's. The pattern finder's read of every pair of the fleet, without their counts.
-    pub fn for_each_trusted(self, mut f: impl FnMut(&str, i32, &str, bool, bool)) {
-        for (node, acc) in self.nodes {
-            let all_simulated = acc.not_simulated == 0;
-            for (gpu, nics) in acc.pairs {
-                for (nic, p) in nics {
-                    let (mut trusted, mut bad, mut simulated) = (false, false, false);
-                    for (c, k) in p.by_class.iter().enumerate() {
-                        let Some(k) = k.as_ref().filter(|k| k.records > 0) else { continue };
-                        if Class::trusted(c, all_simulated) {
-                            trusted = true;
-                            bad |= k.bad() > 0;
-                            simulated |= c == Class::Simulated as usize;
-                        }
-                    }
-                    if trusted {
-                        f(&node, gpu, &nic, bad, simulated);
-                    }
-                }
-            }
-        }
-    }
-
     /// Each pair's counts under the trust policy, in (node, GPU, NIC) order.
     pub fn into_pairs(self) -> Vec<(String, i32, PairCounts)> {
         let mut out = Vec::new();
@@ -674,6 +643,307 @@ async fn load_split(
     }
     laps.lap(super::Step::SummarySets);
     Ok((ev, late))
+}
+
+/// One pair's records and failed probes per [`Class`] of path: all the pattern finder's trust
+/// decision needs ([`trusted_of`]), kept as counts so that evidence leaving
+/// a period is taken away as it was added.
+#[derive(Default, Clone, Copy)]
+struct LeanPair {
+    records: [u64; 3],
+    bad: [u64; 3],
+}
+
+/// A node's pairs as the pattern finder keeps them between reads ([`PeriodCache`]): 48 bytes a
+/// pair and its key, where [`NodeAcc`] keeps every count a pass needs.
+#[derive(Default)]
+pub(super) struct LeanNode {
+    not_simulated: u64,
+    /// By (GPU, NIC as [`Nics`] numbers it).
+    pairs: HashMap<(i32, u32), LeanPair>,
+}
+
+impl LeanNode {
+    /// Adds `acc`'s evidence, or (`remove`: what left the period) takes it away, dropping the
+    /// pairs left with no records.
+    fn merge(&mut self, acc: &NodeAcc, nics: &mut Nics, remove: bool) {
+        step(&mut self.not_simulated, acc.not_simulated, remove);
+        for (gpu, list) in &acc.pairs {
+            for (nic, p) in list {
+                let mine = self.pairs.entry((*gpu, nics.id(nic))).or_default();
+                for (c, k) in p.by_class.iter().enumerate() {
+                    if let Some(k) = k {
+                        step(&mut mine.records[c], k.records, remove);
+                        step(&mut mine.bad[c], k.bad(), remove);
+                    }
+                }
+            }
+        }
+        if remove {
+            self.pairs.retain(|_, p| p.records.iter().any(|r| *r > 0));
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+}
+
+/// NIC names, numbered (a fleet has a few dozen).
+#[derive(Default)]
+pub(super) struct Nics {
+    ids: HashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl Nics {
+    fn id(&mut self, nic: &str) -> u32 {
+        if let Some(id) = self.ids.get(nic) {
+            return *id;
+        }
+        let id = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        self.names.push(nic.to_owned());
+        self.ids.insert(nic.to_owned(), id);
+        id
+    }
+
+    fn name(&self, id: u32) -> &str {
+        self.names.get(id as usize).map_or("", String::as_str)
+    }
+}
+
+/// Nodes' evidence as the pattern finder counts it.
+pub(super) type LeanNodes = HashMap<String, LeanNode>;
+
+fn lean(ev: WindowEvidence, nics: &mut Nics) -> LeanNodes {
+    let mut out = LeanNodes::new();
+    for (node, acc) in ev.nodes {
+        let mut l = LeanNode::default();
+        l.merge(&acc, nics, false);
+        if !l.is_empty() {
+            out.insert(node, l);
+        }
+    }
+    out
+}
+
+/// Each pair of `kept` and `newest` together (the same node's evidence in two parts of a
+/// period) with trusted evidence, as [`WindowEvidence::into_pairs`] decides trust over the
+/// whole: its GPU and NIC, whether a trusted probe failed, and whether the trusted ones include
+/// the simulated fabric's. In (GPU, NIC number) order.
+fn trusted_of(
+    kept: Option<&LeanNode>,
+    newest: Option<&LeanNode>,
+    nics: &Nics,
+    mut f: impl FnMut(i32, &str, bool, bool),
+) {
+    let all_simulated = kept.map_or(0, |n| n.not_simulated) + newest.map_or(0, |n| n.not_simulated) == 0;
+    let mut keys: Vec<(i32, u32)> = kept.iter().chain(newest.iter()).flat_map(|n| n.pairs.keys().copied()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        let (a, b) = (kept.and_then(|n| n.pairs.get(&key)), newest.and_then(|n| n.pairs.get(&key)));
+        let (mut trusted, mut bad, mut simulated) = (false, false, false);
+        for c in 0..3 {
+            let part = |p: Option<&LeanPair>| p.map_or((0, 0), |p| (p.records[c], p.bad[c]));
+            let ((ra, ba), (rb, bb)) = (part(a), part(b));
+            if ra + rb > 0 && Class::trusted(c, all_simulated) {
+                trusted = true;
+                bad |= ba + bb > 0;
+                simulated |= c == Class::Simulated as usize;
+            }
+        }
+        if trusted {
+            f(key.0, nics.name(key.1), bad, simulated);
+        }
+    }
+}
+
+/// How many relative periods the pattern finder keeps (the dashboard's, the API's default, and
+/// two more); the one read least recently goes first.
+pub const KEPT_PERIODS: usize = 4;
+
+/// NIC names the kept periods number before they start over (a fleet has a few dozen).
+const MAX_NICS: usize = 65_536;
+
+/// Nodes marked late this long before the read that sealed a period are read again in full: an
+/// ingest transaction that began before that read and committed after it marked its node at its
+/// own start.
+const LATE_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+/// The pattern finder's periods kept between reads (#15: `/api/v1/patterns` at fleet scale), as
+/// [`WindowCache`] keeps the assessment's window: each period of a given length (`since=15m` read
+/// again a minute later is (`since`, `until`] a minute on) holds every node's evidence observed in
+/// (`since`, `seal`] of its latest read, [`SEAL_AFTER`] before its end; a read moves that range
+/// by the evidence that left it and became old enough to keep (two slices as long as the time
+/// between reads), reads the newest [`SEAL_AFTER`] again, and reads in full the nodes ingest
+/// marked late since (`nodes.late_stored_at`, migration 0028). A period that does not move
+/// forward from the kept one is read whole and kept in its place. What it yields is what the
+/// period read whole yields; `e2e/tests/window_evidence.rs` checks it read after read.
+/// Memory: 48 bytes and a hash slot a pair (at 10,000 nodes of 64 pairs, ~40 MB a period).
+#[derive(Default)]
+pub struct PeriodCache {
+    periods: Vec<KeptPeriod>,
+    nics: Nics,
+    /// Reads so far that moved a kept period, and that read theirs whole.
+    moved: u64,
+    whole: u64,
+    /// Nodes read again in full for late evidence.
+    late: u64,
+    clock: u64,
+}
+
+struct KeptPeriod {
+    length: chrono::TimeDelta,
+    /// (`since`, `seal`] of the latest read.
+    range: (DateTime<Utc>, DateTime<Utc>),
+    /// The database's clock at the latest read's start.
+    read_at: DateTime<Utc>,
+    nodes: LeanNodes,
+    used: u64,
+}
+
+impl PeriodCache {
+    /// Reads that moved a kept period, reads of a whole period, and nodes read again for late
+    /// evidence, so far.
+    pub fn answered(&self) -> (u64, u64, u64) {
+        (self.moved, self.whole, self.late)
+    }
+
+    /// The periods it keeps.
+    pub fn len(&self) -> usize {
+        self.periods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.periods.is_empty()
+    }
+}
+
+/// A period's pairs as the pattern finder reads them: the kept part (through the cache, while
+/// it is held) and the rest.
+pub struct LeanPeriod<'a> {
+    kept: Option<(&'a LeanNodes, &'a Nics)>,
+    newest: LeanNodes,
+    /// NIC numbers of `newest` when nothing is kept.
+    nics: Nics,
+}
+
+impl LeanPeriod<'_> {
+    /// The period read whole, nothing kept.
+    pub(super) fn of(ev: WindowEvidence) -> LeanPeriod<'static> {
+        let mut nics = Nics::default();
+        let newest = lean(ev, &mut nics);
+        LeanPeriod { kept: None, newest, nics }
+    }
+
+    /// The nodes with evidence (a node may show twice: kept and newest).
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.kept.into_iter().flat_map(|(k, _)| k.keys()).chain(self.newest.keys()).map(String::as_str)
+    }
+
+    /// Each pair with trusted evidence, node by node in name order: its node, GPU and NIC,
+    /// whether any trusted probe failed, and whether the trusted ones include the simulated
+    /// fabric's (the pairs [`WindowEvidence::into_pairs`] of the period read whole counts as proven).
+    pub fn for_each_trusted(&self, mut f: impl FnMut(&str, i32, &str, bool, bool)) {
+        let mut names: Vec<&str> = self.nodes().collect();
+        names.sort_unstable();
+        names.dedup();
+        let nics = self.kept.map_or(&self.nics, |(_, n)| n);
+        for node in names {
+            let kept = self.kept.and_then(|(k, _)| k.get(node));
+            trusted_of(kept, self.newest.get(node), nics, |gpu, nic, bad, sim| f(node, gpu, nic, bad, sim));
+        }
+    }
+}
+
+/// [`load_period`] of (`since`, `until`] with no rolled hours in it, through `cache`.
+pub(super) async fn load_period_cached<'a>(
+    conn: &mut sqlx::PgConnection,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+    cache: &'a mut PeriodCache,
+    laps: &mut super::Laps<'_>,
+) -> Result<LeanPeriod<'a>, sqlx::Error> {
+    let none = WorkloadPairs::new();
+    let seal = chrono::TimeDelta::from_std(SEAL_AFTER).ok().and_then(|d| until.checked_sub_signed(d));
+    let Some(seal) = seal.filter(|s| *s > since) else {
+        // Shorter than what is read each time anyway: nothing to keep.
+        let (ev, _) = load_split(conn, &None, [(since, until), (until, until)], until, &none, true, laps).await?;
+        return Ok(LeanPeriod::of(ev));
+    };
+    let read_at: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&mut *conn).await?;
+    if cache.nics.names.len() > MAX_NICS {
+        // NIC names come from the agents; names that left every period are never forgotten
+        // one by one, so past a bound everything kept is: the next reads are whole.
+        cache.periods.clear();
+        cache.nics = Nics::default();
+    }
+    cache.clock += 1;
+    let length = until - since;
+    // Out of the cache while it moves: a read that fails leaves nothing half moved behind.
+    let kept = cache.periods.iter().position(|p| p.length == length).map(|i| cache.periods.swap_remove(i));
+    let movable = kept.filter(|k| {
+        let (from, kept_seal) = k.range;
+        since >= from && seal >= kept_seal && since <= kept_seal
+    });
+    let (period, newest) = match movable {
+        Some(mut k) => {
+            let (from, kept_seal) = k.range;
+            let late: Vec<String> = sqlx::query_scalar("SELECT node_id FROM nodes WHERE late_stored_at > $1")
+                .bind(k.read_at - LATE_MARGIN)
+                .fetch_all(&mut *conn)
+                .await?;
+            // What left the period and what became old enough to keep, split where the kept
+            // part ended (what left ends before it), through the BRIN indexes on `observed_at`
+            // (as the assessment's slices).
+            sqlx::query("SET LOCAL enable_indexscan = off").execute(&mut *conn).await?;
+            let (gone, added) =
+                load_split(conn, &None, [(from, since), (kept_seal, seal)], kept_seal, &none, true, laps).await?;
+            sqlx::query("SET LOCAL enable_indexscan = on").execute(&mut *conn).await?;
+            for (node, acc) in &gone.nodes {
+                if let Some(n) = k.nodes.get_mut(node) {
+                    n.merge(acc, &mut cache.nics, true);
+                }
+            }
+            for (node, acc) in &added.nodes {
+                k.nodes.entry(node.clone()).or_default().merge(acc, &mut cache.nics, false);
+            }
+            if !late.is_empty() {
+                cache.late += late.len() as u64;
+                let filter = Some(late.clone());
+                let (again, _) =
+                    load_split(conn, &filter, [(since, seal), (seal, seal)], seal, &none, true, laps).await?;
+                for node in &late {
+                    k.nodes.remove(node);
+                }
+                k.nodes.extend(lean(again, &mut cache.nics));
+            }
+            k.nodes.retain(|_, n| !n.is_empty());
+            let (newest, _) =
+                load_split(conn, &None, [(seal, until), (until, until)], until, &none, true, laps).await?;
+            cache.moved += 1;
+            (KeptPeriod { range: (since, seal), read_at, used: cache.clock, ..k }, newest)
+        }
+        None => {
+            // The whole period, split at the seal: what is kept and the newest.
+            let (sealed, newest) =
+                load_split(conn, &None, [(since, seal), (seal, until)], seal, &none, true, laps).await?;
+            cache.whole += 1;
+            let nodes = lean(sealed, &mut cache.nics);
+            (KeptPeriod { length, range: (since, seal), read_at, nodes, used: cache.clock }, newest)
+        }
+    };
+    if cache.periods.len() >= KEPT_PERIODS
+        && let Some(i) = cache.periods.iter().enumerate().min_by_key(|(_, p)| p.used).map(|(i, _)| i)
+    {
+        cache.periods.swap_remove(i);
+    }
+    cache.periods.push(period);
+    let newest = lean(newest, &mut cache.nics);
+    let PeriodCache { periods, nics, .. } = cache;
+    let kept = periods.last().map(|p| (&p.nodes, &*nics));
+    Ok(LeanPeriod { kept, newest, nics: Nics::default() })
 }
 
 /// Evidence stored this long after it was observed marks its node (ingest, migration 0026): the

@@ -273,7 +273,7 @@ pub async fn failures(
     Ok(Json(Failures { since, until, failures: read::failures(&s.pool, since, until, limit).await? }))
 }
 
-/// `?since=&until=` for patterns (default: the assessment window).
+/// `?since=&until=` for patterns (default: the last hour).
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PatternsQuery {
@@ -281,7 +281,8 @@ pub struct PatternsQuery {
     /// Default (absent or empty) 1h.
     #[param(example = "1h", schema_with = params::time_schema)]
     since: Option<String>,
-    /// RFC 3339 time, or a duration before now. Default (absent or empty) now.
+    /// RFC 3339 time, or a duration before now. Default (absent or empty) now; a time after
+    /// now reads up to now (the answer's `until`).
     #[param(schema_with = params::time_schema)]
     until: Option<String>,
 }
@@ -316,6 +317,9 @@ pub async fn patterns(
     params::ApiQuery(q): params::ApiQuery<PatternsQuery>,
 ) -> ApiResult<Patterns> {
     let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "1h")?;
+    // Nothing is observed after now; and a period kept between reads must not end after the
+    // clock (`patterns::load`).
+    let until = until.min(Utc::now());
     let pairs = crate::patterns::load(&s.pool, &s.facts, since, until).await?;
     Ok(Json(Patterns { since, until, pairs: pairs.pairs, failing: pairs.failing, factor: pairs.explain() }))
 }
