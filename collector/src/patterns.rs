@@ -443,6 +443,9 @@ struct Known {
 pub struct Facts {
     known: Mutex<Known>,
     periods: tokio::sync::Mutex<crate::assess::PeriodCache>,
+    /// [`crate::assess::PeriodCache::answered`] as of the latest read that went through it, for
+    /// `/metrics` (which must not wait behind a read holding `periods`).
+    answered: Mutex<(u64, u64, u64)>,
 }
 
 impl std::fmt::Debug for Facts {
@@ -478,9 +481,10 @@ impl Facts {
     }
 
     /// Of the period reads so far: those that moved a kept period on, those that read theirs
-    /// whole, and the nodes read again in full for evidence stored late.
-    pub async fn periods_answered(&self) -> (u64, u64, u64) {
-        self.periods.lock().await.answered()
+    /// whole, and the nodes read again in full for evidence stored late. Does not wait for a
+    /// read under way (it counts once it is done).
+    pub fn periods_answered(&self) -> (u64, u64, u64) {
+        self.answered.lock().map_or((0, 0, 0), |a| *a)
     }
 
     /// The facts of `stale` (node, its latest snapshot), read from the store.
@@ -716,6 +720,10 @@ pub async fn load(
         out.add(attrs_of(&node, gpu, &nic), failed, false);
     }
     out.names = values.names.clone();
+    drop(known);
+    if let (Some(p), Ok(mut a)) = (periods.as_deref(), facts.answered.lock()) {
+        *a = p.answered();
+    }
     Ok(out)
 }
 

@@ -204,6 +204,23 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     let until: chrono::DateTime<chrono::Utc> = p["until"].as_str().unwrap().parse().unwrap();
     assert!(until <= chrono::Utc::now(), "{p}");
     assert_eq!(p["failing"], json(&c, "/api/v1/patterns")["failing"], "{p}");
+    // A period's length read the first time is read whole and kept; read again it is moved on
+    // from the kept one, with the same answer; /metrics counts both (not waiting behind a read).
+    let period_reads = |how: &str| -> u64 {
+        let (_, m) = c.get("/metrics", None);
+        let prefix = format!("railguard_patterns_period_reads_total{{how=\"{how}\"}} ");
+        m.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{m}"))
+    };
+    let (moved, whole) = (period_reads("moved"), period_reads("whole"));
+    let first = json(&c, "/api/v1/patterns?since=37m");
+    assert_eq!((period_reads("moved"), period_reads("whole")), (moved, whole + 1), "{first}");
+    let again = json(&c, "/api/v1/patterns?since=37m");
+    assert_eq!((period_reads("moved"), period_reads("whole")), (moved + 1, whole + 1), "{again}");
+    assert_eq!(
+        (&first["pairs"], &first["failing"], &first["factor"]),
+        (&again["pairs"], &again["failing"], &again["factor"])
+    );
+    assert!(first["failing"].as_u64().unwrap() > 0, "{first}");
     // The check is not vacuous: an undocumented field or a wrong enum value fails it.
     let mut gpu = json(&c, "/api/v1/nodes/seed-auto/gpus/3");
     gpu["status"]["secret"] = Value::from(1);

@@ -780,6 +780,6 @@ async fn the_pattern_finders_kept_periods_are_the_periods_read_whole_read_after_
     // kept period had it ok), and most reads moved a kept period rather than reading it whole.
     assert!(late == 4 && flipped >= 2, "{late} late, {flipped} flipped");
     assert_eq!(expired, Some(true), "node-09's failure was in the 15 minutes, then left them");
-    let (moved, whole, again) = facts.periods_answered().await;
+    let (moved, whole, again) = facts.periods_answered();
     assert!(moved >= 15 && whole <= 4 && again >= 3, "{moved} moved, {whole} whole, {again} nodes read again");
 }

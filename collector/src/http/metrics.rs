@@ -215,6 +215,20 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     );
     let _ = writeln!(out, "{name}{{source=\"kept\"}} {}", passes.window.0);
     let _ = writeln!(out, "{name}{{source=\"read\"}} {}", passes.window.1);
+    let (moved, whole, late) = s.facts.periods_answered();
+    let name = "railguard_patterns_period_reads_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Reads of /api/v1/patterns by this collector over a period longer than {seal} s with no rolled-up hour in it, by how the period's evidence was read since this collector started: moved (the period kept from the read of its length before, moved on by the evidence that left it and became old enough to keep, its newest {seal} s read again) or whole (read in full: the first read of its length, one that does not move forward from the kept one, or one after the kept periods were dropped).\n# TYPE {name} counter",
+        seal = crate::assess::SEAL_AFTER.as_secs()
+    );
+    let _ = writeln!(out, "{name}{{how=\"moved\"}} {moved}");
+    let _ = writeln!(out, "{name}{{how=\"whole\"}} {whole}");
+    let name = "railguard_patterns_late_nodes_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Nodes whose evidence in a kept pattern period was read again in full by a moving read because ingest stored some of it late (nodes.late_stored_at), since this collector started.\n# TYPE {name} counter\n{name} {late}"
+    );
     let _ = writeln!(
         out,
         "# HELP railguard_leader 1 where this collector holds a fleet-wide task (with several replicas on one Postgres, exactly one holds each).\n# TYPE railguard_leader gauge"

@@ -481,6 +481,10 @@ async fn main() {
         if ms.is_empty() {
             continue;
         }
+        // The patterns' reads one by one: the first of a period's length reads it whole, the
+        // next move it on (below).
+        let in_order = (path.starts_with("/api/v1/patterns") && ms.len() <= 100)
+            .then(|| ms.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", "));
         ms.sort_by(f64::total_cmp);
         let q = |f: f64| ms[((ms.len() as f64 * f).ceil() as usize).saturating_sub(1).min(ms.len() - 1)];
         println!(
@@ -489,6 +493,21 @@ async fn main() {
             q(0.99),
             ms[ms.len() - 1],
             ms.len()
+        );
+        if let Some(o) = in_order {
+            println!("  each read in order (ms): {o}");
+        }
+    }
+    let counter = |name: &str, labels: &str| series(&m, name, labels).unwrap_or(f64::NAN);
+    if a.patterns_every > 0 {
+        println!(
+            "patterns' kept periods (whole run): {:.0} reads moved a kept period on, {:.0} read theirs whole; {:.0} nodes read again for evidence stored late",
+            counter("railguard_patterns_period_reads_total", "how=\"moved\""),
+            counter("railguard_patterns_period_reads_total", "how=\"whole\""),
+            m.lines()
+                .find_map(|l| l.strip_prefix("railguard_patterns_late_nodes_total "))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
         );
     }
     for (kind, steady_only) in [("full", false), ("changed", false), ("changed", true), ("urgent", false)] {
