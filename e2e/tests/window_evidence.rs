@@ -619,7 +619,20 @@ async fn the_pattern_finder_reads_rolled_hours_from_the_rollups() {
         }));
         store.ingest(&node, records, 0).await.unwrap();
     }
+    // A node that probes the same pairs through their NICs every hour (its rollup rows share
+    // one layout, which the read adds up row after row), one of them failing in one hour only.
+    let steady = NodeId::new("node-08".to_owned()).unwrap();
+    store.register_node(&steady, "node-08", "test").await.unwrap();
+    let mut records = vec![Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap()];
+    for h in 0..4i64 {
+        for gpu in 0..4 {
+            let at = now - Duration::seconds(h * 3600 + 1800 + i64::from(gpu));
+            records.push(nic_probe(gpu, gpu == 2 && h == 1, at));
+        }
+    }
+    store.ingest(&steady, records, 0).await.unwrap();
     let want = reference_patterns(&pg, since, now).await;
+    assert!(want.iter().any(|p| p.node == "node-08" && p.gpu == 2 && p.failed), "node-08's GPU2 fails in the period");
     let facts = patterns::Facts::default();
     let check = |got: patterns::Pairs, when: &str| {
         let want = patterns::Pairs::of(&want);

@@ -399,20 +399,14 @@ pub(super) async fn load_period(
     let tick = chrono::TimeDelta::microseconds(1);
     let (mut ev, _) =
         load_split(conn, &None, [(since, from - tick), (to - tick, until)], until, &none, true, laps).await?;
-    type RolledRow = (
-        String,
-        Vec<i32>,
-        Vec<String>,
-        Vec<String>,
-        Vec<String>,
-        Vec<String>,
-        Vec<String>,
-        Vec<i64>,
-        Vec<i64>,
-        Vec<i64>,
-        Vec<i64>,
-    );
-    let mut rows = sqlx::query_as::<_, RolledRow>(
+    // A node's rows of the rolled hours mostly share one layout (its pairs and their
+    // provenance, six arrays): rows with the layout of the node's row before are compared as
+    // they came (binary) and only their counts decoded and added up per element; a layout is
+    // decoded, and what was added up counted into the node, once per run of rows that share
+    // it. The same counts as a row at a time (each element's probes summed, its records the
+    // rows that had any), at 10,000 nodes a day's 240,000 rows of 64 elements instead of 15
+    // million element-by-element records.
+    let mut rows = sqlx::query(
         "SELECT node_id, gpu_index, nic, path, memory, injected, transport, ok, silent_corruption, reported_failure, timeout
          FROM probe_rollup_sets WHERE hour >= $1 AND hour < $2
          UNION ALL
@@ -423,29 +417,114 @@ pub(super) async fn load_period(
     .bind(from)
     .bind(to)
     .fetch(&mut *conn);
-    let u = |v: i64| u64::try_from(v).unwrap_or(0);
+    let mut runs: HashMap<String, RolledRun> = HashMap::new();
+    let mut key = Vec::new();
     while let Some(row) = rows.next().await {
-        let (node_id, gpus, nics, paths, memories, injected, transports, ok, sc, rf, timeout) = row?;
-        let node = ev.node(node_id);
-        for i in 0..gpus.len() {
-            let (Some(&gpu), Some(nic), Some(path), Some(memory), Some(inj), Some(transport)) =
-                (gpus.get(i), nics.get(i), paths.get(i), memories.get(i), injected.get(i), transports.get(i))
-            else {
+        let row = row?;
+        let node_id: String = sqlx::Row::try_get(&row, 0)?;
+        RolledRun::layout_of(&row, &mut key)?;
+        if runs.get(&node_id).is_none_or(|r| r.layout != key) {
+            let fresh = RolledRun::of(&row, key.clone())?;
+            if let Some(done) = runs.insert(node_id.clone(), fresh) {
+                done.count_into(ev.node(node_id.clone()));
+            }
+        }
+        if let Some(run) = runs.get_mut(&node_id) {
+            run.add(&row)?;
+        }
+    }
+    drop(rows);
+    for (node_id, run) in runs {
+        run.count_into(ev.node(node_id));
+    }
+    laps.lap(super::Step::SummarySets);
+    Ok(ev)
+}
+
+/// A run of a node's rolled-up rows that share one layout ([`load_period`]): the layout, and
+/// each element's counts added up over the run.
+struct RolledRun {
+    /// The six layout columns as they came (binary), each after its length.
+    layout: Vec<u8>,
+    gpus: Vec<i32>,
+    nics: Vec<String>,
+    paths: Vec<String>,
+    memories: Vec<String>,
+    injected: Vec<String>,
+    transports: Vec<String>,
+    /// Per element and verdict (ok, silent corruption, reported failure, timeout): the probes,
+    /// and the rows that had any.
+    sums: Vec<[(u64, u64); 4]>,
+}
+
+impl RolledRun {
+    const VERDICTS: [ProbeVerdict; 4] =
+        [ProbeVerdict::Ok, ProbeVerdict::SilentCorruption, ProbeVerdict::ReportedFailure, ProbeVerdict::Timeout];
+
+    /// `row`'s layout columns (1 to 6) as they came, into `key`.
+    fn layout_of(row: &sqlx::postgres::PgRow, key: &mut Vec<u8>) -> Result<(), sqlx::Error> {
+        use sqlx::{Row, ValueRef};
+        key.clear();
+        for i in 1..=6 {
+            let raw = row.try_get_raw(i)?;
+            let bytes = if raw.is_null() { &[][..] } else { raw.as_bytes().map_err(sqlx::Error::Decode)? };
+            key.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            key.extend_from_slice(bytes);
+        }
+        Ok(())
+    }
+
+    fn of(row: &sqlx::postgres::PgRow, layout: Vec<u8>) -> Result<RolledRun, sqlx::Error> {
+        use sqlx::Row;
+        let gpus: Vec<i32> = row.try_get(1)?;
+        let sums = vec![[(0, 0); 4]; gpus.len()];
+        Ok(RolledRun {
+            layout,
+            gpus,
+            nics: row.try_get(2)?,
+            paths: row.try_get(3)?,
+            memories: row.try_get(4)?,
+            injected: row.try_get(5)?,
+            transports: row.try_get(6)?,
+            sums,
+        })
+    }
+
+    /// Adds `row`'s counts (columns 7 to 10), element by element.
+    fn add(&mut self, row: &sqlx::postgres::PgRow) -> Result<(), sqlx::Error> {
+        use sqlx::Row;
+        for (v, col) in [7, 8, 9, 10].into_iter().enumerate() {
+            let counts: Vec<i64> = row.try_get(col)?;
+            for (sum, n) in self.sums.iter_mut().zip(counts) {
+                let n = u64::try_from(n).unwrap_or(0);
+                if n > 0 {
+                    sum[v].0 = sum[v].0.saturating_add(n);
+                    sum[v].1 += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts the run into its node: each element with a probe, as its rows would one by one
+    /// (no diagnosis: not rolled up; injected probes are no evidence).
+    fn count_into(self, node: &mut NodeAcc) {
+        for (i, sum) in self.sums.iter().enumerate() {
+            let (Some(&gpu), Some(nic), Some(path), Some(memory), Some(inj), Some(transport)) = (
+                self.gpus.get(i),
+                self.nics.get(i),
+                self.paths.get(i),
+                self.memories.get(i),
+                self.injected.get(i),
+                self.transports.get(i),
+            ) else {
                 continue;
             };
             if inj != "none" {
                 continue;
             }
-            let counts = [
-                (ProbeVerdict::Ok, ok.get(i)),
-                (ProbeVerdict::SilentCorruption, sc.get(i)),
-                (ProbeVerdict::ReportedFailure, rf.get(i)),
-                (ProbeVerdict::Timeout, timeout.get(i)),
-            ];
-            // No diagnosis: not rolled up.
-            for (verdict, n) in counts {
-                let n = n.copied().map(u).unwrap_or(0);
-                if n > 0 {
+            for (verdict, (probes, records)) in Self::VERDICTS.into_iter().zip(sum) {
+                if *records > 0 {
                     node.record(Evidence {
                         gpu,
                         nic,
@@ -453,8 +532,8 @@ pub(super) async fn load_period(
                         memory,
                         verdict,
                         diagnosis: Diagnosis::None,
-                        probes: n,
-                        records: 1,
+                        probes: *probes,
+                        records: *records,
                         transport,
                         first_lane: None,
                     });
@@ -462,8 +541,6 @@ pub(super) async fn load_period(
             }
         }
     }
-    laps.lap(super::Step::SummarySets);
-    Ok(ev)
 }
 
 /// [`load`] of the evidence observed in either of two ranges (`(a, b]`; an empty one is

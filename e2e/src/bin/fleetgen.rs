@@ -51,6 +51,9 @@ struct Args {
     keep_window: bool,
     /// Seconds between reads of `/api/v1/patterns` under load (0: none).
     patterns_every: u64,
+    /// Reads of `/api/v1/patterns?since=1d` after the load, over a day of rollups copied from
+    /// the run's (0: none).
+    day_reads: usize,
     summary: Duration,
     start_over: Option<Duration>,
 }
@@ -70,6 +73,7 @@ fn args() -> Result<Args, String> {
         assess_pass_budget_ms: None,
         keep_window: false,
         patterns_every: 0,
+        day_reads: 0,
         summary: railguard_agent::service::probes::ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW,
         start_over: None,
     };
@@ -90,6 +94,7 @@ fn args() -> Result<Args, String> {
             "--assess-pass-budget-ms" => a.assess_pass_budget_ms = Some(num(val()?)?),
             "--keep-window" => a.keep_window = true,
             "--patterns-every-secs" => a.patterns_every = num(val()?)?,
+            "--day-reads" => a.day_reads = num(val()?)? as usize,
             "--summary-secs" => a.summary = Duration::from_secs(num(val()?)?),
             "--start-over-secs" => a.start_over = Some(Duration::from_secs(num(val()?)?)),
             "--fail" => {
@@ -98,7 +103,7 @@ fn args() -> Result<Args, String> {
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--keep-window (the collector's)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--keep-window (the collector's)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -461,6 +466,9 @@ async fn main() {
         rollup_bytes as f64 / rollup_rows.max(1) as f64,
         rollup_bytes as f64 / rollup_rows.max(1) as f64 * 24.0 / 1e6
     );
+    if a.day_reads > 0 {
+        day_reads(&pg.pool, port, a.day_reads).await;
+    }
     if !injections.is_empty() {
         let mut d: Vec<f64> = injections.iter().filter_map(|j| j.detected).map(|d| d.as_secs_f64()).collect();
         d.sort_by(f64::total_cmp);
@@ -629,6 +637,87 @@ async fn push(
             stats.errors.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// The fleet's patterns over a day (`?since=1d`, as `report --since 1d` reads it): the 24 hours
+/// before this one are given the run's node-hour rollups (copies of its fullest rolled hour,
+/// marked rolled, in hours that have none), so the read takes 23 whole hours from the rollups
+/// and the rest from the evidence; then `reads` reads one after another, after the load (the
+/// collector idle but for its passes), each timed.
+async fn day_reads(pool: &sqlx::PgPool, port: u16, reads: usize) {
+    use railguard_collector::store::HistoryTable;
+    let now = chrono::Utc::now();
+    let this_hour = railguard_collector::store::rollup::hour_of(now);
+    let source: Option<(chrono::DateTime<chrono::Utc>, i64)> = sqlx::query_as(
+        "SELECT hour, count(*) FROM probe_rollup_sets GROUP BY hour ORDER BY count(*) DESC, hour DESC LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await
+    .unwrap();
+    let Some((source, rows)) = source else {
+        println!("day reads: no rollups to copy");
+        return;
+    };
+    let t = Instant::now();
+    let mut copied = 0u64;
+    for k in 1..=24 {
+        let hour = this_hour - chrono::TimeDelta::hours(k);
+        let table = HistoryTable::ProbeRollupSets;
+        sqlx::query("SELECT railguard_ensure_partition($1::regclass, $2, $3)")
+            .bind(table.regclass())
+            .bind(table.partition_of(hour.date_naive()))
+            .bind(table.span())
+            .execute(pool)
+            .await
+            .unwrap();
+        copied += sqlx::query(
+            "INSERT INTO probe_rollup_sets (node_id, hour, gpu_index, nic, transport, memory, path, injected,
+                 simulated, ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
+             SELECT node_id, $2, gpu_index, nic, transport, memory, path, injected, simulated, ok,
+                    silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure
+             FROM probe_rollup_sets s WHERE hour = $1
+               AND NOT EXISTS (SELECT 1 FROM probe_rollup_sets o WHERE o.hour = $2)",
+        )
+        .bind(source)
+        .bind(hour)
+        .execute(pool)
+        .await
+        .unwrap()
+        .rows_affected();
+        sqlx::query("INSERT INTO rollup_hours (hour) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(hour)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    sqlx::query("ANALYZE probe_rollup_sets").execute(pool).await.unwrap();
+    println!(
+        "day reads: {copied} node-hour rows copied from the {rows} of {source} into the 24 hours before this one ({:.1} s)",
+        t.elapsed().as_secs_f64()
+    );
+    let mut took = Vec::new();
+    for _ in 0..reads {
+        let (code, ms, body) = tokio::task::spawn_blocking(move || {
+            let t = Instant::now();
+            let (code, body) = http_get(port, "/api/v1/patterns?since=1d", None);
+            (code, t.elapsed().as_secs_f64() * 1000.0, body)
+        })
+        .await
+        .unwrap();
+        if code != 200 {
+            println!("fleetgen: GET /api/v1/patterns?since=1d answered {code}: {body}");
+            return;
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if took.is_empty() {
+            println!("day reads: {} pairs, {} failing: {}", v["pairs"], v["failing"], v["factor"]["summary"]);
+        }
+        took.push(ms);
+    }
+    println!(
+        "day reads (after the load): GET /api/v1/patterns?since=1d each read in order (ms): {}",
+        took.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
+    );
 }
 
 /// The latest assessment pass of one kind, as /metrics shows it.
