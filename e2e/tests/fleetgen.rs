@@ -28,7 +28,7 @@ fn fleetgen_loads_a_collector_and_its_injected_failure_is_detected() {
         .lines()
         .find_map(|l| l.strip_prefix("day reads: ")?.split(" node-hour rows copied").next()?.parse().ok())
         .unwrap_or_else(|| panic!("{text}"));
-    assert!(copied > 0 && copied % 30 == 0 && copied <= 24 * 30, "{copied}");
+    assert!(copied > 0 && copied.is_multiple_of(30) && copied <= 24 * 30, "{copied}");
     let read = text
         .lines()
         .find(|l| l.starts_with("day reads: ") && l.contains(" pairs, "))
