@@ -423,17 +423,18 @@ pub(super) async fn load_period(
         let row = row?;
         let node_id: String = sqlx::Row::try_get(&row, 0)?;
         RolledRun::layout_of(&row, &mut key)?;
-        if runs.get(&node_id).is_none_or(|r| r.layout != key) {
-            let fresh = RolledRun::of(&row, key.clone())?;
-            if let Some(done) = runs.insert(node_id.clone(), fresh) {
-                done.count_into(ev.node(node_id.clone()));
+        let run = match runs.entry(node_id) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                if o.get().layout != key {
+                    let done = o.insert(RolledRun::of(&row, key.clone())?);
+                    done.count_into(ev.node(o.key().clone()));
+                }
+                o.into_mut()
             }
-        }
-        if let Some(run) = runs.get_mut(&node_id) {
-            run.add(&row)?;
-        }
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(RolledRun::of(&row, key.clone())?),
+        };
+        run.add(&row)?;
     }
-    drop(rows);
     for (node_id, run) in runs {
         run.count_into(ev.node(node_id));
     }

@@ -105,12 +105,8 @@ impl Store {
         Ok(dropped)
     }
 
-    /// Ensures the day partition of `table` holding `day`.
-    pub(crate) async fn ensure_partition(
-        &self,
-        table: HistoryTable,
-        day: chrono::NaiveDate,
-    ) -> Result<(), sqlx::Error> {
+    /// Ensures the partition of `table` holding `day` (its day, or its month).
+    pub async fn ensure_partition(&self, table: HistoryTable, day: chrono::NaiveDate) -> Result<(), sqlx::Error> {
         self.partitions.ensure(&self.pool, table, day).await
     }
 }

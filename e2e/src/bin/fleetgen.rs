@@ -467,7 +467,7 @@ async fn main() {
         rollup_bytes as f64 / rollup_rows.max(1) as f64 * 24.0 / 1e6
     );
     if a.day_reads > 0 {
-        day_reads(&pg.pool, port, a.day_reads).await;
+        day_reads(&store, &pg.pool, port, a.day_reads).await;
     }
     if !injections.is_empty() {
         let mut d: Vec<f64> = injections.iter().filter_map(|j| j.detected).map(|d| d.as_secs_f64()).collect();
@@ -491,8 +491,7 @@ async fn main() {
         }
         // The patterns' reads one by one: the first of a period's length reads it whole, the
         // next move it on (below).
-        let in_order = (path.starts_with("/api/v1/patterns") && ms.len() <= 100)
-            .then(|| ms.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", "));
+        let in_order = (path.starts_with("/api/v1/patterns") && ms.len() <= 100).then(|| in_order(ms));
         ms.sort_by(f64::total_cmp);
         let q = |f: f64| ms[((ms.len() as f64 * f).ceil() as usize).saturating_sub(1).min(ms.len() - 1)];
         println!(
@@ -512,10 +511,7 @@ async fn main() {
             "patterns' kept periods (whole run): {:.0} reads moved a kept period on, {:.0} read theirs whole; {:.0} nodes read again for evidence stored late",
             counter("railguard_patterns_period_reads_total", "how=\"moved\""),
             counter("railguard_patterns_period_reads_total", "how=\"whole\""),
-            m.lines()
-                .find_map(|l| l.strip_prefix("railguard_patterns_late_nodes_total "))
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(f64::NAN)
+            counter("railguard_patterns_late_nodes_total", "")
         );
     }
     for (kind, steady_only) in [("full", false), ("changed", false), ("changed", true), ("urgent", false)] {
@@ -644,7 +640,7 @@ async fn push(
 /// marked rolled, in hours that have none), so the read takes 23 whole hours from the rollups
 /// and the rest from the evidence; then `reads` reads one after another, after the load (the
 /// collector idle but for its passes), each timed.
-async fn day_reads(pool: &sqlx::PgPool, port: u16, reads: usize) {
+async fn day_reads(store: &railguard_collector::store::Store, pool: &sqlx::PgPool, port: u16, reads: usize) {
     use railguard_collector::store::HistoryTable;
     let now = chrono::Utc::now();
     let this_hour = railguard_collector::store::rollup::hour_of(now);
@@ -662,14 +658,7 @@ async fn day_reads(pool: &sqlx::PgPool, port: u16, reads: usize) {
     let mut copied = 0u64;
     for k in 1..=24 {
         let hour = this_hour - chrono::TimeDelta::hours(k);
-        let table = HistoryTable::ProbeRollupSets;
-        sqlx::query("SELECT railguard_ensure_partition($1::regclass, $2, $3)")
-            .bind(table.regclass())
-            .bind(table.partition_of(hour.date_naive()))
-            .bind(table.span())
-            .execute(pool)
-            .await
-            .unwrap();
+        store.ensure_partition(HistoryTable::ProbeRollupSets, hour.date_naive()).await.unwrap();
         copied += sqlx::query(
             "INSERT INTO probe_rollup_sets (node_id, hour, gpu_index, nic, transport, memory, path, injected,
                  simulated, ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
@@ -714,10 +703,12 @@ async fn day_reads(pool: &sqlx::PgPool, port: u16, reads: usize) {
         }
         took.push(ms);
     }
-    println!(
-        "day reads (after the load): GET /api/v1/patterns?since=1d each read in order (ms): {}",
-        took.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
-    );
+    println!("day reads (after the load): GET /api/v1/patterns?since=1d each read in order (ms): {}", in_order(&took));
+}
+
+/// Milliseconds as read, in order: "812, 640, …".
+fn in_order(ms: &[f64]) -> String {
+    ms.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
 }
 
 /// The latest assessment pass of one kind, as /metrics shows it.
@@ -741,9 +732,10 @@ fn window_answered(metrics: &str) -> Option<(f64, f64)> {
     Some((v("kept")?, v("read")?))
 }
 
-/// The value of the series `name{labels}` in a /metrics text.
+/// The value of the series `name{labels}` (`name` alone when `labels` is empty) in a /metrics
+/// text.
 fn series(metrics: &str, name: &str, labels: &str) -> Option<f64> {
-    let prefix = format!("{name}{{{labels}}} ");
+    let prefix = if labels.is_empty() { format!("{name} ") } else { format!("{name}{{{labels}}} ") };
     metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse::<f64>().ok())
 }
 
