@@ -92,7 +92,7 @@ echo "=== ucx-rxe"; {agent} probe --transport ucx --ucx-device rxe0:1 --memory h
 echo "=== nixl-selftest"; {nixl} selftest --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== nixl-read"; {nixl} probe --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic all --bytes 4M --nixl-block 1M --probe-segment 4M --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== nixl-write"; {nixl} probe --nixl-lib {site} --transport nixl --nixl-op write --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --timeout-ms 20000 --json; echo "exit=$?"
-echo "=== qp-table"; CUDA_VISIBLE_DEVICES=2 {agent} probe --transport verbs --verbs-device rxe0 --verbs-op read --memory host --sysfs-root {sys} --gpu 2 --nic auto --bytes 1M --timeout-ms 60000 --faults {d}/hang2.json >/dev/null 2>&1 & P=$!; for i in $(seq 100); do q=$({agent} watch --list-qps --no-ebpf --sysfs-root {sys} --proc-root /proc 2>/dev/null); echo "$q"; case "$q" in *'"RC"'*) break;; esac; kill -0 $P 2>/dev/null || {{ echo "probe-exited"; break; }}; sleep 0.2; done; kill $P 2>/dev/null; wait
+echo "=== qp-table"; CUDA_VISIBLE_DEVICES=2 {agent} probe --transport verbs --verbs-device rxe0 --verbs-op read --memory host --sysfs-root {sys} --gpu 2 --nic auto --bytes 1M --timeout-ms 60000 --faults {d}/hang2.json >/dev/null 2>&1 & P=$!; for i in $(seq 100); do q=$({agent} watch --list-qps --no-ebpf --sysfs-root {sys} --proc-root /proc 2>/dev/null); echo "$q"; echo "$q" | grep '"type":"RC"' | grep -q '"port":1' && break; kill -0 $P 2>/dev/null || {{ echo "probe-exited"; break; }}; sleep 0.2; done; kill $P 2>/dev/null; wait
 echo "=== inline-rxe"; mkdir -p /run/tmp/inline && echo t > /run/tmp/inline/token && NO_COLOR=1 RUST_LOG=railguard_agent::inline=debug {agent} run --insecure --collector http://127.0.0.1:9 --node-id vm --token-file /run/tmp/inline/token --spool-dir /run/tmp/inline/spool --sysfs-root {sys} --probe-cycle-secs 0 --no-signals --topology-interval 0 --inline-socket /run/tmp/inline/inline.sock > /run/tmp/inline/agent.log 2>&1 & AG=$!; for i in $(seq 50); do [ -S /run/tmp/inline/inline.sock ] && break; sleep 0.1; done; LD_LIBRARY_PATH={ibv} UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc CUDA_VISIBLE_DEVICES=2 RAILGUARD_INLINE_SOCKET=/run/tmp/inline/inline.sock NIXL_LOG_LEVEL=WARN {py} {race} --mode race --reuse before --transfers 5 --blocks 16 --block-bytes 65536 2>/dev/null | grep '^{{'; kill $AG; wait $AG; grep 'in-line report' /run/tmp/inline/agent.log
 echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9 --sysfs-root {sys} --gpu 0 --nic auto --json; echo "exit=$?"
 "#,
@@ -141,7 +141,9 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
 
     // The kernel's QP table through rdma netlink (no uprobe, any verbs consumer): the kernel's
     // own GSI QP, and the RC QP of a verbs process on rxe0 with its pid and the GPU its
-    // CUDA_VISIBLE_DEVICES names (the probe's stalled pair holds its queue pairs open).
+    // CUDA_VISIBLE_DEVICES names (the probe's stalled pair holds its queue pairs open). A QP is
+    // listed from its creation, in RESET with no port until it is moved to INIT, so the script
+    // waits for an RC QP with its port (CI once caught one in RESET).
     let qt = section(&s, "qp-table");
     assert!(!qt.contains("probe-exited"), "the stalled probe ended before its QP was seen: {qt}");
     let qps = json_lines(qt);
