@@ -443,9 +443,15 @@ struct Known {
 pub struct Facts {
     known: Mutex<Known>,
     periods: tokio::sync::Mutex<crate::assess::PeriodCache>,
-    /// [`crate::assess::PeriodCache::answered`] as of the latest read that went through it, for
-    /// `/metrics` (which must not wait behind a read holding `periods`).
+    /// The settled rolled-up hours of the periods with some (a day, a week), kept between reads
+    /// ([`crate::assess::RolledCache`]); a lock of its own, so that a day's read does not hold
+    /// up the dashboard's 15 minutes.
+    rolled: tokio::sync::Mutex<crate::assess::RolledCache>,
+    /// [`crate::assess::PeriodCache::answered`] and [`crate::assess::RolledCache::answered`] as
+    /// of the latest read that went through each, for `/metrics` (which must not wait behind a
+    /// read holding a cache).
     answered: Mutex<(u64, u64, u64)>,
+    rolled_answered: Mutex<(u64, u64, u64)>,
 }
 
 impl std::fmt::Debug for Facts {
@@ -485,6 +491,13 @@ impl Facts {
     /// read under way (it counts once it is done).
     pub fn periods_answered(&self) -> (u64, u64, u64) {
         self.answered.lock().map_or((0, 0, 0), |a| *a)
+    }
+
+    /// Of the reads of periods with rolled-up hours so far: those that moved a kept sum of
+    /// settled hours on, those that made theirs from all of them, and the hours read from the
+    /// rollups (kept or read each time). Does not wait for a read under way.
+    pub fn rolled_answered(&self) -> (u64, u64, u64) {
+        self.rolled_answered.lock().map_or((0, 0, 0), |a| *a)
     }
 
     /// The facts of `stale` (node, its latest snapshot), read from the store.
@@ -640,8 +653,19 @@ pub async fn load(
         None => Some(facts.periods.lock().await),
         Some(_) => None,
     };
+    // A period with rolled hours keeps the sum of its settled ones; its reads take turns too, and
+    // run in one snapshot (an hour's mark in `rollup_hours` and its rows as one).
+    let mut kept_rolled = match rolled {
+        Some(_) => Some(facts.rolled.lock().await),
+        None => None,
+    };
     let mut tx = pool.begin().await?;
-    let evidence = crate::assess::period_pairs(&mut tx, since, until, rolled, periods.as_deref_mut()).await?;
+    if rolled.is_some() {
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *tx).await?;
+    }
+    let evidence =
+        crate::assess::period_pairs(&mut tx, since, until, rolled, periods.as_deref_mut(), kept_rolled.as_deref_mut())
+            .await?;
     // The workload's own transfers, verified in-line through the pair's NIC (or failed).
     let inline: Vec<(String, i32, String, bool)> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic, sum(transfers_mismatch) > 0 AS failed
@@ -723,6 +747,9 @@ pub async fn load(
     drop(known);
     if let (Some(p), Ok(mut a)) = (periods.as_deref(), facts.answered.lock()) {
         *a = p.answered();
+    }
+    if let (Some(r), Ok(mut a)) = (kept_rolled.as_deref(), facts.rolled_answered.lock()) {
+        *a = r.answered();
     }
     Ok(out)
 }

@@ -8,7 +8,7 @@ use railguard_e2e::bin;
 fn fleetgen_loads_a_collector_and_its_injected_failure_is_detected() {
     let out = std::process::Command::new(bin("fleetgen"))
         .args(["--nodes", "30", "--duration-secs", "12", "--interval-secs", "2", "--fail", "fleet-00003:5"])
-        .args(["--fail-after-secs", "3", "--day-reads", "1"])
+        .args(["--fail-after-secs", "3", "--day-reads", "2"])
         .env("RUST_LOG", "error")
         .output()
         .unwrap();
@@ -22,7 +22,7 @@ fn fleetgen_loads_a_collector_and_its_injected_failure_is_detected() {
     };
     assert!(offered > 0.0 && (offered - acked).abs() < 1.0, "every record acknowledged: {total}");
     assert!(text.contains("fleet-00003 GPU5 corrupting"), "{text}");
-    // The day read over the run's rollups copied into the 24 hours before this one (fewer if the
+    // The day reads over the run's rollups copied into the 24 hours before this one (fewer if the
     // run crossed an hour, which then has its own): every node's 64 pairs, the failing one among them.
     let copied: u64 = text
         .lines()
@@ -36,4 +36,11 @@ fn fleetgen_loads_a_collector_and_its_injected_failure_is_detected() {
     assert!(read.starts_with("day reads: 1920 pairs, "), "{read}");
     assert!(!read.contains(", 0 failing"), "{read}");
     assert!(text.contains("GET /api/v1/patterns?since=1d each read in order (ms): "), "{text}");
+    // The second read moved the first one's kept sum of settled hours on (none left or entered
+    // unless an hour passed between them) and read only the hours a pass may roll again.
+    let kept = text
+        .lines()
+        .find_map(|l| l.strip_prefix("day reads' kept rolled hours (whole run): "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(kept.starts_with("1 moved a kept sum on, 1 read all their settled hours; "), "{kept}");
 }

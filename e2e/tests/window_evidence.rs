@@ -796,3 +796,144 @@ async fn the_pattern_finders_kept_periods_are_the_periods_read_whole_read_after_
     let (moved, whole, again) = facts.periods_answered();
     assert!(moved >= 15 && whole <= 4 && again >= 3, "{moved} moved, {whole} whole, {again} nodes read again");
 }
+
+/// The pattern finder's kept rolled-up hours (`RolledCache`): read after read of periods with
+/// rolled hours in them (12 hours, 6 hours beside it, 20 hours now and then: three lengths, two
+/// kept), moving hour by hour over 30 hours of rolled-up evidence, each read finds what the
+/// joining query over the whole period finds, while hours leave the kept sum (a failure and a
+/// pair that only they held), enter it, are rolled again where it is kept (a backfill: the
+/// read is whole), are rolled again where a pass may still roll them (read each time, never
+/// kept), lose their mark (retention), and the leader rolls a new hour (the settled hours move).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pattern_finders_kept_rolled_hours_are_the_periods_read_whole_read_after_read() {
+    use railguard_collector::store::rollup::hour_of;
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let now = Utc::now().trunc_subsecs(6);
+    let top = hour_of(now);
+    let h = Duration::hours;
+    let mut rng = StdRng::seed_from_u64(20);
+    let names: Vec<String> = (0..10).map(|i| format!("node-{i:02}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        let node = NodeId::new(n.clone()).unwrap();
+        store.register_node(&node, n, "test").await.unwrap();
+        let spec = if i % 2 == 0 { fixture::seed_kvm_guest() } else { fixture::dgx_h100_like() };
+        let mut records = vec![Record::try_from(topo_rec(topology(&spec, None))).unwrap()];
+        if i < 8 {
+            let mut k = 0i64;
+            records.extend(evidence_at(&mut rng, i, (240, 6, 30), &mut |rng| {
+                k += 1;
+                now - Duration::seconds(rng.random_range(1..30 * 3600)) - Duration::milliseconds(k * 10 + i as i64)
+            }));
+        } else {
+            // node-08 probes GPUs 0-3 through their own NICs every hour, GPU2 failing in the
+            // hour 19 hours back only; node-09 the same, and GPU7 in the hour 18 back only.
+            for back in 1..=30i64 {
+                for gpu in 0..4 {
+                    let at = top - h(back) + Duration::seconds(1200 + i64::from(gpu));
+                    records.push(nic_probe(gpu, i == 8 && gpu == 2 && back == 19, at));
+                }
+                if i == 9 && back == 18 {
+                    records.push(nic_probe(7, false, top - h(back) + Duration::seconds(1300)));
+                }
+            }
+        }
+        store.ingest(&node, records, 0).await.unwrap();
+    }
+    // Every hour rolled up but the last one passed (the leader rolls that one during the reads).
+    let (pass, _) = store.roll_up_passed(None, now - h(1)).await.unwrap();
+    assert!(pass.hours >= 29, "{pass:?}");
+
+    let facts = patterns::Facts::default();
+    let node = |n: usize| NodeId::new(names[n].clone()).unwrap();
+    let failing = |pairs: &[patterns::PairFacts], n: &str, gpu: i32| {
+        pairs.iter().any(|p| p.node == n && p.gpu == gpu && p.failed)
+    };
+    let (mut left, mut backfilled, mut rerolled) = (false, false, false);
+    for k in 0..=20i64 {
+        let until = top - h(10) + Duration::minutes(30 * k + 7);
+        match k {
+            // Stored late into an hour the 12-hour sum keeps, and that hour rolled again (a
+            // backfill): the next read is whole (the hour's mark changed) and sees it.
+            4 => {
+                let at = top - h(14) + Duration::seconds(1500);
+                store.ingest(&node(9), vec![nic_probe(5, true, at)], 0).await.unwrap();
+                store.roll_up_hour(top - h(14)).await.unwrap();
+            }
+            // Retention forgets a kept hour's mark: the period's rolled hours split around it,
+            // and the next read is whole.
+            9 => {
+                sqlx::query("DELETE FROM rollup_hours WHERE hour = $1")
+                    .bind(top - h(17))
+                    .execute(&pg.pool)
+                    .await
+                    .unwrap();
+            }
+            // The leader rolls the hour that passed: the hours a pass may roll again move on.
+            12 => {
+                store.roll_up_hour(top - h(1)).await.unwrap();
+            }
+            // A failure stored into an hour a pass may still roll, and the leader's pass rolling
+            // its three hours again: they were never kept, so the kept sum moves on.
+            17 => {
+                let at = top - h(2) + Duration::seconds(1500);
+                store.ingest(&node(9), vec![nic_probe(6, true, at)], 0).await.unwrap();
+                let (pass, _) = store.roll_up_passed(Some(top - h(3)), now).await.unwrap();
+                assert_eq!(pass.hours, 3, "{pass:?}");
+            }
+            _ => {}
+        }
+        let mut lengths = vec![(h(12), until), (h(6), until)];
+        if k == 2 || k == 12 {
+            lengths.push((h(20), until));
+        }
+        if k == 10 {
+            // A 12-hour period four hours back (the kept sum moves back, then forth).
+            lengths.push((h(12), until - h(4)));
+        }
+        for (n, (length, until)) in lengths.into_iter().enumerate() {
+            let since = until - length;
+            let before = facts.rolled_answered();
+            let got = patterns::load(&pg.pool, &facts, since, until).await.unwrap();
+            let want = reference_patterns(&pg, since, until).await;
+            let when = format!("read {k}, {}-h period to {until}", length.num_hours());
+            if n == 0 {
+                // node-08's failure (19 hours back, 20 minutes into the hour) is in the 12 hours
+                // until they start after it.
+                let holds = since < top - h(19) + Duration::seconds(1202);
+                assert_eq!(failing(&want, "node-08", 2), holds, "{when}");
+                left |= !holds;
+                backfilled |= k >= 4 && failing(&want, "node-09", 5);
+                rerolled |= k >= 17 && failing(&want, "node-09", 6);
+            }
+            let want = patterns::Pairs::of(&want);
+            assert!(want.pairs > 0, "{when}");
+            assert_eq!((got.pairs, got.failing), (want.pairs, want.failing), "{when}");
+            assert_eq!(got.counts(), want.counts(), "{when}");
+            assert_eq!(got.explain(), want.explain(), "{when}");
+            let after = facts.rolled_answered();
+            let (moved, whole, hours) = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+            assert_eq!(moved + whole, 1, "{when}: one read through the kept hours");
+            if n == 0 {
+                match k {
+                    // The first: all its rolled hours.
+                    0 => assert_eq!((whole, hours), (1, 11), "{when}"),
+                    // The same hours again: none read (none a pass may roll again in it).
+                    1 => assert_eq!((moved, hours), (1, 0), "{when}"),
+                    // An hour on (the 20 hours then took the 12 hours' place: three lengths, two kept).
+                    2 => assert_eq!((moved, hours), (1, 2), "{when}"),
+                    3 => assert_eq!(whole, 1, "{when}"),
+                    4 | 9 => assert_eq!(whole, 1, "{when}"),
+                    5..=8 => assert_eq!(moved, 1, "{when}"),
+                    // The three hours rolled again were never kept: the one of them in the period
+                    // read, as each read reads it.
+                    17 => assert_eq!((moved, hours), (1, 1), "{when}"),
+                    _ => {}
+                }
+            }
+        }
+    }
+    assert!(left && backfilled && rerolled, "left {left}, backfilled {backfilled}, rerolled {rerolled}");
+    let (moved, whole, _) = facts.rolled_answered();
+    assert!(moved >= 30 && whole <= 12, "{moved} moved, {whole} whole");
+}

@@ -6,7 +6,7 @@
 pub mod rules;
 mod window;
 
-pub use window::{KEPT_PERIODS, LATE_AFTER, PeriodCache, SEAL_AFTER, WindowCache};
+pub use window::{KEPT_PERIODS, KEPT_ROLLED, LATE_AFTER, PeriodCache, RolledCache, SEAL_AFTER, WindowCache};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -95,19 +95,24 @@ pub async fn load_inputs(
 /// Every pair's probe evidence observed in (`since`, `until`], counted as a pass counts it
 /// under the trust policy ([`window`]; no in-line counts): the pattern finder's pairs. The
 /// whole hours `rolled` (rolled up, inside the period) are read from the pair-hour rollups
-/// ([`window::load_period`]); a period without any is read through `cache` when given, kept
-/// from the reads before ([`PeriodCache`]).
+/// ([`window::load_period`]), through `kept_rolled` when given (the settled hours' sum kept from
+/// the reads before, [`RolledCache`]; run in a repeatable-read transaction); a period without
+/// any is read through `kept` when given, kept from the reads before ([`PeriodCache`]).
 pub(crate) async fn period_pairs<'a>(
     conn: &mut sqlx::PgConnection,
     since: DateTime<Utc>,
     until: DateTime<Utc>,
     rolled: Option<(DateTime<Utc>, DateTime<Utc>)>,
-    cache: Option<&'a mut PeriodCache>,
+    kept: Option<&'a mut PeriodCache>,
+    kept_rolled: Option<&'a mut RolledCache>,
 ) -> Result<PeriodPairs<'a>, sqlx::Error> {
     let mut steps = Steps::default();
     let mut laps = Laps::new(&mut steps);
-    match (rolled, cache) {
-        (None, Some(cache)) => window::load_period_cached(conn, since, until, cache, &mut laps).await,
+    match (rolled, kept, kept_rolled) {
+        (None, Some(cache), _) => window::load_period_cached(conn, since, until, cache, &mut laps).await,
+        (Some(hours), _, Some(cache)) => {
+            window::load_period_rolled_cached(conn, since, until, hours, cache, &mut laps).await
+        }
         _ => Ok(window::LeanPeriod::of(window::load_period(conn, since, until, rolled, &mut laps).await?)),
     }
 }

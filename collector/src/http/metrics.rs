@@ -224,6 +224,19 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     );
     let _ = writeln!(out, "{name}{{how=\"moved\"}} {moved}");
     let _ = writeln!(out, "{name}{{how=\"whole\"}} {whole}");
+    let (moved, whole, hours) = s.facts.rolled_answered();
+    let name = "railguard_patterns_rolled_reads_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Reads of /api/v1/patterns by this collector over a period with rolled-up hours in it, by how its settled rolled hours (those the leader's hourly pass no longer rolls again) were read since this collector started: moved (their sum kept from the read of its length before, moved on by the hours that left and entered) or whole (all of them read: the first read of its length, or a kept hour rolled again or forgotten since).\n# TYPE {name} counter"
+    );
+    let _ = writeln!(out, "{name}{{how=\"moved\"}} {moved}");
+    let _ = writeln!(out, "{name}{{how=\"whole\"}} {whole}");
+    let name = "railguard_patterns_rollup_hour_reads_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Hours of the pair-hour rollups read by /api/v1/patterns since this collector started (each hour read once per read that read it: hours entering or leaving a kept sum, all of them for a whole read, and the hours a pass may still roll again, every read).\n# TYPE {name} counter\n{name} {hours}"
+    );
     let name = "railguard_patterns_late_nodes_total";
     let _ = writeln!(
         out,

@@ -40,6 +40,10 @@ impl Store {
     pub async fn roll_up_hour(&self, hour: DateTime<Utc>) -> Result<u64, sqlx::Error> {
         let hour = hour_of(hour);
         self.ensure_partition(HistoryTable::ProbeRollupSets, hour.date_naive()).await?;
+        // The rows and the hour's mark in one transaction: a reader that keeps rolled hours
+        // between reads (`assess::RolledCache`) sees an hour's `rolled_at` change exactly when its
+        // rows do.
+        let mut tx = self.pool.begin().await?;
         let pairs: i64 = sqlx::query_scalar(
             "WITH pairs AS (
                 SELECT node_id, gpu_index, nic, transport, memory, path, injected, simulated,
@@ -82,13 +86,14 @@ impl Store {
              SELECT coalesce(sum(n), 0)::bigint FROM written",
         )
         .bind(hour)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await?;
-        // Marked once its rows are in: a read across the tiers takes the hour from the rollups.
+        // Marked with its rows: a read across the tiers takes the hour from the rollups.
         sqlx::query("INSERT INTO rollup_hours (hour) VALUES ($1) ON CONFLICT (hour) DO UPDATE SET rolled_at = now()")
             .bind(hour)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(u64::try_from(pairs).unwrap_or(0))
     }
 

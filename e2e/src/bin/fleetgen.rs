@@ -704,6 +704,14 @@ async fn day_reads(store: &railguard_collector::store::Store, pool: &sqlx::PgPoo
         took.push(ms);
     }
     println!("day reads (after the load): GET /api/v1/patterns?since=1d each read in order (ms): {}", in_order(&took));
+    let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
+    let counter = |name: &str, labels: &str| series(&m, name, labels).unwrap_or(f64::NAN);
+    println!(
+        "day reads' kept rolled hours (whole run): {:.0} moved a kept sum on, {:.0} read all their settled hours; {:.0} rollup hours read",
+        counter("railguard_patterns_rolled_reads_total", "how=\"moved\""),
+        counter("railguard_patterns_rolled_reads_total", "how=\"whole\""),
+        counter("railguard_patterns_rollup_hour_reads_total", "")
+    );
 }
 
 /// Milliseconds as read, in order: "812, 640, …".
