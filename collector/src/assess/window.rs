@@ -853,6 +853,30 @@ fn trusted_of(
     }
 }
 
+/// Moves kept nodes on: takes away what left the period (`gone`) and adds what entered it
+/// (`added`).
+fn move_on(nodes: &mut LeanNodes, gone: &WindowEvidence, added: &WindowEvidence, nics: &mut Nics) {
+    for (node, acc) in &gone.nodes {
+        if let Some(n) = nodes.get_mut(node) {
+            n.merge(acc, nics, true);
+        }
+    }
+    for (node, acc) in &added.nodes {
+        nodes.entry(node.clone()).or_default().merge(acc, nics, false);
+    }
+}
+
+/// Puts `item` last in `kept`, first dropping the one used least recently (`used`) when `kept`
+/// holds `max` already.
+fn keep_last<T>(kept: &mut Vec<T>, max: usize, used: impl Fn(&T) -> u64, item: T) {
+    if kept.len() >= max
+        && let Some(i) = kept.iter().enumerate().min_by_key(|(_, k)| used(k)).map(|(i, _)| i)
+    {
+        kept.swap_remove(i);
+    }
+    kept.push(item);
+}
+
 /// How many relative periods the pattern finder keeps (the dashboard's, the API's default, and
 /// two more); the one read least recently goes first.
 pub const KEPT_PERIODS: usize = 4;
@@ -995,14 +1019,7 @@ pub(super) async fn load_period_cached<'a>(
             let (gone, added) =
                 load_split(conn, &None, [(from, since), (kept_seal, seal)], kept_seal, &none, true, laps).await?;
             sqlx::query("SET LOCAL enable_indexscan = on").execute(&mut *conn).await?;
-            for (node, acc) in &gone.nodes {
-                if let Some(n) = k.nodes.get_mut(node) {
-                    n.merge(acc, &mut cache.nics, true);
-                }
-            }
-            for (node, acc) in &added.nodes {
-                k.nodes.entry(node.clone()).or_default().merge(acc, &mut cache.nics, false);
-            }
+            move_on(&mut k.nodes, &gone, &added, &mut cache.nics);
             if !late.is_empty() {
                 cache.late += late.len() as u64;
                 let filter = Some(late.clone());
@@ -1028,12 +1045,7 @@ pub(super) async fn load_period_cached<'a>(
             (KeptPeriod { length, range: (since, seal), read_at, nodes, used: cache.clock }, newest)
         }
     };
-    if cache.periods.len() >= KEPT_PERIODS
-        && let Some(i) = cache.periods.iter().enumerate().min_by_key(|(_, p)| p.used).map(|(i, _)| i)
-    {
-        cache.periods.swap_remove(i);
-    }
-    cache.periods.push(period);
+    keep_last(&mut cache.periods, KEPT_PERIODS, |p| p.used, period);
     let newest = lean(newest, &mut cache.nics);
     let PeriodCache { periods, nics, .. } = cache;
     let kept = periods.last().map(|p| (&p.nodes, &*nics));
@@ -1188,14 +1200,7 @@ pub(super) async fn load_period_rolled_cached<'a>(
                 read_rolled(conn, r, &mut added).await?;
                 cache.hours_read += hours_in(r);
             }
-            for (node, acc) in &gone.nodes {
-                if let Some(n) = k.nodes.get_mut(node) {
-                    n.merge(acc, &mut cache.nics, true);
-                }
-            }
-            for (node, acc) in &added.nodes {
-                k.nodes.entry(node.clone()).or_default().merge(acc, &mut cache.nics, false);
-            }
+            move_on(&mut k.nodes, &gone, &added, &mut cache.nics);
             k.nodes.retain(|_, n| !n.is_empty());
             cache.moved += 1;
             KeptRolled { hours, used: cache.clock, ..k }
@@ -1212,12 +1217,7 @@ pub(super) async fn load_period_rolled_cached<'a>(
     read_rolled(conn, (settled_end, to), &mut rest).await?;
     cache.hours_read += hours_in((settled_end, to));
     laps.lap(super::Step::SummarySets);
-    if cache.kept.len() >= KEPT_ROLLED
-        && let Some(i) = cache.kept.iter().enumerate().min_by_key(|(_, k)| k.used).map(|(i, _)| i)
-    {
-        cache.kept.swap_remove(i);
-    }
-    cache.kept.push(period);
+    keep_last(&mut cache.kept, KEPT_ROLLED, |k| k.used, period);
     let newest = lean(rest, &mut cache.nics);
     let RolledCache { kept, nics, .. } = cache;
     let kept = kept.last().map(|k| (&k.nodes, &*nics));
