@@ -395,13 +395,24 @@ pub(super) async fn load_period(
     let Some((from, to)) = rolled.filter(|(f, t)| since <= *f && f < t && *t <= until) else {
         return Ok(load_split(conn, &None, [(since, until), (until, until)], until, &none, true, laps).await?.0);
     };
-    // (a, b] ranges around the rolled hours [from, to): up to the instant before `from`, and from `to` on.
-    let tick = chrono::TimeDelta::microseconds(1);
-    let (mut ev, _) =
-        load_split(conn, &None, [(since, from - tick), (to - tick, until)], until, &none, true, laps).await?;
+    let mut ev = load_around(conn, since, until, (from, to), laps).await?;
     read_rolled(conn, (from, to), &mut ev).await?;
     laps.lap(super::Step::SummarySets);
     Ok(ev)
+}
+
+/// The evidence of (`since`, `until`] outside the rolled hours `[from, to)` in it: (a, b] ranges
+/// up to the instant before `from`, and from `to` on.
+async fn load_around(
+    conn: &mut sqlx::PgConnection,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+    (from, to): Hours,
+    laps: &mut super::Laps<'_>,
+) -> Result<WindowEvidence, sqlx::Error> {
+    let tick = chrono::TimeDelta::microseconds(1);
+    let none = WorkloadPairs::new();
+    Ok(load_split(conn, &None, [(since, from - tick), (to - tick, until)], until, &none, true, laps).await?.0)
 }
 
 /// Whole hours, [start, end).
@@ -1173,11 +1184,8 @@ pub(super) async fn load_period_rolled_cached<'a>(
         return Ok(LeanPeriod::of(ev));
     }
     let settled = (from, settled_end);
-    let none = WorkloadPairs::new();
-    let tick = chrono::TimeDelta::microseconds(1);
-    // The rest of the period from the evidence, (a, b] ranges around the rolled hours.
-    let (mut rest, _) =
-        load_split(conn, &None, [(since, from - tick), (to - tick, until)], until, &none, true, laps).await?;
+    // The rest of the period from the evidence.
+    let mut rest = load_around(conn, since, until, (from, to), laps).await?;
     // A kept sum moves if every hour in it is still as it was rolled, and moving it reads fewer
     // hours than the settled ones.
     let movable = kept.filter(|k| {
