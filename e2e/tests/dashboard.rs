@@ -281,10 +281,25 @@ async fn hostile_names_reasons_and_links_run_no_script() {
     let evil =
         |tag: &str| format!("<img src=x onerror=\"window.__pwned='{tag}'\"><script>window.__pwned='{tag}'</script>");
     let mut t = topology(&railguard_agent::topology::fixture::dgx_h100_like(), None);
-    t.nics[1].name = format!("mlx5_1{}", evil("nic"));
+    // A NIC name is a value: markup in one is refused at ingest, never stored or shown.
+    let mut named = t.clone();
+    named.nics[1].name = format!("mlx5_1{}", evil("nic"));
+    let mut client = railguard_schema::wire::ingest_client::IngestClient::connect(c.url()).await.unwrap();
+    let refused = client
+        .push_batch(with_token(
+            railguard_schema::wire::RecordBatch {
+                node_id: "hostile".into(),
+                records: vec![topo_rec(named)],
+                spool_dropped_total: 0,
+            },
+            &token_for("hostile"),
+        ))
+        .await
+        .unwrap_err();
+    assert!(refused.message().contains("not a device name"), "{refused:?}");
     t.warnings.push(evil("warning"));
     let mut records = vec![topo_rec(t.clone())];
-    // Failures on the hostile NIC: the GPU's reasons quote its name.
+    // Failures on a NIC of the node.
     for k in 0..3 {
         records.push(probe_rec(
             0,

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
-use crate::limits::MAX_TEXT_LEN;
+use crate::limits::{
+    MAX_CLOCK_AHEAD_SECS, MAX_GPUS_PER_NODE, MAX_INLINE_COUNT, MAX_LIST_LEN, MAX_NAME_LEN, MAX_NICS_PER_NODE,
+    MAX_PATHS_PER_NODE, MAX_PROBE_BYTES, MAX_PROBE_CHUNKS, MAX_PROBE_DURATION_NS, MAX_SUMMARY_PROBES, MAX_TEXT_LEN,
+};
 use crate::wire;
 use crate::*;
 
@@ -21,8 +24,12 @@ pub enum WireError {
     UnknownEnum { what: &'static str, value: i32 },
     #[error("unknown {what} {value:?}")]
     UnknownName { what: &'static str, value: String },
-    #[error("observed_at {unix_ns} ns is impossible (before 2000-01-01 or more than a day ahead)")]
+    #[error("observed_at {unix_ns} ns is before 2000-01-01: a broken clock")]
     ImpossibleTimestamp { unix_ns: i64 },
+    #[error(
+        "a time {ahead_secs} s ahead of the collector's clock (at most {limit_secs} s): the node's clock runs fast; fix its time sync"
+    )]
+    AheadOfCollector { ahead_secs: i64, limit_secs: i64 },
     #[error("required field {0} is missing")]
     Missing(&'static str),
     #[error("field {field}: {source}")]
@@ -37,6 +44,12 @@ pub enum WireError {
     OutOfRange { field: &'static str, value: i64 },
     #[error("field {field} contains a NUL byte")]
     NulByte { field: &'static str },
+    #[error("field {field} contains the control character U+{code:04X} at byte {at}")]
+    ControlChar { field: &'static str, code: u32, at: usize },
+    #[error("field {field}: {value:?} is not a device name (1 to 64 of A-Z a-z 0-9 _ . : -)")]
+    BadName { field: &'static str, value: String },
+    #[error("field {field} names {value:?}, which is not a NIC of this topology")]
+    UnknownDevice { field: &'static str, value: String },
     #[error("field {field} has {count} entries (limit {max})")]
     TooMany { field: &'static str, count: usize, max: usize },
     #[error("{what} {value:?} appears twice in one topology snapshot")]
@@ -47,13 +60,21 @@ pub enum WireError {
 
 /// Earliest accepted observation time: anything before is a broken clock or a broken agent.
 const EARLIEST_UNIX_NS: i64 = 946_684_800_000_000_000; // 2000-01-01T00:00:00Z
-/// Clocks drift; a day ahead is not plausible drift.
-const MAX_FUTURE_NS: i64 = 86_400_000_000_000;
 
+/// A time an agent stamped, checked against this clock: not before 2000, and at most
+/// [`MAX_CLOCK_AHEAD_SECS`] ahead (a record dated further ahead would stay in every time window,
+/// and outrank genuine records, for as long as it is ahead).
 pub fn timestamp_from_unix_ns(unix_ns: i64) -> Result<DateTime<Utc>, WireError> {
-    let now_ns = Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
-    if unix_ns < EARLIEST_UNIX_NS || unix_ns > now_ns.saturating_add(MAX_FUTURE_NS) {
+    if unix_ns < EARLIEST_UNIX_NS {
         return Err(WireError::ImpossibleTimestamp { unix_ns });
+    }
+    let now_ns = Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+    let ahead_ns = unix_ns.saturating_sub(now_ns);
+    if ahead_ns > MAX_CLOCK_AHEAD_SECS * 1_000_000_000 {
+        return Err(WireError::AheadOfCollector {
+            ahead_secs: ahead_ns / 1_000_000_000,
+            limit_secs: MAX_CLOCK_AHEAD_SECS,
+        });
     }
     Ok(Utc.timestamp_nanos(unix_ns))
 }
@@ -63,8 +84,10 @@ pub fn timestamp_to_unix_ns(t: DateTime<Utc>) -> i64 {
     t.timestamp_nanos_opt().unwrap_or(i64::MAX)
 }
 
-/// Free text: bounded, and without NUL (Postgres text cannot hold it; a record that can never
-/// be stored must be refused at the door, not retried forever).
+/// Free text: bounded, without NUL (Postgres text cannot hold it; a record that can never be
+/// stored must be refused at the door, not retried forever), and without control characters
+/// other than tab and newline: no terminal escape, and no bidirectional override that makes a
+/// dashboard, a log or an alert show text other than what was stored.
 pub fn text(field: &'static str, s: String) -> Result<String, WireError> {
     if s.len() > MAX_TEXT_LEN {
         return Err(WireError::TooLong { field, len: s.len(), limit: MAX_TEXT_LEN });
@@ -72,7 +95,59 @@ pub fn text(field: &'static str, s: String) -> Result<String, WireError> {
     if s.contains('\0') {
         return Err(WireError::NulByte { field });
     }
+    if let Some((at, c)) = s.char_indices().find(|(_, c)| is_refused_control(*c)) {
+        return Err(WireError::ControlChar { field, code: u32::from(c), at });
+    }
     Ok(s)
+}
+
+/// C0 controls but tab and newline, DEL, C1 controls, and Unicode's bidirectional formatting
+/// characters (marks, embeddings, overrides and isolates).
+pub fn is_refused_control(c: char) -> bool {
+    matches!(c,
+        '\u{01}'..='\u{08}' | '\u{0b}'..='\u{1f}' | '\u{7f}'..='\u{9f}'
+        | '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A device name (an RDMA device, a netdev): what Linux names them with, and short. Names go
+/// into metric labels, pins and commands, so they are values, never free text.
+pub fn name(field: &'static str, s: String) -> Result<String, WireError> {
+    let ok = !s.is_empty()
+        && s.len() <= MAX_NAME_LEN
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
+    if !ok {
+        return Err(WireError::BadName { field, value: s.chars().take(MAX_NAME_LEN).collect() });
+    }
+    Ok(s)
+}
+
+/// [`name`], or empty (a field that names no device).
+fn opt_name(field: &'static str, s: String) -> Result<String, WireError> {
+    if s.is_empty() { Ok(s) } else { name(field, s) }
+}
+
+/// A count from outside, at most `max`.
+fn at_most<T: Copy + PartialOrd + TryInto<i64>>(field: &'static str, v: T, max: T) -> Result<T, WireError> {
+    if v > max {
+        return Err(WireError::OutOfRange { field, value: v.try_into().unwrap_or(i64::MAX) });
+    }
+    Ok(v)
+}
+
+/// A GPU index: below [`MAX_GPUS_PER_NODE`].
+fn gpu_index(field: &'static str, g: u32) -> Result<u32, WireError> {
+    if g >= MAX_GPUS_PER_NODE {
+        return Err(WireError::OutOfRange { field, value: g.into() });
+    }
+    Ok(g)
+}
+
+/// A list from outside, at most `max` long.
+fn at_most_entries<T>(field: &'static str, v: Vec<T>, max: usize) -> Result<Vec<T>, WireError> {
+    if v.len() > max {
+        return Err(WireError::TooMany { field, count: v.len(), max });
+    }
+    Ok(v)
 }
 
 fn unique(what: &'static str, values: impl Iterator<Item = String>) -> Result<(), WireError> {
@@ -154,24 +229,34 @@ impl TryFrom<wire::ProbeResult> for ProbeResult {
         if p.nic.is_empty() {
             return Err(WireError::Missing("probe.nic"));
         }
+        let bytes = at_most("probe.bytes", p.bytes, MAX_PROBE_BYTES)?;
+        let chunks = at_most("probe.chunks", p.chunks, MAX_PROBE_CHUNKS)?;
+        if let Some(off) = p.first_bad_offset
+            && off >= bytes.max(1)
+        {
+            return Err(WireError::OutOfRange {
+                field: "probe.first_bad_offset",
+                value: i64::try_from(off).unwrap_or(i64::MAX),
+            });
+        }
         Ok(ProbeResult {
-            gpu: p.gpu_index,
+            gpu: gpu_index("probe.gpu_index", p.gpu_index)?,
             gpu_bdf: opt_bdf("probe.gpu_bdf", &p.gpu_bdf)?,
-            nic: text("probe.nic", p.nic)?,
+            nic: name("probe.nic", p.nic)?,
             nic_bdf: opt_bdf("probe.nic_bdf", &p.nic_bdf)?,
             transport: p.transport.try_into()?,
-            bytes: p.bytes,
+            bytes,
             reported: p.reported.try_into()?,
             reported_detail: text("probe.reported_detail", p.reported_detail)?,
             verdict: p.verdict.try_into()?,
             diagnosis: p.diagnosis.try_into()?,
             first_bad_offset: p.first_bad_offset,
-            bad_chunks: p.bad_chunks,
-            chunks: p.chunks,
-            duration_ns: p.duration_ns,
+            bad_chunks: at_most("probe.bad_chunks", p.bad_chunks, chunks)?,
+            chunks,
+            duration_ns: at_most("probe.duration_ns", p.duration_ns, MAX_PROBE_DURATION_NS)?,
             selection: p.selection.try_into()?,
             simulated: p.simulated,
-            bit_flips: p.bit_flips,
+            bit_flips: at_most("probe.bit_flips", p.bit_flips, bytes.saturating_mul(8))?,
             receiver_detail: text("probe.receiver_detail", p.receiver_detail)?,
             // Agents older than the field send 0: their buffers were host memory.
             memory: if p.memory == 0 { Memory::Host } else { p.memory.try_into()? },
@@ -232,9 +317,11 @@ impl TryFrom<wire::ProbeSummary> for ProbeSummary {
         if p.nic.is_empty() {
             return Err(WireError::Missing("summary.nic"));
         }
-        if p.probes == 0 {
-            return Err(WireError::OutOfRange { field: "summary.probes", value: 0 });
+        if p.probes == 0 || p.probes > MAX_SUMMARY_PROBES {
+            return Err(WireError::OutOfRange { field: "summary.probes", value: p.probes.into() });
         }
+        let bytes = at_most("summary.bytes", p.bytes, u64::from(p.probes).saturating_mul(MAX_PROBE_BYTES))?;
+        at_most("summary.duration_max_ns", p.duration_max_ns, MAX_PROBE_DURATION_NS)?;
         if !(p.duration_min_ns <= p.duration_median_ns && p.duration_median_ns <= p.duration_max_ns) {
             return Err(WireError::OutOfRange {
                 field: "summary.duration_median_ns",
@@ -252,9 +339,9 @@ impl TryFrom<wire::ProbeSummary> for ProbeSummary {
             return Err(WireError::OutOfRange { field: "summary.simulated", value: p.simulated.into() });
         }
         Ok(ProbeSummary {
-            gpu: p.gpu_index,
+            gpu: gpu_index("summary.gpu_index", p.gpu_index)?,
             gpu_bdf: opt_bdf("summary.gpu_bdf", &p.gpu_bdf)?,
-            nic: text("summary.nic", p.nic)?,
+            nic: name("summary.nic", p.nic)?,
             nic_bdf: opt_bdf("summary.nic_bdf", &p.nic_bdf)?,
             transport: p.transport.try_into()?,
             memory: p.memory.try_into()?,
@@ -264,7 +351,7 @@ impl TryFrom<wire::ProbeSummary> for ProbeSummary {
             selection: p.selection.try_into()?,
             lanes: lanes(p.lanes)?,
             probes: p.probes,
-            bytes: p.bytes,
+            bytes,
             duration_min_ns: p.duration_min_ns,
             duration_median_ns: p.duration_median_ns,
             duration_max_ns: p.duration_max_ns,
@@ -364,6 +451,18 @@ impl TryFrom<wire::InlineReport> for InlineReport {
                         value: f.bad_blocks.into(),
                     });
                 }
+                if let Some(&i) = f.bad_block_indices.iter().find(|&&i| i >= f.blocks) {
+                    return Err(WireError::OutOfRange { field: "inline.failures.bad_block_indices", value: i.into() });
+                }
+                let bytes = at_most("inline.failures.bytes", f.bytes, MAX_INLINE_COUNT)?;
+                if let Some(off) = f.first_bad_offset
+                    && off >= bytes.max(1)
+                {
+                    return Err(WireError::OutOfRange {
+                        field: "inline.failures.first_bad_offset",
+                        value: i64::try_from(off).unwrap_or(i64::MAX),
+                    });
+                }
                 Ok(InlineFailure {
                     request: text("inline.failures.request", f.request)?,
                     remote: text("inline.failures.remote", f.remote)?,
@@ -374,7 +473,7 @@ impl TryFrom<wire::InlineReport> for InlineReport {
                     first_bad_offset: f.first_bad_offset,
                     error: text("inline.failures.error", f.error)?,
                     at: timestamp_from_unix_ns(f.at_unix_ns)?,
-                    bytes: f.bytes,
+                    bytes,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -383,10 +482,11 @@ impl TryFrom<wire::InlineReport> for InlineReport {
         if last_at < first_at {
             return Err(WireError::OutOfRange { field: "inline.last_at_unix_ns", value: r.last_at_unix_ns });
         }
+        let count = |field, v| at_most(field, v, MAX_INLINE_COUNT);
         Ok(InlineReport {
-            gpu: r.gpu_index,
+            gpu: r.gpu_index.map(|g| gpu_index("inline.gpu_index", g)).transpose()?,
             gpu_bdf: opt_bdf("inline.gpu_bdf", &r.gpu_bdf)?,
-            nic: text("inline.nic", r.nic)?,
+            nic: opt_name("inline.nic", r.nic)?,
             nic_bdf: opt_bdf("inline.nic_bdf", &r.nic_bdf)?,
             pid: r.pid,
             process: text("inline.process", r.process)?,
@@ -399,15 +499,15 @@ impl TryFrom<wire::InlineReport> for InlineReport {
                 p => p,
             },
             attribution: text("inline.attribution", r.attribution)?,
-            transfers_ok: r.transfers_ok,
-            transfers_mismatch: r.transfers_mismatch,
-            transfers_error: r.transfers_error,
-            bytes_verified: r.bytes_verified,
-            blocks_verified: r.blocks_verified,
+            transfers_ok: count("inline.transfers_ok", r.transfers_ok)?,
+            transfers_mismatch: count("inline.transfers_mismatch", r.transfers_mismatch)?,
+            transfers_error: count("inline.transfers_error", r.transfers_error)?,
+            bytes_verified: count("inline.bytes_verified", r.bytes_verified)?,
+            blocks_verified: count("inline.blocks_verified", r.blocks_verified)?,
             first_at,
             last_at,
             failures,
-            failures_omitted: r.failures_omitted,
+            failures_omitted: count("inline.failures_omitted", r.failures_omitted)?,
         })
     }
 }
@@ -457,16 +557,22 @@ impl From<InlineReport> for wire::InlineReport {
 impl TryFrom<wire::SignalEvent> for SignalEvent {
     type Error = WireError;
     fn try_from(s: wire::SignalEvent) -> Result<Self, WireError> {
+        if s.attrs.len() > MAX_LIST_LEN {
+            return Err(WireError::TooMany { field: "signal.attrs", count: s.attrs.len(), max: MAX_LIST_LEN });
+        }
         let mut attrs = BTreeMap::new();
         for (k, v) in s.attrs {
+            if k.len() > MAX_NAME_LEN {
+                return Err(WireError::TooLong { field: "signal.attrs key", len: k.len(), limit: MAX_NAME_LEN });
+            }
             attrs.insert(text("signal.attrs key", k)?, text("signal.attrs value", v)?);
         }
         Ok(SignalEvent {
             source: s.source.try_into()?,
             kind: s.kind.try_into()?,
             bdf: opt_bdf("signal.bdf", &s.bdf)?,
-            gpu: s.gpu_index,
-            nic: text("signal.nic", s.nic)?,
+            gpu: s.gpu_index.map(|g| gpu_index("signal.gpu_index", g)).transpose()?,
+            nic: opt_name("signal.nic", s.nic)?,
             summary: text("signal.summary", s.summary)?,
             attrs,
         })
@@ -501,12 +607,11 @@ impl TryFrom<wire::TopologySnapshot> for TopologySnapshot {
             kernel_iommu_flags: text("host.kernel_iommu_flags", h.kernel_iommu_flags)?,
             driver_version: text("host.driver_version", h.driver_version)?,
         };
-        let gpus: Vec<Gpu> = t
-            .gpus
+        let gpus: Vec<Gpu> = at_most_entries("topology.gpus", t.gpus, MAX_GPUS_PER_NODE as usize)?
             .into_iter()
             .map(|g| {
                 Ok(Gpu {
-                    index: g.index,
+                    index: gpu_index("gpu.index", g.index)?,
                     bdf: bdf("gpu.bdf", &g.bdf)?,
                     numa_node: numa("gpu.numa_node", g.numa_node)?,
                     name: text("gpu.name", g.name)?,
@@ -514,19 +619,17 @@ impl TryFrom<wire::TopologySnapshot> for TopologySnapshot {
                 })
             })
             .collect::<Result<_, WireError>>()?;
-        let nics: Vec<Nic> = t
-            .nics
+        let nics: Vec<Nic> = at_most_entries("topology.nics", t.nics, MAX_NICS_PER_NODE)?
             .into_iter()
             .map(|n| {
                 if n.name.is_empty() {
                     return Err(WireError::Missing("nic.name"));
                 }
                 Ok(Nic {
-                    name: text("nic.name", n.name)?,
+                    name: name("nic.name", n.name)?,
                     bdf: bdf("nic.bdf", &n.bdf)?,
                     numa_node: numa("nic.numa_node", n.numa_node)?,
-                    ports: n
-                        .ports
+                    ports: at_most_entries("nic.ports", n.ports, MAX_LIST_LEN)?
                         .into_iter()
                         .map(|p| {
                             Ok(NicPort {
@@ -537,47 +640,76 @@ impl TryFrom<wire::TopologySnapshot> for TopologySnapshot {
                             })
                         })
                         .collect::<Result<_, WireError>>()?,
-                    netdevs: n.netdevs.into_iter().map(|d| text("nic.netdevs", d)).collect::<Result<_, _>>()?,
+                    netdevs: at_most_entries("nic.netdevs", n.netdevs, MAX_LIST_LEN)?
+                        .into_iter()
+                        .map(|d| name("nic.netdevs", d))
+                        .collect::<Result<_, _>>()?,
                 })
             })
             .collect::<Result<_, WireError>>()?;
-        let paths: Vec<PairPath> = t
-            .paths
+        let paths: Vec<PairPath> = at_most_entries("topology.paths", t.paths, MAX_PATHS_PER_NODE)?
             .into_iter()
             .map(|p| {
                 Ok(PairPath {
-                    a: text("path.a", p.a)?,
-                    b: text("path.b", p.b)?,
+                    a: name("path.a", p.a)?,
+                    b: name("path.b", p.b)?,
                     class: p.class.try_into()?,
-                    nvlinks: p.nvlinks,
+                    nvlinks: at_most("path.nvlinks", p.nvlinks, 64)?,
                 })
             })
             .collect::<Result<_, WireError>>()?;
-        let risks = t
-            .risks
+        // A risk's NICs are values the node's own topology holds: the pin the collector
+        // recommends, and every label made of them, is one of the node's NICs, never free text.
+        let nic_names: std::collections::HashSet<&str> = nics.iter().map(|n| n.name.as_str()).collect();
+        let own_nic = |field: &'static str, s: String| -> Result<String, WireError> {
+            let s = name(field, s)?;
+            if !nic_names.contains(s.as_str()) {
+                return Err(WireError::UnknownDevice { field, value: s });
+            }
+            Ok(s)
+        };
+        let risks: Vec<GpuRisk> = at_most_entries("topology.risks", t.risks, MAX_GPUS_PER_NODE as usize)?
             .into_iter()
             .map(|r| {
                 Ok(GpuRisk {
-                    gpu: r.gpu_index,
+                    gpu: gpu_index("risk.gpu_index", r.gpu_index)?,
                     level: r.level.try_into()?,
-                    reasons: r.reasons.into_iter().map(|s| text("risk.reasons", s)).collect::<Result<_, _>>()?,
-                    affine_nic: Some(r.affine_nic).filter(|s| !s.is_empty()),
-                    predicted_nic: Some(r.predicted_nic).filter(|s| !s.is_empty()),
+                    reasons: at_most_entries("risk.reasons", r.reasons, MAX_LIST_LEN)?
+                        .into_iter()
+                        .map(|s| text("risk.reasons", s))
+                        .collect::<Result<_, _>>()?,
+                    affine_nic: Some(r.affine_nic)
+                        .filter(|s| !s.is_empty())
+                        .map(|s| own_nic("risk.affine_nic", s))
+                        .transpose()?,
+                    // The workload's NIC may be a pin to a device this node lacks: a name, not
+                    // necessarily one of its NICs.
+                    predicted_nic: Some(r.predicted_nic)
+                        .filter(|s| !s.is_empty())
+                        .map(|s| name("risk.predicted_nic", s))
+                        .transpose()?,
                     pinned: r.pinned,
-                    safe_nics: r.safe_nics.into_iter().map(|s| text("risk.safe_nics", s)).collect::<Result<_, _>>()?,
+                    safe_nics: at_most_entries("risk.safe_nics", r.safe_nics, MAX_NICS_PER_NODE)?
+                        .into_iter()
+                        .map(|s| own_nic("risk.safe_nics", s))
+                        .collect::<Result<_, _>>()?,
                 })
             })
             .collect::<Result<_, WireError>>()?;
         unique("gpu index", gpus.iter().map(|g: &Gpu| g.index.to_string()))?;
         unique("nic name", nics.iter().map(|n: &Nic| n.name.clone()))?;
         unique("path", paths.iter().map(|p: &PairPath| format!("{}/{}", p.a, p.b)))?;
+        unique("risk gpu index", risks.iter().map(|r: &GpuRisk| r.gpu.to_string()))?;
         Ok(TopologySnapshot {
             host,
             gpus,
             nics,
             paths,
             risks,
-            warnings: t.warnings.into_iter().map(|w| text("topology.warnings", w)).collect::<Result<_, _>>()?,
+            warnings: at_most_entries("topology.warnings", t.warnings, MAX_LIST_LEN)?
+                .into_iter()
+                .map(|w| text("topology.warnings", w))
+                .collect::<Result<_, _>>()?,
         })
     }
 }
@@ -764,7 +896,17 @@ mod tests {
         assert!(matches!(Record::try_from(w).unwrap_err(), WireError::ImpossibleTimestamp { .. }));
         let mut w = good.clone();
         w.observed_at_unix_ns = i64::MAX;
-        assert!(matches!(Record::try_from(w).unwrap_err(), WireError::ImpossibleTimestamp { .. }));
+        assert!(matches!(Record::try_from(w).unwrap_err(), WireError::AheadOfCollector { .. }));
+        // A little ahead is drift; more than the bound is a fast clock, refused with its lead.
+        let now = Utc::now().timestamp_nanos_opt().unwrap();
+        let mut w = good.clone();
+        w.observed_at_unix_ns = now + 30_000_000_000;
+        assert!(Record::try_from(w).is_ok());
+        let mut w = good.clone();
+        w.observed_at_unix_ns = now + 23 * 3_600_000_000_000;
+        let e = Record::try_from(w).unwrap_err();
+        assert!(matches!(e, WireError::AheadOfCollector { ahead_secs: 82_799..=82_800, limit_secs: 600 }), "{e}");
+        assert!(e.to_string().contains("clock runs fast"), "{e}");
         let mut w = good;
         w.body = None;
         assert_eq!(Record::try_from(w).unwrap_err(), WireError::Missing("record.body"));
@@ -944,5 +1086,205 @@ mod tests {
         let proven = InlineReport { memory: Memory::Cuda, path: DataPath::NicDma, ..inline_report() };
         assert!(proven.proves_pair());
         assert!(!InlineReport { nic: String::new(), ..proven }.proves_pair());
+    }
+
+    fn topology() -> wire::TopologySnapshot {
+        let gpus = (0..8)
+            .map(|i| wire::Gpu {
+                index: i,
+                bdf: format!("0000:{:02x}:00.0", 0x10 + i),
+                numa_node: 0,
+                name: "H200".into(),
+                uuid: format!("GPU-{i}"),
+            })
+            .collect();
+        let nics = (0..8)
+            .map(|i| wire::Nic {
+                name: format!("mlx5_{i}"),
+                bdf: format!("0000:{:02x}:00.0", 0x50 + i),
+                numa_node: 0,
+                ports: vec![],
+                netdevs: vec![format!("ens{i}np0")],
+            })
+            .collect();
+        let risks = (0..8)
+            .map(|i| wire::GpuRisk {
+                gpu_index: i,
+                level: wire::RiskLevel::High as i32,
+                reasons: vec!["PIX pair in a guest without vIOMMU".into()],
+                affine_nic: format!("mlx5_{i}"),
+                predicted_nic: format!("mlx5_{i}"),
+                pinned: false,
+                safe_nics: vec!["mlx5_0".into(), "mlx5_4".into()],
+            })
+            .collect();
+        wire::TopologySnapshot {
+            host: Some(wire::HostFacts {
+                virtualized: wire::Tristate::Yes as i32,
+                hypervisor: "kvm".into(),
+                viommu: wire::Tristate::No as i32,
+                ..Default::default()
+            }),
+            gpus,
+            nics,
+            paths: vec![wire::PairPath {
+                a: "GPU0".into(),
+                b: "mlx5_0".into(),
+                class: wire::PathClass::Pix as i32,
+                nvlinks: 0,
+            }],
+            risks,
+            warnings: vec![],
+        }
+    }
+
+    #[test]
+    fn a_topology_is_bounded_and_its_pins_are_its_own_nics() {
+        assert!(TopologySnapshot::try_from(topology()).is_ok());
+        let refused = |f: &dyn Fn(&mut wire::TopologySnapshot)| {
+            let mut t = topology();
+            f(&mut t);
+            TopologySnapshot::try_from(t).unwrap_err()
+        };
+        // 65 GPUs, 65 NICs, a GPU index of 64: more than any node has.
+        let e = refused(&|t| {
+            t.gpus = (0..65)
+                .map(|i| wire::Gpu { index: i, bdf: format!("0000:{:02x}:00.0", i), ..Default::default() })
+                .collect()
+        });
+        assert!(matches!(e, WireError::TooMany { field: "topology.gpus", count: 65, max: 64 }), "{e}");
+        let e = refused(&|t| {
+            t.nics = (0..65)
+                .map(|i| wire::Nic {
+                    name: format!("mlx5_{i}"),
+                    bdf: format!("0000:{:02x}:00.0", i),
+                    ..Default::default()
+                })
+                .collect()
+        });
+        assert!(matches!(e, WireError::TooMany { field: "topology.nics", .. }), "{e}");
+        let e = refused(&|t| t.gpus[7].index = 64);
+        assert!(matches!(e, WireError::OutOfRange { field: "gpu.index", value: 64 }), "{e}");
+        let e = refused(&|t| t.risks[3].gpu_index = u32::MAX);
+        assert!(matches!(e, WireError::OutOfRange { field: "risk.gpu_index", .. }), "{e}");
+        // Pins and affinities are NIC names of this topology, never free text.
+        let e = refused(&|t| t.risks[1].safe_nics = vec!["mlx5_9".into()]);
+        assert!(matches!(e, WireError::UnknownDevice { field: "risk.safe_nics", .. }), "{e}");
+        let e = refused(&|t| t.risks[1].safe_nics = vec!["mlx5_0:1 UCX_TLS=tcp".into()]);
+        assert!(matches!(e, WireError::BadName { field: "risk.safe_nics", .. }), "{e}");
+        let e = refused(&|t| t.risks[2].affine_nic = "x".repeat(8 << 20));
+        assert!(matches!(e, WireError::BadName { field: "risk.affine_nic", .. }), "{e}");
+        assert!(e.to_string().len() < 300, "the error does not carry the 8 MB name");
+        let e = refused(&|t| t.risks[2].predicted_nic = "mlx5_0\u{202e}".into());
+        assert!(matches!(e, WireError::BadName { field: "risk.predicted_nic", .. }), "{e}");
+        // A pin to a device the node lacks is still a name.
+        let mut t = topology();
+        t.risks[2].predicted_nic = "mlx5_12".into();
+        assert!(TopologySnapshot::try_from(t).is_ok());
+        let e = refused(&|t| t.risks[0].reasons = vec!["r".into(); 65]);
+        assert!(matches!(e, WireError::TooMany { field: "risk.reasons", .. }), "{e}");
+        let e = refused(&|t| t.risks.push(t.risks[0].clone()));
+        assert!(matches!(e, WireError::Duplicate { what: "risk gpu index", .. }), "{e}");
+        let e = refused(&|t| t.paths[0].nvlinks = u32::MAX);
+        assert!(matches!(e, WireError::OutOfRange { field: "path.nvlinks", .. }), "{e}");
+        let e = refused(&|t| t.nics[0].netdevs = vec!["eth0; rm -rf".into()]);
+        assert!(matches!(e, WireError::BadName { field: "nic.netdevs", .. }), "{e}");
+    }
+
+    #[test]
+    fn control_and_bidi_characters_are_refused_in_every_text() {
+        for c in ['\u{1b}', '\u{7f}', '\u{85}', '\u{202e}', '\u{2066}', '\u{200f}', '\r'] {
+            let e = text("signal.summary", format!("ok {c}evil")).unwrap_err();
+            assert!(matches!(e, WireError::ControlChar { at: 3, .. }), "{c:?}: {e}");
+        }
+        assert_eq!(text("signal.summary", "line one\n\tline two".into()).unwrap(), "line one\n\tline two");
+        let mut host = topology();
+        if let Some(h) = host.host.as_mut() {
+            h.hypervisor = "kvm\u{202e}gnirrac".into();
+        }
+        assert!(matches!(
+            TopologySnapshot::try_from(host).unwrap_err(),
+            WireError::ControlChar { field: "host.hypervisor", .. }
+        ));
+    }
+
+    #[test]
+    fn every_count_of_a_probe_and_a_summary_is_bounded() {
+        use crate::limits::*;
+        let refused = |f: &dyn Fn(&mut wire::ProbeResult)| {
+            let mut p: wire::ProbeResult = probe().into();
+            f(&mut p);
+            ProbeResult::try_from(p)
+        };
+        assert!(refused(&|_| {}).is_ok());
+        assert!(refused(&|p| p.gpu_index = MAX_GPUS_PER_NODE - 1).is_ok());
+        for (name, f) in [
+            (
+                "gpu_index",
+                &(|p: &mut wire::ProbeResult| p.gpu_index = MAX_GPUS_PER_NODE) as &dyn Fn(&mut wire::ProbeResult),
+            ),
+            ("bytes", &|p| p.bytes = u64::MAX),
+            ("chunks", &|p| p.chunks = u32::MAX),
+            ("bad_chunks", &|p| p.bad_chunks = p.chunks + 1),
+            ("duration_ns", &|p| p.duration_ns = u64::MAX),
+            ("bit_flips", &|p| p.bit_flips = u64::MAX),
+            ("first_bad_offset", &|p| p.first_bad_offset = Some(p.bytes)),
+            ("nic", &|p| p.nic = "mlx5 0".into()),
+        ] {
+            assert!(refused(f).is_err(), "{name} at its extreme was accepted");
+        }
+        let s: wire::ProbeSummary = summary().into();
+        for (name, bad) in [
+            ("probes max", wire::ProbeSummary { probes: u32::MAX, ..s.clone() }),
+            ("probes max-1", wire::ProbeSummary { probes: u32::MAX - 1, ..s.clone() }),
+            ("probes over", wire::ProbeSummary { probes: MAX_SUMMARY_PROBES + 1, ..s.clone() }),
+            ("bytes", wire::ProbeSummary { bytes: u64::MAX, ..s.clone() }),
+            ("duration", wire::ProbeSummary { duration_max_ns: u64::MAX, ..s.clone() }),
+            ("gpu", wire::ProbeSummary { gpu_index: u32::MAX, ..s.clone() }),
+        ] {
+            assert!(ProbeSummary::try_from(bad).is_err(), "{name} was accepted");
+        }
+        assert!(ProbeSummary::try_from(wire::ProbeSummary { probes: MAX_SUMMARY_PROBES, ..s }).is_ok());
+    }
+
+    #[test]
+    fn in_line_counts_and_signal_attributes_are_bounded() {
+        use crate::limits::*;
+        let w: wire::InlineReport = inline_report().into();
+        for (name, bad) in [
+            ("transfers_ok", wire::InlineReport { transfers_ok: u64::MAX, ..w.clone() }),
+            ("transfers_mismatch", wire::InlineReport { transfers_mismatch: MAX_INLINE_COUNT + 1, ..w.clone() }),
+            ("bytes_verified", wire::InlineReport { bytes_verified: u64::MAX - 1, ..w.clone() }),
+            ("failures_omitted", wire::InlineReport { failures_omitted: u64::MAX, ..w.clone() }),
+            ("gpu", wire::InlineReport { gpu_index: Some(64), ..w.clone() }),
+        ] {
+            assert!(InlineReport::try_from(bad).is_err(), "{name} was accepted");
+        }
+        let mut bad = w.clone();
+        bad.failures[0].bad_block_indices = vec![32];
+        assert!(matches!(
+            InlineReport::try_from(bad).unwrap_err(),
+            WireError::OutOfRange { field: "inline.failures.bad_block_indices", .. }
+        ));
+        let mut bad = w;
+        bad.failures[0].first_bad_offset = Some(u64::MAX);
+        assert!(InlineReport::try_from(bad).is_err());
+
+        let sig = |attrs: usize| wire::SignalEvent {
+            source: wire::SignalSource::Kmsg as i32,
+            kind: wire::SignalKind::IommuPageFault as i32,
+            summary: "Xid 79".into(),
+            attrs: (0..attrs).map(|i| (format!("k{i}"), "v".into())).collect(),
+            ..Default::default()
+        };
+        assert!(SignalEvent::try_from(sig(MAX_LIST_LEN)).is_ok());
+        assert!(matches!(
+            SignalEvent::try_from(sig(MAX_LIST_LEN + 1)).unwrap_err(),
+            WireError::TooMany { field: "signal.attrs", .. }
+        ));
+        let mut long_key = sig(1);
+        long_key.attrs.insert("k".repeat(65), "v".into());
+        assert!(SignalEvent::try_from(long_key).is_err());
+        assert!(SignalEvent::try_from(wire::SignalEvent { gpu_index: Some(u32::MAX), ..sig(0) }).is_err());
     }
 }
