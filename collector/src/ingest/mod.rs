@@ -2,12 +2,13 @@
 //! transaction, acknowledge after commit.
 
 pub mod auth;
+pub mod clock;
 pub mod k8s;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use railguard_schema::limits::{MAX_BATCH_RECORDS, MAX_MESSAGE_BYTES};
+use railguard_schema::limits::{MAX_BATCH_RECORDS, MAX_MESSAGE_BYTES, MAX_SPOOL_DROPPED};
 use railguard_schema::wire::ingest_server::{Ingest, IngestServer};
 use railguard_schema::wire::{self, BatchAck, RecordBatch, RegisterRequest, RegisterResponse};
 use railguard_schema::{NodeId, Record, WireError};
@@ -67,10 +68,10 @@ pub struct IngestStats {
     /// Per node, `agent_spool_quarantine` signals stored (pieces of its spool it could not
     /// decode), for `railguard_agent_spool_quarantined_total`.
     pub quarantined: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
-    /// Per node, how far ahead of this collector's clock the newest record of its latest batch
-    /// was dated (seconds, 0 when not ahead): an agent clock running fast, which every record it
-    /// makes carries. (A clock running slow looks like a delivery backlog and is not told apart.)
-    pub clock_ahead: std::sync::Mutex<std::collections::BTreeMap<String, f64>>,
+    /// Per node, how far ahead of this collector's clock it dates its records, held at its
+    /// largest for a while ([`clock::ClockAhead`]). (A clock running slow looks like a delivery
+    /// backlog and is not told apart.)
+    pub clock_ahead: clock::ClockAhead,
     /// Per node, the devices its latest topology lists (loaded from the store on first use).
     pub devices: std::sync::Mutex<std::collections::HashMap<String, KnownDevices>>,
     /// The Kubernetes node-condition controller's counts, when it runs.
@@ -253,6 +254,18 @@ impl IngestService {
                 batch.records.len()
             )));
         }
+        if batch.spool_dropped_total > MAX_SPOOL_DROPPED {
+            self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(Status::invalid_argument(format!(
+                "spool_dropped_total {} is beyond any spool (limit {MAX_SPOOL_DROPPED}); nothing of this batch was stored",
+                batch.spool_dropped_total
+            )));
+        }
+        // Read before validation: records dated too far ahead are refused there, and this is
+        // how the node's operator learns why.
+        if let Some(ahead) = clock::lead_secs(batch.records.iter().map(|r| r.observed_at_unix_ns), chrono::Utc::now()) {
+            self.stats.clock_ahead.observe(node.as_str(), ahead);
+        }
         // Validate everything before touching the database: a batch is stored whole or not at all.
         let keep_from = self.store.keep_from();
         let mut records = Vec::with_capacity(batch.records.len());
@@ -302,7 +315,6 @@ impl IngestService {
                 matches!(&r.body, railguard_schema::RecordBody::Signal(e) if e.kind == railguard_schema::SignalKind::AgentSpoolQuarantine)
             })
             .count() as u64;
-        let newest = records.iter().map(|r| r.observed_at).max();
         let topology = records.iter().rev().find_map(|r| match &r.body {
             railguard_schema::RecordBody::Topology(t) => Some(t.clone()),
             _ => None,
@@ -320,12 +332,6 @@ impl IngestService {
                 u.insert(node.to_string());
             }
             self.stats.urgent_notify.notify_one();
-        }
-        if let Some(newest) = newest
-            && let Ok(mut c) = self.stats.clock_ahead.lock()
-        {
-            let ahead = (newest - chrono::Utc::now()).num_milliseconds() as f64 / 1000.0;
-            c.insert(node.to_string(), ahead.max(0.0));
         }
         if let Some(t) = &topology
             && let Ok(mut d) = self.stats.devices.lock()
