@@ -23,6 +23,8 @@ use crate::status::{GpuStatus, Verification};
 pub struct StatusCounts {
     pub ok: i64,
     pub watch: i64,
+    /// Not assessed: the node's stored inputs could not be assessed.
+    pub unknown: i64,
     pub at_risk: i64,
     pub corrupting: i64,
     /// Unprobed, or probed only by transfers that exercised no NIC (these GPUs are never `ok`).
@@ -35,6 +37,7 @@ pub struct FleetTotals {
     pub gpus: i64,
     pub ok: i64,
     pub watch: i64,
+    pub unknown: i64,
     pub at_risk: i64,
     pub corrupting: i64,
     /// Unprobed, or probed only by transfers that exercised no NIC.
@@ -301,7 +304,7 @@ pub async fn fleet(pool: &PgPool, page: &FleetPage) -> Result<FleetSummary, sqlx
     // range of its (rank, node) index, not a count of every GPU of the fleet.
     let rows: Vec<Ranked> = sqlx::query_as(
         "SELECT n.node_id AS node, n.hostname, n.agent_version, n.last_seen, n.spool_dropped_total,
-                s.gpus, s.ok, s.watch, s.at_risk, s.corrupting, s.unverified, s.worst, s.rank
+                s.gpus, s.ok, s.watch, s.unknown, s.at_risk, s.corrupting, s.unverified, s.worst, s.rank
          FROM node_status s JOIN nodes n ON n.node_id = s.node_id
          WHERE ($1::gpu_status_kind[] IS NULL OR s.worst = ANY($1))
            AND ($2::int IS NULL OR s.rank < $2 OR (s.rank = $2 AND s.node_id > $3))
@@ -325,7 +328,8 @@ pub async fn fleet(pool: &PgPool, page: &FleetPage) -> Result<FleetSummary, sqlx
     let nodes: Vec<NodeSummary> = nodes.into_iter().map(|(_, n)| n).collect();
     let totals: FleetTotals = sqlx::query_as(
         "SELECT coalesce(sum(gpus), 0)::bigint AS gpus, coalesce(sum(ok), 0)::bigint AS ok,
-                coalesce(sum(watch), 0)::bigint AS watch, coalesce(sum(at_risk), 0)::bigint AS at_risk,
+                coalesce(sum(watch), 0)::bigint AS watch, coalesce(sum(unknown), 0)::bigint AS unknown,
+                coalesce(sum(at_risk), 0)::bigint AS at_risk,
                 coalesce(sum(corrupting), 0)::bigint AS corrupting, coalesce(sum(unverified), 0)::bigint AS unverified
          FROM node_status",
     )
@@ -498,7 +502,7 @@ pub async fn grid_now(pool: &PgPool) -> Result<Vec<GridCell>, sqlx::Error> {
 pub async fn grid_at(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<GridCell>, sqlx::Error> {
     sqlx::query_as(
         "WITH snap AS (SELECT DISTINCT ON (node_id) node_id, record_id, hypervisor FROM topology_snapshots
-                       WHERE observed_at <= $1 ORDER BY node_id, observed_at DESC)
+                       WHERE received_at <= $1 ORDER BY node_id, received_at DESC, observed_at DESC)
          SELECT c.node_id AS node, c.gpu_index AS gpu, c.to_status AS status, c.at AS since,
                 NULL::text AS workload_nic, NULL::gpu_verification AS verification,
                 coalesce(c.reasons->>0, '') AS reason, coalesce(t.hypervisor, '') AS hypervisor,
@@ -542,7 +546,7 @@ pub async fn topology(pool: &PgPool, node: &str) -> Result<Option<TopologyView>,
     let row: Option<SnapshotRow> = sqlx::query_as(
         "SELECT record_id, observed_at, virtualized, hypervisor, viommu, gpudirect, kernel_iommu_flags, driver_version,
                 risks, warnings
-         FROM topology_snapshots WHERE node_id = $1 ORDER BY observed_at DESC LIMIT 1",
+         FROM topology_snapshots WHERE node_id = $1 ORDER BY received_at DESC, observed_at DESC LIMIT 1",
     )
     .bind(node)
     .fetch_optional(pool)
