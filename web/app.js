@@ -40,7 +40,7 @@ function setFleetQuery(q) {
   const s = q.toString();
   location.hash = s ? `#/?${s}` : "#/";
 }
-const STATUSES = ["corrupting", "at_risk", "watch", "ok"];
+const STATUSES = ["corrupting", "at_risk", "unknown", "watch", "ok"];
 const FILTERS = [["q", "f-q"], ["status", "f-status"], ["nic", "f-nic"], ["hv", "f-hv"], ["model", "f-model"]];
 
 function filtersBar(q) {
@@ -152,14 +152,14 @@ async function fleet() {
   }
   h += `<h2>GPUs <span class="muted" id="grid-count">${cells} GPUs on ${rows.size} nodes</span></h2><div id="grid" class="grid">${parts.join("") || '<p class="muted">no GPU matches</p>'}</div>`;
   if (!grid.historical) {
-    h += `<h2>Nodes</h2><table id="nodes"><tr><th>node</th><th>worst</th><th>GPUs</th><th>corrupting</th><th>at risk</th><th>watch</th><th>ok</th><th>unverified</th><th>last seen</th></tr>`;
+    h += `<h2>Nodes</h2><table id="nodes"><tr><th>node</th><th>worst</th><th>GPUs</th><th>corrupting</th><th>at risk</th><th>unknown</th><th>watch</th><th>ok</th><th>unverified</th><th>last seen</th></tr>`;
     const filtering = ["status", "nic", "hv", "model"].some(k => q.get(k));
     for (const n of f.nodes) {
       if (nq && !n.node.toLowerCase().includes(nq)) continue;
       if (filtering && !rows.has(n.node)) continue;
       const c = n.status_counts;
       h += `<tr data-node="${esc(n.node)}"><td><a href="#/node/${encodeURIComponent(n.node)}">${esc(n.node)}</a></td><td>${badge(n.worst)}</td>
-        <td>${n.gpus}</td><td>${c.corrupting}</td><td>${c.at_risk}</td><td>${c.watch}</td><td>${c.ok}</td><td>${c.unverified}</td><td>${ago(n.last_seen)}</td></tr>`;
+        <td>${n.gpus}</td><td>${c.corrupting}</td><td>${c.at_risk}</td><td>${c.unknown}</td><td>${c.watch}</td><td>${c.ok}</td><td>${c.unverified}</td><td>${ago(n.last_seen)}</td></tr>`;
     }
     h += `</table><h2>Changes in the last hour</h2>`;
     h += f.changes_last_hour.length === 0 ? `<p class="muted">none</p>` :

@@ -115,6 +115,16 @@ pub fn desired(
             if worst == GpuStatus::Corrupting { "GPUCorrupting" } else { "GPUAtRisk" },
             bad.iter().map(|r| describe(r)).collect::<Vec<_>>().join("; "),
         ),
+        // Kubernetes' own word for a condition nobody could determine.
+        GpuStatus::Unknown => (
+            "Unknown",
+            "NotAssessed",
+            format!(
+                "{} of {} GPUs not assessed: railguard could not assess this node's stored evidence (collector log)",
+                rows.iter().filter(|r| r.status == GpuStatus::Unknown).count(),
+                rows.len()
+            ),
+        ),
         GpuStatus::Watch => (
             "False",
             "Unverified",

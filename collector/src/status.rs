@@ -23,6 +23,9 @@ pub enum GpuStatus {
     Ok,
     /// Something to look at: unverified, a transient failure, a failing pair it does not use.
     Watch,
+    /// Not assessed: its node's stored inputs could not be assessed (the reason says why).
+    /// Nothing is known against it, and nothing for it.
+    Unknown,
     /// Structural risk on the path it uses, repeated failures, or critical signals.
     AtRisk,
     /// Silent corruption confirmed on the pair its workload uses.
@@ -30,12 +33,14 @@ pub enum GpuStatus {
 }
 
 impl GpuStatus {
-    pub const ALL: [GpuStatus; 4] = [GpuStatus::Ok, GpuStatus::Watch, GpuStatus::AtRisk, GpuStatus::Corrupting];
+    pub const ALL: [GpuStatus; 5] =
+        [GpuStatus::Ok, GpuStatus::Watch, GpuStatus::Unknown, GpuStatus::AtRisk, GpuStatus::Corrupting];
 
     pub fn as_str(self) -> &'static str {
         match self {
             GpuStatus::Ok => "ok",
             GpuStatus::Watch => "watch",
+            GpuStatus::Unknown => "unknown",
             GpuStatus::AtRisk => "at_risk",
             GpuStatus::Corrupting => "corrupting",
         }

@@ -3,8 +3,11 @@
 //! (signals attributed to the GPU or its NIC) and which NIC its workload uses. Status changes
 //! are stored as history. Rules live in [`rules`]; this module loads their inputs.
 
+mod isolate;
 pub mod rules;
 mod window;
+
+pub use isolate::{Damage, Isolated, IsolationStats, stats as isolation_stats, stored_gpu};
 
 pub use window::{KEPT_PERIODS, KEPT_ROLLED, LATE_AFTER, PeriodCache, RolledCache, SEAL_AFTER, WindowCache};
 
@@ -89,7 +92,7 @@ pub async fn load_inputs(
     window: Duration,
 ) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
     let mut steps = Steps::default();
-    load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps), None).await
+    Ok(load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps), None).await?.0)
 }
 
 /// Every pair's probe evidence observed in (`since`, `until`], counted as a pass counts it
@@ -130,10 +133,11 @@ pub async fn load_inputs_cached(
     cache: &mut WindowCache,
 ) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
     let mut steps = Steps::default();
-    load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps), Some(cache)).await
+    Ok(load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps), Some(cache)).await?.0)
 }
 
-/// [`load_inputs`], timing its statements; through `cache` when given.
+/// [`load_inputs`], timing its statements; through `cache` when given. With the inputs, the
+/// nodes whose stored rows could not be read as ingest stored them ([`Damage`]).
 async fn load_inputs_timed(
     pool: &PgPool,
     nodes: Option<&[String]>,
@@ -141,7 +145,8 @@ async fn load_inputs_timed(
     window: Duration,
     laps: &mut Laps<'_>,
     cache: Option<&mut WindowCache>,
-) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
+) -> Result<(BTreeMap<Key, GpuInput>, Damage), sqlx::Error> {
+    let mut damage = Damage::default();
     let since = chrono::TimeDelta::from_std(window)
         .ok()
         .and_then(|w| now.checked_sub_signed(w))
@@ -156,13 +161,25 @@ async fn load_inputs_timed(
     sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan").execute(&mut *tx).await?;
 
     // Latest topology per node: structural risk and the workload's NIC per GPU. The risks were
-    // validated at ingest; a row that no longer decodes is an error, not an empty list.
-    let topo: Vec<(String, Json<Vec<GpuRisk>>)> =
+    // validated at ingest; a node whose row no longer decodes is damaged, not a node without
+    // risks (and not a pass that fails for every node).
+    let topo: Vec<(String, Json<serde_json::Value>)> =
         sqlx::query_as("SELECT node_id, risks FROM latest_topology WHERE ($1::text[] IS NULL OR node_id = ANY($1))")
             .bind(&filter)
             .fetch_all(&mut *tx)
             .await?;
     for (node, Json(risks)) in topo {
+        let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
+            Ok(r) if r.iter().all(|r| r.gpu < railguard_schema::limits::MAX_GPUS_PER_NODE) => r,
+            Ok(_) => {
+                damage.note(&node, || "its latest topology's risks name a GPU index out of range".into());
+                continue;
+            }
+            Err(e) => {
+                damage.note(&node, || format!("its latest topology's risks no longer decode ({e})"));
+                continue;
+            }
+        };
         for r in risks {
             inputs.insert(
                 (node.clone(), r.gpu),
@@ -221,13 +238,15 @@ async fn load_inputs_timed(
         }
     };
     let recent = std::mem::take(&mut evidence.recent);
+    damage.absorb(std::mem::take(&mut evidence.damaged));
     for (node, gpu, pair) in evidence.into_pairs() {
-        let gpu = u32::try_from(gpu).unwrap_or(0);
+        // (Every counted row's index was checked in the window's read.)
+        let Some(gpu) = stored_gpu(gpu) else { continue };
         let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput { node, gpu, ..Default::default() });
         input.pairs.push(pair);
     }
     laps.lap(Step::Tally);
-    load_inline(&mut tx, &filter, since, now, &mut inputs).await?;
+    load_inline(&mut tx, &filter, since, now, &mut inputs, &mut damage).await?;
     laps.lap(Step::Inline);
     for input in inputs.values_mut() {
         input.pairs.sort_by(|a, b| a.nic.cmp(&b.nic));
@@ -239,7 +258,8 @@ async fn load_inputs_timed(
     // probes, all ok, at its set's time (the agent closes a pair's summary before it spools the
     // pair's failure, so no summary straddles one).
     for ((node, gpu), mut records) in recent {
-        let Some(i) = inputs.get_mut(&(node, u32::try_from(gpu).unwrap_or(0))) else { continue };
+        let Some(gpu) = stored_gpu(gpu) else { continue };
+        let Some(i) = inputs.get_mut(&(node, gpu)) else { continue };
         records.sort_by_key(|r| std::cmp::Reverse(r.0));
         for (_, verdict, probes) in records.into_iter().take(RECENT_VERDICTS) {
             let room = RECENT_VERDICTS.saturating_sub(i.workload_recent.len());
@@ -276,7 +296,10 @@ async fn load_inputs_timed(
         };
         match gpu {
             Some(g) => {
-                let g = u32::try_from(g).unwrap_or(0);
+                let Some(g) = stored_gpu(g) else {
+                    damage.note(&node, || format!("a stored signal names GPU index {g}"));
+                    continue;
+                };
                 inputs
                     .entry((node.clone(), g))
                     .or_insert_with(|| GpuInput { node, gpu: g, ..Default::default() })
@@ -296,7 +319,7 @@ async fn load_inputs_timed(
     }
     tx.commit().await?;
     laps.lap(Step::Signals);
-    Ok(inputs)
+    Ok((inputs, damage))
 }
 
 /// The workload's own transfers verified in-line, per pair in the window, with the latest
@@ -308,13 +331,16 @@ async fn load_inline(
     since: DateTime<Utc>,
     now: DateTime<Utc>,
     inputs: &mut BTreeMap<Key, GpuInput>,
+    damage: &mut Damage,
 ) -> Result<(), sqlx::Error> {
+    // Sums are numeric in SQL; each is capped where it becomes a bigint (2^62), so no stored
+    // count, however large, fails the read for every node.
     let rows: Vec<(String, i32, String, i64, i64, i64, i64, i64)> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic,
-                sum(transfers_ok)::bigint,
-                coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0)::bigint,
-                coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0)::bigint,
-                sum(transfers_mismatch)::bigint, sum(transfers_error)::bigint
+                least(sum(transfers_ok), 4611686018427387904)::bigint,
+                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint,
+                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0), 4611686018427387904)::bigint,
+                least(sum(transfers_mismatch), 4611686018427387904)::bigint, least(sum(transfers_error), 4611686018427387904)::bigint
          FROM inline_reports
          WHERE observed_at > $2 AND observed_at <= $3 AND gpu_index IS NOT NULL
            AND ($1::text[] IS NULL OR node_id = ANY($1))
@@ -327,7 +353,10 @@ async fn load_inline(
     .await?;
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
     for (node, gpu, nic, ok, ok_nic, ok_gpu, mismatch, error) in rows {
-        let gpu = u32::try_from(gpu).unwrap_or(0);
+        let Some(gpu) = stored_gpu(gpu) else {
+            damage.note(&node, || format!("a stored in-line report names GPU index {gpu}"));
+            continue;
+        };
         let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput { node, gpu, ..Default::default() });
         let pair = match input.pairs.iter().position(|p| p.nic == nic) {
             Some(i) => &mut input.pairs[i],
@@ -347,14 +376,14 @@ async fn load_inline(
         };
     }
     // The latest three failed transfers per pair, in words.
-    let failures: Vec<(String, i32, String, Json<railguard_schema::InlineFailure>)> = sqlx::query_as(
+    let failures: Vec<(String, i32, String, Json<serde_json::Value>)> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic, f FROM (
             SELECT r.node_id, r.gpu_index, r.nic, f.value AS f,
                    row_number() OVER (PARTITION BY r.node_id, r.gpu_index, r.nic
                                       ORDER BY r.observed_at DESC, f.ordinality DESC) AS rn
             FROM inline_reports r, jsonb_array_elements(r.failures) WITH ORDINALITY AS f(value, ordinality)
             WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.gpu_index IS NOT NULL
-              AND r.transfers_mismatch + r.transfers_error > 0
+              AND (r.transfers_mismatch > 0 OR r.transfers_error > 0)
               AND ($1::text[] IS NULL OR r.node_id = ANY($1))
          ) x WHERE rn <= 3 ORDER BY node_id, gpu_index, nic, rn",
     )
@@ -364,10 +393,15 @@ async fn load_inline(
     .fetch_all(&mut *conn)
     .await?;
     for (node, gpu, nic, Json(f)) in failures {
-        if let Some(p) = inputs
-            .get_mut(&(node, u32::try_from(gpu).unwrap_or(0)))
-            .and_then(|i| i.pairs.iter_mut().find(|p| p.nic == nic))
-        {
+        let Some(gpu) = stored_gpu(gpu) else { continue };
+        let f: railguard_schema::InlineFailure = match serde_json::from_value(f) {
+            Ok(f) => f,
+            Err(e) => {
+                damage.note(&node, || format!("a stored in-line failure no longer decodes ({e})"));
+                continue;
+            }
+        };
+        if let Some(p) = inputs.get_mut(&(node, gpu)).and_then(|i| i.pairs.iter_mut().find(|p| p.nic == nic)) {
             p.inline.failures.push(describe_failure(&f));
         }
     }
@@ -420,7 +454,7 @@ async fn assess_and_store_timed(
     let started = std::time::Instant::now();
     let mut steps = phases.steps;
     let mut laps = Laps::new(&mut steps);
-    let inputs = load_inputs_timed(pool, nodes, now, cfg.window, &mut laps, cache).await?;
+    let (mut inputs, damage) = load_inputs_timed(pool, nodes, now, cfg.window, &mut laps, cache).await?;
     phases.read += started.elapsed();
     let started = std::time::Instant::now();
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
@@ -457,11 +491,26 @@ async fn assess_and_store_timed(
         }
     }
     let prev: HashMap<Key, GpuStatus> = current.iter().map(|(k, r)| (k.clone(), r.2)).collect();
-    let results: Vec<Assessment> = inputs
-        .iter()
-        .filter(|(k, _)| current.get(*k).is_none_or(|r| r.8 <= now))
-        .map(|(k, i)| rules::assess(i, prev.get(k).map(|s| Previous { status: *s }), &cfg.rules))
-        .collect();
+    // A damaged node's stored GPUs turn unknown too where nothing else of theirs was read.
+    for (key, r) in &current {
+        if damage.of(&key.0).is_some() && !inputs.contains_key(key) {
+            let input = GpuInput {
+                node: key.0.clone(),
+                gpu: key.1,
+                workload_nic: r.3.clone(),
+                structural: r.4,
+                ..Default::default()
+            };
+            inputs.insert(key.clone(), input);
+        }
+    }
+    let (results, isolated) = isolate::assess_nodes(
+        inputs.iter().filter(|(k, _)| current.get(*k).is_none_or(|r| r.8 <= now)),
+        |k| prev.get(k).map(|s| Previous { status: *s }),
+        &damage,
+        &cfg.rules,
+    );
+    isolate::stats().record(inputs.keys().map(|k| k.0.clone()), &isolated);
     laps.lap(Step::Current);
 
     let mut cols: (
@@ -1001,7 +1050,8 @@ pub async fn run_periodic(
             }
             let before = cache.answered();
             let kept = if cfg.keep_window { Some(&mut cache) } else { None };
-            match assess_pass_with(&pool, &cfg, prev, now, Some(sweep), kept, bound).await {
+            let pass = assess_pass_with(&pool, &cfg, prev, now, Some(sweep), kept, bound);
+            match isolate::catch_pass(isolate::stats(), pass).await {
                 Ok(pass) => {
                     let took = t.elapsed();
                     if !pass.full {
@@ -1200,7 +1250,8 @@ pub async fn run_urgent(
         if !urgent.is_empty() {
             let started = std::time::Instant::now();
             let mut phases = Phases::default();
-            match assess_and_store_timed(&pool, Some(&urgent), &cfg, Utc::now(), &mut phases, None).await {
+            let pass = assess_and_store_timed(&pool, Some(&urgent), &cfg, Utc::now(), &mut phases, None);
+            match isolate::catch_pass(isolate::stats(), pass).await {
                 Ok(r) => {
                     let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len(), phases, ..Pass::default() };
                     stats.assessment.record_urgent(&pass, started.elapsed());

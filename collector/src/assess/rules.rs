@@ -61,19 +61,21 @@ pub struct InlineCounts {
 
 impl InlineCounts {
     pub fn total(&self) -> u64 {
-        self.ok + self.mismatch + self.error
+        self.ok.saturating_add(self.mismatch).saturating_add(self.error)
     }
 }
 
 impl PairCounts {
+    // Counts saturate: a window's counts come from outside, and no sum of them may panic or
+    // wrap (a wrapped total would read as fewer probes than failed).
     pub fn bad(&self) -> u32 {
-        self.silent_corruption + self.reported_failure + self.timeout
+        self.silent_corruption.saturating_add(self.reported_failure).saturating_add(self.timeout)
     }
     pub fn total(&self) -> u32 {
-        self.ok + self.bad()
+        self.ok.saturating_add(self.bad())
     }
     pub fn unproven(&self) -> u32 {
-        self.unproven_ok + self.unproven_bad
+        self.unproven_ok.saturating_add(self.unproven_bad)
     }
     /// How the pair was verified, by its strongest evidence.
     pub fn verification(&self) -> Verification {
@@ -227,7 +229,7 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
                     ),
                     &mut status,
                 );
-            } else if p.bad() >= 2 || (p.bad() >= 1 && p.bad() * 2 >= p.total()) {
+            } else if p.bad() >= 2 || (p.bad() >= 1 && u64::from(p.bad()) * 2 >= u64::from(p.total())) {
                 raise(
                     GpuStatus::AtRisk,
                     format!(

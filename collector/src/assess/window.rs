@@ -148,7 +148,7 @@ impl ClassCounts {
     }
 
     fn bad(&self) -> u64 {
-        self.silent_corruption + self.reported_failure + self.timeout
+        self.silent_corruption.saturating_add(self.reported_failure).saturating_add(self.timeout)
     }
 }
 
@@ -192,6 +192,24 @@ struct Evidence<'a> {
     records: u64,
     transport: &'a str,
     first_lane: Option<&'a str>,
+}
+
+impl Evidence<'_> {
+    /// Why this stored row is one ingest could never have accepted, if it is.
+    fn out_of_bounds(&self) -> Option<String> {
+        if super::stored_gpu(self.gpu).is_none() {
+            return Some(format!("a stored probe row names GPU index {}", self.gpu));
+        }
+        // A grouped row stands for many records; each stands for at most a summary's bound.
+        let max = u64::from(railguard_schema::limits::MAX_SUMMARY_PROBES).saturating_mul(self.records.max(1));
+        if self.probes > max {
+            return Some(format!(
+                "a stored probe row of GPU{} stands for {} probes in {} record(s)",
+                self.gpu, self.probes, self.records
+            ));
+        }
+        None
+    }
 }
 
 impl NodeAcc {
@@ -256,12 +274,28 @@ pub(super) struct WindowEvidence {
     nodes: BTreeMap<String, NodeAcc>,
     /// Per (node, GPU): the workload pair's records (time, verdict, probes), in no order.
     pub recent: HashMap<(String, i32), Recent>,
+    /// Nodes with a stored row that ingest could never have accepted (a GPU index out of range,
+    /// a summary's probe count out of bounds), with the first such row in words: the row is not
+    /// counted, and the node is not assessed on the rest ([`super::Damage`]).
+    pub damaged: super::Damage,
 }
 
 impl WindowEvidence {
     /// A node's evidence (a name per grouped row or set, not per summary).
     fn node(&mut self, node: String) -> &mut NodeAcc {
         self.nodes.entry(node).or_default()
+    }
+
+    /// Counts `e` into `node`'s evidence, or, where the row is outside what ingest accepts,
+    /// notes the node damaged instead.
+    fn count(&mut self, node: &str, e: Evidence<'_>) {
+        match e.out_of_bounds() {
+            Some(why) => self.damaged.note(node, || why),
+            None => match self.nodes.get_mut(node) {
+                Some(acc) => acc.record(e),
+                None => self.node(node.to_owned()).record(e),
+            },
+        }
     }
 
     /// Each pair's counts under the trust policy, in (node, GPU, NIC) order.
@@ -527,7 +561,7 @@ impl RolledRun {
                 let n = u64::try_from(n).unwrap_or(0);
                 if n > 0 {
                     sum[v].0 = sum[v].0.saturating_add(n);
-                    sum[v].1 += 1;
+                    sum[v].1 = sum[v].1.saturating_add(1);
                 }
             }
         }
@@ -629,18 +663,21 @@ async fn load_split(
     while let Some(g) = groups.next().await {
         let g = g?;
         let part = if g.after { &mut late } else { &mut ev };
-        part.node(g.node_id).record(Evidence {
-            gpu: g.gpu_index,
-            nic: &g.nic,
-            path: &g.path,
-            memory: &g.memory,
-            verdict: g.verdict,
-            diagnosis: g.diagnosis,
-            probes: u(g.probes),
-            records: u(g.records),
-            transport: &g.transport,
-            first_lane: g.first_lane.as_deref(),
-        });
+        part.count(
+            &g.node_id,
+            Evidence {
+                gpu: g.gpu_index,
+                nic: &g.nic,
+                path: &g.path,
+                memory: &g.memory,
+                verdict: g.verdict,
+                diagnosis: g.diagnosis,
+                probes: u(g.probes),
+                records: u(g.records),
+                transport: &g.transport,
+                first_lane: g.first_lane.as_deref(),
+            },
+        );
     }
     drop(groups);
     laps.lap(super::Step::ProbeRows);
@@ -711,7 +748,6 @@ async fn load_split(
         let (node_id, at, gpus, nics, paths, memories, injected, transports, lanes, probes) = row?;
         let wl = workload.of(&node_id);
         let part = if at > split { &mut late } else { &mut ev };
-        let node = part.node(node_id.clone());
         let mut recent: Vec<(i32, i32)> = Vec::new();
         for i in 0..gpus.len() {
             let (Some(&gpu), Some(nic), Some(path), Some(inj), Some(&n)) =
@@ -726,18 +762,25 @@ async fn load_split(
             let memory = memories.get(i).map(String::as_str).unwrap_or_default();
             let lane = lanes.get(i).and_then(|l| first_lane(&l.0));
             let transport = transports.get(i).map(String::as_str).unwrap_or_default();
-            node.record(Evidence {
-                gpu,
-                nic,
-                path,
-                memory,
-                verdict: ProbeVerdict::Ok,
-                diagnosis: Diagnosis::None,
-                probes: u(i64::from(n)),
-                records: 1,
-                transport,
-                first_lane: lane.as_deref(),
-            });
+            if n <= 0 {
+                part.damaged.note(&node_id, || format!("a stored summary of GPU{gpu} stands for {n} probes"));
+                continue;
+            }
+            part.count(
+                &node_id,
+                Evidence {
+                    gpu,
+                    nic,
+                    path,
+                    memory,
+                    verdict: ProbeVerdict::Ok,
+                    diagnosis: Diagnosis::None,
+                    probes: u(i64::from(n)),
+                    records: 1,
+                    transport,
+                    first_lane: lane.as_deref(),
+                },
+            );
             if Class::of(path) != Class::Other && wl.is_some_and(|w| w.iter().any(|(g, wn)| *g == gpu && wn == nic)) {
                 recent.push((gpu, n));
             }
@@ -842,7 +885,7 @@ fn trusted_of(
     nics: &Nics,
     mut f: impl FnMut(i32, &str, bool, bool),
 ) {
-    let all_simulated = kept.map_or(0, |n| n.not_simulated) + newest.map_or(0, |n| n.not_simulated) == 0;
+    let all_simulated = kept.map_or(0, |n| n.not_simulated) == 0 && newest.map_or(0, |n| n.not_simulated) == 0;
     let mut keys: Vec<(i32, u32)> = kept.iter().chain(newest.iter()).flat_map(|n| n.pairs.keys().copied()).collect();
     keys.sort_unstable();
     keys.dedup();
@@ -852,9 +895,9 @@ fn trusted_of(
         for c in 0..3 {
             let part = |p: Option<&LeanPair>| p.map_or((0, 0), |p| (p.records[c], p.bad[c]));
             let ((ra, ba), (rb, bb)) = (part(a), part(b));
-            if ra + rb > 0 && Class::trusted(c, all_simulated) {
+            if (ra > 0 || rb > 0) && Class::trusted(c, all_simulated) {
                 trusted = true;
-                bad |= ba + bb > 0;
+                bad |= ba > 0 || bb > 0;
                 simulated |= c == Class::Simulated as usize;
             }
         }
@@ -1335,6 +1378,8 @@ pub(super) async fn load_cached(
         cache.clear();
         return load(conn, filter, since, now, workload, laps).await;
     };
+    // Damage is noted in the pass that reads the damaged row; the row itself is never kept.
+    let mut damaged = super::Damage::default();
     // Move every known node's evidence to (since, seal]: take away what left the window, add
     // what is old enough to keep.
     match (filter, cache.range) {
@@ -1350,6 +1395,7 @@ pub(super) async fn load_cached(
             let (gone, kept) =
                 load_split(conn, &None, [(from, since), (until, seal)], until, &cache.nodes, false, laps).await?;
             sqlx::query("SET LOCAL enable_indexscan = on").execute(&mut *conn).await?;
+            damaged.absorb(kept.damaged);
             for (node, acc) in &gone.nodes {
                 if let Some(s) = cache.nodes.get_mut(node) {
                     s.acc.merge(acc, true);
@@ -1392,7 +1438,10 @@ pub(super) async fn load_cached(
     // Those read in full, kept up to the seal, in the same read as their newest part.
     let mut tail = WindowEvidence::default();
     if full.as_ref().is_none_or(|f| !f.is_empty()) {
-        let (read, newest) = load_split(conn, &full, [(since, now), (now, now)], seal, workload, false, laps).await?;
+        let (mut read, mut newest) =
+            load_split(conn, &full, [(since, now), (now, now)], seal, workload, false, laps).await?;
+        damaged.absorb(std::mem::take(&mut read.damaged));
+        damaged.absorb(std::mem::take(&mut newest.damaged));
         tail = newest;
         if full.is_none() {
             cache.read += read.nodes.len() as u64;
@@ -1430,11 +1479,12 @@ pub(super) async fn load_cached(
         };
         if !rest.is_empty() {
             let newest = load(conn, &Some(rest), seal, now, workload, laps).await?;
+            damaged.absorb(newest.damaged);
             tail.nodes.extend(newest.nodes);
             tail.recent.extend(newest.recent);
         }
     }
-    let mut ev = WindowEvidence::default();
+    let mut ev = WindowEvidence { damaged, ..WindowEvidence::default() };
     let names: Vec<String> = match filter {
         Some(f) => f.clone(),
         None => {

@@ -26,7 +26,7 @@ enum QueryWhat {
     },
     /// GPUs and their current status, worst first (as /api/v1/gpus).
     Gpus {
-        /// Comma-separated statuses: ok, watch, at_risk, corrupting. Default: all.
+        /// Comma-separated statuses: ok, watch, unknown, at_risk, corrupting. Default: all.
         #[arg(long)]
         status: Option<String>,
         /// Rows at most.

@@ -81,7 +81,7 @@ pub struct FleetQuery {
     /// at_risk, corrupting). Default (absent or empty): every node.
     #[param(
         example = "corrupting,at_risk",
-        pattern = "^((ok|watch|at_risk|corrupting)(,(ok|watch|at_risk|corrupting))*)?$"
+        pattern = "^((ok|watch|unknown|at_risk|corrupting)(,(ok|watch|unknown|at_risk|corrupting))*)?$"
     )]
     status: Option<String>,
     /// Nodes per page (1–10000). Default (absent): every node, no `next`.
@@ -165,10 +165,10 @@ pub async fn gpu(State(s): State<AppState>, Path((node, gpu)): Path<(String, Str
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct GpusQuery {
-    /// Comma-separated statuses: ok, watch, at_risk, corrupting. Default (absent or empty): all.
+    /// Comma-separated statuses: ok, watch, unknown, at_risk, corrupting. Default (absent or empty): all.
     #[param(
         example = "corrupting,at_risk",
-        pattern = "^((ok|watch|at_risk|corrupting)(,(ok|watch|at_risk|corrupting))*)?$"
+        pattern = "^((ok|watch|unknown|at_risk|corrupting)(,(ok|watch|unknown|at_risk|corrupting))*)?$"
     )]
     status: Option<String>,
     /// Rows at most (1–10000, default 1000).

@@ -198,6 +198,27 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     for (k, v) in &passes.kinds {
         let _ = writeln!(out, "{name}{{kind=\"{k}\"}} {:.6}", v.longest);
     }
+    let iso = crate::assess::isolation_stats();
+    let name = "railguard_assessment_unassessed_nodes";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Nodes whose GPUs are unknown: their stored inputs could not be assessed (a row outside ingest's bounds, or an assessment that failed on them); every other node is assessed.\n# TYPE {name} gauge\n{name} {}",
+        iso.unassessed()
+    );
+    let name = "railguard_assessment_isolated_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Node assessments left unknown since the collector started, by why.\n# TYPE {name} counter"
+    );
+    for why in crate::assess::Isolated::ALL {
+        let _ = writeln!(out, "{name}{{why=\"{}\"}} {}", why.as_str(), iso.total(why));
+    }
+    let name = "railguard_assessment_pass_panics_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Assessment passes that panicked outside the per-node rules and were caught (the task went on).\n# TYPE {name} counter\n{name} {}",
+        iso.passes_panicked.load(Ordering::Relaxed)
+    );
     let name = "railguard_assessment_pass_phase_seconds";
     let _ = writeln!(
         out,
@@ -251,12 +272,10 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_agent_clock_ahead_seconds How far ahead of the collector's clock an agent dated the newest record of its latest batch (0 when not ahead): a fast agent clock skews every record it makes.\n# TYPE railguard_agent_clock_ahead_seconds gauge"
+        "# HELP railguard_agent_clock_ahead_seconds How far ahead of the collector's clock an agent dated the newest record of a batch, the largest over the last 15 minutes (0 when not ahead); records more than 600 s ahead are refused.\n# TYPE railguard_agent_clock_ahead_seconds gauge"
     );
-    if let Ok(c) = st.clock_ahead.lock() {
-        for (node, s) in c.iter() {
-            let _ = writeln!(out, "railguard_agent_clock_ahead_seconds{{node=\"{}\"}} {s:.3}", label(node));
-        }
+    for (node, s) in st.clock_ahead.snapshot() {
+        let _ = writeln!(out, "railguard_agent_clock_ahead_seconds{{node=\"{}\"}} {s:.3}", label(&node));
     }
     if let Some(k) = st.k8s.get() {
         let _ = writeln!(

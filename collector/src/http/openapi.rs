@@ -13,7 +13,7 @@ use super::api;
     info(
         title = "railguard collector API",
         version = "1",
-        description = "Read-only. Per-GPU status (ok, watch, at_risk, corrupting) with the evidence behind it, and \
+        description = "Read-only. Per-GPU status (ok, watch, unknown, at_risk, corrupting) with the evidence behind it, and \
             the history of probes, signals and status changes. When the collector runs with --api-token-file, every \
             /api/v1 call except this document needs `Authorization: Bearer <token>`. Errors are JSON \
             (`{\"error\": \"...\"}`): 400 for a bad parameter, 404 for an unknown node or GPU, 401 for a missing \

@@ -104,7 +104,7 @@ pub fn statuses(s: &str) -> Result<Vec<GpuStatus>, ApiError> {
     s.split(',')
         .map(|x| {
             GpuStatus::parse(x.trim()).ok_or_else(|| {
-                ApiError::BadRequest(format!("status {x:?} is not one of ok, watch, at_risk, corrupting"))
+                ApiError::BadRequest(format!("status {x:?} is not one of ok, watch, unknown, at_risk, corrupting"))
             })
         })
         .collect()

@@ -3,8 +3,11 @@
 //! Used by the collector when `DATABASE_URL` is unset, by the demo, and by every test that
 //! needs a database. It listens on a Unix socket inside its data directory only (no TCP), so
 //! parallel clusters never collide and nothing is reachable from the network. Postgres refuses
-//! to run as root; when we are root the cluster runs as an unprivileged user (`nobody` unless
-//! `RAILGUARD_PG_USER` names another).
+//! to run as root; when we are root the cluster runs as its own system user, [`PG_USER`]
+//! (`scripts/setup.sh` creates it; `RAILGUARD_PG_USER` names another), which nothing else runs
+//! as: the data directory (0700) and its socket are that user's alone, so no other service's
+//! process can rewrite `pg_hba.conf` or reach the socket. Run as another user, the cluster runs
+//! as that user.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -16,6 +19,8 @@ use sqlx::postgres::PgConnectOptions;
 /// The database user and database name inside a private cluster.
 pub const SUPERUSER: &str = "railguard";
 pub const DATABASE_NAME: &str = "railguard";
+/// The system user the private cluster runs as when the collector runs as root.
+pub const PG_USER: &str = "railguard-pg";
 const PORT: u16 = 5432; // only names the socket file: .s.PGSQL.5432 inside the data dir
 
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +31,11 @@ pub enum ClusterError {
          or set DATABASE_URL to an existing database"
     )]
     BinariesNotFound,
-    #[error("unprivileged user {user:?} to run postgres as (we are root) does not exist; set RAILGUARD_PG_USER")]
+    #[error(
+        "system user {user:?} to run the private postgres as (we are root) does not exist: create it \
+         (scripts/setup.sh does: useradd --system --user-group --no-create-home --shell /usr/sbin/nologin {user}) \
+         or set RAILGUARD_PG_USER to a user that no other service runs as"
+    )]
     NoUser { user: String },
     #[error(
         "{path} is not reachable by user {user:?} (a parent directory lacks o+x); choose a data dir under /var/lib or /tmp"
@@ -314,7 +323,7 @@ fn unprivileged_user() -> Result<(Option<(u32, u32)>, String), ClusterError> {
     if !nix::unistd::geteuid().is_root() {
         return Ok((None, std::env::var("USER").unwrap_or_default()));
     }
-    let name = std::env::var("RAILGUARD_PG_USER").unwrap_or_else(|_| "nobody".to_owned());
+    let name = std::env::var("RAILGUARD_PG_USER").unwrap_or_else(|_| PG_USER.to_owned());
     match nix::unistd::User::from_name(&name) {
         Ok(Some(u)) => Ok((Some((u.uid.as_raw(), u.gid.as_raw())), name)),
         _ => Err(ClusterError::NoUser { user: name }),

@@ -2,7 +2,7 @@
 
 mod cluster;
 
-pub use cluster::{ClusterError, DATABASE_NAME, PrivateCluster, find_bindir};
+pub use cluster::{ClusterError, DATABASE_NAME, PG_USER, PrivateCluster, find_bindir};
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

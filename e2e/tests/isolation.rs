@@ -1,0 +1,297 @@
+//! One node cannot stop the assessment of the others: a batch with counts beyond any agent is
+//! refused at the door, and the same numbers stored behind ingest's back (a row corrupted in
+//! SQL) leave only their own node `unknown` while every other node is assessed on time, across a
+//! restart of the collector. Then 10,000 records with every numeric field at its extremes.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use railguard_e2e::scripted::*;
+use railguard_e2e::*;
+use railguard_schema::wire::ingest_client::IngestClient;
+use railguard_schema::wire::{self, RecordBatch};
+use railguard_schema::{
+    DataPath, Memory, PairSelection, ProbeSummary, ProbeSummarySet, ProbeVerdict, Record, RecordBody, RecordId,
+};
+use tonic::Code;
+
+async fn status(pg: &TestPg, node: &str, gpu: i32) -> Option<(String, String)> {
+    sqlx::query_as("SELECT status::text, reasons->>0 FROM gpu_status WHERE node_id = $1 AND gpu_index = $2")
+        .bind(node)
+        .bind(gpu)
+        .fetch_optional(&pg.pool)
+        .await
+        .unwrap()
+        .map(|(s, r): (String, Option<String>)| (s, r.unwrap_or_default()))
+}
+
+async fn wait_status(pg: &TestPg, node: &str, gpu: i32, want: &str, within: Duration) -> String {
+    let t0 = Instant::now();
+    loop {
+        if let Some((s, why)) = status(pg, node, gpu).await
+            && s == want
+        {
+            return why;
+        }
+        assert!(
+            t0.elapsed() < within,
+            "{node} GPU{gpu} not {want} within {within:?}: {:?}",
+            status(pg, node, gpu).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn summaries(gpu: u32, nic: &str, probes: u32, n: usize) -> wire::Record {
+    let now = Utc::now();
+    let s = ProbeSummary {
+        gpu,
+        gpu_bdf: None,
+        nic: nic.into(),
+        nic_bdf: None,
+        transport: railguard_schema::Transport::Sim,
+        memory: Memory::Host,
+        path: DataPath::Simulated,
+        injected: railguard_schema::Injected::None,
+        simulated: true,
+        selection: PairSelection::Predicted,
+        lanes: vec![],
+        probes,
+        bytes: 64 << 20,
+        duration_min_ns: 1,
+        duration_median_ns: 2,
+        duration_max_ns: 3,
+        first_at: now - chrono::Duration::seconds(50),
+        last_at: now - chrono::Duration::seconds(40),
+    };
+    let set = ProbeSummarySet { summaries: vec![s; n] };
+    Record {
+        id: RecordId::random(),
+        observed_at: now - chrono::Duration::seconds(40),
+        body: RecordBody::Summaries(set),
+    }
+    .into()
+}
+
+async fn push(c: &CollectorProc, node: &str, records: Vec<wire::Record>) -> Result<(), tonic::Status> {
+    let mut client = IngestClient::connect(c.url()).await.unwrap();
+    client
+        .push_batch(with_token(RecordBatch { node_id: node.into(), records, spool_dropped_total: 0 }, &token_for(node)))
+        .await
+        .map(|_| ())
+}
+
+fn metric(c: &CollectorProc, name: &str) -> Option<f64> {
+    let (_, body) = c.get("/metrics", None);
+    body.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_nodes_extreme_counts_are_refused_and_stored_ones_leave_only_that_node_unknown() {
+    let pg = TestPg::start().await;
+    let mut c = CollectorProc::start_with(&pg.url(), &["hostile", "victim"], &["--assess-every-secs", "2"]);
+    let seed = topology(&railguard_agent::topology::fixture::dgx_h100_like(), None);
+    for node in ["hostile", "victim"] {
+        send(&c, node, vec![topo_rec(seed.clone())]).await;
+        send(
+            &c,
+            node,
+            (0..3).map(|k| probe_rec(3, "mlx5_3", ProbeVerdict::Ok, PairSelection::Predicted, 30 - k)).collect(),
+        )
+        .await;
+    }
+    wait_status(&pg, "victim", 3, "ok", Duration::from_secs(20)).await;
+
+    // The batch that stopped every node's assessment: three summaries near u32::MAX and a
+    // failure. Refused whole, with the field named.
+    let mut batch = vec![summaries(3, "mlx5_3", u32::MAX - 1, 3)];
+    batch.push(probe_rec(3, "mlx5_3", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 1));
+    let e = push(&c, "hostile", batch).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("summary.probes"), "{e:?}");
+
+    // The same numbers stored behind ingest's back: a valid set, then its counts raised in SQL.
+    push(&c, "hostile", vec![summaries(3, "mlx5_3", 5, 3)]).await.unwrap();
+    sqlx::query(
+        "UPDATE probe_summary_sets SET probes = ARRAY[2147483647, 2147483647, 2147483647] WHERE node_id = 'hostile'",
+    )
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    push(&c, "hostile", vec![probe_rec(3, "mlx5_3", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 1)])
+        .await
+        .unwrap();
+    let why = wait_status(&pg, "hostile", 3, "unknown", Duration::from_secs(20)).await;
+    assert!(why.contains("not assessed") && why.contains("probes"), "{why}");
+    // Every GPU of the node, not only the one the row names.
+    assert_eq!(status(&pg, "hostile", 0).await.unwrap().0, "unknown");
+
+    // The victim's new failure is assessed at once all the same.
+    send(
+        &c,
+        "victim",
+        (0..2)
+            .map(|k| probe_rec(3, "mlx5_3", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 2 - k))
+            .collect(),
+    )
+    .await;
+    wait_status(&pg, "victim", 3, "corrupting", Duration::from_secs(20)).await;
+    assert_eq!(metric(&c, "railguard_assessment_unassessed_nodes"), Some(1.0));
+    assert!(metric(&c, "railguard_assessment_isolated_total{why=\"damaged_row\"}").unwrap() >= 1.0);
+
+    // A restart with the row still in the window: the collector assesses on.
+    c.restart();
+    send(
+        &c,
+        "victim",
+        (0..3).map(|k| probe_rec(5, "mlx5_5", ProbeVerdict::SilentCorruption, PairSelection::Sweep, 3 - k)).collect(),
+    )
+    .await;
+    send(
+        &c,
+        "victim",
+        (0..3).map(|k| probe_rec(6, "mlx5_6", ProbeVerdict::Ok, PairSelection::Predicted, 3 - k)).collect(),
+    )
+    .await;
+    wait_status(&pg, "victim", 6, "ok", Duration::from_secs(20)).await;
+    assert!(c.is_running());
+
+    // A topology row corrupted in SQL: the node is unknown, with that reason; the victim goes on.
+    sqlx::query("DELETE FROM probe_summary_sets WHERE node_id = 'hostile'").execute(&pg.pool).await.unwrap();
+    sqlx::query("UPDATE topology_snapshots SET risks = '{\"not\": \"a list\"}' WHERE node_id = 'hostile'")
+        .execute(&pg.pool)
+        .await
+        .unwrap();
+    push(&c, "hostile", vec![probe_rec(3, "mlx5_3", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 1)])
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let why = status(&pg, "hostile", 3).await.unwrap().1;
+        if why.contains("no longer decode") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{why}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A probe row naming a GPU no node has: noted, never counted on GPU 0.
+    sqlx::query("UPDATE probe_results SET gpu_index = -5 WHERE node_id = 'victim' AND gpu_index = 6")
+        .execute(&pg.pool)
+        .await
+        .unwrap();
+    send(&c, "victim", vec![probe_rec(6, "mlx5_6", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 1)]).await;
+    let why = wait_status(&pg, "victim", 6, "unknown", Duration::from_secs(20)).await;
+    assert!(why.contains("GPU index -5"), "{why}");
+    assert_ne!(status(&pg, "victim", 0).await.map(|s| s.0).as_deref(), Some("corrupting"));
+    assert_eq!(status(&pg, "hostile", 3).await.unwrap().0, "unknown");
+}
+
+/// Every numeric field of every record kind at 0, its maximum, maximum − 1 or random, one record
+/// a batch: whatever ingest accepts is stored, nothing stops the assessment, and the other node's
+/// failure is assessed at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_thousand_extreme_records_leave_every_other_node_assessed() {
+    use rand::Rng;
+    let pg = TestPg::start().await;
+    let c = CollectorProc::start_with(&pg.url(), &["hostile", "victim"], &["--assess-every-secs", "1"]);
+    let seed = topology(&railguard_agent::topology::fixture::dgx_h100_like(), None);
+    send(&c, "victim", vec![topo_rec(seed.clone())]).await;
+    send(&c, "hostile", vec![topo_rec(seed)]).await;
+    let mut rng = rand::rng();
+    let pick32 = |rng: &mut rand::rngs::ThreadRng| match rng.random_range(0..4) {
+        0 => 0u32,
+        1 => u32::MAX,
+        2 => u32::MAX - 1,
+        _ => rng.random(),
+    };
+    let pick64 = |rng: &mut rand::rngs::ThreadRng| match rng.random_range(0..4) {
+        0 => 0u64,
+        1 => u64::MAX,
+        2 => u64::MAX - 1,
+        _ => rng.random(),
+    };
+    let now_ns = Utc::now().timestamp_nanos_opt().unwrap();
+    let mut client = IngestClient::connect(c.url()).await.unwrap();
+    let (mut stored, mut refused) = (0, 0);
+    for i in 0..10_000u64 {
+        let mut r: wire::Record = if i % 4 == 0 {
+            summaries(3, "mlx5_3", 5, 3)
+        } else {
+            probe_rec((i % 8) as u32, &format!("mlx5_{}", i % 8), ProbeVerdict::Ok, PairSelection::Sweep, 5)
+        };
+        // One field a record at an extreme (0, its maximum, maximum − 1, or random), the field
+        // moving on record by record: each extreme reaches ingest alone, and what it accepts
+        // reaches the assessment.
+        let field = (i / 4) % 8;
+        if field == 7 {
+            r.observed_at_unix_ns = match rng.random_range(0..4) {
+                0 => 0,
+                1 => i64::MAX,
+                2 => i64::MAX - 1,
+                _ => now_ns - rng.random_range(0..600_000_000_000),
+            };
+        }
+        match r.body.as_mut().unwrap() {
+            wire::record::Body::Probe(p) => {
+                p.verdict = 1 + (i % 4) as i32;
+                match field {
+                    0 => p.gpu_index = pick32(&mut rng),
+                    1 => p.bytes = pick64(&mut rng),
+                    2 => p.chunks = pick32(&mut rng),
+                    3 => p.bad_chunks = pick32(&mut rng),
+                    4 => p.duration_ns = pick64(&mut rng),
+                    5 => p.bit_flips = pick64(&mut rng),
+                    6 => p.first_bad_offset = Some(pick64(&mut rng)),
+                    _ => {}
+                }
+            }
+            wire::record::Body::Summaries(s) => {
+                for m in &mut s.summaries {
+                    match field {
+                        0 => m.gpu_index = pick32(&mut rng),
+                        1 => m.bytes = pick64(&mut rng),
+                        2 | 3 => m.probes = pick32(&mut rng),
+                        4 => m.duration_max_ns = pick64(&mut rng),
+                        _ => {}
+                    }
+                }
+            }
+            _ => unreachable!(),
+        }
+        let req = with_token(
+            RecordBatch { node_id: "hostile".into(), records: vec![r], spool_dropped_total: 0 },
+            &token_for("hostile"),
+        );
+        match client.push_batch(req).await {
+            Ok(_) => stored += 1,
+            Err(e) if e.code() == Code::InvalidArgument => refused += 1,
+            Err(e) => panic!("record {i}: {e:?}"),
+        }
+        if i == 5_000 {
+            // Half-way, the other node's failure is assessed at once.
+            send(
+                &c,
+                "victim",
+                (0..2)
+                    .map(|k| probe_rec(2, "mlx5_2", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 2 - k))
+                    .collect(),
+            )
+            .await;
+            wait_status(&pg, "victim", 2, "corrupting", Duration::from_secs(20)).await;
+        }
+    }
+    eprintln!("extreme records: {stored} stored, {refused} refused");
+    assert!(stored > 100 && refused > 1_000, "{stored} stored, {refused} refused");
+    // The periodic passes went on: a fresh GPU of the victim is assessed within seconds.
+    send(
+        &c,
+        "victim",
+        (0..3).map(|k| probe_rec(4, "mlx5_4", ProbeVerdict::Ok, PairSelection::Predicted, 3 - k)).collect(),
+    )
+    .await;
+    wait_status(&pg, "victim", 4, "ok", Duration::from_secs(20)).await;
+    assert_eq!(metric(&c, "railguard_assessment_pass_panics_total"), Some(0.0));
+    let (_, fleet) = c.get("/api/v1/fleet", None);
+    assert!(fleet.contains("hostile"), "{fleet}");
+}
