@@ -58,6 +58,13 @@ if ((${#need[@]})); then
   apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
+# The private Postgres's own system user (the collector runs its cluster as this user when it
+# runs as root): nothing else runs as it, so nothing else can read or rewrite the cluster.
+if [ "$(id -u)" -eq 0 ] && ! id -u railguard-pg >/dev/null 2>&1; then
+  echo "setup: creating the system user railguard-pg (the private Postgres runs as it)"
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin railguard-pg
+fi
+
 # Schema check of the Kubernetes manifests (ships the schemas: no cluster, no network at run time).
 if ! have kubernetes-validate; then
   echo "setup: installing kubernetes-validate (PyPI)"

@@ -22,3 +22,55 @@ async fn the_private_cluster_needs_its_password_which_only_its_owner_can_read() 
     let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut conn).await.unwrap();
     assert_eq!(one, 1);
 }
+
+/// Run as root, the private cluster runs as its own system user, and a process running as
+/// `nobody` (the user other services share) can neither read nor write anything of it: not the
+/// data directory, not `pg_hba.conf`, not the password file, not the socket.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_private_cluster_is_its_own_users_alone() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("not root: the cluster runs as this user; nothing to check");
+        return;
+    }
+    let pg = TestPg::start().await;
+    let data = pg.cluster.data_dir().to_path_buf();
+    let owner = nix::unistd::User::from_uid(std::fs::metadata(&data).unwrap().uid().into()).unwrap().unwrap();
+    assert_eq!(owner.name, railguard_collector::pg::PG_USER);
+    assert_eq!(std::fs::metadata(&data).unwrap().permissions().mode() & 0o777, 0o700);
+    // The postmaster runs as that user.
+    let pid: u32 =
+        std::fs::read_to_string(data.join("postmaster.pid")).unwrap().lines().next().unwrap().parse().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(uid_line.split_whitespace().nth(1) == Some(&owner.uid.to_string()), "{uid_line}");
+
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    let as_nobody = |script: &str| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .uid(nobody.uid.as_raw())
+            .gid(nobody.gid.as_raw())
+            .output()
+            .unwrap()
+    };
+    let d = data.display();
+    let pw = pg.cluster.password_file();
+    for (what, script) in [
+        ("list the data directory", format!("ls {d}")),
+        ("read pg_hba.conf", format!("cat {d}/pg_hba.conf")),
+        ("write pg_hba.conf", format!("echo 'local all all trust' >> {d}/pg_hba.conf")),
+        ("read the password", format!("cat {}", pw.display())),
+        ("reach the socket", format!("psql -h {d} -U railguard -d railguard -w -c 'SELECT 1'")),
+        ("write into the data directory", format!("touch {d}/evil")),
+    ] {
+        let out = as_nobody(&script);
+        assert!(!out.status.success(), "nobody could {what}: {}", String::from_utf8_lossy(&out.stdout));
+    }
+    // The cluster still answers its owner, with its password.
+    let mut conn = sqlx::PgConnection::connect_with(&pg.cluster.connect_options("railguard")).await.unwrap();
+    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut conn).await.unwrap();
+    assert_eq!(one, 1);
+}
