@@ -43,6 +43,11 @@ async fn wait_status(pg: &TestPg, node: &str, gpu: i32, want: &str, within: Dura
     }
 }
 
+/// `n` probes of one pair, the oldest `oldest_ago_s` seconds old, a second apart.
+fn probes(gpu: u32, nic: &str, v: ProbeVerdict, sel: PairSelection, n: i64, oldest_ago_s: i64) -> Vec<wire::Record> {
+    (0..n).map(|k| probe_rec(gpu, nic, v, sel, oldest_ago_s - k)).collect()
+}
+
 fn summaries(gpu: u32, nic: &str, probes: u32, n: usize) -> wire::Record {
     let now = Utc::now();
     let s = ProbeSummary {
@@ -94,12 +99,7 @@ async fn one_nodes_extreme_counts_are_refused_and_stored_ones_leave_only_that_no
     let seed = topology(&railguard_agent::topology::fixture::dgx_h100_like(), None);
     for node in ["hostile", "victim"] {
         send(&c, node, vec![topo_rec(seed.clone())]).await;
-        send(
-            &c,
-            node,
-            (0..3).map(|k| probe_rec(3, "mlx5_3", ProbeVerdict::Ok, PairSelection::Predicted, 30 - k)).collect(),
-        )
-        .await;
+        send(&c, node, probes(3, "mlx5_3", ProbeVerdict::Ok, PairSelection::Predicted, 3, 30)).await;
     }
     wait_status(&pg, "victim", 3, "ok", Duration::from_secs(20)).await;
 
@@ -128,32 +128,15 @@ async fn one_nodes_extreme_counts_are_refused_and_stored_ones_leave_only_that_no
     assert_eq!(status(&pg, "hostile", 0).await.unwrap().0, "unknown");
 
     // The victim's new failure is assessed at once all the same.
-    send(
-        &c,
-        "victim",
-        (0..2)
-            .map(|k| probe_rec(3, "mlx5_3", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 2 - k))
-            .collect(),
-    )
-    .await;
+    send(&c, "victim", probes(3, "mlx5_3", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 2, 2)).await;
     wait_status(&pg, "victim", 3, "corrupting", Duration::from_secs(20)).await;
     assert_eq!(metric(&c, "railguard_assessment_unassessed_nodes"), Some(1.0));
     assert!(metric(&c, "railguard_assessment_isolated_total{why=\"damaged_row\"}").unwrap() >= 1.0);
 
     // A restart with the row still in the window: the collector assesses on.
     c.restart();
-    send(
-        &c,
-        "victim",
-        (0..3).map(|k| probe_rec(5, "mlx5_5", ProbeVerdict::SilentCorruption, PairSelection::Sweep, 3 - k)).collect(),
-    )
-    .await;
-    send(
-        &c,
-        "victim",
-        (0..3).map(|k| probe_rec(6, "mlx5_6", ProbeVerdict::Ok, PairSelection::Predicted, 3 - k)).collect(),
-    )
-    .await;
+    send(&c, "victim", probes(5, "mlx5_5", ProbeVerdict::SilentCorruption, PairSelection::Sweep, 3, 3)).await;
+    send(&c, "victim", probes(6, "mlx5_6", ProbeVerdict::Ok, PairSelection::Predicted, 3, 3)).await;
     wait_status(&pg, "victim", 6, "ok", Duration::from_secs(20)).await;
     assert!(c.is_running());
 
@@ -270,26 +253,15 @@ async fn ten_thousand_extreme_records_leave_every_other_node_assessed() {
         }
         if i == 5_000 {
             // Half-way, the other node's failure is assessed at once.
-            send(
-                &c,
-                "victim",
-                (0..2)
-                    .map(|k| probe_rec(2, "mlx5_2", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 2 - k))
-                    .collect(),
-            )
-            .await;
+            send(&c, "victim", probes(2, "mlx5_2", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 2, 2))
+                .await;
             wait_status(&pg, "victim", 2, "corrupting", Duration::from_secs(20)).await;
         }
     }
     eprintln!("extreme records: {stored} stored, {refused} refused");
     assert!(stored > 100 && refused > 1_000, "{stored} stored, {refused} refused");
     // The periodic passes went on: a fresh GPU of the victim is assessed within seconds.
-    send(
-        &c,
-        "victim",
-        (0..3).map(|k| probe_rec(4, "mlx5_4", ProbeVerdict::Ok, PairSelection::Predicted, 3 - k)).collect(),
-    )
-    .await;
+    send(&c, "victim", probes(4, "mlx5_4", ProbeVerdict::Ok, PairSelection::Predicted, 3, 3)).await;
     wait_status(&pg, "victim", 4, "ok", Duration::from_secs(20)).await;
     assert_eq!(metric(&c, "railguard_assessment_pass_panics_total"), Some(0.0));
     let (_, fleet) = c.get("/api/v1/fleet", None);
