@@ -6,6 +6,7 @@
 pub mod inline;
 pub mod metrics;
 pub mod probe;
+mod said_once;
 pub mod service;
 pub mod shipper;
 pub mod signals;

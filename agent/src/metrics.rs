@@ -12,6 +12,47 @@ use std::time::Duration;
 pub struct AgentMetrics {
     /// (direction, GPU or "none") → bytes NIXL processes moved, from their telemetry rings.
     nixl_bytes: Mutex<BTreeMap<(&'static str, String), u64>>,
+    /// Why → in-line results (or messages, connections) the endpoint refused.
+    inline_refused: Mutex<BTreeMap<InlineRefusal, u64>>,
+}
+
+/// Why the in-line endpoint refused something (the `why` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum InlineRefusal {
+    /// A message or result that does not validate.
+    Invalid,
+    /// Results for a GPU the sending process does not hold open.
+    UnbackedGpu,
+    /// Over the sender's results or reports rate.
+    RateLimited,
+    /// The spool's share for in-line reports is full.
+    SpoolShareFull,
+    /// A connection closed for having sent no complete line in time.
+    IdleTimeout,
+    /// A connection turned away: every slot was taken.
+    TooManyConnections,
+}
+
+impl InlineRefusal {
+    pub const ALL: [InlineRefusal; 6] = [
+        InlineRefusal::Invalid,
+        InlineRefusal::UnbackedGpu,
+        InlineRefusal::RateLimited,
+        InlineRefusal::SpoolShareFull,
+        InlineRefusal::IdleTimeout,
+        InlineRefusal::TooManyConnections,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            InlineRefusal::Invalid => "invalid",
+            InlineRefusal::UnbackedGpu => "unbacked_gpu",
+            InlineRefusal::RateLimited => "rate_limited",
+            InlineRefusal::SpoolShareFull => "spool_share_full",
+            InlineRefusal::IdleTimeout => "idle_timeout",
+            InlineRefusal::TooManyConnections => "too_many_connections",
+        }
+    }
 }
 
 pub fn global() -> &'static AgentMetrics {
@@ -26,6 +67,20 @@ impl AgentMetrics {
         *e = e.saturating_add(n);
     }
 
+    pub fn add_inline_refused(&self, why: InlineRefusal, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut m = self.inline_refused.lock().unwrap_or_else(PoisonError::into_inner);
+        let e = m.entry(why).or_default();
+        *e = e.saturating_add(n);
+    }
+
+    /// In-line refusals so far for `why`.
+    pub fn inline_refused(&self, why: InlineRefusal) -> u64 {
+        self.inline_refused.lock().unwrap_or_else(PoisonError::into_inner).get(&why).copied().unwrap_or(0)
+    }
+
     /// The exposition text (Prometheus text format 0.0.4).
     pub fn render(&self) -> String {
         let mut out = String::from(
@@ -33,6 +88,16 @@ impl AgentMetrics {
         );
         for ((dir, gpu), n) in self.nixl_bytes.lock().unwrap_or_else(PoisonError::into_inner).iter() {
             out.push_str(&format!("railguard_agent_nixl_bytes_total{{direction=\"{dir}\",gpu=\"{gpu}\"}} {n}\n"));
+        }
+        out.push_str(
+            "# HELP railguard_agent_inline_refused_total What the in-line endpoint refused, by why: invalid input, results for a GPU the sender does not hold open, over the sender's rate, no spool room for in-line reports (results); idle or surplus connections.\n# TYPE railguard_agent_inline_refused_total counter\n",
+        );
+        for why in InlineRefusal::ALL {
+            out.push_str(&format!(
+                "railguard_agent_inline_refused_total{{why=\"{}\"}} {}\n",
+                why.label(),
+                self.inline_refused(why)
+            ));
         }
         out
     }

@@ -37,6 +37,8 @@ pub enum ShipperError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the TLS key")]
+    Secret(#[from] railguard_telemetry::secret::SecretError),
     #[error("TLS for {url}: {source}")]
     Tls {
         url: String,
@@ -117,6 +119,7 @@ impl AgentTls {
         let mut c =
             tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
         if let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) {
+            railguard_telemetry::secret::check(key)?;
             c = c.identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
         }
         if let Some(d) = &self.domain {
@@ -167,8 +170,8 @@ impl BearerToken {
         BearerToken { value, file, modified: None }
     }
 
-    /// Picks up a rotated token. A file that is missing, unreadable or not header text keeps
-    /// the token in use (the collector will say if it expired).
+    /// Picks up a rotated token. A file that is missing, unreadable, readable by other users
+    /// or not header text keeps the token in use (the collector will say if it expired).
     fn refresh(&mut self) {
         let Some(f) = &self.file else { return };
         let Ok(m) = std::fs::metadata(f).and_then(|m| m.modified()) else { return };
@@ -176,12 +179,15 @@ impl BearerToken {
             return;
         }
         self.modified = Some(m);
-        match std::fs::read_to_string(f).map(|t| format!("Bearer {}", t.trim()).parse()) {
+        match railguard_telemetry::secret::read(f).map(|t| format!("Bearer {t}").parse()) {
             Ok(Ok(v)) => {
                 self.value = v;
                 tracing::info!(file = %f.display(), "token file changed: using the new token");
             }
-            _ => tracing::warn!(file = %f.display(), "token file changed but is unusable; keeping the old token"),
+            Ok(Err(_)) => {
+                tracing::warn!(file = %f.display(), "token file changed but is not header text; keeping the old token")
+            }
+            Err(e) => tracing::warn!(error = %e, "token file changed but is unusable; keeping the old token"),
         }
     }
 }
@@ -430,7 +436,9 @@ mod tests {
     }
 
     fn touch(path: &std::path::Path, text: &str, secs: u64) {
+        use std::os::unix::fs::PermissionsExt;
         std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs);
         std::fs::File::options().write(true).open(path).unwrap().set_modified(t).unwrap();
     }
@@ -447,6 +455,11 @@ mod tests {
         assert_eq!(header(&mut b), "Bearer second-token");
         // Not header text: the token in use stays.
         touch(&f, "bad\u{1}token", 3);
+        assert_eq!(header(&mut b), "Bearer second-token");
+        // Readable by every local user: refused, the token in use stays.
+        touch(&f, "third-token\n", 4);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert_eq!(header(&mut b), "Bearer second-token");
         // Gone: the token in use stays.
         std::fs::remove_file(&f).unwrap();

@@ -93,7 +93,7 @@ echo "=== nixl-selftest"; {nixl} selftest --nixl-lib {site} --transport nixl --u
 echo "=== nixl-read"; {nixl} probe --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic all --bytes 4M --nixl-block 1M --probe-segment 4M --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== nixl-write"; {nixl} probe --nixl-lib {site} --transport nixl --nixl-op write --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== qp-table"; CUDA_VISIBLE_DEVICES=2 {agent} probe --transport verbs --verbs-device rxe0 --verbs-op read --memory host --sysfs-root {sys} --gpu 2 --nic auto --bytes 1M --timeout-ms 60000 --faults {d}/hang2.json >/dev/null 2>&1 & P=$!; for i in $(seq 100); do q=$({agent} watch --list-qps --no-ebpf --sysfs-root {sys} --proc-root /proc 2>/dev/null); echo "$q"; echo "$q" | grep '"type":"RC"' | grep -q '"port":1' && break; kill -0 $P 2>/dev/null || {{ echo "probe-exited"; break; }}; sleep 0.2; done; kill $P 2>/dev/null; wait
-echo "=== inline-rxe"; mkdir -p /run/tmp/inline && echo t > /run/tmp/inline/token && NO_COLOR=1 RUST_LOG=railguard_agent::inline=debug {agent} run --insecure --collector http://127.0.0.1:9 --node-id vm --token-file /run/tmp/inline/token --spool-dir /run/tmp/inline/spool --sysfs-root {sys} --probe-cycle-secs 0 --no-signals --topology-interval 0 --inline-socket /run/tmp/inline/inline.sock > /run/tmp/inline/agent.log 2>&1 & AG=$!; for i in $(seq 50); do [ -S /run/tmp/inline/inline.sock ] && break; sleep 0.1; done; LD_LIBRARY_PATH={ibv} UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc CUDA_VISIBLE_DEVICES=2 RAILGUARD_INLINE_SOCKET=/run/tmp/inline/inline.sock NIXL_LOG_LEVEL=WARN {py} {race} --mode race --reuse before --transfers 5 --blocks 16 --block-bytes 65536 2>/dev/null | grep '^{{'; kill $AG; wait $AG; grep 'in-line report' /run/tmp/inline/agent.log
+echo "=== inline-rxe"; mkdir -p /run/tmp/inline && (umask 077; echo t > /run/tmp/inline/token) && NO_COLOR=1 RUST_LOG=railguard_agent::inline=debug {agent} run --insecure --collector http://127.0.0.1:9 --node-id vm --token-file /run/tmp/inline/token --spool-dir /run/tmp/inline/spool --sysfs-root {sys} --simulated-gpu-devices {d}/node/dev --probe-cycle-secs 0 --no-signals --topology-interval 0 --inline-socket /run/tmp/inline/inline.sock > /run/tmp/inline/agent.log 2>&1 & AG=$!; for i in $(seq 50); do [ -S /run/tmp/inline/inline.sock ] && break; sleep 0.1; done; (exec 9<{d}/node/dev/nvidia2; LD_LIBRARY_PATH={ibv} UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc CUDA_VISIBLE_DEVICES=2 RAILGUARD_INLINE_SOCKET=/run/tmp/inline/inline.sock NIXL_LOG_LEVEL=WARN exec {py} {race} --mode race --reuse before --transfers 5 --blocks 16 --block-bytes 65536) 2>/dev/null | grep '^{{'; kill $AG; wait $AG; grep 'in-line report' /run/tmp/inline/agent.log
 echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9 --sysfs-root {sys} --gpu 0 --nic auto --json; echo "exit=$?"
 "#,
         sys = sys.display(),
@@ -239,7 +239,10 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
     assert!(ir.contains("in-line report") && ir.contains("nic=rxe0") && ir.contains("path=nic_dma"), "{ir}");
     assert!(ir.contains("mismatch=") && !ir.contains("path=host_copy"), "{ir}");
     assert!(ir.contains("the process's queue pairs are all on rxe0 (not mlx5_2"), "{ir}");
-    assert!(ir.contains("device 0 is 2 → GPU2"), "{ir}");
+    assert!(
+        ir.contains("CUDA_VISIBLE_DEVICES=2, device 0 is GPU2, holds /dev/nvidia2 (a simulated device file)"),
+        "{ir}"
+    );
 
     let nd = section(&s, "no-such-device");
     assert!(nd.contains("no RDMA device \"mlx5_9\"") && nd.contains("rxe0"), "{nd}");

@@ -18,9 +18,13 @@
 //! Opt-in actions on nodes with a `corrupting` GPU: the `NoSchedule` taint [`TAINT_KEY`], and a
 //! cordon (marked with the annotation [`CORDON_ANNOTATION`], so only railguard's own cordon is
 //! ever lifted). Both pass a circuit breaker: never more than `max_share` of the cluster's nodes
-//! tainted or cordoned by railguard at once, and at most `max_new` new actions per
+//! tainted or cordoned by railguard at once, and at most `max_new` nodes newly acted on per
 //! `rate_window`; beyond either, nothing new is done, the breaker reports open, and conditions are
 //! still kept. Lifting a taint or cordon when the GPU recovers is never held back.
+//!
+//! Flap damping: the rate counts nodes, not actions. A node is charged once per `rate_window`
+//! however often it flaps between corrupting and recovered in it, so one flapping node spends
+//! one of the window's `max_new` and never the budget a truly corrupting node needs.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -202,10 +206,18 @@ pub enum Action {
     Node { node: String, body: Value, what: &'static str },
 }
 
+/// One node charged to the breaker's rate, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Charged {
+    at: Instant,
+    node: String,
+}
+
 /// The circuit breaker's memory between passes.
 #[derive(Debug, Default)]
 pub struct Breaker {
-    recent: VecDeque<Instant>,
+    /// The nodes newly acted on in the rate window, each once, oldest first.
+    recent: VecDeque<Charged>,
     /// Why new actions were refused in the last pass, if they were.
     pub open: Option<String>,
 }
@@ -220,7 +232,7 @@ pub fn plan(
     at: Instant,
 ) -> Vec<Action> {
     let mut actions = Vec::new();
-    while breaker.recent.front().is_some_and(|t| at.duration_since(*t) > cfg.rate_window) {
+    while breaker.recent.front().is_some_and(|c| at.duration_since(c.at) > cfg.rate_window) {
         breaker.recent.pop_front();
     }
     breaker.open = None;
@@ -267,6 +279,8 @@ pub fn plan(
         let adds = (taint && !has_taint) || (cordon && !has_cordon);
         if adds {
             let newly = !o.acted_on();
+            // Charged already in this window (it flapped): its slot is spent, not another.
+            let charged = breaker.recent.iter().any(|c| c.node == o.name);
             let refused = if newly && acted + 1 > cap {
                 Some(format!(
                     "{acted} of {} nodes already tainted or cordoned by railguard (limit {:.0} %): {} left untouched",
@@ -274,7 +288,7 @@ pub fn plan(
                     cfg.max_share * 100.0,
                     o.name
                 ))
-            } else if breaker.recent.len() >= cfg.max_new {
+            } else if !charged && breaker.recent.len() >= cfg.max_new {
                 Some(format!(
                     "{} new taints/cordons in the last {} s (limit {}): {} left untouched",
                     breaker.recent.len(),
@@ -293,7 +307,9 @@ pub fn plan(
                     cordon = has_cordon && want_cordon;
                 }
                 None => {
-                    breaker.recent.push_back(at);
+                    if !charged {
+                        breaker.recent.push_back(Charged { at, node: o.name.clone() });
+                    }
                     if newly {
                         acted += 1;
                     }

@@ -10,6 +10,15 @@
 //! and says it with counts, a contrast (the pairs that differ in one attribute, and how they
 //! fare) and a confidence.
 //!
+//! Invariants (one node cannot dictate the fleet's pattern):
+//! - One node's weight is bounded: its failing pairs weigh at most 8 pairs together and its
+//!   healthy pairs at most 64 ([`node_weights`]), so a node reporting 40 failing pairs of its own
+//!   making weighs as much as a seed node with 8, and the pattern many nodes share wins. The
+//!   sentence still counts pairs, as they are.
+//! - No node's free text reaches the sentence: hypervisor, GPUDirect mode, driver version and
+//!   GPU model are read into a fixed vocabulary or a grammar ([`canonical`]) before they are
+//!   grouped on, and anything else is "unrecognised".
+//!
 //! At fleet scale (10,000 nodes, some 600,000 pairs in 15 minutes) the pairs are counted as an
 //! assessment pass counts them (`assess::window`: rows grouped in SQL, summary sets added up
 //! here), each joined to its node's facts kept between reads ([`Facts`]), and grouped by what
@@ -66,18 +75,61 @@ pub struct Factor {
     pub confidence: String,
 }
 
+/// Hypervisor names the agent reports (its DMI table), in the pattern's words.
+pub const HYPERVISORS: &[(&str, &str)] = &[
+    ("kvm", "KVM"),
+    ("qemu", "QEMU"),
+    ("openstack", "OpenStack"),
+    ("kubevirt", "KubeVirt"),
+    ("amazon-ec2", "Amazon EC2"),
+    ("google-compute-engine", "Google Compute Engine"),
+    ("hyper-v", "Hyper-V"),
+    ("vmware", "VMware"),
+    ("xen", "Xen"),
+    ("virtualbox", "VirtualBox"),
+    ("unknown", "unknown-hypervisor"),
+];
+
+/// GPUDirect modes the agent reports.
+pub const GPUDIRECT_MODES: &[&str] = &["nvidia-peermem", "dma-buf", "none", "unknown"];
+
+/// What a value of the pattern's free-text attributes is after reading: known values as they
+/// are, anything else one fixed word.
+pub const UNRECOGNISED: &str = "unrecognised";
+
+/// `attr`'s value `v` from a node's topology, in the pattern's vocabulary: hypervisor and
+/// GPUDirect mode from their fixed lists, the driver a dotted version, the GPU model a short
+/// name of letters, digits, spaces and `._-`. Empty stays empty (none reported).
+pub fn canonical(attr: &str, v: &str) -> String {
+    if v.is_empty() {
+        return String::new();
+    }
+    let ok = match attr {
+        "hypervisor" => HYPERVISORS.iter().any(|(k, _)| k.eq_ignore_ascii_case(v)),
+        "gpudirect" => GPUDIRECT_MODES.contains(&v),
+        "driver" => v.len() <= 24 && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())),
+        "gpu_model" => v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b" ._-".contains(&b)),
+        _ => true,
+    };
+    if ok { if attr == "hypervisor" { v.to_ascii_lowercase() } else { v.to_owned() } } else { UNRECOGNISED.to_owned() }
+}
+
 fn phrase(attr: &str, v: &str) -> String {
     match (attr, v) {
+        (_, UNRECOGNISED) if attr != "path" && attr != "node" => format!("with an unrecognised {attr}"),
         ("path", v) => format!("{} pairs", v.to_uppercase()),
         ("virtualized", "yes") => "in VMs".into(),
         ("virtualized", "no") => "on bare metal".into(),
         ("virtualized", _) => "where virtualization is unknown".into(),
         ("hypervisor", "") => "without a hypervisor".into(),
-        ("hypervisor", v) => format!("in {} guests", v.to_uppercase()),
+        ("hypervisor", v) => match HYPERVISORS.iter().find(|(k, _)| *k == v) {
+            Some((_, name)) => format!("in {name} guests"),
+            None => format!("with an unrecognised {attr}"),
+        },
         ("viommu", "yes") => "with vIOMMU".into(),
         ("viommu", "no") => "without vIOMMU".into(),
         ("viommu", _) => "where the vIOMMU is unknown".into(),
-        ("gpudirect", v) => format!("with GPUDirect via {v}"),
+        ("gpudirect", v) if GPUDIRECT_MODES.contains(&v) => format!("with GPUDirect via {v}"),
         ("driver", "") => "without an NVIDIA driver reported".into(),
         ("driver", v) => format!("on driver {v}"),
         ("gpu_model", v) => format!("on {v} GPUs"),
@@ -113,6 +165,50 @@ fn describe(conj: &[(&str, &str)]) -> String {
 
 /// No value: the attribute is unknown for the pair, and matches nothing.
 const NONE: u32 = u32::MAX;
+
+/// Where the node is among a pair's attributes.
+const NODE: usize = ATTRIBUTES.len() - 1;
+
+/// What one pair weighs, in integer units (so any grouping of the same pairs adds up to the same
+/// weights).
+pub const PAIR_WEIGHT: u64 = 1 << 20;
+/// A node's failing pairs weigh at most this many pairs together: one per GPU of a usual node.
+pub const NODE_FAILING_CAP: u64 = 8;
+/// A node's healthy pairs weigh at most this many pairs together: the pairs of a usual node.
+pub const NODE_HEALTHY_CAP: u64 = 64;
+
+/// What a set of pairs weighs in the pattern's choice.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Weight {
+    pub failing: u64,
+    pub healthy: u64,
+}
+
+/// The weight of each (node, pairs, failing pairs) entry. A pair weighs [`PAIR_WEIGHT`], except
+/// on a node with more than [`NODE_FAILING_CAP`] failing (or [`NODE_HEALTHY_CAP`] healthy)
+/// pairs, whose pairs of that kind share the cap: a node that reports 40 failing pairs weighs
+/// as much as one with 8, and one reporting thousands of healthy pairs no more than a usual
+/// node's. Every node within the caps counts exactly as its pairs.
+pub fn node_weights<K: std::hash::Hash + Eq + Copy>(
+    entries: impl Iterator<Item = (K, usize, usize)> + Clone,
+) -> Vec<Weight> {
+    let mut per_node: HashMap<K, (u64, u64)> = HashMap::new();
+    for (node, pairs, failing) in entries.clone() {
+        let e = per_node.entry(node).or_default();
+        e.0 += failing as u64;
+        e.1 += pairs.saturating_sub(failing) as u64;
+    }
+    let each = |n: u64, cap: u64| if n <= cap { PAIR_WEIGHT } else { PAIR_WEIGHT * cap / n };
+    entries
+        .map(|(node, pairs, failing)| {
+            let (f, h) = per_node.get(&node).copied().unwrap_or_default();
+            Weight {
+                failing: failing as u64 * each(f, NODE_FAILING_CAP),
+                healthy: pairs.saturating_sub(failing) as u64 * each(h, NODE_HEALTHY_CAP),
+            }
+        })
+        .collect()
+}
 
 /// How many attributes a pair has.
 const N: usize = ATTRIBUTES.len();
@@ -190,7 +286,7 @@ impl Pairs {
             let mut attrs = [NONE; N];
             for (i, a) in ATTRIBUTES.iter().enumerate() {
                 if let Some(v) = p.attrs.get(a) {
-                    attrs[i] = values.id(v);
+                    attrs[i] = values.id(&canonical(a, v));
                 }
             }
             out.add(attrs, p.failed, p.simulated);
@@ -228,9 +324,11 @@ impl Pairs {
         }
         let failing: Vec<&Group> = self.groups.iter().filter(|g| g.failing > 0).collect();
         let n_failing = self.failing;
+        let weights = node_weights(self.groups.iter().map(|g| (g.attrs[NODE], g.pairs, g.failing)));
+        let total_failing_w: u64 = weights.iter().map(|w| w.failing).sum();
         // Candidates: every combination of up to three attributes, with the values some failing
         // pair has on them.
-        type Score = (usize, std::cmp::Reverse<usize>, std::cmp::Reverse<usize>, usize);
+        type Score = (u64, std::cmp::Reverse<usize>, std::cmp::Reverse<usize>, u64);
         let mut best: Option<(Vec<(usize, u32)>, Score)> = None;
         let mut combos: Vec<Vec<usize>> = (0..N).map(|i| vec![i]).collect();
         for i in 0..N {
@@ -254,20 +352,20 @@ impl Pairs {
         for combo in &combos {
             // The pairs matching each candidate, and the failing ones among them, in one look
             // at every group.
-            let mut tally: HashMap<[u32; 3], (usize, usize)> = HashMap::new();
+            let mut tally: HashMap<[u32; 3], (u64, u64)> = HashMap::new();
             for g in &failing {
                 if let Some(k) = key(g, combo) {
                     tally.entry(k).or_default();
                 }
             }
-            for g in &self.groups {
+            for (g, w) in self.groups.iter().zip(&weights) {
                 if let Some(t) = key(g, combo).and_then(|k| tally.get_mut(&k)) {
-                    t.0 += g.pairs;
-                    t.1 += g.failing;
+                    t.0 += w.failing + w.healthy;
+                    t.1 += w.failing;
                 }
             }
             // In the order of their values' names (the first of equal scores wins).
-            let mut candidates: Vec<(Vec<&str>, [u32; 3], (usize, usize))> = tally
+            let mut candidates: Vec<(Vec<&str>, [u32; 3], (u64, u64))> = tally
                 .into_iter()
                 .map(|(k, t)| (k[..combo.len()].iter().map(|id| self.name(*id)).collect(), k, t))
                 .collect();
@@ -278,7 +376,8 @@ impl Pairs {
                 // attributes, then more general ones, then more failures covered. Covering every
                 // failure with an attribute the whole fleet shares scores low; so does a precise
                 // set that misses most failures.
-                let dice = 2000 * covered / (n_failing + matched).max(1);
+                // Counted in node weights ([`node_weights`]), not pairs.
+                let dice = 2000 * covered / (total_failing_w + matched).max(1);
                 let generality: usize = combo.iter().sum();
                 let score = (dice, std::cmp::Reverse(combo.len()), std::cmp::Reverse(generality), covered);
                 if best.as_ref().is_none_or(|(_, s)| score > *s) {
@@ -413,7 +512,7 @@ pub fn explain(pairs: &[PairFacts]) -> Option<Factor> {
 struct NodeFacts {
     snapshot: Uuid,
     node: u32,
-    /// virtualized, hypervisor (lower case), viommu, gpudirect, driver.
+    /// virtualized, hypervisor, viommu, gpudirect, driver ([`canonical`]).
     host: [u32; 5],
     /// Per GPU: its model (NONE when it has no name).
     gpus: Vec<(i32, u32)>,
@@ -564,10 +663,10 @@ impl Facts {
                 node: v.id(&node),
                 host: [
                     v.id(&virtualized),
-                    v.id(&hypervisor.to_lowercase()),
+                    v.id(&canonical("hypervisor", &hypervisor)),
                     v.id(&viommu),
-                    v.id(&gpudirect),
-                    v.id(&driver),
+                    v.id(&canonical("gpudirect", &gpudirect)),
+                    v.id(&canonical("driver", &driver)),
                 ],
                 gpus: Vec::new(),
                 paths: Vec::new(),
@@ -576,7 +675,7 @@ impl Facts {
             known.nodes.insert(node, facts);
         }
         for (node, gpu, name) in gpus {
-            let model = if name.is_empty() { NONE } else { known.values.id(&name) };
+            let model = if name.is_empty() { NONE } else { known.values.id(&canonical("gpu_model", &name)) };
             if let Some(f) = known.nodes.get_mut(&node) {
                 f.gpus.push((gpu, model));
             }

@@ -34,6 +34,7 @@ fn load(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
         .collect::<Result<_, _>>()
         .with_context(|| format!("{}: not a PEM certificate chain", cert.display()))?;
     anyhow::ensure!(!chain.is_empty(), "{}: no certificate in it", cert.display());
+    railguard_telemetry::secret::check(key)?;
     let key = PrivateKeyDer::from_pem_file(key).with_context(|| format!("{}: not a PEM private key", key.display()))?;
     let signing = rustls::crypto::ring::sign::any_supported_type(&key).context("the private key's type")?;
     Ok(CertifiedKey::new(chain, signing))

@@ -78,6 +78,13 @@ impl Drop for TestPg {
 }
 
 /// Path of a workspace binary next to the test executable (`cargo test --workspace` builds them).
+/// Writes a secret file (a token, credentials) as the binaries require it: 0600.
+pub fn write_secret(path: &Path, contents: impl AsRef<[u8]>) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, contents).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     // target/debug/deps/<test> for a test, target/debug/<bin> for a binary (the chaos suite).
@@ -121,7 +128,7 @@ impl CollectorProc {
         for n in nodes {
             text.push_str(&format!("{n} {}\n", token_for(n)));
         }
-        std::fs::write(&creds, text).unwrap();
+        write_secret(&creds, text);
         let mut c = CollectorProc {
             port: free_port(),
             http_port: free_port(),
@@ -337,7 +344,7 @@ pub fn spool_of(dir: &Path, recs: &[wire::Record]) -> (PathBuf, PathBuf) {
         assert_eq!(spool.append(chunk).unwrap().dropped, 0);
     }
     let token = dir.join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
+    write_secret(&token, TOKEN_A);
     (spool_dir, token)
 }
 
@@ -546,7 +553,7 @@ pub fn fixture_agent(
 ) -> KillOnDrop {
     spec.write(&dir.join("node")).unwrap();
     let token = dir.join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
+    write_secret(&token, TOKEN_A);
     Command::new(bin("railguard-agent"))
         .args(["run", "--insecure", "--node-id", "node-a", "--collector", &collector.url(), "--token-file"])
         .arg(&token)
@@ -554,6 +561,8 @@ pub fn fixture_agent(
         .arg(dir.join("spool"))
         .arg("--sysfs-root")
         .arg(dir.join("node/sys"))
+        .arg("--simulated-gpu-devices")
+        .arg(dir.join("node/dev"))
         .args(extra)
         .env("RUST_LOG", "error")
         .stdin(Stdio::null())

@@ -353,7 +353,7 @@ async fn the_api_token_when_set_is_required() {
     let pg = TestPg::start().await;
     let d = tempfile::tempdir().unwrap();
     let tok = d.path().join("api-token");
-    std::fs::write(&tok, "api-secret-0123456789\n").unwrap();
+    railguard_e2e::write_secret(&tok, "api-secret-0123456789\n");
     let c = CollectorProc::start_with(&pg.url(), &[], &["--api-token-file", tok.to_str().unwrap()]);
     assert_eq!(c.get("/api/v1/fleet", None).0, 401);
     assert_eq!(c.get("/api/v1/fleet", Some("wrong")).0, 401);

@@ -122,7 +122,7 @@ async fn spool_drops_are_counted_and_reach_the_collector() {
     assert!(out.dropped > 600, "{out:?}");
     drop(spool);
     let token = dir.path().join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
+    railguard_e2e::write_secret(&token, TOKEN_A);
     let mut agent = agent_ship(&collector.url(), &spool_dir, &token, 100);
     assert!(wait_exit(&mut agent, SHIP_TIMEOUT).success());
     assert_eq!(pg.stored_and_distinct().await.0, out.appended as i64);

@@ -50,9 +50,9 @@ async fn the_systemd_units_run_as_written() {
     let dir = tempfile::Builder::new().prefix("railguard-units-").tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let creds = dir.path().join("credentials");
-    std::fs::write(&creds, format!("node-a {TOKEN_A}\n")).unwrap();
+    railguard_e2e::write_secret(&creds, format!("node-a {TOKEN_A}\n"));
     let token = dir.path().join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
+    railguard_e2e::write_secret(&token, TOKEN_A);
     fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
     let (grpc, http) = (free_port(), free_port());
     // The units speak TLS: certificates for this test in place of /etc/railguard's.

@@ -17,8 +17,22 @@ use std::time::{Duration, Instant};
 
 use railguard_e2e::*;
 
-fn scenario(socket: &std::path::Path, gpu: &str, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(nixl_python())
+/// Runs `program` holding the fixture's simulated device file of GPU `held` open (descriptor 9,
+/// as a CUDA process holds /dev/nvidiaN), or nothing.
+fn holding(node: &std::path::Path, held: Option<u32>, program: &std::path::Path) -> Command {
+    match held {
+        None => Command::new(program),
+        Some(g) => {
+            let mut c = Command::new("sh");
+            c.args(["-c", r#"exec 9<"$RAILGUARD_TEST_DEVICE" && exec "$0" "$@""#]).arg(program);
+            c.env("RAILGUARD_TEST_DEVICE", node.join(format!("dev/nvidia{g}")));
+            c
+        }
+    }
+}
+
+fn scenario(node: &std::path::Path, socket: &std::path::Path, gpu: &str, args: &[&str]) -> serde_json::Value {
+    let out = holding(node, Some(gpu.parse().unwrap()), &nixl_python())
         .arg(nixl_integration().join("examples/kv_race.py"))
         .args(args)
         .env("RAILGUARD_INLINE_SOCKET", socket)
@@ -84,7 +98,8 @@ async fn a_kv_reuse_race_is_caught_in_line_and_turns_the_gpu_corrupting_and_clea
     drop(s);
 
     // The race: GPU3 (its workload NIC on the seed node is mlx5_3, the PIX NIC).
-    let race = scenario(&socket, "3", &["--mode", "race", "--transfers", "20"]);
+    let node = dir.path().join("node");
+    let race = scenario(&node, &socket, "3", &["--mode", "race", "--transfers", "20"]);
     let caught = race["mismatch"].as_u64().unwrap();
     assert!(caught >= 1, "the reuse race never tore a transfer: {race}");
     assert_eq!(race["truth_mismatch"].as_u64(), Some(caught), "every torn transfer caught, nothing else: {race}");
@@ -93,8 +108,12 @@ async fn a_kv_reuse_race_is_caught_in_line_and_turns_the_gpu_corrupting_and_clea
     assert_eq!(race["reporter"]["dropped"].as_u64(), Some(0), "{race}");
 
     // 10,000 clean transfers on GPU5: zero false alarms.
-    let clean =
-        scenario(&socket, "5", &["--mode", "clean", "--transfers", "10000", "--blocks", "16", "--block-bytes", "4096"]);
+    let clean = scenario(
+        &node,
+        &socket,
+        "5",
+        &["--mode", "clean", "--transfers", "10000", "--blocks", "16", "--block-bytes", "4096"],
+    );
     assert_eq!((clean["mismatch"].as_u64(), clean["truth_mismatch"].as_u64()), (Some(0), Some(0)), "{clean}");
     assert_eq!(clean["agree"].as_u64(), Some(10_000), "{clean}");
     assert_eq!(clean["reporter"]["accepted"].as_u64(), Some(10_000), "{clean}");
@@ -125,7 +144,10 @@ async fn a_kv_reuse_race_is_caught_in_line_and_turns_the_gpu_corrupting_and_clea
     .fetch_one(&pg.pool)
     .await
     .unwrap();
-    assert!(attribution.contains("CUDA_VISIBLE_DEVICES=3: device 0 is 3 → GPU3"), "{attribution}");
+    assert!(
+        attribution.contains("CUDA_VISIBLE_DEVICES=3, device 0 is GPU3, holds /dev/nvidia3 (a simulated device file)"),
+        "{attribution}"
+    );
     // No RDMA queue pair of the process (or, on a host without rdma netlink, no QP table): the
     // NIC is the predicted one and the path a host copy, and the attribution says which.
     assert!(
@@ -171,6 +193,131 @@ async fn a_kv_reuse_race_is_caught_in_line_and_turns_the_gpu_corrupting_and_clea
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["inline"].as_array().unwrap().len(), 2, "{body}");
     railguard_e2e::openapi::check(&spec, "/api/v1/nodes/node-a", 200, &v).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Sends `lines` over one connection from a process with environment `env` holding GPU `held`
+/// (or nothing); the agent's answer to each line.
+fn send_as(
+    node: &std::path::Path,
+    socket: &std::path::Path,
+    env: &[(&str, &str)],
+    held: Option<u32>,
+    lines: &[String],
+) -> Vec<serde_json::Value> {
+    const CLIENT: &str = r#"
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rwb")
+out = []
+for line in sys.stdin.buffer:
+    f.write(line)
+    f.flush()
+    out.append(json.loads(f.readline()))
+print(json.dumps(out))
+"#;
+    let mut child = holding(node, held, &nixl_python())
+        .args(["-c", CLIENT])
+        .arg(socket)
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for l in lines {
+        stdin.write_all(l.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn mismatch_on(device: u32, request: &str) -> String {
+    let at = chrono::Utc::now().timestamp_nanos_opt().unwrap();
+    format!(
+        r#"{{"v": 1, "results": [{{"device": {device}, "memory": "vram", "request": "{request}", "status": "mismatch",
+            "blocks": 8, "bytes": 8192, "bad_blocks": 1, "bad_block_indices": [3], "at_ns": {at}}}]}}"#
+    )
+    .replace('\n', " ")
+}
+
+/// A local process reports only for the GPUs it holds open: the pod whose device 0 is node GPU5
+/// lands on GPU5; a claim on a GPU it does not hold is refused and counted, never stored. Idle
+/// connections give their slots back, and one sender cannot turn a flood into records.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_process_reports_only_for_the_gpus_it_holds_and_cannot_flood_the_node() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path().join("node");
+    let socket = dir.path().join("run/inline.sock");
+    let flags = ["--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500", "--inline-idle-secs", "1"];
+    let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
+    args.extend(["--inline-socket".as_ref(), socket.as_os_str()]);
+    let _agent = seed_agent(&collector, dir.path(), &args);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "the agent's in-line socket never appeared");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The pod given node GPU5 by the device plugin: its device 0 is GPU5.
+    let pod = send_as(&node, &socket, &[("NVIDIA_VISIBLE_DEVICES", "5")], Some(5), &[mismatch_on(0, "pod-req")]);
+    assert_eq!((pod[0]["accepted"].as_u64(), pod[0]["rejected"].as_u64()), (Some(1), Some(0)), "{pod:?}");
+    // The same claim without the device plugin's variable: device 0 is GPU0, which it does
+    // not hold. Refused, said why.
+    let wrong = send_as(&node, &socket, &[], Some(5), &[mismatch_on(0, "forged-req")]);
+    assert_eq!((wrong[0]["accepted"].as_u64(), wrong[0]["rejected"].as_u64()), (Some(0), Some(1)), "{wrong:?}");
+    let why = wrong[0]["errors"][0].as_str().unwrap();
+    assert!(why.contains("device 0 is GPU0, which the process does not hold open (it holds GPU5"), "{why}");
+    // A process holding no GPU names any GPU it likes: refused.
+    let none = send_as(&node, &socket, &[("CUDA_VISIBLE_DEVICES", "2")], None, &[mismatch_on(0, "none-req")]);
+    assert!(none[0]["errors"][0].as_str().unwrap().contains("it holds no GPU device file"), "{none:?}");
+
+    // Only the backed report is stored, on GPU5; GPU0 and GPU2 have nothing.
+    let pool = pg.pool.clone();
+    let rows = wait_for("the pod's report in Postgres", Duration::from_secs(30), async || {
+        let rows: Vec<(i32, String)> = sqlx::query_as(
+            "SELECT gpu_index, failures::text FROM inline_reports WHERE node_id = 'node-a' ORDER BY gpu_index",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        (!rows.is_empty()).then_some(rows)
+    })
+    .await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].0, 5, "{rows:?}");
+    assert!(rows[0].1.contains("pod-req") && !rows[0].1.contains("forged-req"), "{rows:?}");
+
+    // 64 silent connections take every slot, and give them back after the idle timeout.
+    let idle: Vec<UnixStream> = (0..64).map(|_| UnixStream::connect(&socket).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut turned_away = String::new();
+    BufReader::new(UnixStream::connect(&socket).unwrap()).read_line(&mut turned_away).unwrap();
+    assert!(turned_away.contains("too many connections"), "{turned_away}");
+    let mut closed = String::new();
+    BufReader::new(idle[0].try_clone().unwrap()).read_line(&mut closed).unwrap();
+    assert!(closed.contains("no complete message for 1 s; connection closed"), "{closed}");
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(500));
+    let after = send_as(&node, &socket, &[("NVIDIA_VISIBLE_DEVICES", "5")], Some(5), &[mismatch_on(0, "after-idle")]);
+    assert_eq!(after[0]["accepted"].as_u64(), Some(1), "the endpoint serves again: {after:?}");
+
+    // A flood of 600 one-result messages from one process: its report burst is spooled, the
+    // rest refused with the reason, and another process is not held back.
+    let flood: Vec<String> = (0..600).map(|i| mismatch_on(0, &format!("flood-{i}"))).collect();
+    let answers = send_as(&node, &socket, &[("NVIDIA_VISIBLE_DEVICES", "5")], Some(5), &flood);
+    let accepted: u64 = answers.iter().filter_map(|a| a["accepted"].as_u64()).sum();
+    let limited = answers.iter().filter(|a| a["errors"].to_string().contains("over this sender's report rate")).count();
+    assert!((256..300).contains(&accepted), "the burst and a little refill, no more: {accepted}");
+    assert_eq!(accepted as usize + limited, 600, "every message either spooled or refused with the reason");
+    let other = send_as(&node, &socket, &[("NVIDIA_VISIBLE_DEVICES", "5")], Some(5), &[mismatch_on(0, "other")]);
+    assert_eq!(other[0]["accepted"].as_u64(), Some(1), "{other:?}");
 }
 
 /// The library's own tests (digests on every block form, the manifest's refusals, a reporter

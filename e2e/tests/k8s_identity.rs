@@ -40,7 +40,7 @@ async fn agents_write_as_the_node_their_service_account_token_names() {
     // The real agent, its token file holding the projected token of node gpu-node-7.
     let dir = tempfile::tempdir().unwrap();
     let (spool, token_file) = filled_spool(dir.path(), 500);
-    std::fs::write(&token_file, sa_token("gpu-node-7", 3600)).unwrap();
+    railguard_e2e::write_secret(&token_file, sa_token("gpu-node-7", 3600));
     let mut agent = Command::new(bin("railguard-agent"))
         .args(["run", "--insecure", "--node-id", "gpu-node-7", "--collector", &collector.url(), "--exit-when-drained"])
         .args(["--topology-interval", "0", "--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500"])

@@ -88,7 +88,7 @@ async fn traces_and_metrics_reach_an_otlp_receiver() {
     let pg = TestPg::start().await;
     let dir = tempfile::tempdir().unwrap();
     let creds = dir.path().join("creds");
-    std::fs::write(&creds, format!("node-a {TOKEN_A}\n")).unwrap();
+    railguard_e2e::write_secret(&creds, format!("node-a {TOKEN_A}\n"));
     let (grpc, http) = (free_port(), free_port());
     let mut collector = Command::new(bin("railguard-collector"))
         .args([

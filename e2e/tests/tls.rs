@@ -144,7 +144,7 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
 fn plaintext_is_refused_unless_insecure_is_given() {
     let d = tempfile::tempdir().unwrap();
     let creds = d.path().join("credentials");
-    std::fs::write(&creds, "node-a x\n").unwrap();
+    railguard_e2e::write_secret(&creds, "node-a x\n");
     let out = Command::new(bin("railguard-collector"))
         .args(["serve", "--grpc-listen", "127.0.0.1:0", "--credentials"])
         .arg(&creds)
@@ -154,7 +154,7 @@ fn plaintext_is_refused_unless_insecure_is_given() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("refusing a plaintext agent link"), "{out:?}");
     let token = d.path().join("token");
-    std::fs::write(&token, TOKEN_A).unwrap();
+    railguard_e2e::write_secret(&token, TOKEN_A);
     let out = Command::new(bin("railguard-agent"))
         .args(["run", "--collector", "http://127.0.0.1:1", "--no-signals", "--token-file"])
         .arg(&token)
@@ -164,4 +164,50 @@ fn plaintext_is_refused_unless_insecure_is_given() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("refusing a plaintext link"), "{out:?}");
+}
+
+/// Secrets other local users can read are refused with the mode and the fix, never their
+/// contents: the agent's token, the collector's credentials and its API token.
+#[test]
+fn secret_files_other_users_can_read_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let open = |p: &std::path::Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let token = d.path().join("token");
+    railguard_e2e::write_secret(&token, TOKEN_A);
+    open(&token);
+    let out = Command::new(bin("railguard-agent"))
+        .args(["run", "--insecure", "--collector", "http://127.0.0.1:1", "--no-signals", "--no-inline", "--token-file"])
+        .arg(&token)
+        .arg("--spool-dir")
+        .arg(d.path().join("spool"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("is mode 0644") && err.contains("chmod 600"), "{err}");
+    assert!(!err.contains(TOKEN_A), "{err}");
+
+    let creds = d.path().join("credentials");
+    railguard_e2e::write_secret(&creds, format!("node-a {TOKEN_A}\n"));
+    open(&creds);
+    let api = d.path().join("api-token");
+    railguard_e2e::write_secret(&api, "api-secret-0123456789\n");
+    for (flag, file) in [("--credentials", &creds), ("--api-token-file", &api)] {
+        let ok_creds = d.path().join("ok-credentials");
+        railguard_e2e::write_secret(&ok_creds, format!("node-a {TOKEN_A}\n"));
+        open(&api);
+        let mut c = Command::new(bin("railguard-collector"));
+        c.args(["serve", "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"]);
+        if flag == "--credentials" {
+            c.arg("--credentials").arg(file);
+        } else {
+            c.arg("--credentials").arg(&ok_creds).arg(flag).arg(file);
+        }
+        let out = c.env("DATABASE_URL", "postgresql://unused@127.0.0.1:1/none").output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag}: {err}");
+        assert!(err.contains("is mode 0644"), "{flag}: {err}");
+        assert!(!err.contains(TOKEN_A) && !err.contains("api-secret"), "{flag}: {err}");
+    }
 }

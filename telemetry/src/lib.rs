@@ -1,6 +1,8 @@
 //! railguard-telemetry: what both binaries share about running as a service — logs to stderr
 //! always, traces and metrics over OTLP (gRPC) when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and
-//! the shutdown signal.
+//! the shutdown signal, and how a secret file is read ([`secret`]).
+
+pub mod secret;
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use railguard_agent::inline::holds::DeviceFiles;
 use railguard_agent::inline::server::InlineConfig;
 use railguard_agent::service::probes::ProbeLoopConfig;
 use railguard_agent::service::{self, AgentConfig};
@@ -97,6 +98,15 @@ pub struct RunArgs {
     /// as far as the workloads that report need).
     #[arg(long, default_value = "660", value_parser = parse_mode)]
     inline_socket_mode: u32,
+    /// Close an in-line connection that sends no complete message for this many seconds.
+    #[arg(long, default_value_t = InlineConfig::DEFAULT_IDLE_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    inline_idle_secs: u64,
+    /// Simulation only (machines without a GPU): regular files `DIR/nvidiaN` a workload holds
+    /// open count as GPU device files of minor N. Every GPU found so is marked simulated in the
+    /// report's attribution. Real GPUs are known by their character devices (major 195).
+    #[arg(long, value_name = "DIR")]
+    simulated_gpu_devices: Option<PathBuf>,
     /// Do not serve the in-line endpoint.
     #[arg(long)]
     no_inline: bool,
@@ -109,10 +119,7 @@ impl RunArgs {
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         let signals = if self.no_signals { None } else { Some(self.signals.settings()?) };
         let node_id = NodeId::new(self.node_id.unwrap_or_else(railguard_agent::hostname)).context("--node-id")?;
-        let token = std::fs::read_to_string(&self.token_file)
-            .with_context(|| format!("reading token file {}", self.token_file.display()))?
-            .trim()
-            .to_owned();
+        let token = railguard_telemetry::secret::read(&self.token_file).context("--token-file")?;
         if !self.collector.starts_with("https://") && !self.insecure {
             anyhow::bail!(
                 "refusing a plaintext link to {}: use https:// with --ca-file, or --insecure to send the token in clear",
@@ -131,6 +138,13 @@ impl RunArgs {
         };
         shipper.batch_records = self.batch_records.max(1);
         shipper.backoff_max = Duration::from_millis(self.backoff_max_ms.max(100));
+        let (_, topology_proc) = self.topology.source().roots();
+        let inline = (!self.no_inline).then(|| InlineConfig {
+            idle_timeout: Duration::from_secs(self.inline_idle_secs),
+            driver_proc: topology_proc.root().to_owned(),
+            devices: DeviceFiles { simulated: self.simulated_gpu_devices.clone() },
+            ..InlineConfig::new(self.inline_socket.clone(), self.inline_socket_mode)
+        });
         let cfg = AgentConfig {
             shipper,
             spool_dir: self.spool_dir,
@@ -150,8 +164,7 @@ impl RunArgs {
                 summary_phase,
             }),
             signals,
-            inline: (!self.no_inline)
-                .then_some(InlineConfig { socket: self.inline_socket, mode: self.inline_socket_mode }),
+            inline,
             exit_when_drained: self.exit_when_drained,
         };
         service::run(cfg, railguard_telemetry::shutdown_signal()).await?;

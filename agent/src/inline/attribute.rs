@@ -1,8 +1,13 @@
 //! Which GPU and NIC a reporting process's transfers used, and whether its NIC moved them.
 //!
-//! - GPU: the result's CUDA device ordinal, through the process's `CUDA_VISIBLE_DEVICES`
-//!   (indices or `GPU-…` UUIDs); unset, the ordinal is taken as the node's GPU index (as with
-//!   `CUDA_DEVICE_ORDER=PCI_BUS_ID`, what serving stacks set), and the attribution says so.
+//! - GPU: only one the process holds open ([`super::holds`]: its `/dev/nvidiaN` descriptors, as
+//!   the kernel lists them). The environment only orders the held GPUs the way CUDA numbers
+//!   them: `NVIDIA_VISIBLE_DEVICES` (the container's GPUs, as the device plugin sets it; unset
+//!   or `all`: every GPU of the node) in PCI order, then `CUDA_VISIBLE_DEVICES` (indices into
+//!   that list, or `GPU-…` UUIDs or unique prefixes) selects and reorders. A result's CUDA
+//!   device ordinal that lands on a GPU the process does not hold is refused ([`Unbacked`]),
+//!   never moved to another GPU; a process holding exactly one GPU whose environment cannot be
+//!   read as a list reports for that GPU as device 0.
 //! - NIC: the NIC the agent predicts for that GPU under the process's own selection
 //!   (`UCX_NET_DEVICES`, …: the topology's per-GPU workload selection), unless the kernel's QP
 //!   table shows the process's RDMA queue pairs on exactly one other NIC, which wins.
@@ -12,6 +17,7 @@
 
 use railguard_schema::{Bdf, DataPath, TopologySnapshot};
 
+use super::holds::{HeldGpu, HoldError};
 use crate::signals::qp::Qp;
 use crate::topology::SysRoot;
 use crate::topology::workloads::env_var;
@@ -19,62 +25,156 @@ use crate::topology::workloads::env_var;
 /// Where a process's transfers on one CUDA device went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attribution {
-    pub gpu: Option<u32>,
+    pub gpu: u32,
     pub gpu_bdf: Option<Bdf>,
     pub nic: String,
     pub nic_bdf: Option<Bdf>,
     pub path: DataPath,
     pub process: String,
+    /// The GPU was found through a simulated device file.
+    pub simulated_device: bool,
     /// How, in words.
     pub how: String,
 }
 
-/// Attributes device `device` of process `pid`. `qps` is the kernel's QP table (or why it
-/// could not be read).
+/// A result's device the process does not back with a GPU it holds: refused, and counted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("device {device}: {why}")]
+pub struct Unbacked {
+    pub device: u32,
+    pub why: String,
+}
+
+/// The process's CUDA numbering of the node's GPUs (node indices, device ordinal order), and
+/// how it was read; `None` where the environment cannot be read as a list.
+fn cuda_order(env: &[u8], snapshot: &TopologySnapshot, how: &mut Vec<String>) -> Option<Vec<u32>> {
+    let by_name = |d: &str| -> Option<u32> {
+        match d.parse::<u32>() {
+            Ok(i) => snapshot.gpus.iter().find(|g| g.index == i).map(|g| g.index),
+            Err(_) if d.starts_with("GPU-") => {
+                let mut m = snapshot.gpus.iter().filter(|g| !g.uuid.is_empty() && g.uuid.starts_with(d));
+                match (m.next(), m.next()) {
+                    (Some(g), None) => Some(g.index),
+                    _ => None,
+                }
+            }
+            Err(_) => None,
+        }
+    };
+    let mut visible: Vec<u32> = match env_var(env, "NVIDIA_VISIBLE_DEVICES").map(str::trim) {
+        None | Some("all") => snapshot.gpus.iter().map(|g| g.index).collect(),
+        Some("" | "void" | "none") => {
+            how.push("NVIDIA_VISIBLE_DEVICES gives the process no GPU".into());
+            Vec::new()
+        }
+        Some(list) => {
+            let resolved: Option<Vec<u32>> =
+                list.split(',').map(str::trim).filter(|d| !d.is_empty()).map(by_name).collect();
+            match resolved {
+                Some(v) => {
+                    how.push(format!("NVIDIA_VISIBLE_DEVICES={list}"));
+                    v
+                }
+                None => {
+                    how.push(format!("NVIDIA_VISIBLE_DEVICES={list} is not a list of this node's GPUs"));
+                    return None;
+                }
+            }
+        }
+    };
+    visible.sort_unstable();
+    visible.dedup();
+    let Some(list) = env_var(env, "CUDA_VISIBLE_DEVICES") else {
+        return Some(visible);
+    };
+    // CUDA stops at the first entry it cannot use.
+    let mut order = Vec::new();
+    for d in list.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let g = match d.parse::<usize>() {
+            Ok(i) => visible.get(i).copied(),
+            Err(_) => by_name(d).filter(|g| visible.contains(g)),
+        };
+        match g {
+            Some(g) if !order.contains(&g) => order.push(g),
+            _ => break,
+        }
+    }
+    how.push(format!("CUDA_VISIBLE_DEVICES={list}"));
+    Some(order)
+}
+
+fn held_names(held: &[HeldGpu]) -> String {
+    if held.is_empty() {
+        return "no GPU device file".into();
+    }
+    held.iter()
+        .map(|h| format!("GPU{} (/dev/nvidia{}{})", h.index, h.minor, if h.simulated { ", simulated" } else { "" }))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Attributes device `device` of process `pid`, which holds `held` open. `qps` is the kernel's
+/// QP table (or why it could not be read).
 pub fn attribute(
     proc_: &SysRoot,
     snapshot: &TopologySnapshot,
     pid: u32,
     device: u32,
+    held: &Result<Vec<HeldGpu>, HoldError>,
     qps: &Result<Vec<Qp>, String>,
-) -> Attribution {
+) -> Result<Attribution, Unbacked> {
+    let unbacked = |why: String| Unbacked { device, why };
+    let held = held.as_ref().map_err(|e| unbacked(e.to_string()))?;
     let process = proc_.read(format!("{pid}/comm")).map(|c| c.trim().to_owned()).unwrap_or_default();
     let mut how = Vec::new();
-    let gpu = match proc_.read_bytes(format!("{pid}/environ")) {
-        Err(e) => {
-            how.push(format!(
-                "process {pid}'s environment is unreadable ({e}): is the agent in the host's PID namespace?"
-            ));
-            None
-        }
-        Ok(env) => match env_var(&env, "CUDA_VISIBLE_DEVICES") {
-            None => {
-                let g = snapshot.gpus.iter().find(|g| g.index == device).map(|g| g.index);
-                how.push(match g {
-                    Some(g) => format!("CUDA_VISIBLE_DEVICES unset: device {device} taken as GPU{g}"),
-                    None => format!("CUDA_VISIBLE_DEVICES unset and no GPU{device} on this node"),
-                });
-                g
-            }
-            Some(list) => {
-                let entry = list.split(',').map(str::trim).filter(|d| !d.is_empty()).nth(device as usize);
-                let g = entry.and_then(|d| match d.parse::<u32>() {
-                    Ok(i) => snapshot.gpus.iter().find(|g| g.index == i).map(|g| g.index),
-                    Err(_) => snapshot.gpus.iter().find(|g| !g.uuid.is_empty() && g.uuid == d).map(|g| g.index),
-                });
-                how.push(match (entry, g) {
-                    (Some(d), Some(g)) => format!("CUDA_VISIBLE_DEVICES={list}: device {device} is {d} → GPU{g}"),
-                    (Some(d), None) => {
-                        format!("CUDA_VISIBLE_DEVICES={list}: device {device} is {d}, not a GPU of this node")
-                    }
-                    (None, _) => format!("CUDA_VISIBLE_DEVICES={list} has no device {device}"),
-                });
-                g
-            }
-        },
+    let env = proc_.read_bytes(format!("{pid}/environ")).map_err(|e| {
+        unbacked(format!("process {pid}'s environment is unreadable ({e}): is the agent in the host's PID namespace?"))
+    })?;
+    let order = cuda_order(&env, snapshot, &mut how);
+    let found = match &order {
+        Some(o) => o.get(device as usize).copied(),
+        None => None,
     };
-    let gpu_bdf = gpu.and_then(|g| snapshot.gpus.iter().find(|x| x.index == g)).map(|g| g.bdf);
-    let predicted = gpu.and_then(|g| snapshot.risks.iter().find(|r| r.gpu == g)).and_then(|r| r.predicted_nic.clone());
+    let gpu = match (found, held.as_slice()) {
+        (Some(g), _) if held.iter().any(|h| h.index == g) => {
+            how.push(format!("device {device} is GPU{g}"));
+            g
+        }
+        (Some(g), _) => {
+            return Err(unbacked(format!(
+                "{}: device {device} is GPU{g}, which the process does not hold open (it holds {})",
+                how.join(", "),
+                held_names(held)
+            )));
+        }
+        (None, [only]) if device == 0 && order.is_none() => {
+            how.push(format!("device 0 is GPU{}, the only GPU the process holds", only.index));
+            only.index
+        }
+        (None, _) => {
+            let numbered = match &order {
+                Some(o) if o.is_empty() => "the process is given no GPU".to_owned(),
+                Some(o) => format!("the process numbers {} GPU(s)", o.len()),
+                None => "the process's numbering is unknown".to_owned(),
+            };
+            return Err(unbacked(format!(
+                "{}{numbered}, no device {device} (it holds {})",
+                if how.is_empty() { String::new() } else { format!("{}: ", how.join(", ")) },
+                held_names(held)
+            )));
+        }
+    };
+    let simulated_device = held.iter().any(|h| h.index == gpu && h.simulated);
+    if let Some(h) = held.iter().find(|h| h.index == gpu) {
+        how.push(format!(
+            "holds /dev/nvidia{}{}",
+            h.minor,
+            if h.simulated { " (a simulated device file)" } else { "" }
+        ));
+    }
+    let mut how = vec![how.join(", ")];
+    let gpu_bdf = snapshot.gpus.iter().find(|x| x.index == gpu).map(|g| g.bdf);
+    let predicted = snapshot.risks.iter().find(|r| r.gpu == gpu).and_then(|r| r.predicted_nic.clone());
     let mine: Vec<&Qp> = match qps {
         Ok(all) => all.iter().filter(|q| q.pid == Some(pid)).collect(),
         Err(_) => Vec::new(),
@@ -111,7 +211,7 @@ pub fn attribute(
     };
     let path = if !nic.is_empty() && devices.contains(&nic.as_str()) { DataPath::NicDma } else { DataPath::HostCopy };
     let nic_bdf = snapshot.nics.iter().find(|n| n.name == nic).map(|n| n.bdf);
-    Attribution { gpu, gpu_bdf, nic, nic_bdf, path, process, how: how.join("; ") }
+    Ok(Attribution { gpu, gpu_bdf, nic, nic_bdf, path, process, simulated_device, how: how.join("; ") })
 }
 
 fn count(qps: &[&Qp], device: &str) -> usize {
@@ -180,40 +280,90 @@ mod tests {
         Qp { device: device.into(), port: Some(1), qpn: 9, state: 3, kind: Some(2), pid: Some(pid), kern_name: None }
     }
 
+    fn holding(gpus: &[u32]) -> Result<Vec<HeldGpu>, HoldError> {
+        Ok(gpus.iter().map(|g| HeldGpu { index: *g, minor: *g, simulated: false }).collect())
+    }
+
     #[test]
     fn device_through_cuda_visible_devices_and_nic_through_its_queue_pairs() {
         let (_d, p) = proc_with(&["CUDA_VISIBLE_DEVICES=2,3"]);
-        let a = attribute(&p, &snapshot(), 77, 1, &Ok(vec![qp("mlx5_3", 77), qp("mlx5_3", 77), qp("mlx5_0", 5)]));
-        assert_eq!((a.gpu, a.nic.as_str(), a.path, a.process.as_str()), (Some(3), "mlx5_3", DataPath::NicDma, "vllm"));
+        let held = holding(&[2, 3]);
+        let a =
+            attribute(&p, &snapshot(), 77, 1, &held, &Ok(vec![qp("mlx5_3", 77), qp("mlx5_3", 77), qp("mlx5_0", 5)]))
+                .unwrap();
+        assert_eq!((a.gpu, a.nic.as_str(), a.path, a.process.as_str()), (3, "mlx5_3", DataPath::NicDma, "vllm"));
         assert_eq!(a.gpu_bdf.unwrap().to_string(), "0000:13:00.0");
         assert_eq!(a.nic_bdf.unwrap().to_string(), "0000:23:00.0");
-        assert!(a.how.contains("device 1 is 3 → GPU3") && a.how.contains("2 queue pair(s)"), "{}", a.how);
+        assert!(a.how.contains("CUDA_VISIBLE_DEVICES=2,3, device 1 is GPU3, holds /dev/nvidia3"), "{}", a.how);
+        assert!(a.how.contains("2 queue pair(s)"), "{}", a.how);
 
         // Queue pairs on one other NIC: that is where the bytes went.
-        let a = attribute(&p, &snapshot(), 77, 1, &Ok(vec![qp("mlx5_1", 77)]));
+        let a = attribute(&p, &snapshot(), 77, 1, &held, &Ok(vec![qp("mlx5_1", 77)])).unwrap();
         assert_eq!((a.nic.as_str(), a.path), ("mlx5_1", DataPath::NicDma));
         assert!(a.how.contains("not mlx5_3"), "{}", a.how);
 
         // No queue pair: the predicted NIC, but a host copy.
-        let a = attribute(&p, &snapshot(), 77, 0, &Ok(vec![]));
-        assert_eq!((a.gpu, a.nic.as_str(), a.path), (Some(2), "mlx5_2", DataPath::HostCopy));
-        let a = attribute(&p, &snapshot(), 77, 0, &Err("no rdma netlink".into()));
+        let a = attribute(&p, &snapshot(), 77, 0, &held, &Ok(vec![])).unwrap();
+        assert_eq!((a.gpu, a.nic.as_str(), a.path), (2, "mlx5_2", DataPath::HostCopy));
+        let a = attribute(&p, &snapshot(), 77, 0, &held, &Err("no rdma netlink".into())).unwrap();
         assert_eq!(a.path, DataPath::HostCopy);
         assert!(a.how.contains("unreadable: no rdma netlink"), "{}", a.how);
     }
 
     #[test]
-    fn uuids_unset_and_unknown_devices() {
+    fn a_claim_on_a_gpu_the_process_does_not_hold_is_refused() {
+        // The environment says device 0 is GPU0; the process holds GPU2 only.
+        let (_d, p) = proc_with(&["CUDA_VISIBLE_DEVICES=0"]);
+        let e = attribute(&p, &snapshot(), 77, 0, &holding(&[2]), &Ok(vec![])).unwrap_err();
+        assert_eq!(e.device, 0);
+        assert!(e.why.contains("device 0 is GPU0, which the process does not hold open (it holds GPU2"), "{e}");
+        // Holding nothing backs nothing, whatever the environment says.
+        let e = attribute(&p, &snapshot(), 77, 0, &holding(&[]), &Ok(vec![])).unwrap_err();
+        assert!(e.why.contains("it holds no GPU device file"), "{e}");
+        // Unreadable descriptors back nothing either.
+        let unreadable =
+            Err(HoldError::Descriptors { pid: 77, source: std::io::Error::from_raw_os_error(libc::EACCES) });
+        let e = attribute(&p, &snapshot(), 77, 0, &unreadable, &Ok(vec![])).unwrap_err();
+        assert!(e.why.contains("open files of process 77 are unreadable"), "{e}");
+        // A device beyond the process's numbering.
+        let e = attribute(&p, &snapshot(), 77, 1, &holding(&[0]), &Ok(vec![])).unwrap_err();
+        assert!(e.why.contains("numbers 1 GPU(s), no device 1"), "{e}");
+    }
+
+    #[test]
+    fn in_a_pod_device_0_is_the_gpu_the_device_plugin_gave_it() {
+        // The device plugin gave the pod GPU1 (by UUID): CUDA's device 0 inside is node GPU1.
+        let (_d, p) = proc_with(&["NVIDIA_VISIBLE_DEVICES=GPU-1111"]);
+        let a = attribute(&p, &snapshot(), 77, 0, &holding(&[1]), &Ok(vec![])).unwrap();
+        assert_eq!(a.gpu, 1, "{}", a.how);
+        assert!(a.how.contains("NVIDIA_VISIBLE_DEVICES=GPU-1111, device 0 is GPU1"), "{}", a.how);
+        // Two GPUs by index, reordered by CUDA_VISIBLE_DEVICES inside the pod.
+        let (_d, p) = proc_with(&["NVIDIA_VISIBLE_DEVICES=3,1", "CUDA_VISIBLE_DEVICES=1,0"]);
+        let held = holding(&[1, 3]);
+        assert_eq!(attribute(&p, &snapshot(), 77, 0, &held, &Ok(vec![])).unwrap().gpu, 3);
+        assert_eq!(attribute(&p, &snapshot(), 77, 1, &held, &Ok(vec![])).unwrap().gpu, 1);
+        // The volume-mounts strategy lists no GPUs in the variable: the one GPU held is device 0.
+        let (_d, p) = proc_with(&["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"]);
+        let a = attribute(&p, &snapshot(), 77, 0, &holding(&[2]), &Ok(vec![])).unwrap();
+        assert_eq!(a.gpu, 2);
+        assert!(a.how.contains("the only GPU the process holds"), "{}", a.how);
+        assert!(attribute(&p, &snapshot(), 77, 0, &holding(&[1, 2]), &Ok(vec![])).is_err());
+    }
+
+    #[test]
+    fn uuids_prefixes_unset_and_unknown_devices() {
         let (_d, p) = proc_with(&["CUDA_VISIBLE_DEVICES=GPU-1111"]);
-        assert_eq!(attribute(&p, &snapshot(), 77, 0, &Ok(vec![])).gpu, Some(1));
-        let a = attribute(&p, &snapshot(), 77, 1, &Ok(vec![]));
-        assert_eq!((a.gpu, a.nic.as_str()), (None, ""));
-        assert!(a.how.contains("has no device 1"), "{}", a.how);
+        let all = holding(&[0, 1, 2, 3]);
+        assert_eq!(attribute(&p, &snapshot(), 77, 0, &all, &Ok(vec![])).unwrap().gpu, 1);
+        assert!(attribute(&p, &snapshot(), 77, 1, &all, &Ok(vec![])).is_err());
+        // A unique UUID prefix, as CUDA accepts; a list stops at its first unusable entry.
+        let (_d, p) = proc_with(&["CUDA_VISIBLE_DEVICES=GPU-22,7,0"]);
+        assert_eq!(attribute(&p, &snapshot(), 77, 0, &all, &Ok(vec![])).unwrap().gpu, 2);
+        assert!(attribute(&p, &snapshot(), 77, 1, &all, &Ok(vec![])).is_err());
         let (_d, p) = proc_with(&["PATH=/bin"]);
-        assert_eq!(attribute(&p, &snapshot(), 77, 2, &Ok(vec![])).gpu, Some(2));
-        assert!(attribute(&p, &snapshot(), 77, 9, &Ok(vec![])).how.contains("no GPU9"));
-        let a = attribute(&p, &snapshot(), 78, 0, &Ok(vec![]));
-        assert_eq!(a.gpu, None);
-        assert!(a.how.contains("unreadable"), "{}", a.how);
+        assert_eq!(attribute(&p, &snapshot(), 77, 2, &all, &Ok(vec![])).unwrap().gpu, 2);
+        assert!(attribute(&p, &snapshot(), 77, 9, &all, &Ok(vec![])).unwrap_err().why.contains("no device 9"));
+        let e = attribute(&p, &snapshot(), 78, 0, &all, &Ok(vec![])).unwrap_err();
+        assert!(e.why.contains("environment is unreadable"), "{e}");
     }
 }

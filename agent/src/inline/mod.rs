@@ -1,9 +1,10 @@
 //! In-line verification results from the workload (#17): railguard's NIXL library
 //! (`integrations/nixl/`) checks every KV transfer of the workload block by block against the
 //! source's digests and reports the outcomes here, over a Unix socket under the agent's run
-//! directory. The agent knows the sender by its credentials (SO_PEERCRED), attributes GPU and
-//! NIC through the process's environment and its RDMA queue pairs ([`attribute`]), and spools
-//! one [`InlineReport`] per GPU per message ([`server`]).
+//! directory. The agent knows the sender by its credentials (SO_PEERCRED), takes a result only
+//! for a GPU the process holds open ([`holds`]), attributes GPU and NIC through the process's
+//! environment and its RDMA queue pairs ([`attribute`]), bounds what one sender may cost
+//! ([`limit`]), and spools one [`InlineReport`] per GPU per message ([`server`]).
 //!
 //! The protocol (version 1): newline-delimited JSON, one message per line, at most
 //! [`MAX_LINE`] bytes:
@@ -19,6 +20,8 @@
 //! message is.
 
 pub mod attribute;
+pub mod holds;
+pub mod limit;
 pub mod server;
 
 use std::collections::BTreeMap;
@@ -139,6 +142,13 @@ fn name(field: &str, s: String, max: usize) -> Result<String, String> {
 }
 
 fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, String> {
+    if r.device >= railguard_schema::limits::MAX_GPUS_PER_NODE {
+        return Err(format!(
+            "device {} (a node has at most {} GPUs)",
+            r.device,
+            railguard_schema::limits::MAX_GPUS_PER_NODE
+        ));
+    }
     let memory = match r.memory.as_str() {
         "vram" => Memory::Cuda,
         "dram" => Memory::Host,
@@ -199,6 +209,13 @@ pub struct Batch {
     pub last_at: DateTime<Utc>,
     pub failures: Vec<InlineFailure>,
     pub failures_omitted: u64,
+}
+
+impl Batch {
+    /// The results this batch holds.
+    pub fn results(&self) -> usize {
+        usize::try_from(self.ok.saturating_add(self.mismatch).saturating_add(self.error)).unwrap_or(usize::MAX)
+    }
 }
 
 /// Groups outcomes per (device, memory); failures kept in full up to the record's limit.
@@ -299,6 +316,7 @@ mod tests {
             (r#""bad_block_indices": [5]"#, "outside"),
             (r#""request": "a\u0000b""#, "control character"),
             (r#""at_ns": 5"#, "impossible"),
+            (r#""device": 64"#, "at most 64 GPUs"),
             (r#""colour": "red""#, "unknown field"),
         ];
         for (change, why) in cases {

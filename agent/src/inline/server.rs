@@ -3,18 +3,28 @@
 //! Permissions: the socket is created with `--inline-socket-mode` (default 0660: the agent's
 //! user and group), in a directory made 0755 if absent. A workload that reports must be able to
 //! connect: run it in the socket's group, or widen the mode. A sender can only report about
-//! itself (the agent attributes by its pid, never by anything it claims), so the worst a local
-//! process can do is report false mismatches about its own GPU; keep the mode as narrow as the
-//! workloads allow. In Kubernetes the directory is a hostPath shared with the workload pods
-//! (deploy/kubernetes).
+//! itself: the agent knows it by its pid (SO_PEERCRED), and a result counts only for a GPU whose
+//! device file the process holds open ([`super::holds`]); a claim on any other GPU is refused
+//! and counted. So the worst a local process can do is report false mismatches about a GPU it
+//! holds; keep the mode as narrow as the workloads allow. In Kubernetes the directory is a
+//! hostPath shared with the workload pods (deploy/kubernetes).
 //!
-//! Each connection is served by a thread of its own (at most [`MAX_CONNECTIONS`]); each line is
-//! parsed, attributed, spooled, and answered with one line.
+//! What one sender can cost the node is bounded:
+//! - at most [`MAX_CONNECTIONS`] connections at once, each closed after
+//!   [`InlineConfig::idle_timeout`] without a complete line (a silent or trickling peer holds
+//!   no slot for long);
+//! - results and spooled reports per sender by token buckets ([`super::limit`]);
+//! - in-line reports fill the spool only up to its in-line ceiling (half of it), so they can
+//!   never keep the agent's probes, signals and topology out.
+//!
+//! Each connection is served by a thread of its own; each line is parsed, attributed, spooled,
+//! and answered with one line. Every refusal is counted on the agent's /metrics
+//! (`railguard_agent_inline_refused_total{why}`).
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -22,8 +32,12 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use railguard_schema::{InlineReport, RecordBody};
 
-use super::attribute::{Attribution, attribute};
+use super::attribute::attribute;
+use super::holds::{DeviceFiles, held_gpus};
+use super::limit::{Limiter, SenderLimits};
 use super::{MAX_LINE, group, parse_line};
+use crate::metrics::InlineRefusal;
+use crate::said_once::SaidOnce;
 use crate::service::topology::SharedTopology;
 use crate::spool::SpoolHandle;
 use crate::stop::Stop;
@@ -37,11 +51,31 @@ pub struct InlineConfig {
     pub socket: PathBuf,
     /// Permission bits of the socket file.
     pub mode: u32,
+    /// A connection with no complete line for this long is closed.
+    pub idle_timeout: Duration,
+    /// Where the driver's GPU list is read (`driver/nvidia/gpus` under it): the topology's /proc.
+    pub driver_proc: PathBuf,
+    /// Which open files count as GPU device files.
+    pub devices: DeviceFiles,
+    pub limits: SenderLimits,
 }
 
 impl InlineConfig {
     pub const DEFAULT_SOCKET: &'static str = "/run/railguard/inline.sock";
     pub const DEFAULT_MODE: u32 = 0o660;
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// The socket at `socket` with every other setting at its default.
+    pub fn new(socket: PathBuf, mode: u32) -> Self {
+        InlineConfig {
+            socket,
+            mode,
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            driver_proc: PathBuf::from("/proc"),
+            devices: DeviceFiles::default(),
+            limits: SenderLimits::DEFAULT,
+        }
+    }
 }
 
 /// What the endpoint did (said in the log when it stops).
@@ -51,6 +85,24 @@ pub struct InlineStats {
     pub results: AtomicUsize,
     pub refused: AtomicUsize,
     pub reports: AtomicUsize,
+}
+
+impl InlineStats {
+    /// Counts `n` refused results (or messages) for `why`, here and on /metrics.
+    fn refuse(&self, why: InlineRefusal, n: usize) {
+        self.refused.fetch_add(n, Ordering::Relaxed);
+        crate::metrics::global().add_inline_refused(why, n as u64);
+    }
+}
+
+/// What every connection of one endpoint shares.
+struct Shared {
+    cfg: InlineConfig,
+    topology: SharedTopology,
+    spool: SpoolHandle,
+    stop: Stop,
+    stats: InlineStats,
+    limiter: Limiter,
 }
 
 /// Binds the socket: a stale socket file left by a killed agent is replaced; any other file
@@ -104,13 +156,21 @@ pub fn peer_cred(s: &UnixStream) -> std::io::Result<(u32, u32)> {
 
 /// Serves `listener` until `stop`; removes the socket file at the end.
 pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopology, spool: &SpoolHandle, stop: &Stop) {
-    let stats = Arc::new(InlineStats::default());
+    let shared = Arc::new(Shared {
+        cfg: cfg.clone(),
+        topology: topology.clone(),
+        spool: spool.clone(),
+        stop: stop.clone(),
+        stats: InlineStats::default(),
+        limiter: Limiter::new(cfg.limits),
+    });
     let active = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
     while !stop.is_stopped() {
         match listener.accept() {
             Ok((mut conn, _)) => {
                 if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                    shared.stats.refuse(InlineRefusal::TooManyConnections, 1);
                     let _ = conn.write_all(b"{\"error\": \"too many connections to the agent's in-line endpoint\"}\n");
                     continue;
                 }
@@ -123,10 +183,9 @@ pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopolo
                 };
                 tracing::debug!(pid, uid, "in-line endpoint: a workload connected");
                 active.fetch_add(1, Ordering::Relaxed);
-                let (topology, spool, stop, stats, active) =
-                    (topology.clone(), spool.clone(), stop.clone(), stats.clone(), active.clone());
+                let (shared, active) = (shared.clone(), active.clone());
                 threads.push(std::thread::spawn(move || {
-                    connection(conn, pid, &topology, &spool, &stop, &stats);
+                    connection(conn, pid, &shared);
                     active.fetch_sub(1, Ordering::Relaxed);
                 }));
                 threads.retain(|t| !t.is_finished());
@@ -144,6 +203,7 @@ pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopolo
         let _ = t.join();
     }
     let _ = std::fs::remove_file(&cfg.socket);
+    let stats = &shared.stats;
     tracing::info!(
         messages = stats.messages.load(Ordering::Relaxed),
         results = stats.results.load(Ordering::Relaxed),
@@ -169,14 +229,7 @@ fn qp_table() -> Result<Vec<crate::signals::qp::Qp>, String> {
     t
 }
 
-fn connection(
-    conn: UnixStream,
-    pid: u32,
-    topology: &SharedTopology,
-    spool: &SpoolHandle,
-    stop: &Stop,
-    stats: &InlineStats,
-) {
+fn connection(conn: UnixStream, pid: u32, shared: &Shared) {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_millis(250)));
     let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
@@ -186,13 +239,28 @@ fn connection(
     // The sender's process: always this host's /proc (the peer is a real process, even when the
     // topology is read from a fixture).
     let proc_ = SysRoot::new("/proc");
-    let mut said = crate::service::SaidOnce::default();
+    let driver = SysRoot::new(&shared.cfg.driver_proc);
+    let mut said = SaidOnce::default();
+    let mut last_line = Instant::now();
     loop {
+        if last_line.elapsed() >= shared.cfg.idle_timeout {
+            shared.stats.refuse(InlineRefusal::IdleTimeout, 1);
+            let _ = writer.write_all(
+                format!(
+                    "{{\"error\": \"no complete message for {} s; connection closed\"}}\n",
+                    shared.cfg.idle_timeout.as_secs()
+                )
+                .as_bytes(),
+            );
+            tracing::debug!(pid, "in-line endpoint: an idle connection closed");
+            return;
+        }
         let limit = (MAX_LINE + 1 - line.len().min(MAX_LINE)) as u64;
         match reader.by_ref().take(limit).read_until(b'\n', &mut line) {
             Ok(0) if line.is_empty() => return,
             Ok(_) if line.last() == Some(&b'\n') => {}
             Ok(_) if line.len() > MAX_LINE => {
+                shared.stats.refuse(InlineRefusal::Invalid, 1);
                 let _ = writer.write_all(
                     format!("{{\"error\": \"message longer than {MAX_LINE} bytes; connection closed\"}}\n").as_bytes(),
                 );
@@ -201,14 +269,15 @@ fn connection(
             }
             Ok(_) => return, // end of stream inside a line: the sender went away
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
-                if stop.is_stopped() {
+                if shared.stop.is_stopped() {
                     return;
                 }
                 continue;
             }
             Err(_) => return,
         }
-        let reply = handle_line(&line, pid, &proc_, topology, spool, stats, &mut said);
+        last_line = Instant::now();
+        let reply = handle_line(&line, pid, &proc_, &driver, shared, &mut said);
         line.clear();
         if writer.write_all(reply.as_bytes()).is_err() {
             return;
@@ -220,39 +289,73 @@ fn handle_line(
     line: &[u8],
     pid: u32,
     proc_: &SysRoot,
-    topology: &SharedTopology,
-    spool: &SpoolHandle,
-    stats: &InlineStats,
-    said: &mut crate::service::SaidOnce,
+    driver: &SysRoot,
+    shared: &Shared,
+    said: &mut SaidOnce,
 ) -> String {
+    let stats = &shared.stats;
     stats.messages.fetch_add(1, Ordering::Relaxed);
+    let refuse_all = |why: InlineRefusal, e: String, said: &mut SaidOnce| {
+        stats.refuse(why, 1);
+        if said.first(&e) {
+            tracing::warn!(pid, error = %e, "in-line endpoint: message refused");
+        }
+        serde_json::json!({ "error": e }).to_string() + "\n"
+    };
     let (outcomes, refused) = match parse_line(line.trim_ascii(), Utc::now()) {
         Ok(r) => r,
-        Err(e) => {
-            stats.refused.fetch_add(1, Ordering::Relaxed);
-            if said.first(&e.to_string()) {
-                tracing::warn!(pid, error = %e, "in-line endpoint: message refused");
-            }
-            return serde_json::json!({ "error": e.to_string() }).to_string() + "\n";
-        }
+        Err(e) => return refuse_all(InlineRefusal::Invalid, e.to_string(), said),
     };
-    let accepted = outcomes.len();
-    stats.results.fetch_add(accepted, Ordering::Relaxed);
-    stats.refused.fetch_add(refused.len(), Ordering::Relaxed);
+    let results = (outcomes.len() + refused.len()) as u64;
+    if !shared.limiter.results(pid, results, Instant::now()) {
+        return refuse_all(
+            InlineRefusal::RateLimited,
+            format!("{results} results over this sender's rate limit; send them again later"),
+            said,
+        );
+    }
+    stats.refuse(InlineRefusal::Invalid, refused.len());
     if let Some(e) = refused.first()
         && said.first(&e.to_string())
     {
         tracing::warn!(pid, refused = refused.len(), first = %e, "in-line endpoint: results refused");
     }
+    let mut rejected = refused.len();
     let mut errors: Vec<String> = refused.iter().map(ToString::to_string).collect();
     let batches = group(outcomes);
+    let mut accepted = 0;
     if !batches.is_empty() {
-        let snapshot = topology.current();
+        let snapshot = shared.topology.current();
+        let snapshot = &snapshot.snapshot;
         let qps = qp_table();
+        let held = held_gpus(Path::new("/proc"), driver, pid, &shared.cfg.devices, snapshot);
+        let mut allowed = shared.limiter.reports(pid, batches.len() as u64, Instant::now());
         for b in batches {
-            let a: Attribution = attribute(proc_, &snapshot.snapshot, pid, b.device, &qps);
+            let n = b.results();
+            let a = match attribute(proc_, snapshot, pid, b.device, &held, &qps) {
+                Ok(a) => a,
+                Err(e) => {
+                    stats.refuse(InlineRefusal::UnbackedGpu, n);
+                    if said.first(&e.to_string()) {
+                        tracing::warn!(pid, error = %e, "in-line endpoint: results for a GPU the sender does not hold refused");
+                    }
+                    rejected += n;
+                    errors.push(format!("{n} result(s) refused: {e}"));
+                    continue;
+                }
+            };
+            if allowed == 0 {
+                stats.refuse(InlineRefusal::RateLimited, n);
+                rejected += n;
+                errors.push(format!(
+                    "{n} result(s) for GPU{} over this sender's report rate; send them again later",
+                    a.gpu
+                ));
+                continue;
+            }
+            allowed -= 1;
             let report = InlineReport {
-                gpu: a.gpu,
+                gpu: Some(a.gpu),
                 gpu_bdf: a.gpu_bdf,
                 nic: a.nic,
                 nic_bdf: a.nic_bdf,
@@ -283,25 +386,33 @@ fn handle_line(
                 attribution = %report.attribution,
                 "in-line report"
             );
-            if report.transfers_mismatch > 0 {
-                tracing::warn!(
-                    pid,
-                    gpu = ?report.gpu,
-                    nic = %report.nic,
-                    mismatched = report.transfers_mismatch,
-                    "in-line verification: the workload received wrong bytes"
-                );
-            }
-            match spool.append(RecordBody::Inline(report)) {
-                Ok(_) => {
+            let mismatched = report.transfers_mismatch;
+            let (gpu, nic) = (report.gpu, report.nic.clone());
+            match shared.spool.append_inline(RecordBody::Inline(report)) {
+                Ok(o) if o.appended == 1 => {
+                    accepted += n;
                     stats.reports.fetch_add(1, Ordering::Relaxed);
+                    if mismatched > 0 {
+                        tracing::warn!(pid, gpu = ?gpu, nic = %nic, mismatched, "in-line verification: the workload received wrong bytes");
+                    }
+                }
+                Ok(_) => {
+                    stats.refuse(InlineRefusal::SpoolShareFull, n);
+                    rejected += n;
+                    errors.push(format!(
+                        "{n} result(s) for GPU{}: the agent's spool has no room left for in-line reports (counted as dropped)",
+                        a.gpu
+                    ));
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "spooling an in-line report failed");
+                    stats.refuse(InlineRefusal::SpoolShareFull, n);
+                    rejected += n;
                     errors.push(format!("the agent could not spool the report: {e}"));
                 }
             }
         }
     }
-    serde_json::json!({ "accepted": accepted, "rejected": refused.len(), "errors": errors }).to_string() + "\n"
+    stats.results.fetch_add(accepted, Ordering::Relaxed);
+    serde_json::json!({ "accepted": accepted, "rejected": rejected, "errors": errors }).to_string() + "\n"
 }

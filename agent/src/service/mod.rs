@@ -66,25 +66,6 @@ pub enum AgentError {
     Task(#[from] tokio::task::JoinError),
 }
 
-/// Says a recurring condition once, and again only when it changes.
-#[derive(Debug, Default)]
-pub(crate) struct SaidOnce(Option<String>);
-
-impl SaidOnce {
-    /// True the first time `what` is said in a row.
-    pub(crate) fn first(&mut self, what: &str) -> bool {
-        if self.0.as_deref() == Some(what) {
-            return false;
-        }
-        self.0 = Some(what.to_owned());
-        true
-    }
-
-    pub(crate) fn clear(&mut self) {
-        self.0 = None;
-    }
-}
-
 /// Runs the agent until `shutdown` (or until drained, if so configured): starts every loop on
 /// the shared spool, topology and stop signal, ships until the end, then stops and joins them.
 pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use railguard_schema::{ProbeVerdict, RecordBody};
 
-use super::SaidOnce;
 use super::topology::SharedTopology;
 use crate::probe::compact::Compactor;
 use crate::probe::pairs::{NicSelection, select_pairs, slowest_link_bits_per_sec};
 use crate::probe::settings::ProbeSettings;
 use crate::probe::transport::ProbeTransport;
 use crate::probe::{Engine, schedule};
+use crate::said_once::SaidOnce;
 use crate::spool::SpoolHandle;
 use crate::stop::Stop;
 

@@ -96,7 +96,7 @@ impl SharedTopology {
 
     /// Re-reads every `every` until `stop` (a thread of its own).
     pub fn refresh_every(&self, every: Duration, stop: &Stop) {
-        let mut failed = super::SaidOnce::default();
+        let mut failed = crate::said_once::SaidOnce::default();
         while stop.sleep(every) {
             match self.refresh() {
                 Ok(_) => failed.clear(),

@@ -23,7 +23,7 @@ impl SpoolHandle {
     }
 
     /// Makes a record of `body` (a new id, observed now), appends it durably (fsync) and wakes
-    /// the shipper. Blocks on the disk: async code uses [`SpoolHandle::append_async`].
+    /// the shipper. Blocks on the disk: async code calls it from a blocking thread.
     pub fn append(&self, body: RecordBody) -> Result<AppendOutcome, SpoolError> {
         let record: wire::Record = Record::now(body).into();
         let outcome = self.with(|s| s.append(std::slice::from_ref(&record)))?;
@@ -31,10 +31,16 @@ impl SpoolHandle {
         Ok(outcome)
     }
 
-    /// [`SpoolHandle::append`] off the async runtime's threads.
-    pub async fn append_async(&self, body: RecordBody) -> Result<AppendOutcome, SpoolError> {
-        let me = self.clone();
-        tokio::task::spawn_blocking(move || me.append(body)).await.map_err(SpoolError::from_join)?
+    /// [`SpoolHandle::append`] of a workload's in-line report: taken only while the spool is
+    /// under its in-line ceiling ([`super::SpoolConfig::inline_ceiling`]).
+    pub fn append_inline(&self, body: RecordBody) -> Result<AppendOutcome, SpoolError> {
+        let record: wire::Record = Record::now(body).into();
+        let outcome = self.with(|s| {
+            let ceiling = s.cfg.inline_ceiling();
+            s.append_under(std::slice::from_ref(&record), ceiling)
+        })?;
+        self.wake.notify_one();
+        Ok(outcome)
     }
 
     /// Runs `f` with the spool locked (blocking).

@@ -24,6 +24,7 @@ mod segment;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 pub use handle::SpoolHandle;
@@ -62,6 +63,22 @@ impl SpoolError {
     }
 }
 
+/// Makes the spool directory 0700 and every file in it 0600: records name the node's devices
+/// and its workloads' requests, and are no other local user's to read or rewrite.
+fn private(dir: &Path) -> Result<(), SpoolError> {
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io_err(dir))?;
+    for entry in fs::read_dir(dir).map_err(io_err(dir))?.flatten() {
+        let path = entry.path();
+        if let Ok(m) = entry.metadata()
+            && m.is_file()
+            && m.permissions().mode() & 0o077 != 0
+        {
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).map_err(io_err(&path))?;
+        }
+    }
+    Ok(())
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
     move |source| SpoolError::Io { path: path.to_path_buf(), source }
 }
@@ -77,6 +94,13 @@ pub struct SpoolConfig {
 impl SpoolConfig {
     /// Default bound of unacknowledged bytes (`run --spool-max-bytes`).
     pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
+    /// The unacknowledged bytes under which workloads' in-line reports are still taken: half
+    /// the spool. The other half is kept for the agent's own probes, signals and topology, so
+    /// a flood of in-line reports can never stop them from being spooled.
+    pub fn inline_ceiling(&self) -> u64 {
+        self.max_bytes / 2
+    }
 }
 
 impl Default for SpoolConfig {
@@ -133,6 +157,7 @@ pub struct Spool {
 impl Spool {
     pub fn open(dir: &Path, cfg: SpoolConfig) -> Result<Self, SpoolError> {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
+        private(dir)?;
         let cursor_path = dir.join("cursor.json");
         let cursor = match fs::read(&cursor_path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
@@ -160,7 +185,8 @@ impl Spool {
             Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
             Err(e) => return Err(io_err(&head_path)(e)),
         };
-        let head_file = OpenOptions::new().create(true).append(true).open(&head_path).map_err(io_err(&head_path))?;
+        let head_file =
+            OpenOptions::new().create(true).append(true).mode(0o600).open(&head_path).map_err(io_err(&head_path))?;
         if head_file.metadata().map_err(io_err(&head_path))?.len() != valid_len {
             tracing::warn!(segment = %head_path.display(), valid_len, "cutting a torn record off the spool");
             head_file.set_len(valid_len).map_err(io_err(&head_path))?;
@@ -191,6 +217,14 @@ impl Spool {
     /// Appends records durably (one fsync for the call). Records that do not fit under the
     /// size bound are dropped and counted.
     pub fn append(&mut self, records: &[wire::Record]) -> Result<AppendOutcome, SpoolError> {
+        self.append_under(records, self.cfg.max_bytes)
+    }
+
+    /// [`Spool::append`] for a class of records that may fill the spool only up to `ceiling`
+    /// unacknowledged bytes (at most the size bound): what is above it is kept for every other
+    /// record. Records that do not fit under the ceiling are dropped and counted.
+    pub fn append_under(&mut self, records: &[wire::Record], ceiling: u64) -> Result<AppendOutcome, SpoolError> {
+        let ceiling = ceiling.min(self.cfg.max_bytes);
         let mut out = AppendOutcome::default();
         let mut buf = Vec::new();
         // Records encoded into `buf` and not yet written.
@@ -202,7 +236,7 @@ impl Spool {
             if frame_len > self.cfg.max_bytes {
                 return Err(SpoolError::RecordTooLarge { bytes: frame_len, max: self.cfg.max_bytes });
             }
-            if self.unacked_bytes + buf.len() as u64 + frame_len > self.cfg.max_bytes {
+            if self.unacked_bytes + buf.len() as u64 + frame_len > ceiling {
                 out.dropped += 1;
                 continue;
             }
@@ -292,7 +326,8 @@ impl Spool {
         self.head_file.sync_data().map_err(io_err(&path))?;
         let next = Position { segment: self.head.segment + 1, offset: 0 };
         let next_path = self.dir.join(segment_name(next.segment));
-        let file = OpenOptions::new().create(true).append(true).open(&next_path).map_err(io_err(&next_path))?;
+        let file =
+            OpenOptions::new().create(true).append(true).mode(0o600).open(&next_path).map_err(io_err(&next_path))?;
         self.head_file = file;
         self.head = next;
         sync_dir(&self.dir)
@@ -441,7 +476,7 @@ impl Spool {
             bytes.push(b'\n');
         }
         let in_place = (|| -> io::Result<()> {
-            let f = OpenOptions::new().write(true).create(true).truncate(false).open(&spare)?;
+            let f = OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(&spare)?;
             std::os::unix::fs::FileExt::write_all_at(&f, &bytes, 0)?;
             f.set_len(bytes.len() as u64)?;
             f.sync_data()?;
@@ -459,7 +494,13 @@ impl Spool {
             // The first save (no cursor.json to trade with) or no RENAME_EXCHANGE here.
             Err(_) => {
                 let tmp = self.dir.join("cursor.json.tmp");
-                let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+                let mut f = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&tmp)
+                    .map_err(io_err(&tmp))?;
                 f.write_all(&bytes).map_err(io_err(&tmp))?;
                 f.sync_data().map_err(io_err(&tmp))?;
                 fs::rename(&tmp, &path).map_err(io_err(&path))?;
@@ -526,7 +567,6 @@ fn read_from(path: &Path, offset: u64) -> io::Result<Vec<u8>> {
 
 /// Writes `bytes` to `path` (fsync'd, 0600) unless it already exists.
 fn write_once(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }

@@ -205,3 +205,37 @@ fn a_corrupt_frame_quarantines_the_rest_of_its_segment_and_later_segments_still_
     assert_eq!(seen, expected);
     assert!(in_first_segment > 2 && in_first_segment < 40);
 }
+
+#[test]
+fn the_spool_is_private_to_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    fs::create_dir_all(&spool_dir).unwrap();
+    fs::set_permissions(&spool_dir, fs::Permissions::from_mode(0o755)).unwrap();
+    // A segment left by an older agent, world-readable.
+    fs::write(spool_dir.join("stray.json"), b"{}").unwrap();
+    fs::set_permissions(spool_dir.join("stray.json"), fs::Permissions::from_mode(0o644)).unwrap();
+    let mut s = Spool::open(&spool_dir, small()).unwrap();
+    s.append(&(0..40).map(rec).collect::<Vec<_>>()).unwrap();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&spool_dir), 0o700);
+    let files: Vec<_> = fs::read_dir(&spool_dir).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(files.iter().filter(|p| p.extension().is_some_and(|e| e == "log")).count() > 1, "{files:?}");
+    for f in &files {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
+}
+
+#[test]
+fn in_line_reports_fill_the_spool_only_to_their_ceiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = (FRAME_HEADER + rec(0).encoded_len()) as u64;
+    let cfg = SpoolConfig { max_bytes: one * 10, segment_bytes: 1 << 20 };
+    let ceiling = cfg.inline_ceiling();
+    let mut s = Spool::open(dir.path(), cfg).unwrap();
+    let out = s.append_under(&(0..10).map(rec).collect::<Vec<_>>(), ceiling).unwrap();
+    assert_eq!(out, AppendOutcome { appended: 5, dropped: 5 }, "half the spool, no more");
+    // The other half still takes the agent's own records.
+    assert_eq!(s.append(&(1..6).map(rec).collect::<Vec<_>>()).unwrap(), AppendOutcome { appended: 5, dropped: 0 });
+    assert_eq!(s.dropped_total(), 5, "what the ceiling refused is counted");
+}

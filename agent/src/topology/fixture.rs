@@ -294,6 +294,26 @@ impl FixtureSpec {
             }
             group = wr.group;
         }
+        self.write_gpu_devices(out, &sys, &proc_)
+    }
+
+    /// The NVIDIA driver's view of the fixture's GPUs: `proc/driver/nvidia/gpus/<bdf>/information`
+    /// with each GPU's device minor (its index, as on most hosts), and `dev/nvidiaN`, simulated
+    /// device files (regular files) a test workload holds open to stand for holding the GPU
+    /// (`run --simulated-gpu-devices DIR/dev`).
+    fn write_gpu_devices(&self, out: &Path, sys: &Path, proc_: &Path) -> io::Result<()> {
+        let mut warnings = Vec::new();
+        let gpus = super::pci::enumerate(&super::SysRoot::new(sys), &mut warnings);
+        for (minor, d) in gpus.iter().filter(|d| d.is_nvidia_gpu()).enumerate() {
+            w(
+                &proc_.join(format!("driver/nvidia/gpus/{}/information", d.bdf)),
+                format!(
+                    "Model: \t\t NVIDIA H200 (fixture)\nBus Type: \t PCIe\nBus Location: \t {}\nDevice Minor: \t {minor}\nGPU Excluded:\t No\n",
+                    d.bdf
+                ),
+            )?;
+            w(&out.join(format!("dev/nvidia{minor}")), "simulated GPU device file (railguard fixture)\n")?;
+        }
         Ok(())
     }
 }

@@ -134,9 +134,7 @@ impl ServeArgs {
             service_account: self.k8s_service_account,
         });
         cfg.api_token = match self.api_token_file {
-            Some(p) => {
-                Some(std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?.trim().to_owned())
-            }
+            Some(p) => Some(railguard_telemetry::secret::read(&p).context("--api-token-file")?),
             None => None,
         };
         cfg.assess = AssessConfig::with_window(Duration::from_secs(self.window_minutes.max(1) * 60));

@@ -16,12 +16,8 @@ use super::k8s::K8sTokens;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
-    #[error("reading credentials file {path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("the credentials file")]
+    Secret(#[from] railguard_telemetry::secret::SecretError),
     #[error("{path}:{line}: {reason}")]
     Line { path: PathBuf, line: usize, reason: String },
     #[error("{path}:{line}: {source}")]
@@ -67,8 +63,7 @@ fn hex_digest(s: &str) -> Option<Digest32> {
 
 impl Credentials {
     pub fn load(path: &Path) -> Result<Self, CredentialsError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| CredentialsError::Io { path: path.into(), source })?;
+        let text = railguard_telemetry::secret::read_text(path)?;
         Self::parse(&text, path)
     }
 

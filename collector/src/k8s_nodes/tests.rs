@@ -147,7 +147,17 @@ fn the_circuit_breaker_caps_the_share_and_the_rate_and_never_holds_back_a_lift()
     let adds = |acts: &[Action]| acts.iter().filter(|a| matches!(a, Action::Node { what: "add", .. })).count();
     assert_eq!(adds(&plan(&obs, &want, &wide, &mut b, Utc::now(), t0)), 3);
     assert!(b.open.as_deref().unwrap().contains("3 new taints/cordons"), "{:?}", b.open);
-    assert_eq!(adds(&plan(&obs, &want, &wide, &mut b, Utc::now(), t0 + Duration::from_secs(60))), 0);
+    // A minute later the same three (their patches not seen yet) are retried, charged already;
+    // n3 and n4 still wait for the window.
+    let retried = plan(&obs, &want, &wide, &mut b, Utc::now(), t0 + Duration::from_secs(60));
+    let retried: Vec<&str> = retried
+        .iter()
+        .filter_map(|a| match a {
+            Action::Node { node, what: "add", .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retried, ["n0", "n1", "n2"]);
     assert_eq!(adds(&plan(&obs, &want, &wide, &mut b, Utc::now(), t0 + wide.rate_window + Duration::from_secs(1))), 3);
 
     // Recovered nodes: railguard's taint and cordon lifted even with the breaker at its limit,
@@ -165,7 +175,8 @@ fn the_circuit_breaker_caps_the_share_and_the_rate_and_never_holds_back_a_lift()
     }
     tainted[2].unschedulable = true; // cordoned by someone else
     let healthy = desire(&[("n0", GpuStatus::Ok), ("n1", GpuStatus::Ok), ("n2", GpuStatus::Ok)]);
-    let mut b = Breaker { recent: (0..10).map(|_| t0).collect(), open: None };
+    let mut b =
+        Breaker { recent: (0..10).map(|i| Charged { at: t0, node: format!("other-{i}") }).collect(), open: None };
     let acts = plan(&tainted, &healthy, &wide, &mut b, Utc::now(), t0);
     let lifts: Vec<(&str, &Value)> = acts
         .iter()
@@ -180,6 +191,44 @@ fn the_circuit_breaker_caps_the_share_and_the_rate_and_never_holds_back_a_lift()
     let keys: Vec<&str> =
         lifts[0].1["spec"]["taints"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
     assert_eq!(keys, ["nvidia.com/gpu-xid"]);
+}
+
+#[test]
+fn a_flapping_node_spends_one_slot_of_the_rate_not_the_fleet_s_budget() {
+    let cfg = NodeConditionConfig { taint: true, max_share: 1.0, max_new: 3, ..Default::default() };
+    let mut obs = observed(&["flappy", "n1", "n2", "n3"]);
+    let mut b = Breaker::default();
+    let t0 = Instant::now();
+    let adds = |acts: &[Action]| -> Vec<String> {
+        acts.iter()
+            .filter_map(|a| match a {
+                Action::Node { node, what: "add", .. } => Some(node.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let taint =
+        Taint { key: TAINT_KEY.into(), value: Some("true".into()), effect: "NoSchedule".into(), ..Default::default() };
+    // Ten flaps within the window: corrupting (tainted), recovered (lifted), corrupting again …
+    for k in 0..10u64 {
+        let at = t0 + Duration::from_secs(k * 20);
+        let acts = plan(&obs, &desire(&[("flappy", GpuStatus::Corrupting)]), &cfg, &mut b, Utc::now(), at);
+        assert_eq!(adds(&acts), ["flappy"], "flap {k}: {:?}", b.open);
+        obs[0].taints.push(taint.clone());
+        let acts = plan(&obs, &desire(&[("flappy", GpuStatus::Ok)]), &cfg, &mut b, Utc::now(), at);
+        assert!(acts.iter().any(|a| matches!(a, Action::Node { what: "lift", .. })), "the lift is never held back");
+        obs[0].taints.clear();
+    }
+    // Two truly corrupting nodes: both tainted; the flapping node spent one slot of three.
+    let at = t0 + Duration::from_secs(220);
+    let want = desire(&[("n1", GpuStatus::Corrupting), ("n2", GpuStatus::Corrupting)]);
+    let acts = plan(&obs, &want, &cfg, &mut b, Utc::now(), at);
+    assert_eq!(adds(&acts), ["n1", "n2"], "{:?}", b.open);
+    assert!(b.open.is_none(), "{:?}", b.open);
+    // A fourth distinct node in the window is over the rate.
+    let acts = plan(&obs, &desire(&[("n3", GpuStatus::Corrupting)]), &cfg, &mut b, Utc::now(), at);
+    assert!(adds(&acts).is_empty());
+    assert!(b.open.as_deref().unwrap().contains("3 new taints/cordons"), "{:?}", b.open);
 }
 
 /// Every request the controller makes, against kube-rs's mock service: the list, then the

@@ -95,6 +95,64 @@ fn one_bad_host_is_named() {
 }
 
 #[test]
+fn one_node_s_many_failing_pairs_do_not_hide_the_fleet_s_pattern() {
+    // Three seed nodes fail on their PIX pairs; one node reports 40 failing PHB pairs of its own.
+    let mut fleet = Vec::new();
+    for i in 0..3 {
+        fleet.extend(node(&format!("seed-{i}"), KVM, |g, n| g == n));
+    }
+    let mut loud = 0;
+    for g in 0..8 {
+        for n in 0..8 {
+            // 40 of its pairs that are not the workload's: PHB and failing.
+            let bad = g != n && loud < 40;
+            loud += usize::from(bad);
+            fleet.push(pair("loud", g as i32, n, bad, METAL, if bad { "phb" } else { "sys" }));
+        }
+    }
+    let f = explain(&fleet).unwrap();
+    assert_eq!(f.attributes, ["path=pix"], "{}", f.summary);
+    assert!(
+        f.summary.starts_with("24 of 64 failing pairs are PIX pairs in KVM guests without vIOMMU"),
+        "{}",
+        f.summary
+    );
+    assert!(!f.summary.contains("node loud"), "{}", f.summary);
+    // Weighed by pairs, the loud node's 40 would have been the pattern.
+    let by_pairs = 2000 * 40 / (64 + 40) > 2000 * 24 / (64 + 24);
+    assert!(by_pairs, "the case is one where pair counting picks the loud node");
+}
+
+#[test]
+fn a_node_s_free_text_never_reaches_the_sentence() {
+    let lies: &[(&str, &str)] = &[
+        ("virtualized", "yes"),
+        ("hypervisor", "KVM guests; all clear, ignore railguard <b>"),
+        ("viommu", "no"),
+        ("gpudirect", "nvidia-peermem (fine)"),
+        ("driver", "560.35.03 -- no action needed"),
+    ];
+    let mut fleet = node("liar", lies, |_, _| true);
+    for p in fleet.iter_mut() {
+        p.attrs.insert("gpu_model", "H200</td><script>".into());
+    }
+    fleet.extend(node("healthy", METAL, |_, _| false));
+    let f = explain(&fleet).unwrap();
+    for bad in ["all clear", "ignore", "<b>", "(fine)", "no action", "<script>"] {
+        assert!(!f.summary.contains(bad), "{bad}: {}", f.summary);
+        assert!(f.contrast.iter().all(|c| !c.contains(bad)), "{bad}: {:?}", f.contrast);
+    }
+    assert_eq!(canonical("hypervisor", "KVM"), "kvm");
+    assert_eq!(canonical("hypervisor", "KVM guests; all clear"), UNRECOGNISED);
+    assert_eq!(canonical("driver", "560.35.03"), "560.35.03");
+    assert_eq!(canonical("driver", "560.35.03 -- fine"), UNRECOGNISED);
+    assert_eq!(canonical("gpu_model", "NVIDIA H200"), "NVIDIA H200");
+    assert_eq!(canonical("gpudirect", "dma-buf"), "dma-buf");
+    assert_eq!(canonical("gpudirect", "dmabuf!"), UNRECOGNISED);
+    assert_eq!(phrase("hypervisor", UNRECOGNISED), "with an unrecognised hypervisor");
+}
+
+#[test]
 fn a_path_class_failing_everywhere_is_the_path_class() {
     let mut fleet = node("vm", KVM, |g, n| g == n);
     fleet.extend(node("metal-a", METAL, |g, n| g == n));
@@ -119,7 +177,7 @@ fn partial_explanations_say_so_and_nothing_failing_explains_nothing() {
 /// The pattern finder as it was written first, a pair at a time: the grouped one must say
 /// exactly what it says.
 mod reference {
-    use super::super::{ATTRIBUTES, Factor, PairFacts, describe, describe_as};
+    use super::super::{ATTRIBUTES, Factor, PairFacts, Weight, canonical, describe, describe_as, node_weights};
     use std::collections::BTreeSet;
 
     fn matches(p: &PairFacts, conj: &[(&str, &str)]) -> bool {
@@ -128,13 +186,31 @@ mod reference {
 
     /// The best explanation of the failing pairs, if any pair fails.
     pub(super) fn explain(pairs: &[PairFacts]) -> Option<Factor> {
+        let pairs: Vec<PairFacts> = pairs
+            .iter()
+            .map(|p| {
+                let mut p = p.clone();
+                for (a, v) in p.attrs.iter_mut() {
+                    *v = canonical(a, v);
+                }
+                p
+            })
+            .collect();
+        let pairs = &pairs[..];
         let failing: Vec<&PairFacts> = pairs.iter().filter(|p| p.failed).collect();
         if failing.is_empty() {
             return None;
         }
+        // Each pair's weight, its node's caps applied.
+        let weights = node_weights(pairs.iter().map(|p| (p.node.as_str(), 1, usize::from(p.failed))));
+        let weight_of = |p: &PairFacts| -> Weight {
+            let i = pairs.iter().position(|q| std::ptr::eq(q, p)).unwrap();
+            weights[i]
+        };
+        let total_failing_w: u64 = weights.iter().map(|w| w.failing).sum();
         // Candidates: every combination of up to three attributes, with the values some failing
         // pair has on them.
-        let mut best: Option<(Vec<(&str, &str)>, (usize, std::cmp::Reverse<usize>, std::cmp::Reverse<usize>, usize))> =
+        let mut best: Option<(Vec<(&str, &str)>, (u64, std::cmp::Reverse<usize>, std::cmp::Reverse<usize>, u64))> =
             None;
         let n = ATTRIBUTES.len();
         let mut combos: Vec<Vec<usize>> = (0..n).map(|i| vec![i]).collect();
@@ -154,13 +230,20 @@ mod reference {
                 .collect();
             for vals in values {
                 let conj: Vec<(&str, &str)> = attrs.iter().copied().zip(vals.iter().copied()).collect();
-                let covered = failing.iter().filter(|p| matches(p, &conj)).count();
-                let matched = pairs.iter().filter(|p| matches(p, &conj)).count();
+                let covered: u64 = failing.iter().filter(|p| matches(p, &conj)).map(|p| weight_of(p).failing).sum();
+                let matched: u64 = pairs
+                    .iter()
+                    .filter(|p| matches(p, &conj))
+                    .map(|p| {
+                        let w = weight_of(p);
+                        w.failing + w.healthy
+                    })
+                    .sum();
                 // Score: how well the set of matching pairs and the set of failing pairs coincide
                 // (Dice: 2·both / (failing + matching), per mille), then fewer attributes, then more
                 // general ones, then more failures covered. Covering every failure with an attribute
                 // the whole fleet shares scores low; so does a precise set that misses most failures.
-                let dice = 2000 * covered / (failing.len() + matched).max(1);
+                let dice = 2000 * covered / (total_failing_w + matched).max(1);
                 let generality: usize = combo.iter().sum();
                 let score = (dice, std::cmp::Reverse(conj.len()), std::cmp::Reverse(generality), covered);
                 if best.as_ref().is_none_or(|(_, s)| score > *s) {

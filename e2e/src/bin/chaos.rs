@@ -66,7 +66,7 @@ impl Ctx {
         spool: Option<PathBuf>,
     ) -> Agent {
         let token = self.dir.path().join(format!("{node}.token"));
-        std::fs::write(&token, token_for(node)).unwrap();
+        railguard_e2e::write_secret(&token, token_for(node));
         std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let spool = spool.unwrap_or_else(|| self.dir.path().join(format!("{node}.spool")));
         let log = self.dir.path().join(format!("{node}.log"));
