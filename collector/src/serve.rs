@@ -42,11 +42,15 @@ pub struct ServeConfig {
     pub tiers: crate::store::Tiers,
     /// TLS on the agent link (None: plaintext, warned at every start).
     pub tls: Option<GrpcTls>,
+    /// TLS on the HTTP side (None: plaintext).
+    pub http_tls: Option<HttpTls>,
+    /// The `Host` names the HTTP side answers besides IP literals and localhost.
+    pub http_allowed_hosts: crate::http::host::AllowedHosts,
     /// Keep a condition on each Kubernetes Node (and opt-in taints/cordons); None: off.
     pub k8s_nodes: Option<crate::k8s_nodes::NodeConditionConfig>,
 }
 
-pub use crate::tls::GrpcTls;
+pub use crate::tls::{GrpcTls, HttpTls};
 
 impl ServeConfig {
     /// Days of probe and signal history kept by default (`serve --retention-days`).
@@ -65,6 +69,8 @@ impl ServeConfig {
             retention_days: Self::DEFAULT_RETENTION_DAYS,
             tiers: crate::store::Tiers::default(),
             tls: None,
+            http_tls: None,
+            http_allowed_hosts: Default::default(),
             k8s_nodes: None,
         }
     }
@@ -127,22 +133,37 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         let http = match cfg.http_listen {
             Some(addr) => {
                 let l = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-                tracing::info!(http = %l.local_addr()?, "API and metrics serving");
+                let local = l.local_addr()?;
                 let state = AppState {
                     pool: pool.clone(),
                     stats: stats.clone(),
                     api_token: cfg.api_token.as_deref().map(Arc::from),
                     window_minutes: i32::try_from(cfg.assess.window.as_secs() / 60).unwrap_or(i32::MAX).max(1),
                     facts: Arc::default(),
+                    allowed_hosts: Arc::new(cfg.http_allowed_hosts.clone()),
                 };
+                let app = crate::http::app(state);
                 let mut rx = stop_rx.clone();
-                Some(tokio::spawn(async move {
-                    axum::serve(l, crate::http::app(state))
-                        .with_graceful_shutdown(async move {
-                            let _ = rx.changed().await;
-                        })
-                        .await
-                }))
+                let stopped = async move {
+                    let _ = rx.changed().await;
+                };
+                Some(match &cfg.http_tls {
+                    Some(t) => {
+                        let https = crate::tls::HttpsListener::new(l, t.server_config()?)?;
+                        tracing::info!(https = %local, cert = %t.cert.display(), "API and metrics serving over TLS");
+                        tokio::spawn(async move { axum::serve(https, app).with_graceful_shutdown(stopped).await })
+                    }
+                    None => {
+                        if cfg.api_token.is_some() && !local.ip().is_loopback() {
+                            tracing::warn!(
+                                http = %local,
+                                "the API token crosses the network in clear: give --http-tls-cert and --http-tls-key"
+                            );
+                        }
+                        tracing::info!(http = %local, "API and metrics serving");
+                        tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(stopped).await })
+                    }
+                })
             }
             None => None,
         };
@@ -194,7 +215,9 @@ pub async fn serve_grpc(
         .add_service(IngestService::new(store, stats).into_server(creds));
     match tls {
         // Handshakes outside tonic, so the certificate can be reloaded (crate::tls).
-        Some(config) => router.serve_with_incoming_shutdown(crate::tls::incoming(listener, config), shutdown).await,
+        Some(config) => {
+            router.serve_with_incoming_shutdown(crate::tls::incoming(listener, config, "agent"), shutdown).await
+        }
         None => {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
             router.serve_with_incoming_shutdown(incoming, shutdown).await

@@ -1,6 +1,8 @@
-//! TLS for the agent link: rustls with a certificate that is read again when its files change
-//! (a renewed certificate — cert-manager's, say — takes effect at the next handshake, without a
-//! restart), and, for mutual TLS, client certificates checked against a CA.
+//! TLS for the agent link and the HTTP side: rustls with a certificate that is read again when
+//! its files change (a renewed certificate — cert-manager's, say — takes effect at the next
+//! handshake, without a restart), and, for mutual TLS on the agent link, client certificates
+//! checked against a CA. The HTTP side speaks HTTP/1.1 over it ([`HttpsListener`]), so its
+//! bearer token and /metrics never cross in clear.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -71,17 +73,82 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
+fn reloading(cert: &Path, key: &Path) -> anyhow::Result<ReloadingCert> {
+    let first = load(cert, key)?;
+    Ok(ReloadingCert {
+        cert: cert.to_owned(),
+        key: key.to_owned(),
+        current: Mutex::new(((mtime(cert), mtime(key)), Arc::new(first))),
+    })
+}
+
+/// The HTTP side's TLS: its certificate chain and key (PEM), read again when they change.
+#[derive(Debug, Clone)]
+pub struct HttpTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl HttpTls {
+    /// The rustls configuration: HTTP/1.1, the reloading certificate, no client certificates.
+    pub fn server_config(&self) -> anyhow::Result<rustls::ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let resolver = reloading(&self.cert, &self.key)?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(resolver));
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
+    }
+}
+
+/// The HTTP side's listener under TLS: handshakes run off the accept loop ([`incoming`]), and
+/// axum serves each finished one.
+pub struct HttpsListener {
+    local: std::net::SocketAddr,
+    streams:
+        tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>>,
+}
+
+impl HttpsListener {
+    pub fn new(listener: TcpListener, config: rustls::ServerConfig) -> std::io::Result<Self> {
+        let local = listener.local_addr()?;
+        Ok(HttpsListener { local, streams: incoming(listener, config, "HTTP") })
+    }
+}
+
+impl axum::serve::Listener for HttpsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        use tokio_stream::StreamExt;
+        loop {
+            match self.streams.next().await {
+                Some(Ok(s)) => {
+                    let peer = s.get_ref().0.peer_addr().unwrap_or(self.local);
+                    return (s, peer);
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "an HTTPS connection failed"),
+                // The accept loop ended: nothing more will come.
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
 impl GrpcTls {
     /// The rustls configuration: HTTP/2 only, the reloading certificate, client certificates
     /// required from `client_ca` when set.
     pub fn server_config(&self) -> anyhow::Result<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let first = load(&self.cert, &self.key)?;
-        let resolver = ReloadingCert {
-            cert: self.cert.clone(),
-            key: self.key.clone(),
-            current: Mutex::new(((mtime(&self.cert), mtime(&self.key)), Arc::new(first))),
-        };
+        let resolver = reloading(&self.cert, &self.key)?;
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .context("TLS protocol versions")?;
@@ -208,6 +275,7 @@ pub fn certificate_names_node(cert: &CertificateDer<'_>, node: &str) -> Result<(
 pub fn incoming(
     listener: TcpListener,
     config: rustls::ServerConfig,
+    side: &'static str,
 ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>> {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let (tx, rx) = tokio::sync::mpsc::channel(64);
@@ -217,7 +285,7 @@ pub fn incoming(
                 r = listener.accept() => match r {
                     Ok(c) => c,
                     Err(e) => {
-                        tracing::warn!(error = %e, "accepting an agent connection failed");
+                        tracing::warn!(error = %e, side, "accepting a connection failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
@@ -231,8 +299,8 @@ pub fn incoming(
                     Ok(Ok(s)) => {
                         let _ = tx.send(Ok(s)).await;
                     }
-                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "agent TLS handshake failed"),
-                    Err(_) => tracing::info!(%peer, "agent TLS handshake timed out"),
+                    Ok(Err(e)) => tracing::info!(%peer, side, error = %e, "TLS handshake failed"),
+                    Err(_) => tracing::info!(%peer, side, "TLS handshake timed out"),
                 }
             });
         }

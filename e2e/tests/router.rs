@@ -42,6 +42,7 @@ async fn every_endpoint_answers_as_its_document_says_in_process() {
         api_token: None,
         window_minutes: 15,
         facts: Arc::default(),
+        allowed_hosts: Arc::default(),
     };
     let (code, spec) = get(&state, "/api/v1/openapi.json").await;
     assert_eq!(code, StatusCode::OK);

@@ -211,3 +211,64 @@ fn secret_files_other_users_can_read_are_refused() {
         assert!(!err.contains(TOKEN_A) && !err.contains("api-secret"), "{flag}: {err}");
     }
 }
+
+/// The HTTP side over TLS (`--http-tls-cert/--http-tls-key`): the API token and /metrics never
+/// cross in clear, plaintext gets no answer; and it answers only its own Host names (IP
+/// literals, localhost, `--http-allowed-host`), refusing a rebound name with 421.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_http_side_serves_over_tls_and_answers_only_its_hosts() {
+    let pg = TestPg::start().await;
+    let d = tempfile::tempdir().unwrap();
+    railguard_e2e::certs::server_and_client(d.path());
+    let api = d.path().join("api-token");
+    railguard_e2e::write_secret(&api, "api-secret-0123456789\n");
+    let (cert, key) = (d.path().join("server.pem"), d.path().join("server.key"));
+    let collector = CollectorProc::start_with(
+        &pg.url(),
+        &[],
+        &[
+            "--http-tls-cert",
+            cert.to_str().unwrap(),
+            "--http-tls-key",
+            key.to_str().unwrap(),
+            "--api-token-file",
+            api.to_str().unwrap(),
+            "--http-allowed-host",
+            "collector.railguard.svc",
+        ],
+    );
+    let port = collector.http_port;
+    let ca = d.path().join("ca.pem");
+    let curl = |args: &[&str]| -> (String, String) {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}"])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.to_owned(), format!("{body}{}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let url = |path: &str| format!("https://127.0.0.1:{port}{path}");
+    let ca = ca.to_str().unwrap();
+    // Verified against the CA, over TLS.
+    assert_eq!(curl(&["--cacert", ca, &url("/healthz")]).0, "200");
+    let bearer = "Authorization: Bearer api-secret-0123456789";
+    assert_eq!(curl(&["--cacert", ca, "-H", bearer, &url("/api/v1/fleet")]).0, "200");
+    assert_eq!(curl(&["--cacert", ca, &url("/api/v1/fleet")]).0, "401", "the token is still required");
+    let (code, body) = curl(&["--cacert", ca, &url("/metrics")]);
+    assert!(code == "200" && body.contains("railguard_ingest_batches_total"), "{code} {body}");
+    // Plaintext to the same port: no HTTP answer at all.
+    let (code, _) = curl(&[&format!("http://127.0.0.1:{port}/healthz")]);
+    assert_ne!(code, "200", "plaintext must not be served");
+    // Host names: the listed one, localhost and IP literals are answered; a rebound name is not.
+    for (host, want) in
+        [("collector.railguard.svc", "200"), ("localhost:1234", "200"), ("[::1]", "200"), ("evil.example", "421")]
+    {
+        let (code, body) = curl(&["--cacert", ca, "-H", &format!("Host: {host}"), "-H", bearer, &url("/api/v1/fleet")]);
+        assert_eq!(code, want, "{host}: {body}");
+        if want == "421" {
+            assert!(body.contains("--http-allowed-host") && !body.contains("fleet"), "{body}");
+        }
+    }
+}

@@ -112,13 +112,17 @@ pub fn is_refused_control(c: char) -> bool {
 /// A device name (an RDMA device, a netdev): what Linux names them with, and short. Names go
 /// into metric labels, pins and commands, so they are values, never free text.
 pub fn name(field: &'static str, s: String) -> Result<String, WireError> {
-    let ok = !s.is_empty()
-        && s.len() <= MAX_NAME_LEN
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
-    if !ok {
+    if !is_device_name(&s) {
         return Err(WireError::BadName { field, value: s.chars().take(MAX_NAME_LEN).collect() });
     }
     Ok(s)
+}
+
+/// Whether `s` is a device name as [`name`] takes it: `[A-Za-z0-9_.:-]{1,64}`.
+pub fn is_device_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_NAME_LEN
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
 }
 
 /// [`name`], or empty (a field that names no device).

@@ -4,6 +4,7 @@
 //! are stored as history. Rules live in [`rules`]; this module loads their inputs.
 
 mod isolate;
+pub mod pin;
 pub mod rules;
 mod window;
 
@@ -163,12 +164,16 @@ async fn load_inputs_timed(
     // Latest topology per node: structural risk and the workload's NIC per GPU. The risks were
     // validated at ingest; a node whose row no longer decodes is damaged, not a node without
     // risks (and not a pass that fails for every node).
-    let topo: Vec<(String, Json<serde_json::Value>)> =
-        sqlx::query_as("SELECT node_id, risks FROM latest_topology WHERE ($1::text[] IS NULL OR node_id = ANY($1))")
-            .bind(&filter)
-            .fetch_all(&mut *tx)
-            .await?;
-    for (node, Json(risks)) in topo {
+    let topo: Vec<(String, Json<serde_json::Value>, Vec<String>)> = sqlx::query_as(
+        "SELECT t.node_id, t.risks,
+                coalesce((SELECT array_agg(n.name ORDER BY n.name) FROM topology_nics n WHERE n.snapshot_id = t.record_id),
+                         '{}')
+         FROM latest_topology t WHERE ($1::text[] IS NULL OR t.node_id = ANY($1))",
+    )
+    .bind(&filter)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (node, Json(risks), node_nics) in topo {
         let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
             Ok(r) if r.iter().all(|r| r.gpu < railguard_schema::limits::MAX_GPUS_PER_NODE) => r,
             Ok(_) => {
@@ -180,6 +185,12 @@ async fn load_inputs_timed(
                 continue;
             }
         };
+        // A pin is a NIC of the node's own topology; ingest holds the risks to that, so a stored
+        // risk naming another is a damaged row.
+        if risks.iter().flat_map(|r| &r.safe_nics).any(|n| !node_nics.contains(n)) {
+            damage.note(&node, || "its latest topology's risks name a safe NIC the topology does not list".into());
+            continue;
+        }
         for r in risks {
             inputs.insert(
                 (node.clone(), r.gpu),
@@ -191,6 +202,7 @@ async fn load_inputs_timed(
                     workload_nic: r.predicted_nic,
                     pinned: r.pinned,
                     safe_nics: r.safe_nics,
+                    node_nics: node_nics.clone(),
                     ..Default::default()
                 },
             );
@@ -475,10 +487,11 @@ async fn assess_and_store_timed(
         Option<String>,
         Verification,
         DateTime<Utc>,
+        Option<String>,
     );
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT node_id, gpu_index, status, workload_nic, structural_risk, reasons, recommendation, verification,
-                assessed_at
+                assessed_at, pin_nic
          FROM gpu_status WHERE ($1::text[] IS NULL OR node_id = ANY($1))",
     )
     .bind(&filter)
@@ -525,13 +538,16 @@ async fn assess_and_store_timed(
     ) = Default::default();
     let mut changes: (Vec<String>, Vec<i32>, Vec<Option<GpuStatus>>, Vec<GpuStatus>, Vec<serde_json::Value>) =
         Default::default();
+    // The pin's NIC and evidence, as values (for /metrics and the API).
+    let mut pins: (Vec<Option<String>>, Vec<Option<&'static str>>) = Default::default();
     for a in &results {
         let same = current.get(&(a.node.clone(), a.gpu)).is_some_and(|r| {
             r.2 == a.status
                 && r.3 == a.workload_nic
                 && r.4 == a.structural_risk
                 && r.5.0 == a.reasons
-                && r.6 == a.recommendation
+                && r.6 == a.recommendation.as_ref().map(ToString::to_string)
+                && r.9.as_deref() == a.recommendation.as_ref().map(|p| p.nic())
                 && r.7 == a.verification
         });
         if same {
@@ -544,8 +560,10 @@ async fn assess_and_store_timed(
         cols.3.push(a.workload_nic.clone());
         cols.4.push(a.structural_risk);
         cols.5.push(reasons.clone());
-        cols.6.push(a.recommendation.clone());
+        cols.6.push(a.recommendation.as_ref().map(ToString::to_string));
         cols.7.push(a.verification);
+        pins.0.push(a.recommendation.as_ref().map(|p| p.nic().to_owned()));
+        pins.1.push(a.recommendation.as_ref().map(|p| p.evidence.as_str()));
         let before = prev.get(&(a.node.clone(), a.gpu)).copied();
         if before != Some(a.status) {
             changes.0.push(a.node.clone());
@@ -558,16 +576,17 @@ async fn assess_and_store_timed(
     let mut written_nodes: Vec<String> = cols.0.clone();
     written_nodes.dedup();
     sqlx::query(
-        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation, verification)
-         SELECT u.node, u.gpu, u.status, $9, $9, u.nic, u.risk, u.reasons, u.rec, u.verification
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation, verification, pin_nic, pin_evidence)
+         SELECT u.node, u.gpu, u.status, $9, $9, u.nic, u.risk, u.reasons, u.rec, u.verification, u.pin_nic, u.pin_evidence
          FROM UNNEST($1::text[], $2::int[], $3::gpu_status_kind[], $4::text[], $5::text[], $6::jsonb[], $7::text[],
-                     $8::gpu_verification[])
-              AS u(node, gpu, status, nic, risk, reasons, rec, verification)
+                     $8::gpu_verification[], $10::text[], $11::text[])
+              AS u(node, gpu, status, nic, risk, reasons, rec, verification, pin_nic, pin_evidence)
          ON CONFLICT (node_id, gpu_index) DO UPDATE SET
             since = CASE WHEN gpu_status.status = EXCLUDED.status THEN gpu_status.since ELSE EXCLUDED.since END,
             status = EXCLUDED.status, assessed_at = EXCLUDED.assessed_at, workload_nic = EXCLUDED.workload_nic,
             structural_risk = EXCLUDED.structural_risk, reasons = EXCLUDED.reasons,
-            recommendation = EXCLUDED.recommendation, verification = EXCLUDED.verification",
+            recommendation = EXCLUDED.recommendation, verification = EXCLUDED.verification,
+            pin_nic = EXCLUDED.pin_nic, pin_evidence = EXCLUDED.pin_evidence",
     )
     .bind(cols.0)
     .bind(cols.1)
@@ -578,6 +597,8 @@ async fn assess_and_store_timed(
     .bind(cols.6)
     .bind(cols.7)
     .bind(now)
+    .bind(pins.0)
+    .bind(pins.1)
     .execute(&mut *tx)
     .await?;
     laps.lap(Step::Statuses);

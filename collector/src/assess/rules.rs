@@ -6,6 +6,8 @@ use serde::Serialize;
 
 use railguard_schema::{Diagnosis, ProbeVerdict, RiskLevel, SignalKind};
 
+pub use super::pin::{Pin, PinEvidence};
+
 pub use crate::status::{GpuStatus, Verification};
 
 /// Probe verdict counts for one GPU/NIC pair inside the window.
@@ -119,6 +121,8 @@ pub struct GpuInput {
     pub pinned: bool,
     /// NICs through the root complex on the GPU's NUMA node, best first.
     pub safe_nics: Vec<String>,
+    /// The NICs of the node's latest topology: a pin is only ever one of them.
+    pub node_nics: Vec<String>,
     pub pairs: Vec<PairCounts>,
     /// Verdicts on the workload pair, newest first (whole history bound, not only the window).
     pub workload_recent: Vec<ProbeVerdict>,
@@ -166,8 +170,8 @@ pub struct Assessment {
     pub status: GpuStatus,
     /// The evidence chain, most important first.
     pub reasons: Vec<String>,
-    /// `UCX_NET_DEVICES=...` for this GPU's process, when it should move.
-    pub recommendation: Option<String>,
+    /// The NIC this GPU's process should move to, when it should.
+    pub recommendation: Option<Pin>,
     pub workload_nic: Option<String>,
     pub structural_risk: Option<RiskLevel>,
     /// How the workload pair was verified in the window.
@@ -403,18 +407,14 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
             }
         };
         let simulated = |n: &String| input.pairs.iter().any(|p| &p.nic == n && p.simulated);
-        match (input.safe_nics.iter().find(verified(true)), input.safe_nics.iter().find(verified(false))) {
-            (Some(n), _) => Some(format!("UCX_NET_DEVICES={n}:1")),
-            (None, Some(n)) if simulated(n) => {
-                Some(format!("UCX_NET_DEVICES={n}:1 (verified on the simulated fabric, not on hardware)"))
-            }
-            (None, Some(n)) => {
-                Some(format!("UCX_NET_DEVICES={n}:1 (verified in host memory only: its GPU-memory path is unproven)"))
-            }
-            (None, None) => {
-                input.safe_nics.first().map(|n| format!("UCX_NET_DEVICES={n}:1 (not yet verified by a probe)"))
-            }
-        }
+        let (nic, evidence) =
+            match (input.safe_nics.iter().find(verified(true)), input.safe_nics.iter().find(verified(false))) {
+                (Some(n), _) => (Some(n), PinEvidence::GpuMemory),
+                (None, Some(n)) if simulated(n) => (Some(n), PinEvidence::Simulated),
+                (None, Some(n)) => (Some(n), PinEvidence::HostMemory),
+                (None, None) => (input.safe_nics.first(), PinEvidence::Unprobed),
+            };
+        nic.and_then(|n| Pin::new(n, evidence, &input.node_nics))
     } else {
         None
     };

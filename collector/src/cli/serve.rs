@@ -76,6 +76,18 @@ pub struct ServeArgs {
     keep_window: bool,
     /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents, re-read
     /// when it (or the key) changes. Without it, plaintext needs --insecure.
+    /// TLS certificate chain (PEM) for the HTTP side (API, dashboard, /metrics): with it the
+    /// API token and the metrics never cross in clear. Read again when the file changes.
+    #[arg(long, env = "RAILGUARD_HTTP_TLS_CERT", requires = "http_tls_key")]
+    http_tls_cert: Option<PathBuf>,
+    /// Private key (PEM, mode 0600) of --http-tls-cert.
+    #[arg(long, env = "RAILGUARD_HTTP_TLS_KEY", requires = "http_tls_cert")]
+    http_tls_key: Option<PathBuf>,
+    /// A DNS name the HTTP side answers for (its `Host`), besides IP addresses and localhost,
+    /// which it always answers; repeat it or separate by commas (the Service name in
+    /// Kubernetes). Other names are refused (421), against DNS rebinding; `*` answers any.
+    #[arg(long, env = "RAILGUARD_HTTP_ALLOWED_HOSTS", value_delimiter = ',')]
+    http_allowed_host: Vec<String>,
     #[arg(long, env = "RAILGUARD_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// The private key (PEM) of --tls-cert.
@@ -156,6 +168,11 @@ impl ServeArgs {
             max_new: self.k8s_max_new,
             ..Default::default()
         });
+        cfg.http_tls = self
+            .http_tls_cert
+            .zip(self.http_tls_key)
+            .map(|(cert, key)| railguard_collector::serve::HttpTls { cert, key });
+        cfg.http_allowed_hosts = railguard_collector::http::host::AllowedHosts::from_flags(&self.http_allowed_host);
         cfg.tls = match (self.tls_cert, self.tls_key) {
             (Some(cert), Some(key)) => {
                 Some(railguard_collector::serve::GrpcTls { cert, key, client_ca: self.tls_client_ca })

