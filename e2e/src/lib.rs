@@ -48,6 +48,7 @@ impl TestPg {
             "probe_summary_sets" => "SELECT count(*) FROM probe_summary_sets",
             "signal_events" => "SELECT count(*) FROM signal_events",
             "topology_snapshots" => "SELECT count(*) FROM topology_snapshots",
+            "topology_nics" => "SELECT count(*) FROM topology_nics",
             "nodes" => "SELECT count(*) FROM nodes",
             "rollup_hours" => "SELECT count(*) FROM rollup_hours",
             _ => panic!("unknown table {table}"),

@@ -9,8 +9,14 @@ fn every_record_is_accounted_for_through_every_fault() {
     let out = std::process::Command::new(bin("chaos")).arg("--short").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    for fault in ["collector SIGKILLed", "Postgres restarted", "link cut", "spool filesystem full", "agent clock +5 h"]
-    {
+    for fault in [
+        "collector SIGKILLed",
+        "Postgres restarted",
+        "link cut",
+        "spool filesystem full",
+        "agent clock +5 h",
+        "in-line flood",
+    ] {
         let line = stdout.lines().find(|l| l.starts_with(fault)).unwrap_or_else(|| panic!("no {fault} line: {stdout}"));
         assert!(line.contains("  ok"), "{line}");
         let produced: u64 = line[fault.len()..].split_whitespace().next().unwrap().parse().unwrap();

@@ -267,3 +267,72 @@ async fn ten_thousand_extreme_records_leave_every_other_node_assessed() {
     let (_, fleet) = c.get("/api/v1/fleet", None);
     assert!(fleet.contains("hostile"), "{fleet}");
 }
+
+/// A topology record dated `ahead_s` seconds after now.
+fn topo_at(t: railguard_schema::TopologySnapshot, ahead_s: i64) -> wire::Record {
+    Record {
+        id: RecordId::random(),
+        observed_at: Utc::now() + chrono::Duration::seconds(ahead_s),
+        body: RecordBody::Topology(t),
+    }
+    .into()
+}
+
+async fn push_dropped(
+    c: &CollectorProc,
+    node: &str,
+    records: Vec<wire::Record>,
+    dropped: u64,
+) -> Result<(), tonic::Status> {
+    let mut client = IngestClient::connect(c.url()).await.unwrap();
+    client
+        .push_batch(with_token(
+            RecordBatch { node_id: node.into(), records, spool_dropped_total: dropped },
+            &token_for(node),
+        ))
+        .await
+        .map(|_| ())
+}
+
+/// A node's clock and counters cannot outrank the collector: a topology dated a day ahead is
+/// refused (and the clock-ahead gauge keeps the lead), one dated a few minutes ahead is stored
+/// but the snapshot received after it is the node's latest, and a spool drop count beyond any
+/// agent's is refused without touching the node's counter.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_s_clock_and_counters_cannot_outrank_the_collector() {
+    let pg = TestPg::start().await;
+    let c = CollectorProc::start_with(&pg.url(), &["skewed"], &[]);
+    let seed = topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None);
+    let dgx = topology(&railguard_agent::topology::fixture::dgx_h100_like(), None);
+
+    // A day ahead: refused whole, said why; the gauge shows the lead and keeps it.
+    let e = push(&c, "skewed", vec![topo_at(seed.clone(), 86_400)]).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("ahead"), "{}", e.message());
+    let ahead = |c: &CollectorProc| metric(c, "railguard_agent_clock_ahead_seconds{node=\"skewed\"}");
+    assert!(ahead(&c).is_some_and(|a| a > 86_000.0), "{:?}", ahead(&c));
+
+    // Four minutes ahead (within the bound): stored. Then a genuine snapshot, dated now: it
+    // was received last, so it is the node's latest, though its agent time is earlier.
+    push(&c, "skewed", vec![topo_at(seed, 240)]).await.unwrap();
+    push(&c, "skewed", vec![topo_at(dgx, 0)]).await.unwrap();
+    let (hypervisor, n): (String, i64) = sqlx::query_as(
+        "SELECT (SELECT hypervisor FROM latest_topology WHERE node_id = 'skewed'),
+                (SELECT count(*) FROM topology_snapshots WHERE node_id = 'skewed')",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!((hypervisor.as_str(), n), ("", 2), "the bare-metal snapshot received last is the latest");
+    assert!(ahead(&c).is_some_and(|a| a > 86_000.0), "the gauge keeps its maximum: {:?}", ahead(&c));
+
+    // Spool drops: a plausible count is kept; u64::MAX is refused and changes nothing.
+    push_dropped(&c, "skewed", vec![], 5).await.unwrap();
+    let e = push_dropped(&c, "skewed", vec![], u64::MAX).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    let dropped: i64 = sqlx::query_scalar("SELECT spool_dropped_total FROM nodes WHERE node_id = 'skewed'")
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert_eq!(dropped, 5);
+}

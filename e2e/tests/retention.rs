@@ -37,6 +37,43 @@ async fn old_partitions_are_dropped_recent_ones_kept() {
     assert!(store.drop_expired().await.unwrap().is_empty(), "idempotent");
 }
 
+/// Topology snapshots past retention go, with their rows; each node's latest stays, however old.
+#[tokio::test(flavor = "multi_thread")]
+async fn old_topology_snapshots_are_removed_but_each_nodes_latest_is_kept() {
+    use railguard_agent::topology::fixture;
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone()).with_retention(30);
+    let topo =
+        |t: TopologySnapshot| Record { id: RecordId::random(), observed_at: Utc::now(), body: RecordBody::Topology(t) };
+    let snap = railguard_e2e::scripted::topology(&fixture::dgx_h100_like(), None);
+    for node in ["node-a", "node-b"] {
+        let n = NodeId::new(node).unwrap();
+        let k = if node == "node-a" { 3 } else { 1 };
+        for _ in 0..k {
+            store.ingest(&n, vec![topo(snap.clone())], 0).await.unwrap();
+        }
+    }
+    // node-a's two first snapshots and node-b's only one were received 40 days ago.
+    sqlx::query(
+        "UPDATE topology_snapshots SET received_at = now() - interval '40 days'
+         WHERE record_id IN (SELECT record_id FROM topology_snapshots WHERE node_id = 'node-a'
+                             ORDER BY received_at LIMIT 2) OR node_id = 'node-b'",
+    )
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(pg.count("topology_snapshots").await, 4);
+    let nics_before = pg.count("topology_nics").await;
+    store.drop_expired().await.unwrap();
+    let left: Vec<(String, i64)> =
+        sqlx::query_as("SELECT node_id, count(*) FROM topology_snapshots GROUP BY 1 ORDER BY 1")
+            .fetch_all(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(left, [("node-a".to_owned(), 1), ("node-b".to_owned(), 1)], "the latest of each node is kept");
+    assert_eq!(pg.count("topology_nics").await, nics_before / 2, "their NICs went with them");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn late_data_after_retention_is_refused_by_itself_and_the_collector_keeps_serving() {
     let pg = TestPg::start().await;

@@ -79,7 +79,9 @@ impl Store {
     /// signals and in-line reports: `retention_days`; summaries and rollups: their tiers), and
     /// forgets them in the partition cache (a later record for such a day is refused at ingest, or
     /// for a tier, lands in a partition that goes at the next pass; were the cache not told, it
-    /// would claim a partition that no longer exists). Returns the dropped tables.
+    /// would claim a partition that no longer exists). Topology snapshots received before the
+    /// window go too (with their GPUs, NICs and paths), except each node's latest, which is what
+    /// the node is until it sends another. Returns the dropped tables.
     pub async fn drop_expired(&self) -> Result<Vec<String>, sqlx::Error> {
         let Some(days) = self.retention_days else { return Ok(Vec::new()) };
         let today = chrono::Utc::now();
@@ -101,6 +103,18 @@ impl Store {
                 let kept_from = table.partition_of(keep_from).and_time(chrono::NaiveTime::MIN).and_utc();
                 sqlx::query("DELETE FROM rollup_hours WHERE hour < $1").bind(kept_from).execute(&self.pool).await?;
             }
+        }
+        let keep_from = today - chrono::Duration::days(i64::from(days));
+        let pruned = sqlx::query(
+            "DELETE FROM topology_snapshots t WHERE t.received_at < $1
+               AND t.record_id <> (SELECT l.record_id FROM latest_topology l WHERE l.node_id = t.node_id)",
+        )
+        .bind(keep_from)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if pruned > 0 {
+            tracing::info!(snapshots = pruned, "topology snapshots past retention removed (each node's latest kept)");
         }
         Ok(dropped)
     }

@@ -64,6 +64,7 @@ impl Ctx {
         netns: Option<&str>,
         env: &[(&str, String)],
         spool: Option<PathBuf>,
+        extra: &[String],
     ) -> Agent {
         let token = self.dir.path().join(format!("{node}.token"));
         railguard_e2e::write_secret(&token, token_for(node));
@@ -89,7 +90,13 @@ impl Ctx {
             // the agents must keep producing them; compaction, which sends a node's ok probes as
             // one record per window, has its own tests (agent compact.rs, e2e compaction.rs).
             .args(["--probe-summary-secs", "0"])
-            .args(["--backoff-max-ms", "300", "--batch-records", "200", "--spool-max-bytes", "67108864"])
+            .args(["--backoff-max-ms", "300", "--batch-records", "200"])
+            .args(if extra.iter().any(|a| a == "--spool-max-bytes") {
+                &[][..]
+            } else {
+                &["--spool-max-bytes", "67108864"][..]
+            })
+            .args(extra)
             .env("RUST_LOG", "warn,railguard_agent::service=info")
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
@@ -223,7 +230,8 @@ async fn stored_of(pg: &TestPg, node: &str) -> (u64, u64, u64) {
             SELECT record_id FROM probe_summaries WHERE node_id = $1 UNION ALL
             SELECT record_id FROM probe_summary_sets WHERE node_id = $1 UNION ALL
             SELECT record_id FROM signal_events WHERE node_id = $1 AND kind <> 'agent_spool_drops' UNION ALL
-            SELECT record_id FROM topology_snapshots WHERE node_id = $1) r",
+            SELECT record_id FROM topology_snapshots WHERE node_id = $1 UNION ALL
+            SELECT record_id FROM inline_reports WHERE node_id = $1) r",
     )
     .bind(node)
     .fetch_one(&pg.pool)
@@ -346,14 +354,16 @@ async fn main() -> std::process::ExitCode {
     let ctx = Ctx { sys: dir.path().join("node/sys"), agent_bin: sibling("railguard-agent"), dir };
     // The collector binary sits beside the agent's; the e2e helpers find it from the test path.
     let pg = TestPg::start().await;
-    let nodes = ["chaos-kill-1", "chaos-kill-2", "chaos-pg", "chaos-link", "chaos-spool", "chaos-clock"];
+    let nodes =
+        ["chaos-kill-1", "chaos-kill-2", "chaos-pg", "chaos-link", "chaos-spool", "chaos-clock", "chaos-inline"];
     let mut collector = CollectorProc::start_with(&pg.url(), &nodes, &[]);
     let url = collector.url();
     let mut results: Vec<Outcome> = Vec::new();
 
     // 1. The collector SIGKILLed while two agents ship.
     {
-        let mut agents = vec![ctx.agent(nodes[0], &url, None, &[], None), ctx.agent(nodes[1], &url, None, &[], None)];
+        let mut agents =
+            vec![ctx.agent(nodes[0], &url, None, &[], None, &[]), ctx.agent(nodes[1], &url, None, &[], None, &[])];
         pause(Duration::from_secs(2));
         for i in 0..kills {
             collector.restart(); // SIGKILL, then a new process on the same ports
@@ -365,7 +375,7 @@ async fn main() -> std::process::ExitCode {
 
     // 2. Postgres restarted under the collector.
     {
-        let mut agents = vec![ctx.agent(nodes[2], &url, None, &[], None)];
+        let mut agents = vec![ctx.agent(nodes[2], &url, None, &[], None, &[])];
         pause(Duration::from_secs(3));
         let t = Instant::now();
         let r = tokio::task::block_in_place(|| pg.cluster.restart());
@@ -386,7 +396,7 @@ async fn main() -> std::process::ExitCode {
                 let port = railguard_e2e::free_port();
                 let fwd = forward(([10, 213, 7, 1], port).into(), collector.port).await.unwrap();
                 let mut agents =
-                    vec![ctx.agent(nodes[3], &format!("http://10.213.7.1:{port}"), Some(&ns.name), &[], None)];
+                    vec![ctx.agent(nodes[3], &format!("http://10.213.7.1:{port}"), Some(&ns.name), &[], None, &[])];
                 pause(Duration::from_secs(3));
                 let before = stored_of(&pg, nodes[3]).await.0;
                 let cut_ok = ns.link(false);
@@ -415,7 +425,7 @@ async fn main() -> std::process::ExitCode {
                 // Every probe in full: compaction would hold the ok probes in memory, and this
                 // fault needs a spool that fills.
                 let raw = [("RAILGUARD_PROBE_SUMMARY", "0".to_owned())];
-                let mut agents = vec![ctx.agent(nodes[4], &url, None, &raw, Some(fs.0.join("spool")))];
+                let mut agents = vec![ctx.agent(nodes[4], &url, None, &raw, Some(fs.0.join("spool")), &[])];
                 pause(Duration::from_secs(2));
                 collector.kill();
                 let t = Instant::now();
@@ -455,7 +465,7 @@ async fn main() -> std::process::ExitCode {
                 ("FAKETIME", "+5h".to_owned()),
                 ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
             ];
-            let mut agents = vec![ctx.agent(nodes[5], &url, None, &env, None)];
+            let mut agents = vec![ctx.agent(nodes[5], &url, None, &env, None, &[])];
             pause(Duration::from_secs(5));
             let mut o = settle(&ctx, &pg, &collector, "agent clock +5 h", &mut agents, String::new()).await;
             // The collector refuses records dated more than its bound ahead of its own clock:
@@ -483,6 +493,66 @@ async fn main() -> std::process::ExitCode {
             results.push(o);
         }
         None => results.push(not_run("agent clock +5 h", "libfaketime is not installed (scripts/setup.sh)".into())),
+    }
+
+    // 6. A local process floods the in-line endpoint while the collector is down: in-line reports
+    //    fill only their half of a 1 MiB spool, so the agent's own probes are never dropped.
+    {
+        let sock = ctx.dir.path().join("inline.sock");
+        let dev = ctx.dir.path().join("node/dev");
+        let extra: Vec<String> = [
+            "--inline-socket",
+            sock.to_str().unwrap(),
+            "--simulated-gpu-devices",
+            dev.to_str().unwrap(),
+            "--spool-max-bytes",
+            "1048576",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let mut agents = vec![ctx.agent(nodes[6], &url, None, &[], None, &extra)];
+        let t = Instant::now();
+        while !sock.exists() && t.elapsed() < Duration::from_secs(30) {
+            pause(Duration::from_millis(100));
+        }
+        pause(Duration::from_secs(2));
+        collector.kill();
+        let flood_from = chrono::Utc::now();
+        let senders = if short { 6 } else { 16 };
+        let flood = inline_flood(&sock, &dev.join("nvidia3"), senders, 300);
+        pause(Duration::from_secs(if short { 5 } else { 15 }));
+        let flood_to = chrono::Utc::now();
+        collector.restart();
+        pause(Duration::from_secs(3));
+        let mut o = settle(&ctx, &pg, &collector, "in-line flood", &mut agents, String::new()).await;
+        let probes_in_flood: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM probe_results WHERE node_id = $1 AND observed_at BETWEEN $2 AND $3",
+        )
+        .bind(nodes[6])
+        .bind(flood_from)
+        .bind(flood_to)
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+        o.note = format!(
+            "{senders} senders: {} reports spooled, {} refused at the spool's in-line ceiling, {} over their rate; {probes_in_flood} probes of the flood's time stored",
+            flood.accepted, flood.no_room, flood.rate_limited
+        );
+        match flood.error {
+            Some(e) => o.error = Some(e),
+            None if flood.no_room == 0 => {
+                o.error = Some("the flood never reached the in-line ceiling: the fault did not happen".into());
+            }
+            None if o.dropped != flood.no_room => {
+                o.error = Some(format!(
+                    "{} records dropped but {} in-line reports refused at the ceiling: the flood pushed other records out",
+                    o.dropped, flood.no_room
+                ));
+            }
+            None if probes_in_flood == 0 => o.error = Some("no probe of the flood's time was stored".into()),
+            None => {}
+        }
+        results.push(o);
     }
 
     println!("railguard chaos suite{} ({:.0} s)", if short { " (short)" } else { "" }, started.elapsed().as_secs_f64());
@@ -516,6 +586,80 @@ async fn main() -> std::process::ExitCode {
     );
     drop(collector);
     if bad == 0 { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::from(1) }
+}
+
+/// What a flood of in-line messages got back.
+#[derive(Default)]
+struct Flood {
+    accepted: u64,
+    no_room: u64,
+    rate_limited: u64,
+    error: Option<String>,
+}
+
+/// `senders` processes, each holding the simulated GPU device file `device` open, each sending
+/// `messages` one-result messages (an errored transfer with a 1000-byte error) to `socket`.
+fn inline_flood(socket: &Path, device: &Path, senders: usize, messages: usize) -> Flood {
+    const CLIENT: &str = r#"
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rwb")
+for line in sys.stdin.buffer:
+    f.write(line)
+    f.flush()
+    print(f.readline().decode().strip())
+"#;
+    let at = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0);
+    let lines: String = (0..messages)
+        .map(|i| {
+            format!(
+                r#"{{"v": 1, "results": [{{"device": 0, "memory": "vram", "request": "flood-{i}", "status": "error", "blocks": 8, "bytes": 8192, "error": "{}", "at_ns": {at}}}]}}"#,
+                "x".repeat(1000)
+            ) + "\n"
+        })
+        .collect();
+    let children: Vec<_> = (0..senders)
+        .map(|_| {
+            let mut c = Command::new("sh")
+                .args(["-c", r#"exec 9<"$0" && exec "$1" -c "$2" "$3""#])
+                .arg(device)
+                .arg(railguard_e2e::nixl_python())
+                .arg(CLIENT)
+                .arg(socket)
+                .env("CUDA_VISIBLE_DEVICES", "3")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut stdin = c.stdin.take().unwrap();
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let _ = stdin.write_all(lines.as_bytes());
+            });
+            c
+        })
+        .collect();
+    let mut f = Flood::default();
+    for c in children {
+        let out = match c.wait_with_output() {
+            Ok(o) => o,
+            Err(e) => {
+                f.error = Some(format!("a flooding process: {e}"));
+                continue;
+            }
+        };
+        for l in String::from_utf8_lossy(&out.stdout).lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
+            f.accepted += v["accepted"].as_u64().unwrap_or(0);
+            let errors = v["errors"].to_string();
+            f.no_room += u64::from(errors.contains("no room left for in-line reports"));
+            f.rate_limited += u64::from(errors.contains("over this sender's report rate"));
+        }
+    }
+    f
 }
 
 fn not_run(fault: &str, why: String) -> Outcome {
