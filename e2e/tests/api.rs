@@ -340,7 +340,7 @@ async fn api_contract_bad_parameters_get_400_and_json() {
     let (code, _) = {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", c.http_port)).unwrap();
-        write!(s, "DELETE /api/v1/nodes/healthy HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        write!(s, "DELETE /api/v1/nodes/healthy HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
         let mut b = String::new();
         s.read_to_string(&mut b).unwrap();
         (b.split_whitespace().nth(1).unwrap().parse::<u16>().unwrap(), b)

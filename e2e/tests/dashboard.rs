@@ -373,7 +373,7 @@ async fn hostile_names_reasons_and_links_run_no_script() {
     for path in ["/", "/api/v1/fleet", "/ui/app.js"] {
         use std::io::{Read, Write};
         let mut sock = std::net::TcpStream::connect(("127.0.0.1", c.http_port)).unwrap();
-        write!(sock, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        write!(sock, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
         let mut resp = String::new();
         sock.read_to_string(&mut resp).unwrap();
         let head = resp.split("\r\n\r\n").next().unwrap().to_lowercase();
