@@ -126,7 +126,15 @@ async fn main() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let store = Store::new(pool.clone());
-    tokio::spawn(serve_grpc(listener, store.clone(), Arc::new(creds), Arc::default(), None, std::future::pending()));
+    tokio::spawn(serve_grpc(
+        listener,
+        store.clone(),
+        Arc::new(creds),
+        Arc::default(),
+        Arc::default(),
+        None,
+        std::future::pending(),
+    ));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .tcp_nodelay(true)

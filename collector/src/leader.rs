@@ -57,3 +57,11 @@ impl Leadership {
         }
     }
 }
+
+/// Which fleet-wide tasks this collector holds the lock of now (several replicas on one
+/// Postgres), for /metrics.
+#[derive(Debug, Default)]
+pub struct Leads {
+    pub assessment: std::sync::atomic::AtomicBool,
+    pub retention: std::sync::atomic::AtomicBool,
+}

@@ -5,7 +5,7 @@
 //! [`store`] writes it in one transaction, idempotent on record ids; the ack leaves only after
 //! COMMIT. [`assess`] turns records into per-GPU statuses with evidence; [`http`] serves them.
 //! [`pg`] runs a private Postgres when no `DATABASE_URL` is given; [`retention`] drops old
-//! partitions.
+//! partitions. [`state`] is what the process knows of itself, for /metrics.
 
 pub mod assess;
 #[cfg(feature = "analysis")]
@@ -18,9 +18,11 @@ pub mod patterns;
 pub mod pg;
 pub mod retention;
 pub mod serve;
+pub mod state;
 pub mod status;
 pub mod store;
 pub mod tls;
+pub mod urgent;
 
 pub use serve::{DatabaseConfig, ServeConfig};
 

@@ -1,37 +1,22 @@
-//! Retention: whole day partitions of the history tables older than their tier's retention are
-//! dropped (no row-by-row DELETE, no bloat); the leader also rolls up passed hours first.
-
-use chrono::NaiveDate;
-use sqlx::PgPool;
-
-/// Drops `table`'s partitions holding only days before `keep_from`; returns them.
-pub async fn drop_before(
-    pool: &PgPool,
-    table: crate::store::HistoryTable,
-    keep_from: NaiveDate,
-) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT railguard_drop_partitions_ending_by($1::regclass, $2, $3)")
-        .bind(table.regclass())
-        .bind(keep_from)
-        .bind(table.span())
-        .fetch_all(pool)
-        .await
-}
+//! Retention, run by the leader: whole day partitions of the history tables older than their
+//! tier's retention are dropped (no row-by-row DELETE, no bloat; [`crate::store::Store::drop_expired`]),
+//! after passed hours are rolled up.
 
 /// Keeps the store's history window: drops older partitions every hour until `shutdown`. With
 /// several collector replicas, only the leader does (checked every 5 s, so another replica
 /// takes over within seconds when the leader goes).
 pub async fn run_periodic(
     store: crate::store::Store,
-    stats: std::sync::Arc<crate::ingest::IngestStats>,
+    leads: std::sync::Arc<crate::leader::Leads>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut leader = crate::leader::Leadership::new(store.pool().clone(), crate::leader::RETENTION, "retention");
     let mut next = tokio::time::Instant::now();
     let mut rollups = crate::store::rollup::RollupSchedule::default();
     loop {
-        let leads = leader.check().await;
-        stats.leads_retention.store(leads, std::sync::atomic::Ordering::Relaxed);
+        let leading = leader.check().await;
+        leads.retention.store(leading, std::sync::atomic::Ordering::Relaxed);
+        let leads = leading;
         if !leads {
             rollups.forget();
         }

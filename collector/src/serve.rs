@@ -14,6 +14,7 @@ use crate::http::AppState;
 use crate::ingest::auth::Credentials;
 use crate::ingest::{IngestService, IngestStats};
 use crate::pg::{self, PrivateCluster};
+use crate::state::CollectorState;
 use crate::store::Store;
 
 #[derive(Debug, Clone)]
@@ -109,34 +110,41 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             shutdown.await;
             let _ = stop_tx.send(true);
         });
-        let stats: Arc<IngestStats> = Arc::default();
+        let state: Arc<CollectorState> = Arc::default();
         tokio::spawn(crate::assess::run_periodic(
             pool.clone(),
             cfg.assess.clone(),
             cfg.assess_every,
-            stats.clone(),
+            state.assessment.clone(),
+            state.leads.clone(),
             stop_rx.clone(),
         ));
-        tokio::spawn(crate::assess::run_urgent(pool.clone(), cfg.assess.clone(), stats.clone(), stop_rx.clone()));
+        tokio::spawn(crate::assess::run_urgent(
+            pool.clone(),
+            cfg.assess.clone(),
+            state.urgent.clone(),
+            state.assessment.clone(),
+            stop_rx.clone(),
+        ));
         if let Some(k8s) = cfg.k8s_nodes.clone() {
             // In-cluster configuration (the pod's service account), else KUBECONFIG.
             let client = kube::Client::try_default()
                 .await
                 .context("--k8s-node-conditions: no Kubernetes API configuration (in-cluster or KUBECONFIG)")?;
             let k = Arc::new(crate::k8s_nodes::ControllerStats::default());
-            let _ = stats.k8s.set(k.clone());
+            let _ = state.k8s.set(k.clone());
             tracing::info!(taint = k8s.taint, cordon = k8s.cordon, "keeping the RailguardKVTransfer node condition");
             tokio::spawn(crate::k8s_nodes::run_periodic(client, pool.clone(), k8s, k, stop_rx.clone()));
         }
         let store = Store::new(pool.clone()).with_retention(cfg.retention_days).with_tiers(cfg.tiers);
-        tokio::spawn(crate::retention::run_periodic(store.clone(), stats.clone(), stop_rx.clone()));
+        tokio::spawn(crate::retention::run_periodic(store.clone(), state.leads.clone(), stop_rx.clone()));
         let http = match cfg.http_listen {
             Some(addr) => {
                 let l = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
                 let local = l.local_addr()?;
                 let state = AppState {
                     pool: pool.clone(),
-                    stats: stats.clone(),
+                    state: state.clone(),
                     api_token: cfg.api_token.as_deref().map(Arc::from),
                     window_minutes: i32::try_from(cfg.assess.window.as_secs() / 60).unwrap_or(i32::MAX).max(1),
                     facts: Arc::default(),
@@ -181,10 +189,11 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                 None
             }
         };
-        let grpc = serve_grpc(listener, store, Arc::new(creds), stats, tls, async move {
-            let _ = rx.changed().await;
-        })
-        .await;
+        let grpc =
+            serve_grpc(listener, store, Arc::new(creds), state.ingest.clone(), state.urgent.clone(), tls, async move {
+                let _ = rx.changed().await;
+            })
+            .await;
         if let Some(h) = http {
             h.await.context("HTTP server task")?.context("HTTP server")?;
         }
@@ -204,6 +213,7 @@ pub async fn serve_grpc(
     store: Store,
     creds: Arc<Credentials>,
     stats: Arc<IngestStats>,
+    urgent: Arc<crate::urgent::UrgentNodes>,
     tls: Option<tokio_rustls::rustls::ServerConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -212,7 +222,7 @@ pub async fn serve_grpc(
         .initial_stream_window_size(Some(HTTP2_WINDOW_BYTES))
         .initial_connection_window_size(Some(HTTP2_WINDOW_BYTES))
         .tcp_nodelay(true)
-        .add_service(IngestService::new(store, stats).into_server(creds));
+        .add_service(IngestService::new(store, stats, urgent).into_server(creds));
     match tls {
         // Handshakes outside tonic, so the certificate can be reloaded (crate::tls).
         Some(config) => {

@@ -38,7 +38,7 @@ async fn every_endpoint_answers_as_its_document_says_in_process() {
 
     let state = AppState {
         pool: pg.pool.clone(),
-        stats: Arc::default(),
+        state: Arc::default(),
         api_token: None,
         window_minutes: 15,
         facts: Arc::default(),

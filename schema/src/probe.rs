@@ -162,7 +162,7 @@ impl ProbeResult {
     }
 }
 
-/// The ok probes of one GPU/NIC pair over a window, compacted by the agent (#15: evidence
+/// The ok probes of one GPU/NIC pair over a window, compacted by the agent (evidence
 /// compaction at the edge). Failed probes always travel in full; every probe a summary counts
 /// was produced the same way (transport, memory, path, injected fault, simulation, selection,
 /// lanes), so a summary carries exactly the provenance its probes had.
@@ -192,7 +192,7 @@ pub struct ProbeSummary {
     pub last_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// The summaries an agent closed together (#15): every pair whose window ended at the same
+/// The summaries an agent closed together: every pair whose window ended at the same
 /// boundary, or the pair a failure closed early. The collector stores a set as one row, so a
 /// node's window costs one row instead of one per pair.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

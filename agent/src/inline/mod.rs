@@ -1,4 +1,4 @@
-//! In-line verification results from the workload (#17): railguard's NIXL library
+//! In-line verification results from the workload: railguard's NIXL library
 //! (`integrations/nixl/`) checks every KV transfer of the workload block by block against the
 //! source's digests and reports the outcomes here, over a Unix socket under the agent's run
 //! directory. The agent knows the sender by its credentials (SO_PEERCRED), takes a result only

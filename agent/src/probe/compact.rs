@@ -1,4 +1,4 @@
-//! Evidence compaction at the edge (#15): every failed probe travels in full, the ok probes of
+//! Evidence compaction at the edge: every failed probe travels in full, the ok probes of
 //! each pair as one summary per window.
 //!
 //! What keeps a summary honest:

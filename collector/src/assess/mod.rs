@@ -1009,7 +1009,8 @@ pub async fn run_periodic(
     pool: PgPool,
     cfg: AssessConfig,
     every: Duration,
-    stats: std::sync::Arc<crate::ingest::IngestStats>,
+    stats: std::sync::Arc<PassStats>,
+    leads_flag: std::sync::Arc<crate::leader::Leads>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
@@ -1027,7 +1028,7 @@ pub async fn run_periodic(
         let started = tokio::time::Instant::now();
         let mut next = every;
         let leads = leader.check().await;
-        stats.leads_assessment.store(leads, Relaxed);
+        leads_flag.assessment.store(leads, Relaxed);
         if !leads {
             prev = None;
             cache.clear();
@@ -1082,9 +1083,9 @@ pub async fn run_periodic(
                     // Without the kept window every node of a pass is read in full.
                     let after =
                         if cfg.keep_window { cache.answered() } else { (before.0, before.1 + pass.nodes as u64) };
-                    stats.assessment.record_window(before, after);
+                    stats.record_window(before, after);
                     prev = Some(now);
-                    stats.assessment.record(&pass, took);
+                    stats.record(&pass, took);
                     pass.warn_if_slow(if pass.full { "full" } else { "changed" }, took);
                     if let Err(e) = sqlx::query(
                         "INSERT INTO assessment_runs (id, finished_at, holder) VALUES (1, now(), $1)
@@ -1255,19 +1256,19 @@ async fn predecessor(pool: &PgPool, cfg: &AssessConfig, every: Duration) -> Opti
 }
 
 /// Assesses at once, on whichever replica stored the batch, the nodes whose batches brought a
-/// failure ([`crate::ingest::IngestStats::urgent`]): detection waits for neither the period nor
+/// failure ([`crate::urgent::UrgentNodes`]): detection waits for neither the period nor
 /// a fleet pass in progress (the two write under one lock, and a pass leaves alone a status made
 /// from newer evidence than its own).
 pub async fn run_urgent(
     pool: PgPool,
     cfg: AssessConfig,
-    stats: std::sync::Arc<crate::ingest::IngestStats>,
+    queue: std::sync::Arc<crate::urgent::UrgentNodes>,
+    stats: std::sync::Arc<PassStats>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut shutdown = shutdown;
     loop {
-        let urgent: Vec<String> =
-            stats.urgent.lock().map(|mut u| std::mem::take(&mut *u).into_iter().collect()).unwrap_or_default();
+        let urgent: Vec<String> = queue.take();
         if !urgent.is_empty() {
             let started = std::time::Instant::now();
             let mut phases = Phases::default();
@@ -1275,7 +1276,7 @@ pub async fn run_urgent(
             match isolate::catch_pass(isolate::stats(), pass).await {
                 Ok(r) => {
                     let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len(), phases, ..Pass::default() };
-                    stats.assessment.record_urgent(&pass, started.elapsed());
+                    stats.record_urgent(&pass, started.elapsed());
                     pass.warn_if_slow("urgent", started.elapsed());
                     tracing::debug!(nodes = urgent.len(), gpus = r.len(), "failing nodes assessed at once");
                 }
@@ -1284,7 +1285,7 @@ pub async fn run_urgent(
             continue;
         }
         tokio::select! {
-            _ = stats.urgent_notify.notified() => {}
+            _ = queue.pushed() => {}
             _ = shutdown.changed() => return,
         }
     }

@@ -1,10 +1,9 @@
-//! The window's probe evidence per GPU/NIC pair, for a pass (#15: a pass under 1 s at 10,000
-//! nodes). Records stored a row each (full probes, the single summaries of older agents) are
-//! grouped in SQL; summary sets are read as the rows of arrays they are stored as and added up
-//! here, a set at a time as they stream in. Unnesting every set's summaries into rows and
-//! grouping them in SQL took 1.1 s of a pass over 600 nodes on a 2-core machine, and ranking the
-//! workload pairs' latest verdicts through the same unnest another 0.6 s; reading the sets as
-//! arrays takes 0.09 s (docs/scaling.md).
+//! The window's probe evidence per GPU/NIC pair, for a pass. Records stored a row each (full
+//! probes, the single summaries of older agents) are grouped in SQL; summary sets are read as
+//! the rows of arrays they are stored as and added up here, a set at a time as they stream in:
+//! unnesting every set's summaries into rows and grouping them in SQL, or ranking the workload
+//! pairs' latest verdicts through the same unnest, costs an order of magnitude more of a pass
+//! (figures and how to reproduce them: docs/scaling.md).
 //!
 //! The result is what this query over every record and summary (`probe_evidence`) defines, and
 //! what `e2e/tests/window_evidence.rs` checks it against on random evidence:
@@ -943,7 +942,7 @@ const MAX_NICS: usize = 65_536;
 /// own start.
 const LATE_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
-/// The pattern finder's periods kept between reads (#15: `/api/v1/patterns` at fleet scale), as
+/// The pattern finder's periods kept between reads (`/api/v1/patterns` at fleet scale), as
 /// [`WindowCache`] keeps the assessment's window: each period of a given length (`since=15m` read
 /// again a minute later is (`since`, `until`] a minute on) holds every node's evidence observed in
 /// (`since`, `seal`] of its latest read, [`SEAL_AFTER`] before its end; a read moves that range
@@ -1110,9 +1109,8 @@ pub(super) async fn load_period_cached<'a>(
 /// a week, say); the one read least recently goes first.
 pub const KEPT_ROLLED: usize = 2;
 
-/// The pattern finder's rolled-up hours kept between reads (#15: `/api/v1/patterns?since=1d` at
-/// fleet scale: 15-19 s a read at 10,000 nodes, most of it Postgres sending 240,000 node-hour
-/// rows). A rolled-up hour's rows change only when it is rolled again, and `rollup_hours.rolled_at`
+/// The pattern finder's rolled-up hours kept between reads (`/api/v1/patterns?since=1d` at
+/// fleet scale, where reading every node-hour row again is most of a read's cost). A rolled-up hour's rows change only when it is rolled again, and `rollup_hours.rolled_at`
 /// says when that happened; the leader's hourly pass rolls again only the newest
 /// [`REROLL_HOURS`](crate::store::rollup::REROLL_HOURS) + 1 hours. So each period length read
 /// through it keeps the sum of its settled hours (those older than the ones a pass may roll
@@ -1287,8 +1285,8 @@ pub const LATE_AFTER: std::time::Duration = std::time::Duration::from_secs(90);
 /// [`LATE_AFTER`] leaves room for that, so a healthy node is not read in full for each set.
 pub const SEAL_AFTER: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// The window's evidence per node, kept by the leading collector between passes (#15 item 3:
-/// per-pair rolling state). Every node it knows holds the evidence observed in one range,
+/// The window's evidence per node, kept by the leading collector between passes (per-pair
+/// rolling state). Every node it knows holds the evidence observed in one range,
 /// (`since`, `seal`] of the latest pass; each pass moves that range for all of them by reading
 /// only the evidence that left the window and the evidence that became old enough to keep
 /// (two slices as long as the time between passes, fleet-wide), and then, for its own nodes,

@@ -18,7 +18,7 @@ fn label(v: &str) -> String {
 
 pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let mut out = String::new();
-    let st = &s.stats;
+    let st = &*s.state.ingest;
     let _ = writeln!(
         out,
         "# HELP railguard_ingest_batches_total Agent batches by outcome.\n# TYPE railguard_ingest_batches_total counter"
@@ -128,7 +128,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     }
     // This collector's own passes: full and changed-nodes (+ the sweep's due nodes) passes while it leads, urgent ones
     // (nodes whose batch brought a failure) on every replica.
-    let passes = st.assessment.snapshot();
+    let passes = s.state.assessment.snapshot();
     type Pick = fn(&crate::assess::KindStats) -> String;
     let metrics: [(&str, &str, &str, Pick); 6] = [
         (
@@ -261,7 +261,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         out,
         "# HELP railguard_leader 1 where this collector holds a fleet-wide task (with several replicas on one Postgres, exactly one holds each).\n# TYPE railguard_leader gauge"
     );
-    for (task, v) in [("assessment", &st.leads_assessment), ("retention", &st.leads_retention)] {
+    for (task, v) in [("assessment", &s.state.leads.assessment), ("retention", &s.state.leads.retention)] {
         let _ = writeln!(out, "railguard_leader{{task=\"{task}\"}} {}", u8::from(v.load(Ordering::Relaxed)));
     }
     let _ = writeln!(
@@ -271,7 +271,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     for (node, s) in st.clock_ahead.snapshot() {
         let _ = writeln!(out, "railguard_agent_clock_ahead_seconds{{node=\"{}\"}} {s:.3}", label(&node));
     }
-    if let Some(k) = st.k8s.get() {
+    if let Some(k) = s.state.k8s.get() {
         let _ = writeln!(
             out,
             "# HELP railguard_k8s_node_patches_total Node condition, taint and cordon patches the collector made.\n# TYPE railguard_k8s_node_patches_total counter\nrailguard_k8s_node_patches_total {}",

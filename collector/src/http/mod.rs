@@ -21,12 +21,13 @@ use sqlx::PgPool;
 
 pub use error::{ApiError, ErrorBody};
 
-use crate::ingest::IngestStats;
+use crate::state::CollectorState;
 
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub pool: PgPool,
-    pub stats: Arc<IngestStats>,
+    /// What this collector knows of itself (for /metrics).
+    pub state: Arc<CollectorState>,
     /// When set, every API call needs `Authorization: Bearer <token>` (metrics stay open).
     pub api_token: Option<Arc<str>>,
     /// The assessment window (the API's per-pair window counts).

@@ -74,17 +74,6 @@ pub struct IngestStats {
     pub clock_ahead: clock::ClockAhead,
     /// Per node, the devices its latest topology lists (loaded from the store on first use).
     pub devices: std::sync::Mutex<std::collections::HashMap<String, KnownDevices>>,
-    /// The Kubernetes node-condition controller's counts, when it runs.
-    pub k8s: std::sync::OnceLock<Arc<crate::k8s_nodes::ControllerStats>>,
-    /// Nodes whose latest batch brought a failure (a failed probe that is evidence, an in-line
-    /// mismatch): the assessment takes them at once instead of at its next period.
-    pub urgent: std::sync::Mutex<std::collections::BTreeSet<String>>,
-    pub urgent_notify: tokio::sync::Notify,
-    /// The assessment passes this collector ran.
-    pub assessment: crate::assess::PassStats,
-    /// This collector holds the fleet-wide tasks (several replicas on one Postgres).
-    pub leads_assessment: std::sync::atomic::AtomicBool,
-    pub leads_retention: std::sync::atomic::AtomicBool,
 }
 
 impl IngestStats {
@@ -125,6 +114,8 @@ pub struct VerdictCounts {
 pub struct IngestService {
     store: Store,
     stats: Arc<IngestStats>,
+    /// Where a node whose stored batch brought a failure goes, to be assessed at once.
+    urgent: Arc<crate::urgent::UrgentNodes>,
 }
 
 impl IngestService {
@@ -153,8 +144,8 @@ impl IngestService {
         }
     }
 
-    pub fn new(store: Store, stats: Arc<IngestStats>) -> Self {
-        IngestService { store, stats }
+    pub fn new(store: Store, stats: Arc<IngestStats>, urgent: Arc<crate::urgent::UrgentNodes>) -> Self {
+        IngestService { store, stats, urgent }
     }
 
     /// The service wrapped with authentication and message-size limits, ready for a router.
@@ -328,10 +319,7 @@ impl IngestService {
         };
         self.stats.batches_committed.fetch_add(1, Ordering::Relaxed);
         if urgent && outcome.stored > 0 {
-            if let Ok(mut u) = self.stats.urgent.lock() {
-                u.insert(node.to_string());
-            }
-            self.stats.urgent_notify.notify_one();
+            self.urgent.push(node.as_str());
         }
         if let Some(t) = &topology
             && let Ok(mut d) = self.stats.devices.lock()

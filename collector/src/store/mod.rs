@@ -25,7 +25,7 @@ pub struct Store {
     tiers: Tiers,
 }
 
-/// Days kept of the tiers other than full probes and signals (#15 item 2).
+/// Days kept of the tiers other than full probes and signals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tiers {
     /// The agents' summaries of ok probes (`serve --summary-retention-days`).
@@ -95,7 +95,7 @@ impl Store {
                 _ => days,
             };
             let keep_from = (today - chrono::Duration::days(i64::from(keep))).date_naive();
-            dropped.extend(crate::retention::drop_before(&self.pool, table, keep_from).await?);
+            dropped.extend(partitions::drop_before(&self.pool, table, keep_from).await?);
             self.partitions.forget_before(table, keep_from);
             if table == HistoryTable::ProbeRollupSets {
                 // The rolled hours of the partitions dropped (those ending by `keep_from`): a

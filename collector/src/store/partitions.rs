@@ -6,6 +6,16 @@ use std::sync::Mutex;
 use chrono::{Datelike, NaiveDate};
 use sqlx::PgPool;
 
+/// Drops `table`'s partitions holding only days before `keep_from`; returns them.
+pub async fn drop_before(pool: &PgPool, table: HistoryTable, keep_from: NaiveDate) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT railguard_drop_partitions_ending_by($1::regclass, $2, $3)")
+        .bind(table.regclass())
+        .bind(keep_from)
+        .bind(table.span())
+        .fetch_all(pool)
+        .await
+}
+
 /// The partitioned tables (regclass names passed as bound parameters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HistoryTable {

@@ -1,4 +1,4 @@
-//! Pair-hour and pair-day rollups (#15 item 2): once an hour has passed, what every GPU/NIC pair's probes said
+//! Pair-hour and pair-day rollups: once an hour has passed, what every GPU/NIC pair's probes said
 //! in it (full probes and summaries, each counted as the probes it stands for), kept apart by the
 //! provenance that decides what they prove (transport, memory, path, injected fault,
 //! simulation); once a day has passed, its hours added up per pair (a GPU's year by day reads

@@ -1,4 +1,4 @@
-//! agentbench: the agent's own footprint (#15 item 7). Runs the agent binary (`run`) on the seed
+//! agentbench: the agent's own footprint. Runs the agent binary (`run`) on the seed
 //! topology's simulated fabric at the default cadence (every GPU/NIC pair once a minute, the
 //! workload's pairs more often, 64 MiB probes, summaries of ok probes every 5 minutes) against a
 //! real collector and Postgres, and prints its CPU share of one core and its peak resident memory

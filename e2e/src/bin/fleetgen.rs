@@ -1,4 +1,4 @@
-//! fleetgen: a fleet of simulated nodes against a real collector and Postgres (#15 item 8).
+//! fleetgen: a fleet of simulated nodes against a real collector and Postgres.
 //!
 //! Every node has its own credential (the collector's credentials file lists them), sends its
 //! topology once (the seed's 8-GPU KVM guest, with UCX auto-selection) and then, at the agent's
