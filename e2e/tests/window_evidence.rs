@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use railguard_agent::topology::fixture;
-use railguard_collector::assess::{AssessConfig, GpuInput, PairCounts, WindowCache, load_inputs, load_inputs_cached};
+use railguard_collector::assess::{AssessConfig, PairCounts, load_inputs};
 use railguard_collector::patterns;
 use railguard_collector::store::Store;
 use railguard_e2e::scripted::*;
@@ -302,106 +302,6 @@ async fn a_pass_reads_the_window_as_one_query_over_every_record_would() {
             assert!(inputs.keys().all(|(n, _)| nodes.contains(n)), "only the nodes asked for");
         }
     }
-}
-
-type Inputs = std::collections::BTreeMap<(String, u32), GpuInput>;
-
-/// What the window read yields that the cache must match: each GPU's pairs and its workload
-/// pair's latest verdicts.
-fn evidence_of(inputs: &Inputs) -> BTreeMap<(String, u32), (Vec<PairCounts>, Vec<ProbeVerdict>)> {
-    inputs
-        .iter()
-        .filter(|(_, i)| !i.pairs.is_empty() || !i.workload_recent.is_empty())
-        .map(|(k, i)| (k.clone(), (i.pairs.clone(), i.workload_recent.clone())))
-        .collect()
-}
-
-/// The leader's kept window (`WindowCache`): pass after pass, with evidence arriving between
-/// passes, evidence leaving the window, passes over some nodes (the others' kept evidence moves
-/// on without them), evidence arriving late (marked by ingest, read again in full), workload
-/// pairs changing (a pin) and a full pass, it yields what reading the whole window again yields.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_kept_window_is_the_window_read_again_pass_after_pass() {
-    let pg = TestPg::start().await;
-    let store = Store::new(pg.pool.clone());
-    let window = AssessConfig::default().window;
-    let t0 = Utc::now().trunc_subsecs(3);
-    let mut rng = StdRng::seed_from_u64(16);
-    let names: Vec<String> = (0..8).map(|i| format!("node-{i:02}")).collect();
-    // Each node's times so far (milliseconds), so that no two of a node's records tie.
-    let mut used: Vec<std::collections::HashSet<i64>> = vec![Default::default(); names.len()];
-    let mut pick = |rng: &mut StdRng, node: usize, from: DateTime<Utc>, to: DateTime<Utc>| loop {
-        let ms = rng.random_range(0..(to - from).num_milliseconds());
-        let t = to - Duration::milliseconds(ms);
-        if used[node].insert(t.timestamp_millis()) {
-            return t;
-        }
-    };
-    for (i, n) in names.iter().enumerate() {
-        let node = NodeId::new(n.clone()).unwrap();
-        store.register_node(&node, n, "test").await.unwrap();
-        let mut records = vec![Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), None))).unwrap()];
-        let from = t0 - Duration::seconds(1500);
-        records.extend(evidence_at(&mut rng, i, (120, 4, 4), &mut |rng| pick(rng, i, from, t0)));
-        store.ingest(&node, records, 0).await.unwrap();
-    }
-
-    let mut cache = WindowCache::default();
-    let (mut late, mut repinned, mut kept_nodes) = (0, 0, 0usize);
-    for k in 0..=26i64 {
-        let now = t0 + Duration::seconds(40 * k);
-        if k > 0 {
-            // What the nodes observed since the last pass, stored at once (it is not late: the
-            // passes run ahead of the clock).
-            for (i, n) in names.iter().enumerate() {
-                if rng.random_bool(0.3) {
-                    continue;
-                }
-                let from = now - Duration::seconds(40);
-                let records = evidence_at(&mut rng, i, (12, 1, 1), &mut |rng| pick(rng, i, from, now));
-                store.ingest(&NodeId::new(n.clone()).unwrap(), records, 0).await.unwrap();
-            }
-        }
-        if k % 6 == 5 {
-            // Evidence stored long after it was observed (a spool replayed), inside the part of
-            // the window the cache already holds: ingest marks the node late.
-            let i = rng.random_range(0..names.len());
-            let real = Utc::now();
-            let records = evidence_at(&mut rng, i, (6, 0, 1), &mut |rng| {
-                pick(rng, i, real - Duration::seconds(200), real - Duration::seconds(100))
-            });
-            store.ingest(&NodeId::new(names[i].clone()).unwrap(), records, 0).await.unwrap();
-            late += 1;
-        }
-        if k == 9 || k == 18 {
-            // The workload's NIC changes: the latest verdicts are kept for the new pairs.
-            let i = k as usize % names.len();
-            let pin = if k == 9 { "mlx5_3:1" } else { "mlx5_5:1" };
-            let topo = Record::try_from(topo_rec(topology(&fixture::dgx_h100_like(), Some(pin)))).unwrap();
-            store.ingest(&NodeId::new(names[i].clone()).unwrap(), vec![topo], 0).await.unwrap();
-            repinned += 1;
-        }
-        // A full pass now and then; otherwise some of the nodes (the rest's kept evidence moves
-        // on without them), or all.
-        let some: Vec<String> = names.iter().filter(|_| rng.random_bool(0.5)).cloned().collect();
-        let nodes: Option<&[String]> = match k % 7 {
-            0 => None,
-            3 => Some(&names),
-            _ => Some(&some),
-        };
-        let got = load_inputs_cached(&pg.pool, nodes, now, window, &mut cache).await.unwrap();
-        let want = load_inputs(&pg.pool, nodes, now, window).await.unwrap();
-        let (got, want) = (evidence_of(&got), evidence_of(&want));
-        assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "GPUs at pass {k} ({nodes:?})");
-        for (key, w) in &want {
-            assert_eq!(got.get(key), Some(w), "{key:?} at pass {k}");
-        }
-        kept_nodes = kept_nodes.max(cache.len());
-    }
-    assert!(late >= 4 && repinned == 2 && kept_nodes == names.len(), "{late} {repinned} {kept_nodes}");
-    // Most nodes of most passes came from what was kept, not from reading their window again.
-    let (kept, read) = cache.answered();
-    assert!(kept > 2 * read, "{kept} answered from the kept window, {read} read in full");
 }
 
 /// The pattern finder's read before its pairs were counted as a pass counts them and their

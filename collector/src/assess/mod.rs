@@ -10,7 +10,7 @@ mod window;
 
 pub use isolate::{Damage, Isolated, IsolationStats, stats as isolation_stats, stored_gpu};
 
-pub use window::{KEPT_PERIODS, KEPT_ROLLED, LATE_AFTER, PeriodCache, RolledCache, SEAL_AFTER, WindowCache};
+pub use window::{KEPT_PERIODS, KEPT_ROLLED, LATE_AFTER, PeriodCache, RolledCache, SEAL_AFTER};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -43,9 +43,6 @@ pub struct AssessConfig {
     /// zero: no bound by time), and at most [`AssessConfig::max_nodes`] ([`PassBudget`]). While
     /// nodes are left pending the next pass follows sooner ([`PassBudget::next_after`]).
     pub pass_budget: Duration,
-    /// The leader keeps the window between its passes ([`WindowCache`], `serve --keep-window`;
-    /// off: every pass reads its nodes' window in full).
-    pub keep_window: bool,
 }
 
 impl AssessConfig {
@@ -69,7 +66,6 @@ impl AssessConfig {
             full_every: Self::DEFAULT_FULL_EVERY,
             max_nodes: Self::DEFAULT_MAX_NODES,
             pass_budget: Self::DEFAULT_PASS_BUDGET,
-            keep_window: false,
         }
     }
 }
@@ -93,7 +89,7 @@ pub async fn load_inputs(
     window: Duration,
 ) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
     let mut steps = Steps::default();
-    Ok(load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps), None).await?.0)
+    Ok(load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps)).await?.0)
 }
 
 /// Every pair's probe evidence observed in (`since`, `until`], counted as a pass counts it
@@ -124,19 +120,6 @@ pub(crate) async fn period_pairs<'a>(
 /// What [`period_pairs`] read: [`PeriodPairs::nodes`], [`PeriodPairs::for_each_trusted`].
 pub(crate) type PeriodPairs<'a> = window::LeanPeriod<'a>;
 
-/// [`load_inputs`] through `cache`, the window's evidence kept from the passes before
-/// ([`WindowCache`]): the same inputs, reading only what entered and left the window since.
-pub async fn load_inputs_cached(
-    pool: &PgPool,
-    nodes: Option<&[String]>,
-    now: DateTime<Utc>,
-    window: Duration,
-    cache: &mut WindowCache,
-) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
-    let mut steps = Steps::default();
-    Ok(load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps), Some(cache)).await?.0)
-}
-
 /// [`load_inputs`], timing its statements; through `cache` when given. With the inputs, the
 /// nodes whose stored rows could not be read as ingest stored them ([`Damage`]).
 async fn load_inputs_timed(
@@ -145,7 +128,6 @@ async fn load_inputs_timed(
     now: DateTime<Utc>,
     window: Duration,
     laps: &mut Laps<'_>,
-    cache: Option<&mut WindowCache>,
 ) -> Result<(BTreeMap<Key, GpuInput>, Damage), sqlx::Error> {
     let mut damage = Damage::default();
     let since = chrono::TimeDelta::from_std(window)
@@ -225,30 +207,7 @@ async fn load_inputs_timed(
         }
         w
     };
-    let mut evidence = match cache {
-        None => window::load(&mut tx, &filter, since, now, &workload, laps).await?,
-        Some(cache) => {
-            // The nodes ingest marked late since they were last read: read in full. Cleared in
-            // this transaction; a pass that fails after it forgets the cache (run_periodic).
-            let late: Vec<String> = match &filter {
-                Some(nodes) => {
-                    sqlx::query_scalar(
-                        "UPDATE nodes SET late_evidence = false WHERE node_id = ANY($1) AND late_evidence
-                         RETURNING node_id",
-                    )
-                    .bind(nodes)
-                    .fetch_all(&mut *tx)
-                    .await?
-                }
-                None => {
-                    sqlx::query_scalar("UPDATE nodes SET late_evidence = false WHERE late_evidence RETURNING node_id")
-                        .fetch_all(&mut *tx)
-                        .await?
-                }
-            };
-            window::load_cached(&mut tx, &filter, (since, now), &workload, &late, cache, laps).await?
-        }
-    };
+    let mut evidence = window::load(&mut tx, &filter, since, now, &workload, laps).await?;
     let recent = std::mem::take(&mut evidence.recent);
     damage.absorb(std::mem::take(&mut evidence.damaged));
     for (node, gpu, pair) in evidence.into_pairs() {
@@ -450,7 +409,7 @@ pub async fn assess_and_store_at(
     now: DateTime<Utc>,
 ) -> Result<Vec<Assessment>, sqlx::Error> {
     let mut phases = Phases::default();
-    assess_and_store_timed(pool, nodes, cfg, now, &mut phases, None).await
+    assess_and_store_timed(pool, nodes, cfg, now, &mut phases).await
 }
 
 /// [`assess_and_store_at`], adding the time it spent reading the evidence and writing the
@@ -461,12 +420,11 @@ async fn assess_and_store_timed(
     cfg: &AssessConfig,
     now: DateTime<Utc>,
     phases: &mut Phases,
-    cache: Option<&mut WindowCache>,
 ) -> Result<Vec<Assessment>, sqlx::Error> {
     let started = std::time::Instant::now();
     let mut steps = phases.steps;
     let mut laps = Laps::new(&mut steps);
-    let (mut inputs, damage) = load_inputs_timed(pool, nodes, now, cfg.window, &mut laps, cache).await?;
+    let (mut inputs, damage) = load_inputs_timed(pool, nodes, now, cfg.window, &mut laps).await?;
     phases.read += started.elapsed();
     let started = std::time::Instant::now();
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
@@ -925,21 +883,7 @@ pub async fn assess_pass(
     sweep: Option<Sweep>,
 ) -> Result<Pass, sqlx::Error> {
     let bound = (cfg.max_nodes > 0).then_some(cfg.max_nodes);
-    assess_pass_with(pool, cfg, prev, now, sweep, None, bound).await
-}
-
-/// [`assess_pass`] reading the window through `cache` ([`WindowCache`]), as the leader's
-/// periodic passes do. A pass that fails leaves the cache unusable: clear it.
-pub async fn assess_pass_cached(
-    pool: &PgPool,
-    cfg: &AssessConfig,
-    prev: Option<DateTime<Utc>>,
-    now: DateTime<Utc>,
-    sweep: Option<Sweep>,
-    cache: &mut WindowCache,
-) -> Result<Pass, sqlx::Error> {
-    let bound = (cfg.max_nodes > 0).then_some(cfg.max_nodes);
-    assess_pass_with(pool, cfg, prev, now, sweep, Some(cache), bound).await
+    assess_pass_with(pool, cfg, prev, now, sweep, bound).await
 }
 
 /// [`assess_pass`] with at most `bound` nodes between full passes (None: all of them).
@@ -949,7 +893,6 @@ async fn assess_pass_with(
     prev: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
     sweep: Option<Sweep>,
-    cache: Option<&mut WindowCache>,
     bound: Option<usize>,
 ) -> Result<Pass, sqlx::Error> {
     let mut phases = Phases::default();
@@ -959,7 +902,7 @@ async fn assess_pass_with(
         // marks its node again).
         claim_pending(pool).await?;
         phases.select = started.elapsed();
-        let r = assess_and_store_timed(pool, None, cfg, now, &mut phases, cache).await?;
+        let r = assess_and_store_timed(pool, None, cfg, now, &mut phases).await?;
         let nodes = r.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
         return Ok(Pass { full: true, nodes, gpus: r.len(), phases, ..Pass::default() });
     };
@@ -983,7 +926,7 @@ async fn assess_pass_with(
     // `changed` is sorted (changed_nodes), `nodes` too.
     let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
     phases.select = started.elapsed();
-    match assess_and_store_timed(pool, Some(&nodes), cfg, now, &mut phases, cache).await {
+    match assess_and_store_timed(pool, Some(&nodes), cfg, now, &mut phases).await {
         Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, deferred, bound, gpus: r.len(), phases }),
         Err(e) => {
             let _ = sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1)")
@@ -1021,8 +964,6 @@ pub async fn run_periodic(
     let mut prev: Option<DateTime<Utc>> = None;
     let mut leading = false;
     let sweep = Sweep::new(cfg.full_every, every);
-    // The window's evidence kept between this collector's passes while it leads.
-    let mut cache = WindowCache::default();
     let mut budget = PassBudget::new(&cfg);
     loop {
         let started = tokio::time::Instant::now();
@@ -1031,7 +972,6 @@ pub async fn run_periodic(
         leads_flag.assessment.store(leads, Relaxed);
         if !leads {
             prev = None;
-            cache.clear();
         } else {
             if !leading {
                 prev = predecessor(&pool, &cfg, every).await;
@@ -1070,9 +1010,7 @@ pub async fn run_periodic(
                     }
                 }
             }
-            let before = cache.answered();
-            let kept = if cfg.keep_window { Some(&mut cache) } else { None };
-            let pass = assess_pass_with(&pool, &cfg, prev, now, Some(sweep), kept, bound);
+            let pass = assess_pass_with(&pool, &cfg, prev, now, Some(sweep), bound);
             match isolate::catch_pass(isolate::stats(), pass).await {
                 Ok(pass) => {
                     let took = t.elapsed();
@@ -1080,10 +1018,6 @@ pub async fn run_periodic(
                         budget.observe(pass.nodes, took);
                     }
                     next = PassBudget::next_after(started.elapsed(), pass.deferred, every);
-                    // Without the kept window every node of a pass is read in full.
-                    let after =
-                        if cfg.keep_window { cache.answered() } else { (before.0, before.1 + pass.nodes as u64) };
-                    stats.record_window(before, after);
                     prev = Some(now);
                     stats.record(&pass, took);
                     pass.warn_if_slow(if pass.full { "full" } else { "changed" }, took);
@@ -1112,7 +1046,6 @@ pub async fn run_periodic(
                 // failed claim or expiry read leaves nothing to go by.
                 Err(e) => {
                     prev = None;
-                    cache.clear();
                     tracing::warn!(error = %e, "assessment failed; will retry");
                 }
             }
@@ -1272,7 +1205,7 @@ pub async fn run_urgent(
         if !urgent.is_empty() {
             let started = std::time::Instant::now();
             let mut phases = Phases::default();
-            let pass = assess_and_store_timed(&pool, Some(&urgent), &cfg, Utc::now(), &mut phases, None);
+            let pass = assess_and_store_timed(&pool, Some(&urgent), &cfg, Utc::now(), &mut phases);
             match isolate::catch_pass(isolate::stats(), pass).await {
                 Ok(r) => {
                     let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len(), phases, ..Pass::default() };
@@ -1301,9 +1234,6 @@ pub struct PassStats {
 #[derive(Debug, Default, Clone)]
 pub struct PassCounters {
     pub kinds: BTreeMap<&'static str, KindStats>,
-    /// Nodes of periodic passes answered from the kept window and read in full
-    /// ([`WindowCache::answered`], summed over the caches this collector has had).
-    pub window: (u64, u64),
 }
 
 /// Passes of one kind run, and the latest one's wall time, nodes (and of those, swept) and GPUs;
@@ -1363,15 +1293,6 @@ impl PassStats {
     /// Nodes assessed at once for a failure.
     pub fn record_urgent(&self, pass: &Pass, took: Duration) {
         self.bump("urgent", pass, took);
-    }
-
-    /// The kept window's counts after a pass: `now` is the cache's total, `before` what it was
-    /// before the pass.
-    pub fn record_window(&self, before: (u64, u64), now: (u64, u64)) {
-        if let Ok(mut c) = self.inner.lock() {
-            c.window.0 += now.0.saturating_sub(before.0);
-            c.window.1 += now.1.saturating_sub(before.1);
-        }
     }
 
     pub fn snapshot(&self) -> PassCounters {

@@ -68,7 +68,7 @@ fn step(v: &mut u64, n: u64, remove: bool) {
 }
 
 /// One pair's evidence on one class of path. Every part is a count, so evidence that leaves
-/// the window is taken away exactly as it was added ([`WindowCache`]).
+/// a kept period is taken away exactly as it was added ([`PeriodCache`]).
 #[derive(Default, Clone)]
 struct ClassCounts {
     records: u64,
@@ -237,32 +237,6 @@ impl NodeAcc {
             }
         };
         &mut nics[i].1
-    }
-
-    /// Adds `other`'s evidence to this node's, or (`remove`: what left the window) takes it away,
-    /// dropping the pairs left empty.
-    fn merge(&mut self, other: &NodeAcc, remove: bool) {
-        step(&mut self.not_simulated, other.not_simulated, remove);
-        for (gpu, nics) in &other.pairs {
-            for (nic, p) in nics {
-                let mine = self.pair(*gpu, nic);
-                for (c, k) in p.by_class.iter().enumerate() {
-                    if let Some(k) = k {
-                        mine.class(c).merge(k, remove);
-                    }
-                }
-            }
-        }
-        if remove {
-            for nics in self.pairs.values_mut() {
-                nics.retain(|(_, p)| !p.is_empty());
-            }
-            self.pairs.retain(|_, nics| !nics.is_empty());
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
     }
 }
 
@@ -942,8 +916,7 @@ const MAX_NICS: usize = 65_536;
 /// own start.
 const LATE_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
-/// The pattern finder's periods kept between reads (`/api/v1/patterns` at fleet scale), as
-/// [`WindowCache`] keeps the assessment's window: each period of a given length (`since=15m` read
+/// The pattern finder's periods kept between reads (`/api/v1/patterns` at fleet scale): each period of a given length (`since=15m` read
 /// again a minute later is (`since`, `until`] a minute on) holds every node's evidence observed in
 /// (`since`, `seal`] of its latest read, [`SEAL_AFTER`] before its end; a read moves that range
 /// by the evidence that left it and became old enough to keep (two slices as long as the time
@@ -1273,245 +1246,14 @@ pub(super) async fn load_period_rolled_cached<'a>(
     Ok(LeanPeriod { kept, newest, nics: Nics::default() })
 }
 
-/// Evidence stored this long after it was observed marks its node (ingest, migration 0026): the
-/// next pass that assesses the node reads its window again in full ([`WindowCache`]).
+/// Evidence stored this long after it was observed marks its node's `late_stored_at`
+/// (ingest, migration 0028): the pattern finder's kept periods read such a node again.
 pub const LATE_AFTER: std::time::Duration = std::time::Duration::from_secs(90);
 
-/// The [`WindowCache`] keeps evidence observed up to this long before a pass's time; what is
-/// newer is read again by each pass (it may still be on its way). 30 s past [`LATE_AFTER`]:
-/// evidence older than this that arrives after the pass is always marked late, with up to 30 s
-/// between the collector's and the database's clocks. A summary set is dated by its newest
-/// probe and travels when its window closes, up to a batch interval later (a minute in fleetgen):
-/// [`LATE_AFTER`] leaves room for that, so a healthy node is not read in full for each set.
+/// The pattern finder's kept periods keep evidence observed up to this long before a read's end;
+/// what is newer is read again by each read (it may still be on its way). 30 s past
+/// [`LATE_AFTER`]: evidence older than this that arrives after the read is always marked late,
+/// with up to 30 s between the collector's and the database's clocks. A summary set is dated by
+/// its newest probe and travels when its window closes, up to a batch interval later:
+/// [`LATE_AFTER`] leaves room for that.
 pub const SEAL_AFTER: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// The window's evidence per node, kept by the leading collector between passes (per-pair
-/// rolling state). Every node it knows holds the evidence observed in one range,
-/// (`since`, `seal`] of the latest pass; each pass moves that range for all of them by reading
-/// only the evidence that left the window and the evidence that became old enough to keep
-/// (two slices as long as the time between passes, fleet-wide), and then, for its own nodes,
-/// the newest [`SEAL_AFTER`] of evidence. A node's window is read in full only when the cache
-/// does not know it (its first assessment here, or it had no evidence left), when its workload
-/// pairs changed (its latest verdicts are kept for those), or when ingest marked it late.
-///
-/// What it yields is what [`load`] over the whole window yields; `e2e/tests/window_evidence.rs`
-/// checks it pass after pass, with evidence arriving, expiring, arriving late and workloads
-/// changing. Memory: a few KiB a node (its pairs' counts).
-#[derive(Default)]
-pub struct WindowCache {
-    range: Option<(DateTime<Utc>, DateTime<Utc>)>,
-    nodes: HashMap<String, Sealed>,
-    /// Nodes of passes answered from what was kept, and read in full, since it was made.
-    kept: u64,
-    read: u64,
-}
-
-struct Sealed {
-    acc: NodeAcc,
-    /// The workload pairs `recent` is kept for, sorted.
-    workload: Vec<(i32, String)>,
-    /// Per GPU, the workload pair's newest records (at most the hysteresis's ten).
-    recent: HashMap<i32, Recent>,
-}
-
-impl Sealed {
-    fn keep_recent(&mut self, gpu: i32, mut records: Recent) {
-        let kept = self.recent.entry(gpu).or_default();
-        kept.append(&mut records);
-        kept.sort_by_key(|r| std::cmp::Reverse(r.0));
-        kept.truncate(super::RECENT_VERDICTS);
-    }
-}
-
-impl Workloads for HashMap<String, Sealed> {
-    fn of(&self, node: &str) -> Option<&[(i32, String)]> {
-        self.get(node).map(|s| s.workload.as_slice())
-    }
-}
-
-impl WindowCache {
-    /// Forgets everything (a failed pass, a lost lead): the next pass reads its nodes in full.
-    pub fn clear(&mut self) {
-        self.range = None;
-        self.nodes.clear();
-    }
-
-    /// Nodes of passes so far answered from what was kept, and read in full (the first pass
-    /// over a node, a late or re-pinned node, a full pass).
-    pub fn answered(&self) -> (u64, u64) {
-        (self.kept, self.read)
-    }
-
-    /// The nodes it keeps evidence for.
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
-    }
-}
-
-fn sorted_workload(workload: &(dyn Workloads + Sync), node: &str) -> Vec<(i32, String)> {
-    let mut w = workload.of(node).map(<[_]>::to_vec).unwrap_or_default();
-    w.sort();
-    w
-}
-
-/// [`load`] of the window (`since`, `now`] through `cache`; `late`: nodes of `filter` marked late
-/// by ingest since they were last read. A full pass (`filter` None) reads the whole fleet's window
-/// and keeps it.
-pub(super) async fn load_cached(
-    conn: &mut sqlx::PgConnection,
-    filter: &Option<Vec<String>>,
-    (since, now): (DateTime<Utc>, DateTime<Utc>),
-    workload: &WorkloadPairs,
-    late: &[String],
-    cache: &mut WindowCache,
-    laps: &mut super::Laps<'_>,
-) -> Result<WindowEvidence, sqlx::Error> {
-    let seal = chrono::TimeDelta::from_std(SEAL_AFTER).ok().and_then(|d| now.checked_sub_signed(d));
-    let Some(seal) = seal.filter(|s| *s > since) else {
-        // A window shorter than what is read each pass anyway: nothing to keep.
-        cache.clear();
-        return load(conn, filter, since, now, workload, laps).await;
-    };
-    // Damage is noted in the pass that reads the damaged row; the row itself is never kept.
-    let mut damaged = super::Damage::default();
-    // Move every known node's evidence to (since, seal]: take away what left the window, add
-    // what is old enough to keep.
-    match (filter, cache.range) {
-        // Nothing kept: nothing to move.
-        (Some(_), Some(_)) if cache.nodes.is_empty() => {}
-        (Some(_), Some((from, until))) if since >= from && seal >= until && since <= until => {
-            // Two slices of the fleet's evidence by time alone, in one read split where the kept
-            // slice begins (the window is longer than what is read each pass, so what left it
-            // ends before that), through the BRIN indexes on `observed_at`: left to itself the
-            // planner walks a node-first btree whole for them (on a day partition of 640,000
-            // probes: 11 ms a slice and growing with the day, against 0.3 ms by BRIN).
-            sqlx::query("SET LOCAL enable_indexscan = off").execute(&mut *conn).await?;
-            let (gone, kept) =
-                load_split(conn, &None, [(from, since), (until, seal)], until, &cache.nodes, false, laps).await?;
-            sqlx::query("SET LOCAL enable_indexscan = on").execute(&mut *conn).await?;
-            damaged.absorb(kept.damaged);
-            for (node, acc) in &gone.nodes {
-                if let Some(s) = cache.nodes.get_mut(node) {
-                    s.acc.merge(acc, true);
-                }
-            }
-            for (node, acc) in kept.nodes {
-                if let Some(s) = cache.nodes.get_mut(&node) {
-                    s.acc.merge(&acc, false);
-                }
-            }
-            for ((node, gpu), records) in kept.recent {
-                if let Some(s) = cache.nodes.get_mut(&node) {
-                    s.keep_recent(gpu, records);
-                }
-            }
-            // A node left with nothing stays known (an empty entry): its evidence is what the
-            // slices bring, as for any other.
-        }
-        _ => cache.clear(),
-    }
-    cache.range = Some((since, seal));
-
-    // The nodes read in full up to the seal: every node for a full pass, else those of the pass
-    // the cache cannot answer for.
-    let late: std::collections::HashSet<&String> = late.iter().collect();
-    let full: Option<Vec<String>> = filter.as_ref().map(|nodes| {
-        nodes
-            .iter()
-            .filter(|n| {
-                late.contains(n)
-                    || cache.nodes.get(n.as_str()).is_none_or(|s| s.workload != sorted_workload(workload, n))
-            })
-            .cloned()
-            .collect()
-    });
-    if let Some(f) = &full {
-        cache.read += f.len() as u64;
-        cache.kept += filter.as_ref().map_or(0, Vec::len).saturating_sub(f.len()) as u64;
-    }
-    // Those read in full, kept up to the seal, in the same read as their newest part.
-    let mut tail = WindowEvidence::default();
-    if full.as_ref().is_none_or(|f| !f.is_empty()) {
-        let (mut read, mut newest) =
-            load_split(conn, &full, [(since, now), (now, now)], seal, workload, false, laps).await?;
-        damaged.absorb(std::mem::take(&mut read.damaged));
-        damaged.absorb(std::mem::take(&mut newest.damaged));
-        tail = newest;
-        if full.is_none() {
-            cache.read += read.nodes.len() as u64;
-        }
-        let mut recent: HashMap<String, Vec<(i32, Recent)>> = HashMap::new();
-        for ((node, gpu), records) in read.recent {
-            recent.entry(node).or_default().push((gpu, records));
-        }
-        let mut accs = read.nodes;
-        let names: Vec<String> = match &full {
-            Some(f) => f.clone(),
-            None => accs.keys().cloned().collect(),
-        };
-        for node in names {
-            let mut s = Sealed {
-                acc: accs.remove(&node).unwrap_or_default(),
-                workload: sorted_workload(workload, &node),
-                recent: HashMap::new(),
-            };
-            for (gpu, records) in recent.remove(&node).unwrap_or_default() {
-                s.keep_recent(gpu, records);
-            }
-            cache.nodes.insert(node, s);
-        }
-    }
-
-    // The pass's evidence: what is kept, and the newest (read above for the nodes read in full).
-    if let Some(nodes) = filter {
-        let rest: Vec<String> = match &full {
-            Some(f) => {
-                let f: std::collections::HashSet<&String> = f.iter().collect();
-                nodes.iter().filter(|n| !f.contains(n)).cloned().collect()
-            }
-            None => Vec::new(),
-        };
-        if !rest.is_empty() {
-            let newest = load(conn, &Some(rest), seal, now, workload, laps).await?;
-            damaged.absorb(newest.damaged);
-            tail.nodes.extend(newest.nodes);
-            tail.recent.extend(newest.recent);
-        }
-    }
-    let mut ev = WindowEvidence { damaged, ..WindowEvidence::default() };
-    let names: Vec<String> = match filter {
-        Some(f) => f.clone(),
-        None => {
-            let mut all: Vec<String> = cache.nodes.keys().chain(tail.nodes.keys()).cloned().collect();
-            all.sort_unstable();
-            all.dedup();
-            all
-        }
-    };
-    for node in names {
-        let mut acc = NodeAcc::default();
-        if let Some(s) = cache.nodes.get(&node) {
-            acc = s.acc.clone();
-            for (gpu, records) in &s.recent {
-                let inside: Recent = records.iter().filter(|r| r.0 > since).copied().collect();
-                if !inside.is_empty() {
-                    ev.recent.entry((node.clone(), *gpu)).or_default().extend(inside);
-                }
-            }
-        }
-        if let Some(t) = tail.nodes.remove(&node) {
-            acc.merge(&t, false);
-        }
-        if !acc.is_empty() {
-            ev.nodes.insert(node, acc);
-        }
-    }
-    for (key, records) in tail.recent {
-        ev.recent.entry(key).or_default().extend(records);
-    }
-    Ok(ev)
-}

@@ -67,13 +67,6 @@ pub struct ServeArgs {
     /// whose batch brought a failure is assessed at once whatever the bound.
     #[arg(long, default_value_t = AssessConfig::DEFAULT_PASS_BUDGET.as_millis() as u64)]
     assess_pass_budget_ms: u64,
-    /// Keep the window between assessment passes: the leader holds each node's evidence of the
-    /// window in memory (about 22 KiB a node of 64 pairs) and reads only what entered and left it
-    /// since the last pass, instead of reading each assessed node's window again. Off by default:
-    /// at 10,000 nodes on a 2-core machine it cost 0.2 GiB and saved no pass time
-    /// (docs/scaling.md).
-    #[arg(long)]
-    keep_window: bool,
     /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents, re-read
     /// when it (or the key) changes. Without it, plaintext needs --insecure.
     /// TLS certificate chain (PEM) for the HTTP side (API, dashboard, /metrics): with it the
@@ -153,7 +146,6 @@ impl ServeArgs {
         cfg.assess.full_every = Duration::from_secs(self.full_assess_every_secs.max(1));
         cfg.assess.max_nodes = self.assess_max_nodes;
         cfg.assess.pass_budget = Duration::from_millis(self.assess_pass_budget_ms);
-        cfg.assess.keep_window = self.keep_window;
         cfg.assess_every = Duration::from_secs(self.assess_every_secs.max(1));
         cfg.retention_days = self.retention_days.max(1);
         cfg.tiers = railguard_collector::store::Tiers {

@@ -223,13 +223,6 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             let _ = writeln!(out, "{name}{{kind=\"{k}\",phase=\"{phase}\"}} {:.6}", d.as_secs_f64());
         }
     }
-    let name = "railguard_assessment_window_nodes_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Nodes of this collector's periodic assessment passes by where their window's evidence came from since it started: kept (the window kept in memory from the passes before, moved on by the evidence that entered and left it) or read (read in full: a node's first pass here, its workload pairs changed, ingest marked it late, a full pass; every node without --keep-window).\n# TYPE {name} counter"
-    );
-    let _ = writeln!(out, "{name}{{source=\"kept\"}} {}", passes.window.0);
-    let _ = writeln!(out, "{name}{{source=\"read\"}} {}", passes.window.1);
     let (moved, whole, late) = s.facts.periods_answered();
     let name = "railguard_patterns_period_reads_total";
     let _ = writeln!(

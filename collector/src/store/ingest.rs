@@ -162,7 +162,6 @@ async fn upsert_node_seen(
          VALUES ($1, $2, CASE WHEN $3 <= now() - $4 * interval '1 second' THEN now() END)
          ON CONFLICT (node_id) DO UPDATE
             SET last_seen = now(), evidence_pending = true,
-                late_evidence = nodes.late_evidence OR coalesce($3 <= now() - $4 * interval '1 second', false),
                 late_stored_at = coalesce(EXCLUDED.late_stored_at, nodes.late_stored_at),
                 spool_dropped_total = GREATEST(nodes.spool_dropped_total, EXCLUDED.spool_dropped_total)",
     )

@@ -47,8 +47,6 @@ struct Args {
     assess_max_nodes: Option<u64>,
     /// The collector's `--assess-pass-budget-ms` (its default when None).
     assess_pass_budget_ms: Option<u64>,
-    /// The collector's `--keep-window`.
-    keep_window: bool,
     /// Seconds between reads of `/api/v1/patterns` under load (0: none).
     patterns_every: u64,
     /// Reads of `/api/v1/patterns?since=1d` after the load, over a day of rollups copied from
@@ -71,7 +69,6 @@ fn args() -> Result<Args, String> {
         assess_every: 10,
         assess_max_nodes: None,
         assess_pass_budget_ms: None,
-        keep_window: false,
         patterns_every: 0,
         day_reads: 0,
         summary: railguard_agent::service::probes::ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW,
@@ -92,7 +89,6 @@ fn args() -> Result<Args, String> {
             "--assess-every-secs" => a.assess_every = num(val()?)?.max(1),
             "--assess-max-nodes" => a.assess_max_nodes = Some(num(val()?)?),
             "--assess-pass-budget-ms" => a.assess_pass_budget_ms = Some(num(val()?)?),
-            "--keep-window" => a.keep_window = true,
             "--patterns-every-secs" => a.patterns_every = num(val()?)?,
             "--day-reads" => a.day_reads = num(val()?)? as usize,
             "--summary-secs" => a.summary = Duration::from_secs(num(val()?)?),
@@ -103,7 +99,7 @@ fn args() -> Result<Args, String> {
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--keep-window (the collector's)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -190,9 +186,6 @@ async fn main() {
     let budget = a.assess_pass_budget_ms.map(|n| n.to_string());
     if let Some(ms) = &budget {
         collector_args.extend(["--assess-pass-budget-ms", ms.as_str()]);
-    }
-    if a.keep_window {
-        collector_args.push("--keep-window");
     }
     let collector = CollectorProc::start_with(&pg.url(), &refs, &collector_args);
     let mut channels = Vec::new();
