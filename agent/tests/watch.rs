@@ -120,9 +120,9 @@ fn counter_resets_and_vanished_devices() {
 #[test]
 fn attribution_follows_the_shared_topology_when_the_node_changes() {
     use railguard_agent::service::signals::{SignalSettings, follow};
-    use railguard_agent::service::topology::SharedTopology;
     use railguard_agent::stop::Stop;
     use railguard_agent::topology::TopologySource;
+    use railguard_agent::topology::shared::SharedTopology;
     use std::sync::{Arc, Mutex};
 
     // The node starts without GPUs (an empty tree); the signal loop follows the real kernel log.
@@ -190,9 +190,9 @@ fn attribution_follows_the_shared_topology_when_the_node_changes() {
 #[test]
 fn the_kernel_log_position_is_saved_only_once_its_events_are_spooled() {
     use railguard_agent::service::signals::{SignalSettings, follow};
-    use railguard_agent::service::topology::SharedTopology;
     use railguard_agent::stop::Stop;
     use railguard_agent::topology::TopologySource;
+    use railguard_agent::topology::shared::SharedTopology;
 
     let d = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(d.path().join("node/sys")).unwrap();

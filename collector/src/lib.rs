@@ -4,23 +4,23 @@
 //! Data flow: [`ingest`] (tonic, per-node bearer tokens) validates a whole batch, then
 //! [`store`] writes it in one transaction, idempotent on record ids; the ack leaves only after
 //! COMMIT. [`assess`] turns records into per-GPU statuses with evidence; [`http`] serves them.
-//! [`pg`] runs a private Postgres when no `DATABASE_URL` is given; [`retention`] drops old
-//! partitions. [`state`] is what the process knows of itself, for /metrics.
+//! [`pg`] runs a private Postgres when no `DATABASE_URL` is given; [`tasks`] runs the fleet-wide
+//! background work (retention, Kubernetes node conditions) on the replica that leads. [`state`] is what the process knows of itself, for /metrics.
 
 pub mod assess;
+pub mod evidence;
 #[cfg(feature = "analysis")]
 pub mod export;
 pub mod http;
 pub mod ingest;
-pub mod k8s_nodes;
-pub mod leader;
 pub mod patterns;
 pub mod pg;
-pub mod retention;
 pub mod serve;
 pub mod state;
 pub mod status;
+pub mod steps;
 pub mod store;
+pub mod tasks;
 pub mod tls;
 pub mod urgent;
 

@@ -48,7 +48,7 @@ pub struct ServeConfig {
     /// The `Host` names the HTTP side answers besides IP literals and localhost.
     pub http_allowed_hosts: crate::http::host::AllowedHosts,
     /// Keep a condition on each Kubernetes Node (and opt-in taints/cordons); None: off.
-    pub k8s_nodes: Option<crate::k8s_nodes::NodeConditionConfig>,
+    pub k8s_nodes: Option<crate::tasks::k8s_nodes::NodeConditionConfig>,
 }
 
 pub use crate::tls::{GrpcTls, HttpTls};
@@ -131,13 +131,13 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             let client = kube::Client::try_default()
                 .await
                 .context("--k8s-node-conditions: no Kubernetes API configuration (in-cluster or KUBECONFIG)")?;
-            let k = Arc::new(crate::k8s_nodes::ControllerStats::default());
+            let k = Arc::new(crate::tasks::k8s_nodes::ControllerStats::default());
             let _ = state.k8s.set(k.clone());
             tracing::info!(taint = k8s.taint, cordon = k8s.cordon, "keeping the RailguardKVTransfer node condition");
-            tokio::spawn(crate::k8s_nodes::run_periodic(client, pool.clone(), k8s, k, stop_rx.clone()));
+            tokio::spawn(crate::tasks::k8s_nodes::run_periodic(client, pool.clone(), k8s, k, stop_rx.clone()));
         }
         let store = Store::new(pool.clone()).with_retention(cfg.retention_days).with_tiers(cfg.tiers);
-        tokio::spawn(crate::retention::run_periodic(store.clone(), state.leads.clone(), stop_rx.clone()));
+        tokio::spawn(crate::tasks::retention::run_periodic(store.clone(), state.leads.clone(), stop_rx.clone()));
         let http = match cfg.http_listen {
             Some(addr) => {
                 let l = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;

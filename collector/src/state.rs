@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::assess::PassStats;
 use crate::ingest::IngestStats;
-pub use crate::leader::Leads;
+pub use crate::tasks::leader::Leads;
 use crate::urgent::UrgentNodes;
 
 #[derive(Debug, Default)]
@@ -18,5 +18,5 @@ pub struct CollectorState {
     pub assessment: Arc<PassStats>,
     pub leads: Arc<Leads>,
     /// The Kubernetes node-condition controller's counts, when it runs.
-    pub k8s: OnceLock<Arc<crate::k8s_nodes::ControllerStats>>,
+    pub k8s: OnceLock<Arc<crate::tasks::k8s_nodes::ControllerStats>>,
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use railguard_collector::k8s_nodes::{ControllerStats, NodeConditionConfig, run_periodic};
+use railguard_collector::tasks::k8s_nodes::{ControllerStats, NodeConditionConfig, run_periodic};
 use railguard_e2e::*;
 
 /// A mock API server that answers every list with one node and every patch with it; counts requests.

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use railguard_agent::service::signals::{self, SignalSettings};
-use railguard_agent::service::topology::SharedTopology;
 use railguard_agent::signals::Observed;
 use railguard_agent::signals::ebpf::targets::load_targets;
 use railguard_agent::stop::Stop;
+use railguard_agent::topology::shared::SharedTopology;
 
 use super::topo::TopoSource;
 

@@ -38,10 +38,10 @@ use super::limit::{Limiter, SenderLimits};
 use super::{MAX_LINE, group, parse_line};
 use crate::metrics::InlineRefusal;
 use crate::said_once::SaidOnce;
-use crate::service::topology::SharedTopology;
 use crate::spool::SpoolHandle;
 use crate::stop::Stop;
 use crate::topology::SysRoot;
+use crate::topology::shared::SharedTopology;
 
 /// Connections served at once; more are answered with an error and closed.
 pub const MAX_CONNECTIONS: usize = 64;

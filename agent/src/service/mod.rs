@@ -11,7 +11,6 @@
 
 pub mod probes;
 pub mod signals;
-pub mod topology;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -23,10 +22,10 @@ use crate::shipper::{Shipper, ShipperConfig, ShipperError};
 use crate::spool::{Spool, SpoolConfig, SpoolError, SpoolHandle};
 use crate::stop::Stop;
 use crate::topology::TopologySource;
+use crate::topology::shared::SharedTopology;
 use crate::topology::source::SourceError;
 use probes::ProbeLoopConfig;
 use signals::SignalSettings;
-use topology::SharedTopology;
 
 /// Everything `railguard-agent run` was told.
 #[derive(Debug, Clone)]

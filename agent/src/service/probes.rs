@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use railguard_schema::{ProbeVerdict, RecordBody};
 
-use super::topology::SharedTopology;
 use crate::probe::compact::Compactor;
 use crate::probe::pairs::{NicSelection, select_pairs, slowest_link_bits_per_sec};
 use crate::probe::settings::ProbeSettings;
@@ -16,6 +15,7 @@ use crate::probe::{Engine, schedule};
 use crate::said_once::SaidOnce;
 use crate::spool::SpoolHandle;
 use crate::stop::Stop;
+use crate::topology::shared::SharedTopology;
 
 /// How the agent probes.
 #[derive(Debug, Clone, PartialEq)]

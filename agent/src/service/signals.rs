@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use railguard_schema::{Bdf, SignalEvent, SignalSource};
 
-use super::topology::SharedTopology;
 use crate::signals::counters::CounterPoller;
 use crate::signals::ebpf::Probes;
 use crate::signals::ebpf::targets::UprobeTarget;
 use crate::signals::follow::KmsgFollower;
 use crate::signals::{Attributor, kmsg, nvml};
 use crate::stop::Stop;
+use crate::topology::shared::SharedTopology;
 
 /// Where passive evidence comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,6 +15,7 @@ pub mod predict;
 pub mod rdma;
 pub mod render;
 pub mod risk;
+pub mod shared;
 pub mod snapshot;
 pub mod source;
 pub mod sysroot;

@@ -152,7 +152,7 @@ impl ServeArgs {
             summary_days: self.summary_retention_days.max(1),
             rollup_days: self.rollup_retention_days.max(1),
         };
-        cfg.k8s_nodes = self.k8s_node_conditions.then(|| railguard_collector::k8s_nodes::NodeConditionConfig {
+        cfg.k8s_nodes = self.k8s_node_conditions.then(|| railguard_collector::tasks::k8s_nodes::NodeConditionConfig {
             every: Duration::from_secs(self.k8s_every_secs.max(5)),
             taint: self.k8s_taint,
             cordon: self.k8s_cordon,

@@ -228,7 +228,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     let _ = writeln!(
         out,
         "# HELP {name} Reads of /api/v1/patterns by this collector over a period longer than {seal} s with no rolled-up hour in it, by how the period's evidence was read since this collector started: moved (the period kept from the read of its length before, moved on by the evidence that left it and became old enough to keep, its newest {seal} s read again) or whole (read in full: the first read of its length, one that does not move forward from the kept one, or one after the kept periods were dropped).\n# TYPE {name} counter",
-        seal = crate::assess::SEAL_AFTER.as_secs()
+        seal = crate::evidence::SEAL_AFTER.as_secs()
     );
     let _ = writeln!(out, "{name}{{how=\"moved\"}} {moved}");
     let _ = writeln!(out, "{name}{{how=\"whole\"}} {whole}");

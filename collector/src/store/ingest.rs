@@ -27,6 +27,11 @@ pub enum StoreError {
     },
 }
 
+/// Evidence stored this long after it was observed marks its node's `late_stored_at`
+/// (migration 0028): the pattern finder's kept periods read such a node again
+/// ([`crate::evidence::PeriodCache`]).
+pub const LATE_AFTER: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// What a committed batch did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IngestOutcome {
@@ -168,7 +173,7 @@ async fn upsert_node_seen(
     .bind(node.as_str())
     .bind(dropped)
     .bind(oldest_evidence)
-    .bind(crate::assess::LATE_AFTER.as_secs_f64())
+    .bind(LATE_AFTER.as_secs_f64())
     .execute(&mut **tx)
     .await?;
     let previous = previous.unwrap_or(0);

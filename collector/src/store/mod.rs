@@ -6,7 +6,7 @@ mod partitions;
 pub mod read;
 pub mod rollup;
 
-pub use ingest::{IngestOutcome, StoreError};
+pub use ingest::{IngestOutcome, LATE_AFTER, StoreError};
 pub use partitions::{ANALYZE_MIN_CHANGES, HistoryTable, analyze_new_partitions};
 
 use std::sync::Arc;

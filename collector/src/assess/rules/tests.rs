@@ -1,4 +1,5 @@
 use super::*;
+use railguard_schema::Diagnosis;
 
 fn pair(nic: &str, ok: u32, silent: u32) -> PairCounts {
     PairCounts {

@@ -417,7 +417,7 @@ pub async fn reconcile_once(
 }
 
 /// Keeps the conditions every `cfg.every` until `shutdown`. With several collector replicas on
-/// one Postgres, only the leader ([`crate::leader`]) acts; another takes over when it goes.
+/// one Postgres, only the leader ([`crate::tasks::leader`]) acts; another takes over when it goes.
 pub async fn run_periodic(
     client: kube::Client,
     pool: sqlx::PgPool,
@@ -426,8 +426,11 @@ pub async fn run_periodic(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut breaker = Breaker::default();
-    let mut leader =
-        crate::leader::Leadership::new(pool.clone(), crate::leader::K8S_NODES, "kubernetes node conditions");
+    let mut leader = crate::tasks::leader::Leadership::new(
+        pool.clone(),
+        crate::tasks::leader::K8S_NODES,
+        "kubernetes node conditions",
+    );
     loop {
         if leader.check().await {
             let read = async {

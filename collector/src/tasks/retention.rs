@@ -7,10 +7,11 @@
 /// takes over within seconds when the leader goes).
 pub async fn run_periodic(
     store: crate::store::Store,
-    leads: std::sync::Arc<crate::leader::Leads>,
+    leads: std::sync::Arc<crate::tasks::leader::Leads>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut leader = crate::leader::Leadership::new(store.pool().clone(), crate::leader::RETENTION, "retention");
+    let mut leader =
+        crate::tasks::leader::Leadership::new(store.pool().clone(), crate::tasks::leader::RETENTION, "retention");
     let mut next = tokio::time::Instant::now();
     let mut rollups = crate::store::rollup::RollupSchedule::default();
     loop {

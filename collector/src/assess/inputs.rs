@@ -1,0 +1,287 @@
+//! A pass's inputs: per GPU, its latest topology's structural risk, workload NIC and safe
+//! NICs; its pairs' probe evidence in the window under the trust policy ([`crate::evidence`]);
+//! in-line counts and failures; signals; and the workload pair's latest verdicts. A node whose
+//! stored rows could not be read as ingest stored them is noted ([`super::Damage`]), not counted.
+
+use super::*;
+
+/// Loads the inputs of every GPU of `nodes` (all nodes when None) as of `now`.
+pub async fn load_inputs(
+    pool: &PgPool,
+    nodes: Option<&[String]>,
+    now: DateTime<Utc>,
+    window: Duration,
+) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
+    let mut steps = Steps::default();
+    Ok(load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps)).await?.0)
+}
+
+/// [`load_inputs`], timing its statements; through `cache` when given. With the inputs, the
+/// nodes whose stored rows could not be read as ingest stored them ([`Damage`]).
+pub(super) async fn load_inputs_timed(
+    pool: &PgPool,
+    nodes: Option<&[String]>,
+    now: DateTime<Utc>,
+    window: Duration,
+    laps: &mut Laps<'_>,
+) -> Result<(BTreeMap<Key, GpuInput>, Damage), sqlx::Error> {
+    let mut damage = Damage::default();
+    let since = chrono::TimeDelta::from_std(window)
+        .ok()
+        .and_then(|w| now.checked_sub_signed(w))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
+    let mut inputs: BTreeMap<Key, GpuInput> = BTreeMap::new();
+    // Every query below serves the whole fleet (`$1` NULL) and a few nodes alike; a cached generic
+    // plan cannot use the node-first indexes for `($1 IS NULL OR node_id = ANY($1))`, so each
+    // query is planned for its own parameters (a pass over a few hundred nodes then reads only
+    // their rows).
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan").execute(&mut *tx).await?;
+
+    // Latest topology per node: structural risk and the workload's NIC per GPU. The risks were
+    // validated at ingest; a node whose row no longer decodes is damaged, not a node without
+    // risks (and not a pass that fails for every node).
+    let topo: Vec<(String, Json<serde_json::Value>, Vec<String>)> = sqlx::query_as(
+        "SELECT t.node_id, t.risks,
+                coalesce((SELECT array_agg(n.name ORDER BY n.name) FROM topology_nics n WHERE n.snapshot_id = t.record_id),
+                         '{}')
+         FROM latest_topology t WHERE ($1::text[] IS NULL OR t.node_id = ANY($1))",
+    )
+    .bind(&filter)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (node, Json(risks), node_nics) in topo {
+        let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
+            Ok(r) if r.iter().all(|r| r.gpu < railguard_schema::limits::MAX_GPUS_PER_NODE) => r,
+            Ok(_) => {
+                damage.note(&node, || "its latest topology's risks name a GPU index out of range".into());
+                continue;
+            }
+            Err(e) => {
+                damage.note(&node, || format!("its latest topology's risks no longer decode ({e})"));
+                continue;
+            }
+        };
+        // A pin is a NIC of the node's own topology; ingest holds the risks to that, so a stored
+        // risk naming another is a damaged row.
+        if risks.iter().flat_map(|r| &r.safe_nics).any(|n| !node_nics.contains(n)) {
+            damage.note(&node, || "its latest topology's risks name a safe NIC the topology does not list".into());
+            continue;
+        }
+        for r in risks {
+            inputs.insert(
+                (node.clone(), r.gpu),
+                GpuInput {
+                    node: node.clone(),
+                    gpu: r.gpu,
+                    structural: Some(r.level),
+                    structural_reasons: r.reasons,
+                    workload_nic: r.predicted_nic,
+                    pinned: r.pinned,
+                    safe_nics: r.safe_nics,
+                    node_nics: node_nics.clone(),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    laps.lap(Step::Topology);
+
+    // Probe verdicts per pair in the window (full probes and the agents' summaries of ok probes,
+    // each counted as the probes it stands for), under the trust policy: injected faults are not
+    // evidence at all; a probe verifies the pair only if the pair's NIC moved the bytes, or it
+    // ran on the simulated fabric of a node whose whole fabric is simulated; anything else is
+    // counted apart, as unproven ([`window`]). With them, the last verdicts on each GPU's
+    // workload pair (the pair its latest topology names, as read above).
+    let workload: crate::evidence::WorkloadPairs = {
+        let mut w: crate::evidence::WorkloadPairs = HashMap::new();
+        for i in inputs.values() {
+            if let (Ok(g), Some(nic)) = (i32::try_from(i.gpu), i.workload_nic.as_ref()) {
+                w.entry(i.node.clone()).or_default().push((g, nic.clone()));
+            }
+        }
+        w
+    };
+    let mut evidence = crate::evidence::load(&mut tx, &filter, since, now, &workload, laps).await?;
+    let recent = std::mem::take(&mut evidence.recent);
+    damage.absorb(std::mem::take(&mut evidence.damaged));
+    for (node, gpu, pair) in evidence.into_pairs() {
+        // (Every counted row's index was checked in the window's read.)
+        let Some(gpu) = stored_gpu(gpu) else { continue };
+        let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput { node, gpu, ..Default::default() });
+        input.pairs.push(pair);
+    }
+    laps.lap(Step::Tally);
+    load_inline(&mut tx, &filter, since, now, &mut inputs, &mut damage).await?;
+    laps.lap(Step::Inline);
+    for input in inputs.values_mut() {
+        input.pairs.sort_by(|a, b| a.nic.cmp(&b.nic));
+    }
+
+    // The hysteresis reads the workload pair's latest verdicts within the window: what a pass
+    // reads does not grow with the history kept (a pair with fewer than ten in the window has a
+    // shorter streak, so it leaves `corrupting` later, never sooner). A summary stands for its
+    // probes, all ok, at its set's time (the agent closes a pair's summary before it spools the
+    // pair's failure, so no summary straddles one).
+    for ((node, gpu), mut records) in recent {
+        let Some(gpu) = stored_gpu(gpu) else { continue };
+        let Some(i) = inputs.get_mut(&(node, gpu)) else { continue };
+        records.sort_by_key(|r| std::cmp::Reverse(r.0));
+        for (_, verdict, probes) in records.into_iter().take(RECENT_VERDICTS) {
+            let room = RECENT_VERDICTS.saturating_sub(i.workload_recent.len());
+            let n = usize::try_from(probes).unwrap_or(1).clamp(1, room.max(1));
+            i.workload_recent.extend(std::iter::repeat_n(verdict, n));
+            i.workload_recent.truncate(RECENT_VERDICTS);
+        }
+    }
+
+    // Signals in the window, attributed to a GPU or to a NIC.
+    let signals: Vec<(String, Option<i32>, String, SignalKind, Option<String>, i64, String)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic, kind, attrs->>'xid', count(*),
+                (array_agg(summary ORDER BY observed_at DESC))[1]
+         FROM signal_events
+         WHERE observed_at > $2 AND observed_at <= $3 AND kind NOT IN ('agent_spool_drops', 'agent_spool_quarantine')
+           -- events from a library a non-root user could have written: kept and shown, never evidence
+           AND attrs->>'untrusted' IS NULL
+           AND ($1::text[] IS NULL OR node_id = ANY($1))
+         GROUP BY node_id, gpu_index, nic, kind, attrs->>'xid'",
+    )
+    .bind(&filter)
+    .bind(since)
+    .bind(now)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut by_nic: HashMap<(String, String), Vec<SignalCount>> = HashMap::new();
+    for (node, gpu, nic, kind, xid, count, summary) in signals {
+        let s = SignalCount {
+            kind,
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+            summary,
+            xid: xid.and_then(|x| x.parse().ok()),
+            on_nic: gpu.is_none(),
+        };
+        match gpu {
+            Some(g) => {
+                let Some(g) = stored_gpu(g) else {
+                    damage.note(&node, || format!("a stored signal names GPU index {g}"));
+                    continue;
+                };
+                inputs
+                    .entry((node.clone(), g))
+                    .or_insert_with(|| GpuInput { node, gpu: g, ..Default::default() })
+                    .signals
+                    .push(s);
+            }
+            None if !nic.is_empty() => by_nic.entry((node, nic)).or_default().push(s),
+            None => {}
+        }
+    }
+    for input in inputs.values_mut() {
+        if let Some(nic) = &input.workload_nic
+            && let Some(v) = by_nic.get(&(input.node.clone(), nic.clone()))
+        {
+            input.signals.extend(v.iter().cloned());
+        }
+    }
+    tx.commit().await?;
+    laps.lap(Step::Signals);
+    Ok((inputs, damage))
+}
+
+/// The workload's own transfers verified in-line, per pair in the window, with the latest
+/// failed transfers in words. Reports the agent could not attribute to a GPU are kept and
+/// shown, but cannot be assessed.
+pub(super) async fn load_inline(
+    conn: &mut sqlx::PgConnection,
+    filter: &Option<Vec<String>>,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+    inputs: &mut BTreeMap<Key, GpuInput>,
+    damage: &mut Damage,
+) -> Result<(), sqlx::Error> {
+    // Sums are numeric in SQL; each is capped where it becomes a bigint (2^62), so no stored
+    // count, however large, fails the read for every node.
+    let rows: Vec<(String, i32, String, i64, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic,
+                least(sum(transfers_ok), 4611686018427387904)::bigint,
+                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint,
+                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0), 4611686018427387904)::bigint,
+                least(sum(transfers_mismatch), 4611686018427387904)::bigint, least(sum(transfers_error), 4611686018427387904)::bigint
+         FROM inline_reports
+         WHERE observed_at > $2 AND observed_at <= $3 AND gpu_index IS NOT NULL
+           AND ($1::text[] IS NULL OR node_id = ANY($1))
+         GROUP BY node_id, gpu_index, nic",
+    )
+    .bind(filter)
+    .bind(since)
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await?;
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    for (node, gpu, nic, ok, ok_nic, ok_gpu, mismatch, error) in rows {
+        let Some(gpu) = stored_gpu(gpu) else {
+            damage.note(&node, || format!("a stored in-line report names GPU index {gpu}"));
+            continue;
+        };
+        let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput { node, gpu, ..Default::default() });
+        let pair = match input.pairs.iter().position(|p| p.nic == nic) {
+            Some(i) => &mut input.pairs[i],
+            None => {
+                input.pairs.push(PairCounts { nic, ..Default::default() });
+                let last = input.pairs.len() - 1;
+                &mut input.pairs[last]
+            }
+        };
+        pair.inline = InlineCounts {
+            ok: n(ok),
+            ok_nic: n(ok_nic),
+            ok_gpu_memory: n(ok_gpu),
+            mismatch: n(mismatch),
+            error: n(error),
+            failures: Vec::new(),
+        };
+    }
+    // The latest three failed transfers per pair, in words.
+    let failures: Vec<(String, i32, String, Json<serde_json::Value>)> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic, f FROM (
+            SELECT r.node_id, r.gpu_index, r.nic, f.value AS f,
+                   row_number() OVER (PARTITION BY r.node_id, r.gpu_index, r.nic
+                                      ORDER BY r.observed_at DESC, f.ordinality DESC) AS rn
+            FROM inline_reports r, jsonb_array_elements(r.failures) WITH ORDINALITY AS f(value, ordinality)
+            WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.gpu_index IS NOT NULL
+              AND (r.transfers_mismatch > 0 OR r.transfers_error > 0)
+              AND ($1::text[] IS NULL OR r.node_id = ANY($1))
+         ) x WHERE rn <= 3 ORDER BY node_id, gpu_index, nic, rn",
+    )
+    .bind(filter)
+    .bind(since)
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await?;
+    for (node, gpu, nic, Json(f)) in failures {
+        let Some(gpu) = stored_gpu(gpu) else { continue };
+        let f: railguard_schema::InlineFailure = match serde_json::from_value(f) {
+            Ok(f) => f,
+            Err(e) => {
+                damage.note(&node, || format!("a stored in-line failure no longer decodes ({e})"));
+                continue;
+            }
+        };
+        if let Some(p) = inputs.get_mut(&(node, gpu)).and_then(|i| i.pairs.iter_mut().find(|p| p.nic == nic)) {
+            p.inline.failures.push(describe_failure(&f));
+        }
+    }
+    Ok(())
+}
+
+/// One failed in-line transfer in words, for a reason line.
+pub fn describe_failure(f: &railguard_schema::InlineFailure) -> String {
+    let remote = if f.remote.is_empty() { String::new() } else { format!(" from {}", f.remote) };
+    if f.mismatch {
+        let first = f.first_bad_offset.map(|o| format!(", first bad byte {o}")).unwrap_or_default();
+        format!("request {}{remote}: {} of {} blocks differ{first}", f.request, f.bad_blocks, f.blocks)
+    } else {
+        format!("request {}{remote}: {}", f.request, if f.error.is_empty() { "transfer error" } else { &f.error })
+    }
+}

@@ -1,0 +1,230 @@
+//! The assessment's tasks: a pass ([`assess_pass`]), the leader's periodic passes
+//! ([`run_periodic`]) and the urgent task that assesses failing nodes at once ([`run_urgent`]).
+
+use super::*;
+
+/// One pass at `now`: the whole fleet when `prev` is None, else only [`changed_nodes`] since
+/// `prev` and the nodes `sweep` finds due ([`due_nodes`]). Nodes claimed by a pass that then
+/// fails are marked pending again.
+pub async fn assess_pass(
+    pool: &PgPool,
+    cfg: &AssessConfig,
+    prev: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    sweep: Option<Sweep>,
+) -> Result<Pass, sqlx::Error> {
+    let bound = (cfg.max_nodes > 0).then_some(cfg.max_nodes);
+    assess_pass_with(pool, cfg, prev, now, sweep, bound).await
+}
+
+/// [`assess_pass`] with at most `bound` nodes between full passes (None: all of them).
+pub(super) async fn assess_pass_with(
+    pool: &PgPool,
+    cfg: &AssessConfig,
+    prev: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    sweep: Option<Sweep>,
+    bound: Option<usize>,
+) -> Result<Pass, sqlx::Error> {
+    let mut phases = Phases::default();
+    let started = std::time::Instant::now();
+    let Some(prev) = prev else {
+        // Everything is assessed now: no node stays pending (a batch stored after the claim
+        // marks its node again).
+        claim_pending(pool).await?;
+        phases.select = started.elapsed();
+        let r = assess_and_store_timed(pool, None, cfg, now, &mut phases).await?;
+        let nodes = r.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
+        return Ok(Pass { full: true, nodes, gpus: r.len(), phases, ..Pass::default() });
+    };
+    let changed = changed_nodes(pool, cfg.window, prev, now).await?;
+    let mut nodes = changed.clone();
+    if let Some(sweep) = sweep {
+        nodes.extend(due_nodes(pool, sweep, now).await?);
+        nodes.sort_unstable();
+        nodes.dedup();
+    }
+    if nodes.is_empty() {
+        phases.select = started.elapsed();
+        return Ok(Pass { phases, ..Pass::default() });
+    }
+    let mut deferred = 0;
+    if let Some(max) = bound.filter(|max| nodes.len() > *max) {
+        let left;
+        (nodes, left) = bound_pass(pool, nodes, max).await?;
+        deferred = left.iter().filter(|n| changed.binary_search(n).is_ok()).count();
+    }
+    // `changed` is sorted (changed_nodes), `nodes` too.
+    let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
+    phases.select = started.elapsed();
+    match assess_and_store_timed(pool, Some(&nodes), cfg, now, &mut phases).await {
+        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, deferred, bound, gpus: r.len(), phases }),
+        Err(e) => {
+            let _ = sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1)")
+                .bind(&nodes)
+                .execute(pool)
+                .await;
+            Err(e)
+        }
+    }
+}
+
+/// Assesses the fleet every `every` until `shutdown`, on the collector that leads (several
+/// replicas share one Postgres). Each pass takes the nodes with new evidence or evidence entering
+/// or leaving the window, and the nodes no assessment has covered for
+/// [`AssessConfig::full_every`] ([`Sweep`]: every GPU is assessed at least that often, and no
+/// pass over the whole fleet is needed for it), so a pass costs what changed plus the nodes that
+/// went quiet, not the fleet's size. A collector
+/// that takes the lead goes on from its predecessor's last pass (`assessment_runs`) when that is
+/// recent, and passes over the whole fleet only when nothing is known to go on from (no recent
+/// pass, or its own pass failed). Nodes whose batches brought a failure are assessed at once by
+/// [`run_urgent`], on every replica, not here.
+pub async fn run_periodic(
+    pool: PgPool,
+    cfg: AssessConfig,
+    every: Duration,
+    stats: std::sync::Arc<PassStats>,
+    leads_flag: std::sync::Arc<crate::tasks::leader::Leads>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut shutdown = shutdown;
+    let mut leader =
+        crate::tasks::leader::Leadership::new(pool.clone(), crate::tasks::leader::ASSESSMENT, "fleet assessment");
+    let me = format!("{}:{}", railguard_telemetry::hostname(), std::process::id());
+    // The previous pass's evidence time; None: not leading, or the last pass failed.
+    let mut prev: Option<DateTime<Utc>> = None;
+    let mut leading = false;
+    let sweep = Sweep::new(cfg.full_every, every);
+    let mut budget = PassBudget::new(&cfg);
+    loop {
+        let started = tokio::time::Instant::now();
+        let mut next = every;
+        let leads = leader.check().await;
+        leads_flag.assessment.store(leads, Relaxed);
+        if !leads {
+            prev = None;
+        } else {
+            if !leading {
+                prev = predecessor(&pool, &cfg, every).await;
+            }
+            // Statistics first for the day partitions the pass reads (a fresh one has none).
+            let a = std::time::Instant::now();
+            match crate::store::analyze_new_partitions(&pool).await {
+                Ok(done) if !done.is_empty() => {
+                    tracing::info!(partitions = ?done, took_ms = a.elapsed().as_millis() as u64, "analyzed new partitions")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "analyzing new partitions failed; the pass plans on what it has"),
+            }
+            let now = Utc::now();
+            let t = std::time::Instant::now();
+            let mut bound = budget.bound();
+            // Nothing to go on from (no recent predecessor, or the last pass failed) and a fleet
+            // larger than one pass may take: every node is marked pending and taken by bounded
+            // passes that follow at once, not by one pass over the whole fleet (10,000 nodes in
+            // one pass hold the assessment's lock for seconds). Before any pass was measured, the
+            // first takes at most COLD_START_NODES, and the cost it measures bounds the next.
+            if prev.is_none()
+                && let Some(max) = bound
+            {
+                match cold_start(&pool, max).await {
+                    Ok(true) => {
+                        prev = Some(now);
+                        if !budget.measured() {
+                            bound = Some(max.min(PassBudget::COLD_START_NODES));
+                        }
+                        tracing::info!(bound = ?bound, "no pass to go on from: every node pending, taken by bounded passes");
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "marking the fleet pending failed; passing over the whole fleet")
+                    }
+                }
+            }
+            let pass = assess_pass_with(&pool, &cfg, prev, now, Some(sweep), bound);
+            match isolate::catch_pass(isolate::stats(), pass).await {
+                Ok(pass) => {
+                    let took = t.elapsed();
+                    if !pass.full {
+                        budget.observe(pass.nodes, took);
+                    }
+                    next = PassBudget::next_after(started.elapsed(), pass.deferred, every);
+                    prev = Some(now);
+                    stats.record(&pass, took);
+                    pass.warn_if_slow(if pass.full { "full" } else { "changed" }, took);
+                    if let Err(e) = sqlx::query(
+                        "INSERT INTO assessment_runs (id, finished_at, holder) VALUES (1, now(), $1)
+                         ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, holder = EXCLUDED.holder",
+                    )
+                    .bind(&me)
+                    .execute(&pool)
+                    .await
+                    {
+                        tracing::warn!(error = %e, "recording the assessment pass failed");
+                    }
+                    tracing::debug!(
+                        full = pass.full,
+                        nodes = pass.nodes,
+                        swept = pass.swept,
+                        deferred = pass.deferred,
+                        bound = ?pass.bound,
+                        gpus = pass.gpus,
+                        next_in_ms = next.saturating_sub(started.elapsed()).as_millis() as u64,
+                        "fleet assessed"
+                    );
+                }
+                // The next pass is a full one: what this one claimed is pending again, but a
+                // failed claim or expiry read leaves nothing to go by.
+                Err(e) => {
+                    prev = None;
+                    tracing::warn!(error = %e, "assessment failed; will retry");
+                }
+            }
+        }
+        leading = leads;
+        tokio::select! {
+            _ = tokio::time::sleep_until(started + next) => {}
+            _ = shutdown.changed() => {
+                leader.release().await;
+                return;
+            }
+        }
+    }
+}
+
+/// Assesses at once, on whichever replica stored the batch, the nodes whose batches brought a
+/// failure ([`crate::urgent::UrgentNodes`]): detection waits for neither the period nor
+/// a fleet pass in progress (the two write under one lock, and a pass leaves alone a status made
+/// from newer evidence than its own).
+pub async fn run_urgent(
+    pool: PgPool,
+    cfg: AssessConfig,
+    queue: std::sync::Arc<crate::urgent::UrgentNodes>,
+    stats: std::sync::Arc<PassStats>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut shutdown = shutdown;
+    loop {
+        let urgent: Vec<String> = queue.take();
+        if !urgent.is_empty() {
+            let started = std::time::Instant::now();
+            let mut phases = Phases::default();
+            let pass = assess_and_store_timed(&pool, Some(&urgent), &cfg, Utc::now(), &mut phases);
+            match isolate::catch_pass(isolate::stats(), pass).await {
+                Ok(r) => {
+                    let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len(), phases, ..Pass::default() };
+                    stats.record_urgent(&pass, started.elapsed());
+                    pass.warn_if_slow("urgent", started.elapsed());
+                    tracing::debug!(nodes = urgent.len(), gpus = r.len(), "failing nodes assessed at once");
+                }
+                Err(e) => tracing::warn!(error = %e, "assessment of failing nodes failed; the next pass retries"),
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = queue.pushed() => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}

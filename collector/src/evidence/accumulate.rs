@@ -1,0 +1,317 @@
+//! A pass's evidence as it is read: per node, per pair, per class of path (what carried the
+//! bytes), counts that add up and take away exactly; the trust policy decides, once a node's
+//! every record is in, which classes prove the pair ([`WindowEvidence::into_pairs`]).
+
+use super::*;
+
+/// A GPU's latest verdicts on its workload pair, with their time, newest first once sorted.
+pub(crate) type Recent = Vec<(DateTime<Utc>, ProbeVerdict, i32)>;
+
+/// What a pair's probes proved, by the path that carried them: the trust policy decides per
+/// node which paths count, once every record of the node is in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    NicDma = 0,
+    Simulated = 1,
+    /// Host copies and anything else: never trusted.
+    Other = 2,
+}
+
+impl Class {
+    pub(crate) fn of(path: &str) -> Class {
+        match path {
+            "nic_dma" => Class::NicDma,
+            "simulated" => Class::Simulated,
+            _ => Class::Other,
+        }
+    }
+
+    /// The trust policy per class index (`PairAcc::by_class`): the pair's NIC's DMA always; the
+    /// simulated fabric on a node whose evidence is all simulated.
+    pub(crate) fn trusted(class: usize, all_simulated: bool) -> bool {
+        class == Class::NicDma as usize || (class == Class::Simulated as usize && all_simulated)
+    }
+}
+
+/// Adds `n` to `v`, or takes it away (evidence leaving the window; never below zero).
+pub(crate) fn step(v: &mut u64, n: u64, remove: bool) {
+    *v = if remove { v.saturating_sub(n) } else { v.saturating_add(n) };
+}
+
+/// One pair's evidence on one class of path. Every part is a count, so evidence that leaves
+/// a kept period is taken away exactly as it was added ([`PeriodCache`]).
+#[derive(Default, Clone)]
+pub(crate) struct ClassCounts {
+    pub(crate) records: u64,
+    pub(crate) ok: u64,
+    pub(crate) silent_corruption: u64,
+    pub(crate) reported_failure: u64,
+    pub(crate) timeout: u64,
+    /// Ok probes the pair's NIC moved in GPU memory at both ends (`nic_dma`, `cuda`).
+    pub(crate) ok_cuda: u64,
+    /// Records of silent corruption per diagnosis (the mode counts records, as SQL's does).
+    pub(crate) diagnoses: Vec<(Diagnosis, u64)>,
+    /// What carried the probes, with its records (only read where the class is not trusted; a
+    /// pair has one or two).
+    pub(crate) via: Vec<(String, u64)>,
+}
+
+impl ClassCounts {
+    pub(crate) fn add(&mut self, verdict: ProbeVerdict, diagnosis: Diagnosis, cuda: bool, probes: u64, records: u64) {
+        step(&mut self.records, records, false);
+        match verdict {
+            ProbeVerdict::Ok => {
+                step(&mut self.ok, probes, false);
+                if cuda {
+                    step(&mut self.ok_cuda, probes, false);
+                }
+            }
+            ProbeVerdict::SilentCorruption => {
+                step(&mut self.silent_corruption, probes, false);
+                self.count_diagnosis(diagnosis, records, false);
+            }
+            ProbeVerdict::ReportedFailure => step(&mut self.reported_failure, probes, false),
+            ProbeVerdict::Timeout => step(&mut self.timeout, probes, false),
+        }
+    }
+
+    pub(crate) fn count_diagnosis(&mut self, diagnosis: Diagnosis, records: u64, remove: bool) {
+        match self.diagnoses.iter().position(|(d, _)| *d == diagnosis) {
+            Some(i) => {
+                step(&mut self.diagnoses[i].1, records, remove);
+                if self.diagnoses[i].1 == 0 {
+                    self.diagnoses.swap_remove(i);
+                }
+            }
+            None if !remove => self.diagnoses.push((diagnosis, records)),
+            None => {}
+        }
+    }
+
+    pub(crate) fn count_via(&mut self, via: &str, records: u64, remove: bool) {
+        match self.via.iter().position(|(v, _)| v == via) {
+            Some(i) => {
+                step(&mut self.via[i].1, records, remove);
+                if self.via[i].1 == 0 {
+                    self.via.swap_remove(i);
+                }
+            }
+            None if !remove => self.via.push((via.to_owned(), records)),
+            None => {}
+        }
+    }
+
+    /// Adds another class's counts to these, or (`remove`) takes them away.
+    pub(crate) fn merge(&mut self, other: &ClassCounts, remove: bool) {
+        step(&mut self.records, other.records, remove);
+        step(&mut self.ok, other.ok, remove);
+        step(&mut self.silent_corruption, other.silent_corruption, remove);
+        step(&mut self.reported_failure, other.reported_failure, remove);
+        step(&mut self.timeout, other.timeout, remove);
+        step(&mut self.ok_cuda, other.ok_cuda, remove);
+        for (d, n) in &other.diagnoses {
+            self.count_diagnosis(*d, *n, remove);
+        }
+        for (v, n) in &other.via {
+            self.count_via(v, *n, remove);
+        }
+    }
+
+    pub(crate) fn bad(&self) -> u64 {
+        self.silent_corruption.saturating_add(self.reported_failure).saturating_add(self.timeout)
+    }
+}
+
+/// A pair's evidence by [`Class`] of path (a pair has one or two; the window kept between
+/// passes holds one of these for every pair of the fleet).
+#[derive(Default, Clone)]
+pub(crate) struct PairAcc {
+    pub(crate) by_class: [Option<Box<ClassCounts>>; 3],
+}
+
+impl PairAcc {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_class.iter().flatten().all(|c| c.records == 0)
+    }
+
+    pub(crate) fn class(&mut self, class: usize) -> &mut ClassCounts {
+        self.by_class[class].get_or_insert_with(Box::default)
+    }
+}
+
+#[derive(Default, Clone)]
+pub(crate) struct NodeAcc {
+    /// Records of the node in the window that did not run on the simulated fabric (none: the
+    /// node's fabric is all simulated, and its simulated probes are trusted).
+    pub(crate) not_simulated: u64,
+    /// Per GPU, its NICs' evidence (a GPU has a few NICs: found by a look along them, with no
+    /// allocation for a pair already seen).
+    pub(crate) pairs: HashMap<i32, Vec<(String, PairAcc)>>,
+}
+
+/// Records of one pair with one provenance and outcome: a grouped row, or one summary of a set.
+pub(crate) struct Evidence<'a> {
+    pub(crate) gpu: i32,
+    pub(crate) nic: &'a str,
+    pub(crate) path: &'a str,
+    pub(crate) memory: &'a str,
+    pub(crate) verdict: ProbeVerdict,
+    pub(crate) diagnosis: Diagnosis,
+    /// The probes the records stand for, and the records.
+    pub(crate) probes: u64,
+    pub(crate) records: u64,
+    pub(crate) transport: &'a str,
+    pub(crate) first_lane: Option<&'a str>,
+}
+
+impl Evidence<'_> {
+    /// Why this stored row is one ingest could never have accepted, if it is.
+    pub(crate) fn out_of_bounds(&self) -> Option<String> {
+        if super::stored_gpu(self.gpu).is_none() {
+            return Some(format!("a stored probe row names GPU index {}", self.gpu));
+        }
+        // A grouped row stands for many records; each stands for at most a summary's bound.
+        let max = u64::from(railguard_schema::limits::MAX_SUMMARY_PROBES).saturating_mul(self.records.max(1));
+        if self.probes > max {
+            return Some(format!(
+                "a stored probe row of GPU{} stands for {} probes in {} record(s)",
+                self.gpu, self.probes, self.records
+            ));
+        }
+        None
+    }
+}
+
+impl NodeAcc {
+    /// Counts `e` into its pair, and into the node's trust decision; for a path that may prove
+    /// nothing, notes the transport that carried it.
+    pub(crate) fn record(&mut self, e: Evidence<'_>) {
+        let class = Class::of(e.path);
+        if class != Class::Simulated {
+            step(&mut self.not_simulated, e.records, false);
+        }
+        let counts = self.pair(e.gpu, e.nic).class(class as usize);
+        let cuda = class == Class::NicDma && e.memory == "cuda";
+        counts.add(e.verdict, e.diagnosis, cuda, e.probes, e.records);
+        if class != Class::NicDma {
+            counts.count_via(&via(e.transport, e.first_lane), e.records, false);
+        }
+    }
+
+    pub(crate) fn pair(&mut self, gpu: i32, nic: &str) -> &mut PairAcc {
+        let nics = self.pairs.entry(gpu).or_default();
+        let i = match nics.iter().position(|(n, _)| n == nic) {
+            Some(i) => i,
+            None => {
+                nics.push((nic.to_owned(), PairAcc::default()));
+                nics.len() - 1
+            }
+        };
+        &mut nics[i].1
+    }
+}
+
+/// Each pair's evidence in the window, and the candidates for each workload pair's latest
+/// verdicts.
+#[derive(Default)]
+pub(crate) struct WindowEvidence {
+    pub(crate) nodes: BTreeMap<String, NodeAcc>,
+    /// Per (node, GPU): the workload pair's records (time, verdict, probes), in no order.
+    pub recent: HashMap<(String, i32), Recent>,
+    /// Nodes with a stored row that ingest could never have accepted (a GPU index out of range,
+    /// a summary's probe count out of bounds), with the first such row in words: the row is not
+    /// counted, and the node is not assessed on the rest ([`super::Damage`]).
+    pub damaged: super::Damage,
+}
+
+impl WindowEvidence {
+    /// A node's evidence (a name per grouped row or set, not per summary).
+    pub(crate) fn node(&mut self, node: String) -> &mut NodeAcc {
+        self.nodes.entry(node).or_default()
+    }
+
+    /// Counts `e` into `node`'s evidence, or, where the row is outside what ingest accepts,
+    /// notes the node damaged instead.
+    pub(crate) fn count(&mut self, node: &str, e: Evidence<'_>) {
+        match e.out_of_bounds() {
+            Some(why) => self.damaged.note(node, || why),
+            None => match self.nodes.get_mut(node) {
+                Some(acc) => acc.record(e),
+                None => self.node(node.to_owned()).record(e),
+            },
+        }
+    }
+
+    /// Each pair's counts under the trust policy, in (node, GPU, NIC) order.
+    pub fn into_pairs(self) -> Vec<(String, i32, PairCounts)> {
+        let mut out = Vec::new();
+        for (node, acc) in self.nodes {
+            let all_simulated = acc.not_simulated == 0;
+            let mut pairs: Vec<(i32, String, PairAcc)> = acc
+                .pairs
+                .into_iter()
+                .flat_map(|(gpu, nics)| nics.into_iter().map(move |(nic, p)| (gpu, nic, p)))
+                .filter(|(_, _, p)| !p.is_empty())
+                .collect();
+            pairs.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+            for (gpu, nic, p) in pairs {
+                let n = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+                let (mut proven, mut unproven) = (ClassCounts::default(), ClassCounts::default());
+                let mut simulated = false;
+                for (c, k) in p.by_class.into_iter().enumerate() {
+                    let Some(k) = k.filter(|k| k.records > 0) else { continue };
+                    let k = *k;
+                    if Class::trusted(c, all_simulated) {
+                        simulated |= c == Class::Simulated as usize;
+                        proven.merge(&k, false);
+                    } else {
+                        unproven.merge(&k, false);
+                    }
+                }
+                let counts = PairCounts {
+                    nic,
+                    ok: n(proven.ok),
+                    silent_corruption: n(proven.silent_corruption),
+                    reported_failure: n(proven.reported_failure),
+                    timeout: n(proven.timeout),
+                    ok_gpu_memory: n(proven.ok_cuda),
+                    // SQL's mode(): the most frequent, the first in the column's (text) order on a tie.
+                    diagnosis: proven
+                        .diagnoses
+                        .into_iter()
+                        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.as_str().cmp(a.0.as_str())))
+                        .map(|(d, _)| d),
+                    simulated,
+                    unproven_ok: n(unproven.ok),
+                    unproven_bad: n(unproven.bad()),
+                    unproven_via: {
+                        let mut via: Vec<String> = unproven.via.into_iter().map(|(v, _)| v).collect();
+                        via.sort_unstable();
+                        via
+                    },
+                    inline: InlineCounts::default(),
+                };
+                out.push((node.clone(), gpu, counts));
+            }
+        }
+        out
+    }
+}
+
+/// What carried a probe, for "unproven … via X": its transport, over its first lane if it
+/// reported any (`ucx over tcp/lo`).
+pub(crate) fn via<'a>(transport: &'a str, first_lane: Option<&str>) -> Cow<'a, str> {
+    match first_lane {
+        Some(lane) => Cow::Owned(format!("{transport} over {lane}")),
+        None => Cow::Borrowed(transport),
+    }
+}
+
+/// A record's first lane, as SQL's `lanes->>0` reads it (lanes are stored as a JSON array of
+/// strings; anything else in the array as its JSON text).
+pub(crate) fn first_lane(lanes: &serde_json::Value) -> Option<Cow<'_, str>> {
+    match lanes.as_array()?.first()? {
+        serde_json::Value::String(s) => Some(Cow::Borrowed(s)),
+        other => Some(Cow::Owned(other.to_string())),
+    }
+}

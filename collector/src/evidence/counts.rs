@@ -1,0 +1,95 @@
+//! What the window says of one GPU/NIC pair: probe verdicts under the trust policy, and the
+//! workload's own in-line checks. The assessment's rules read nothing else of the evidence.
+
+use serde::Serialize;
+
+use railguard_schema::Diagnosis;
+
+use crate::status::Verification;
+
+/// Probe verdict counts for one GPU/NIC pair inside the window.
+///
+/// The trust policy (ARCHITECTURE.md, "Trust"): `ok`, the failure counts and `ok_gpu_memory`
+/// count only probes that exercised the pair's NIC (`path = nic_dma`), or the simulated fabric on
+/// a node whose whole fabric is simulated. Probes that exercised no NIC are `unproven_*`: they
+/// catch a broken engine or host, never verify the pair. Injected faults are not here at all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PairCounts {
+    pub nic: String,
+    pub ok: u32,
+    pub silent_corruption: u32,
+    pub reported_failure: u32,
+    pub timeout: u32,
+    /// Of the `ok` probes, those that moved GPU memory to GPU memory (the workload's path).
+    #[serde(default)]
+    pub ok_gpu_memory: u32,
+    /// Most common receiver diagnosis among the silent corruptions.
+    pub diagnosis: Option<Diagnosis>,
+    /// The trusted probes were the simulated fabric's.
+    #[serde(default)]
+    pub simulated: bool,
+    /// Probes that exercised no NIC (tcp, UCX over shared memory or sockets): verified / failed.
+    #[serde(default)]
+    pub unproven_ok: u32,
+    #[serde(default)]
+    pub unproven_bad: u32,
+    /// How those moved the bytes (`tcp`, `ucx over tcp/lo`).
+    #[serde(default)]
+    pub unproven_via: Vec<String>,
+    /// The workload's own transfers on this pair, verified in-line (railguard's NIXL library).
+    #[serde(default)]
+    pub inline: InlineCounts,
+}
+
+/// In-line verification of the workload's own transfers on one pair, inside the window.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct InlineCounts {
+    /// Transfers whose every block matched the source's digests.
+    pub ok: u64,
+    /// Of those, moved while the process held RDMA queue pairs on the pair's NIC (its DMA).
+    pub ok_nic: u64,
+    /// Of those, into GPU memory: the workload's path, proven as a probe in GPU memory would.
+    pub ok_gpu_memory: u64,
+    /// NIXL said DONE and the bytes differ from the source's digests.
+    pub mismatch: u64,
+    /// NIXL reported an error.
+    pub error: u64,
+    /// The latest failed transfers, in words ("req-17: 8 of 32 blocks differ, first bad byte 786432").
+    pub failures: Vec<String>,
+}
+
+impl InlineCounts {
+    pub fn total(&self) -> u64 {
+        self.ok.saturating_add(self.mismatch).saturating_add(self.error)
+    }
+}
+
+impl PairCounts {
+    // Counts saturate: a window's counts come from outside, and no sum of them may panic or
+    // wrap (a wrapped total would read as fewer probes than failed).
+    pub fn bad(&self) -> u32 {
+        self.silent_corruption.saturating_add(self.reported_failure).saturating_add(self.timeout)
+    }
+    pub fn total(&self) -> u32 {
+        self.ok.saturating_add(self.bad())
+    }
+    pub fn unproven(&self) -> u32 {
+        self.unproven_ok.saturating_add(self.unproven_bad)
+    }
+    /// How the pair was verified, by its strongest evidence.
+    pub fn verification(&self) -> Verification {
+        match self {
+            p if p.ok_gpu_memory > 0 || p.inline.ok_gpu_memory > 0 => Verification::GpuMemory,
+            p if p.total() > 0 && p.simulated => Verification::Simulated,
+            p if p.total() > 0 || p.inline.ok_nic > 0 => Verification::HostMemory,
+            p if p.unproven() > 0 || p.inline.total() > 0 => Verification::Unproven,
+            _ => Verification::Unprobed,
+        }
+    }
+
+    /// Trusted evidence on the pair: probes that exercised its NIC, or the workload's own
+    /// transfers verified in-line while its NIC carried them.
+    pub fn verified_by_nic(&self) -> bool {
+        self.total() > 0 || self.inline.ok_nic > 0
+    }
+}

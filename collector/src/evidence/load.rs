@@ -1,0 +1,426 @@
+//! Reading the evidence: the records stored a row each grouped in SQL, the summary sets read as
+//! the arrays they are stored as, the pair-hour rollups for rolled hours, and the workload pairs'
+//! latest verdicts ranked from both.
+
+use super::*;
+
+/// The workload NIC of each GPU, per node: the pairs whose latest verdicts are ranked.
+pub(crate) type WorkloadPairs = HashMap<String, Vec<(i32, String)>>;
+
+/// Where the workload pairs of a node are looked up: the pass's topologies, or what the cache
+/// keeps them for.
+pub(crate) trait Workloads: Sync {
+    fn of(&self, node: &str) -> Option<&[(i32, String)]>;
+
+    /// No node has a workload pair: no latest verdicts to read (the pattern finder's reads).
+    fn none(&self) -> bool {
+        false
+    }
+}
+
+impl Workloads for WorkloadPairs {
+    fn of(&self, node: &str) -> Option<&[(i32, String)]> {
+        self.get(node).map(Vec::as_slice)
+    }
+
+    fn none(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+pub(crate) fn is_workload(workload: &(dyn Workloads + Sync), node: &str, gpu: i32, nic: &str) -> bool {
+    workload.of(node).is_some_and(|w| w.iter().any(|(g, n)| *g == gpu && n == nic))
+}
+
+/// Reads the evidence of `filter`'s nodes (every node when None) observed in (`since`, `now`].
+pub(crate) async fn load(
+    conn: &mut sqlx::PgConnection,
+    filter: &Option<Vec<String>>,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+    workload: &(dyn Workloads + Sync),
+    laps: &mut super::Laps<'_>,
+) -> Result<WindowEvidence, sqlx::Error> {
+    Ok(load_split(conn, filter, [(since, now), (now, now)], now, workload, false, laps).await?.0)
+}
+
+/// Every node's evidence observed in (`since`, `until`] across the storage tiers, for the
+/// pattern finder: the whole hours `[rolled.0, rolled.1)` (hours the collector has rolled up,
+/// inside the period) from the pair-hour rollups, the rest of the period from the evidence
+/// itself. A rolled-up hour counts its pair's probes per provenance as the evidence did, with no
+/// diagnosis of its failures and no lanes (neither is rolled up); evidence that reached the
+/// store after its hour's last roll-up is not in it. No workload pairs' latest verdicts.
+pub(crate) async fn load_period(
+    conn: &mut sqlx::PgConnection,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+    rolled: Option<Hours>,
+    laps: &mut super::Laps<'_>,
+) -> Result<WindowEvidence, sqlx::Error> {
+    let none = WorkloadPairs::new();
+    let Some((from, to)) = rolled.filter(|(f, t)| since <= *f && f < t && *t <= until) else {
+        return Ok(load_split(conn, &None, [(since, until), (until, until)], until, &none, true, laps).await?.0);
+    };
+    let mut ev = load_around(conn, since, until, (from, to), laps).await?;
+    read_rolled(conn, (from, to), &mut ev).await?;
+    laps.lap(super::Step::SummarySets);
+    Ok(ev)
+}
+
+/// The evidence of (`since`, `until`] outside the rolled hours `[from, to)` in it: (a, b] ranges
+/// up to the instant before `from`, and from `to` on.
+pub(crate) async fn load_around(
+    conn: &mut sqlx::PgConnection,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+    (from, to): Hours,
+    laps: &mut super::Laps<'_>,
+) -> Result<WindowEvidence, sqlx::Error> {
+    let tick = chrono::TimeDelta::microseconds(1);
+    let none = WorkloadPairs::new();
+    Ok(load_split(conn, &None, [(since, from - tick), (to - tick, until)], until, &none, true, laps).await?.0)
+}
+
+/// Whole hours, [start, end).
+pub(crate) type Hours = (DateTime<Utc>, DateTime<Utc>);
+
+/// Adds the pair-hour rollups of the hours `[from, to)` to `ev`, as [`load_period`] reads them.
+pub(crate) async fn read_rolled(
+    conn: &mut sqlx::PgConnection,
+    (from, to): Hours,
+    ev: &mut WindowEvidence,
+) -> Result<(), sqlx::Error> {
+    if from >= to {
+        return Ok(());
+    }
+    // A node's rows of the rolled hours mostly share one layout (its pairs and their
+    // provenance, six arrays): rows with the layout of the node's row before are compared as
+    // they came (binary) and only their counts decoded and added up per element; a layout is
+    // decoded, and what was added up counted into the node, once per run of rows that share
+    // it. The same counts as a row at a time (each element's probes summed, its records the
+    // rows that had any), at 10,000 nodes a day's 240,000 rows of 64 elements instead of 15
+    // million element-by-element records.
+    let mut rows = sqlx::query(
+        "SELECT node_id, gpu_index, nic, path, memory, injected, transport, ok, silent_corruption, reported_failure, timeout
+         FROM probe_rollup_sets WHERE hour >= $1 AND hour < $2
+         UNION ALL
+         SELECT node_id, ARRAY[gpu_index], ARRAY[nic], ARRAY[path], ARRAY[memory], ARRAY[injected], ARRAY[transport],
+                ARRAY[ok], ARRAY[silent_corruption], ARRAY[reported_failure], ARRAY[timeout]
+         FROM probe_rollups WHERE hour >= $1 AND hour < $2",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch(&mut *conn);
+    let mut runs: HashMap<String, RolledRun> = HashMap::new();
+    let mut key = Vec::new();
+    while let Some(row) = rows.next().await {
+        let row = row?;
+        let node_id: String = sqlx::Row::try_get(&row, 0)?;
+        RolledRun::layout_of(&row, &mut key)?;
+        let run = match runs.entry(node_id) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                if o.get().layout != key {
+                    let done = o.insert(RolledRun::of(&row, key.clone())?);
+                    done.count_into(ev.node(o.key().clone()));
+                }
+                o.into_mut()
+            }
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(RolledRun::of(&row, key.clone())?),
+        };
+        run.add(&row)?;
+    }
+    for (node_id, run) in runs {
+        run.count_into(ev.node(node_id));
+    }
+    Ok(())
+}
+
+/// A run of a node's rolled-up rows that share one layout ([`load_period`]): the layout, and
+/// each element's counts added up over the run.
+pub(crate) struct RolledRun {
+    /// The six layout columns as they came (binary), each after its length.
+    layout: Vec<u8>,
+    gpus: Vec<i32>,
+    nics: Vec<String>,
+    paths: Vec<String>,
+    memories: Vec<String>,
+    injected: Vec<String>,
+    transports: Vec<String>,
+    /// Per element and verdict (ok, silent corruption, reported failure, timeout): the probes,
+    /// and the rows that had any.
+    sums: Vec<[(u64, u64); 4]>,
+}
+
+impl RolledRun {
+    const VERDICTS: [ProbeVerdict; 4] =
+        [ProbeVerdict::Ok, ProbeVerdict::SilentCorruption, ProbeVerdict::ReportedFailure, ProbeVerdict::Timeout];
+
+    /// `row`'s layout columns (1 to 6) as they came, into `key`.
+    fn layout_of(row: &sqlx::postgres::PgRow, key: &mut Vec<u8>) -> Result<(), sqlx::Error> {
+        use sqlx::{Row, ValueRef};
+        key.clear();
+        for i in 1..=6 {
+            let raw = row.try_get_raw(i)?;
+            let bytes = if raw.is_null() { &[][..] } else { raw.as_bytes().map_err(sqlx::Error::Decode)? };
+            key.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            key.extend_from_slice(bytes);
+        }
+        Ok(())
+    }
+
+    fn of(row: &sqlx::postgres::PgRow, layout: Vec<u8>) -> Result<RolledRun, sqlx::Error> {
+        use sqlx::Row;
+        let gpus: Vec<i32> = row.try_get(1)?;
+        let sums = vec![[(0, 0); 4]; gpus.len()];
+        Ok(RolledRun {
+            layout,
+            gpus,
+            nics: row.try_get(2)?,
+            paths: row.try_get(3)?,
+            memories: row.try_get(4)?,
+            injected: row.try_get(5)?,
+            transports: row.try_get(6)?,
+            sums,
+        })
+    }
+
+    /// Adds `row`'s counts (columns 7 to 10), element by element.
+    fn add(&mut self, row: &sqlx::postgres::PgRow) -> Result<(), sqlx::Error> {
+        use sqlx::Row;
+        for (v, col) in [7, 8, 9, 10].into_iter().enumerate() {
+            let counts: Vec<i64> = row.try_get(col)?;
+            for (sum, n) in self.sums.iter_mut().zip(counts) {
+                let n = u64::try_from(n).unwrap_or(0);
+                if n > 0 {
+                    sum[v].0 = sum[v].0.saturating_add(n);
+                    sum[v].1 = sum[v].1.saturating_add(1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts the run into its node: each element with a probe, as its rows would one by one
+    /// (no diagnosis: not rolled up; injected probes are no evidence).
+    fn count_into(self, node: &mut NodeAcc) {
+        for (i, sum) in self.sums.iter().enumerate() {
+            let (Some(&gpu), Some(nic), Some(path), Some(memory), Some(inj), Some(transport)) = (
+                self.gpus.get(i),
+                self.nics.get(i),
+                self.paths.get(i),
+                self.memories.get(i),
+                self.injected.get(i),
+                self.transports.get(i),
+            ) else {
+                continue;
+            };
+            if inj != "none" {
+                continue;
+            }
+            for (verdict, (probes, records)) in Self::VERDICTS.into_iter().zip(sum) {
+                if *records > 0 {
+                    node.record(Evidence {
+                        gpu,
+                        nic,
+                        path,
+                        memory,
+                        verdict,
+                        diagnosis: Diagnosis::None,
+                        probes: *probes,
+                        records: *records,
+                        transport,
+                        first_lane: None,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// [`load`] of the evidence observed in either of two ranges (`(a, b]`; an empty one is
+/// `(t, t]`), in one read: what was observed up to `split`, and what after. Among the workload
+/// pairs' latest records, those of the later part are complete (its newest ten); the earlier
+/// part's are complete only where the later part has fewer than ten, which is all a ranking of
+/// the two together needs. `lean` (the pattern finder's read): the summary sets without their
+/// memory, transports and lanes, so no GPU-memory counts and no transports of unproven probes
+/// from them (the trust decision and the verdicts are the same).
+pub(crate) async fn load_split(
+    conn: &mut sqlx::PgConnection,
+    filter: &Option<Vec<String>>,
+    ranges: [(DateTime<Utc>, DateTime<Utc>); 2],
+    split: DateTime<Utc>,
+    workload: &(dyn Workloads + Sync),
+    lean: bool,
+    laps: &mut super::Laps<'_>,
+) -> Result<(WindowEvidence, WindowEvidence), sqlx::Error> {
+    let (mut ev, mut late) = (WindowEvidence::default(), WindowEvidence::default());
+
+    // Records stored a row each, grouped by what the trust policy and the counts tell apart.
+    #[derive(sqlx::FromRow)]
+    struct Group {
+        node_id: String,
+        gpu_index: i32,
+        nic: String,
+        path: String,
+        memory: String,
+        verdict: ProbeVerdict,
+        diagnosis: Diagnosis,
+        transport: String,
+        first_lane: Option<String>,
+        probes: i64,
+        records: i64,
+        after: bool,
+    }
+    let [(a0, b0), (a1, b1)] = ranges;
+    // Streamed: a rolling start's first minute is a row for each of every pair's first probes.
+    let mut groups = sqlx::query_as::<_, Group>(
+        "SELECT node_id, gpu_index, nic, path, memory, verdict, diagnosis,
+                -- what carried it, read only where the path proves nothing (see `via`)
+                CASE WHEN path = 'nic_dma' THEN '' ELSE transport END AS transport,
+                CASE WHEN path = 'nic_dma' THEN NULL ELSE lanes->>0 END AS first_lane,
+                sum(probes)::bigint AS probes, count(*) AS records, observed_at > $6 AS after
+         FROM probe_row_evidence
+         WHERE ((observed_at > $2 AND observed_at <= $3) OR (observed_at > $4 AND observed_at <= $5))
+           AND injected = 'none' AND ($1::text[] IS NULL OR node_id = ANY($1))
+         GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 12",
+    )
+    .bind(filter)
+    .bind(a0)
+    .bind(b0)
+    .bind(a1)
+    .bind(b1)
+    .bind(split)
+    .fetch(&mut *conn);
+    let u = |v: i64| u64::try_from(v).unwrap_or(0);
+    while let Some(g) = groups.next().await {
+        let g = g?;
+        let part = if g.after { &mut late } else { &mut ev };
+        part.count(
+            &g.node_id,
+            Evidence {
+                gpu: g.gpu_index,
+                nic: &g.nic,
+                path: &g.path,
+                memory: &g.memory,
+                verdict: g.verdict,
+                diagnosis: g.diagnosis,
+                probes: u(g.probes),
+                records: u(g.records),
+                transport: &g.transport,
+                first_lane: g.first_lane.as_deref(),
+            },
+        );
+    }
+    drop(groups);
+    laps.lap(super::Step::ProbeRows);
+
+    // The latest records stored a row each of every pair on a path that may verify it (ten a
+    // pair at most: all the hysteresis reads), kept for the workload pairs, to be ranked with
+    // the sets' below (none to keep when no node has a workload pair).
+    let recent: Vec<(String, i32, String, DateTime<Utc>, ProbeVerdict, i32)> = if workload.none() {
+        Vec::new()
+    } else {
+        sqlx::query_as(
+            "SELECT node_id, gpu_index, nic, observed_at, verdict, probes FROM (
+            SELECT e.node_id, e.gpu_index, e.nic, e.observed_at, e.verdict, e.probes,
+                   row_number() OVER (PARTITION BY e.node_id, e.gpu_index, e.nic ORDER BY e.observed_at DESC) AS rn
+            FROM probe_row_evidence e
+            WHERE ((e.observed_at > $2 AND e.observed_at <= $3) OR (e.observed_at > $4 AND e.observed_at <= $5))
+              AND ($1::text[] IS NULL OR e.node_id = ANY($1))
+              AND e.injected = 'none' AND e.path IN ('nic_dma', 'simulated')
+         ) r WHERE rn <= $6",
+        )
+        .bind(filter)
+        .bind(a0)
+        .bind(b0)
+        .bind(a1)
+        .bind(b1)
+        .bind(i64::try_from(super::RECENT_VERDICTS).unwrap_or(10))
+        .fetch_all(&mut *conn)
+        .await?
+    };
+    for (node, gpu, nic, at, verdict, probes) in recent {
+        if is_workload(workload, &node, gpu, &nic) {
+            let part = if at > split { &mut late } else { &mut ev };
+            part.recent.entry((node, gpu)).or_default().push((at, verdict, probes));
+        }
+    }
+    laps.lap(super::Step::Recent);
+
+    // Summary sets, a row of arrays each (every summary ok; the arrays are as long as each
+    // other, which the table checks).
+    type SetRow = (
+        String,
+        DateTime<Utc>,
+        Vec<i32>,
+        Vec<String>,
+        Vec<String>,
+        Vec<String>,
+        Vec<String>,
+        Vec<String>,
+        Vec<Json<serde_json::Value>>,
+        Vec<i32>,
+    );
+    let mut sets = sqlx::query_as::<_, SetRow>(
+        "SELECT node_id, observed_at, gpu_index, nic, path,
+                CASE WHEN $6 THEN '{}' ELSE memory END, injected,
+                CASE WHEN $6 THEN '{}' ELSE transport END, CASE WHEN $6 THEN '{}' ELSE lanes END, probes
+         FROM probe_summary_sets
+         WHERE ((observed_at > $2 AND observed_at <= $3) OR (observed_at > $4 AND observed_at <= $5))
+           AND ($1::text[] IS NULL OR node_id = ANY($1))",
+    )
+    .bind(filter)
+    .bind(a0)
+    .bind(b0)
+    .bind(a1)
+    .bind(b1)
+    .bind(lean)
+    .fetch(&mut *conn);
+    while let Some(row) = sets.next().await {
+        let (node_id, at, gpus, nics, paths, memories, injected, transports, lanes, probes) = row?;
+        let wl = workload.of(&node_id);
+        let part = if at > split { &mut late } else { &mut ev };
+        let mut recent: Vec<(i32, i32)> = Vec::new();
+        for i in 0..gpus.len() {
+            let (Some(&gpu), Some(nic), Some(path), Some(inj), Some(&n)) =
+                (gpus.get(i), nics.get(i), paths.get(i), injected.get(i), probes.get(i))
+            else {
+                continue;
+            };
+            if inj != "none" {
+                continue;
+            }
+            // Not read for a lean read (empty arrays): no GPU-memory count, no transport.
+            let memory = memories.get(i).map(String::as_str).unwrap_or_default();
+            let lane = lanes.get(i).and_then(|l| first_lane(&l.0));
+            let transport = transports.get(i).map(String::as_str).unwrap_or_default();
+            if n <= 0 {
+                part.damaged.note(&node_id, || format!("a stored summary of GPU{gpu} stands for {n} probes"));
+                continue;
+            }
+            part.count(
+                &node_id,
+                Evidence {
+                    gpu,
+                    nic,
+                    path,
+                    memory,
+                    verdict: ProbeVerdict::Ok,
+                    diagnosis: Diagnosis::None,
+                    probes: u(i64::from(n)),
+                    records: 1,
+                    transport,
+                    first_lane: lane.as_deref(),
+                },
+            );
+            if Class::of(path) != Class::Other && wl.is_some_and(|w| w.iter().any(|(g, wn)| *g == gpu && wn == nic)) {
+                recent.push((gpu, n));
+            }
+        }
+        for (gpu, n) in recent {
+            part.recent.entry((node_id.clone(), gpu)).or_default().push((at, ProbeVerdict::Ok, n));
+        }
+    }
+    laps.lap(super::Step::SummarySets);
+    Ok((ev, late))
+}

@@ -1,0 +1,57 @@
+//! The window's probe evidence per GPU/NIC pair: what a pass and the pattern finder read. Records stored a row each (full
+//! probes, the single summaries of older agents) are grouped in SQL; summary sets are read as
+//! the rows of arrays they are stored as and added up here, a set at a time as they stream in:
+//! unnesting every set's summaries into rows and grouping them in SQL, or ranking the workload
+//! pairs' latest verdicts through the same unnest, costs an order of magnitude more of a pass
+//! (figures and how to reproduce them: docs/scaling.md).
+//!
+//! The result is what this query over every record and summary (`probe_evidence`) defines, and
+//! what `e2e/tests/window_evidence.rs` checks it against on random evidence:
+//!
+//! ```sql
+//! WITH w AS (SELECT * FROM probe_evidence WHERE <in the window> AND injected = 'none'),
+//!      sim AS (SELECT node_id, bool_and(path = 'simulated') AS all_simulated FROM w GROUP BY node_id),
+//!      t AS (SELECT w.*, railguard_trusted(w.path, sim.all_simulated) AS trusted FROM w JOIN sim USING (node_id))
+//! SELECT node_id, gpu_index, nic, <sum(probes) of the trusted per verdict>, <of the trusted ok with
+//!        nic_dma and cuda>, mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (<trusted corruption>),
+//!        bool_or(trusted AND path = 'simulated'), <sum(probes) of the untrusted ok, and not ok>,
+//!        array_agg(DISTINCT <transport, over its first lane>) FILTER (WHERE NOT trusted)
+//! FROM t GROUP BY node_id, gpu_index, nic
+//! ```
+//!
+//! The trust policy is `railguard_trusted` (migration 0016): a probe verifies its pair only if the
+//! pair's NIC moved the bytes, or it ran on the simulated fabric of a node whose whole fabric (in
+//! the window) is simulated. Injected faults are not evidence at all.
+
+//!
+//! Rooms: [`counts`] (what a pair's evidence says, for the rules), [`accumulate`] (reading
+//! into counts, the trust policy), [`load`] (the SQL), [`lean`], [`period`] and [`rolled`] (the
+//! pattern finder's compact form and caches), [`damage`] (rows no ingest would accept).
+
+mod accumulate;
+pub mod counts;
+pub mod damage;
+mod lean;
+mod load;
+mod period;
+mod rolled;
+
+pub(crate) use accumulate::*;
+pub use counts::{InlineCounts, PairCounts};
+pub use damage::{Damage, stored_gpu};
+pub(crate) use lean::*;
+pub(crate) use load::*;
+pub use period::*;
+pub use rolled::*;
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+
+use crate::steps::{Laps, Step};
+use chrono::{DateTime, Utc};
+use railguard_schema::{Diagnosis, ProbeVerdict};
+use sqlx::types::Json;
+use tokio_stream::StreamExt;
+
+/// The workload pair's latest verdicts the hysteresis looks at.
+pub(crate) const RECENT_VERDICTS: usize = 10;

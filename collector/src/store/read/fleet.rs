@@ -1,0 +1,257 @@
+//! The fleet as a whole: its nodes ranked worst first and totals, the GPUs to act on, the
+//! fleet grid now or at a past instant, and the per-GPU facts `/metrics` labels its series with.
+
+use crate::status::{GpuStatus, Verification};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+use utoipa::ToSchema;
+
+use super::*;
+
+/// GPUs counted by status, and those whose workload pair's NIC path is unverified.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct StatusCounts {
+    pub ok: i64,
+    pub watch: i64,
+    /// Not assessed: the node's stored inputs could not be assessed.
+    pub unknown: i64,
+    pub at_risk: i64,
+    pub corrupting: i64,
+    /// Unprobed, or probed only by transfers that exercised no NIC (these GPUs are never `ok`).
+    pub unverified: i64,
+}
+
+/// The fleet's GPUs, in all and by status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct FleetTotals {
+    pub gpus: i64,
+    pub ok: i64,
+    pub watch: i64,
+    pub unknown: i64,
+    pub at_risk: i64,
+    pub corrupting: i64,
+    /// Unprobed, or probed only by transfers that exercised no NIC.
+    pub unverified: i64,
+}
+
+/// A node with its GPUs counted by status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct NodeSummary {
+    pub node: String,
+    pub hostname: String,
+    pub agent_version: String,
+    pub last_seen: DateTime<Utc>,
+    pub spool_dropped_total: i64,
+    /// Assessed GPUs.
+    pub gpus: i64,
+    #[sqlx(flatten)]
+    pub status_counts: StatusCounts,
+    /// The worst status of its GPUs; null before any GPU was assessed.
+    pub worst: Option<GpuStatus>,
+}
+
+/// A GPU's status changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct StatusChange {
+    pub node: String,
+    pub gpu: i32,
+    pub at: DateTime<Utc>,
+    /// Null for the first assessment of the GPU.
+    pub from: Option<GpuStatus>,
+    pub to: GpuStatus,
+    /// The evidence chain at the change, most important first.
+    #[sqlx(json)]
+    pub reasons: Vec<String>,
+}
+
+/// `GET /api/v1/fleet`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct FleetSummary {
+    pub totals: FleetTotals,
+    /// Worst first, then by node id (a page of them with `limit`).
+    pub nodes: Vec<NodeSummary>,
+    /// Pass as `after` for the next page; null on the last one.
+    pub next: Option<String>,
+    /// Newest first, at most 200.
+    pub changes_last_hour: Vec<StatusChange>,
+}
+
+/// Which nodes of the fleet to list: a status filter on each node's worst GPU, and a page.
+#[derive(Debug, Clone, Default)]
+pub struct FleetPage {
+    pub worst: Option<Vec<GpuStatus>>,
+    /// At most this many nodes (None: all).
+    pub limit: Option<i64>,
+    /// The cursor of the previous page ([`FleetSummary::next`]): nodes after it.
+    pub after: Option<(i32, String)>,
+}
+
+/// Every node (or a page of them) with its GPUs counted by status (worst first), the fleet's
+/// totals, and the status changes of the last hour.
+pub async fn fleet(pool: &PgPool, page: &FleetPage) -> Result<FleetSummary, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Ranked {
+        #[sqlx(flatten)]
+        node: NodeSummary,
+        rank: i32,
+    }
+    // Worst first (rank: the worst status's place in gpu_status_kind, 0 without GPUs), then by
+    // node id; the cursor is (rank, node), so a page never repeats or skips a node.
+    // The per-node counts the assessment keeps (`node_status`, migration 0019): the page is a
+    // range of its (rank, node) index, not a count of every GPU of the fleet.
+    let rows: Vec<Ranked> = sqlx::query_as(
+        "SELECT n.node_id AS node, n.hostname, n.agent_version, n.last_seen, n.spool_dropped_total,
+                s.gpus, s.ok, s.watch, s.unknown, s.at_risk, s.corrupting, s.unverified, s.worst, s.rank
+         FROM node_status s JOIN nodes n ON n.node_id = s.node_id
+         WHERE ($1::gpu_status_kind[] IS NULL OR s.worst = ANY($1))
+           AND ($2::int IS NULL OR s.rank < $2 OR (s.rank = $2 AND s.node_id > $3))
+         ORDER BY s.rank DESC, s.node_id
+         LIMIT $4",
+    )
+    .bind(&page.worst)
+    .bind(page.after.as_ref().map(|a| a.0))
+    .bind(page.after.as_ref().map(|a| a.1.clone()))
+    .bind(page.limit.map(|l| l + 1))
+    .fetch_all(pool)
+    .await?;
+    let mut nodes: Vec<(i32, NodeSummary)> = rows.into_iter().map(|r| (r.rank, r.node)).collect();
+    let next = match page.limit {
+        Some(l) if nodes.len() as i64 > l => {
+            nodes.truncate(usize::try_from(l).unwrap_or(usize::MAX));
+            nodes.last().map(|(rank, n)| format!("{rank}|{}", n.node))
+        }
+        _ => None,
+    };
+    let nodes: Vec<NodeSummary> = nodes.into_iter().map(|(_, n)| n).collect();
+    let totals: FleetTotals = sqlx::query_as(
+        "SELECT coalesce(sum(gpus), 0)::bigint AS gpus, coalesce(sum(ok), 0)::bigint AS ok,
+                coalesce(sum(watch), 0)::bigint AS watch, coalesce(sum(unknown), 0)::bigint AS unknown,
+                coalesce(sum(at_risk), 0)::bigint AS at_risk,
+                coalesce(sum(corrupting), 0)::bigint AS corrupting, coalesce(sum(unverified), 0)::bigint AS unverified
+         FROM node_status",
+    )
+    .fetch_one(pool)
+    .await?;
+    let changes_last_hour = sqlx::query_as(
+        "SELECT node_id AS node, gpu_index AS gpu, at, from_status AS \"from\", to_status AS \"to\", reasons
+         FROM gpu_status_changes WHERE at > now() - interval '1 hour' ORDER BY at DESC LIMIT 200",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(FleetSummary { totals, nodes, next, changes_last_hour })
+}
+
+/// GPUs across the fleet, worst first (then node, index), optionally only some statuses.
+pub async fn gpus(pool: &PgPool, statuses: Option<&[GpuStatus]>, limit: i64) -> Result<Vec<GpuStatusRow>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        gpu_status_columns!(),
+        " FROM gpu_status WHERE ($1::gpu_status_kind[] IS NULL OR status = ANY($1))
+         ORDER BY status DESC, node_id, gpu_index LIMIT $2"
+    ))
+    .bind(statuses)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// One GPU in the fleet grid: its status then, and why, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct GridCell {
+    pub node: String,
+    pub gpu: i32,
+    pub status: GpuStatus,
+    /// When it entered that status.
+    pub since: DateTime<Utc>,
+    /// The NIC its workload uses (current grid only; null in the past).
+    pub workload_nic: Option<String>,
+    /// How its workload pair is verified (current grid only; null in the past).
+    pub verification: Option<Verification>,
+    /// The first reason of its evidence chain.
+    pub reason: String,
+    /// Its node's hypervisor from the latest topology (empty: bare metal or unknown).
+    pub hypervisor: String,
+    /// Its model name from the latest topology (empty: unknown).
+    pub gpu_model: String,
+}
+
+/// When the fleet's last full assessment pass finished (whichever collector leads it).
+pub async fn last_assessment(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT finished_at FROM assessment_runs WHERE id = 1").fetch_optional(pool).await
+}
+
+/// Every GPU's current status, for the fleet grid (compact: one reason each).
+pub async fn grid_now(pool: &PgPool) -> Result<Vec<GridCell>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT s.node_id AS node, s.gpu_index AS gpu, s.status, s.since, s.workload_nic, s.verification,
+                coalesce(s.reasons->>0, '') AS reason, coalesce(t.hypervisor, '') AS hypervisor,
+                coalesce(g.name, '') AS gpu_model
+         FROM gpu_status s
+         LEFT JOIN latest_topology t ON t.node_id = s.node_id
+         LEFT JOIN topology_gpus g ON g.node_id = t.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
+         ORDER BY s.node_id, s.gpu_index",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Every GPU's status as it was at `at` (its latest status change at or before then): the
+/// fleet as the on-call engineer would have seen it. GPUs first assessed later are absent.
+pub async fn grid_at(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<GridCell>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH snap AS (SELECT DISTINCT ON (node_id) node_id, record_id, hypervisor FROM topology_snapshots
+                       WHERE received_at <= $1 ORDER BY node_id, received_at DESC, observed_at DESC)
+         SELECT c.node_id AS node, c.gpu_index AS gpu, c.to_status AS status, c.at AS since,
+                NULL::text AS workload_nic, NULL::gpu_verification AS verification,
+                coalesce(c.reasons->>0, '') AS reason, coalesce(t.hypervisor, '') AS hypervisor,
+                coalesce(g.name, '') AS gpu_model
+         FROM (SELECT DISTINCT ON (node_id, gpu_index) * FROM gpu_status_changes
+               WHERE at <= $1 ORDER BY node_id, gpu_index, at DESC) c
+         LEFT JOIN snap t ON t.node_id = c.node_id
+         LEFT JOIN topology_gpus g ON g.node_id = t.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = c.gpu_index
+         ORDER BY c.node_id, c.gpu_index",
+    )
+    .bind(at)
+    .fetch_all(pool)
+    .await
+}
+
+/// Every GPU's status, by node and index (for /metrics).
+pub async fn all_statuses(pool: &PgPool) -> Result<Vec<(String, i32, GpuStatus)>, sqlx::Error> {
+    sqlx::query_as("SELECT node_id, gpu_index, status FROM gpu_status ORDER BY node_id, gpu_index")
+        .fetch_all(pool)
+        .await
+}
+
+/// One GPU's line of `railguard_gpu_info`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GpuInfo {
+    pub node_id: String,
+    pub gpu_index: i32,
+    pub workload_nic: Option<String>,
+    pub verification: Verification,
+    /// The NIC to pin to (a value the assessment checked against the node's topology).
+    pub pin_nic: Option<String>,
+    /// What the pin was verified by (`gpu_memory`, `host_memory`, `simulated`, `unprobed`).
+    pub pin_evidence: Option<String>,
+}
+
+/// Per GPU: its workload NIC, how that pair was verified and the pin (for /metrics).
+pub async fn gpu_infos(pool: &PgPool) -> Result<Vec<GpuInfo>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT node_id, gpu_index, workload_nic, verification, pin_nic, pin_evidence
+         FROM gpu_status ORDER BY node_id, gpu_index",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Per node: seconds since its last batch (ingest lag) and its spool's dropped total (for /metrics).
+pub async fn node_lags(pool: &PgPool) -> Result<Vec<(String, f64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, spool_dropped_total FROM nodes ORDER BY node_id",
+    )
+    .fetch_all(pool)
+    .await
+}

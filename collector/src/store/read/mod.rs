@@ -1,0 +1,28 @@
+//! Every read of the history: typed rows, one function per question, used by the JSON API, the
+//! `query` CLI, the dashboard (through the API) and /metrics. The rows are the API's response
+//! types, so the OpenAPI document is generated from them (`crate::http::openapi`).
+//!
+//! Status order lives in Postgres (`gpu_status_kind`'s declaration order: worst last); enums are
+//! decoded into the domain types, and a row that does not decode is an error, never a default.
+//!
+//! Rooms: [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status and
+//! records), [`history`] (across the storage tiers).
+
+// SQL fragments shared by several queries, as macros so every query stays one compile-time
+// string (`concat!`): nothing is assembled at run time.
+macro_rules! gpu_status_columns {
+    () => {
+        "node_id AS node, gpu_index AS gpu, status, verification, since, assessed_at, workload_nic, structural_risk,
+         reasons, recommendation"
+    };
+}
+
+mod fleet;
+mod gpu;
+mod history;
+mod node;
+
+pub use fleet::*;
+pub use gpu::*;
+pub use history::*;
+pub use node::*;
