@@ -133,10 +133,10 @@ async fn main() {
     let cfg = AssessConfig::default();
     let fleet: Vec<String> = (0..NODES).map(|n| format!("fleet-{n}")).collect();
     let first = Instant::now();
-    let results = assess_and_store(&pool, Some(&fleet), &cfg).await.unwrap();
+    let results = assess_and_store(&pool, Some(&fleet), &cfg, chrono::Utc::now()).await.unwrap().assessments;
     let first = first.elapsed();
     let again = Instant::now();
-    assess_and_store(&pool, Some(&fleet), &cfg).await.unwrap();
+    assess_and_store(&pool, Some(&fleet), &cfg, chrono::Utc::now()).await.unwrap();
     let again = again.elapsed();
     let corrupting = results.iter().filter(|a| a.status.as_str() == "corrupting").count();
 

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use railguard_agent::topology::fixture;
-use railguard_collector::assess::{AssessConfig, Sweep, assess_and_store_at, assess_pass, changed_nodes};
+use railguard_collector::assess::{AssessConfig, Sweep, assess_and_store, assess_pass, changed_nodes};
 use railguard_collector::store::Store;
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
@@ -78,7 +78,7 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
 
     // The first pass takes everyone and claims them.
     let t0 = Utc::now();
-    let full = assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap();
+    let full = assess_pass(&pg.pool, &cfg, None, t0, None, cfg.node_bound()).await.unwrap();
     assert!(full.full && full.nodes == 3, "{full:?}");
     let gpus_per_node = full.gpus / 3;
     assert!(gpus_per_node >= 1);
@@ -93,7 +93,7 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
 
     // Nothing new: a pass touches nobody.
     let t1 = t0 + Duration::seconds(1);
-    let idle = assess_pass(&pg.pool, &cfg, Some(t0), t1, None).await.unwrap();
+    let idle = assess_pass(&pg.pool, &cfg, Some(t0), t1, None, cfg.node_bound()).await.unwrap();
     assert_eq!((idle.nodes, idle.gpus), (0, 0), "{idle:?}");
 
     // node-b's workload pair fails twice (dated before the previous pass, as a batch delivered
@@ -107,7 +107,7 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
     store.ingest(&node_b, failures, 0).await.unwrap();
     assert_eq!(pending(&pg).await, ["node-b"]);
     let t2 = t1 + Duration::seconds(1);
-    let changed = assess_pass(&pg.pool, &cfg, Some(t1), t2, None).await.unwrap();
+    let changed = assess_pass(&pg.pool, &cfg, Some(t1), t2, None, cfg.node_bound()).await.unwrap();
     assert!(!changed.full && changed.nodes == 1 && changed.gpus == gpus_per_node, "{changed:?}");
     assert_eq!(status(&pg, "node-b", 3).await.0, "corrupting");
     assert_eq!(status(&pg, "node-a", 3).await, (before_a.clone(), assessed_a), "node-a untouched");
@@ -126,9 +126,10 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
     let node_c = NodeId::new("node-c").unwrap();
     let ahead = t2 + Duration::seconds(20);
     store.ingest(&node_c, vec![probe_at(3, &nic, ProbeVerdict::Ok, ahead)], 0).await.unwrap();
-    let claim = assess_pass(&pg.pool, &cfg, Some(t2), t2 + Duration::seconds(1), None).await.unwrap();
+    let claim = assess_pass(&pg.pool, &cfg, Some(t2), t2 + Duration::seconds(1), None, cfg.node_bound()).await.unwrap();
     assert_eq!(claim.nodes, 1, "the batch itself: {claim:?}");
-    let entering = assess_pass(&pg.pool, &cfg, Some(ahead - Duration::seconds(1)), ahead, None).await.unwrap();
+    let entering =
+        assess_pass(&pg.pool, &cfg, Some(ahead - Duration::seconds(1)), ahead, None, cfg.node_bound()).await.unwrap();
     assert_eq!(entering.nodes, 1, "its date: {entering:?}");
 
     // One window after the failures, they leave it: node-b is assessed again with no new batch,
@@ -140,6 +141,7 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
         Some(failed_at + w - Duration::seconds(1)),
         failed_at + w + Duration::seconds(5),
         None,
+        cfg.node_bound(),
     )
     .await
     .unwrap();
@@ -169,7 +171,7 @@ async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
     );
     assert_eq!(Sweep::new(std::time::Duration::from_secs(5), std::time::Duration::from_secs(10)).of, 1);
     let t0 = Utc::now().trunc_subsecs(6);
-    let full = assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap();
+    let full = assess_pass(&pg.pool, &cfg, None, t0, None, cfg.node_bound()).await.unwrap();
     assert!(full.full && full.nodes == 12);
     assert_eq!(assessed_at(&pg, t0).await, names, "a pass over the fleet marks every node assessed");
 
@@ -180,7 +182,7 @@ async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
     let at = |s: i64| t0 + Duration::seconds(s);
 
     // Nothing new and nobody due: an empty pass.
-    let pass = assess_pass(&pg.pool, &cfg, Some(t0), at(10), Some(sweep)).await.unwrap();
+    let pass = assess_pass(&pg.pool, &cfg, Some(t0), at(10), Some(sweep), cfg.node_bound()).await.unwrap();
     assert!(pass.nodes == 0 && pass.swept == 0, "{pass:?}");
     // node-05 brings evidence: assessed for it, not swept.
     let nic: String = sqlx::query_scalar(
@@ -191,7 +193,7 @@ async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
     .unwrap();
     let node5 = NodeId::new("node-05").unwrap();
     store.ingest(&node5, vec![probe_at(0, &nic, ProbeVerdict::Ok, at(20))], 0).await.unwrap();
-    let pass = assess_pass(&pg.pool, &cfg, Some(at(10)), at(30), Some(sweep)).await.unwrap();
+    let pass = assess_pass(&pg.pool, &cfg, Some(at(10)), at(30), Some(sweep), cfg.node_bound()).await.unwrap();
     assert!(pass.nodes == 1 && pass.swept == 0, "{pass:?}");
     assert_eq!(assessed_at(&pg, at(30)).await, ["node-05"]);
 
@@ -206,7 +208,7 @@ async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
         (90, vec!["node-05", "node-10", "node-11"]),
         (100, vec![]),
     ] {
-        let pass = assess_pass(&pg.pool, &cfg, Some(prev), at(s), Some(sweep)).await.unwrap();
+        let pass = assess_pass(&pg.pool, &cfg, Some(prev), at(s), Some(sweep), cfg.node_bound()).await.unwrap();
         assert!(!pass.full && pass.nodes == expected.len() && pass.swept == expected.len(), "+{s} s: {pass:?}");
         assert_eq!(assessed_at(&pg, at(s)).await, expected, "+{s} s");
         swept.extend(expected.into_iter().map(str::to_owned));
@@ -220,7 +222,7 @@ async fn the_sweep_takes_the_nodes_not_assessed_for_its_period_oldest_first() {
         .unwrap();
     assert_eq!(stale, 0, "the sweep corrected every status");
     // A node assessed later than a pass's evidence time keeps its later mark.
-    assess_and_store_at(&pg.pool, Some(&["node-00".to_owned()]), &cfg, at(50)).await.unwrap();
+    assess_and_store(&pg.pool, Some(&["node-00".to_owned()]), &cfg, at(50)).await.unwrap();
     assert_eq!(assessed_at(&pg, at(60)).await, ["node-00", "node-01", "node-02"]);
 }
 
@@ -235,10 +237,10 @@ async fn a_pass_past_its_bound_takes_the_nodes_assessed_longest_ago_and_leaves_t
     let names = twelve_nodes(&store).await;
     let t0 = Utc::now().trunc_subsecs(6);
     let at = |s: i64| t0 + Duration::seconds(s);
-    let full = assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap();
+    let full = assess_pass(&pg.pool, &cfg, None, t0, None, cfg.node_bound()).await.unwrap();
     assert!(full.full && full.nodes == 12, "a full pass is not bounded: {full:?}");
     // node-06..11 assessed again later than node-00..05.
-    assess_and_store_at(&pg.pool, Some(&names[6..]), &cfg, at(5)).await.unwrap();
+    assess_and_store(&pg.pool, Some(&names[6..]), &cfg, at(5)).await.unwrap();
     // Every node brings evidence.
     let nic: String = sqlx::query_scalar(
         "SELECT workload_nic FROM gpu_status WHERE node_id = 'node-00' AND gpu_index = 0 AND workload_nic IS NOT NULL",
@@ -257,7 +259,7 @@ async fn a_pass_past_its_bound_takes_the_nodes_assessed_longest_ago_and_leaves_t
         (20, vec!["node-05", "node-06", "node-07", "node-08", "node-09"], 2),
         (30, vec!["node-10", "node-11"], 0),
     ] {
-        let pass = assess_pass(&pg.pool, &cfg, Some(prev), at(s), None).await.unwrap();
+        let pass = assess_pass(&pg.pool, &cfg, Some(prev), at(s), None, cfg.node_bound()).await.unwrap();
         assert_eq!((pass.nodes, pass.swept, pass.deferred), (taken.len(), 0, left), "+{s} s: {pass:?}");
         assert_eq!(assessed_at(&pg, at(s)).await, taken, "+{s} s: the nodes assessed longest ago first");
         let waiting = pending(&pg).await;
@@ -265,7 +267,7 @@ async fn a_pass_past_its_bound_takes_the_nodes_assessed_longest_ago_and_leaves_t
         assert!(waiting.iter().all(|n| !taken.contains(&n.as_str())));
         prev = at(s);
     }
-    let pass = assess_pass(&pg.pool, &cfg, Some(prev), at(40), None).await.unwrap();
+    let pass = assess_pass(&pg.pool, &cfg, Some(prev), at(40), None, cfg.node_bound()).await.unwrap();
     assert_eq!(pass.nodes, 0, "nothing left: {pass:?}");
     // Unbounded (0), the same evidence is one pass.
     for n in &names {
@@ -273,7 +275,7 @@ async fn a_pass_past_its_bound_takes_the_nodes_assessed_longest_ago_and_leaves_t
         store.ingest(&node, vec![probe_at(0, &nic, ProbeVerdict::Ok, at(45))], 0).await.unwrap();
     }
     let unbounded = AssessConfig { max_nodes: 0, ..AssessConfig::default() };
-    let pass = assess_pass(&pg.pool, &unbounded, Some(at(40)), at(50), None).await.unwrap();
+    let pass = assess_pass(&pg.pool, &unbounded, Some(at(40)), at(50), None, unbounded.node_bound()).await.unwrap();
     assert_eq!((pass.nodes, pass.deferred), (12, 0));
 }
 
@@ -345,7 +347,7 @@ async fn a_pass_leaves_alone_a_status_made_from_newer_evidence() {
         store.ingest(&node, vec![t], 0).await.unwrap();
     }
     let t0 = Utc::now().trunc_subsecs(6); // Postgres keeps microseconds
-    let first = assess_and_store_at(&pg.pool, None, &cfg, t0).await.unwrap();
+    let first = assess_and_store(&pg.pool, None, &cfg, t0).await.unwrap().assessments;
     let per_node = first.len() / 2;
     let nic: String = sqlx::query_scalar(
         "SELECT workload_nic FROM gpu_status WHERE node_id = 'node-b' AND gpu_index = 3 AND workload_nic IS NOT NULL",
@@ -362,12 +364,12 @@ async fn a_pass_leaves_alone_a_status_made_from_newer_evidence() {
         probe_at(3, &nic, ProbeVerdict::SilentCorruption, t1 + Duration::seconds(2)),
     ];
     store.ingest(&node_b, failures, 0).await.unwrap();
-    let urgent = assess_and_store_at(&pg.pool, Some(&["node-b".to_owned()]), &cfg, t2).await.unwrap();
+    let urgent = assess_and_store(&pg.pool, Some(&["node-b".to_owned()]), &cfg, t2).await.unwrap().assessments;
     assert_eq!(urgent.len(), per_node);
     assert_eq!(status(&pg, "node-b", 3).await, ("corrupting".to_owned(), t2));
     // The fleet pass then writes: it saw no failure, and leaves node-b's GPU as the newer
     // assessment made it.
-    let stale = assess_and_store_at(&pg.pool, None, &cfg, t1).await.unwrap();
+    let stale = assess_and_store(&pg.pool, None, &cfg, t1).await.unwrap().assessments;
     assert!(stale.iter().all(|a| !(a.node == "node-b" && a.gpu == 3)), "node-b's GPU3 skipped");
     assert_eq!(stale.iter().filter(|a| a.node == "node-a").count(), per_node);
     assert_eq!(status(&pg, "node-b", 3).await, ("corrupting".to_owned(), t2));
@@ -384,7 +386,7 @@ async fn a_batch_in_flight_during_a_claim_is_claimed_by_this_pass_or_the_next() 
         store.register_node(&NodeId::new(n).unwrap(), n, "test").await.unwrap();
     }
     let t0 = Utc::now();
-    assess_pass(&pg.pool, &cfg, None, t0, None).await.unwrap();
+    assess_pass(&pg.pool, &cfg, None, t0, None, cfg.node_bound()).await.unwrap();
     assert!(pending(&pg).await.is_empty());
     // The statement a batch starts with (it marks its node seen and pending), not committed yet.
     let mark = "UPDATE nodes SET last_seen = now(), evidence_pending = true WHERE node_id = $1";

@@ -34,7 +34,7 @@ async fn every_endpoint_answers_as_its_document_says_in_process() {
     records.extend(seed_probes(|g| format!("mlx5_{g}"), PairSelection::Predicted));
     let records: Vec<Record> = records.into_iter().map(|r| Record::try_from(r).unwrap()).collect();
     store.ingest(&node, records, 0).await.unwrap();
-    assess_and_store(&pg.pool, None, &AssessConfig::default()).await.unwrap();
+    assess_and_store(&pg.pool, None, &AssessConfig::default(), chrono::Utc::now()).await.unwrap();
 
     let state = AppState {
         pool: pg.pool.clone(),

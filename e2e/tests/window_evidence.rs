@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use railguard_agent::topology::fixture;
 use railguard_collector::assess::{AssessConfig, PairCounts, load_inputs};
+use railguard_collector::evidence::{PeriodReads, RolledReads};
 use railguard_collector::patterns;
 use railguard_collector::store::Store;
 use railguard_e2e::scripted::*;
@@ -271,13 +272,16 @@ async fn a_pass_reads_the_window_as_one_query_over_every_record_would() {
 
     for nodes in [None, Some(&names[2..7])] {
         let (want_pairs, want_recent) = reference(&pg, nodes, since, now).await;
-        let inputs = load_inputs(&pg.pool, nodes, now, window).await.unwrap();
-        let got_pairs: BTreeMap<(String, u32), Vec<PairCounts>> =
-            inputs.iter().filter(|(_, i)| !i.pairs.is_empty()).map(|(k, i)| (k.clone(), i.pairs.clone())).collect();
+        let inputs = load_inputs(&pg.pool, nodes, now, window).await.unwrap().gpus;
+        let got_pairs: BTreeMap<(String, u32), Vec<PairCounts>> = inputs
+            .iter()
+            .filter(|(_, i)| !i.pairs.is_empty())
+            .map(|(k, i)| ((k.node.clone(), k.gpu), i.pairs.clone()))
+            .collect();
         let got_recent: BTreeMap<(String, u32), Vec<ProbeVerdict>> = inputs
             .iter()
             .filter(|(_, i)| !i.workload_recent.is_empty())
-            .map(|(k, i)| (k.clone(), i.workload_recent.clone()))
+            .map(|(k, i)| ((k.node.clone(), k.gpu), i.workload_recent.clone()))
             .collect();
         // The evidence exercised what it should: trusted and unproven counts, mixed diagnoses,
         // simulated pairs trusted on simulated nodes only, lanes in the unproven transports.
@@ -299,7 +303,7 @@ async fn a_pass_reads_the_window_as_one_query_over_every_record_would() {
         }
         assert_eq!(got_recent, want_recent, "the workload pairs' latest verdicts ({nodes:?})");
         if let Some(nodes) = nodes {
-            assert!(inputs.keys().all(|(n, _)| nodes.contains(n)), "only the nodes asked for");
+            assert!(inputs.keys().all(|k| nodes.contains(&k.node)), "only the nodes asked for");
         }
     }
 }
@@ -702,7 +706,7 @@ async fn the_pattern_finders_kept_periods_are_the_periods_read_whole_read_after_
     // kept period had it ok), and most reads moved a kept period rather than reading it whole.
     assert!(late == 4 && flipped >= 2, "{late} late, {flipped} flipped");
     assert_eq!(expired, Some(true), "node-09's failure was in the 15 minutes, then left them");
-    let (moved, whole, again) = facts.periods_answered();
+    let PeriodReads { moved, whole, late_nodes: again } = facts.periods_answered();
     assert!(moved >= 15 && whole <= 4 && again >= 3, "{moved} moved, {whole} whole, {again} nodes read again");
 }
 
@@ -821,7 +825,8 @@ async fn the_pattern_finders_kept_rolled_hours_are_the_periods_read_whole_read_a
             assert_eq!(got.counts(), want.counts(), "{when}");
             assert_eq!(got.explain(), want.explain(), "{when}");
             let after = facts.rolled_answered();
-            let (moved, whole, hours) = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+            let (moved, whole, hours) =
+                (after.moved - before.moved, after.whole - before.whole, after.hours_read - before.hours_read);
             assert_eq!(moved + whole, 1, "{when}: one read through the kept hours");
             if n == 0 {
                 match k {
@@ -843,6 +848,6 @@ async fn the_pattern_finders_kept_rolled_hours_are_the_periods_read_whole_read_a
         }
     }
     assert!(left && backfilled && rerolled, "left {left}, backfilled {backfilled}, rerolled {rerolled}");
-    let (moved, whole, _) = facts.rolled_answered();
+    let RolledReads { moved, whole, .. } = facts.rolled_answered();
     assert!(moved >= 30 && whole <= 12, "{moved} moved, {whole} whole");
 }

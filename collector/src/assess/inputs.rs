@@ -5,33 +5,42 @@
 
 use super::*;
 
-/// Loads the inputs of every GPU of `nodes` (all nodes when None) as of `now`.
+/// What a pass reads of its nodes: every GPU's inputs, the nodes whose stored rows could not
+/// be read as ingest stored them ([`Damage`]), and the time each statement took.
+#[derive(Debug, Default)]
+pub struct Inputs {
+    pub gpus: BTreeMap<GpuKey, GpuInput>,
+    pub damage: Damage,
+    pub steps: Steps,
+}
+
+/// Loads the inputs of every GPU of `nodes` (all nodes when None) from the evidence in the
+/// window ending at `now`.
 pub async fn load_inputs(
     pool: &PgPool,
     nodes: Option<&[String]>,
     now: DateTime<Utc>,
     window: Duration,
-) -> Result<BTreeMap<Key, GpuInput>, sqlx::Error> {
+) -> Result<Inputs, sqlx::Error> {
     let mut steps = Steps::default();
-    Ok(load_inputs_timed(pool, nodes, now, window, &mut Laps::new(&mut steps)).await?.0)
+    let (gpus, damage) = read_inputs(pool, nodes, now, window, &mut Laps::new(&mut steps)).await?;
+    Ok(Inputs { gpus, damage, steps })
 }
 
-/// [`load_inputs`], timing its statements; through `cache` when given. With the inputs, the
-/// nodes whose stored rows could not be read as ingest stored them ([`Damage`]).
-pub(super) async fn load_inputs_timed(
+async fn read_inputs(
     pool: &PgPool,
     nodes: Option<&[String]>,
     now: DateTime<Utc>,
     window: Duration,
     laps: &mut Laps<'_>,
-) -> Result<(BTreeMap<Key, GpuInput>, Damage), sqlx::Error> {
+) -> Result<(BTreeMap<GpuKey, GpuInput>, Damage), sqlx::Error> {
     let mut damage = Damage::default();
     let since = chrono::TimeDelta::from_std(window)
         .ok()
         .and_then(|w| now.checked_sub_signed(w))
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
-    let mut inputs: BTreeMap<Key, GpuInput> = BTreeMap::new();
+    let mut inputs: BTreeMap<GpuKey, GpuInput> = BTreeMap::new();
     // Every query below serves the whole fleet (`$1` NULL) and a few nodes alike; a cached generic
     // plan cannot use the node-first indexes for `($1 IS NULL OR node_id = ANY($1))`, so each
     // query is planned for its own parameters (a pass over a few hundred nodes then reads only
@@ -71,7 +80,7 @@ pub(super) async fn load_inputs_timed(
         }
         for r in risks {
             inputs.insert(
-                (node.clone(), r.gpu),
+                GpuKey::new(node.clone(), r.gpu),
                 GpuInput {
                     node: node.clone(),
                     gpu: r.gpu,
@@ -109,7 +118,11 @@ pub(super) async fn load_inputs_timed(
     for (node, gpu, pair) in evidence.into_pairs() {
         // (Every counted row's index was checked in the window's read.)
         let Some(gpu) = stored_gpu(gpu) else { continue };
-        let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput { node, gpu, ..Default::default() });
+        let input = inputs.entry(GpuKey::new(node.clone(), gpu)).or_insert_with(|| GpuInput {
+            node,
+            gpu,
+            ..Default::default()
+        });
         input.pairs.push(pair);
     }
     laps.lap(Step::Tally);
@@ -126,7 +139,7 @@ pub(super) async fn load_inputs_timed(
     // pair's failure, so no summary straddles one).
     for ((node, gpu), mut records) in recent {
         let Some(gpu) = stored_gpu(gpu) else { continue };
-        let Some(i) = inputs.get_mut(&(node, gpu)) else { continue };
+        let Some(i) = inputs.get_mut(&GpuKey { node, gpu }) else { continue };
         records.sort_by_key(|r| std::cmp::Reverse(r.0));
         for (_, verdict, probes) in records.into_iter().take(RECENT_VERDICTS) {
             let room = RECENT_VERDICTS.saturating_sub(i.workload_recent.len());
@@ -168,7 +181,7 @@ pub(super) async fn load_inputs_timed(
                     continue;
                 };
                 inputs
-                    .entry((node.clone(), g))
+                    .entry(GpuKey::new(node.clone(), g))
                     .or_insert_with(|| GpuInput { node, gpu: g, ..Default::default() })
                     .signals
                     .push(s);
@@ -197,7 +210,7 @@ pub(super) async fn load_inline(
     filter: &Option<Vec<String>>,
     since: DateTime<Utc>,
     now: DateTime<Utc>,
-    inputs: &mut BTreeMap<Key, GpuInput>,
+    inputs: &mut BTreeMap<GpuKey, GpuInput>,
     damage: &mut Damage,
 ) -> Result<(), sqlx::Error> {
     // Sums are numeric in SQL; each is capped where it becomes a bigint (2^62), so no stored
@@ -224,7 +237,11 @@ pub(super) async fn load_inline(
             damage.note(&node, || format!("a stored in-line report names GPU index {gpu}"));
             continue;
         };
-        let input = inputs.entry((node.clone(), gpu)).or_insert_with(|| GpuInput { node, gpu, ..Default::default() });
+        let input = inputs.entry(GpuKey::new(node.clone(), gpu)).or_insert_with(|| GpuInput {
+            node,
+            gpu,
+            ..Default::default()
+        });
         let pair = match input.pairs.iter().position(|p| p.nic == nic) {
             Some(i) => &mut input.pairs[i],
             None => {
@@ -268,7 +285,7 @@ pub(super) async fn load_inline(
                 continue;
             }
         };
-        if let Some(p) = inputs.get_mut(&(node, gpu)).and_then(|i| i.pairs.iter_mut().find(|p| p.nic == nic)) {
+        if let Some(p) = inputs.get_mut(&GpuKey { node, gpu }).and_then(|i| i.pairs.iter_mut().find(|p| p.nic == nic)) {
             p.inline.failures.push(describe_failure(&f));
         }
     }

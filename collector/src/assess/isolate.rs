@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::FutureExt;
 
-use super::Key;
+use super::GpuKey;
 use super::rules::{self, Assessment, GpuInput, GpuStatus, Previous, RulesConfig, Verification};
 
 pub use crate::evidence::{Damage, stored_gpu};
@@ -66,17 +66,17 @@ impl Isolated {
 /// damaged node's GPUs, and the GPUs of a node whose assessment panicked, are `unknown`. Returns
 /// the assessments and the nodes not assessed, with why.
 pub fn assess_nodes<'a>(
-    inputs: impl Iterator<Item = (&'a Key, &'a GpuInput)>,
-    previous: impl Fn(&Key) -> Option<Previous>,
+    inputs: impl Iterator<Item = (&'a GpuKey, &'a GpuInput)>,
+    previous: impl Fn(&GpuKey) -> Option<Previous>,
     damage: &Damage,
     cfg: &RulesConfig,
 ) -> (Vec<Assessment>, Vec<(String, Isolated)>) {
     let mut out = Vec::new();
     let mut isolated = Vec::new();
-    let mut node: Vec<(&Key, &GpuInput)> = Vec::new();
-    let mut flush = |node: &mut Vec<(&Key, &GpuInput)>, out: &mut Vec<Assessment>| {
+    let mut node: Vec<(&GpuKey, &GpuInput)> = Vec::new();
+    let mut flush = |node: &mut Vec<(&GpuKey, &GpuInput)>, out: &mut Vec<Assessment>| {
         let Some((first, _)) = node.first() else { return };
-        let name = first.0.clone();
+        let name = first.node.clone();
         if let Some(why) = damage.of(&name) {
             out.extend(node.iter().map(|(_, i)| unassessed(i, why)));
             isolated.push((name, Isolated::Damaged));
@@ -96,7 +96,7 @@ pub fn assess_nodes<'a>(
         node.clear();
     };
     for (k, i) in inputs {
-        if node.first().is_some_and(|(f, _)| f.0 != k.0) {
+        if node.first().is_some_and(|(f, _)| f.node != k.node) {
             flush(&mut node, &mut out);
         }
         node.push((k, i));
@@ -115,17 +115,26 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
     text.chars().take(200).collect()
 }
 
-/// Runs one pass of an assessment task; a panic in it is caught, counted and returned as an
-/// error, so the task goes on to its next pass.
+/// Why a pass of an assessment task ended without its result.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError<E> {
+    #[error(transparent)]
+    Failed(E),
+    #[error("the pass panicked: {0}")]
+    Panicked(String),
+}
+
+/// Runs one pass of an assessment task; a panic in it is caught, counted and returned as
+/// [`PassError::Panicked`], so the task goes on to its next pass.
 pub async fn catch_pass<T, E: std::fmt::Display>(
     stats: &IsolationStats,
     pass: impl Future<Output = Result<T, E>>,
-) -> Result<T, String> {
+) -> Result<T, PassError<E>> {
     match AssertUnwindSafe(pass).catch_unwind().await {
-        Ok(r) => r.map_err(|e| e.to_string()),
+        Ok(r) => r.map_err(PassError::Failed),
         Err(panic) => {
             stats.passes_panicked.fetch_add(1, Ordering::Relaxed);
-            Err(format!("the pass panicked: {}", panic_text(&panic)))
+            Err(PassError::Panicked(panic_text(&panic)))
         }
     }
 }
@@ -187,13 +196,13 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn input(node: &str, gpu: u32) -> (Key, GpuInput) {
-        ((node.to_owned(), gpu), GpuInput { node: node.to_owned(), gpu, ..Default::default() })
+    fn input(node: &str, gpu: u32) -> (GpuKey, GpuInput) {
+        (GpuKey::new(node, gpu), GpuInput { node: node.to_owned(), gpu, ..Default::default() })
     }
 
     #[test]
     fn a_damaged_node_is_unknown_and_every_other_node_is_assessed() {
-        let inputs: BTreeMap<Key, GpuInput> = [input("a", 0), input("a", 1), input("b", 0), input("c", 3)].into();
+        let inputs: BTreeMap<GpuKey, GpuInput> = [input("a", 0), input("a", 1), input("b", 0), input("c", 3)].into();
         let mut damage = Damage::default();
         damage.note("b", || "a stored probe row names GPU index -7".into());
         damage.note("b", || "a later reason is not kept".into());
@@ -208,11 +217,11 @@ mod tests {
 
     #[test]
     fn a_panic_on_one_nodes_inputs_leaves_that_node_unknown_and_the_rest_assessed() {
-        let inputs: BTreeMap<Key, GpuInput> = [input("a", 0), input("b", 0), input("b", 1), input("c", 0)].into();
+        let inputs: BTreeMap<GpuKey, GpuInput> = [input("a", 0), input("b", 0), input("b", 1), input("c", 0)].into();
         // The rules themselves cannot be made to panic by data (counts saturate); a previous
         // status lookup that panics for node b stands in for a bug on b's inputs.
-        let previous = |k: &Key| -> Option<Previous> {
-            assert!(k.0 != "b", "attempt to add with overflow");
+        let previous = |k: &GpuKey| -> Option<Previous> {
+            assert!(k.node != "b", "attempt to add with overflow");
             None
         };
         let (out, isolated) = assess_nodes(inputs.iter(), previous, &Damage::default(), &RulesConfig::default());
@@ -237,11 +246,14 @@ mod tests {
     #[tokio::test]
     async fn a_pass_that_panics_is_an_error_and_counted() {
         let stats = IsolationStats::default();
-        let r: Result<(), String> =
-            catch_pass(&stats, async { if true { panic!("boom") } else { Ok::<(), String>(()) } }).await;
-        assert_eq!(r.unwrap_err(), "the pass panicked: boom");
+        let r = catch_pass(&stats, async { if true { panic!("boom") } else { Ok::<(), String>(()) } }).await;
+        assert!(matches!(&r, Err(PassError::Panicked(why)) if why == "boom"));
+        assert_eq!(r.unwrap_err().to_string(), "the pass panicked: boom");
         assert_eq!(stats.passes_panicked.load(Ordering::Relaxed), 1);
-        let ok: Result<u8, String> = catch_pass(&stats, async { Ok::<u8, String>(7) }).await;
+        let failed = catch_pass(&stats, async { Err::<(), String>("no database".into()) }).await;
+        assert_eq!(failed.unwrap_err().to_string(), "no database");
+        assert_eq!(stats.passes_panicked.load(Ordering::Relaxed), 1, "a failed pass is no panic");
+        let ok = catch_pass(&stats, async { Ok::<u8, String>(7) }).await;
         assert_eq!(ok.unwrap(), 7);
     }
 }

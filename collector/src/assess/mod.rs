@@ -69,6 +69,12 @@ impl AssessConfig {
     /// The default time budget of a pass (`serve --assess-pass-budget-ms`).
     pub const DEFAULT_PASS_BUDGET: Duration = Duration::from_millis(400);
 
+    /// The most nodes a pass between full ones takes by count ([`AssessConfig::max_nodes`];
+    /// None: no bound).
+    pub fn node_bound(&self) -> Option<usize> {
+        (self.max_nodes > 0).then_some(self.max_nodes)
+    }
+
     /// A window of evidence; the reasons name it ("in the last 15 min").
     pub fn with_window(window: Duration) -> Self {
         let rules = RulesConfig { window_label: rules::window_label(window), ..RulesConfig::default() };
@@ -88,7 +94,19 @@ impl Default for AssessConfig {
     }
 }
 
-pub(crate) type Key = (String, u32);
+/// One GPU of the fleet: its node and index. Orders by node first, so a map of these holds a
+/// node's GPUs together (the rules run a node at a time).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GpuKey {
+    pub node: String,
+    pub gpu: u32,
+}
+
+impl GpuKey {
+    pub fn new(node: impl Into<String>, gpu: u32) -> Self {
+        GpuKey { node: node.into(), gpu }
+    }
+}
 
 #[cfg(test)]
 mod tests {

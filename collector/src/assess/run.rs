@@ -4,21 +4,10 @@
 use super::*;
 
 /// One pass at `now`: the whole fleet when `prev` is None, else only [`changed_nodes`] since
-/// `prev` and the nodes `sweep` finds due ([`due_nodes`]). Nodes claimed by a pass that then
-/// fails are marked pending again.
+/// `prev` and the nodes `sweep` finds due ([`due_nodes`]), at most `bound` of them (None: all;
+/// the rest left pending for the next pass, [`AssessConfig::max_nodes`]). Nodes claimed by a pass
+/// that then fails are marked pending again.
 pub async fn assess_pass(
-    pool: &PgPool,
-    cfg: &AssessConfig,
-    prev: Option<DateTime<Utc>>,
-    now: DateTime<Utc>,
-    sweep: Option<Sweep>,
-) -> Result<Pass, sqlx::Error> {
-    let bound = (cfg.max_nodes > 0).then_some(cfg.max_nodes);
-    assess_pass_with(pool, cfg, prev, now, sweep, bound).await
-}
-
-/// [`assess_pass`] with at most `bound` nodes between full passes (None: all of them).
-pub(super) async fn assess_pass_with(
     pool: &PgPool,
     cfg: &AssessConfig,
     prev: Option<DateTime<Utc>>,
@@ -26,16 +15,16 @@ pub(super) async fn assess_pass_with(
     sweep: Option<Sweep>,
     bound: Option<usize>,
 ) -> Result<Pass, sqlx::Error> {
-    let mut phases = Phases::default();
     let started = std::time::Instant::now();
     let Some(prev) = prev else {
         // Everything is assessed now: no node stays pending (a batch stored after the claim
         // marks its node again).
         claim_pending(pool).await?;
-        phases.select = started.elapsed();
-        let r = assess_and_store_timed(pool, None, cfg, now, &mut phases).await?;
-        let nodes = r.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
-        return Ok(Pass { full: true, nodes, gpus: r.len(), phases, ..Pass::default() });
+        let select = started.elapsed();
+        let a = assess_and_store(pool, None, cfg, now).await?;
+        let nodes = a.assessments.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
+        let phases = Phases { select, ..a.phases };
+        return Ok(Pass { full: true, nodes, gpus: a.assessments.len(), phases, ..Pass::default() });
     };
     let changed = changed_nodes(pool, cfg.window, prev, now).await?;
     let mut nodes = changed.clone();
@@ -45,8 +34,7 @@ pub(super) async fn assess_pass_with(
         nodes.dedup();
     }
     if nodes.is_empty() {
-        phases.select = started.elapsed();
-        return Ok(Pass { phases, ..Pass::default() });
+        return Ok(Pass { phases: Phases { select: started.elapsed(), ..Phases::default() }, ..Pass::default() });
     }
     let mut deferred = 0;
     if let Some(max) = bound.filter(|max| nodes.len() > *max) {
@@ -56,9 +44,17 @@ pub(super) async fn assess_pass_with(
     }
     // `changed` is sorted (changed_nodes), `nodes` too.
     let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
-    phases.select = started.elapsed();
-    match assess_and_store_timed(pool, Some(&nodes), cfg, now, &mut phases).await {
-        Ok(r) => Ok(Pass { full: false, nodes: nodes.len(), swept, deferred, bound, gpus: r.len(), phases }),
+    let select = started.elapsed();
+    match assess_and_store(pool, Some(&nodes), cfg, now).await {
+        Ok(a) => Ok(Pass {
+            full: false,
+            nodes: nodes.len(),
+            swept,
+            deferred,
+            bound,
+            gpus: a.assessments.len(),
+            phases: Phases { select, ..a.phases },
+        }),
         Err(e) => {
             let _ = sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1)")
                 .bind(&nodes)
@@ -142,7 +138,7 @@ pub async fn run_periodic(
                     }
                 }
             }
-            let pass = assess_pass_with(&pool, &cfg, prev, now, Some(sweep), bound);
+            let pass = assess_pass(&pool, &cfg, prev, now, Some(sweep), bound);
             match isolate::catch_pass(isolate::stats(), pass).await {
                 Ok(pass) => {
                     let took = t.elapsed();
@@ -209,14 +205,14 @@ pub async fn run_urgent(
         let urgent: Vec<String> = queue.take();
         if !urgent.is_empty() {
             let started = std::time::Instant::now();
-            let mut phases = Phases::default();
-            let pass = assess_and_store_timed(&pool, Some(&urgent), &cfg, Utc::now(), &mut phases);
+            let pass = assess_and_store(&pool, Some(&urgent), &cfg, Utc::now());
             match isolate::catch_pass(isolate::stats(), pass).await {
-                Ok(r) => {
-                    let pass = Pass { full: false, nodes: urgent.len(), gpus: r.len(), phases, ..Pass::default() };
+                Ok(a) => {
+                    let gpus = a.assessments.len();
+                    let pass = Pass { full: false, nodes: urgent.len(), gpus, phases: a.phases, ..Pass::default() };
                     stats.record_urgent(&pass, started.elapsed());
                     pass.warn_if_slow("urgent", started.elapsed());
-                    tracing::debug!(nodes = urgent.len(), gpus = r.len(), "failing nodes assessed at once");
+                    tracing::debug!(nodes = urgent.len(), gpus, "failing nodes assessed at once");
                 }
                 Err(e) => tracing::warn!(error = %e, "assessment of failing nodes failed; the next pass retries"),
             }

@@ -46,11 +46,21 @@ pub(crate) struct KeptPeriod {
     pub(crate) used: u64,
 }
 
+/// How a [`PeriodCache`]'s reads were answered, so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeriodReads {
+    /// Reads that moved a kept period on.
+    pub moved: u64,
+    /// Reads of a whole period (nothing kept of its length, or it did not move forward).
+    pub whole: u64,
+    /// Nodes read again in full for evidence stored late.
+    pub late_nodes: u64,
+}
+
 impl PeriodCache {
-    /// Reads that moved a kept period, reads of a whole period, and nodes read again for late
-    /// evidence, so far.
-    pub fn answered(&self) -> (u64, u64, u64) {
-        (self.moved, self.whole, self.late)
+    /// How the reads so far were answered.
+    pub fn answered(&self) -> PeriodReads {
+        PeriodReads { moved: self.moved, whole: self.whole, late_nodes: self.late }
     }
 
     /// The periods it keeps.
@@ -61,6 +71,18 @@ impl PeriodCache {
     pub fn is_empty(&self) -> bool {
         self.periods.is_empty()
     }
+}
+
+/// A pair with trusted evidence in a period, as the pattern finder reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrustedPair<'a> {
+    pub node: &'a str,
+    pub gpu: i32,
+    pub nic: &'a str,
+    /// A trusted probe of the pair failed.
+    pub failed: bool,
+    /// The trusted probes include the simulated fabric's.
+    pub simulated: bool,
 }
 
 /// A period's pairs as the pattern finder reads them: the kept part (through the cache, while
@@ -85,17 +107,18 @@ impl LeanPeriod<'_> {
         self.kept.into_iter().flat_map(|(k, _)| k.keys()).chain(self.newest.keys()).map(String::as_str)
     }
 
-    /// Each pair with trusted evidence, node by node in name order: its node, GPU and NIC,
-    /// whether any trusted probe failed, and whether the trusted ones include the simulated
-    /// fabric's (the pairs [`WindowEvidence::into_pairs`] of the period read whole counts as proven).
-    pub fn for_each_trusted(&self, mut f: impl FnMut(&str, i32, &str, bool, bool)) {
+    /// Each pair with trusted evidence, node by node in name order (the pairs
+    /// [`WindowEvidence::into_pairs`] of the period read whole counts as proven).
+    pub fn for_each_trusted(&self, mut f: impl FnMut(TrustedPair<'_>)) {
         let mut names: Vec<&str> = self.nodes().collect();
         names.sort_unstable();
         names.dedup();
         let nics = self.kept.map_or(&self.nics, |(_, n)| n);
         for node in names {
             let kept = self.kept.and_then(|(k, _)| k.get(node));
-            trusted_of(kept, self.newest.get(node), nics, |gpu, nic, bad, sim| f(node, gpu, nic, bad, sim));
+            trusted_of(kept, self.newest.get(node), nics, |gpu, nic, failed, simulated| {
+                f(TrustedPair { node, gpu, nic, failed, simulated })
+            });
         }
     }
 }

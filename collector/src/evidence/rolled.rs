@@ -48,11 +48,21 @@ impl KeptRolled {
     }
 }
 
+/// How a [`RolledCache`]'s reads were answered, so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RolledReads {
+    /// Reads that moved a kept sum of settled hours on.
+    pub moved: u64,
+    /// Reads that made theirs from all its settled hours.
+    pub whole: u64,
+    /// Hours read from the rollups (kept or read each time).
+    pub hours_read: u64,
+}
+
 impl RolledCache {
-    /// Reads that moved a kept sum of rolled hours, reads that made theirs whole, and hours read
-    /// from the rollups, so far.
-    pub fn answered(&self) -> (u64, u64, u64) {
-        (self.moved, self.whole, self.hours_read)
+    /// How the reads so far were answered.
+    pub fn answered(&self) -> RolledReads {
+        RolledReads { moved: self.moved, whole: self.whole, hours_read: self.hours_read }
     }
 
     /// The lengths it keeps.

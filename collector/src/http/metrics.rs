@@ -223,7 +223,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             let _ = writeln!(out, "{name}{{kind=\"{k}\",phase=\"{phase}\"}} {:.6}", d.as_secs_f64());
         }
     }
-    let (moved, whole, late) = s.facts.periods_answered();
+    let crate::evidence::PeriodReads { moved, whole, late_nodes: late } = s.facts.periods_answered();
     let name = "railguard_patterns_period_reads_total";
     let _ = writeln!(
         out,
@@ -232,7 +232,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     );
     let _ = writeln!(out, "{name}{{how=\"moved\"}} {moved}");
     let _ = writeln!(out, "{name}{{how=\"whole\"}} {whole}");
-    let (moved, whole, hours) = s.facts.rolled_answered();
+    let crate::evidence::RolledReads { moved, whole, hours_read: hours } = s.facts.rolled_answered();
     let name = "railguard_patterns_rolled_reads_total";
     let _ = writeln!(
         out,

@@ -13,6 +13,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::explain::{N, NONE, Pairs, Values, canonical};
+use crate::evidence::{PeriodReads, RolledReads, TrustedPair};
 
 /// What a node's latest topology says of its pairs, as value ids of [`Facts`].
 struct NodeFacts {
@@ -55,8 +56,8 @@ pub struct Facts {
     /// [`crate::evidence::PeriodCache::answered`] and [`crate::evidence::RolledCache::answered`] as
     /// of the latest read that went through each, for `/metrics` (which must not wait behind a
     /// read holding a cache).
-    answered: Mutex<(u64, u64, u64)>,
-    rolled_answered: Mutex<(u64, u64, u64)>,
+    answered: Mutex<PeriodReads>,
+    rolled_answered: Mutex<RolledReads>,
 }
 
 impl std::fmt::Debug for Facts {
@@ -94,15 +95,15 @@ impl Facts {
     /// Of the period reads so far: those that moved a kept period on, those that read theirs
     /// whole, and the nodes read again in full for evidence stored late. Does not wait for a
     /// read under way (it counts once it is done).
-    pub fn periods_answered(&self) -> (u64, u64, u64) {
-        self.answered.lock().map_or((0, 0, 0), |a| *a)
+    pub fn periods_answered(&self) -> PeriodReads {
+        self.answered.lock().map(|a| *a).unwrap_or_default()
     }
 
     /// Of the reads of periods with rolled-up hours so far: those that moved a kept sum of
     /// settled hours on, those that made theirs from all of them, and the hours read from the
     /// rollups (kept or read each time). Does not wait for a read under way.
-    pub fn rolled_answered(&self) -> (u64, u64, u64) {
-        self.rolled_answered.lock().map_or((0, 0, 0), |a| *a)
+    pub fn rolled_answered(&self) -> RolledReads {
+        self.rolled_answered.lock().map(|a| *a).unwrap_or_default()
     }
 
     /// The facts of `stale` (node, its latest snapshot), read from the store.
@@ -342,13 +343,13 @@ pub async fn load(
         attrs
     };
     let mut out = Pairs::default();
-    evidence.for_each_trusted(|node, gpu, nic, bad, simulated| {
+    evidence.for_each_trusted(|TrustedPair { node, gpu, nic, failed, simulated }| {
         let checked = if inline.is_empty() {
             false
         } else {
             inline.remove(&(node.to_owned(), gpu, nic.to_owned())).unwrap_or(false)
         };
-        out.add(attrs_of(node, gpu, nic), bad || checked, simulated);
+        out.add(attrs_of(node, gpu, nic), failed || checked, simulated);
     });
     // Pairs with in-line checks alone.
     for ((node, gpu, nic), failed) in inline {
