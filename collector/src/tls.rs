@@ -257,16 +257,25 @@ impl ClientCertVerifier for ReloadingClientCa {
     }
 }
 
+/// Why a client certificate does not stand for a node.
+#[derive(Debug, thiserror::Error)]
+pub enum CertificateNodeError {
+    #[error("the client certificate does not parse: {0}")]
+    Unparsable(#[source] webpki::Error),
+    #[error("node id {0:?} is not a DNS name, so no client certificate can name it")]
+    NotADnsName(String),
+    #[error("the client certificate does not name node {0:?} (subjectAltName DNS:{0})")]
+    OtherNode(String),
+}
+
 /// The node a client certificate names: it must carry the node id as a DNS name in its
 /// subjectAltName (`DNS:gpu-node-17`), so a certificate, like a token, lets a node write only
-/// as itself. Err says why not.
-pub fn certificate_names_node(cert: &CertificateDer<'_>, node: &str) -> Result<(), String> {
-    let ee =
-        webpki::EndEntityCert::try_from(cert).map_err(|e| format!("the client certificate does not parse: {e}"))?;
-    let name = rustls_pki_types::ServerName::try_from(node)
-        .map_err(|_| format!("node id {node:?} is not a DNS name, so no client certificate can name it"))?;
-    ee.verify_is_valid_for_subject_name(&name)
-        .map_err(|_| format!("the client certificate does not name node {node:?} (subjectAltName DNS:{node})"))
+/// as itself.
+pub fn certificate_names_node(cert: &CertificateDer<'_>, node: &str) -> Result<(), CertificateNodeError> {
+    let ee = webpki::EndEntityCert::try_from(cert).map_err(CertificateNodeError::Unparsable)?;
+    let name =
+        rustls_pki_types::ServerName::try_from(node).map_err(|_| CertificateNodeError::NotADnsName(node.to_owned()))?;
+    ee.verify_is_valid_for_subject_name(&name).map_err(|_| CertificateNodeError::OtherNode(node.to_owned()))
 }
 
 /// Accepts TCP connections on `listener` and hands each finished TLS handshake to the stream

@@ -84,13 +84,22 @@ impl TransportArgs {
     }
 }
 
+/// A size that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("{0:?} is not a size (e.g. 4096, 64M, 1G)")]
+    NotASize(String),
+    #[error("{0:?}: size must be 1 byte to 16G")]
+    OutOfRange(String),
+}
+
 /// A size as [`parse_bytes`], or `0` (off).
-pub fn parse_bytes_or_zero(s: &str) -> Result<usize, String> {
+pub fn parse_bytes_or_zero(s: &str) -> Result<usize, SizeError> {
     if s.trim() == "0" { Ok(0) } else { parse_bytes(s) }
 }
 
 /// Parses sizes like `64M`, `1G`, `4096`.
-pub fn parse_bytes(s: &str) -> Result<usize, String> {
+pub fn parse_bytes(s: &str) -> Result<usize, SizeError> {
     let s = s.trim();
     let (num, mult) = match s.char_indices().last() {
         Some((i, 'K' | 'k')) => (&s[..i], 1usize << 10),
@@ -98,6 +107,6 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
         Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
         _ => (s, 1),
     };
-    let n: usize = num.trim().parse().map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64M, 1G)"))?;
-    n.checked_mul(mult).filter(|b| *b > 0 && *b <= 16 << 30).ok_or_else(|| format!("{s:?}: size must be 1 byte to 16G"))
+    let n: usize = num.trim().parse().map_err(|_| SizeError::NotASize(s.to_owned()))?;
+    n.checked_mul(mult).filter(|b| *b > 0 && *b <= 16 << 30).ok_or_else(|| SizeError::OutOfRange(s.to_owned()))
 }

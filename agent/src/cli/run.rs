@@ -172,12 +172,21 @@ impl RunArgs {
     }
 }
 
+/// A permission mode that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ModeError {
+    #[error("{0:?} is more than 0777")]
+    TooLarge(String),
+    #[error("{0:?} is not an octal mode like 660")]
+    NotOctal(String),
+}
+
 /// An octal permission mode: `660`, `0660` or `0o660`, at most 0777.
-fn parse_mode(s: &str) -> Result<u32, String> {
+fn parse_mode(s: &str) -> Result<u32, ModeError> {
     let digits = s.strip_prefix("0o").unwrap_or(s);
     match u32::from_str_radix(digits, 8) {
         Ok(m) if m <= 0o777 => Ok(m),
-        Ok(_) => Err(format!("{s:?} is more than 0777")),
-        Err(_) => Err(format!("{s:?} is not an octal mode like 660")),
+        Ok(_) => Err(ModeError::TooLarge(s.to_owned())),
+        Err(_) => Err(ModeError::NotOctal(s.to_owned())),
     }
 }

@@ -121,7 +121,7 @@ pub fn attribute(
     pid: u32,
     device: u32,
     held: &Result<Vec<HeldGpu>, HoldError>,
-    qps: &Result<Vec<Qp>, String>,
+    qps: &super::server::QpTable,
 ) -> Result<Attribution, Unbacked> {
     let unbacked = |why: String| Unbacked { device, why };
     let held = held.as_ref().map_err(|e| unbacked(e.to_string()))?;
@@ -305,9 +305,10 @@ mod tests {
         // No queue pair: the predicted NIC, but a host copy.
         let a = attribute(&p, &snapshot(), 77, 0, &held, &Ok(vec![])).unwrap();
         assert_eq!((a.gpu, a.nic.as_str(), a.path), (2, "mlx5_2", DataPath::HostCopy));
-        let a = attribute(&p, &snapshot(), 77, 0, &held, &Err("no rdma netlink".into())).unwrap();
+        let unreadable = Err(std::sync::Arc::new(crate::signals::qp::QpTableError::Kernel(-13)));
+        let a = attribute(&p, &snapshot(), 77, 0, &held, &unreadable).unwrap();
         assert_eq!(a.path, DataPath::HostCopy);
-        assert!(a.how.contains("unreadable: no rdma netlink"), "{}", a.how);
+        assert!(a.how.contains("unreadable: rdma netlink: the kernel answered error -13"), "{}", a.how);
     }
 
     #[test]

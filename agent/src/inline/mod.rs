@@ -108,7 +108,36 @@ pub enum RefusedError {
     #[error("{0} results in one message (limit {MAX_RESULTS})")]
     TooMany(usize),
     #[error("result {index}: {why}")]
-    Result { index: usize, why: String },
+    Result { index: usize, why: InvalidResult },
+}
+
+/// Why one result of a message is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidResult {
+    #[error("not a result: {0}")]
+    Json(String),
+    #[error("device {0} (a node has at most {max} GPUs)", max = railguard_schema::limits::MAX_GPUS_PER_NODE)]
+    Device(u32),
+    #[error("memory {0:?} (vram or dram)")]
+    Memory(String),
+    #[error("status {0:?} (ok, mismatch or error)")]
+    Status(String),
+    #[error("bad_blocks {bad} > blocks {blocks}")]
+    BadBlocks { bad: u32, blocks: u32 },
+    #[error("{0} bad_block_indices (limit {MAX_BAD_BLOCK_INDICES})")]
+    TooManyIndices(usize),
+    #[error("bad block index {index} outside {blocks} blocks")]
+    IndexOutside { index: u32, blocks: u32 },
+    #[error("a mismatch with no bad block")]
+    MismatchWithoutBadBlock,
+    #[error("ok with bad blocks")]
+    OkWithBadBlocks,
+    #[error("at_ns {0} is impossible")]
+    Time(i64),
+    #[error("{field} is {len} bytes (limit {max})")]
+    TooLong { field: &'static str, len: usize, max: usize },
+    #[error("{field} contains a control character")]
+    Control { field: &'static str },
 }
 
 /// Parses one line: the valid outcomes, and the refusal of each invalid result.
@@ -123,7 +152,10 @@ pub fn parse_line(line: &[u8], now: DateTime<Utc>) -> Result<(Vec<Outcome>, Vec<
     let mut ok = Vec::with_capacity(msg.results.len());
     let mut refused = Vec::new();
     for (index, v) in msg.results.into_iter().enumerate() {
-        match serde_json::from_value::<WireResult>(v).map_err(|e| e.to_string()).and_then(|r| validate(r, now)) {
+        match serde_json::from_value::<WireResult>(v)
+            .map_err(|e| InvalidResult::Json(e.to_string()))
+            .and_then(|r| validate(r, now))
+        {
             Ok(o) => ok.push(o),
             Err(why) => refused.push(RefusedError::Result { index, why }),
         }
@@ -131,53 +163,49 @@ pub fn parse_line(line: &[u8], now: DateTime<Utc>) -> Result<(Vec<Outcome>, Vec<
     Ok((ok, refused))
 }
 
-fn name(field: &str, s: String, max: usize) -> Result<String, String> {
+fn name(field: &'static str, s: String, max: usize) -> Result<String, InvalidResult> {
     if s.len() > max {
-        return Err(format!("{field} is {} bytes (limit {max})", s.len()));
+        return Err(InvalidResult::TooLong { field, len: s.len(), max });
     }
     if s.chars().any(char::is_control) {
-        return Err(format!("{field} contains a control character"));
+        return Err(InvalidResult::Control { field });
     }
     Ok(s)
 }
 
-fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, String> {
+fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, InvalidResult> {
     if r.device >= railguard_schema::limits::MAX_GPUS_PER_NODE {
-        return Err(format!(
-            "device {} (a node has at most {} GPUs)",
-            r.device,
-            railguard_schema::limits::MAX_GPUS_PER_NODE
-        ));
+        return Err(InvalidResult::Device(r.device));
     }
     let memory = match r.memory.as_str() {
         "vram" => Memory::Cuda,
         "dram" => Memory::Host,
-        m => return Err(format!("memory {m:?} (vram or dram)")),
+        m => return Err(InvalidResult::Memory(m.to_owned())),
     };
     let status = match r.status.as_str() {
         "ok" => Status::Ok,
         "mismatch" => Status::Mismatch,
         "error" => Status::Error,
-        s => return Err(format!("status {s:?} (ok, mismatch or error)")),
+        s => return Err(InvalidResult::Status(s.to_owned())),
     };
     if r.bad_blocks > r.blocks {
-        return Err(format!("bad_blocks {} > blocks {}", r.bad_blocks, r.blocks));
+        return Err(InvalidResult::BadBlocks { bad: r.bad_blocks, blocks: r.blocks });
     }
     if r.bad_block_indices.len() > MAX_BAD_BLOCK_INDICES {
-        return Err(format!("{} bad_block_indices (limit {MAX_BAD_BLOCK_INDICES})", r.bad_block_indices.len()));
+        return Err(InvalidResult::TooManyIndices(r.bad_block_indices.len()));
     }
     if let Some(i) = r.bad_block_indices.iter().find(|i| **i >= r.blocks) {
-        return Err(format!("bad block index {i} outside {} blocks", r.blocks));
+        return Err(InvalidResult::IndexOutside { index: *i, blocks: r.blocks });
     }
     match status {
-        Status::Mismatch if r.bad_blocks == 0 => return Err("a mismatch with no bad block".into()),
-        Status::Ok if r.bad_blocks > 0 => return Err("ok with bad blocks".into()),
+        Status::Mismatch if r.bad_blocks == 0 => return Err(InvalidResult::MismatchWithoutBadBlock),
+        Status::Ok if r.bad_blocks > 0 => return Err(InvalidResult::OkWithBadBlocks),
         _ => {}
     }
     let at = Utc.timestamp_nanos(r.at_ns);
     let earliest = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC);
     if at < earliest || at > now + chrono::TimeDelta::days(1) {
-        return Err(format!("at_ns {} is impossible", r.at_ns));
+        return Err(InvalidResult::Time(r.at_ns));
     }
     Ok(Outcome {
         device: r.device,

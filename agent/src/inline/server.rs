@@ -213,10 +213,14 @@ pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopolo
     );
 }
 
+/// The kernel's QP table as read, or why it could not be (shared by every message that reads
+/// it within the second).
+pub(super) type QpTable = Result<Vec<crate::signals::qp::Qp>, std::sync::Arc<crate::signals::qp::QpTableError>>;
+
 /// The kernel's QP table, read at most once a second for all connections' messages.
-fn qp_table() -> Result<Vec<crate::signals::qp::Qp>, String> {
+fn qp_table() -> QpTable {
     use std::sync::Mutex;
-    type Cached = Option<(Instant, Result<Vec<crate::signals::qp::Qp>, String>)>;
+    type Cached = Option<(Instant, QpTable)>;
     static CACHE: Mutex<Cached> = Mutex::new(None);
     let mut c = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some((at, t)) = c.as_ref()
@@ -224,7 +228,7 @@ fn qp_table() -> Result<Vec<crate::signals::qp::Qp>, String> {
     {
         return t.clone();
     }
-    let t = crate::signals::qp::dump().map_err(|e| e.to_string());
+    let t = crate::signals::qp::dump().map_err(std::sync::Arc::new);
     *c = Some((Instant::now(), t.clone()));
     t
 }

@@ -523,7 +523,7 @@ impl Engine {
             }
             (None, Err(_)) => {
                 let started = Instant::now();
-                let r = transport.transfer(&pair.nic, src_view, dst_view, timeout, sabotage);
+                let r = transport::move_host(transport, &pair.nic, src_view, dst_view, timeout, sabotage);
                 (r, started.elapsed().as_nanos() as u64)
             }
         };
@@ -629,7 +629,7 @@ fn gpu_transfer(
         return (TransferReport::error(format!("GPU memory: {e}")), 0);
     }
     let started = Instant::now();
-    let report = transport.transfer_device(nic, &slot.src, &mut slot.dst, timeout, sabotage);
+    let report = transport::move_device(transport, nic, &slot.src, &mut slot.dst, timeout, sabotage);
     let ns = started.elapsed().as_nanos() as u64;
     if let Err(e) = slot.dst.download(dst) {
         return (TransferReport::error(format!("GPU memory: reading the destination back: {e}")), ns);
@@ -680,7 +680,7 @@ fn gpu_pattern_transfer(
         return GpuPatternTransfer { report: TransferReport::error(format!("GPU memory: {e}")), ns: 0, clean: false };
     }
     let started = Instant::now();
-    let report = transport.transfer_device(nic, &slot.src, &mut slot.dst, timeout, sabotage);
+    let report = transport::move_device(transport, nic, &slot.src, &mut slot.dst, timeout, sabotage);
     let ns = started.elapsed().as_nanos() as u64;
     match slot.dst.check_pattern(&k, nonce) {
         Ok(c) if c.bad_words == 0 => return GpuPatternTransfer { report, ns, clean: true },

@@ -178,10 +178,15 @@ impl ServeArgs {
     }
 }
 
+/// A share of the fleet that is not one.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a share between 0 and 1 (0.1 = 10 %)")]
+struct ShareError(String);
+
 /// A share of the fleet: 0 to 1.
-fn parse_share(s: &str) -> Result<f64, String> {
+fn parse_share(s: &str) -> Result<f64, ShareError> {
     match s.parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
-        _ => Err(format!("{s:?} is not a share between 0 and 1 (0.1 = 10 %)")),
+        _ => Err(ShareError(s.to_owned())),
     }
 }

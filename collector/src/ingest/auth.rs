@@ -143,7 +143,8 @@ impl Credentials {
         if let Some(certs) = req.peer_certs()
             && let Some(leaf) = certs.first()
         {
-            crate::tls::certificate_names_node(leaf, node.as_str()).map_err(Status::permission_denied)?;
+            crate::tls::certificate_names_node(leaf, node.as_str())
+                .map_err(|e| Status::permission_denied(e.to_string()))?;
         }
         req.extensions_mut().insert(AuthenticatedNode(node));
         Ok(req)

@@ -90,6 +90,58 @@ pub enum TransportError {
     },
 }
 
+/// The engine's way into a transport: the checks every transport would otherwise make itself
+/// are made here, once ([`refused`]), then the transport moves host memory.
+pub fn move_host(
+    t: &mut dyn ProbeTransport,
+    nic: &str,
+    src: &[u8],
+    dst: &mut [u8],
+    timeout: Duration,
+    sabotage: Sabotage,
+) -> TransferReport {
+    match refused(&*t, src.len(), dst.len(), sabotage) {
+        Some(r) => r,
+        None => t.transfer(nic, src, dst, timeout, sabotage),
+    }
+}
+
+/// [`move_host`] for GPU memory at both ends.
+pub fn move_device(
+    t: &mut dyn ProbeTransport,
+    nic: &str,
+    src: &DevBuf,
+    dst: &mut DevBuf,
+    timeout: Duration,
+    sabotage: Sabotage,
+) -> TransferReport {
+    match refused(&*t, src.len(), dst.len(), sabotage) {
+        Some(r) => r,
+        None => t.transfer_device(nic, src, dst, timeout, sabotage),
+    }
+}
+
+/// Why a transfer is not handed to `t`: the two sides differ in length, there is nothing to
+/// move, or `t` cannot suffer the sabotage asked for (the engine emulates those faults itself).
+pub fn refused(t: &dyn ProbeTransport, src: usize, dst: usize, sabotage: Sabotage) -> Option<TransferReport> {
+    if src != dst {
+        return Some(TransferReport::error(format!("source {src} bytes, destination {dst}")));
+    }
+    if src == 0 {
+        return Some(TransferReport::error("nothing to move"));
+    }
+    if sabotage != Sabotage::None && !t.suffers(sabotage) {
+        return Some(TransferReport::error(format!(
+            "{} transport cannot suffer this failure; the engine emulates it",
+            t.kind()
+        )));
+    }
+    None
+}
+
+/// A way to move a probe's bytes. The engine calls it through [`move_host`] and
+/// [`move_device`]: both sides have the same, non-zero length, and a [`Sabotage`] other than
+/// `None` is one the transport [`suffers`](ProbeTransport::suffers).
 pub trait ProbeTransport: Send {
     fn kind(&self) -> Transport;
 

@@ -332,9 +332,6 @@ impl Verbs {
             Ok(d) => d,
             Err(e) => return Ok(TransferReport::error(report_text(&e))),
         };
-        if src.len() != dst.len() {
-            return Ok(TransferReport::error(format!("source {} bytes, destination {}", src.len(), dst.len())));
-        }
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
         let src_mr = register(&dev.pd, src, access, "source", &dev.describe)?;
         let dst_mr = register(&dev.pd, dst, access, "destination", &dev.describe)?;

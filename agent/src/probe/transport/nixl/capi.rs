@@ -6,6 +6,8 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 
+use super::error::NixlError;
+
 pub type Status = c_int;
 pub type Handle = *mut c_void;
 
@@ -44,14 +46,14 @@ macro_rules! capi {
         impl Api {
             /// Binds every function from the library at `path`, loaded locally (its UCX must not
             /// serve anyone else's symbols, nor anyone else's UCX serve NIXL's).
-            pub fn load(path: &Path) -> Result<Api, String> {
+            pub fn load(path: &Path) -> Result<Api, NixlError> {
                 let c = CString::new(path.as_os_str().as_encoded_bytes())
-                    .map_err(|_| format!("{}: path contains NUL", path.display()))?;
+                    .map_err(|_| NixlError::Nul { what: "the library's path" })?;
                 // SAFETY: c is NUL-terminated. The handle is never closed: NIXL's plugins and
                 // threads live as long as the process.
                 let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
                 if h.is_null() {
-                    return Err(format!("dlopen {}: {}", path.display(), dlerror()));
+                    return Err(NixlError::Load { path: path.to_owned(), reason: dlerror() });
                 }
                 Ok(Api {
                     path: path.to_owned(),
@@ -60,7 +62,7 @@ macro_rules! capi {
                         // SAFETY: h is a live handle; sym is NUL-terminated.
                         let p = unsafe { libc::dlsym(h, sym.as_ptr().cast()) };
                         if p.is_null() {
-                            return Err(format!("{} lacks {} (not the NIXL C API this agent speaks)", path.display(), stringify!($name)));
+                            return Err(NixlError::MissingSymbol { path: path.to_owned(), symbol: stringify!($name) });
                         }
                         // SAFETY: the symbol is the C function wrapper.h declares with this
                         // signature (status return, pointer/integer arguments).

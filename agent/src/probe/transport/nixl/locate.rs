@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::error::NixlError;
+
 pub const LIB: &str = "libnixl_capi.so";
 
 /// Where a NIXL install under `dir` keeps the C API: the directory itself, a prefix's lib
@@ -143,19 +145,16 @@ pub fn setup_python(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     setup_venv(env).map(|v| v.join("bin/python")).filter(|p| p.exists())
 }
 
-pub fn locate(explicit: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
+pub fn locate(explicit: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, NixlError> {
     let all = candidates(explicit, env);
     if let Some(found) = all.iter().find(|p| p.is_file()) {
         return Ok(found.clone());
     }
     if let Some(p) = explicit.filter(|p| !p.is_dir()) {
-        return Err(format!("--nixl-lib {}: no such file", p.display()));
+        return Err(NixlError::NoSuchLibrary(p.to_owned()));
     }
     let dirs: Vec<String> = roots(explicit, env).iter().map(|p| p.display().to_string()).collect();
-    Err(format!(
-        "no {LIB} found (install NIXL: `pip install nixl-cu12`, or point --nixl-lib / NIXL_PREFIX at it); looked under {}",
-        dirs.join(", ")
-    ))
+    Err(NixlError::NotFound { lib: LIB, looked: dirs })
 }
 
 #[cfg(test)]
@@ -213,10 +212,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let home = tmp.path().display().to_string();
         let env = move |k: &str| (k == "HOME").then(|| home.clone());
-        let e = locate(None, &env).unwrap_err();
+        let e = locate(None, &env).unwrap_err().to_string();
         assert!(e.contains("pip install nixl-cu12") && e.contains("/usr/lib/python3/dist-packages"), "{e}");
         let missing = tmp.path().join("nope.so");
-        let e = locate(Some(&missing), &env).unwrap_err();
+        let e = locate(Some(&missing), &env).unwrap_err().to_string();
         assert!(e.contains("--nixl-lib") && e.contains("nope.so"), "{e}");
     }
 }
