@@ -49,10 +49,55 @@ fn datetime(name: &str, ts: &[DateTime<Utc>]) -> PolarsResult<Column> {
     Column::new(name.into(), micros(ts)).cast(&DataType::Datetime(TimeUnit::Microseconds, None))
 }
 
+/// A probe record (or an agent's summary of ok probes) as exported.
+#[derive(sqlx::FromRow)]
+struct ProbeExportRow {
+    node_id: String,
+    observed_at: DateTime<Utc>,
+    gpu_index: i32,
+    nic: String,
+    transport: String,
+    reported: String,
+    verdict: String,
+    diagnosis: String,
+    bytes: i64,
+    bad_chunks: i32,
+    chunks: i32,
+    simulated: bool,
+    path: String,
+    memory: String,
+    injected: String,
+    probes: i32,
+}
+
+/// A signal as exported.
+#[derive(sqlx::FromRow)]
+struct SignalExportRow {
+    node_id: String,
+    observed_at: DateTime<Utc>,
+    source: String,
+    kind: String,
+    bdf: Option<String>,
+    gpu_index: Option<i32>,
+    nic: String,
+    summary: String,
+}
+
+/// A status change as exported, with its first reason.
+#[derive(sqlx::FromRow)]
+struct ChangeExportRow {
+    node_id: String,
+    gpu_index: i32,
+    at: DateTime<Utc>,
+    from_status: Option<String>,
+    to_status: String,
+    reason: Option<String>,
+}
+
 /// Probe results between `since` and `until` as a DataFrame, with their provenance (path,
 /// memory, injected fault): full probes and the agents' summaries of ok probes (`probes` > 1).
 pub async fn probes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> Result<DataFrame, ExportError> {
-    let rows: Vec<(String, DateTime<Utc>, i32, String, String, String, String, String, i64, i32, i32, bool, String, String, String, i32)> = sqlx::query_as(
+    let rows: Vec<ProbeExportRow> = sqlx::query_as(
         "SELECT node_id, observed_at, gpu_index, nic, transport, reported, verdict, diagnosis, bytes, bad_chunks, chunks,
                 simulated, path, memory, injected, probes
          FROM probe_evidence WHERE observed_at >= $1 AND observed_at <= $2 ORDER BY observed_at",
@@ -61,68 +106,67 @@ pub async fn probes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -
     .bind(until)
     .fetch_all(pool)
     .await?;
-    let at: Vec<DateTime<Utc>> = rows.iter().map(|r| r.1).collect();
+    let at: Vec<DateTime<Utc>> = rows.iter().map(|r| r.observed_at).collect();
     Ok(DataFrame::new_infer_height(vec![
-        Column::new("node_id".into(), rows.iter().map(|r| r.0.as_str()).collect::<Vec<_>>()),
+        Column::new("node_id".into(), rows.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>()),
         datetime("observed_at", &at)?,
-        Column::new("gpu_index".into(), rows.iter().map(|r| r.2).collect::<Vec<_>>()),
-        Column::new("nic".into(), rows.iter().map(|r| r.3.as_str()).collect::<Vec<_>>()),
-        Column::new("transport".into(), rows.iter().map(|r| r.4.as_str()).collect::<Vec<_>>()),
-        Column::new("reported".into(), rows.iter().map(|r| r.5.as_str()).collect::<Vec<_>>()),
-        Column::new("verdict".into(), rows.iter().map(|r| r.6.as_str()).collect::<Vec<_>>()),
-        Column::new("diagnosis".into(), rows.iter().map(|r| r.7.as_str()).collect::<Vec<_>>()),
-        Column::new("bytes".into(), rows.iter().map(|r| r.8).collect::<Vec<_>>()),
-        Column::new("bad_chunks".into(), rows.iter().map(|r| r.9).collect::<Vec<_>>()),
-        Column::new("chunks".into(), rows.iter().map(|r| r.10).collect::<Vec<_>>()),
-        Column::new("simulated".into(), rows.iter().map(|r| r.11).collect::<Vec<_>>()),
-        Column::new("path".into(), rows.iter().map(|r| r.12.as_str()).collect::<Vec<_>>()),
-        Column::new("memory".into(), rows.iter().map(|r| r.13.as_str()).collect::<Vec<_>>()),
-        Column::new("injected".into(), rows.iter().map(|r| r.14.as_str()).collect::<Vec<_>>()),
+        Column::new("gpu_index".into(), rows.iter().map(|r| r.gpu_index).collect::<Vec<_>>()),
+        Column::new("nic".into(), rows.iter().map(|r| r.nic.as_str()).collect::<Vec<_>>()),
+        Column::new("transport".into(), rows.iter().map(|r| r.transport.as_str()).collect::<Vec<_>>()),
+        Column::new("reported".into(), rows.iter().map(|r| r.reported.as_str()).collect::<Vec<_>>()),
+        Column::new("verdict".into(), rows.iter().map(|r| r.verdict.as_str()).collect::<Vec<_>>()),
+        Column::new("diagnosis".into(), rows.iter().map(|r| r.diagnosis.as_str()).collect::<Vec<_>>()),
+        Column::new("bytes".into(), rows.iter().map(|r| r.bytes).collect::<Vec<_>>()),
+        Column::new("bad_chunks".into(), rows.iter().map(|r| r.bad_chunks).collect::<Vec<_>>()),
+        Column::new("chunks".into(), rows.iter().map(|r| r.chunks).collect::<Vec<_>>()),
+        Column::new("simulated".into(), rows.iter().map(|r| r.simulated).collect::<Vec<_>>()),
+        Column::new("path".into(), rows.iter().map(|r| r.path.as_str()).collect::<Vec<_>>()),
+        Column::new("memory".into(), rows.iter().map(|r| r.memory.as_str()).collect::<Vec<_>>()),
+        Column::new("injected".into(), rows.iter().map(|r| r.injected.as_str()).collect::<Vec<_>>()),
         // 1 for a probe stored in full; an agent's summary of ok probes stands for this many.
-        Column::new("probes".into(), rows.iter().map(|r| r.15).collect::<Vec<_>>()),
+        Column::new("probes".into(), rows.iter().map(|r| r.probes).collect::<Vec<_>>()),
     ])?)
 }
 
 async fn signals(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> Result<DataFrame, ExportError> {
-    let rows: Vec<(String, DateTime<Utc>, String, String, Option<String>, Option<i32>, String, String)> =
-        sqlx::query_as(
-            "SELECT node_id, observed_at, source, kind, bdf, gpu_index, nic, summary
+    let rows: Vec<SignalExportRow> = sqlx::query_as(
+        "SELECT node_id, observed_at, source, kind, bdf, gpu_index, nic, summary
          FROM signal_events WHERE observed_at >= $1 AND observed_at <= $2 ORDER BY observed_at",
-        )
-        .bind(since)
-        .bind(until)
-        .fetch_all(pool)
-        .await?;
-    let at: Vec<DateTime<Utc>> = rows.iter().map(|r| r.1).collect();
+    )
+    .bind(since)
+    .bind(until)
+    .fetch_all(pool)
+    .await?;
+    let at: Vec<DateTime<Utc>> = rows.iter().map(|r| r.observed_at).collect();
     Ok(DataFrame::new_infer_height(vec![
-        Column::new("node_id".into(), rows.iter().map(|r| r.0.as_str()).collect::<Vec<_>>()),
+        Column::new("node_id".into(), rows.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>()),
         datetime("observed_at", &at)?,
-        Column::new("source".into(), rows.iter().map(|r| r.2.as_str()).collect::<Vec<_>>()),
-        Column::new("kind".into(), rows.iter().map(|r| r.3.as_str()).collect::<Vec<_>>()),
-        Column::new("bdf".into(), rows.iter().map(|r| r.4.as_deref()).collect::<Vec<_>>()),
-        Column::new("gpu_index".into(), rows.iter().map(|r| r.5).collect::<Vec<_>>()),
-        Column::new("nic".into(), rows.iter().map(|r| r.6.as_str()).collect::<Vec<_>>()),
-        Column::new("summary".into(), rows.iter().map(|r| r.7.as_str()).collect::<Vec<_>>()),
+        Column::new("source".into(), rows.iter().map(|r| r.source.as_str()).collect::<Vec<_>>()),
+        Column::new("kind".into(), rows.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>()),
+        Column::new("bdf".into(), rows.iter().map(|r| r.bdf.as_deref()).collect::<Vec<_>>()),
+        Column::new("gpu_index".into(), rows.iter().map(|r| r.gpu_index).collect::<Vec<_>>()),
+        Column::new("nic".into(), rows.iter().map(|r| r.nic.as_str()).collect::<Vec<_>>()),
+        Column::new("summary".into(), rows.iter().map(|r| r.summary.as_str()).collect::<Vec<_>>()),
     ])?)
 }
 
 async fn status_changes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> Result<DataFrame, ExportError> {
-    let rows: Vec<(String, i32, DateTime<Utc>, Option<String>, String, Option<String>)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, at, from_status::text, to_status::text, reasons->>0
+    let rows: Vec<ChangeExportRow> = sqlx::query_as(
+        "SELECT node_id, gpu_index, at, from_status::text, to_status::text, reasons->>0 AS reason
          FROM gpu_status_changes WHERE at >= $1 AND at <= $2 ORDER BY at",
     )
     .bind(since)
     .bind(until)
     .fetch_all(pool)
     .await?;
-    let at: Vec<DateTime<Utc>> = rows.iter().map(|r| r.2).collect();
+    let at: Vec<DateTime<Utc>> = rows.iter().map(|r| r.at).collect();
     Ok(DataFrame::new_infer_height(vec![
-        Column::new("node_id".into(), rows.iter().map(|r| r.0.as_str()).collect::<Vec<_>>()),
-        Column::new("gpu_index".into(), rows.iter().map(|r| r.1).collect::<Vec<_>>()),
+        Column::new("node_id".into(), rows.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>()),
+        Column::new("gpu_index".into(), rows.iter().map(|r| r.gpu_index).collect::<Vec<_>>()),
         datetime("at", &at)?,
-        Column::new("from_status".into(), rows.iter().map(|r| r.3.as_deref()).collect::<Vec<_>>()),
-        Column::new("to_status".into(), rows.iter().map(|r| r.4.as_str()).collect::<Vec<_>>()),
-        Column::new("reason".into(), rows.iter().map(|r| r.5.as_deref()).collect::<Vec<_>>()),
+        Column::new("from_status".into(), rows.iter().map(|r| r.from_status.as_deref()).collect::<Vec<_>>()),
+        Column::new("to_status".into(), rows.iter().map(|r| r.to_status.as_str()).collect::<Vec<_>>()),
+        Column::new("reason".into(), rows.iter().map(|r| r.reason.as_deref()).collect::<Vec<_>>()),
     ])?)
 }
 

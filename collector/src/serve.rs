@@ -78,6 +78,9 @@ impl ServeConfig {
 }
 
 /// Runs the collector until `shutdown` resolves.
+///
+/// One function on purpose: it is the wiring, start to stop, of every task the collector runs
+/// and the one stop signal they share; split up, the order of start and stop is harder to see.
 pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let mut creds = Credentials::load(&cfg.credentials)?;
     if let Some(k) = &cfg.k8s {

@@ -101,9 +101,4 @@ impl Verification {
             Verification::GpuMemory => "gpu_memory",
         }
     }
-
-    /// The NIC path of the workload's pair has not been shown to work: the GPU is never `ok`.
-    pub fn is_unverified(self) -> bool {
-        matches!(self, Verification::Unprobed | Verification::Unproven)
-    }
 }

@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use railguard_schema::{InlineReport, RecordBody};
 
-use super::attribute::attribute;
+use super::attribute::{Attribution, attribute};
 use super::holds::{DeviceFiles, held_gpus};
 use super::limit::{Limiter, SenderLimits};
-use super::{MAX_LINE, group, parse_line};
+use super::{Batch, MAX_LINE, group, parse_line};
 use crate::metrics::InlineRefusal;
 use crate::said_once::SaidOnce;
 use crate::spool::SpoolHandle;
@@ -358,26 +358,8 @@ fn handle_line(
                 continue;
             }
             allowed -= 1;
-            let report = InlineReport {
-                gpu: Some(a.gpu),
-                gpu_bdf: a.gpu_bdf,
-                nic: a.nic,
-                nic_bdf: a.nic_bdf,
-                pid,
-                process: a.process,
-                memory: b.memory,
-                path: a.path,
-                attribution: a.how,
-                transfers_ok: b.ok,
-                transfers_mismatch: b.mismatch,
-                transfers_error: b.error,
-                bytes_verified: b.bytes_verified,
-                blocks_verified: b.blocks_verified,
-                first_at: b.first_at,
-                last_at: b.last_at,
-                failures: b.failures,
-                failures_omitted: b.failures_omitted,
-            };
+            let gpu = a.gpu;
+            let report = report_of(pid, a, b);
             tracing::debug!(
                 pid,
                 gpu = ?report.gpu,
@@ -391,21 +373,20 @@ fn handle_line(
                 "in-line report"
             );
             let mismatched = report.transfers_mismatch;
-            let (gpu, nic) = (report.gpu, report.nic.clone());
+            let nic = report.nic.clone();
             match shared.spool.append_inline(RecordBody::Inline(report)) {
                 Ok(o) if o.appended == 1 => {
                     accepted += n;
                     stats.reports.fetch_add(1, Ordering::Relaxed);
                     if mismatched > 0 {
-                        tracing::warn!(pid, gpu = ?gpu, nic = %nic, mismatched, "in-line verification: the workload received wrong bytes");
+                        tracing::warn!(pid, gpu, nic = %nic, mismatched, "in-line verification: the workload received wrong bytes");
                     }
                 }
                 Ok(_) => {
                     stats.refuse(InlineRefusal::SpoolShareFull, n);
                     rejected += n;
                     errors.push(format!(
-                        "{n} result(s) for GPU{}: the agent's spool has no room left for in-line reports (counted as dropped)",
-                        a.gpu
+                        "{n} result(s) for GPU{gpu}: the agent's spool has no room left for in-line reports (counted as dropped)"
                     ));
                 }
                 Err(e) => {
@@ -419,4 +400,28 @@ fn handle_line(
     }
     stats.results.fetch_add(accepted, Ordering::Relaxed);
     serde_json::json!({ "accepted": accepted, "rejected": rejected, "errors": errors }).to_string() + "\n"
+}
+
+/// The record of one batch of `pid`'s results for one (device, memory), as attributed.
+fn report_of(pid: u32, a: Attribution, b: Batch) -> InlineReport {
+    InlineReport {
+        gpu: Some(a.gpu),
+        gpu_bdf: a.gpu_bdf,
+        nic: a.nic,
+        nic_bdf: a.nic_bdf,
+        pid,
+        process: a.process,
+        memory: b.memory,
+        path: a.path,
+        attribution: a.how,
+        transfers_ok: b.ok,
+        transfers_mismatch: b.mismatch,
+        transfers_error: b.error,
+        bytes_verified: b.bytes_verified,
+        blocks_verified: b.blocks_verified,
+        first_at: b.first_at,
+        last_at: b.last_at,
+        failures: b.failures,
+        failures_omitted: b.failures_omitted,
+    }
 }

@@ -426,6 +426,54 @@ impl Engine {
         a
     }
 
+    /// Applies fault `f` to what travels (`src`), or says how the transport must fail instead:
+    /// the sabotage it suffers itself, or the report the engine gives in its place (nothing
+    /// moves then).
+    fn inject(
+        &mut self,
+        f: &Fault,
+        transport: &dyn ProbeTransport,
+        pair: &Pair,
+        src_view: &mut [u8],
+        failure: Option<transport::FailureMode>,
+    ) -> (Sabotage, Option<TransferReport>) {
+        let (key, bytes, chunk) = (pair.key(), src_view.len(), self.chunk_bytes());
+        let mut sabotage = failure.map_or(Sabotage::None, |m| m.sabotage);
+        let mut skip: Option<TransferReport> = None;
+        match f.kind {
+            FaultKind::Drop | FaultKind::DmaReadRejected => {
+                let what =
+                    if f.kind == FaultKind::Drop { "data dropped" } else { "NIC's DMA read of GPU memory rejected" };
+                skip = Some(TransferReport::reporting(f.reported(), format!("fault: {what}")));
+            }
+            // An earlier probe of this pair, or a probe of another pair, arrives instead.
+            FaultKind::Stale => {
+                let earlier = self.known_like(|k| k.pair == key, bytes, || key.clone());
+                pattern::fill(earlier.nonce, 0, src_view);
+            }
+            FaultKind::Misdirect => {
+                let other = self.known_like(|k| k.pair != key, bytes, || format!("GPU{}/elsewhere", pair.gpu + 1));
+                pattern::fill(other.nonce, 0, src_view);
+            }
+            FaultKind::Bitflip => {
+                if let Some(last) = src_view.last_mut() {
+                    *last ^= 0x01;
+                }
+            }
+            FaultKind::Swap => {
+                if bytes >= 2 * chunk {
+                    let (a, b) = src_view.split_at_mut(chunk);
+                    a.swap_with_slice(&mut b[..chunk]);
+                }
+            }
+            FaultKind::Error if transport.suffers(Sabotage::Truncate) => sabotage = Sabotage::Truncate,
+            FaultKind::Hang if transport.suffers(Sabotage::Stall) => sabotage = Sabotage::Stall,
+            FaultKind::Error => skip = Some(TransferReport::error("fault: transport error (emulated by the engine)")),
+            FaultKind::Hang => skip = Some(TransferReport::nothing("fault: no completion (emulated by the engine)")),
+        }
+        (sabotage, skip)
+    }
+
     fn probe_with(
         &mut self,
         transport: &mut dyn ProbeTransport,
@@ -458,48 +506,10 @@ impl Engine {
 
         // Injections change what travels (and so must be caught by the receiver), or make the
         // transport itself fail where it can.
-        let mut sabotage = failure.map_or(Sabotage::None, |m| m.sabotage);
-        let mut skip: Option<TransferReport> = None;
-        if let Some(f) = fault {
-            match f.kind {
-                FaultKind::Drop | FaultKind::DmaReadRejected => {
-                    let what = if f.kind == FaultKind::Drop {
-                        "data dropped"
-                    } else {
-                        "NIC's DMA read of GPU memory rejected"
-                    };
-                    skip = Some(TransferReport::reporting(f.reported(), format!("fault: {what}")));
-                }
-                // An earlier probe of this pair, or a probe of another pair, arrives instead.
-                FaultKind::Stale => {
-                    let earlier = self.known_like(|k| k.pair == key, bytes, || key.clone());
-                    pattern::fill(earlier.nonce, 0, src_view);
-                }
-                FaultKind::Misdirect => {
-                    let other = self.known_like(|k| k.pair != key, bytes, || format!("GPU{}/elsewhere", pair.gpu + 1));
-                    pattern::fill(other.nonce, 0, src_view);
-                }
-                FaultKind::Bitflip => {
-                    if let Some(last) = src_view.last_mut() {
-                        *last ^= 0x01;
-                    }
-                }
-                FaultKind::Swap => {
-                    if bytes >= 2 * chunk {
-                        let (a, b) = src_view.split_at_mut(chunk);
-                        a.swap_with_slice(&mut b[..chunk]);
-                    }
-                }
-                FaultKind::Error if transport.suffers(Sabotage::Truncate) => sabotage = Sabotage::Truncate,
-                FaultKind::Hang if transport.suffers(Sabotage::Stall) => sabotage = Sabotage::Stall,
-                FaultKind::Error => {
-                    skip = Some(TransferReport::error("fault: transport error (emulated by the engine)"))
-                }
-                FaultKind::Hang => {
-                    skip = Some(TransferReport::nothing("fault: no completion (emulated by the engine)"))
-                }
-            }
-        }
+        let (sabotage, skip) = match fault {
+            Some(f) => self.inject(f, transport, pair, src_view, failure),
+            None => (failure.map_or(Sabotage::None, |m| m.sabotage), None),
+        };
         let dst_view: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut dst)[..bytes];
         let slot = match gpu {
             Ok(()) => self.gpu_slot(pair, bytes).map_err(Some),
@@ -559,57 +569,83 @@ impl Engine {
         self.spare_fill = spare_fill;
         self.spare_poison = spare_poison;
 
-        let verdict = match report.reported {
-            Reported::Nothing => ProbeVerdict::Timeout,
-            Reported::Error => ProbeVerdict::ReportedFailure,
-            Reported::Success if v.ok() => ProbeVerdict::Ok,
-            Reported::Success => ProbeVerdict::SilentCorruption,
+        let memory = match (on_gpu, report.staged) {
+            (false, _) => Memory::Host,
+            (true, false) => Memory::Cuda,
+            (true, true) => Memory::CudaStaged,
         };
-        ProbeOutcome {
-            result: ProbeResult {
-                gpu: pair.gpu,
-                gpu_bdf: pair.gpu_bdf,
-                nic: pair.nic.clone(),
-                nic_bdf: pair.nic_bdf,
-                transport: transport.kind(),
-                bytes: bytes as u64,
-                reported: report.reported,
-                reported_detail: report.detail.chars().take(1000).collect(),
-                verdict,
-                diagnosis: v.diagnosis.unwrap_or(Diagnosis::None),
-                first_bad_offset: v.first_bad_offset,
-                bad_chunks: v.bad_chunks,
-                chunks: v.chunks,
-                duration_ns,
-                selection: pair.selection,
-                simulated,
-                bit_flips: v.bit_flips,
-                receiver_detail: v.detail.chars().take(1000).collect(),
-                // As used: the simulated fabric's buffers are host memory like any other.
-                memory: match (on_gpu, report.staged) {
-                    (false, _) => Memory::Host,
-                    (true, false) => Memory::Cuda,
-                    (true, true) => Memory::CudaStaged,
-                },
-                path: report.path.unwrap_or_else(|| transport.data_path()),
-                // A fault on the simulated fabric is the simulation itself; on a real transport
-                // it is an injection, and the probe is self-test history, not evidence.
-                injected: match (fault, failure) {
-                    (Some(f), _) if !simulated => f.kind.into(),
-                    (_, Some(m)) if !simulated => {
-                        if m.reported == Reported::Nothing {
-                            Injected::Hang
-                        } else {
-                            Injected::Error
-                        }
+        let carried = Carried { transport: transport.kind(), default_path: transport.data_path(), memory, duration_ns };
+        outcome(pair, bytes, report, v, carried, fault, failure)
+    }
+}
+
+/// How a probe's bytes were moved, beside what the transport reported.
+struct Carried {
+    transport: railguard_schema::Transport,
+    /// What carries the transport's bytes unless its report says otherwise.
+    default_path: DataPath,
+    memory: Memory,
+    duration_ns: u64,
+}
+
+/// A probe's result from what the transport reported and what the receiver found: the verdict
+/// (the transport's report first, then the receiver's check alone), and the probe's provenance.
+fn outcome(
+    pair: &Pair,
+    bytes: usize,
+    report: TransferReport,
+    v: Verification,
+    carried: Carried,
+    fault: Option<&Fault>,
+    failure: Option<transport::FailureMode>,
+) -> ProbeOutcome {
+    let simulated = carried.default_path == DataPath::Simulated;
+    let verdict = match report.reported {
+        Reported::Nothing => ProbeVerdict::Timeout,
+        Reported::Error => ProbeVerdict::ReportedFailure,
+        Reported::Success if v.ok() => ProbeVerdict::Ok,
+        Reported::Success => ProbeVerdict::SilentCorruption,
+    };
+    ProbeOutcome {
+        result: ProbeResult {
+            gpu: pair.gpu,
+            gpu_bdf: pair.gpu_bdf,
+            nic: pair.nic.clone(),
+            nic_bdf: pair.nic_bdf,
+            transport: carried.transport,
+            bytes: bytes as u64,
+            reported: report.reported,
+            reported_detail: report.detail.chars().take(1000).collect(),
+            verdict,
+            diagnosis: v.diagnosis.unwrap_or(Diagnosis::None),
+            first_bad_offset: v.first_bad_offset,
+            bad_chunks: v.bad_chunks,
+            chunks: v.chunks,
+            duration_ns: carried.duration_ns,
+            selection: pair.selection,
+            simulated,
+            bit_flips: v.bit_flips,
+            receiver_detail: v.detail.chars().take(1000).collect(),
+            // As used: the simulated fabric's buffers are host memory like any other.
+            memory: carried.memory,
+            path: report.path.unwrap_or(carried.default_path),
+            // A fault on the simulated fabric is the simulation itself; on a real transport
+            // it is an injection, and the probe is self-test history, not evidence.
+            injected: match (fault, failure) {
+                (Some(f), _) if !simulated => f.kind.into(),
+                (_, Some(m)) if !simulated => {
+                    if m.reported == Reported::Nothing {
+                        Injected::Hang
+                    } else {
+                        Injected::Error
                     }
-                    _ => Injected::None,
-                },
-                lanes: report.lanes,
+                }
+                _ => Injected::None,
             },
-            fault: fault.map(|f| f.kind),
-            receiver: v,
-        }
+            lanes: report.lanes,
+        },
+        fault: fault.map(|f| f.kind),
+        receiver: v,
     }
 }
 

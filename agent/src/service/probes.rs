@@ -62,6 +62,11 @@ fn spool_all(spool: &SpoolHandle, records: Vec<RecordBody>) {
     }
 }
 
+/// Probes cycle after cycle until `stop`.
+///
+/// One loop on purpose: a cycle's order (read the topology again, plan, probe the workload's
+/// pairs first, confirm a new failure at once, compact, spool) is the invariant, and reads best
+/// in one place.
 fn probe_loop(
     cfg: &ProbeLoopConfig,
     topology: &SharedTopology,

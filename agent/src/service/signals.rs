@@ -102,6 +102,9 @@ fn load_ebpf(cfg: &SignalSettings) -> Option<Probes> {
 /// Follows every source on this thread, handing each attributed event to `emit` (which answers
 /// whether the event is durably spooled), until `stop`.
 /// `kmsg_state` remembers how far the kernel log was read across restarts.
+///
+/// One loop on purpose: every source is polled from this one thread in turn, and the order of a
+/// round (read, attribute, spool, then save the kernel log position) is the invariant.
 pub fn follow(
     cfg: &SignalSettings,
     topology: &SharedTopology,

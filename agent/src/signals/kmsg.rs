@@ -166,6 +166,10 @@ fn hex(s: &str) -> Option<u32> {
 }
 
 /// Parses one kernel log message. None: not a line railguard reads.
+///
+/// One function on purpose: the line shapes are tried in the order that keeps a specific shape
+/// from being read as a general one (an mlx5 CQE line before an AER line naming the same device),
+/// and that order reads best as one list.
 pub fn parse_line(line: &str, domains: &dyn DomainResolver) -> Option<KernelEvent> {
     let line = line.trim_end();
     let mut attrs = BTreeMap::new();

@@ -40,7 +40,6 @@ async fn read_inputs(
         .and_then(|w| now.checked_sub_signed(w))
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
-    let mut inputs: BTreeMap<GpuKey, GpuInput> = BTreeMap::new();
     // Every query below serves the whole fleet (`$1` NULL) and a few nodes alike; a cached generic
     // plan cannot use the node-first indexes for `($1 IS NULL OR node_id = ANY($1))`, so each
     // query is planned for its own parameters (a pass over a few hundred nodes then reads only
@@ -48,53 +47,7 @@ async fn read_inputs(
     let mut tx = pool.begin().await?;
     sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan").execute(&mut *tx).await?;
 
-    // Latest topology per node: structural risk and the workload's NIC per GPU. The risks were
-    // validated at ingest; a node whose row no longer decodes is damaged, not a node without
-    // risks (and not a pass that fails for every node).
-    let topo: Vec<(String, Json<serde_json::Value>, Vec<String>)> = sqlx::query_as(
-        "SELECT t.node_id, t.risks,
-                coalesce((SELECT array_agg(n.name ORDER BY n.name) FROM topology_nics n WHERE n.snapshot_id = t.record_id),
-                         '{}')
-         FROM latest_topology t WHERE ($1::text[] IS NULL OR t.node_id = ANY($1))",
-    )
-    .bind(&filter)
-    .fetch_all(&mut *tx)
-    .await?;
-    for (node, Json(risks), node_nics) in topo {
-        let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
-            Ok(r) if r.iter().all(|r| r.gpu < railguard_schema::limits::MAX_GPUS_PER_NODE) => r,
-            Ok(_) => {
-                damage.note(&node, || "its latest topology's risks name a GPU index out of range".into());
-                continue;
-            }
-            Err(e) => {
-                damage.note(&node, || format!("its latest topology's risks no longer decode ({e})"));
-                continue;
-            }
-        };
-        // A pin is a NIC of the node's own topology; ingest holds the risks to that, so a stored
-        // risk naming another is a damaged row.
-        if risks.iter().flat_map(|r| &r.safe_nics).any(|n| !node_nics.contains(n)) {
-            damage.note(&node, || "its latest topology's risks name a safe NIC the topology does not list".into());
-            continue;
-        }
-        for r in risks {
-            inputs.insert(
-                GpuKey::new(node.clone(), r.gpu),
-                GpuInput {
-                    node: node.clone(),
-                    gpu: r.gpu,
-                    structural: Some(r.level),
-                    structural_reasons: r.reasons,
-                    workload_nic: r.predicted_nic,
-                    pinned: r.pinned,
-                    safe_nics: r.safe_nics,
-                    node_nics: node_nics.clone(),
-                    ..Default::default()
-                },
-            );
-        }
-    }
+    let mut inputs = read_topologies(&mut tx, &filter, &mut damage).await?;
     laps.lap(Step::Topology);
 
     // Probe verdicts per pair in the window (full probes and the agents' summaries of ok probes,
@@ -132,11 +85,77 @@ async fn read_inputs(
         input.pairs.sort_by(|a, b| a.nic.cmp(&b.nic));
     }
 
-    // The hysteresis reads the workload pair's latest verdicts within the window: what a pass
-    // reads does not grow with the history kept (a pair with fewer than ten in the window has a
-    // shorter streak, so it leaves `corrupting` later, never sooner). A summary stands for its
-    // probes, all ok, at its set's time (the agent closes a pair's summary before it spools the
-    // pair's failure, so no summary straddles one).
+    add_recent(recent, &mut inputs);
+
+    read_signals(&mut tx, &filter, since, now, &mut inputs, &mut damage).await?;
+    tx.commit().await?;
+    laps.lap(Step::Signals);
+    Ok((inputs, damage))
+}
+
+/// Each node's latest topology: per GPU its structural risk, workload NIC and safe NICs. The
+/// risks were validated at ingest; a node whose row no longer decodes is damaged, not a node
+/// without risks (and not a pass that fails for every node).
+async fn read_topologies(
+    tx: &mut sqlx::PgConnection,
+    filter: &Option<Vec<String>>,
+    damage: &mut Damage,
+) -> Result<BTreeMap<GpuKey, GpuInput>, sqlx::Error> {
+    let mut inputs = BTreeMap::new();
+    let topo: Vec<(String, Json<serde_json::Value>, Vec<String>)> = sqlx::query_as(
+        "SELECT t.node_id, t.risks,
+                coalesce((SELECT array_agg(n.name ORDER BY n.name) FROM topology_nics n WHERE n.snapshot_id = t.record_id),
+                         '{}')
+         FROM latest_topology t WHERE ($1::text[] IS NULL OR t.node_id = ANY($1))",
+    )
+    .bind(filter)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (node, Json(risks), node_nics) in topo {
+        let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
+            Ok(r) if r.iter().all(|r| r.gpu < railguard_schema::limits::MAX_GPUS_PER_NODE) => r,
+            Ok(_) => {
+                damage.note(&node, || "its latest topology's risks name a GPU index out of range".into());
+                continue;
+            }
+            Err(e) => {
+                damage.note(&node, || format!("its latest topology's risks no longer decode ({e})"));
+                continue;
+            }
+        };
+        // A pin is a NIC of the node's own topology; ingest holds the risks to that, so a stored
+        // risk naming another is a damaged row.
+        if risks.iter().flat_map(|r| &r.safe_nics).any(|n| !node_nics.contains(n)) {
+            damage.note(&node, || "its latest topology's risks name a safe NIC the topology does not list".into());
+            continue;
+        }
+        for r in risks {
+            inputs.insert(
+                GpuKey::new(node.clone(), r.gpu),
+                GpuInput {
+                    node: node.clone(),
+                    gpu: r.gpu,
+                    structural: Some(r.level),
+                    structural_reasons: r.reasons,
+                    workload_nic: r.predicted_nic,
+                    pinned: r.pinned,
+                    safe_nics: r.safe_nics,
+                    node_nics: node_nics.clone(),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    Ok(inputs)
+}
+
+/// Adds each workload pair's latest verdicts (`recent`, in no order) to its GPU's inputs, newest
+/// first, at most [`RECENT_VERDICTS`]: a summary stands for its probes, all ok, at its set's time
+/// (the agent closes a pair's summary before it spools the pair's failure, so no summary
+/// straddles one). Only the window is read, so what a pass reads does not grow with the history
+/// kept (a pair with fewer than ten in the window has a shorter streak: it leaves `corrupting`
+/// later, never sooner).
+fn add_recent(recent: HashMap<(String, i32), crate::evidence::Recent>, inputs: &mut BTreeMap<GpuKey, GpuInput>) {
     for ((node, gpu), mut records) in recent {
         let Some(gpu) = stored_gpu(gpu) else { continue };
         let Some(i) = inputs.get_mut(&GpuKey { node, gpu }) else { continue };
@@ -148,8 +167,18 @@ async fn read_inputs(
             i.workload_recent.truncate(RECENT_VERDICTS);
         }
     }
+}
 
-    // Signals in the window, attributed to a GPU or to a NIC.
+/// Signals in the window, attributed to a GPU, or to a NIC (counted for the GPUs whose workload
+/// uses it).
+async fn read_signals(
+    tx: &mut sqlx::PgConnection,
+    filter: &Option<Vec<String>>,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+    inputs: &mut BTreeMap<GpuKey, GpuInput>,
+    damage: &mut Damage,
+) -> Result<(), sqlx::Error> {
     let signals: Vec<(String, Option<i32>, String, SignalKind, Option<String>, i64, String)> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic, kind, attrs->>'xid', count(*),
                 (array_agg(summary ORDER BY observed_at DESC))[1]
@@ -160,7 +189,7 @@ async fn read_inputs(
            AND ($1::text[] IS NULL OR node_id = ANY($1))
          GROUP BY node_id, gpu_index, nic, kind, attrs->>'xid'",
     )
-    .bind(&filter)
+    .bind(filter)
     .bind(since)
     .bind(now)
     .fetch_all(&mut *tx)
@@ -197,9 +226,7 @@ async fn read_inputs(
             input.signals.extend(v.iter().cloned());
         }
     }
-    tx.commit().await?;
-    laps.lap(Step::Signals);
-    Ok((inputs, damage))
+    Ok(())
 }
 
 /// The workload's own transfers verified in-line, per pair in the window, with the latest

@@ -126,9 +126,28 @@ pub async fn assess_and_store(
     isolate::stats().record(inputs.keys().map(|k| k.node.clone()), &isolated);
     laps.lap(Step::Current);
 
+    write_changes(&mut tx, &results, &current, now, &mut laps).await?;
+    laps.lap(Step::History);
+    tx.commit().await?;
+    mark_assessed(pool, nodes, now).await;
+    laps.lap(Step::Commit);
+    phases.steps = steps;
+    phases.write = started.elapsed();
+    Ok(Assessed { assessments: results, phases })
+}
+
+/// Writes what changed of `results` against `current`: the status rows, the fleet page's counts
+/// of the nodes written, and a history row per change of status.
+async fn write_changes(
+    tx: &mut sqlx::PgConnection,
+    results: &[Assessment],
+    current: &HashMap<GpuKey, CurrentRow>,
+    now: DateTime<Utc>,
+    laps: &mut Laps<'_>,
+) -> Result<(), sqlx::Error> {
     let mut cols = StatusColumns::default();
     let mut changes = ChangeColumns::default();
-    for a in &results {
+    for a in results {
         let key = GpuKey::new(a.node.clone(), a.gpu);
         let before = current.get(&key);
         if before.is_some_and(|r| r.says(a)) {
@@ -204,11 +223,5 @@ pub async fn assess_and_store(
         .execute(&mut *tx)
         .await?;
     }
-    laps.lap(Step::History);
-    tx.commit().await?;
-    mark_assessed(pool, nodes, now).await;
-    laps.lap(Step::Commit);
-    phases.steps = steps;
-    phases.write = started.elapsed();
-    Ok(Assessed { assessments: results, phases })
+    Ok(())
 }

@@ -255,7 +255,26 @@ pub(crate) async fn load_split(
 ) -> Result<(WindowEvidence, WindowEvidence), sqlx::Error> {
     let (mut ev, mut late) = (WindowEvidence::default(), WindowEvidence::default());
 
-    // Records stored a row each, grouped by what the trust policy and the counts tell apart.
+    read_grouped(conn, filter, ranges, split, (&mut ev, &mut late)).await?;
+    laps.lap(super::Step::ProbeRows);
+
+    read_recent(conn, filter, ranges, split, workload, (&mut ev, &mut late)).await?;
+    laps.lap(super::Step::Recent);
+
+    read_sets(conn, filter, ranges, split, workload, lean, (&mut ev, &mut late)).await?;
+    laps.lap(super::Step::SummarySets);
+    Ok((ev, late))
+}
+
+/// The records stored a row each, grouped in SQL by what the trust policy and the counts tell
+/// apart, into `ev` (observed up to `split`) and `late` (after it).
+async fn read_grouped(
+    conn: &mut sqlx::PgConnection,
+    filter: &Option<Vec<String>>,
+    ranges: [(DateTime<Utc>, DateTime<Utc>); 2],
+    split: DateTime<Utc>,
+    (ev, late): (&mut WindowEvidence, &mut WindowEvidence),
+) -> Result<(), sqlx::Error> {
     #[derive(sqlx::FromRow)]
     struct Group {
         node_id: String,
@@ -294,7 +313,7 @@ pub(crate) async fn load_split(
     let u = |v: i64| u64::try_from(v).unwrap_or(0);
     while let Some(g) = groups.next().await {
         let g = g?;
-        let part = if g.after { &mut late } else { &mut ev };
+        let part = if g.after { &mut *late } else { &mut *ev };
         part.count(
             &g.node_id,
             Evidence {
@@ -312,11 +331,21 @@ pub(crate) async fn load_split(
         );
     }
     drop(groups);
-    laps.lap(super::Step::ProbeRows);
+    Ok(())
+}
 
-    // The latest records stored a row each of every pair on a path that may verify it (ten a
-    // pair at most: all the hysteresis reads), kept for the workload pairs, to be ranked with
-    // the sets' below (none to keep when no node has a workload pair).
+/// The latest records stored a row each of every pair on a path that may verify it (ten a pair
+/// at most: all the hysteresis reads), kept for the workload pairs, to be ranked with the
+/// sets' ([`read_sets`]); none to keep when no node has a workload pair.
+async fn read_recent(
+    conn: &mut sqlx::PgConnection,
+    filter: &Option<Vec<String>>,
+    ranges: [(DateTime<Utc>, DateTime<Utc>); 2],
+    split: DateTime<Utc>,
+    workload: &(dyn Workloads + Sync),
+    (ev, late): (&mut WindowEvidence, &mut WindowEvidence),
+) -> Result<(), sqlx::Error> {
+    let [(a0, b0), (a1, b1)] = ranges;
     let recent: Vec<(String, i32, String, DateTime<Utc>, ProbeVerdict, i32)> = if workload.none() {
         Vec::new()
     } else {
@@ -341,14 +370,27 @@ pub(crate) async fn load_split(
     };
     for (node, gpu, nic, at, verdict, probes) in recent {
         if is_workload(workload, &node, gpu, &nic) {
-            let part = if at > split { &mut late } else { &mut ev };
+            let part = if at > split { &mut *late } else { &mut *ev };
             part.recent.entry((node, gpu)).or_default().push((at, verdict, probes));
         }
     }
-    laps.lap(super::Step::Recent);
+    Ok(())
+}
 
-    // Summary sets, a row of arrays each (every summary ok; the arrays are as long as each
-    // other, which the table checks).
+/// Summary sets, a row of arrays each (every summary ok; the arrays are as long as each other,
+/// which the table checks), added up here a set at a time as they stream in. `lean`: without
+/// their memory, transports and lanes.
+async fn read_sets(
+    conn: &mut sqlx::PgConnection,
+    filter: &Option<Vec<String>>,
+    ranges: [(DateTime<Utc>, DateTime<Utc>); 2],
+    split: DateTime<Utc>,
+    workload: &(dyn Workloads + Sync),
+    lean: bool,
+    (ev, late): (&mut WindowEvidence, &mut WindowEvidence),
+) -> Result<(), sqlx::Error> {
+    let [(a0, b0), (a1, b1)] = ranges;
+    let u = |v: i64| u64::try_from(v).unwrap_or(0);
     type SetRow = (
         String,
         DateTime<Utc>,
@@ -379,7 +421,7 @@ pub(crate) async fn load_split(
     while let Some(row) = sets.next().await {
         let (node_id, at, gpus, nics, paths, memories, injected, transports, lanes, probes) = row?;
         let wl = workload.of(&node_id);
-        let part = if at > split { &mut late } else { &mut ev };
+        let part = if at > split { &mut *late } else { &mut *ev };
         let mut recent: Vec<(i32, i32)> = Vec::new();
         for i in 0..gpus.len() {
             let (Some(&gpu), Some(nic), Some(path), Some(inj), Some(&n)) =
@@ -421,6 +463,5 @@ pub(crate) async fn load_split(
             part.recent.entry((node_id.clone(), gpu)).or_default().push((at, ProbeVerdict::Ok, n));
         }
     }
-    laps.lap(super::Step::SummarySets);
-    Ok((ev, late))
+    Ok(())
 }

@@ -16,9 +16,20 @@ fn label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// `GET /metrics`: this collector's view of the fleet and of itself, section by section.
 pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let mut out = String::new();
-    let st = &*s.state.ingest;
+    ingest(&mut out, &s.state.ingest);
+    gpus(&mut out, &s.pool).await?;
+    nodes(&mut out, &s.pool, &s.state.ingest).await?;
+    assessment(&mut out, &s).await?;
+    patterns(&mut out, &s.facts);
+    process(&mut out, &s);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
+}
+
+/// Batches and records by outcome, and the evidence stored per pair.
+fn ingest(out: &mut String, st: &crate::ingest::IngestStats) {
     let _ = writeln!(
         out,
         "# HELP railguard_ingest_batches_total Agent batches by outcome.\n# TYPE railguard_ingest_batches_total counter"
@@ -61,7 +72,11 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         "railguard_ingest_batches_refused_total{{reason=\"too_old\"}} {}",
         st.batches_too_old.load(Ordering::Relaxed)
     );
-    let rows = crate::store::read::all_statuses(&s.pool).await?;
+}
+
+/// Each GPU's status and facts.
+async fn gpus(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
+    let rows = crate::store::read::all_statuses(pool).await?;
     let _ = writeln!(
         out,
         "# HELP railguard_gpu_status Current status of each GPU (1 for its status).\n# TYPE railguard_gpu_status gauge"
@@ -80,7 +95,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         out,
         "# HELP railguard_gpu_info Each GPU's workload NIC, how that pair was verified (gpu_memory, host_memory, simulated, unproven, unprobed), the NIC to pin instead (empty when none; always one of the node's own NICs) and what that NIC was verified by (pin_evidence: gpu_memory, host_memory, simulated, unprobed); always 1. Join on node and gpu.\n# TYPE railguard_gpu_info gauge"
     );
-    for g in crate::store::read::gpu_infos(&s.pool).await? {
+    for g in crate::store::read::gpu_infos(pool).await? {
         let _ = writeln!(
             out,
             "railguard_gpu_info{{node=\"{}\",gpu=\"{}\",workload_nic=\"{}\",verification=\"{}\",pin=\"{}\",pin_evidence=\"{}\"}} 1",
@@ -92,7 +107,12 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             g.pin_evidence.as_deref().unwrap_or("")
         );
     }
-    let lag = crate::store::read::node_lags(&s.pool).await?;
+    Ok(())
+}
+
+/// Each node's agent: last seen, its spool's drops and quarantined pieces.
+async fn nodes(out: &mut String, pool: &sqlx::PgPool, st: &crate::ingest::IngestStats) -> Result<(), ApiError> {
+    let lag = crate::store::read::node_lags(pool).await?;
     let _ = writeln!(
         out,
         "# HELP railguard_node_last_seen_age_seconds Time since a node's last batch (ingest lag).\n# TYPE railguard_node_last_seen_age_seconds gauge"
@@ -116,8 +136,14 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             let _ = writeln!(out, "railguard_agent_spool_quarantined_total{{node=\"{}\"}} {n}", label(node));
         }
     }
+    Ok(())
+}
+
+/// The fleet's assessment: its age, this collector's passes, the nodes it could not assess.
+async fn assessment(out: &mut String, s: &AppState) -> Result<(), ApiError> {
+    let pool = &s.pool;
     // The last pass of whichever replica leads (every replica reports the same age).
-    let last = crate::store::read::last_assessment(&s.pool).await?;
+    let last = crate::store::read::last_assessment(pool).await?;
     if let Some(at) = last {
         let _ = writeln!(
             out,
@@ -223,7 +249,12 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             let _ = writeln!(out, "{name}{{kind=\"{k}\",phase=\"{phase}\"}} {:.6}", d.as_secs_f64());
         }
     }
-    let crate::evidence::PeriodReads { moved, whole, late_nodes: late } = s.facts.periods_answered();
+    Ok(())
+}
+
+/// How the pattern finder's reads were answered.
+fn patterns(out: &mut String, facts: &crate::patterns::Facts) {
+    let crate::evidence::PeriodReads { moved, whole, late_nodes: late } = facts.periods_answered();
     let name = "railguard_patterns_period_reads_total";
     let _ = writeln!(
         out,
@@ -232,7 +263,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     );
     let _ = writeln!(out, "{name}{{how=\"moved\"}} {moved}");
     let _ = writeln!(out, "{name}{{how=\"whole\"}} {whole}");
-    let crate::evidence::RolledReads { moved, whole, hours_read: hours } = s.facts.rolled_answered();
+    let crate::evidence::RolledReads { moved, whole, hours_read: hours } = facts.rolled_answered();
     let name = "railguard_patterns_rolled_reads_total";
     let _ = writeln!(
         out,
@@ -250,6 +281,11 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         out,
         "# HELP {name} Nodes whose evidence in a kept pattern period was read again in full by a moving read because ingest stored some of it late (nodes.late_stored_at), since this collector started.\n# TYPE {name} counter\n{name} {late}"
     );
+}
+
+/// This process: the tasks it leads, the agents' clocks it saw, the Kubernetes controller.
+fn process(out: &mut String, s: &AppState) {
+    let st = &*s.state.ingest;
     let _ = writeln!(
         out,
         "# HELP railguard_leader 1 where this collector holds a fleet-wide task (with several replicas on one Postgres, exactly one holds each).\n# TYPE railguard_leader gauge"
@@ -281,5 +317,4 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
             u8::from(k.breaker_open.load(Ordering::Relaxed))
         );
     }
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }

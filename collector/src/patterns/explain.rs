@@ -290,14 +290,10 @@ impl Pairs {
         self.names.get(id as usize).map(|n| &**n).unwrap_or_default()
     }
 
-    /// The best explanation of the failing pairs, if any pair fails (what [`explain`] says of
-    /// the same pairs).
-    pub fn explain(&self) -> Option<Factor> {
-        if self.failing == 0 {
-            return None;
-        }
+    /// The conjunction of up to three attribute values whose matching pairs coincide best with
+    /// the failing ones (node-weighted, [`node_weights`]), if any pair fails.
+    fn best_conjunction(&self) -> Option<Vec<(usize, u32)>> {
         let failing: Vec<&Group> = self.groups.iter().filter(|g| g.failing > 0).collect();
-        let n_failing = self.failing;
         let weights = node_weights(self.groups.iter().map(|g| (g.attrs[NODE], g.pairs, g.failing)));
         let total_failing_w: u64 = weights.iter().map(|w| w.failing).sum();
         // Candidates: every combination of up to three attributes, with the values some failing
@@ -359,47 +355,16 @@ impl Pairs {
                 }
             }
         }
-        let (conj_ids, _) = best?;
+        best.map(|(conj, _)| conj)
+    }
+
+    /// For each attribute of the conjunction, the pairs that match the rest of it but differ
+    /// there, and how they fare ("no PIX pair on bare metal fails"): the environment first, then
+    /// the path.
+    fn contrast(&self, conj_ids: &[(usize, u32)]) -> Vec<String> {
         let matches = |g: &Group, conj: &[(usize, u32)]| conj.iter().all(|(a, v)| g.attrs[*a] == *v);
-        let conj: Vec<(&str, &str)> = conj_ids.iter().map(|(a, v)| (ATTRIBUTES[*a], self.name(*v))).collect();
-        let matched: Vec<&Group> = self.groups.iter().filter(|g| matches(g, &conj_ids)).collect();
-        let covered = matched.iter().map(|g| g.failing).sum::<usize>();
-        let matched_pairs = matched.iter().map(|g| g.pairs).sum::<usize>();
-        // Context: in VMs, the hypervisor and vIOMMU every matching pair shares (said, not needed
-        // to explain: what a VM's IOMMU does is the question in the first place).
-        let mut said: Vec<(&str, &str)> = conj.clone();
-        let uniform = |a: usize| -> Option<&str> {
-            let first = matched.first()?.attrs[a];
-            (first != NONE && matched.iter().all(|g| g.attrs[a] == first)).then(|| self.name(first))
-        };
         let pos = |a: &str| ATTRIBUTES.iter().position(|x| *x == a).unwrap_or(N);
-        if uniform(pos("virtualized")) == Some("yes") {
-            for a in ["hypervisor", "viommu"] {
-                if let Some(v) = uniform(pos(a)).filter(|v| !v.is_empty())
-                    && !conj.iter().any(|(c, _)| *c == a)
-                {
-                    said.push((a, v));
-                }
-            }
-        }
-        said.sort_by_key(|(a, _)| pos(a));
-        let all = covered == n_failing;
-        let mut summary = format!(
-            "{} {} failing pair{} {} {}",
-            if all { "all" } else { "" },
-            if all { n_failing.to_string() } else { format!("{covered} of {n_failing}") },
-            if n_failing == 1 { "" } else { "s" },
-            if n_failing == 1 && all { "is" } else { "are" },
-            describe(&said)
-        )
-        .trim()
-        .to_owned();
-        if matched_pairs > covered {
-            summary.push_str(&format!(" ({covered} of {matched_pairs} such pairs fail)"));
-        }
-        // Contrast: drop one attribute at a time; the pairs that match the rest but differ there.
         let mut contrast = Vec::new();
-        // The environment first ("no PIX pair on bare metal fails"), then the path.
         for (i, (attr, val)) in conj_ids.iter().enumerate().rev() {
             let rest_ids: Vec<(usize, u32)> =
                 conj_ids.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, c)| *c).collect();
@@ -441,6 +406,55 @@ impl Pairs {
                 b => format!("{b} of {n_others} {many} fail"),
             });
         }
+        contrast
+    }
+
+    /// The best explanation of the failing pairs, if any pair fails (what [`explain`] says of
+    /// the same pairs).
+    pub fn explain(&self) -> Option<Factor> {
+        if self.failing == 0 {
+            return None;
+        }
+        let n_failing = self.failing;
+        let conj_ids = self.best_conjunction()?;
+        let matches = |g: &Group, conj: &[(usize, u32)]| conj.iter().all(|(a, v)| g.attrs[*a] == *v);
+        let conj: Vec<(&str, &str)> = conj_ids.iter().map(|(a, v)| (ATTRIBUTES[*a], self.name(*v))).collect();
+        let matched: Vec<&Group> = self.groups.iter().filter(|g| matches(g, &conj_ids)).collect();
+        let covered = matched.iter().map(|g| g.failing).sum::<usize>();
+        let matched_pairs = matched.iter().map(|g| g.pairs).sum::<usize>();
+        // Context: in VMs, the hypervisor and vIOMMU every matching pair shares (said, not needed
+        // to explain: what a VM's IOMMU does is the question in the first place).
+        let mut said: Vec<(&str, &str)> = conj.clone();
+        let uniform = |a: usize| -> Option<&str> {
+            let first = matched.first()?.attrs[a];
+            (first != NONE && matched.iter().all(|g| g.attrs[a] == first)).then(|| self.name(first))
+        };
+        let pos = |a: &str| ATTRIBUTES.iter().position(|x| *x == a).unwrap_or(N);
+        if uniform(pos("virtualized")) == Some("yes") {
+            for a in ["hypervisor", "viommu"] {
+                if let Some(v) = uniform(pos(a)).filter(|v| !v.is_empty())
+                    && !conj.iter().any(|(c, _)| *c == a)
+                {
+                    said.push((a, v));
+                }
+            }
+        }
+        said.sort_by_key(|(a, _)| pos(a));
+        let all = covered == n_failing;
+        let mut summary = format!(
+            "{} {} failing pair{} {} {}",
+            if all { "all" } else { "" },
+            if all { n_failing.to_string() } else { format!("{covered} of {n_failing}") },
+            if n_failing == 1 { "" } else { "s" },
+            if n_failing == 1 && all { "is" } else { "are" },
+            describe(&said)
+        )
+        .trim()
+        .to_owned();
+        if matched_pairs > covered {
+            summary.push_str(&format!(" ({covered} of {matched_pairs} such pairs fail)"));
+        }
+        let contrast = self.contrast(&conj_ids);
         let simulated = matched.iter().map(|g| g.failing_simulated).sum::<usize>();
         if simulated > 0 {
             summary = format!(
