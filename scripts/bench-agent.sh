@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The agent's own footprint (#15 item 7): `run` on the simulated seed fabric at the default cadence
+# The agent's own footprint: `run` on the simulated seed fabric at the default cadence
 # (every pair once a minute, the workload's pairs more often, 64 MiB probes) against a real
 # collector and Postgres; prints its CPU share of one core and its peak RSS.
 # Usage: scripts/bench-agent.sh [SECONDS] [-- extra agent flags, e.g. --probe-bytes 16M]

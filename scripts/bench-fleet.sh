@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fleet-scale bench (#15): fleetgen's simulated nodes against a release collector and its private
+# Fleet-scale bench: fleetgen's simulated nodes against a release collector and its private
 # Postgres on this machine. Prints offered vs acknowledged records/s, ack latency, the time from
 # each of five injected failures to `corrupting` (p50/p99/max), the assessment passes, fleet reads
 # under the load and storage per node-day. Usage: scripts/bench-fleet.sh [NODES] [SECONDS]

@@ -3,7 +3,7 @@
 //!   10 million: 1,000 nodes × 8 GPUs over 30 daily partitions), p50 and p99 of 300 queries;
 //! - assessment of a 1,000-node fleet (8 GPUs each, 15-minute window of probes);
 //! - `/api/v1/failures?since=1d` over the same probes, p50 and p99 of 20 queries;
-//! - a year of pair-hour rollups (#15 item 2) for ROLLUP_NODES nodes (default 10: 8 GPUs × 8 NICs ×
+//! - a year of pair-hour rollups for ROLLUP_NODES nodes (default 10: 8 GPUs × 8 NICs ×
 //!   8,760 hours each), rolled up per day as the leader does, and the per-GPU year query across
 //!   tiers by day (the API's `hourly` with `since=365d`: pair-day rollups, then pair-hour, then
 //!   live evidence), p50 and p99 of 100 queries.

@@ -362,7 +362,7 @@ async fn the_api_token_when_set_is_required() {
     assert_eq!(c.get("/api/v1/openapi.json", None).0, 200);
 }
 
-/// Fleet reads that scale (#15 item 4): the fleet's nodes in pages that neither repeat nor skip,
+/// Fleet reads that scale: the fleet's nodes in pages that neither repeat nor skip,
 /// filtered by their worst status; failures limited; bad cursors refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_fleet_is_read_in_pages() {
@@ -416,7 +416,7 @@ async fn the_fleet_is_read_in_pages() {
     assert_eq!(f["failures"].as_array().unwrap().len(), 1);
 }
 
-/// Incremental writes (#15 item 3): a pass over an unchanged fleet rewrites no GPU row (their
+/// Incremental writes: a pass over an unchanged fleet rewrites no GPU row (their
 /// `assessed_at` stays), while the passes go on (`assessment_runs`).
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unchanged_fleet_rewrites_no_status_row() {

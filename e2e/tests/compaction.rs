@@ -1,4 +1,4 @@
-//! Evidence compaction at the edge (#15 item 1): the agent binary on the simulated seed fabric
+//! Evidence compaction at the edge: the agent binary on the simulated seed fabric
 //! sends failed probes in full and each pair's ok probes as one summary per window; the
 //! collector stores both, assesses them as the probes they stand for, and shows them.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly

@@ -1,4 +1,4 @@
-//! Detection latency (#15 item 3): a failure is confirmed at once by the agent, and a batch
+//! Detection latency: a failure is confirmed at once by the agent, and a batch
 //! bringing a failure is assessed at once by the collector, not at its next period.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 

@@ -1,4 +1,4 @@
-//! Incremental assessment (#15 item 3): between full passes, a pass assesses only the nodes with
+//! Incremental assessment: between full passes, a pass assesses only the nodes with
 //! a batch stored since they were last claimed and the nodes whose evidence enters or leaves the
 //! window by its date; a pass never overwrites a status made from newer evidence than its own.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly

@@ -1,4 +1,4 @@
-//! In-line verification end to end (#17): railguard's NIXL library inside a real NIXL workload
+//! In-line verification end to end: railguard's NIXL library inside a real NIXL workload
 //! (two agents from the PyPI wheel, UCX over tcp on lo, host memory) checks every KV transfer
 //! against the source's digests and reports to the node's agent over its Unix socket; the agent
 //! attributes the sender by SO_PEERCRED and its environment, spools, ships; Postgres holds the

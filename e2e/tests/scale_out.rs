@@ -1,4 +1,4 @@
-//! Collectors that scale out (#15 item 5): two collectors on one Postgres; exactly one leads the
+//! Collectors that scale out: two collectors on one Postgres; exactly one leads the
 //! fleet-wide work (the full assessment, retention); the leader is SIGKILLed while an agent
 //! ships to the other, which takes over: every record stored once, the assessment goes on, no
 //! status change recorded twice.

@@ -1,4 +1,4 @@
-//! Storage tiers (#15 item 2): full probes, the agents' summaries and pair-hour rollups, each with
+//! Storage tiers: full probes, the agents' summaries and pair-hour rollups, each with
 //! its own retention; the history (API and CLI) reads across them, so a GPU's past survives its
 //! summaries and the caller never picks a tier.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly

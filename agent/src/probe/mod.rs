@@ -119,8 +119,8 @@ impl EngineConfig {
     /// 1 MiB: two buffers of it are the agent's probe memory, and a segment's passes (the
     /// transfer's writes, then the check with the next poison and fill) run out of the core's own cache (2 MiB
     /// of L2 on a Sapphire Rapids core; 1 MiB and the CCX's L3 on Zen 4; one RDMA work request
-    /// of the verbs transport). At 8 MiB they ran out of DRAM on a 2 MiB-L2 core: the agent
-    /// bench measured 0.62× the CPU at 1 MiB (docs/scaling.md).
+    /// of the verbs transport). Larger segments run out of DRAM instead, at a higher CPU cost
+    /// (the agent bench, docs/scaling.md).
     pub const DEFAULT_SEGMENT_BYTES: usize = 1 << 20;
 }
 

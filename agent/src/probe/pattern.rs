@@ -11,11 +11,11 @@
 //! nonce is all that travels out of band; [`matches`]). Digests are made only to say what a
 //! bad chunk holds instead (an earlier probe, another pair's, another chunk of this one).
 //!
-//! Digest: CRC32 (crc32fast, with run-time SIMD dispatch). The verification benchmark
-//! (`cargo bench -p railguard-agent --bench verify`) measured CRC32 faster than XXH3-64 on one
-//! core here (12.2 vs 7.4 GB/s, memcpy 10.1 GB/s). It was the check until the compare (a
-//! corrupt chunk could escape it with probability 2^-32); it now only names what a bad chunk
-//! holds, where a collision would at worst name it wrongly.
+//! Digest: CRC32 (crc32fast, with run-time SIMD dispatch; it outruns XXH3-64 in the
+//! verification bench, `cargo bench -p railguard-agent --bench verify`, docs/scaling.md). It
+//! never decides whether a chunk is good (the byte-for-byte compare does: no corrupt chunk
+//! passes by a collision); it only names what a bad chunk holds, where a collision would at
+//! worst name it wrongly.
 
 /// Default chunk: small enough that a swapped or misdirected block is told apart, large
 /// enough that digests cost nothing to send (16 K digests for 1 GiB).
@@ -283,10 +283,9 @@ pub fn digests(buf: &[u8], chunk_bytes: usize) -> Vec<u64> {
 /// [`simd::cap`]'s width. The bytes are the same either way (tested:
 /// `every_width_of_the_loops_agrees`).
 ///
-/// AVX-512 was measured and not kept: 1.06x AVX2's speed on the probe's data path in a tight
-/// loop, nothing outside the noise in the agent bench, and 512-bit instructions can lower the
-/// clock of a Skylake-era Xeon's core, which the agent shares with the serving process
-/// (docs/scaling.md).
+/// No AVX-512 build: it gains nothing outside the noise on the probe's data path
+/// (docs/scaling.md), and 512-bit instructions can lower the clock of a Skylake-era Xeon's core,
+/// which the agent shares with the serving process.
 pub mod simd {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU8, Ordering};

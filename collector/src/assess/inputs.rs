@@ -179,9 +179,20 @@ async fn read_signals(
     inputs: &mut BTreeMap<GpuKey, GpuInput>,
     damage: &mut Damage,
 ) -> Result<(), sqlx::Error> {
-    let signals: Vec<(String, Option<i32>, String, SignalKind, Option<String>, i64, String)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, nic, kind, attrs->>'xid', count(*),
-                (array_agg(summary ORDER BY observed_at DESC))[1]
+    /// Signals of one kind (and Xid) on one GPU or NIC, counted, with the latest summary.
+    #[derive(sqlx::FromRow)]
+    struct SignalGroup {
+        node_id: String,
+        gpu_index: Option<i32>,
+        nic: String,
+        kind: SignalKind,
+        xid: Option<String>,
+        count: i64,
+        summary: String,
+    }
+    let signals: Vec<SignalGroup> = sqlx::query_as(
+        "SELECT node_id, gpu_index, nic, kind, attrs->>'xid' AS xid, count(*) AS count,
+                (array_agg(summary ORDER BY observed_at DESC))[1] AS summary
          FROM signal_events
          WHERE observed_at > $2 AND observed_at <= $3 AND kind NOT IN ('agent_spool_drops', 'agent_spool_quarantine')
            -- events from a library a non-root user could have written: kept and shown, never evidence
@@ -195,7 +206,7 @@ async fn read_signals(
     .fetch_all(&mut *tx)
     .await?;
     let mut by_nic: HashMap<(String, String), Vec<SignalCount>> = HashMap::new();
-    for (node, gpu, nic, kind, xid, count, summary) in signals {
+    for SignalGroup { node_id: node, gpu_index: gpu, nic, kind, xid, count, summary } in signals {
         let s = SignalCount {
             kind,
             count: u32::try_from(count).unwrap_or(u32::MAX),
@@ -242,12 +253,25 @@ pub(super) async fn load_inline(
 ) -> Result<(), sqlx::Error> {
     // Sums are numeric in SQL; each is capped where it becomes a bigint (2^62), so no stored
     // count, however large, fails the read for every node.
-    let rows: Vec<(String, i32, String, i64, i64, i64, i64, i64)> = sqlx::query_as(
+    /// One pair's in-line counts in the window.
+    #[derive(sqlx::FromRow)]
+    struct InlineSums {
+        node_id: String,
+        gpu_index: i32,
+        nic: String,
+        ok: i64,
+        ok_nic: i64,
+        ok_gpu: i64,
+        mismatch: i64,
+        error: i64,
+    }
+    let rows: Vec<InlineSums> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic,
-                least(sum(transfers_ok), 4611686018427387904)::bigint,
-                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint,
-                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0), 4611686018427387904)::bigint,
-                least(sum(transfers_mismatch), 4611686018427387904)::bigint, least(sum(transfers_error), 4611686018427387904)::bigint
+                least(sum(transfers_ok), 4611686018427387904)::bigint AS ok,
+                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint AS ok_nic,
+                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0), 4611686018427387904)::bigint AS ok_gpu,
+                least(sum(transfers_mismatch), 4611686018427387904)::bigint AS mismatch,
+                least(sum(transfers_error), 4611686018427387904)::bigint AS error
          FROM inline_reports
          WHERE observed_at > $2 AND observed_at <= $3 AND gpu_index IS NOT NULL
            AND ($1::text[] IS NULL OR node_id = ANY($1))
@@ -259,7 +283,7 @@ pub(super) async fn load_inline(
     .fetch_all(&mut *conn)
     .await?;
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
-    for (node, gpu, nic, ok, ok_nic, ok_gpu, mismatch, error) in rows {
+    for InlineSums { node_id: node, gpu_index: gpu, nic, ok, ok_nic, ok_gpu, mismatch, error } in rows {
         let Some(gpu) = stored_gpu(gpu) else {
             damage.note(&node, || format!("a stored in-line report names GPU index {gpu}"));
             continue;

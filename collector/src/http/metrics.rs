@@ -81,7 +81,7 @@ async fn gpus(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
         out,
         "# HELP railguard_gpu_status Current status of each GPU (1 for its status).\n# TYPE railguard_gpu_status gauge"
     );
-    for (node, gpu, status) in &rows {
+    for crate::store::read::GpuStatusOnly { node_id: node, gpu_index: gpu, status } in &rows {
         for st in GpuStatus::ALL {
             let _ = writeln!(
                 out,
@@ -117,14 +117,14 @@ async fn nodes(out: &mut String, pool: &sqlx::PgPool, st: &crate::ingest::Ingest
         out,
         "# HELP railguard_node_last_seen_age_seconds Time since a node's last batch (ingest lag).\n# TYPE railguard_node_last_seen_age_seconds gauge"
     );
-    for (node, age, _) in &lag {
+    for crate::store::read::NodeLag { node_id: node, age_seconds: age, .. } in &lag {
         let _ = writeln!(out, "railguard_node_last_seen_age_seconds{{node=\"{}\"}} {age:.3}", label(node));
     }
     let _ = writeln!(
         out,
         "# HELP railguard_agent_spool_dropped_total Records an agent's full spool dropped.\n# TYPE railguard_agent_spool_dropped_total counter"
     );
-    for (node, _, dropped) in &lag {
+    for crate::store::read::NodeLag { node_id: node, spool_dropped_total: dropped, .. } in &lag {
         let _ = writeln!(out, "railguard_agent_spool_dropped_total{{node=\"{}\"}} {dropped}", label(node));
     }
     let _ = writeln!(

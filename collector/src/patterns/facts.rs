@@ -39,9 +39,9 @@ struct Known {
 
 /// Every node's facts from its latest topology snapshot, kept between reads of the patterns:
 /// a snapshot changes when the node's hardware or configuration does, so a read fetches the
-/// facts only of nodes whose latest snapshot it has not seen (all of them the first time). Joining
-/// every pair to its node's snapshot, GPU and path in SQL took 23 s of a 31-s read at 10,000
-/// nodes (docs/scaling.md). About 1 KiB a node. With them, the evidence of the periods read
+/// facts only of nodes whose latest snapshot it has not seen (all of them the first time), where
+/// joining every pair to its node's snapshot, GPU and path in SQL would be most of a read's
+/// cost at fleet scale (docs/scaling.md). About 1 KiB a node. With them, the evidence of the periods read
 /// again and again (the dashboard's 15 minutes), kept between reads
 /// ([`crate::evidence::PeriodCache`]): one read of such a period at a time, each moving it on
 /// from the one before.

@@ -217,8 +217,16 @@ pub async fn grid_at(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<GridCell>, 
     .await
 }
 
+/// A GPU and its status, nothing else.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GpuStatusOnly {
+    pub node_id: String,
+    pub gpu_index: i32,
+    pub status: GpuStatus,
+}
+
 /// Every GPU's status, by node and index (for /metrics).
-pub async fn all_statuses(pool: &PgPool) -> Result<Vec<(String, i32, GpuStatus)>, sqlx::Error> {
+pub async fn all_statuses(pool: &PgPool) -> Result<Vec<GpuStatusOnly>, sqlx::Error> {
     sqlx::query_as("SELECT node_id, gpu_index, status FROM gpu_status ORDER BY node_id, gpu_index")
         .fetch_all(pool)
         .await
@@ -247,10 +255,19 @@ pub async fn gpu_infos(pool: &PgPool) -> Result<Vec<GpuInfo>, sqlx::Error> {
     .await
 }
 
+/// How long since a node's last batch, and what its agent's spool dropped.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct NodeLag {
+    pub node_id: String,
+    pub age_seconds: f64,
+    pub spool_dropped_total: i64,
+}
+
 /// Per node: seconds since its last batch (ingest lag) and its spool's dropped total (for /metrics).
-pub async fn node_lags(pool: &PgPool) -> Result<Vec<(String, f64, i64)>, sqlx::Error> {
+pub async fn node_lags(pool: &PgPool) -> Result<Vec<NodeLag>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, spool_dropped_total FROM nodes ORDER BY node_id",
+        "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8 AS age_seconds, spool_dropped_total
+         FROM nodes ORDER BY node_id",
     )
     .fetch_all(pool)
     .await
