@@ -53,10 +53,13 @@ done
 
 "$bin/railguard-agent" sim-fixture seed-kvm --out "$state/sim/seed-kvm" 2>/dev/null
 "$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/dgx-h100" 2>/dev/null
-# The seed's failure on the simulated fabric: the NIC's DMA read of GPU memory is rejected on
-# every switch-local (PIX) pair, and the stack reports success.
-cat >"$state/sim/seed-faults.json" <<'JSON'
-{"faults": [{"path": ["pix"], "kind": "dma_read_rejected", "reported": "success"}]}
+# The simulated fabric's physical model, the same for every simulated node (bare metal too): in a
+# guest without a vIOMMU, a NIC's DMA read of GPU memory whose PCIe route turns inside a switch
+# is rejected untranslated, and the stack reports success. Which pairs that hits is decided from
+# each node's own tree (guest? vIOMMU? where the route turns), not from the path class
+# railguard's classifier computes: what the dashboard then says the failures share is found.
+cat >"$state/sim/model.json" <<'JSON'
+{"model": "passthrough_p2p"}
 JSON
 
 agent() { # node, extra args…
@@ -73,9 +76,9 @@ agent() { # node, extra args…
 # (the real agent on this host shows those).
 sim=(--fabric sim --probe-cycle-secs 20 --probe-bytes 4M --no-signals)
 agent "${nodes[0]}"
-agent sim-seed-kvm-auto --sysfs-root "$state/sim/seed-kvm/sys" "${sim[@]}" --faults "$state/sim/seed-faults.json"
-agent sim-seed-kvm-pinned --sysfs-root "$state/sim/seed-kvm/sys" --ucx-net-devices mlx5_0:1 "${sim[@]}" --faults "$state/sim/seed-faults.json"
-agent sim-bare-metal-healthy --sysfs-root "$state/sim/dgx-h100/sys" "${sim[@]}"
+agent sim-seed-kvm-auto --sysfs-root "$state/sim/seed-kvm/sys" "${sim[@]}" --faults "$state/sim/model.json"
+agent sim-seed-kvm-pinned --sysfs-root "$state/sim/seed-kvm/sys" --ucx-net-devices mlx5_0:1 "${sim[@]}" --faults "$state/sim/model.json"
+agent sim-bare-metal-healthy --sysfs-root "$state/sim/dgx-h100/sys" "${sim[@]}" --faults "$state/sim/model.json"
 
 # A real Prometheus, when installed (scripts/setup.sh installs Debian's), scraping the collector
 # with railguard's alert rules: RailguardGPUCorrupting fires for the simulated seed nodes.
@@ -124,6 +127,13 @@ railguard demo is running.
   Postgres:         $psql_cmd
   this host's view: $bin/railguard-agent topo
   a simulated node: $bin/railguard-agent topo --sysfs-root $state/sim/seed-kvm/sys
+
+What is modelled: three SIMULATED nodes (no GPU, no RDMA NIC: fixture trees and the simulated
+  fabric) under one physical model, the same for all three: in a guest without a vIOMMU, a NIC's
+  DMA read of GPU memory whose PCIe route turns inside a switch is rejected untranslated and the
+  stack reports success. What is found: which GPUs corrupt, what their failing pairs share, and
+  the NIC to pin — from the probes, on each node's own tree. Simulated evidence is marked
+  simulated everywhere, and the alerts count it unproven (no hardware was exercised).
 
 GPUs that are not ok (railguard-collector query gpus --status corrupting,at_risk,watch):
 TXT

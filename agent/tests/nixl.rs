@@ -145,6 +145,36 @@ fn probes_over_nixl_verify_every_byte_and_say_ucx_moved_them_without_the_nic() {
 }
 
 #[test]
+fn a_preflight_over_nixl_on_lo_is_not_proof_and_says_so() {
+    let (_dir, sys) = seed_node();
+    let (code, out, err) = agent(&[
+        "preflight",
+        "--transport",
+        "nixl",
+        "--sysfs-root",
+        sys.to_str().unwrap(),
+        "--memory",
+        "host",
+        "--gpu",
+        "1",
+        "--bytes",
+        "1M",
+        "--ucx-device",
+        "lo",
+        "--ucx-tls",
+        "tcp",
+    ]);
+    assert_eq!(code, 1, "a gate must not pass on NIXL's host copies: {out}{err}");
+    assert!(
+        out.contains(
+            "GPU1 via mlx5_1 (predicted): unproven: its probes moved the bytes without any NIC's DMA (nixl over tcp/lo)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("preflight failed: 0 GPU(s) failing, 1 unproven"), "{out}");
+}
+
+#[test]
 fn an_injected_fault_fails_the_probe_and_the_exit_code_says_so() {
     let (dir, sys) = seed_node();
     let faults = dir.path().join("faults.json");

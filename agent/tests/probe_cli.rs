@@ -1,5 +1,6 @@
 //! The probe, preflight and selftest commands as a user runs them, on the seed incident's
-//! node (a fixture tree) with the simulated fabric rejecting DMA on every PIX pair.
+//! node (a fixture tree) with the simulated fabric under the seed's physical model (a NIC's DMA
+//! read of GPU memory that turns inside a switch, in a guest without a vIOMMU, is rejected).
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use std::process::Command;
@@ -14,11 +15,7 @@ impl Seed {
     fn new() -> Seed {
         let dir = tempfile::tempdir().unwrap();
         fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
-        std::fs::write(
-            dir.path().join("faults.json"),
-            r#"{"faults": [{"path": ["pix", "pxb"], "kind": "dma_read_rejected", "reported": "success"}]}"#,
-        )
-        .unwrap();
+        std::fs::write(dir.path().join("faults.json"), r#"{"model": "passthrough_p2p"}"#).unwrap();
         Seed { dir }
     }
 
@@ -93,11 +90,28 @@ fn preflight_names_each_failing_gpu_and_the_nic_to_pin() {
     assert_eq!(lines.len(), 2, "{out}");
     assert!(lines[0].starts_with("GPU3 via mlx5_3") && lines[0].contains("silent_corruption"), "{out}");
     assert!(lines[0].contains("pin UCX_NET_DEVICES=mlx5_0:1"), "{out}");
-    // Pinned away from the PIX partners, GPUs 3 and 5 pass.
-    let (code, out) =
-        seed.agent(&["preflight", "--gpu", "3", "--gpu", "5", "--bytes", "1M", "--ucx-net-devices", "mlx5_0:1"]);
+    // Pinned away from the PIX partners, GPUs 3 and 5's probes pass, but on the simulated
+    // fabric: no hardware was exercised, so the gate does not pass, and says why.
+    let pinned = ["preflight", "--gpu", "3", "--gpu", "5", "--bytes", "1M", "--ucx-net-devices", "mlx5_0:1"];
+    let (code, out) = seed.agent(&pinned);
+    assert_eq!(code, 1, "{out}");
+    assert!(!out.contains("preflight ok"), "{out}");
+    let unproven: Vec<&str> = out.lines().filter(|l| l.contains(": unproven: ")).collect();
+    assert_eq!(unproven.len(), 2, "{out}");
+    assert!(
+        unproven[0].starts_with("GPU3 via mlx5_0 (pinned): unproven: its probes ran on the simulated fabric"),
+        "{out}"
+    );
+    assert!(out.contains("preflight failed: 0 GPU(s) failing, 2 unproven"), "{out}");
+    // Opted out, it passes, and says what it passed on.
+    let mut allowed = pinned.to_vec();
+    allowed.push("--allow-unproven");
+    let (code, out) = seed.agent(&allowed);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("preflight ok: 2 GPU path(s) verified"), "{out}");
+    assert!(out.contains("preflight passed with 2 unproven GPU path(s), as --allow-unproven allows"), "{out}");
+    // A failing GPU fails the gate whatever --allow-unproven says.
+    let (code, out) = seed.agent(&["preflight", "--gpu", "3", "--bytes", "1M", "--allow-unproven"]);
+    assert_eq!(code, 1, "{out}");
 }
 
 #[test]
@@ -185,8 +199,38 @@ fn preflight_over_a_transport_that_exercises_no_nic_is_not_verified() {
     let (code, out, err) =
         real(&seed, &["preflight", "--transport", "tcp", "--memory", "host", "--gpu", "3", "--bytes", "256K"]);
     assert_eq!(code, 1, "a gate must not pass on host copies: {out}{err}");
-    assert!(out.contains("preflight not verified: this node's probes cannot verify any GPU/NIC pair"), "{out}");
+    assert!(
+        out.contains("GPU3 via mlx5_3 (predicted): unproven: its probes moved the bytes without any NIC's DMA (tcp"),
+        "{out}"
+    );
+    assert!(out.contains("preflight: this node's probes cannot verify any GPU/NIC pair"), "{out}");
     assert!(!out.contains("preflight ok"), "{out}");
+    // UCX (Debian's) on `lo` over tcp: the same, from UCX's own account of its lanes.
+    let (code, out, err) = real(
+        &seed,
+        &[
+            "preflight",
+            "--transport",
+            "ucx",
+            "--ucx-device",
+            "lo",
+            "--ucx-tls",
+            "tcp",
+            "--memory",
+            "host",
+            "--gpu",
+            "3",
+            "--bytes",
+            "256K",
+        ],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(
+            "GPU3 via mlx5_3 (predicted): unproven: its probes moved the bytes without any NIC's DMA (ucx over tcp/lo"
+        ),
+        "{out}"
+    );
 }
 
 /// A real process that maps UCX (Debian's libucp) with its own UCX_NET_DEVICES pin and GPU:

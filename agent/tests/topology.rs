@@ -297,3 +297,11 @@ fn the_gpudirect_path_comes_from_evidence_and_none_is_a_risk_of_its_own() {
     let (_d, t) = discover(&with(true, Some("proprietary"), Some("6.1.0")));
     assert_eq!(assess_gpu(&t, 0, &SelectionPolicy::default()).level, RiskLevel::High);
 }
+
+#[test]
+fn the_rxe_guest_has_one_pair_on_rxe0_and_no_gpudirect_path() {
+    let (_d, t) = discover(&fixture::rxe_guest());
+    assert_eq!((t.gpus.len(), t.nics.len(), t.nics[0].nic.name.as_str()), (1, 1, "rxe0"));
+    assert_eq!(t.host.facts.gpudirect, "none", "the KV path of this node is host memory");
+    assert_eq!(t.gpu_nic[0][0], PathClass::Pix);
+}

@@ -56,6 +56,8 @@ fn verbs_transport_on_soft_roce() {
     let dir = tempfile::tempdir().unwrap();
     fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
     let sys = dir.path().join("node/sys");
+    // A node whose one pair's NIC is the VM's own rxe0 (no GPUDirect path: host memory is its KV path).
+    fixture::rxe_guest().write(&dir.path().join("rxe-node")).unwrap();
     std::fs::write(
         dir.path().join("faults.json"),
         r#"{"faults": [{"nic": "mlx5_3", "kind": "error"}, {"nic": "mlx5_5", "kind": "bitflip"}]}"#,
@@ -88,6 +90,7 @@ echo "=== probe-read"; {agent} probe --transport verbs --verbs-op read --verbs-d
 echo "=== selftest-gpu"; LD_LIBRARY_PATH={d} {agent} selftest --transport verbs --memory gpu --bytes 3M --timeout-ms 3000 --json; echo "exit=$?"
 echo "=== probe-gpu"; LD_LIBRARY_PATH={d} RAILGUARD_FAKE_CUDA_BDF=0000:03:00.0 RAILGUARD_FAKE_CUDA_DMABUF=1 {agent} probe --transport verbs --verbs-device rxe0 --memory gpu --sysfs-root {sys} --gpu 0 --nic auto --bytes 4M --json; echo "exit=$?"
 echo "=== preflight"; {agent} preflight --transport verbs --verbs-device rxe0 --sysfs-root {sys} --faults {d}/gpu3.json; echo "exit=$?"
+echo "=== preflight-own"; {agent} preflight --transport verbs --sysfs-root {d}/rxe-node/sys --bytes 4M; echo "exit=$?"
 echo "=== ucx-rxe"; {agent} probe --transport ucx --ucx-device rxe0:1 --memory host --sysfs-root {sys} --gpu 0 --nic auto --bytes 1M --timeout-ms 3000 --json; echo "exit=$?"
 echo "=== nixl-selftest"; {nixl} selftest --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --timeout-ms 20000 --json; echo "exit=$?"
 echo "=== nixl-read"; {nixl} probe --nixl-lib {site} --transport nixl --ucx-device rxe0:1 --ucx-tls rc --memory host --sysfs-root {sys} --gpu 0 --nic all --bytes 4M --nixl-block 1M --probe-segment 4M --timeout-ms 20000 --json; echo "exit=$?"
@@ -107,28 +110,30 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
     assert_eq!(section(&s, "devices").trim(), "rxe0");
 
     // UCX on the RDMA device: its own lanes (not its configuration) put the bytes on rxe0's
-    // RC queue pair, so the probe is NIC DMA. (Debian's UCX 1.13 does not complete a put over
-    // Soft-RoCE under emulation, so the verdict is not asserted here: see the session note.)
+    // RC queue pair: another device's DMA than GPU0's pair's mlx5_0, recorded so. (Debian's UCX
+    // 1.13 does not complete a put over Soft-RoCE under emulation, so the verdict is not asserted
+    // here: see the session note.)
     let ur = json_lines(section(&s, "ucx-rxe"));
     assert_eq!(ur.len(), 1, "{ur:?}");
-    assert_eq!((&ur[0]["transport"], &ur[0]["path"]), (&"ucx".into(), &"nic_dma".into()), "{ur:?}");
+    assert_eq!((&ur[0]["transport"], &ur[0]["path"]), (&"ucx".into(), &"other_device".into()), "{ur:?}");
     assert!(ur[0]["lanes"].as_array().unwrap().iter().any(|l| l == "rc_verbs/rxe0:1"), "{ur:?}");
 
     // NIXL (the PyPI wheel, its own UCX 1.23) over real RDMA: the decode side's READ of the
     // prefill side's blocks goes over rxe0's RC queue pair, and UCX's own protocol table says
-    // the NIC read the source by DMA.
+    // the NIC read the source by DMA: rxe0's DMA, not the asked pair's NIC's, and recorded so.
     let nr = section(&s, "nixl-read");
     let results = json_lines(nr);
     assert_eq!(results.len(), 8, "GPU0 against every NIC, each through rxe0: {nr}");
     for r in &results {
         assert_eq!((r["transport"].as_str(), r["verdict"].as_str()), (Some("nixl"), Some("ok")), "{r}");
-        assert_eq!((&r["path"], &r["lanes"]), (&"nic_dma".into(), &serde_json::json!(["rc_verbs/rxe0:1"])), "{r}");
+        assert_eq!((&r["path"], &r["lanes"]), (&"other_device".into(), &serde_json::json!(["rc_verbs/rxe0:1"])), "{r}");
         let detail = r["reported_detail"].as_str().unwrap();
         assert!(detail.starts_with("NIXL READ of 4 block(s) of 1048576 bytes; UCX copy-out over rc_verbs/rxe0:1: the NIC read the source by DMA"), "{detail}");
+        assert!(detail.contains(&format!("moved by rxe0's DMA, not {}'s", r["nic"].as_str().unwrap())), "{detail}");
     }
     assert!(nr.contains("exit=0"), "{nr}");
     let nw = json_lines(section(&s, "nixl-write"));
-    assert_eq!((nw[0]["verdict"].as_str(), nw[0]["path"].as_str()), (Some("ok"), Some("nic_dma")), "{nw:?}");
+    assert_eq!((nw[0]["verdict"].as_str(), nw[0]["path"].as_str()), (Some("ok"), Some("other_device")), "{nw:?}");
     assert!(nw[0]["reported_detail"].as_str().unwrap().contains("the NIC wrote the destination by DMA"), "{nw:?}");
     // The self-test over real RDMA: every fault kind told apart, and the invalidated remote agent
     // refused by NIXL, on both operations.
@@ -172,16 +177,17 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
     }
 
     // GPU0 against every NIC of the seed node, each pair through rxe0 with RDMA WRITE: healthy
-    // pairs verified, the injected error is the NIC's own error completion, the flipped bit is
-    // silent corruption.
+    // pairs' bytes verified, the injected error is the NIC's own error completion, the flipped
+    // bit is silent corruption; every one of them evidence of rxe0, none of the asked pair.
     let pw = section(&s, "probe-write");
     let results = json_lines(pw);
     assert_eq!(results.len(), 8, "{pw}");
     for r in &results {
         assert_eq!(r["transport"], "verbs", "{r}");
         assert_eq!(r["simulated"], false, "{r}");
-        // The NIC moved the bytes (through rxe0, the device asked for), whatever was injected.
-        assert_eq!((&r["path"], &r["lanes"]), (&"nic_dma".into(), &serde_json::json!(["rc_verbs/rxe0:1"])), "{r}");
+        // rxe0 (the device asked for) moved the bytes, whatever was injected: another device's
+        // DMA than the pair's mlx5_*, which verifies no pair.
+        assert_eq!((&r["path"], &r["lanes"]), (&"other_device".into(), &serde_json::json!(["rc_verbs/rxe0:1"])), "{r}");
         let (want, injected) = match r["nic"].as_str().unwrap() {
             "mlx5_3" => ("reported_failure", "error"),
             "mlx5_5" => ("silent_corruption", "bitflip"),
@@ -216,14 +222,29 @@ echo "=== no-such-device"; {agent} probe --transport verbs --verbs-device mlx5_9
     let detail = r[0]["reported_detail"].as_str().unwrap();
     assert!(detail.contains("registered by address (nvidia-peermem)") && detail.contains("as a dma-buf"), "{detail}");
 
-    // The init-container gate over the real device: all 8 predicted paths probed, exactly the
-    // GPU whose probes the NIC refused is named, with the NIC's own error and a pin.
+    // The init-container gate over the real device, every pair routed through rxe0: all 8
+    // predicted paths probed, the GPU whose probes the NIC refused is named with the NIC's own
+    // error and a pin, and the 7 that passed are unproven: rxe0 carried them, not their NICs.
     let pf = section(&s, "preflight");
     let lines: Vec<&str> = pf.lines().filter(|l| l.starts_with("GPU")).collect();
-    assert_eq!(lines.len(), 1, "{pf}");
+    assert_eq!(lines.len(), 8, "{pf}");
     assert!(lines[0].starts_with("GPU3 via mlx5_3 (predicted): reported_failure (verbs: RDMA WRITE"), "{pf}");
     assert!(lines[0].contains("IBV_WC_REM_ACCESS_ERR") && lines[0].contains("pin UCX_NET_DEVICES="), "{pf}");
+    assert!(
+        lines[1..]
+            .iter()
+            .all(|l| l.contains(": unproven: its probes were moved by another device's DMA (lanes: rc_verbs/rxe0:1)")),
+        "{pf}"
+    );
     assert!(pf.contains("exit=1"), "{pf}");
+    // The gate for a pair whose NIC is rxe0 itself: its own DMA, in host memory, which is this
+    // node's KV path (no GPUDirect in the VM): proof, and it passes.
+    let own = section(&s, "preflight-own");
+    assert!(own.contains("exit=0"), "{own}");
+    assert!(
+        own.contains("preflight ok: 1 GPU path(s) verified through their own NIC's DMA in host memory (the node has no GPUDirect path: KV blocks stage through host memory"),
+        "{own}"
+    );
 
     // In-line verification over real RDMA: railguard's NIXL library in a NIXL workload whose
     // UCX moves the blocks over rxe0's RC queue pairs; the prefill side reuses half its blocks

@@ -101,4 +101,15 @@ impl Verification {
             Verification::GpuMemory => "gpu_memory",
         }
     }
+
+    /// In words, for a reason line.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Verification::Unprobed => "no probe",
+            Verification::Unproven => "no NIC of the pair exercised",
+            Verification::Simulated => "the simulated fabric, no hardware",
+            Verification::HostMemory => "the NIC's DMA, host memory",
+            Verification::GpuMemory => "the NIC's DMA, GPU memory to GPU memory",
+        }
+    }
 }

@@ -533,10 +533,11 @@ pub fn nixl_integration() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../integrations/nixl")
 }
 
-/// The seed's failure on the simulated fabric, as a fault file: the NIC's DMA rejected on
-/// PIX/PXB pairs while the transport reports success.
-pub const SEED_PIX_FAULTS: &str =
-    r#"{"faults": [{"path": ["pix", "pxb"], "kind": "dma_read_rejected", "reported": "success"}]}"#;
+/// The seed's failure on the simulated fabric, as its physical model (agent/src/probe/sim_model.rs):
+/// in a guest without a vIOMMU, a NIC's DMA read of GPU memory whose route turns inside a switch is
+/// rejected while the transport reports success. Decided from each node's tree, never from the
+/// classifier's path classes.
+pub const SEED_MODEL: &str = r#"{"model": "passthrough_p2p"}"#;
 
 /// The agent binary as node-a on the seed fixture (written under `dir`: node/, token, spool/),
 /// sending to `collector` in plaintext on loopback, with `extra` flags.

@@ -56,7 +56,7 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         t3["status"]["reasons"][0]
             .as_str()
             .unwrap()
-            .contains("its NIC path is unverified (probes on this node exercise no NIC: tcp)"),
+            .contains("its NIC path is unverified (probes on this node exercise no NIC of the pair: tcp)"),
         "{t3}"
     );
 

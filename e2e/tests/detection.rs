@@ -60,7 +60,7 @@ async fn the_agent_confirms_a_new_failure_at_once() {
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
     let faults = dir.path().join("faults.json");
-    std::fs::write(&faults, SEED_PIX_FAULTS).unwrap();
+    std::fs::write(&faults, SEED_MODEL).unwrap();
     let flags = ["--fabric", "sim", "--probe-cycle-secs", "600", "--probe-bytes", "64K", "--no-signals", "--faults"];
     let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
     args.push(faults.as_os_str());

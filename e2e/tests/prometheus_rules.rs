@@ -68,7 +68,7 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
     let faults = dir.path().join("faults.json");
-    std::fs::write(&faults, SEED_PIX_FAULTS).unwrap();
+    std::fs::write(&faults, SEED_MODEL).unwrap();
     let flags = ["--fabric", "sim", "--probe-cycle-secs", "1", "--probe-bytes", "64K", "--no-signals"];
     let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
     args.extend(["--faults".as_ref(), faults.as_os_str()]);
@@ -127,9 +127,23 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
             assert_eq!(a["labels"]["workload_nic"], "mlx5_3", "{a}");
             let pin = a["labels"]["pin"].as_str().unwrap();
             assert!(pin.starts_with("mlx5_") && pin != "mlx5_3", "{a}");
-            assert_eq!(a["annotations"]["summary"], "GPU 3 on node-a corrupts KV-cache transfers", "{a}");
+            // The simulated fabric: the alert says so in its labels and its words.
+            assert_eq!(
+                (&a["labels"]["verification"], &a["labels"]["path"]),
+                (&"simulated".into(), &"simulated".into()),
+                "{a}"
+            );
+            assert_eq!(a["labels"]["pin_verified"], "false", "a pin verified on the simulated fabric only: {a}");
+            assert_eq!(
+                a["annotations"]["summary"], "GPU 3 on node-a corrupts KV-cache transfers (simulated fabric)",
+                "{a}"
+            );
             let d = a["annotations"]["description"].as_str().unwrap();
-            assert!(d.contains(&format!("set UCX_NET_DEVICES={pin}:1 for its process")), "{d}");
+            assert!(d.starts_with("On the simulated fabric (no hardware exercised)"), "{d}");
+            assert!(
+                d.contains(&format!("set UCX_NET_DEVICES={pin}:1 for its process (verified by simulated only)")),
+                "{d}"
+            );
             break;
         }
         assert!(std::time::Instant::now() < deadline, "RailguardGPUCorrupting never fired with a pin: {body}");

@@ -48,8 +48,7 @@ async fn probes_of_the_simulated_seed_fabric_reach_postgres() {
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
     let faults = dir.path().join("faults.json");
-    std::fs::write(&faults, r#"{"faults": [{"path": ["pix"], "kind": "dma_read_rejected", "reported": "success"}]}"#)
-        .unwrap();
+    std::fs::write(&faults, SEED_MODEL).unwrap();
     let mut agent = seed_agent(
         &collector,
         dir.path(),
@@ -102,6 +101,68 @@ async fn probes_of_the_simulated_seed_fabric_reach_postgres() {
     assert!(predicted >= 2, "the workload's pair is probed more often ({predicted})");
 }
 
+/// The simulated fabric's physical model is decided from each node's own tree: on bare metal it
+/// fails nothing (no PIX pair fails because the hardware says so, not because a fault file named
+/// PIX), while a fault on an explicit non-PIX pair is found, and the pattern finder names what
+/// the failing pair really is (a SYS pair), never a PIX one.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_model_clears_bare_metal_and_an_explicit_non_pix_fault_is_found_for_what_it_is() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let faults = dir.path().join("faults.json");
+    // GPU2 and mlx5_7 sit on different sockets of the DGX-like tree (SYS).
+    std::fs::write(
+        &faults,
+        r#"{"model": "passthrough_p2p", "faults": [{"gpu": 2, "nic": "mlx5_7", "kind": "bitflip"}]}"#,
+    )
+    .unwrap();
+    let args = [
+        "--fabric",
+        "sim",
+        "--faults",
+        faults.to_str().unwrap(),
+        "--probe-cycle-secs",
+        "2",
+        "--probe-bytes",
+        "256K",
+        "--no-signals",
+    ];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
+    let agent = fixture_agent(&fixture::dgx_h100_like(), &collector, dir.path(), &args);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_evidence").fetch_one(&pg.pool).await.unwrap();
+        if n >= 64 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "only {n} probes after 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(agent);
+    let bad: Vec<(i32, String, String)> = sqlx::query_as(
+        "SELECT DISTINCT gpu_index, nic, diagnosis FROM probe_results WHERE verdict <> 'ok' ORDER BY 1, 2",
+    )
+    .fetch_all(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(bad, [(2, "mlx5_7".to_owned(), "corrupt".to_owned())], "the model fails nothing on bare metal");
+    let class: String = sqlx::query_scalar(
+        "SELECT class FROM topology_paths WHERE node_id = 'node-a' AND a = 'GPU2' AND b = 'mlx5_7' LIMIT 1",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(class, "sys");
+    let (code, body) = collector.get("/api/v1/patterns?since=15m", None);
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let factor = &v["factor"];
+    let summary = factor["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains("SYS") && !summary.contains("PIX"), "what the failing pair is: {v}");
+    assert!(summary.starts_with("[simulated fabric]"), "{summary}");
+}
+
 /// The default transport (tcp) exercises no NIC: on a healthy bare-metal node with GPUs, every
 /// probe verifies and still no GPU is `ok`: each is `watch`, its NIC path unverified.
 #[tokio::test(flavor = "multi_thread")]
@@ -115,7 +176,10 @@ async fn probes_that_exercise_no_nic_leave_every_gpu_unverified() {
     for g in &statuses {
         assert_eq!(g["status"], "watch", "never ok on host copies: {g}");
         let reason = g["reasons"][0].as_str().unwrap();
-        assert!(reason.contains("its NIC path is unverified (probes on this node exercise no NIC: tcp)"), "{reason}");
+        assert!(
+            reason.contains("its NIC path is unverified (probes on this node exercise no NIC of the pair: tcp)"),
+            "{reason}"
+        );
     }
     let (paths, bad): (Vec<String>, i64) = (
         sqlx::query_scalar("SELECT DISTINCT path FROM probe_results").fetch_all(&pg.pool).await.unwrap(),

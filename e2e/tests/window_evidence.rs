@@ -28,7 +28,8 @@ const REFERENCE_COUNTS: &str = "WITH w AS (
      ), sim AS (
         SELECT node_id, bool_and(path = 'simulated') AS all_simulated FROM w GROUP BY node_id
      ), t AS (
-        SELECT w.*, railguard_trusted(w.path, sim.all_simulated) AS trusted
+        SELECT w.*, railguard_standing(w.path, w.memory, sim.all_simulated) AS standing,
+               railguard_standing(w.path, w.memory, sim.all_simulated) <> 'unproven' AS trusted
         FROM w JOIN sim USING (node_id)
      )
      SELECT node_id, gpu_index, nic,
@@ -37,6 +38,7 @@ const REFERENCE_COUNTS: &str = "WITH w AS (
             coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'reported_failure'), 0),
             coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'timeout'), 0),
             coalesce(sum(probes) FILTER (WHERE trusted AND verdict = 'ok' AND path = 'nic_dma' AND memory = 'cuda'), 0),
+            coalesce(sum(probes) FILTER (WHERE standing = 'nic_gpu_memory'), 0),
             mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE trusted AND verdict = 'silent_corruption'),
             coalesce(bool_or(trusted AND path = 'simulated'), false),
             coalesce(sum(probes) FILTER (WHERE NOT trusted AND verdict = 'ok'), 0),
@@ -47,19 +49,27 @@ const REFERENCE_COUNTS: &str = "WITH w AS (
      FROM t
      GROUP BY node_id, gpu_index, nic";
 
-/// The reference for the hysteresis: the workload pair's ten latest records, newest first.
-const REFERENCE_RECENT: &str = "SELECT node_id, gpu_index, verdict, probes FROM (
+/// The reference for the hysteresis: the workload pair's ten latest records that could make its
+/// GPU `ok`, newest first (the fixture's nodes have a GPUDirect path: GPU memory through the
+/// pair's NIC, or the simulated fabric of an all-simulated node).
+const REFERENCE_RECENT: &str = "WITH w AS (
+        SELECT * FROM probe_evidence
+        WHERE observed_at > $2 AND observed_at <= $3 AND injected = 'none'
+          AND ($1::text[] IS NULL OR node_id = ANY($1))
+     ), sim AS (
+        SELECT node_id, bool_and(path = 'simulated') AS all_simulated FROM w GROUP BY node_id
+     )
+     SELECT node_id, gpu_index, verdict, probes FROM (
         SELECT e.node_id, e.gpu_index, e.verdict, e.probes,
                row_number() OVER (PARTITION BY e.node_id, e.gpu_index ORDER BY e.observed_at DESC) AS rn
-        FROM probe_evidence e
+        FROM w e JOIN sim USING (node_id)
         JOIN (SELECT node_id, (r->>'gpu')::int AS gpu_index, r->>'predicted_nic' AS nic
               FROM latest_topology, jsonb_array_elements(risks) r) wl
           ON wl.node_id = e.node_id AND wl.gpu_index = e.gpu_index AND wl.nic = e.nic
-        WHERE e.observed_at > $2 AND e.observed_at <= $3 AND ($1::text[] IS NULL OR e.node_id = ANY($1))
-          AND e.injected = 'none' AND e.path IN ('nic_dma', 'simulated')
+        WHERE railguard_standing(e.path, e.memory, sim.all_simulated) IN ('nic_gpu_memory', 'simulated')
      ) r WHERE rn <= 10 ORDER BY node_id, gpu_index, rn";
 
-type Counts = (String, i32, String, i64, i64, i64, i64, i64, Option<Diagnosis>, bool, i64, i64, Vec<String>);
+type Counts = (String, i32, String, i64, i64, i64, i64, i64, i64, Option<Diagnosis>, bool, i64, i64, Vec<String>);
 
 async fn reference(
     pg: &TestPg,
@@ -72,7 +82,7 @@ async fn reference(
         sqlx::query_as(REFERENCE_COUNTS).bind(&filter).bind(since).bind(now).fetch_all(&pg.pool).await.unwrap();
     let mut pairs: BTreeMap<(String, u32), Vec<PairCounts>> = BTreeMap::new();
     let n = |v: i64| u32::try_from(v).unwrap();
-    for (node, gpu, nic, ok, sc, rf, to, ok_gpu, diagnosis, simulated, un_ok, un_bad, via) in rows {
+    for (node, gpu, nic, ok, sc, rf, to, ok_gpu, gpu_memory, diagnosis, simulated, un_ok, un_bad, via) in rows {
         pairs.entry((node, u32::try_from(gpu).unwrap())).or_default().push(PairCounts {
             nic,
             ok: n(ok),
@@ -80,6 +90,7 @@ async fn reference(
             reported_failure: n(rf),
             timeout: n(to),
             ok_gpu_memory: n(ok_gpu),
+            gpu_memory: n(gpu_memory),
             diagnosis,
             simulated,
             unproven_ok: n(un_ok),
@@ -118,7 +129,7 @@ fn provenance(rng: &mut StdRng, simulated_node: bool) -> (Transport, DataPath, M
     let path = if transport == Transport::Tcp {
         DataPath::HostCopy
     } else {
-        pick(rng, &[DataPath::NicDma, DataPath::HostCopy])
+        pick(rng, &[DataPath::NicDma, DataPath::HostCopy, DataPath::OtherDevice])
     };
     let memory = pick(rng, &[Memory::Host, Memory::Cuda, Memory::CudaStaged]);
     let lanes = match rng.random_range(0..4) {

@@ -7,6 +7,8 @@
 pub mod bdf;
 pub mod convert;
 pub mod inline;
+pub mod kv_memory;
+pub mod lanes;
 mod macros;
 pub mod path_class;
 pub mod probe;
@@ -17,6 +19,7 @@ pub mod topology;
 pub use bdf::{Bdf, BdfParseError};
 pub use convert::WireError;
 pub use inline::{InlineFailure, InlineReport};
+pub use kv_memory::{KvMemory, KvMemoryWhy};
 pub use path_class::PathClass;
 pub use probe::{
     DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeResult, ProbeSummary, ProbeSummarySet, ProbeVerdict,

@@ -76,6 +76,10 @@ wire_enum! {
         HostCopy = HostCopy => "host_copy",
         /// The simulated fabric: no hardware.
         Simulated = Simulated => "simulated",
+        /// A NIC's DMA moved the bytes, but the transport's lanes do not name the pair's NIC
+        /// (another device carried them, or it named none): evidence of that device, not of
+        /// the pair ([`crate::lanes`]).
+        OtherDevice = OtherDevice => "other_device",
     }
 }
 

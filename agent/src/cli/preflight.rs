@@ -1,6 +1,6 @@
 //! `railguard-agent preflight`: before a serving pod takes traffic, verify each GPU's predicted
-//! or pinned pair; exit non-zero with one line per failing GPU (an init container or readiness
-//! gate).
+//! or pinned pair; exit non-zero with one line per GPU that failed, or passed without proof (an
+//! init container or readiness gate).
 
 use std::process::ExitCode;
 
@@ -24,6 +24,11 @@ pub struct PreflightArgs {
     /// Bytes per probe.
     #[arg(long, default_value = "16M", value_parser = parse_bytes)]
     bytes: usize,
+    /// Pass when every probe passed even if some GPU's probes did not prove its pair (a host
+    /// copy, another device's DMA, host memory on a GPUDirect node, the simulated fabric); each
+    /// such GPU is still named. A failing GPU fails the gate whatever this says.
+    #[arg(long)]
+    allow_unproven: bool,
 }
 
 impl PreflightArgs {
@@ -31,16 +36,34 @@ impl PreflightArgs {
         let (topo, policy) = self.source.source().discover()?;
         let out = preflight::run(&topo, &policy, &self.gpu, &self.transport.settings(), self.probes, self.bytes)?;
         if out.passed() {
-            println!("preflight ok: {} GPU path(s) verified ({} probe(s) each)", out.pairs, out.probes);
+            println!(
+                "preflight ok: {} GPU path(s) verified through their own NIC's DMA in {} ({}; {} probe(s) each)",
+                out.pairs, out.kv.memory, out.kv.why, out.probes
+            );
             return Ok(ExitCode::SUCCESS);
         }
         for f in &out.failing {
             println!("{f}");
         }
-        if let Some(why) = &out.unverifiable {
-            // A gate that passes on host copies would be the false comfort railguard exists to end.
-            println!("preflight not verified: {why}");
+        for u in &out.unproven {
+            println!("{u}");
         }
+        if let Some(why) = &out.unverifiable {
+            println!("preflight: {why}");
+        }
+        if out.failing.is_empty() && self.allow_unproven {
+            println!(
+                "preflight passed with {} unproven GPU path(s), as --allow-unproven allows: nothing failed, nothing above is proven",
+                out.unproven.len()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        // A gate that passes on host copies would be the false comfort railguard exists to end.
+        println!(
+            "preflight failed: {} GPU(s) failing, {} unproven (--allow-unproven passes the unproven ones)",
+            out.failing.len(),
+            out.unproven.len()
+        );
         Ok(ExitCode::from(1))
     }
 }

@@ -42,7 +42,7 @@ impl ProbeArgs {
         let mut bad = 0;
         for pair in &pairs {
             let mut t = settings.open(&pair.nic)?;
-            let fault = faults.pick(pair.gpu, &pair.nic, pair.class);
+            let fault = faults.pick_for(&topo, pair);
             let out = engine.probe(t.as_mut(), pair, self.bytes, fault);
             if out.result.verdict != ProbeVerdict::Ok {
                 bad += 1;

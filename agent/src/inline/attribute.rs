@@ -209,10 +209,26 @@ pub fn attribute(
             String::new()
         }
     };
-    let path = if !nic.is_empty() && devices.contains(&nic.as_str()) { DataPath::NicDma } else { DataPath::HostCopy };
+    // The NIC's DMA carried the transfers only if the process holds a reliable-connected queue
+    // pair ready to send (RTS) on it: any QP in any state on the device proves nothing of where
+    // these bytes went (a QP left in RESET, or one in ERR).
+    let ready = mine.iter().any(|q| q.device == nic && q.kind == Some(IB_QPT_RC) && q.state == IB_QPS_RTS);
+    let path = if nic.is_empty() || !ready {
+        if !nic.is_empty() && devices.contains(&nic.as_str()) {
+            how.push(format!("none of its queue pairs on {nic} is an RC queue pair in RTS: counted as a host copy"));
+        }
+        DataPath::HostCopy
+    } else {
+        DataPath::NicDma
+    };
     let nic_bdf = snapshot.nics.iter().find(|n| n.name == nic).map(|n| n.bdf);
     Ok(Attribution { gpu, gpu_bdf, nic, nic_bdf, path, process, simulated_device, how: how.join("; ") })
 }
+
+/// `enum ib_qp_type`: reliable connected, what NIXL's UCX uses to move KV blocks.
+const IB_QPT_RC: u8 = 2;
+/// `enum ib_qp_state`: ready to send.
+const IB_QPS_RTS: u8 = 3;
 
 fn count(qps: &[&Qp], device: &str) -> usize {
     qps.iter().filter(|q| q.device == device).count()
@@ -301,6 +317,16 @@ mod tests {
         let a = attribute(&p, &snapshot(), 77, 1, &held, &Ok(vec![qp("mlx5_1", 77)])).unwrap();
         assert_eq!((a.nic.as_str(), a.path), ("mlx5_1", DataPath::NicDma));
         assert!(a.how.contains("not mlx5_3"), "{}", a.how);
+
+        // Queue pairs on the NIC, but none an RC QP ready to send: no proof the NIC carried them.
+        let idle = Qp { state: 0, ..qp("mlx5_3", 77) };
+        let ud = Qp { kind: Some(4), ..qp("mlx5_3", 77) };
+        let errored = Qp { state: 6, ..qp("mlx5_3", 77) };
+        for q in [idle, ud, errored] {
+            let a = attribute(&p, &snapshot(), 77, 1, &held, &Ok(vec![q.clone()])).unwrap();
+            assert_eq!((a.nic.as_str(), a.path), ("mlx5_3", DataPath::HostCopy), "{q:?}");
+            assert!(a.how.contains("none of its queue pairs on mlx5_3 is an RC queue pair in RTS"), "{}", a.how);
+        }
 
         // No queue pair: the predicted NIC, but a host copy.
         let a = attribute(&p, &snapshot(), 77, 0, &held, &Ok(vec![])).unwrap();

@@ -6,6 +6,10 @@ use std::path::Path;
 use railguard_schema::{PathClass, Reported};
 use serde::Deserialize;
 
+use super::Pair;
+use super::sim_model::SimModel;
+use crate::topology::Topology;
+
 /// What goes wrong on a pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -117,10 +121,15 @@ impl Fault {
     }
 }
 
+/// A fault file: faults on explicit pairs (or selectors), and a physical model of what fails
+/// ([`SimModel`]), applied to every pair of the node from its hardware facts.
 #[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultFile {
+    #[serde(default)]
     pub faults: Vec<Fault>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<SimModel>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -161,6 +170,16 @@ impl FaultFile {
             .filter(|f| f.matches(gpu, nic, class))
             .find(|f| f.probability.is_none_or(|p| rand::random::<f64>() < p))
     }
+
+    /// The fault that applies to a probe of `pair` on `topo` now: a matching entry first, then
+    /// the model's judgement of the pair's hardware.
+    pub fn pick_for(&self, topo: &Topology, pair: &Pair) -> Option<&Fault> {
+        self.pick(pair.gpu, &pair.nic, pair.class).or_else(|| {
+            let model = self.model?;
+            let (gpu, nic) = (pair.gpu_bdf?, pair.nic_bdf?);
+            model.judge(topo, gpu, nic).fails.then(|| model.fault())
+        })
+    }
 }
 
 #[cfg(test)]
@@ -178,6 +197,13 @@ mod tests {
         assert_eq!(f.pick(1, "mlx5_1", Some(PathClass::Pix)).unwrap().kind, FaultKind::Drop);
         assert!(f.pick(1, "mlx5_0", Some(PathClass::Phb)).is_none());
         assert_eq!(f.faults[0].reported(), Reported::Success);
+    }
+
+    #[test]
+    fn a_model_names_itself_and_an_unknown_one_is_refused() {
+        let f: FaultFile = serde_json::from_str(r#"{"model": "passthrough_p2p"}"#).unwrap();
+        assert_eq!((f.faults.len(), f.model), (0, Some(SimModel::PassthroughP2p)));
+        assert!(serde_json::from_str::<FaultFile>(r#"{"model": "everything_fails"}"#).is_err());
     }
 
     #[test]

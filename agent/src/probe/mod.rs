@@ -22,6 +22,7 @@ pub mod preflight;
 pub mod schedule;
 pub mod selftest;
 pub mod settings;
+pub mod sim_model;
 pub mod transport;
 pub mod verify;
 
@@ -600,6 +601,7 @@ fn outcome(
     failure: Option<transport::FailureMode>,
 ) -> ProbeOutcome {
     let simulated = carried.default_path == DataPath::Simulated;
+    let (path, report) = exact_device(pair, report, carried.default_path);
     let verdict = match report.reported {
         Reported::Nothing => ProbeVerdict::Timeout,
         Reported::Error => ProbeVerdict::ReportedFailure,
@@ -628,7 +630,7 @@ fn outcome(
             receiver_detail: v.detail.chars().take(1000).collect(),
             // As used: the simulated fabric's buffers are host memory like any other.
             memory: carried.memory,
-            path: report.path.unwrap_or(carried.default_path),
+            path,
             // A fault on the simulated fabric is the simulation itself; on a real transport
             // it is an injection, and the probe is self-test history, not evidence.
             injected: match (fault, failure) {
@@ -647,6 +649,24 @@ fn outcome(
         fault: fault.map(|f| f.kind),
         receiver: v,
     }
+}
+
+/// What carried a probe of `pair`, as the transport's own account of its lanes shows it: the
+/// pair's NIC's DMA only when its lanes name that NIC ([`railguard_schema::lanes::names_nic`]);
+/// DMA through another device (`--verbs-device`, a pinned UCX device, a lane on another NIC) is
+/// `other_device`, said in the detail, and verifies no pair.
+fn exact_device(pair: &Pair, report: TransferReport, default: DataPath) -> (DataPath, TransferReport) {
+    let path = report.path.unwrap_or(default);
+    if path != DataPath::NicDma || railguard_schema::lanes::names_nic(&report.lanes, &pair.nic) {
+        return (path, report);
+    }
+    let devices = railguard_schema::lanes::rdma_devices(&report.lanes);
+    let by = if devices.is_empty() { "a device its lanes do not name".to_owned() } else { devices.join(", ") };
+    let note = format!(
+        "the bytes were moved by {by}'s DMA, not {}'s: evidence of that device, no pair of GPU{}",
+        pair.nic, pair.gpu
+    );
+    (DataPath::OtherDevice, report.noted(&note))
 }
 
 /// Uploads the filled source and the poisoned destination to the GPU, lets the transport move

@@ -1,6 +1,11 @@
 //! Preflight: before a serving pod takes traffic, verify each of its GPUs' workload pairs (the
 //! predicted or pinned NIC) a few times; a GPU whose pair fails once is named, with the
 //! transport's own error, what the receiver found, and a NIC to pin instead.
+//!
+//! A gate passes only on proof: every GPU's probes all `ok`, each moved by its own workload
+//! NIC's DMA (the lanes name that NIC), in the memory its KV cache moves in (GPU memory where
+//! the node has a GPUDirect path), none on the simulated fabric. A GPU whose probes passed on
+//! anything less is named as unproven, with what its probes did show ([`Unproven`]).
 
 use super::fault::FaultFileError;
 use super::pairs::{NicSelection, PairSelectionError, select_pairs};
@@ -8,7 +13,7 @@ use super::settings::ProbeSettings;
 use super::transport::TransportError;
 use super::{Engine, Pair};
 use crate::topology::{SelectionPolicy, Topology};
-use railguard_schema::{ProbeResult, ProbeVerdict};
+use railguard_schema::{DataPath, KvMemory, KvMemoryWhy, ProbeResult, ProbeVerdict};
 
 /// Why preflight could not run at all (as opposed to a GPU failing it).
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +51,22 @@ impl std::fmt::Display for Failing {
     }
 }
 
+/// A GPU whose workload pair's probes all passed, on evidence that does not prove it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unproven {
+    pub pair: Pair,
+    /// One of its passing probes (what its transport showed).
+    pub result: ProbeResult,
+    /// What the probes fell short of, in words.
+    pub why: String,
+}
+
+impl std::fmt::Display for Unproven {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GPU{} via {} ({}): unproven: {}", self.pair.gpu, self.pair.nic, self.pair.selection, self.why)
+    }
+}
+
 /// What preflight found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
@@ -54,14 +75,39 @@ pub struct Outcome {
     /// Probes per pair.
     pub probes: u32,
     pub failing: Vec<Failing>,
-    /// Why passing probes verify nothing of the pairs (their transport exercises no NIC).
+    /// GPUs whose probes passed without proving their pair in their KV memory.
+    pub unproven: Vec<Unproven>,
+    /// The memory the node's GPUs' KV caches move in, and why.
+    pub kv: KvMemoryWhy,
+    /// Why no probe of this transport can verify any pair (it exercises no NIC), when so.
     pub unverifiable: Option<String>,
 }
 
 impl Outcome {
-    /// Every workload pair was verified through its NIC.
+    /// Every workload pair was verified through its own NIC in its KV memory.
     pub fn passed(&self) -> bool {
-        self.failing.is_empty() && self.unverifiable.is_none()
+        self.failing.is_empty() && self.unproven.is_empty()
+    }
+}
+
+/// Why a passing probe does not prove `pair` for a GPU whose KV cache moves in `kv`, if it does
+/// not.
+pub fn shortfall(r: &ProbeResult, kv: &KvMemoryWhy) -> Option<String> {
+    let lanes = if r.lanes.is_empty() { "none".to_owned() } else { r.lanes.join(", ") };
+    match r.path {
+        DataPath::Simulated => Some("its probes ran on the simulated fabric: no hardware was exercised".into()),
+        DataPath::HostCopy => Some(format!(
+            "its probes moved the bytes without any NIC's DMA ({} over {lanes}): a host copy proves the engine, not the pair",
+            r.transport
+        )),
+        DataPath::OtherDevice => {
+            Some(format!("its probes were moved by another device's DMA (lanes: {lanes}), not {}'s", r.nic))
+        }
+        DataPath::NicDma if !kv.memory.verified_by(r.memory) => Some(format!(
+            "{}'s DMA verified in {} memory, but this GPU's KV cache moves in {} ({}): the NIC's read of GPU memory, the step that fails in passthrough VMs, is unproven",
+            r.nic, r.memory, kv.memory, kv.why
+        )),
+        DataPath::NicDma => None,
     }
 }
 
@@ -81,21 +127,32 @@ pub fn run(
     let faults = settings.faults()?;
     let mut engine = Engine::new(settings.engine_config());
     let probes = probes.max(1);
+    let kv = KvMemory::of(&topo.host.facts.gpudirect, false);
     let mut failing = Vec::new();
+    let mut unproven = Vec::new();
     for pair in &pairs {
         let mut t = settings.open(&pair.nic)?;
+        let mut short = None;
         for _ in 0..probes {
-            let out = engine.probe(t.as_mut(), pair, bytes, faults.pick(pair.gpu, &pair.nic, pair.class));
-            if out.result.verdict != ProbeVerdict::Ok {
-                let pin = topo
-                    .gpus
-                    .iter()
-                    .position(|g| g.gpu.index == pair.gpu)
-                    .and_then(|g| crate::topology::risk::assess_gpu(topo, g, policy).safe_nics.into_iter().next());
-                failing.push(Failing { pair: pair.clone(), result: out.result, pin });
-                break;
+            let out = engine.probe(t.as_mut(), pair, bytes, faults.pick_for(topo, pair));
+            if out.result.verdict == ProbeVerdict::Ok {
+                if short.is_none()
+                    && let Some(why) = shortfall(&out.result, &kv)
+                {
+                    short = Some(Unproven { pair: pair.clone(), result: out.result, why });
+                }
+                continue;
             }
+            let pin = topo
+                .gpus
+                .iter()
+                .position(|g| g.gpu.index == pair.gpu)
+                .and_then(|g| crate::topology::risk::assess_gpu(topo, g, policy).safe_nics.into_iter().next());
+            failing.push(Failing { pair: pair.clone(), result: out.result, pin });
+            short = None;
+            break;
         }
+        unproven.extend(short);
     }
-    Ok(Outcome { pairs: pairs.len(), probes, failing, unverifiable: resolved.caveat() })
+    Ok(Outcome { pairs: pairs.len(), probes, failing, unproven, kv, unverifiable: resolved.caveat() })
 }

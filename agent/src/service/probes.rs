@@ -164,12 +164,8 @@ fn probe_loop(
                 if attempts > 1 {
                     engine.prepare(&pair, plan.probe_bytes as usize);
                 }
-                let out = engine.probe(
-                    t.as_mut(),
-                    &pair,
-                    plan.probe_bytes as usize,
-                    faults.pick(pair.gpu, &pair.nic, pair.class),
-                );
+                let out =
+                    engine.probe(t.as_mut(), &pair, plan.probe_bytes as usize, faults.pick_for(&node.topology, &pair));
                 let verdict = out.result.verdict;
                 probe_counter().add(1, &[opentelemetry::KeyValue::new("verdict", verdict.as_str())]);
                 if verdict != ProbeVerdict::Ok {

@@ -45,7 +45,9 @@ impl KernelEvent {
     /// An event of `kind` from `line`, placed at the first full PCI address the line prints (a
     /// driver's `0000:3b:00.0:` prefix) and the RDMA device it names, if any.
     fn from_line(kind: SignalKind, line: &str, attrs: BTreeMap<String, String>, summary: String) -> KernelEvent {
-        KernelEvent { kind, bdf: first_full_bdf(line), rdma_dev: rdma_dev(line), attrs, summary }
+        let rdma_dev = rdma_dev(line);
+        let bdf = first_full_bdf(line).or_else(|| rdma_dev.as_deref().and_then(pci_named_rdma_dev));
+        KernelEvent { kind, bdf, rdma_dev, attrs, summary }
     }
 }
 
@@ -102,8 +104,11 @@ fn first_full_bdf(s: &str) -> Option<Bdf> {
         .find_map(|t| t.parse().ok())
 }
 
+/// `bus:dev.fn` without a domain, resolved against the node's devices; some kernels print the
+/// parts with a `0x` prefix (`0x3b:0x00.0`).
 fn short_bdf(s: &str, domains: &dyn DomainResolver) -> Option<Bdf> {
-    let b = Bdf::parse_with_domain(s, 0).ok()?;
+    let plain = s.replace("0x", "").replace("0X", "");
+    let b = Bdf::parse_with_domain(&plain, 0).ok()?;
     Some(domains.resolve(b.bus, b.device, b.function))
 }
 
@@ -135,10 +140,43 @@ const MLX5_HEALTH: [(&str, &str); 7] = [
     ("crdump", "crdump"),
 ];
 
+/// The RDMA device a line names: `mlx5_<n>`, or a name rdma-core's udev rules give by PCI
+/// address (`rocep59s0f1`, `ibp94s0f0`, [`pci_named_rdma_dev`]).
 fn rdma_dev(s: &str) -> Option<String> {
     s.split(|c: char| c.is_whitespace() || c == ':' || c == ',')
-        .find(|t| t.starts_with("mlx5_") && t[5..].chars().all(|c| c.is_ascii_digit()) && t.len() > 5)
+        .find(|t| {
+            (t.starts_with("mlx5_") && t[5..].chars().all(|c| c.is_ascii_digit()) && t.len() > 5)
+                || pci_named_rdma_dev(t).is_some()
+        })
         .map(str::to_owned)
+}
+
+/// The PCI address an RDMA device name spells, where rdma-core's udev rules named it by its
+/// address (`NAME_PCI`): `roce` or `ib`, then `P<domain>` when not 0, `p<bus>s<slot>`, and
+/// `f<function>`, every number in decimal. `rocep59s0f1` is 0000:3b:00.1.
+pub fn pci_named_rdma_dev(name: &str) -> Option<Bdf> {
+    let rest = name.strip_prefix("roce").or_else(|| name.strip_prefix("ib"))?;
+    let (domain, rest) = match rest.strip_prefix('P') {
+        Some(r) => {
+            let end = r.find('p')?;
+            (r[..end].parse::<u32>().ok()?, &r[end..])
+        }
+        None => (0, rest),
+    };
+    let rest = rest.strip_prefix('p')?;
+    let (bus, rest) = rest.split_once('s')?;
+    let (slot, func) = match rest.split_once('f') {
+        Some((s, f)) => (s, Some(f)),
+        None => (rest, None),
+    };
+    let num =
+        |t: &str| (!t.is_empty() && t.chars().all(|c| c.is_ascii_digit())).then(|| t.parse::<u32>().ok()).flatten();
+    let (bus, slot) = (u8::try_from(num(bus)?).ok()?, num(slot)?);
+    let func = match func {
+        Some(f) => num(f)?,
+        None => 0,
+    };
+    (slot < 32 && func < 8).then(|| Bdf::new(domain, bus, slot as u8, func as u8))
 }
 
 /// mlx5 CQE syndromes (docs/how-railguard-decides.md §5).
@@ -286,6 +324,17 @@ pub fn parse_line(line: &str, domains: &dyn DomainResolver) -> Option<KernelEven
     {
         attrs.insert("event".into(), (*event).to_owned());
         return Some(KernelEvent::from_line(SignalKind::NicHealthReport, line, attrs, summary));
+    }
+
+    // AER, the device's own line: `mlx5_core 0000:3b:00.0: AER: PCIe Bus Error: severity=Corrected, type=...`
+    if let Some((head, tail)) = line.split_once("AER: PCIe Bus Error: ") {
+        let bdf = first_full_bdf(head)?;
+        let severity = between(tail, "severity=", ", type").or_else(|| between(tail, "severity=", ","))?;
+        attrs.insert("severity".into(), severity.trim().to_owned());
+        if let Some(t) = between(tail, "type=", ",") {
+            attrs.insert("type".into(), t.trim().to_owned());
+        }
+        return Some(KernelEvent { kind: SignalKind::PcieAer, bdf: Some(bdf), rdma_dev: None, attrs, summary });
     }
 
     // AER: `pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0` (or `0000:01:00:0`)

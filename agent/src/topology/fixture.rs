@@ -392,6 +392,36 @@ pub fn dgx_h100_like() -> FixtureSpec {
     }
 }
 
+/// A KVM guest with one GPU and one RDMA NIC named `rxe0` under one switch, no vIOMMU, and no
+/// GPUDirect path (the proprietary driver without nvidia-peermem): the project's Soft-RoCE VM
+/// as a node whose pair's NIC is the VM's real `rxe0`, so a probe there moves the bytes by that
+/// NIC's own DMA, in host memory, which is this node's KV path.
+pub fn rxe_guest() -> FixtureSpec {
+    FixtureSpec {
+        hypervisor: Some("QEMU".into()),
+        iommu_device: false,
+        iommu_group_type: None,
+        cmdline: String::new(),
+        peermem: false,
+        nvidia_module: Some("proprietary".into()),
+        driver_version: None,
+        kernel_release: Some("6.1.0-57-amd64".into()),
+        config_readable: true,
+        acs_redirect: false,
+        nic_ats: false,
+        roots: vec![RootSpec {
+            domain: 0,
+            bus: 0x00,
+            numa: 0,
+            ports: vec![Slot::Switch(vec![
+                Slot::Gpu { audio: false },
+                Slot::Nic { names: vec!["rxe0".into()], ports: 1 },
+            ])],
+            direct: vec![],
+        }],
+    }
+}
+
 /// A flat cloud VM: GPUs straight on the root bus (with their audio functions), a virtio NIC,
 /// no RDMA, no NUMA information.
 pub fn flat_cloud_vm() -> FixtureSpec {

@@ -67,6 +67,7 @@ async fn read_inputs(
     };
     let mut evidence = crate::evidence::load(&mut tx, &filter, since, now, &workload, laps).await?;
     let recent = std::mem::take(&mut evidence.recent);
+    let all_simulated = evidence.all_simulated_nodes();
     damage.absorb(std::mem::take(&mut evidence.damaged));
     for (node, gpu, pair) in evidence.into_pairs() {
         // (Every counted row's index was checked in the window's read.)
@@ -83,9 +84,14 @@ async fn read_inputs(
     laps.lap(Step::Inline);
     for input in inputs.values_mut() {
         input.pairs.sort_by(|a, b| a.nic.cmp(&b.nic));
+        // A workload seen registering GPU memory moves its KV cache there, whatever the node's
+        // GPUDirect path says.
+        if input.pairs.iter().any(|p| p.inline.in_gpu_memory > 0) {
+            input.kv = railguard_schema::KvMemory::of("", true);
+        }
     }
 
-    add_recent(recent, &mut inputs);
+    add_recent(recent, &all_simulated, &mut inputs);
 
     read_signals(&mut tx, &filter, since, now, &mut inputs, &mut damage).await?;
     tx.commit().await?;
@@ -102,8 +108,8 @@ async fn read_topologies(
     damage: &mut Damage,
 ) -> Result<BTreeMap<GpuKey, GpuInput>, sqlx::Error> {
     let mut inputs = BTreeMap::new();
-    let topo: Vec<(String, Json<serde_json::Value>, Vec<String>)> = sqlx::query_as(
-        "SELECT t.node_id, t.risks,
+    let topo: Vec<(String, Json<serde_json::Value>, String, Vec<String>)> = sqlx::query_as(
+        "SELECT t.node_id, t.risks, t.gpudirect,
                 coalesce((SELECT array_agg(n.name ORDER BY n.name) FROM topology_nics n WHERE n.snapshot_id = t.record_id),
                          '{}')
          FROM latest_topology t WHERE ($1::text[] IS NULL OR t.node_id = ANY($1))",
@@ -111,7 +117,8 @@ async fn read_topologies(
     .bind(filter)
     .fetch_all(&mut *tx)
     .await?;
-    for (node, Json(risks), node_nics) in topo {
+    for (node, Json(risks), gpudirect, node_nics) in topo {
+        let kv = railguard_schema::KvMemory::of(&gpudirect, false);
         let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
             Ok(r) if r.iter().all(|r| r.gpu < railguard_schema::limits::MAX_GPUS_PER_NODE) => r,
             Ok(_) => {
@@ -141,6 +148,7 @@ async fn read_topologies(
                     pinned: r.pinned,
                     safe_nics: r.safe_nics,
                     node_nics: node_nics.clone(),
+                    kv: kv.clone(),
                     ..Default::default()
                 },
             );
@@ -149,21 +157,28 @@ async fn read_topologies(
     Ok(inputs)
 }
 
-/// Adds each workload pair's latest verdicts (`recent`, in no order) to its GPU's inputs, newest
-/// first, at most [`RECENT_VERDICTS`]: a summary stands for its probes, all ok, at its set's time
-/// (the agent closes a pair's summary before it spools the pair's failure, so no summary
-/// straddles one). Only the window is read, so what a pass reads does not grow with the history
-/// kept (a pair with fewer than ten in the window has a shorter streak: it leaves `corrupting`
-/// later, never sooner).
-fn add_recent(recent: HashMap<(String, i32), crate::evidence::Recent>, inputs: &mut BTreeMap<GpuKey, GpuInput>) {
+/// Adds each workload pair's latest verdicts (`recent`, in no order) that could make its GPU
+/// `ok` (its NIC's DMA in the GPU's KV memory, or the simulated fabric on a node of
+/// `all_simulated`) to its GPU's inputs, newest first, at most [`RECENT_VERDICTS`]: a summary
+/// stands for its probes, all ok, at its set's time (the agent closes a pair's summary before it
+/// spools the pair's failure, so no summary straddles one). Only the window is read, so what a
+/// pass reads does not grow with the history kept (a pair with fewer than ten in the window has
+/// a shorter streak: it leaves `corrupting` later, never sooner).
+fn add_recent(
+    recent: HashMap<(String, i32), crate::evidence::Recent>,
+    all_simulated: &std::collections::HashSet<String>,
+    inputs: &mut BTreeMap<GpuKey, GpuInput>,
+) {
     for ((node, gpu), mut records) in recent {
         let Some(gpu) = stored_gpu(gpu) else { continue };
+        let sim = all_simulated.contains(&node);
         let Some(i) = inputs.get_mut(&GpuKey { node, gpu }) else { continue };
-        records.sort_by_key(|r| std::cmp::Reverse(r.0));
-        for (_, verdict, probes) in records.into_iter().take(RECENT_VERDICTS) {
+        records.retain(|r| r.class.standing(sim).proves(i.kv.memory));
+        records.sort_by_key(|r| std::cmp::Reverse(r.at));
+        for r in records.into_iter().take(RECENT_VERDICTS) {
             let room = RECENT_VERDICTS.saturating_sub(i.workload_recent.len());
-            let n = usize::try_from(probes).unwrap_or(1).clamp(1, room.max(1));
-            i.workload_recent.extend(std::iter::repeat_n(verdict, n));
+            let n = usize::try_from(r.probes).unwrap_or(1).clamp(1, room.max(1));
+            i.workload_recent.extend(std::iter::repeat_n(r.verdict, n));
             i.workload_recent.truncate(RECENT_VERDICTS);
         }
     }
@@ -263,6 +278,8 @@ pub(super) async fn load_inline(
         ok_nic: i64,
         ok_gpu: i64,
         mismatch: i64,
+        mismatch_nic: i64,
+        in_gpu: i64,
         error: i64,
     }
     let rows: Vec<InlineSums> = sqlx::query_as(
@@ -271,6 +288,8 @@ pub(super) async fn load_inline(
                 least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint AS ok_nic,
                 least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0), 4611686018427387904)::bigint AS ok_gpu,
                 least(sum(transfers_mismatch), 4611686018427387904)::bigint AS mismatch,
+                least(coalesce(sum(transfers_mismatch) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_nic,
+                least(coalesce(sum(transfers_ok + transfers_mismatch + transfers_error) FILTER (WHERE memory = 'cuda'), 0), 4611686018427387904)::bigint AS in_gpu,
                 least(sum(transfers_error), 4611686018427387904)::bigint AS error
          FROM inline_reports
          WHERE observed_at > $2 AND observed_at <= $3 AND gpu_index IS NOT NULL
@@ -283,7 +302,9 @@ pub(super) async fn load_inline(
     .fetch_all(&mut *conn)
     .await?;
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
-    for InlineSums { node_id: node, gpu_index: gpu, nic, ok, ok_nic, ok_gpu, mismatch, error } in rows {
+    for InlineSums { node_id: node, gpu_index: gpu, nic, ok, ok_nic, ok_gpu, mismatch, mismatch_nic, in_gpu, error } in
+        rows
+    {
         let Some(gpu) = stored_gpu(gpu) else {
             damage.note(&node, || format!("a stored in-line report names GPU index {gpu}"));
             continue;
@@ -306,6 +327,8 @@ pub(super) async fn load_inline(
             ok_nic: n(ok_nic),
             ok_gpu_memory: n(ok_gpu),
             mismatch: n(mismatch),
+            mismatch_nic: n(mismatch_nic),
+            in_gpu_memory: n(in_gpu),
             error: n(error),
             failures: Vec::new(),
         };

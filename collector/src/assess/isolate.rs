@@ -39,6 +39,8 @@ pub fn unassessed(input: &GpuInput, why: &str) -> Assessment {
         workload_nic: input.workload_nic.clone(),
         structural_risk: input.structural,
         verification: Verification::Unprobed,
+        path: None,
+        proven: false,
     }
 }
 

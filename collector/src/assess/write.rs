@@ -3,6 +3,8 @@
 //! nodes' assessed marks — under one lock, never over a status made from newer evidence.
 
 use super::*;
+use railguard_schema::DataPath;
+use rules::Pin;
 
 /// What one assessment did: the GPUs it assessed, and where its time went (the read and write
 /// phases; the caller adds the time it spent choosing the nodes).
@@ -26,6 +28,9 @@ struct CurrentRow {
     verification: Verification,
     assessed_at: DateTime<Utc>,
     pin_nic: Option<String>,
+    evidence_path: Option<String>,
+    proven: bool,
+    pin_verified: bool,
 }
 
 impl CurrentRow {
@@ -38,6 +43,9 @@ impl CurrentRow {
             && self.recommendation == a.recommendation.as_ref().map(ToString::to_string)
             && self.pin_nic.as_deref() == a.recommendation.as_ref().map(|p| p.nic())
             && self.verification == a.verification
+            && self.evidence_path.as_deref() == a.path.map(DataPath::as_str)
+            && self.proven == a.proven
+            && self.pin_verified == a.recommendation.as_ref().is_some_and(Pin::verified)
     }
 }
 
@@ -55,6 +63,9 @@ struct StatusColumns {
     /// The pin's NIC and evidence, as values (for /metrics and the API).
     pin_nic: Vec<Option<String>>,
     pin_evidence: Vec<Option<&'static str>>,
+    pin_verified: Vec<bool>,
+    evidence_path: Vec<Option<&'static str>>,
+    proven: Vec<bool>,
 }
 
 /// The status changes to record, a column each.
@@ -94,7 +105,7 @@ pub async fn assess_and_store(
         .await?;
     let rows: Vec<CurrentRow> = sqlx::query_as(
         "SELECT node_id, gpu_index, status, workload_nic, structural_risk, reasons, recommendation, verification,
-                assessed_at, pin_nic
+                assessed_at, pin_nic, evidence_path, proven, pin_verified
          FROM gpu_status WHERE ($1::text[] IS NULL OR node_id = ANY($1))",
     )
     .bind(&filter)
@@ -165,6 +176,9 @@ async fn write_changes(
         cols.verification.push(a.verification);
         cols.pin_nic.push(a.recommendation.as_ref().map(|p| p.nic().to_owned()));
         cols.pin_evidence.push(a.recommendation.as_ref().map(|p| p.evidence.as_str()));
+        cols.pin_verified.push(a.recommendation.as_ref().is_some_and(Pin::verified));
+        cols.evidence_path.push(a.path.map(DataPath::as_str));
+        cols.proven.push(a.proven);
         let before = before.map(|r| r.status);
         if before != Some(a.status) {
             changes.node.push(a.node.clone());
@@ -177,17 +191,19 @@ async fn write_changes(
     let mut written_nodes: Vec<String> = cols.node.clone();
     written_nodes.dedup();
     sqlx::query(
-        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation, verification, pin_nic, pin_evidence)
-         SELECT u.node, u.gpu, u.status, $9, $9, u.nic, u.risk, u.reasons, u.rec, u.verification, u.pin_nic, u.pin_evidence
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation, verification, pin_nic, pin_evidence, pin_verified, evidence_path, proven)
+         SELECT u.node, u.gpu, u.status, $9, $9, u.nic, u.risk, u.reasons, u.rec, u.verification, u.pin_nic, u.pin_evidence,
+                u.pin_verified, u.evidence_path, u.proven
          FROM UNNEST($1::text[], $2::int[], $3::gpu_status_kind[], $4::text[], $5::text[], $6::jsonb[], $7::text[],
-                     $8::gpu_verification[], $10::text[], $11::text[])
-              AS u(node, gpu, status, nic, risk, reasons, rec, verification, pin_nic, pin_evidence)
+                     $8::gpu_verification[], $10::text[], $11::text[], $12::bool[], $13::text[], $14::bool[])
+              AS u(node, gpu, status, nic, risk, reasons, rec, verification, pin_nic, pin_evidence, pin_verified, evidence_path, proven)
          ON CONFLICT (node_id, gpu_index) DO UPDATE SET
             since = CASE WHEN gpu_status.status = EXCLUDED.status THEN gpu_status.since ELSE EXCLUDED.since END,
             status = EXCLUDED.status, assessed_at = EXCLUDED.assessed_at, workload_nic = EXCLUDED.workload_nic,
             structural_risk = EXCLUDED.structural_risk, reasons = EXCLUDED.reasons,
             recommendation = EXCLUDED.recommendation, verification = EXCLUDED.verification,
-            pin_nic = EXCLUDED.pin_nic, pin_evidence = EXCLUDED.pin_evidence",
+            pin_nic = EXCLUDED.pin_nic, pin_evidence = EXCLUDED.pin_evidence, pin_verified = EXCLUDED.pin_verified,
+            evidence_path = EXCLUDED.evidence_path, proven = EXCLUDED.proven",
     )
     .bind(cols.node)
     .bind(cols.gpu)
@@ -200,6 +216,9 @@ async fn write_changes(
     .bind(now)
     .bind(cols.pin_nic)
     .bind(cols.pin_evidence)
+    .bind(cols.pin_verified)
+    .bind(cols.evidence_path)
+    .bind(cols.proven)
     .execute(&mut *tx)
     .await?;
     laps.lap(Step::Statuses);

@@ -4,34 +4,18 @@
 
 use super::*;
 
-/// A GPU's latest verdicts on its workload pair, with their time, newest first once sorted.
-pub(crate) type Recent = Vec<(DateTime<Utc>, ProbeVerdict, i32)>;
-
-/// What a pair's probes proved, by the path that carried them: the trust policy decides per
-/// node which paths count, once every record of the node is in.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Class {
-    NicDma = 0,
-    Simulated = 1,
-    /// Host copies and anything else: never trusted.
-    Other = 2,
+/// One of a workload pair's latest records: when, what it said, how many probes it stands for,
+/// and what it can stand for (the recovery streak counts only what could make the GPU `ok`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecentVerdict {
+    pub at: DateTime<Utc>,
+    pub verdict: ProbeVerdict,
+    pub probes: i32,
+    pub class: Class,
 }
 
-impl Class {
-    pub(crate) fn of(path: &str) -> Class {
-        match path {
-            "nic_dma" => Class::NicDma,
-            "simulated" => Class::Simulated,
-            _ => Class::Other,
-        }
-    }
-
-    /// The trust policy per class index (`PairAcc::by_class`): the pair's NIC's DMA always; the
-    /// simulated fabric on a node whose evidence is all simulated.
-    pub(crate) fn trusted(class: usize, all_simulated: bool) -> bool {
-        class == Class::NicDma as usize || (class == Class::Simulated as usize && all_simulated)
-    }
-}
+/// A GPU's latest records on its workload pair, in no order until sorted.
+pub(crate) type Recent = Vec<RecentVerdict>;
 
 /// Adds `n` to `v`, or takes it away (evidence leaving the window; never below zero).
 pub(crate) fn step(v: &mut u64, n: u64, remove: bool) {
@@ -47,7 +31,7 @@ pub(crate) struct ClassCounts {
     pub(crate) silent_corruption: u64,
     pub(crate) reported_failure: u64,
     pub(crate) timeout: u64,
-    /// Ok probes the pair's NIC moved in GPU memory at both ends (`nic_dma`, `cuda`).
+    /// Ok probes of the class [`Class::NicGpuMemory`].
     pub(crate) ok_cuda: u64,
     /// Records of silent corruption per diagnosis (the mode counts records, as SQL's does).
     pub(crate) diagnoses: Vec<(Diagnosis, u64)>,
@@ -122,11 +106,10 @@ impl ClassCounts {
     }
 }
 
-/// A pair's evidence by [`Class`] of path (a pair has one or two; the window kept between
-/// passes holds one of these for every pair of the fleet).
+/// A pair's evidence by [`Class`] (a pair has one or two).
 #[derive(Default, Clone)]
 pub(crate) struct PairAcc {
-    pub(crate) by_class: [Option<Box<ClassCounts>>; 3],
+    pub(crate) by_class: [Option<Box<ClassCounts>>; Class::ALL.len()],
 }
 
 impl PairAcc {
@@ -153,8 +136,7 @@ pub(crate) struct NodeAcc {
 pub(crate) struct Evidence<'a> {
     pub(crate) gpu: i32,
     pub(crate) nic: &'a str,
-    pub(crate) path: &'a str,
-    pub(crate) memory: &'a str,
+    pub(crate) class: Class,
     pub(crate) verdict: ProbeVerdict,
     pub(crate) diagnosis: Diagnosis,
     /// The probes the records stand for, and the records.
@@ -186,14 +168,12 @@ impl NodeAcc {
     /// Counts `e` into its pair, and into the node's trust decision; for a path that may prove
     /// nothing, notes the transport that carried it.
     pub(crate) fn record(&mut self, e: Evidence<'_>) {
-        let class = Class::of(e.path);
-        if class != Class::Simulated {
+        if e.class != Class::Simulated {
             step(&mut self.not_simulated, e.records, false);
         }
-        let counts = self.pair(e.gpu, e.nic).class(class as usize);
-        let cuda = class == Class::NicDma && e.memory == "cuda";
-        counts.add(e.verdict, e.diagnosis, cuda, e.probes, e.records);
-        if class != Class::NicDma {
+        let counts = self.pair(e.gpu, e.nic).class(e.class as usize);
+        counts.add(e.verdict, e.diagnosis, e.class == Class::NicGpuMemory, e.probes, e.records);
+        if !matches!(e.class, Class::NicGpuMemory | Class::NicHostMemory) {
             counts.count_via(&via(e.transport, e.first_lane), e.records, false);
         }
     }
@@ -242,6 +222,11 @@ impl WindowEvidence {
         }
     }
 
+    /// The nodes whose evidence is all simulated: their simulated probes stand in for hardware.
+    pub(crate) fn all_simulated_nodes(&self) -> std::collections::HashSet<String> {
+        self.nodes.iter().filter(|(_, acc)| acc.not_simulated == 0).map(|(n, _)| n.clone()).collect()
+    }
+
     /// Each pair's counts under the trust policy, in (node, GPU, NIC) order.
     pub fn into_pairs(self) -> Vec<(String, i32, PairCounts)> {
         let mut out = Vec::new();
@@ -258,11 +243,14 @@ impl WindowEvidence {
                 let n = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
                 let (mut proven, mut unproven) = (ClassCounts::default(), ClassCounts::default());
                 let mut simulated = false;
-                for (c, k) in p.by_class.into_iter().enumerate() {
+                let mut gpu_memory = 0u64;
+                for (class, k) in Class::ALL.into_iter().zip(p.by_class) {
                     let Some(k) = k.filter(|k| k.records > 0) else { continue };
-                    let k = *k;
-                    if Class::trusted(c, all_simulated) {
-                        simulated |= c == Class::Simulated as usize;
+                    if class == Class::NicGpuMemory {
+                        gpu_memory = gpu_memory.saturating_add(k.ok).saturating_add(k.bad());
+                    }
+                    if class.standing(all_simulated).is_trusted() {
+                        simulated |= class == Class::Simulated;
                         proven.merge(&k, false);
                     } else {
                         unproven.merge(&k, false);
@@ -275,6 +263,7 @@ impl WindowEvidence {
                     reported_failure: n(proven.reported_failure),
                     timeout: n(proven.timeout),
                     ok_gpu_memory: n(proven.ok_cuda),
+                    gpu_memory: n(gpu_memory),
                     // SQL's mode(): the most frequent, the first in the column's (text) order on a tie.
                     diagnosis: proven
                         .diagnoses

@@ -23,6 +23,9 @@ pub struct PairCounts {
     /// Of the `ok` probes, those that moved GPU memory to GPU memory (the workload's path).
     #[serde(default)]
     pub ok_gpu_memory: u32,
+    /// Of the trusted probes (any verdict), those in GPU memory at both ends.
+    #[serde(default)]
+    pub gpu_memory: u32,
     /// Most common receiver diagnosis among the silent corruptions.
     pub diagnosis: Option<Diagnosis>,
     /// The trusted probes were the simulated fabric's.
@@ -48,10 +51,14 @@ pub struct InlineCounts {
     pub ok: u64,
     /// Of those, moved while the process held RDMA queue pairs on the pair's NIC (its DMA).
     pub ok_nic: u64,
-    /// Of those, into GPU memory: the workload's path, proven as a probe in GPU memory would.
+    /// Of those, into GPU memory.
     pub ok_gpu_memory: u64,
     /// NIXL said DONE and the bytes differ from the source's digests.
     pub mismatch: u64,
+    /// Of those, moved while the process held RDMA queue pairs ready on the pair's NIC.
+    pub mismatch_nic: u64,
+    /// Transfers (any outcome) into GPU memory: the workload registers its KV cache there.
+    pub in_gpu_memory: u64,
     /// NIXL reported an error.
     pub error: u64,
     /// The latest failed transfers, in words ("req-17: 8 of 32 blocks differ, first bad byte 786432").
@@ -76,20 +83,38 @@ impl PairCounts {
     pub fn unproven(&self) -> u32 {
         self.unproven_ok.saturating_add(self.unproven_bad)
     }
-    /// How the pair was verified, by its strongest evidence.
+    /// How the pair was verified, by its strongest probe evidence (in-line checks confirm, they
+    /// do not verify: a pair with in-line checks alone is `unproven`).
     pub fn verification(&self) -> Verification {
         match self {
-            p if p.ok_gpu_memory > 0 || p.inline.ok_gpu_memory > 0 => Verification::GpuMemory,
+            p if p.gpu_memory > 0 => Verification::GpuMemory,
             p if p.total() > 0 && p.simulated => Verification::Simulated,
-            p if p.total() > 0 || p.inline.ok_nic > 0 => Verification::HostMemory,
+            p if p.total() > 0 => Verification::HostMemory,
             p if p.unproven() > 0 || p.inline.total() > 0 => Verification::Unproven,
             _ => Verification::Unprobed,
         }
     }
 
-    /// Trusted evidence on the pair: probes that exercised its NIC, or the workload's own
-    /// transfers verified in-line while its NIC carried them.
-    pub fn verified_by_nic(&self) -> bool {
-        self.total() > 0 || self.inline.ok_nic > 0
+    /// Verified probes of the pair that prove it for a GPU whose KV cache moves in `kv`: its
+    /// NIC's DMA in that memory, or the simulated fabric standing in
+    /// ([`crate::evidence::trust::Standing::proves`]).
+    pub fn proves(&self, kv: railguard_schema::KvMemory) -> bool {
+        match kv {
+            _ if self.simulated => self.ok > 0,
+            railguard_schema::KvMemory::Gpu => self.ok_gpu_memory > 0,
+            railguard_schema::KvMemory::Host => self.ok > 0,
+        }
+    }
+
+    /// What carried the pair's strongest evidence: its NIC's DMA, the simulated fabric, or a
+    /// copy that exercised no NIC of it.
+    pub fn strongest_path(&self) -> Option<railguard_schema::DataPath> {
+        use railguard_schema::DataPath;
+        match self {
+            p if p.total() > 0 && p.simulated => Some(DataPath::Simulated),
+            p if p.total() > 0 || p.inline.ok_nic > 0 || p.inline.mismatch_nic > 0 => Some(DataPath::NicDma),
+            p if p.unproven() > 0 || p.inline.total() > 0 => Some(DataPath::HostCopy),
+            _ => None,
+        }
     }
 }

@@ -8,8 +8,8 @@ use super::*;
 /// a period is taken away as it was added.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct LeanPair {
-    pub(crate) records: [u64; 3],
-    pub(crate) bad: [u64; 3],
+    pub(crate) records: [u64; Class::ALL.len()],
+    pub(crate) bad: [u64; Class::ALL.len()],
 }
 
 /// A node's pairs as the pattern finder keeps them between reads ([`PeriodCache`]): 48 bytes a
@@ -102,13 +102,14 @@ pub(crate) fn trusted_of(
     for key in keys {
         let (a, b) = (kept.and_then(|n| n.pairs.get(&key)), newest.and_then(|n| n.pairs.get(&key)));
         let (mut trusted, mut bad, mut simulated) = (false, false, false);
-        for c in 0..3 {
+        for class in Class::ALL {
+            let c = class as usize;
             let part = |p: Option<&LeanPair>| p.map_or((0, 0), |p| (p.records[c], p.bad[c]));
             let ((ra, ba), (rb, bb)) = (part(a), part(b));
-            if (ra > 0 || rb > 0) && Class::trusted(c, all_simulated) {
+            if (ra > 0 || rb > 0) && class.standing(all_simulated).is_trusted() {
                 trusted = true;
                 bad |= ba > 0 || bb > 0;
-                simulated |= c == Class::Simulated as usize;
+                simulated |= class == Class::Simulated;
             }
         }
         if trusted {

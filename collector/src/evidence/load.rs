@@ -121,7 +121,7 @@ pub(crate) async fn read_rolled(
             std::collections::hash_map::Entry::Occupied(mut o) => {
                 if o.get().layout != key {
                     let done = o.insert(RolledRun::of(&row, key.clone())?);
-                    done.count_into(ev.node(o.key().clone()));
+                    done.count_into(ev, o.key());
                 }
                 o.into_mut()
             }
@@ -130,7 +130,7 @@ pub(crate) async fn read_rolled(
         run.add(&row)?;
     }
     for (node_id, run) in runs {
-        run.count_into(ev.node(node_id));
+        run.count_into(ev, &node_id);
     }
     Ok(())
 }
@@ -200,9 +200,9 @@ impl RolledRun {
         Ok(())
     }
 
-    /// Counts the run into its node: each element with a probe, as its rows would one by one
-    /// (no diagnosis: not rolled up; injected probes are no evidence).
-    fn count_into(self, node: &mut NodeAcc) {
+    /// Counts the run into `node`'s evidence: each element with a probe, as its rows would one
+    /// by one (no diagnosis: not rolled up; injected probes are no evidence).
+    fn count_into(self, ev: &mut WindowEvidence, node: &str) {
         for (i, sum) in self.sums.iter().enumerate() {
             let (Some(&gpu), Some(nic), Some(path), Some(memory), Some(inj), Some(transport)) = (
                 self.gpus.get(i),
@@ -217,20 +217,29 @@ impl RolledRun {
             if inj != "none" {
                 continue;
             }
+            let class = match trust::class_of_stored(path, Some(memory)) {
+                Ok(c) => c,
+                Err(why) => {
+                    ev.damaged.note(node, || why);
+                    continue;
+                }
+            };
             for (verdict, (probes, records)) in Self::VERDICTS.into_iter().zip(sum) {
                 if *records > 0 {
-                    node.record(Evidence {
-                        gpu,
-                        nic,
-                        path,
-                        memory,
-                        verdict,
-                        diagnosis: Diagnosis::None,
-                        probes: *probes,
-                        records: *records,
-                        transport,
-                        first_lane: None,
-                    });
+                    ev.count(
+                        node,
+                        Evidence {
+                            gpu,
+                            nic,
+                            class,
+                            verdict,
+                            diagnosis: Diagnosis::None,
+                            probes: *probes,
+                            records: *records,
+                            transport,
+                            first_lane: None,
+                        },
+                    );
                 }
             }
         }
@@ -314,13 +323,19 @@ async fn read_grouped(
     while let Some(g) = groups.next().await {
         let g = g?;
         let part = if g.after { &mut *late } else { &mut *ev };
+        let class = match trust::class_of_stored(&g.path, Some(&g.memory)) {
+            Ok(c) => c,
+            Err(why) => {
+                part.damaged.note(&g.node_id, || why);
+                continue;
+            }
+        };
         part.count(
             &g.node_id,
             Evidence {
                 gpu: g.gpu_index,
                 nic: &g.nic,
-                path: &g.path,
-                memory: &g.memory,
+                class,
                 verdict: g.verdict,
                 diagnosis: g.diagnosis,
                 probes: u(g.probes),
@@ -334,9 +349,11 @@ async fn read_grouped(
     Ok(())
 }
 
-/// The latest records stored a row each of every pair on a path that may verify it (ten a pair
-/// at most: all the hysteresis reads), kept for the workload pairs, to be ranked with the
-/// sets' ([`read_sets`]); none to keep when no node has a workload pair.
+/// The latest records stored a row each of every pair on a path that may verify it, kept for the
+/// workload pairs, to be ranked with the sets' ([`read_sets`]); none to keep when no node has a
+/// workload pair. Ten of each class of evidence (path, and GPU memory or not) a pair at most:
+/// whichever classes prove its GPU (`crate::assess` keeps those), their latest ten are among
+/// these, which is all the hysteresis reads.
 async fn read_recent(
     conn: &mut sqlx::PgConnection,
     filter: &Option<Vec<String>>,
@@ -346,13 +363,26 @@ async fn read_recent(
     (ev, late): (&mut WindowEvidence, &mut WindowEvidence),
 ) -> Result<(), sqlx::Error> {
     let [(a0, b0), (a1, b1)] = ranges;
-    let recent: Vec<(String, i32, String, DateTime<Utc>, ProbeVerdict, i32)> = if workload.none() {
+    /// One of a pair's latest records on a path that may verify it.
+    #[derive(sqlx::FromRow)]
+    struct Latest {
+        node_id: String,
+        gpu_index: i32,
+        nic: String,
+        observed_at: DateTime<Utc>,
+        verdict: ProbeVerdict,
+        probes: i32,
+        path: String,
+        memory: String,
+    }
+    let recent: Vec<Latest> = if workload.none() {
         Vec::new()
     } else {
         sqlx::query_as(
-            "SELECT node_id, gpu_index, nic, observed_at, verdict, probes FROM (
-            SELECT e.node_id, e.gpu_index, e.nic, e.observed_at, e.verdict, e.probes,
-                   row_number() OVER (PARTITION BY e.node_id, e.gpu_index, e.nic ORDER BY e.observed_at DESC) AS rn
+            "SELECT node_id, gpu_index, nic, observed_at, verdict, probes, path, memory FROM (
+            SELECT e.node_id, e.gpu_index, e.nic, e.observed_at, e.verdict, e.probes, e.path, e.memory,
+                   row_number() OVER (PARTITION BY e.node_id, e.gpu_index, e.nic, e.path, e.memory = 'cuda'
+                                      ORDER BY e.observed_at DESC) AS rn
             FROM probe_row_evidence e
             WHERE ((e.observed_at > $2 AND e.observed_at <= $3) OR (e.observed_at > $4 AND e.observed_at <= $5))
               AND ($1::text[] IS NULL OR e.node_id = ANY($1))
@@ -368,10 +398,18 @@ async fn read_recent(
         .fetch_all(&mut *conn)
         .await?
     };
-    for (node, gpu, nic, at, verdict, probes) in recent {
-        if is_workload(workload, &node, gpu, &nic) {
-            let part = if at > split { &mut *late } else { &mut *ev };
-            part.recent.entry((node, gpu)).or_default().push((at, verdict, probes));
+    for r in recent {
+        if is_workload(workload, &r.node_id, r.gpu_index, &r.nic) {
+            let part = if r.observed_at > split { &mut *late } else { &mut *ev };
+            let class = match trust::class_of_stored(&r.path, Some(&r.memory)) {
+                Ok(c) => c,
+                Err(why) => {
+                    part.damaged.note(&r.node_id, || why);
+                    continue;
+                }
+            };
+            let v = RecentVerdict { at: r.observed_at, verdict: r.verdict, probes: r.probes, class };
+            part.recent.entry((r.node_id, r.gpu_index)).or_default().push(v);
         }
     }
     Ok(())
@@ -422,7 +460,7 @@ async fn read_sets(
         let (node_id, at, gpus, nics, paths, memories, injected, transports, lanes, probes) = row?;
         let wl = workload.of(&node_id);
         let part = if at > split { &mut *late } else { &mut *ev };
-        let mut recent: Vec<(i32, i32)> = Vec::new();
+        let mut recent: Vec<(i32, i32, Class)> = Vec::new();
         for i in 0..gpus.len() {
             let (Some(&gpu), Some(nic), Some(path), Some(inj), Some(&n)) =
                 (gpus.get(i), nics.get(i), paths.get(i), injected.get(i), probes.get(i))
@@ -433,20 +471,25 @@ async fn read_sets(
                 continue;
             }
             // Not read for a lean read (empty arrays): no GPU-memory count, no transport.
-            let memory = memories.get(i).map(String::as_str).unwrap_or_default();
             let lane = lanes.get(i).and_then(|l| first_lane(&l.0));
             let transport = transports.get(i).map(String::as_str).unwrap_or_default();
             if n <= 0 {
                 part.damaged.note(&node_id, || format!("a stored summary of GPU{gpu} stands for {n} probes"));
                 continue;
             }
+            let class = match trust::class_of_stored(path, memories.get(i).map(String::as_str)) {
+                Ok(c) => c,
+                Err(why) => {
+                    part.damaged.note(&node_id, || why);
+                    continue;
+                }
+            };
             part.count(
                 &node_id,
                 Evidence {
                     gpu,
                     nic,
-                    path,
-                    memory,
+                    class,
                     verdict: ProbeVerdict::Ok,
                     diagnosis: Diagnosis::None,
                     probes: u(i64::from(n)),
@@ -455,12 +498,13 @@ async fn read_sets(
                     first_lane: lane.as_deref(),
                 },
             );
-            if Class::of(path) != Class::Other && wl.is_some_and(|w| w.iter().any(|(g, wn)| *g == gpu && wn == nic)) {
-                recent.push((gpu, n));
+            if class != Class::NoNic && wl.is_some_and(|w| w.iter().any(|(g, wn)| *g == gpu && wn == nic)) {
+                recent.push((gpu, n, class));
             }
         }
-        for (gpu, n) in recent {
-            part.recent.entry((node_id.clone(), gpu)).or_default().push((at, ProbeVerdict::Ok, n));
+        for (gpu, probes, class) in recent {
+            let v = RecentVerdict { at, verdict: ProbeVerdict::Ok, probes, class };
+            part.recent.entry((node_id.clone(), gpu)).or_default().push(v);
         }
     }
     Ok(())

@@ -35,7 +35,9 @@ mod lean;
 mod load;
 mod period;
 mod rolled;
+pub mod trust;
 
+pub use accumulate::RecentVerdict;
 pub(crate) use accumulate::*;
 pub use counts::{InlineCounts, PairCounts};
 pub use damage::{Damage, stored_gpu};
@@ -43,6 +45,7 @@ pub(crate) use lean::*;
 pub(crate) use load::*;
 pub use period::*;
 pub use rolled::*;
+pub use trust::{Class, Standing};
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};

@@ -63,6 +63,16 @@ fn ingest(out: &mut String, st: &crate::ingest::IngestStats) {
             );
         }
     }
+    let name = "railguard_ingest_paths_disputed_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Probe records from a node that claimed the pair's NIC's DMA (nic_dma) while their own lanes name another device or none: stored as other_device, never evidence for the pair (since this collector started).\n# TYPE {name} counter"
+    );
+    if let Ok(d) = st.paths_disputed.lock() {
+        for (node, n) in d.iter() {
+            let _ = writeln!(out, "{name}{{node=\"{}\"}} {n}", label(node));
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP railguard_ingest_batches_refused_total Batches refused because a record in them was older than the retention window. The agent splits such a batch until the record is alone and sets it aside, so one late record is refused several times.\n# TYPE railguard_ingest_batches_refused_total counter"
@@ -93,18 +103,21 @@ async fn gpus(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_gpu_info Each GPU's workload NIC, how that pair was verified (gpu_memory, host_memory, simulated, unproven, unprobed), the NIC to pin instead (empty when none; always one of the node's own NICs) and what that NIC was verified by (pin_evidence: gpu_memory, host_memory, simulated, unprobed); always 1. Join on node and gpu.\n# TYPE railguard_gpu_info gauge"
+        "# HELP railguard_gpu_info Each GPU's workload NIC; how that pair was verified (verification: gpu_memory, host_memory, simulated, unproven, unprobed); what carried the evidence its status rests on (path: nic_dma, host_copy, simulated, other_device; empty when nothing moved bytes); whether its workload pair was proven on hardware, through its own NIC, in the memory its KV cache moves in (proven; simulated evidence never is); the NIC to pin instead (empty when none; always one of the node's own NICs), what that NIC was verified by (pin_evidence: gpu_memory, host_memory, simulated, unprobed) and whether that was on hardware in the memory the GPU's KV cache moves in (pin_verified); always 1. Join on node and gpu.\n# TYPE railguard_gpu_info gauge"
     );
     for g in crate::store::read::gpu_infos(pool).await? {
         let _ = writeln!(
             out,
-            "railguard_gpu_info{{node=\"{}\",gpu=\"{}\",workload_nic=\"{}\",verification=\"{}\",pin=\"{}\",pin_evidence=\"{}\"}} 1",
+            "railguard_gpu_info{{node=\"{}\",gpu=\"{}\",workload_nic=\"{}\",verification=\"{}\",path=\"{}\",proven=\"{}\",pin=\"{}\",pin_evidence=\"{}\",pin_verified=\"{}\"}} 1",
             label(&g.node_id),
             g.gpu_index,
             label(g.workload_nic.as_deref().unwrap_or("")),
             g.verification.as_str(),
+            label(g.evidence_path.as_deref().unwrap_or("")),
+            g.proven,
             label(g.pin_nic.as_deref().unwrap_or("")),
-            g.pin_evidence.as_deref().unwrap_or("")
+            label(g.pin_evidence.as_deref().unwrap_or("")),
+            g.pin_verified
         );
     }
     Ok(())

@@ -2,6 +2,7 @@
 //! transaction, acknowledge after commit.
 
 pub mod auth;
+pub mod carrier;
 pub mod clock;
 pub mod k8s;
 
@@ -72,6 +73,9 @@ pub struct IngestStats {
     /// largest for a while ([`clock::ClockAhead`]). (A clock running slow looks like a delivery
     /// backlog and is not told apart.)
     pub clock_ahead: clock::ClockAhead,
+    /// Per node, probe records that claimed the pair's NIC's DMA while their lanes named
+    /// another device (or none), stored as `other_device` ([`carrier`]).
+    pub paths_disputed: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
     /// Per node, the devices its latest topology lists (loaded from the store on first use).
     pub devices: std::sync::Mutex<std::collections::HashMap<String, KnownDevices>>,
 }
@@ -282,6 +286,8 @@ impl IngestService {
                 }
             }
         }
+        // What carried each probe, as the collector judges it from the lanes.
+        let disputed = carrier::settle(&mut records);
         // Injected faults are self-test history, not evidence: they are stored, not counted.
         let verdict_keys: Vec<(u32, String, &'static str, railguard_schema::DataPath)> = records
             .iter()
@@ -327,6 +333,17 @@ impl IngestService {
             d.insert(node.to_string(), KnownDevices::of(t));
         }
         // A batch with duplicates was (partly) counted when it first arrived.
+        if outcome.duplicates == 0
+            && disputed > 0
+            && let Ok(mut d) = self.stats.paths_disputed.lock()
+        {
+            tracing::info!(
+                node = %node,
+                disputed,
+                "probe records claimed the pair's NIC's DMA while their lanes name another device (or none): stored as other_device"
+            );
+            *d.entry(node.to_string()).or_default() += disputed;
+        }
         if outcome.duplicates == 0
             && quarantined > 0
             && let Ok(mut q) = self.stats.quarantined.lock()

@@ -301,7 +301,13 @@ impl ProbeTransport for Ucx {
         let r = self
             .put(src.device_ptr_ro(), dst.device_ptr(), src.len(), true, timeout, sabotage)
             .noted("GPU memory registered with UCX (memory type cuda)");
-        self.carried(nic, r)
+        let mut r = self.carried(nic, r);
+        // UCX was handed GPU memory; whether it moved it GPU to GPU (a zero-copy lane reading
+        // the GPU's memory) or bounced it through host memory, its endpoint's lanes do not say,
+        // and this transport reads no protocol table: the memory counts as staged. The verbs
+        // and NIXL transports show a zero-copy GPU lane where there is one.
+        r.staged = true;
+        r.noted("counted as staged through host memory: UCX's account does not show a zero-copy GPU lane")
     }
 }
 

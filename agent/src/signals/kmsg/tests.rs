@@ -232,3 +232,72 @@ fn aer_source_ids_with_a_colon_before_the_function() {
     let e = p("pcieport 0000:80:01.0: AER: Corrected error received: 0000:81:00:1");
     assert_eq!(e.bdf, Some(Bdf::new(0, 0x81, 0, 1)));
 }
+
+#[test]
+fn dmar_requester_printed_with_hex_prefixes() {
+    // Some kernels print the requester's bus and slot with `0x` (`[0x%02x:0x%02x.%d]`).
+    let e = p(
+        "DMAR: [DMA Read NO_PASID] Request device [0x3b:0x00.0] fault addr 0xfff00000 [fault reason 0x06] PTE Read access is not set",
+    );
+    assert_eq!(e.kind, SignalKind::DmarFault);
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0x3b, 0, 0)));
+    assert_eq!(e.attrs["reason"], "0x06");
+    let e = p(
+        "DMAR: [DMA Write NO_PASID] Request device [0x00:0x02.0] fault addr 0x0 [fault reason 0x05] PTE Write access is not set",
+    );
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0, 2, 0)));
+}
+
+#[test]
+fn mlx5_poll_one_lines_from_a_roce_device_named_by_its_pci_address() {
+    // rdma-core's udev rules name RoCE devices by PCI address (`rocep<bus>s<slot>f<fn>`, decimal):
+    // rocep59s0f1 is 0000:3b:00.1. mlx5_ib prints its older two-record error CQE through the
+    // device, so the line carries that name and no PCI address.
+    let mut parser = LineParser::default();
+    let first = "infiniband rocep59s0f1: mlx5_poll_one:698:(pid 48213): Requestor error cqe on cqn 0x3f:";
+    assert!(parser.parse(first, &DomainZero).is_none(), "the first half waits for the second");
+    let e = parser
+        .parse("infiniband rocep59s0f1: mlx5_poll_one:703:(pid 48213): syndrome 0x4, vendor syndrome 0x51", &DomainZero)
+        .unwrap();
+    assert_eq!(e.kind, SignalKind::Mlx5ErrorCqe);
+    assert_eq!(e.rdma_dev.as_deref(), Some("rocep59s0f1"));
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0x3b, 0, 1)), "placed at the PCI address the name spells");
+    assert_eq!(e.attrs["syndrome"], "0x4");
+    assert_eq!(e.attrs["syndrome_name"], "local protection error");
+    assert_eq!(e.attrs["side"], "requester");
+    // The same line alone (its first half lost), and the InfiniBand and domain forms.
+    let e = LineParser::default()
+        .parse(
+            "infiniband rocep59s0f1: mlx5_poll_one:703:(pid 48213): syndrome 0x13, vendor syndrome 0x88",
+            &DomainZero,
+        )
+        .unwrap();
+    assert_eq!((e.bdf, e.attrs["syndrome_name"].as_str()), (Some(Bdf::new(0, 0x3b, 0, 1)), "remote access error"));
+    assert_eq!(pci_named_rdma_dev("ibp94s0f0"), Some(Bdf::new(0, 94, 0, 0)));
+    assert_eq!(pci_named_rdma_dev("roceP2p3s4"), Some(Bdf::new(2, 3, 4, 0)));
+    assert_eq!(pci_named_rdma_dev("rocep300s0f0"), None, "no bus 300");
+    assert_eq!(pci_named_rdma_dev("roce_x"), None);
+}
+
+#[test]
+fn aer_lines_in_syslog_form() {
+    // As rsyslog writes the kernel's lines to /var/log/kern.log: date, host, `kernel:`, then the
+    // kernel's own timestamp.
+    let e = p(
+        "Dec  4 10:11:12 gpu-node-07 kernel: [123456.789012] pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received: 0000:3b:00.0",
+    );
+    assert_eq!(e.kind, SignalKind::PcieAer);
+    assert_eq!(e.bdf, Some(Bdf::new(0, 0x3b, 0, 0)));
+    assert_eq!(e.attrs["severity"], "Uncorrected (Non-Fatal)");
+    assert_eq!(e.attrs["port"], "0000:00:01.0");
+    let e = p(
+        "2026-12-04T10:11:12.345678+00:00 gpu-node-07 kernel: [ 8123.000001] pcieport 0000:80:03.1: AER: Corrected error received: 0000:81:00.0",
+    );
+    assert_eq!((e.bdf, e.attrs["severity"].as_str()), (Some(Bdf::new(0, 0x81, 0, 0)), "Corrected"));
+    // The device line that follows, in the same form.
+    let e = p(
+        "Dec  4 10:11:12 gpu-node-07 kernel: [123456.789015] mlx5_core 0000:3b:00.0: AER: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, (Requester ID)",
+    );
+    assert_eq!((e.kind, e.bdf), (SignalKind::PcieAer, Some(Bdf::new(0, 0x3b, 0, 0))));
+    assert_eq!(e.attrs["severity"], "Uncorrected (Non-Fatal)");
+}

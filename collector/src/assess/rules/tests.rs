@@ -1,15 +1,27 @@
 use super::*;
-use railguard_schema::Diagnosis;
+use railguard_schema::{Diagnosis, KvMemory};
 
+/// A pair probed through its NIC in GPU memory: `ok` verified, `silent` silent corruptions.
 fn pair(nic: &str, ok: u32, silent: u32) -> PairCounts {
     PairCounts {
         nic: nic.into(),
         ok,
         silent_corruption: silent,
         ok_gpu_memory: ok,
+        gpu_memory: ok + silent,
         diagnosis: (silent > 0).then_some(Diagnosis::Untouched),
         ..Default::default()
     }
+}
+
+/// The same, in host memory.
+fn host_pair(nic: &str, ok: u32, silent: u32) -> PairCounts {
+    PairCounts { ok_gpu_memory: 0, gpu_memory: 0, ..pair(nic, ok, silent) }
+}
+
+/// A node with a GPUDirect path (nvidia-peermem): its KV cache moves in GPU memory.
+fn gpu_kv() -> railguard_schema::KvMemoryWhy {
+    KvMemory::of("nvidia-peermem", false)
 }
 
 fn seed_gpu(g: u32, workload: &str, structural: RiskLevel) -> GpuInput {
@@ -24,6 +36,7 @@ fn seed_gpu(g: u32, workload: &str, structural: RiskLevel) -> GpuInput {
         pinned: workload == "mlx5_0" && g != 0,
         safe_nics: safe,
         node_nics: (0..8).map(|n| format!("mlx5_{n}")).collect(),
+        kv: gpu_kv(),
         pairs: (0..8)
             .map(|n| {
                 let nic = format!("mlx5_{n}");
@@ -82,7 +95,7 @@ fn seed_pinned_to_mlx5_0_only_gpu0_is_corrupting() {
 #[test]
 fn one_transient_failure_is_watch_not_at_risk() {
     let mut i = seed_gpu(2, "mlx5_2", RiskLevel::None);
-    i.pairs = vec![PairCounts { nic: "mlx5_2".into(), ok: 19, timeout: 1, ..Default::default() }];
+    i.pairs = vec![PairCounts { timeout: 1, ..pair("mlx5_2", 19, 0) }];
     i.workload_recent = vec![ProbeVerdict::Ok, ProbeVerdict::Ok, ProbeVerdict::Timeout, ProbeVerdict::Ok];
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Watch, "{:?}", a.reasons);
@@ -145,19 +158,26 @@ fn a_pin_verified_in_gpu_memory_is_preferred_and_host_only_verification_is_said(
     // mlx5_0 verified in host memory only; mlx5_2 in GPU memory.
     for p in &mut i.pairs {
         if p.nic == "mlx5_0" {
-            p.ok_gpu_memory = 0;
+            *p = host_pair("mlx5_0", p.ok, p.silent_corruption);
         }
     }
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(a.recommendation.as_ref().map(ToString::to_string).as_deref(), Some("UCX_NET_DEVICES=mlx5_2:1"));
     for p in &mut i.pairs {
-        p.ok_gpu_memory = 0;
+        *p = host_pair(&p.nic.clone(), p.ok, p.silent_corruption);
     }
     let a = assess(&i, None, &RulesConfig::default());
+    let pin = a.recommendation.as_ref().unwrap();
     assert_eq!(
-        a.recommendation.as_ref().map(ToString::to_string).as_deref(),
-        Some("UCX_NET_DEVICES=mlx5_0:1 (verified in host memory only: its GPU-memory path is unproven)")
+        pin.to_string(),
+        "UCX_NET_DEVICES=mlx5_0:1 (verified in host memory only: its GPU-memory path is unproven)"
     );
+    assert!(!pin.verified(), "host memory does not verify a pin for a GPU-memory workload");
+    // On a node without a GPUDirect path host memory is the KV cache's path: verified, said plainly.
+    i.kv = KvMemory::of("none", false);
+    let a = assess(&i, None, &RulesConfig::default());
+    let pin = a.recommendation.as_ref().unwrap();
+    assert_eq!((pin.to_string().as_str(), pin.verified()), ("UCX_NET_DEVICES=mlx5_0:1", true));
 }
 
 #[test]
@@ -189,7 +209,7 @@ fn probes_that_exercised_no_nic_leave_the_gpu_unverified_never_ok() {
     assert_eq!(a.status, GpuStatus::Watch, "{:?}", a.reasons);
     assert_eq!(a.verification, Verification::Unproven);
     assert!(
-        a.reasons[0].contains("its NIC path is unverified (probes on this node exercise no NIC: tcp)"),
+        a.reasons[0].contains("its NIC path is unverified (probes on this node exercise no NIC of the pair: tcp)"),
         "{:?}",
         a.reasons
     );
@@ -206,6 +226,7 @@ fn verification_names_the_strongest_evidence() {
         nic: "mlx5_0".into(),
         ok,
         ok_gpu_memory: ok_gpu,
+        gpu_memory: ok_gpu,
         simulated,
         unproven_ok,
         ..Default::default()
@@ -220,6 +241,7 @@ fn verification_names_the_strongest_evidence() {
     for pc in &mut i.pairs {
         pc.simulated = true;
         pc.ok_gpu_memory = 0;
+        pc.gpu_memory = 0;
     }
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(
@@ -259,6 +281,7 @@ fn inline_gpu(pairs: Vec<PairCounts>) -> GpuInput {
         workload_nic: Some("mlx5_3".into()),
         safe_nics: vec!["mlx5_1".into()],
         node_nics: vec!["mlx5_1".into(), "mlx5_3".into()],
+        kv: gpu_kv(),
         pairs,
         ..Default::default()
     }
@@ -277,6 +300,7 @@ fn an_inline_mismatch_is_corrupting_at_once_and_names_the_requests() {
     let a = assess(&inline_gpu(vec![p, pair("mlx5_1", 3, 0)]), None, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Corrupting, "{:?}", a.reasons);
     assert!(a.reasons[0].contains("in-line verification caught 1 of 42"), "{}", a.reasons[0]);
+    assert!(a.reasons[0].contains("a host copy"), "no transfer was attributed to the NIC's DMA: {}", a.reasons[0]);
     assert!(a.reasons[0].contains("(the NIC its workload uses)"), "{}", a.reasons[0]);
     assert!(a.reasons[0].contains("req-17") && a.reasons[0].contains("8 of 32 blocks"), "{}", a.reasons[0]);
     assert_eq!(a.recommendation.as_ref().map(ToString::to_string).as_deref(), Some("UCX_NET_DEVICES=mlx5_1:1"));
@@ -302,7 +326,7 @@ fn an_inline_mismatch_is_corrupting_at_once_and_names_the_requests() {
 }
 
 #[test]
-fn inline_transfers_prove_the_pair_only_through_its_nic_and_in_gpu_memory() {
+fn inline_oks_confirm_but_never_make_a_gpu_ok_by_themselves() {
     let with = |ok, ok_nic, ok_gpu_memory| {
         let p = PairCounts {
             nic: "mlx5_3".into(),
@@ -311,18 +335,60 @@ fn inline_transfers_prove_the_pair_only_through_its_nic_and_in_gpu_memory() {
         };
         assess(&inline_gpu(vec![p]), None, &RulesConfig::default())
     };
-    // Host copies (no QP on the NIC): the workload's bytes were right, its NIC path is unproven.
-    let a = with(500, 0, 0);
-    assert_eq!(a.status, GpuStatus::Watch);
-    assert_eq!(a.verification, Verification::Unproven);
-    assert!(a.reasons[0].contains("500 of the workload's transfers") && a.reasons[0].contains("unverified"));
-    // Through the NIC, host memory: verified, but not the GPU-memory path.
-    let a = with(500, 500, 0);
-    assert_eq!((a.status, a.verification), (GpuStatus::Ok, Verification::HostMemory));
-    // Through the NIC into GPU memory: proven as a probe in GPU memory would.
-    let a = with(500, 500, 500);
+    // Host copies, through the NIC in host memory, or even into GPU memory: the workload's bytes
+    // were right, and no probe proved the pair.
+    for (ok_nic, ok_gpu) in [(0, 0), (500, 0), (500, 500)] {
+        let a = with(500, ok_nic, ok_gpu);
+        assert_eq!((a.status, a.verification), (GpuStatus::Watch, Verification::Unproven), "{:?}", a.reasons);
+        assert!(a.reasons[0].contains("confirms but does not prove the pair"), "{}", a.reasons[0]);
+    }
+    // With a probe through the NIC in GPU memory, the in-line checks confirm it.
+    let mut p = pair("mlx5_3", 4, 0);
+    p.inline = InlineCounts { ok: 500, ok_nic: 500, ok_gpu_memory: 500, ..Default::default() };
+    let mut i = inline_gpu(vec![p]);
+    i.workload_recent = vec![ProbeVerdict::Ok; 4];
+    let a = assess(&i, None, &RulesConfig::default());
     assert_eq!((a.status, a.verification), (GpuStatus::Ok, Verification::GpuMemory));
-    assert!(a.reasons[0].contains("500 of the workload's own transfers") && a.reasons[0].contains("no probe"));
+    assert!(a.reasons[0].contains("confirmed by 500 of the workload's own transfers"), "{}", a.reasons[0]);
+}
+
+#[test]
+fn nic_dma_in_host_memory_on_a_gpudirect_node_is_watch_with_the_reason() {
+    let mut i = seed_gpu(1, "mlx5_1", RiskLevel::None);
+    i.pairs = vec![host_pair("mlx5_1", 12, 0)];
+    i.workload_recent = vec![ProbeVerdict::Ok; 10];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!((a.status, a.verification), (GpuStatus::Watch, Verification::HostMemory), "{:?}", a.reasons);
+    assert!(a.reasons[0].contains("NIC verified in host memory only"), "{}", a.reasons[0]);
+    assert!(a.reasons[0].contains("the GPU-memory path, the one that fails in passthrough VMs, is unproven"));
+    assert_eq!(a.path, Some(railguard_schema::DataPath::NicDma));
+    // Where the node has no GPUDirect path, host memory is the KV cache's path: ok.
+    i.kv = KvMemory::of("none", false);
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!((a.status, a.verification), (GpuStatus::Ok, Verification::HostMemory), "{:?}", a.reasons);
+    // GPU memory through its NIC is the control: ok.
+    i.kv = gpu_kv();
+    i.pairs = vec![pair("mlx5_1", 12, 0)];
+    assert_eq!(assess(&i, None, &RulesConfig::default()).status, GpuStatus::Ok);
+}
+
+#[test]
+fn an_inline_mismatch_says_whether_the_nic_carried_the_bytes() {
+    let mismatch = |mismatch_nic| {
+        let mut p = pair("mlx5_3", 5, 0);
+        p.inline = InlineCounts { ok: 9, mismatch: 2, mismatch_nic, ..Default::default() };
+        assess(&inline_gpu(vec![p]), None, &RulesConfig::default())
+    };
+    let a = mismatch(2);
+    assert_eq!((a.status, a.path), (GpuStatus::Corrupting, Some(railguard_schema::DataPath::NicDma)));
+    assert!(a.reasons[0].contains("moved by mlx5_3's DMA, so the NIC path is implicated"), "{}", a.reasons[0]);
+    let a = mismatch(0);
+    assert_eq!((a.status, a.path), (GpuStatus::Corrupting, Some(railguard_schema::DataPath::HostCopy)));
+    assert!(
+        a.reasons[0].contains("a host copy") && a.reasons[0].contains("the NIC is not implicated"),
+        "{}",
+        a.reasons[0]
+    );
 }
 
 #[test]

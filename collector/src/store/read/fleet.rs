@@ -243,12 +243,19 @@ pub struct GpuInfo {
     pub pin_nic: Option<String>,
     /// What the pin was verified by (`gpu_memory`, `host_memory`, `simulated`, `unprobed`).
     pub pin_evidence: Option<String>,
+    /// The pin was verified on hardware in the memory the GPU's KV cache moves in.
+    pub pin_verified: bool,
+    /// What carried the evidence the status rests on (`nic_dma`, `host_copy`, `simulated`,
+    /// `other_device`; none: nothing moved bytes).
+    pub evidence_path: Option<String>,
+    /// The workload pair was proven on hardware, through its own NIC, in its KV memory.
+    pub proven: bool,
 }
 
 /// Per GPU: its workload NIC, how that pair was verified and the pin (for /metrics).
 pub async fn gpu_infos(pool: &PgPool) -> Result<Vec<GpuInfo>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id, gpu_index, workload_nic, verification, pin_nic, pin_evidence
+        "SELECT node_id, gpu_index, workload_nic, verification, pin_nic, pin_evidence, pin_verified, evidence_path, proven
          FROM gpu_status ORDER BY node_id, gpu_index",
     )
     .fetch_all(pool)

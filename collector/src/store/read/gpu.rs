@@ -36,6 +36,15 @@ pub struct GpuStatusRow {
     pub reasons: Vec<String>,
     /// `UCX_NET_DEVICES=...` for the GPU's process, when it should move.
     pub recommendation: Option<String>,
+    /// What carried the evidence the status rests on: `nic_dma` (the pair's NIC), `host_copy`
+    /// (no NIC of the pair), `simulated` (the simulated fabric, no hardware), `other_device`;
+    /// null when nothing moved bytes.
+    pub path: Option<DataPath>,
+    /// The workload pair was proven on hardware, through its own NIC, in the memory the GPU's
+    /// KV cache moves in (what `ok` rests on; simulated evidence never is).
+    pub proven: bool,
+    /// The pin was verified on hardware in the memory the GPU's KV cache moves in.
+    pub pin_verified: bool,
 }
 
 /// A GPU's history in a period: what `GET .../history` returns.

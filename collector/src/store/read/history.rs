@@ -142,6 +142,12 @@ pub struct FailureRow {
     pub node: String,
     pub gpu: i32,
     pub nic: String,
+    /// What the failed probes stand for (`crate::evidence::trust`): failures of the pair's NIC
+    /// (`nic_gpu_memory`, `nic_host_memory`), of the simulated fabric (`simulated`), or of probes
+    /// that exercised no NIC of the pair (`unproven`: the engine or the host, not the pair). A
+    /// pair with failures of several standings has a row for each.
+    #[schema(value_type = String, example = "nic_gpu_memory")]
+    pub standing: crate::evidence::Standing,
     pub failures: i64,
     pub silent_corruption: i64,
     pub reported_failure: i64,
@@ -167,28 +173,38 @@ pub async fn failures(
     limit: i64,
 ) -> Result<Vec<FailureRow>, sqlx::Error> {
     sqlx::query_as(
-        "WITH f AS (
-            SELECT node_id, gpu_index, nic, count(*) AS failures,
+        "WITH raw AS (
+            SELECT node_id, gpu_index, nic, path, memory, verdict, diagnosis, observed_at
+            FROM probe_results
+            WHERE observed_at >= $1 AND observed_at <= $2 AND injected = 'none' AND verdict <> 'ok'
+         ), sim AS (
+            SELECT n.node_id, NOT EXISTS (
+                       SELECT 1 FROM probe_evidence e
+                       WHERE e.node_id = n.node_id AND e.observed_at >= $1 AND e.observed_at <= $2
+                         AND e.injected = 'none' AND e.path <> 'simulated') AS all_simulated
+            FROM (SELECT DISTINCT node_id FROM raw) n
+         ), f AS (
+            SELECT r.node_id, r.gpu_index, r.nic, railguard_standing(r.path, r.memory, s.all_simulated) AS standing,
+                   count(*) AS failures,
                    count(*) FILTER (WHERE verdict = 'silent_corruption') AS silent_corruption,
                    count(*) FILTER (WHERE verdict = 'reported_failure') AS reported_failure,
                    count(*) FILTER (WHERE verdict = 'timeout') AS timeout,
                    mode() WITHIN GROUP (ORDER BY diagnosis) FILTER (WHERE verdict = 'silent_corruption') AS diagnosis,
                    min(observed_at) AS first_failure, max(observed_at) AS last_failure
-            FROM probe_results
-            WHERE observed_at >= $1 AND observed_at <= $2 AND injected = 'none' AND verdict <> 'ok'
-            GROUP BY node_id, gpu_index, nic
-            ORDER BY failures DESC, node_id, gpu_index, nic
+            FROM raw r JOIN sim s USING (node_id)
+            GROUP BY 1, 2, 3, 4
+            ORDER BY failures DESC, 1, 2, 3, 4
             LIMIT $3
          )
-         SELECT f.node_id AS node, f.gpu_index AS gpu, f.nic, f.failures, f.silent_corruption, f.reported_failure,
-                f.timeout, p.probes, f.diagnosis, f.first_failure, f.last_failure, p.simulated
+         SELECT f.node_id AS node, f.gpu_index AS gpu, f.nic, f.standing, f.failures, f.silent_corruption,
+                f.reported_failure, f.timeout, p.probes, f.diagnosis, f.first_failure, f.last_failure, p.simulated
          FROM f, LATERAL (
             SELECT coalesce(sum(e.probes), 0)::bigint AS probes, coalesce(bool_or(e.simulated), false) AS simulated
             FROM probe_evidence e
             WHERE e.node_id = f.node_id AND e.gpu_index = f.gpu_index AND e.nic = f.nic
               AND e.observed_at >= $1 AND e.observed_at <= $2 AND e.injected = 'none'
          ) p
-         ORDER BY f.failures DESC, f.node_id, f.gpu_index, f.nic",
+         ORDER BY f.failures DESC, f.node_id, f.gpu_index, f.nic, f.standing",
     )
     .bind(since)
     .bind(until)

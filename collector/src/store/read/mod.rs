@@ -13,7 +13,7 @@
 macro_rules! gpu_status_columns {
     () => {
         "node_id AS node, gpu_index AS gpu, status, verification, since, assessed_at, workload_nic, structural_risk,
-         reasons, recommendation"
+         reasons, recommendation, evidence_path AS path, proven, pin_verified"
     };
 }
 

@@ -153,11 +153,18 @@ pub async fn node_gpus(pool: &PgPool, node: &str, gpu: Option<i32>) -> Result<Ve
     .await
 }
 
-/// Probe verdicts of one GPU/NIC pair in the assessment window.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+/// Probe verdicts of one GPU/NIC pair in the assessment window, under the trust rule
+/// (`crate::evidence::trust`): `ok` and `bad` count evidence about the pair; `unproven_*` count
+/// probes that exercised no NIC of it (they prove the engine and the host, not the pair).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
 pub struct WindowCounts {
     pub ok: i64,
     pub bad: i64,
+    pub unproven_ok: i64,
+    pub unproven_bad: i64,
+    /// The strongest evidence about the pair in the window.
+    #[schema(value_type = String, example = "nic_gpu_memory")]
+    pub standing: crate::evidence::Standing,
 }
 
 /// One GPU/NIC pair: its latest verdict and the window's counts (pairs probed in the last day).
@@ -181,15 +188,29 @@ pub async fn pairs(
     window_minutes: i32,
 ) -> Result<Vec<PairRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT gpu_index AS gpu, nic,
+        "WITH d AS (
+            SELECT *, observed_at > now() - make_interval(mins => $3) AS in_window
+            FROM probe_evidence
+            WHERE node_id = $1 AND observed_at > now() - interval '1 day' AND injected = 'none'
+         ), e AS (
+            SELECT *, railguard_standing(path, memory,
+                        coalesce(bool_and(path = 'simulated') FILTER (WHERE in_window) OVER (), true)) AS standing
+            FROM d
+         )
+         SELECT gpu_index AS gpu, nic,
                 (array_agg(verdict ORDER BY observed_at DESC))[1] AS latest,
                 (array_agg(diagnosis ORDER BY observed_at DESC))[1] AS latest_diagnosis,
                 max(observed_at) AS latest_at,
-                coalesce(sum(probes) FILTER (WHERE verdict = 'ok' AND observed_at > now() - make_interval(mins => $3)), 0) AS ok,
-                coalesce(sum(probes) FILTER (WHERE verdict <> 'ok' AND observed_at > now() - make_interval(mins => $3)), 0) AS bad
-         FROM probe_evidence
-         WHERE node_id = $1 AND ($2::int IS NULL OR gpu_index = $2) AND observed_at > now() - interval '1 day'
-           AND injected = 'none'
+                coalesce(sum(probes) FILTER (WHERE verdict = 'ok' AND in_window AND standing <> 'unproven'), 0) AS ok,
+                coalesce(sum(probes) FILTER (WHERE verdict <> 'ok' AND in_window AND standing <> 'unproven'), 0) AS bad,
+                coalesce(sum(probes) FILTER (WHERE verdict = 'ok' AND in_window AND standing = 'unproven'), 0) AS unproven_ok,
+                coalesce(sum(probes) FILTER (WHERE verdict <> 'ok' AND in_window AND standing = 'unproven'), 0) AS unproven_bad,
+                CASE max(CASE standing WHEN 'nic_gpu_memory' THEN 3 WHEN 'nic_host_memory' THEN 2 WHEN 'simulated' THEN 1
+                                       ELSE 0 END) FILTER (WHERE in_window)
+                    WHEN 3 THEN 'nic_gpu_memory' WHEN 2 THEN 'nic_host_memory' WHEN 1 THEN 'simulated' ELSE 'unproven'
+                END AS standing
+         FROM e
+         WHERE ($2::int IS NULL OR gpu_index = $2)
          GROUP BY gpu_index, nic ORDER BY gpu_index, nic",
     )
     .bind(node)

@@ -13,6 +13,9 @@ fn row(node: &str, gpu: i32, status: GpuStatus, age_s: i64) -> GpuStatusRow {
         structural_risk: None,
         reasons: vec![],
         recommendation: (status >= GpuStatus::AtRisk).then(|| "UCX_NET_DEVICES=mlx5_0:1".to_owned()),
+        path: Some(railguard_schema::DataPath::NicDma),
+        proven: status == GpuStatus::Ok,
+        pin_verified: status >= GpuStatus::AtRisk,
     }
 }
 

@@ -347,19 +347,22 @@ impl Nixl {
         // UCX prints a table when it selects the protocol, before the bytes move; should its
         // stream lag behind anyway, give it a moment.
         for _ in 0..10 {
-            if self.log.is_none() || pick_table(&self.tables, self.op).is_some() {
+            if self.log.is_none() || pick_table(&self.tables, self.op, vram).is_some() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
             self.read_log();
         }
-        let table = pick_table(&self.tables, self.op);
+        let table = pick_table(&self.tables, self.op, vram);
         let nic = self.net_devices.as_deref().map_or(nic, |d| d.split([':', ',']).next().unwrap_or(d));
         let Some(row) = table.and_then(|t| t.row_for(size)) else {
             report.path = Some(DataPath::HostCopy);
             return report.noted(&match ucx_log_gap() {
                 Some(gap) => format!("not proven on {nic}: {gap}"),
-                None => format!("not proven on {nic}: UCX reported no protocol for this operation"),
+                None => format!(
+                    "not proven on {nic}: UCX reported no protocol for this operation on {} memory",
+                    if vram { "GPU" } else { "host" }
+                ),
             });
         };
         let (path, how) = judge(row, nic);
@@ -493,9 +496,15 @@ mod tests {
             t("remote memory write by ucp_put* from host memory to host", "zero-copy"),
             t("remote memory write by ucp_put*(fast-completion) from host memory to host", "short"),
         ];
-        assert_eq!(pick_table(&tables, NixlOp::Write).unwrap().rows[0].protocol, "copy-in");
-        assert_eq!(pick_table(&tables[1..], NixlOp::Write).unwrap().rows[0].protocol, "zero-copy");
-        assert!(pick_table(&tables, NixlOp::Read).is_none());
+        assert_eq!(pick_table(&tables, NixlOp::Write, false).unwrap().rows[0].protocol, "copy-in");
+        assert_eq!(pick_table(&tables[1..], NixlOp::Write, false).unwrap().rows[0].protocol, "zero-copy");
+        assert!(pick_table(&tables, NixlOp::Read, false).is_none());
+        // GPU memory is judged by UCX's table for cuda memory alone, never by the host table.
+        assert!(pick_table(&tables, NixlOp::Write, true).is_none(), "no table for cuda memory");
+        let cuda = [t("remote memory write by ucp_put*(multi) from cuda memory to cuda", "zero-copy")];
+        let both = [tables[0].clone(), cuda[0].clone()];
+        assert_eq!(pick_table(&both, NixlOp::Write, true).unwrap().operation, cuda[0].operation);
+        assert_eq!(pick_table(&both, NixlOp::Write, false).unwrap().operation, tables[0].operation);
     }
 
     #[test]

@@ -105,13 +105,18 @@ pub(super) fn ucx_log_gap() -> Option<String> {
     log_setup().as_ref().err().map(|e| format!("UCX's protocol tables are not readable ({e})"))
 }
 
-/// The table of the operation NIXL issues: its UCX backend sends with
-/// `UCP_OP_ATTR_FLAG_MULTI_SEND`, which UCX prints as `ucp_get*(multi)` / `ucp_put*(multi)`;
-/// the plain table serves where UCX printed no multi one.
-pub(super) fn pick_table(tables: &[proto_info::Table], op: NixlOp) -> Option<&proto_info::Table> {
-    let of_op = |t: &&proto_info::Table| match op {
-        NixlOp::Read => t.is_read(),
-        NixlOp::Write => t.is_write(),
+/// The table of the operation NIXL issues, on the memory it moved (`vram`: GPU memory, which UCX
+/// prints as `cuda`; else host memory): NIXL's UCX backend sends with
+/// `UCP_OP_ATTR_FLAG_MULTI_SEND`, which UCX prints as `ucp_get*(multi)` / `ucp_put*(multi)`; the
+/// plain table serves where UCX printed no multi one. A table of the other memory says nothing
+/// of this transfer.
+pub(super) fn pick_table(tables: &[proto_info::Table], op: NixlOp, vram: bool) -> Option<&proto_info::Table> {
+    let of_op = |t: &&proto_info::Table| {
+        let op_matches = match op {
+            NixlOp::Read => t.is_read(),
+            NixlOp::Write => t.is_write(),
+        };
+        op_matches && t.operation.contains("cuda") == vram
     };
     let multi = tables.iter().rev().filter(of_op).find(|t| t.operation.contains("(multi)"));
     multi.or_else(|| tables.iter().rev().filter(of_op).find(|t| !t.operation.contains('(')))
