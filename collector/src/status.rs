@@ -113,3 +113,82 @@ impl Verification {
         }
     }
 }
+
+/// What a record of probe evidence stands for, weakest first. The rule that decides it is
+/// [`crate::evidence::trust`]; the value lives here so the read layer can decode it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Standing {
+    /// Proves nothing of the pair: the probe engine and the host, at most.
+    Unproven,
+    /// The simulated fabric, standing in for hardware: no hardware was exercised.
+    Simulated,
+    /// The pair's NIC, by DMA in host memory.
+    NicHostMemory,
+    /// The pair's NIC, by DMA in GPU memory at both ends.
+    NicGpuMemory,
+}
+
+impl Standing {
+    pub const ALL: [Standing; 4] =
+        [Standing::Unproven, Standing::Simulated, Standing::NicHostMemory, Standing::NicGpuMemory];
+
+    /// The stable name used in JSON, SQL and labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Standing::Unproven => "unproven",
+            Standing::Simulated => "simulated",
+            Standing::NicHostMemory => "nic_host_memory",
+            Standing::NicGpuMemory => "nic_gpu_memory",
+        }
+    }
+
+    /// Evidence about the pair at all (a failure of it counts against the pair).
+    pub fn is_trusted(self) -> bool {
+        self != Standing::Unproven
+    }
+
+    /// Evidence of this standing can make a GPU whose KV cache moves in `kv` `ok`: the pair's
+    /// NIC in that memory, or the simulated fabric standing in for it (marked so everywhere).
+    pub fn proves(self, kv: railguard_schema::KvMemory) -> bool {
+        match self {
+            Standing::NicGpuMemory | Standing::Simulated => true,
+            Standing::NicHostMemory => kv == railguard_schema::KvMemory::Host,
+            Standing::Unproven => false,
+        }
+    }
+}
+
+impl std::str::FromStr for Standing {
+    type Err = UnknownStanding;
+    fn from_str(s: &str) -> Result<Standing, UnknownStanding> {
+        Standing::ALL.into_iter().find(|x| x.as_str() == s).ok_or_else(|| UnknownStanding(s.to_owned()))
+    }
+}
+
+/// Text that names no [`Standing`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a standing of evidence")]
+pub struct UnknownStanding(String);
+
+// Read from SQL as the text `railguard_standing` returns; unknown text is an error, never a default.
+impl sqlx::Type<sqlx::Postgres> for Standing {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Standing {
+    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        Ok(<&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?.parse()?)
+    }
+}
+
+impl std::fmt::Display for Standing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

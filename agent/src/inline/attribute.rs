@@ -22,6 +22,10 @@ use crate::signals::qp::Qp;
 use crate::topology::SysRoot;
 use crate::topology::workloads::env_var;
 
+/// The kernel's QP table as read, or why it could not be (shared by every message that reads
+/// it within the second).
+pub type QpTable = Result<Vec<Qp>, std::sync::Arc<crate::signals::qp::QpTableError>>;
+
 /// Where a process's transfers on one CUDA device went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attribution {
@@ -121,7 +125,7 @@ pub fn attribute(
     pid: u32,
     device: u32,
     held: &Result<Vec<HeldGpu>, HoldError>,
-    qps: &super::server::QpTable,
+    qps: &QpTable,
 ) -> Result<Attribution, Unbacked> {
     let unbacked = |why: String| Unbacked { device, why };
     let held = held.as_ref().map_err(|e| unbacked(e.to_string()))?;

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use railguard_schema::{InlineReport, RecordBody};
 
-use super::attribute::{Attribution, attribute};
+use super::attribute::{Attribution, QpTable, attribute};
 use super::holds::{DeviceFiles, held_gpus};
 use super::limit::{Limiter, SenderLimits};
 use super::{Batch, MAX_LINE, group, parse_line};
@@ -212,10 +212,6 @@ pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopolo
         "in-line endpoint totals for this run"
     );
 }
-
-/// The kernel's QP table as read, or why it could not be (shared by every message that reads
-/// it within the second).
-pub(super) type QpTable = Result<Vec<crate::signals::qp::Qp>, std::sync::Arc<crate::signals::qp::QpTableError>>;
 
 /// The kernel's QP table, read at most once a second for all connections' messages.
 fn qp_table() -> QpTable {

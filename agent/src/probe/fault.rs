@@ -132,6 +132,21 @@ pub struct FaultFile {
     pub model: Option<SimModel>,
 }
 
+/// The fault a model applies to a pair it fails.
+fn model_fault(model: SimModel) -> &'static Fault {
+    static REJECTED: Fault = Fault {
+        gpu: None,
+        nic: None,
+        path: None,
+        kind: FaultKind::DmaReadRejected,
+        reported: Some(Reported::Success),
+        probability: None,
+    };
+    match model {
+        SimModel::PassthroughP2p => &REJECTED,
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum FaultFileError {
     #[error("reading fault file {path}: {source}")]
@@ -177,7 +192,7 @@ impl FaultFile {
         self.pick(pair.gpu, &pair.nic, pair.class).or_else(|| {
             let model = self.model?;
             let (gpu, nic) = (pair.gpu_bdf?, pair.nic_bdf?);
-            model.judge(topo, gpu, nic).fails.then(|| model.fault())
+            model.judge(topo, gpu, nic).fails.then(|| model_fault(model))
         })
     }
 }

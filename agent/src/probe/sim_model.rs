@@ -9,10 +9,9 @@
 //! PCIe switch, below the root port, never reaches an IOMMU to translate the guest-physical
 //! address, and the read is rejected; the stack reports success.
 
-use railguard_schema::{Bdf, Reported, Tristate};
+use railguard_schema::{Bdf, Tristate};
 use serde::{Deserialize, Serialize};
 
-use super::fault::{Fault, FaultKind};
 use crate::topology::Topology;
 
 /// A physical model of what fails, named in a fault file (`"model": "passthrough_p2p"`).
@@ -36,21 +35,6 @@ impl SimModel {
     pub fn judge(self, topo: &Topology, gpu: Bdf, nic: Bdf) -> Judgement {
         match self {
             SimModel::PassthroughP2p => passthrough_p2p(topo, gpu, nic),
-        }
-    }
-
-    /// The fault this model applies to a pair it fails.
-    pub fn fault(self) -> &'static Fault {
-        static REJECTED: Fault = Fault {
-            gpu: None,
-            nic: None,
-            path: None,
-            kind: FaultKind::DmaReadRejected,
-            reported: Some(Reported::Success),
-            probability: None,
-        };
-        match self {
-            SimModel::PassthroughP2p => &REJECTED,
         }
     }
 

@@ -266,8 +266,6 @@ pub(super) async fn load_inline(
     inputs: &mut BTreeMap<GpuKey, GpuInput>,
     damage: &mut Damage,
 ) -> Result<(), sqlx::Error> {
-    // Sums are numeric in SQL; each is capped where it becomes a bigint (2^62), so no stored
-    // count, however large, fails the read for every node.
     /// One pair's in-line counts in the window.
     #[derive(sqlx::FromRow)]
     struct InlineSums {
@@ -282,6 +280,8 @@ pub(super) async fn load_inline(
         in_gpu: i64,
         error: i64,
     }
+    // Sums are numeric in SQL; each is capped where it becomes a bigint (2^62), so no stored
+    // count, however large, fails the read for every node.
     let rows: Vec<InlineSums> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic,
                 least(sum(transfers_ok), 4611686018427387904)::bigint AS ok,

@@ -241,6 +241,11 @@ impl Ingest for IngestService {
 }
 
 impl IngestService {
+    /// One batch, in the order that is ingest's invariant: bounds, then every record validated
+    /// and its carrier settled before the database is touched (a batch is stored whole or not at
+    /// all), then one transaction, then what was stored counted (only once: a batch with
+    /// duplicates was counted when it first arrived). Kept as one function so that order reads
+    /// top to bottom.
     async fn push_batch_inner(&self, node: NodeId, batch: RecordBatch) -> Result<Response<BatchAck>, Status> {
         if batch.records.len() > MAX_BATCH_RECORDS {
             self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::NixlError;
 
-pub type Status = c_int;
+pub use super::error::{IN_PROG, SUCCESS, Status, status_name};
 pub type Handle = *mut c_void;
 
 /// `nixl_capi_mem_type_t`.
@@ -17,23 +17,6 @@ pub const MEM_VRAM: c_int = 1;
 /// `nixl_capi_xfer_op_t`.
 pub const OP_READ: c_int = 0;
 pub const OP_WRITE: c_int = 1;
-pub const SUCCESS: Status = 0;
-pub const IN_PROG: Status = 1;
-
-/// `nixl_capi_status_t` by name, as NIXL's header spells it; unknown codes by number.
-pub fn status_name(s: Status) -> String {
-    match s {
-        0 => "NIXL_CAPI_SUCCESS".into(),
-        1 => "NIXL_CAPI_IN_PROG".into(),
-        -1 => "NIXL_CAPI_ERROR_INVALID_PARAM".into(),
-        -2 => "NIXL_CAPI_ERROR_BACKEND".into(),
-        -3 => "NIXL_CAPI_ERROR_INVALID_STATE".into(),
-        -4 => "NIXL_CAPI_ERROR_EXCEPTION".into(),
-        -5 => "NIXL_CAPI_ERROR_NO_TELEMETRY".into(),
-        -6 => "NIXL_CAPI_ERROR_NOT_FOUND".into(),
-        n => format!("NIXL status {n}"),
-    }
-}
 
 macro_rules! capi {
     ($($name:ident: fn($($arg:ty),*);)*) => {

@@ -1,8 +1,28 @@
-//! What can go wrong between the agent and NIXL, by kind, with what NIXL or the loader said.
+//! What can go wrong between the agent and NIXL, by kind, with what NIXL or the loader said:
+//! NIXL's own status codes ([`Status`], by name), and the agent's errors around them.
 
+use std::ffi::c_int;
 use std::path::PathBuf;
 
-use super::capi::{self, Status};
+/// `nixl_capi_status_t`.
+pub type Status = c_int;
+pub const SUCCESS: Status = 0;
+pub const IN_PROG: Status = 1;
+
+/// `nixl_capi_status_t` by name, as NIXL's header spells it; unknown codes by number.
+pub fn status_name(s: Status) -> String {
+    match s {
+        0 => "NIXL_CAPI_SUCCESS".into(),
+        1 => "NIXL_CAPI_IN_PROG".into(),
+        -1 => "NIXL_CAPI_ERROR_INVALID_PARAM".into(),
+        -2 => "NIXL_CAPI_ERROR_BACKEND".into(),
+        -3 => "NIXL_CAPI_ERROR_INVALID_STATE".into(),
+        -4 => "NIXL_CAPI_ERROR_EXCEPTION".into(),
+        -5 => "NIXL_CAPI_ERROR_NO_TELEMETRY".into(),
+        -6 => "NIXL_CAPI_ERROR_NOT_FOUND".into(),
+        n => format!("NIXL status {n}"),
+    }
+}
 
 /// An error of the NIXL transport below the transfer's own report.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,16 +49,16 @@ pub enum NixlError {
     #[error("{what} contains NUL")]
     Nul { what: &'static str },
     /// A NIXL call answered with an error status.
-    #[error("{what}: {} ({status})", capi::status_name(*.status))]
+    #[error("{what}: {} ({status})", status_name(*.status))]
     Call { what: String, status: Status },
     /// NIXL has no UCX plugin to create its backend from.
-    #[error("NIXL has no usable UCX plugin ({}; plugins found: {})", capi::status_name(*.status), if .plugins.is_empty() { "none".to_owned() } else { .plugins.join(", ") })]
+    #[error("NIXL has no usable UCX plugin ({}; plugins found: {})", status_name(*.status), if .plugins.is_empty() { "none".to_owned() } else { .plugins.join(", ") })]
     NoUcxPlugin { status: Status, plugins: Vec<String> },
 }
 
 impl NixlError {
     /// `Ok` when `status` is NIXL's success, else the call's error.
     pub fn check(what: impl Into<String>, status: Status) -> Result<(), NixlError> {
-        if status == capi::SUCCESS { Ok(()) } else { Err(NixlError::Call { what: what.into(), status }) }
+        if status == SUCCESS { Ok(()) } else { Err(NixlError::Call { what: what.into(), status }) }
     }
 }
