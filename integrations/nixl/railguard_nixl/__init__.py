@@ -8,15 +8,19 @@ outcome goes to the node's railguard agent (:class:`Reporter`), which attributes
 GPU and NIC and turns a mismatch into a ``corrupting`` GPU. See docs/inline-verification.md.
 """
 
-from .digest import ALGORITHM, digest_blocks
-from .manifest import Manifest, ManifestError
+from .digest import ALGORITHM, MIX64, MUL64, BlockError, digest_blocks
+from .manifest import Manifest, ManifestDamaged, ManifestError
 from .report import Reporter, default_reporter
 from .verify import Check, check, manifest_for, wait_and_check
 
 __all__ = [
     "ALGORITHM",
+    "MIX64",
+    "MUL64",
+    "BlockError",
     "Check",
     "Manifest",
+    "ManifestDamaged",
     "ManifestError",
     "Reporter",
     "check",

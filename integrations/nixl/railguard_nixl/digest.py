@@ -1,12 +1,23 @@
 """Block digests: one 64-bit value per KV block, the same bits on the host (numpy) and on the
 GPU (torch), so a source on one side and a destination on the other agree.
 
-Algorithm ``mul64`` (version 1): the block is read as little-endian 64-bit words ``w[j]``
-(a tail shorter than 8 bytes is zero-padded); with ``m[j] = splitmix64(j) | 1`` (odd, so every
-single-word change alters the sum), the digest is ``sum(w[j] * m[j]) mod 2**64`` XOR
-``len * 0x9E3779B97F4A7C15 mod 2**64``. One multiply-add per word: on the host numpy runs it as
-an integer matrix-vector product; on the GPU it is one elementwise multiply and one reduction.
-It is a checksum against wrong, stale, torn or misplaced bytes, not a MAC against an adversary.
+Algorithm ``mix64`` (2, the default): the block is read as little-endian 64-bit words ``w[j]``
+(a tail shorter than 8 bytes is zero-padded); each word, keyed by its position
+(``k[j] = splitmix64(j)``), goes through splitmix64's finaliser ``f`` (a bijection of 64-bit
+words: xor-shift, multiply, xor-shift, multiply, xor-shift), and the digest is
+``sum(f(w[j] ^ k[j])) mod 2**64`` XOR ``len * 0x9E3779B97F4A7C15``. Because ``f`` mixes every input
+bit into every output bit, a change confined to high bits (the sign and exponent of fp16/bf16
+KV values) moves the whole sum: a change of one word always changes the digest (``f`` is a
+bijection), and a change of several words escapes only if their changes cancel mod 2**64, which
+for a mixing function happens with probability about 2**-64. On a GPU it is one elementwise pass
+(a few integer ops a word) and one reduction.
+
+Algorithm ``mul64`` (1): ``sum(w[j] * m[j]) mod 2**64`` with odd multipliers, one multiply-add a
+word. Linear, so bit b of a product depends only on bits <= b of the word: flipping bit 63 of
+two words adds 2**63 twice and is never seen, and errors in high bits are seen only by high
+bits of the sum. Kept to check manifests that say they use it; new manifests use ``mix64``.
+
+Both are checksums against wrong, stale, torn or misplaced bytes, not MACs against an adversary.
 """
 
 from __future__ import annotations
@@ -15,26 +26,54 @@ import sys
 
 import numpy as np
 
-ALGORITHM = 1  # mul64
+MIX64 = 2
+MUL64 = 1
+ALGORITHM = MIX64
+ALGORITHMS = (MUL64, MIX64)
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_C1 = 0xBF58476D1CE4E5B9
+_C2 = 0x94D049BB133111EB
 _MULT_CACHE: dict[int, np.ndarray] = {}
+_KEY_CACHE: dict[int, np.ndarray] = {}
 _TORCH_CACHE: dict[tuple, object] = {}
 
 if sys.byteorder != "little":  # pragma: no cover - every NIXL platform is little-endian
     raise ImportError("railguard_nixl digests assume a little-endian host")
 
 
+class BlockError(ValueError):
+    """Blocks that cannot be digested (not contiguous, not bytes, none at all): the caller's
+    transfer is unverifiable, never a mismatch."""
+
+
+def _finalise(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, in place on a uint64 array (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z ^= z >> np.uint64(30)
+        z *= np.uint64(_C1)
+        z ^= z >> np.uint64(27)
+        z *= np.uint64(_C2)
+        z ^= z >> np.uint64(31)
+    return z
+
+
+def keys(words: int) -> np.ndarray:
+    """``k[j] = splitmix64(j)`` for j < words: the position keys of ``mix64`` (cached)."""
+    k = _KEY_CACHE.get(words)
+    if k is None:
+        with np.errstate(over="ignore"):
+            k = _finalise((np.arange(1, words + 1, dtype=np.uint64) * _GOLDEN).astype(np.uint64))
+        k.setflags(write=False)
+        _KEY_CACHE[words] = k
+    return k
+
+
 def multipliers(words: int) -> np.ndarray:
-    """``m[j] = splitmix64(j) | 1`` for j < words (cached)."""
+    """``m[j] = splitmix64(j) | 1`` for j < words: the odd multipliers of ``mul64`` (cached)."""
     m = _MULT_CACHE.get(words)
     if m is None:
-        with np.errstate(over="ignore"):
-            z = (np.arange(1, words + 1, dtype=np.uint64) * _GOLDEN).astype(np.uint64)
-            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-            z = z ^ (z >> np.uint64(31))
-        m = z | np.uint64(1)
+        m = keys(words) | np.uint64(1)
         m.setflags(write=False)
         _MULT_CACHE[words] = m
     return m
@@ -50,17 +89,27 @@ def _as_u8(block) -> np.ndarray:
     if isinstance(block, tuple) and len(block) >= 2:
         import ctypes
 
-        addr, length = int(block[0]), int(block[1])
+        try:
+            addr, length = int(block[0]), int(block[1])
+        except (TypeError, ValueError):
+            raise BlockError(f"a block descriptor {block!r} is not (address, length)") from None
+        if length < 0 or (length and addr <= 0):
+            raise BlockError(f"a block descriptor ({addr:#x}, {length}) names no memory")
         if length == 0:
             return np.zeros(0, np.uint8)
         return np.ctypeslib.as_array((ctypes.c_uint8 * length).from_address(addr))
-    a = np.asarray(block)
+    try:
+        a = np.asarray(block)
+    except (TypeError, ValueError) as e:
+        raise BlockError(f"a block is not an array of bytes: {e}") from None
+    if a.dtype == object:
+        raise BlockError(f"a block of Python objects ({type(block).__name__}), not bytes")
     if not a.flags.c_contiguous:
-        raise ValueError("a KV block must be contiguous")
+        raise BlockError("a KV block must be contiguous")
     return a.reshape(-1).view(np.uint8)
 
 
-def _digest_rows(rows: np.ndarray, length: int) -> np.ndarray:
+def _digest_rows(rows: np.ndarray, length: int, algorithm: int) -> np.ndarray:
     """Digests of the rows of a C-contiguous (n, length) uint8 array."""
     n = rows.shape[0]
     words = (length + 7) // 8
@@ -70,60 +119,104 @@ def _digest_rows(rows: np.ndarray, length: int) -> np.ndarray:
         rows = padded
     w = rows.view(np.uint64).reshape(n, words)
     with np.errstate(over="ignore"):
-        d = np.einsum("ij,j->i", w, multipliers(words), dtype=np.uint64)
+        if algorithm == MUL64:
+            d = np.einsum("ij,j->i", w, multipliers(words), dtype=np.uint64)
+        else:
+            x = _finalise(w ^ keys(words))
+            d = x.sum(axis=1, dtype=np.uint64)
         return d ^ (np.uint64(length) * _GOLDEN)
 
 
-def digest_blocks(blocks) -> tuple[np.ndarray, np.ndarray]:
+def digest_blocks(blocks, algorithm: int = ALGORITHM) -> tuple[np.ndarray, np.ndarray]:
     """Digests and lengths of ``blocks``.
 
     ``blocks``: a 2-D array (one block per row, host memory), a list of host blocks (numpy
     arrays, buffers or ``(address, length)`` tuples, as NIXL descriptors give them), a 2-D torch
     tensor or a list of torch tensors (host or GPU: digested where they are, only the digests
-    are copied back). Returns ``(digests uint64[n], lengths uint32[n])``.
+    are copied back). Returns ``(digests uint64[n], lengths uint32[n])``. Raises
+    :class:`BlockError` for anything that is not a list of contiguous blocks.
     """
+    if algorithm not in ALGORITHMS:
+        raise BlockError(f"digest algorithm {algorithm} (this library computes {ALGORITHMS})")
+    if blocks is None:
+        raise BlockError("no blocks (None)")
     if _is_torch(blocks) or (isinstance(blocks, (list, tuple)) and blocks and _is_torch(blocks[0])):
-        return _digest_torch(blocks)
-    if isinstance(blocks, np.ndarray) and blocks.ndim == 2 and blocks.flags.c_contiguous:
+        return _digest_torch(blocks, algorithm)
+    if isinstance(blocks, np.ndarray):
+        if blocks.ndim != 2:
+            raise BlockError(f"an array of blocks must have one block per row (2-D), not {blocks.ndim}-D")
+        if not blocks.flags.c_contiguous:
+            raise BlockError("a KV block must be contiguous")
+        if blocks.shape[0] == 0:
+            return np.zeros(0, np.uint64), np.zeros(0, np.uint32)
         rows = blocks.view(np.uint8).reshape(blocks.shape[0], -1)
         length = rows.shape[1]
-        return _digest_rows(rows, length), np.full(rows.shape[0], length, np.uint32)
-    views = [_as_u8(b) for b in blocks]
+        return _digest_rows(rows, length, algorithm), np.full(rows.shape[0], length, np.uint32)
+    try:
+        items = list(blocks)
+    except TypeError:
+        raise BlockError(f"blocks of type {type(blocks).__name__} are not a list of blocks") from None
+    views = [_as_u8(b) for b in items]
     lengths = np.array([v.size for v in views], np.uint32)
     digests = np.empty(len(views), np.uint64)
     for i, v in enumerate(views):
-        digests[i] = _digest_rows(v.reshape(1, -1), v.size)[0]
+        digests[i] = _digest_rows(v.reshape(1, -1), v.size, algorithm)[0]
     return digests, lengths
 
 
-def _digest_torch(blocks) -> tuple[np.ndarray, np.ndarray]:
+def _torch_shr(x, s: int):
+    """Logical right shift of an int64 tensor (torch shifts int64 arithmetically)."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def _torch_finalise(z):
+    """splitmix64's finaliser on an int64 tensor: the same bits as :func:`_finalise`
+    (two's-complement int64 arithmetic wraps identically mod 2**64)."""
+    import torch
+
+    c1 = torch.tensor(np.uint64(_C1).astype(np.int64), dtype=torch.int64, device=z.device)
+    c2 = torch.tensor(np.uint64(_C2).astype(np.int64), dtype=torch.int64, device=z.device)
+    z = z ^ _torch_shr(z, 30)
+    z = z * c1
+    z = z ^ _torch_shr(z, 27)
+    z = z * c2
+    return z ^ _torch_shr(z, 31)
+
+
+def _digest_torch(blocks, algorithm: int) -> tuple[np.ndarray, np.ndarray]:
     """The same digests with torch ops, on the tensors' device (GPU: no copy of the blocks)."""
     import torch
 
-    if isinstance(blocks, torch.Tensor) and blocks.dim() == 2:
-        tensors = [blocks]
-        rows = blocks.contiguous().view(torch.uint8).reshape(blocks.shape[0], -1)
-        groups = [rows]
-    else:
-        tensors = list(blocks)
-        groups = [t.contiguous().view(torch.uint8).reshape(1, -1) for t in tensors]
+    try:
+        if isinstance(blocks, torch.Tensor):
+            if blocks.dim() != 2:
+                raise BlockError(f"a tensor of blocks must have one block per row (2-D), not {blocks.dim()}-D")
+            groups = [blocks.contiguous().view(torch.uint8).reshape(blocks.shape[0], -1)]
+        else:
+            groups = [t.contiguous().view(torch.uint8).reshape(1, -1) for t in blocks]
+    except (RuntimeError, TypeError, AttributeError) as e:
+        raise BlockError(f"blocks are not tensors of bytes: {e}") from None
     out_d, out_l = [], []
     for rows in groups:
         n, length = rows.shape
         words = (length + 7) // 8
         if length % 8:
             rows = torch.nn.functional.pad(rows, (0, words * 8 - length))
-        key = (words, rows.device)
-        m = _TORCH_CACHE.get(key)
-        if m is None:
-            # The same bits as numpy's multipliers, as int64 (two's-complement arithmetic wraps
-            # identically mod 2**64).
-            m = torch.from_numpy(multipliers(words).view(np.int64).copy()).to(rows.device)
-            _TORCH_CACHE[key] = m
+        key = (algorithm, words, rows.device)
+        k = _TORCH_CACHE.get(key)
+        if k is None:
+            table = multipliers(words) if algorithm == MUL64 else keys(words)
+            k = torch.from_numpy(table.view(np.int64).copy()).to(rows.device)
+            _TORCH_CACHE[key] = k
         w = rows.contiguous().view(torch.int64).reshape(n, words)
-        d = (w * m).sum(dim=1, dtype=torch.int64)
+        if algorithm == MUL64:
+            d = (w * k).sum(dim=1, dtype=torch.int64)
+        else:
+            d = _torch_finalise(w ^ k).sum(dim=1, dtype=torch.int64)
         d = d.cpu().numpy().view(np.uint64)
         with np.errstate(over="ignore"):
             out_d.append(d ^ (np.uint64(length) * _GOLDEN))
         out_l.append(np.full(n, length, np.uint32))
+    if not out_d:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint32)
     return np.concatenate(out_d), np.concatenate(out_l)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from .digest import digest_blocks
+from .digest import BlockError, digest_blocks
 from .manifest import Manifest, ManifestError
 
 
@@ -21,6 +21,9 @@ class Check:
     blocks: int
     bytes: int
     bad_blocks: list = field(default_factory=list)
+    # The byte offset, within the request's blocks laid end to end, where the first bad block
+    # starts: the destination has only digests of the source, so it can say which blocks differ,
+    # not which byte of a block.
     first_bad_offset: Optional[int] = None
     error: str = ""
     remote: str = ""
@@ -51,8 +54,14 @@ class Check:
 
 
 def manifest_for(request: str, blocks) -> Manifest:
-    """Source side: digest the blocks being handed out (before anything may reuse them)."""
-    digests, lengths = digest_blocks(blocks)
+    """Source side: digest the blocks being handed out (before anything may reuse them).
+    Raises :class:`ManifestError` for blocks that cannot be digested, or none at all."""
+    try:
+        digests, lengths = digest_blocks(blocks)
+    except BlockError as e:
+        raise ManifestError(f"blocks: {e}") from None
+    if digests.size == 0:
+        raise ManifestError("no blocks: nothing to verify")
     return Manifest(request=request, digests=digests, lengths=lengths)
 
 
@@ -87,26 +96,32 @@ def check(
         m, d = _memory_of(blocks)
         memory = memory or m
         device = d if device is None else device
+
+    def error(why: str, man: Optional[Manifest] = None) -> Check:
+        c = Check(request=man.request if man else "", status="error", blocks=len(man) if man else 0,
+                  bytes=man.bytes if man else 0, error=why, remote=remote, memory=memory, device=device)
+        _report(c, reporter)
+        return c
+
     try:
         man = manifest if isinstance(manifest, Manifest) else Manifest.decode(manifest)
     except ManifestError as e:
-        c = Check(request="", status="error", blocks=0, bytes=0, error=f"manifest: {e}", remote=remote,
-                  memory=memory, device=device)
-        _report(c, reporter)
-        return c
+        return error(str(e) if "damaged" in str(e) else f"manifest: {e}")
+    if len(man) == 0:
+        # Nothing verified is not verified.
+        return error("nothing to verify: the manifest names no block", man)
     if transfer_error is not None:
-        c = Check(request=man.request, status="error", blocks=len(man), bytes=man.bytes, error=transfer_error,
-                  remote=remote, memory=memory, device=device)
-        _report(c, reporter)
-        return c
-    digests, lengths = digest_blocks(blocks)
+        return error(transfer_error, man)
+    try:
+        digests, lengths = digest_blocks(blocks, man.algorithm)
+    except BlockError as e:
+        return error(f"blocks: {e}", man)
     if digests.size != len(man) or not np.array_equal(lengths, man.lengths):
-        c = Check(request=man.request, status="error", blocks=len(man), bytes=man.bytes, remote=remote,
-                  memory=memory, device=device,
-                  error=f"destination has {digests.size} blocks of {int(lengths.sum())} bytes; the manifest "
-                        f"{len(man)} of {man.bytes}")
-        _report(c, reporter)
-        return c
+        return error(
+            f"destination has {digests.size} blocks of {int(lengths.sum())} bytes; the manifest "
+            f"{len(man)} of {man.bytes}",
+            man,
+        )
     bad = np.flatnonzero(digests != man.digests)
     first = None
     if bad.size:

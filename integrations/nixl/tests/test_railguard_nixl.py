@@ -14,8 +14,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 
 import railguard_nixl as rn  # noqa: E402
-from railguard_nixl.digest import digest_blocks, multipliers  # noqa: E402
-from railguard_nixl.manifest import Manifest, ManifestError  # noqa: E402
+from railguard_nixl.digest import MIX64, MUL64, BlockError, digest_blocks, keys, multipliers  # noqa: E402
+from railguard_nixl.manifest import Manifest, ManifestDamaged, ManifestError  # noqa: E402
 
 
 class Digests(unittest.TestCase):
@@ -58,6 +58,69 @@ class Digests(unittest.TestCase):
         self.assertTrue((m & np.uint64(1) == 1).all())
         # The first output of splitmix64 seeded with 0 (the published reference value), odd already.
         self.assertEqual(int(m[0]), 0xE220A8397B1DCDAF)
+        self.assertEqual(int(keys(1)[0]), 0xE220A8397B1DCDAF)
+
+
+class HighBits(unittest.TestCase):
+    """mix64 sees every bit of every word: the changes mul64 cannot see, and every pair of high
+    bits, are caught; clean blocks never mismatch."""
+
+    def setUp(self):
+        self.rng = np.random.default_rng(63)
+        self.block = self.rng.integers(0, 256, (1, 4096), dtype=np.uint8)
+        self.words = self.block.view(np.uint64)  # (1, 512)
+
+    def flipped(self, flips):
+        b = self.block.copy()
+        w = b.view(np.uint64)
+        for word, bit in flips:
+            w[0, word] ^= np.uint64(1) << np.uint64(bit)
+        return b
+
+    def test_bit_63_flipped_in_two_and_four_words_is_caught(self):
+        base = digest_blocks(self.block)[0][0]
+        two = self.flipped([(3, 63), (200, 63)])
+        four = self.flipped([(0, 63), (1, 63), (2, 63), (511, 63)])
+        for b in (two, four):
+            self.assertNotEqual(digest_blocks(b)[0][0], base)
+        # What mul64 cannot see: two flips of bit 63 add 2**63 twice.
+        self.assertEqual(digest_blocks(two, MUL64)[0][0], digest_blocks(self.block, MUL64)[0][0])
+
+    def test_every_pair_of_high_bits_in_two_words_is_caught(self):
+        base = digest_blocks(self.block)[0][0]
+        high = range(48, 64)
+        n = 0
+        for a in high:
+            for b in high:
+                for words in ((5, 6), (0, 511)):
+                    d = digest_blocks(self.flipped([(words[0], a), (words[1], b)]))[0][0]
+                    self.assertNotEqual(d, base, (words, a, b))
+                    n += 1
+        # And two high bits in one word.
+        for a in high:
+            for b in high:
+                if a < b:
+                    self.assertNotEqual(digest_blocks(self.flipped([(9, a), (9, b)]))[0][0], base, (a, b))
+                    n += 1
+        self.assertEqual(n, 16 * 16 * 2 + 120)
+
+    def test_a_stuck_sign_bit_across_a_block_is_caught(self):
+        b = self.block.copy()
+        b.view(np.uint64)[0, :] |= np.uint64(1) << np.uint64(63)
+        if (b == self.block).all():  # pragma: no cover - every bit 63 already set
+            self.skipTest("nothing changed")
+        self.assertNotEqual(digest_blocks(b)[0][0], digest_blocks(self.block)[0][0])
+
+    def test_a_thousand_clean_requests_never_mismatch(self):
+        rng = np.random.default_rng(1000)
+        r = _Null()
+        for i in range(1000):
+            n, size = int(rng.integers(1, 9)), int(rng.integers(1, 3000))
+            src = rng.integers(0, 256, (n, size), dtype=np.uint8)
+            m = rn.manifest_for(f"req-{i}", src)
+            c = rn.check(m.to_text(), src.copy(), reporter=r)
+            self.assertEqual(c.status, "ok", (i, n, size, c.error))
+        self.assertEqual(len(r.got), 1000)
 
 
 class Manifests(unittest.TestCase):
@@ -74,15 +137,70 @@ class Manifests(unittest.TestCase):
         cases = {
             b"": "shorter than a manifest header",
             b"XXXX" + good[4:]: "bad magic",
-            good[:4] + b"\x02" + good[5:]: "version 2",
-            good[:5] + b"\x09" + good[6:]: "algorithm 9",
-            good[:-1]: "bytes where 2 blocks need",
+            good[:4] + b"\x07" + good[5:]: "version 7",
+            good[:-1]: "manifest damaged",
+            good[:-9]: "manifest damaged",
             "%%%": "not base64",
         }
         for data, why in cases.items():
             with self.assertRaises(ManifestError) as e:
                 Manifest.decode(data)
             self.assertIn(why, str(e.exception))
+
+    def test_a_damaged_manifest_is_damaged_never_a_mismatch(self):
+        src = np.random.default_rng(5).integers(0, 256, (4, 256), dtype=np.uint8)
+        good = rn.manifest_for("req-d", src).encode()
+        r = _Null()
+        for at in (12, len(good) // 2, len(good) - 12, len(good) - 1):
+            bad = bytearray(good)
+            bad[at] ^= 0x10
+            with self.assertRaises(ManifestDamaged):
+                Manifest.decode(bytes(bad))
+            c = rn.check(bytes(bad), src.copy(), reporter=r)
+            self.assertEqual(c.status, "error", at)
+            self.assertIn("manifest damaged", c.error)
+        # Truncated in transit (a text carrier cut short): damaged too.
+        c = rn.check(good[: len(good) - 3], src.copy(), reporter=r)
+        self.assertEqual((c.status, "manifest damaged" in c.error), ("error", True), c.error)
+
+    def test_version_1_manifests_are_still_checked(self):
+        src = np.random.default_rng(3).integers(0, 256, (4, 64), dtype=np.uint8)
+        d, lengths = digest_blocks(src, MUL64)
+        v1 = Manifest(request="old", digests=d, lengths=lengths, algorithm=MUL64, version=1).encode()
+        back = Manifest.decode(v1)
+        self.assertEqual((back.version, back.algorithm), (1, MUL64))
+        r = _Null()
+        self.assertEqual(rn.check(v1, src.copy(), reporter=r).status, "ok")
+        dst = src.copy()
+        dst[2, 0] ^= 1
+        self.assertEqual(rn.check(v1, dst, reporter=r).bad_blocks, [2])
+        # A version-1 manifest claiming mix64 is not one this library wrote.
+        forged = v1[:5] + bytes([MIX64]) + v1[6:]
+        with self.assertRaises(ManifestError):
+            Manifest.decode(forged)
+
+    def test_nothing_to_verify_and_bad_block_lists_are_errors(self):
+        r = _Null()
+        empty = Manifest(request="none", digests=np.zeros(0, np.uint64), lengths=np.zeros(0, np.uint32)).encode()
+        c = rn.check(empty, [], reporter=r)
+        self.assertEqual((c.status, "nothing to verify" in c.error), ("error", True), c.error)
+        for blocks in ([], np.zeros((0, 8), np.uint8)):
+            with self.assertRaises(ManifestError):
+                rn.manifest_for("r", blocks)
+        m = rn.manifest_for("r", np.zeros((2, 8), np.uint8))
+        for blocks, why in (
+            (np.zeros((4, 8), np.uint8)[:, ::2], "contiguous"),
+            (np.zeros(16, np.uint8), "2-D"),
+            ([object(), object()], "not bytes"),
+            (None, "no blocks"),
+            (7, "not a list of blocks"),
+            ([(0, 8), (0, 8)], "names no memory"),
+        ):
+            c = rn.check(m, blocks, reporter=r)
+            self.assertEqual(c.status, "error", blocks)
+            self.assertIn(why, c.error)
+            with self.assertRaises(BlockError):
+                digest_blocks(blocks)
 
     def test_a_bad_manifest_makes_an_error_outcome_not_an_exception(self):
         c = rn.check(b"garbage", np.zeros((1, 8), np.uint8), reporter=_Null())
