@@ -69,4 +69,14 @@ if [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
 else
   echo "== no RDMA device on this machine: the verbs path (the NIC reading GPU memory) is not checked"
 fi
+# In-line verification's digests where a KV cache lives (torch on the GPU): GB/s against a
+# device-to-device copy of the same bytes, and equal to numpy's bit for bit. Needs a Python with
+# torch (RAILGUARD_TORCH_PYTHON, else python3); the machine reaches no package index.
+torch_py=${RAILGUARD_TORCH_PYTHON:-python3}
+if "$torch_py" -c "import torch, numpy; assert torch.cuda.is_available()" 2>/dev/null; then
+  step digest-gpu "$torch_py" integrations/nixl/bench_digest.py --device cuda --blocks 256 --block-bytes 1048576
+  grep -q '"torch_equals_numpy": true' "$out/digest-gpu.txt" || fail "GPU digests differ from numpy's"
+else
+  echo "== no Python with torch and CUDA here ($torch_py): GPU digest throughput not measured"
+fi
 echo "device-check: passed; results in $out"

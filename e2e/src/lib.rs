@@ -528,6 +528,35 @@ pub fn nixl_python() -> PathBuf {
         .expect("no NIXL virtualenv: scripts/setup.sh installs nixl-cu12 and numpy into ~/.cache/railguard/nixl")
 }
 
+/// Runs `program` holding the fixture's simulated device file of GPU `held` open (descriptor 9,
+/// as a CUDA process holds /dev/nvidiaN), or nothing.
+pub fn holding(node: &std::path::Path, held: Option<u32>, program: &std::path::Path) -> Command {
+    match held {
+        None => Command::new(program),
+        Some(g) => {
+            let mut c = Command::new("sh");
+            c.args(["-c", r#"exec 9<"$RAILGUARD_TEST_DEVICE" && exec "$0" "$@""#]).arg(program);
+            c.env("RAILGUARD_TEST_DEVICE", node.join(format!("dev/nvidia{g}")));
+            c
+        }
+    }
+}
+
+/// The Python of the vLLM connector's environment (vLLM 0.33.0, torch, NIXL): installed on first
+/// use by scripts/setup-vllm.sh (cached, ~10 GB; concurrent callers wait for one install).
+pub fn vllm_python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/setup-vllm.sh");
+            let out = Command::new("bash").arg(script).stderr(Stdio::inherit()).output().unwrap();
+            assert!(out.status.success(), "scripts/setup-vllm.sh failed");
+            let path = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
+            PathBuf::from(path)
+        })
+        .clone()
+}
+
 /// integrations/nixl (railguard's NIXL library).
 pub fn nixl_integration() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../integrations/nixl")

@@ -17,20 +17,6 @@ use std::time::{Duration, Instant};
 
 use railguard_e2e::*;
 
-/// Runs `program` holding the fixture's simulated device file of GPU `held` open (descriptor 9,
-/// as a CUDA process holds /dev/nvidiaN), or nothing.
-fn holding(node: &std::path::Path, held: Option<u32>, program: &std::path::Path) -> Command {
-    match held {
-        None => Command::new(program),
-        Some(g) => {
-            let mut c = Command::new("sh");
-            c.args(["-c", r#"exec 9<"$RAILGUARD_TEST_DEVICE" && exec "$0" "$@""#]).arg(program);
-            c.env("RAILGUARD_TEST_DEVICE", node.join(format!("dev/nvidia{g}")));
-            c
-        }
-    }
-}
-
 fn scenario(node: &std::path::Path, socket: &std::path::Path, gpu: &str, args: &[&str]) -> serde_json::Value {
     let out = holding(node, Some(gpu.parse().unwrap()), &nixl_python())
         .arg(nixl_integration().join("examples/kv_race.py"))

@@ -370,7 +370,7 @@ pub(super) async fn load_inline(
 pub fn describe_failure(f: &railguard_schema::InlineFailure) -> String {
     let remote = if f.remote.is_empty() { String::new() } else { format!(" from {}", f.remote) };
     if f.mismatch {
-        let first = f.first_bad_offset.map(|o| format!(", first bad byte {o}")).unwrap_or_default();
+        let first = f.first_bad_offset.map(|o| format!(", the first bad block starts at byte {o}")).unwrap_or_default();
         format!("request {}{remote}: {} of {} blocks differ{first}", f.request, f.bad_blocks, f.blocks)
     } else {
         format!("request {}{remote}: {}", f.request, if f.error.is_empty() { "transfer error" } else { &f.error })

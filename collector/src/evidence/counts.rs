@@ -61,7 +61,7 @@ pub struct InlineCounts {
     pub in_gpu_memory: u64,
     /// NIXL reported an error.
     pub error: u64,
-    /// The latest failed transfers, in words ("req-17: 8 of 32 blocks differ, first bad byte 786432").
+    /// The latest failed transfers, in words ("req-17: 8 of 32 blocks differ, the first bad block starts at byte 786432").
     pub failures: Vec<String>,
 }
 

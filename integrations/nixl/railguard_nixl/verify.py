@@ -116,12 +116,36 @@ def check(
         digests, lengths = digest_blocks(blocks, man.algorithm)
     except BlockError as e:
         return error(f"blocks: {e}", man)
+    return compare(man, digests, lengths, remote=remote, reporter=reporter, memory=memory, device=device)
+
+
+def compare(
+    man: Manifest,
+    digests: np.ndarray,
+    lengths: np.ndarray,
+    *,
+    remote: str = "",
+    reporter=None,
+    memory: str = "dram",
+    device: int = 0,
+) -> Check:
+    """Destination side, with the destination's digests already computed (by
+    :func:`digest_blocks`, or by a connector that reads its blocks where they live). The outcome
+    is reported like :func:`check`'s."""
+    if len(man) == 0:
+        c = Check(request=man.request, status="error", blocks=0, bytes=0, remote=remote, memory=memory,
+                  device=device, error="nothing to verify: the manifest names no block")
+        _report(c, reporter)
+        return c
     if digests.size != len(man) or not np.array_equal(lengths, man.lengths):
-        return error(
-            f"destination has {digests.size} blocks of {int(lengths.sum())} bytes; the manifest "
+        c = Check(
+            request=man.request, status="error", blocks=len(man), bytes=man.bytes, remote=remote,
+            memory=memory, device=device,
+            error=f"destination has {digests.size} blocks of {int(lengths.sum())} bytes; the manifest "
             f"{len(man)} of {man.bytes}",
-            man,
         )
+        _report(c, reporter)
+        return c
     bad = np.flatnonzero(digests != man.digests)
     first = None
     if bad.size:

@@ -294,7 +294,9 @@ fn an_inline_mismatch_is_corrupting_at_once_and_names_the_requests() {
     p.inline = InlineCounts {
         ok: 41,
         mismatch: 1,
-        failures: vec!["request req-17 from prefill-0: 8 of 32 blocks differ, first bad byte 786432".into()],
+        failures: vec![
+            "request req-17 from prefill-0: 8 of 32 blocks differ, the first bad block starts at byte 786432".into(),
+        ],
         ..Default::default()
     };
     let a = assess(&inline_gpu(vec![p, pair("mlx5_1", 3, 0)]), None, &RulesConfig::default());

@@ -1,0 +1,129 @@
+//! railguard's KV connector inside the real vLLM package (0.33.0 from PyPI, installed by
+//! scripts/setup-vllm.sh): vLLM's own factory loads `railguard_nixl.vllm`, vLLM's scheduler and
+//! the NIXL worker run a prefill and a decode engine in one process with real NIXL agents over
+//! UCX on lo, and the KV cache in host memory. No GPU here: no model runs, each prefill step's
+//! "forward" writes the request's blocks (integrations/nixl/tests/vllm_pd.py says what is real).
+//!
+//! - the connector's Python tests (clean decode, the reuse race, a block corrupted on arrival,
+//!   the recompute policy, no manifest, a damaged manifest), torch's digests equal numpy's, and
+//!   Dynamo's vLLM worker (ai-dynamo's argument parsing and PD protocol, not its runtime) hands
+//!   the connector its configuration and the decode request its manifest;
+//! - end to end with the node's agent: the race fails the request through vLLM's policy and the
+//!   agent, attributing the decode process to GPU3 and its workload NIC, stores the mismatch;
+//!   GPU3 turns `corrupting`; a clean request on GPU5 is stored as verified.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use railguard_e2e::*;
+
+fn pd(node: &std::path::Path, socket: &std::path::Path, gpu: u32, mode: &str) -> serde_json::Value {
+    let out = holding(node, Some(gpu), &vllm_python())
+        .arg(nixl_integration().join("tests/vllm_pd.py"))
+        .args(["--mode", mode])
+        .env("RAILGUARD_INLINE_SOCKET", socket)
+        .env("CUDA_VISIBLE_DEVICES", gpu.to_string())
+        .env("NIXL_LOG_LEVEL", "WARN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{}", &stderr[stderr.len().saturating_sub(8000)..]);
+    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no summary: {stdout}"));
+    serde_json::from_str(line).unwrap()
+}
+
+#[test]
+fn the_vllm_connector_tests_pass_against_the_real_vllm_package() {
+    let out = Command::new(vllm_python())
+        .args([
+            "-m",
+            "unittest",
+            "-v",
+            "tests.test_vllm",
+            "tests.test_torch",
+            "tests.test_dynamo",
+            "tests.test_carrier",
+        ])
+        .current_dir(nixl_integration())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // Nothing skipped: vLLM and torch are both there, so every test ran.
+    assert!(err.contains("OK") && !err.contains("skipped"), "{err}");
+    assert!(err.contains("Ran 14 tests"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_to_the_gpu_and_nic() {
+    let python = vllm_python(); // install (or find) first, outside any timing below
+    assert!(python.exists());
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/inline.sock");
+    let flags = ["--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500"];
+    let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
+    args.extend(["--inline-socket".as_ref(), socket.as_os_str()]);
+    let _agent = seed_agent(&collector, dir.path(), &args);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "the agent's in-line socket never appeared");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let node = dir.path().join("node");
+
+    // GPU3 (its workload NIC on the seed node is mlx5_3, the PIX NIC): vllm#52234's race.
+    let race = pd(&node, &socket, 3, "race");
+    assert_eq!(race["connector"], "railguard_nixl.vllm.connector.RailguardNixlConnector", "{race}");
+    assert_eq!(race["finish"], "error", "vLLM's fail policy must fail the request: {race}");
+    assert_eq!(race["tokens"].as_u64(), Some(0), "{race}");
+    assert_eq!(race["checks"][0]["status"], "mismatch", "{race}");
+    assert_eq!(race["invalid_block_ids"].as_array().unwrap().len(), 1, "{race}");
+    assert_eq!(race["reporter"]["accepted"].as_u64(), Some(1), "{race}");
+    // GPU5: a clean request decodes and is stored as verified.
+    let clean = pd(&node, &socket, 5, "clean");
+    assert_eq!((clean["finish"].as_str(), clean["tokens"].as_u64()), (Some("length"), Some(4)), "{clean}");
+    assert_eq!(clean["reporter"]["accepted"].as_u64(), Some(1), "{clean}");
+
+    let pool = pg.pool.clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let rows = loop {
+        let rows: Vec<(i32, String, String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT gpu_index, nic, path, sum(transfers_ok)::bigint, sum(transfers_mismatch)::bigint,
+                    sum(transfers_error)::bigint
+             FROM inline_reports WHERE node_id = 'node-a' GROUP BY 1, 2, 3 ORDER BY 1",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        if rows.iter().map(|r| r.3 + r.4 + r.5).sum::<i64>() == 2 {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "the reports never reached Postgres: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Host-memory KV caches: the path is a host copy, and the store says so.
+    assert_eq!(rows[0], (3, "mlx5_3".into(), "host_copy".into(), 0, 1, 0));
+    assert_eq!(rows[1], (5, "mlx5_5".into(), "host_copy".into(), 1, 0, 0));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, reasons): (String, serde_json::Value) =
+            sqlx::query_as("SELECT status::text, reasons FROM gpu_status WHERE node_id = 'node-a' AND gpu_index = 3")
+                .fetch_optional(&pool)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| ("unknown".into(), serde_json::Value::Null));
+        if status == "corrupting" {
+            let first = reasons[0].as_str().unwrap();
+            assert!(first.contains("in-line verification caught") && first.contains("request d-1 from "), "{first}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "GPU3 never turned corrupting: {status} {reasons}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

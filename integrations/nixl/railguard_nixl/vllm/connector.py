@@ -1,0 +1,401 @@
+"""``RailguardNixlConnector``: vLLM's NIXL connector (pull mode, the default ``NixlConnector``)
+with every received request checked block by block before vLLM may decode from it.
+
+Prefill side: the blocks of each request whose prompt completes in a step are digested on the
+worker right after that step's forward pass (:meth:`RailguardNixlConnector.wait_for_save`), and
+the manifests ride out with the request's ``kv_transfer_params`` (see :mod:`.carrier`).
+
+Decode side: the worker records exactly which local blocks each READ filled from which remote
+blocks (vLLM's own prefix-cache trim included, :meth:`RailguardPullWorker._apply_prefix_caching`),
+and when NIXL reports the request received, digests those local blocks where they are and
+compares them with the manifest. Every outcome goes to the node's railguard agent. A request
+whose blocks do not match, or that cannot be checked (no manifest, a damaged one, a layout this
+connector cannot map), is turned into a failed receive: it is added to ``failed_recving`` and
+its bad blocks (all of them, when it could not be checked) to
+``get_block_ids_with_load_errors()``, so vLLM's ``kv_load_failure_policy`` fails the request
+(``fail``, the default) or recomputes it (``recompute``). It never reaches the model.
+
+Settings (``kv_connector_extra_config``):
+
+* ``railguard_unverifiable``: ``"fail"`` (default) or ``"allow"``: what to do with a request
+  that could not be checked (a prefill without railguard, a heterogeneous layout). Mismatches
+  always fail.
+* ``railguard_socket``: the agent's socket (default ``$RAILGUARD_INLINE_SOCKET``, else
+  ``/run/railguard/inline.sock``).
+* ``railguard_allow_untested_vllm``: ``true`` to run on a vLLM release this connector was not
+  tested with (see :data:`TESTED_VLLM`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import vllm
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlBaseConnector, NixlPullConnector
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler import NixlPullConnectorScheduler
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker import NixlPullConnectorWorker
+
+from ..digest import BlockError
+from ..manifest import Manifest, ManifestError
+from ..report import Reporter, default_reporter
+from ..verify import Check, compare
+from .carrier import KEY, DigestPlan, Expectation, ManifestBatch, Outbox
+from .regions import RegionError, Regions
+
+logger = logging.getLogger("railguard_nixl.vllm")
+
+# vLLM releases this connector's tests ran against (it subclasses vLLM internals).
+TESTED_VLLM = ("0.33.0",)
+
+
+class UntestedVllm(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Settings:
+    fail_unverifiable: bool = True
+    socket: str | None = None
+
+    @classmethod
+    def of(cls, kv_transfer_config) -> "Settings":
+        get = kv_transfer_config.get_from_extra_config
+        mode = str(get("railguard_unverifiable", "fail"))
+        if mode not in ("fail", "allow"):
+            raise ValueError(f"railguard_unverifiable must be 'fail' or 'allow', not {mode!r}")
+        if vllm.__version__ not in TESTED_VLLM and not get("railguard_allow_untested_vllm", False):
+            raise UntestedVllm(
+                f"railguard's NIXL connector was tested with vLLM {', '.join(TESTED_VLLM)}, not "
+                f"{vllm.__version__}; set kv_connector_extra_config.railguard_allow_untested_vllm"
+            )
+        return cls(fail_unverifiable=mode == "fail", socket=get("railguard_socket", None))
+
+
+@dataclass
+class _Read:
+    """One READ the worker posted: local physical blocks filled from remote physical blocks,
+    and the remote request's full physical block list (the manifest's order)."""
+
+    local: list[int]
+    remote: list[int]
+    remote_all: list[int]
+
+
+@dataclass
+class _Pending:
+    expectation: Expectation | None
+    local_logical: list[int]
+    reads: list[_Read] = field(default_factory=list)
+    unverifiable: str = ""
+
+
+class RailguardPullWorker(NixlPullConnectorWorker):
+    """vLLM's pull worker, recording what each READ moved and checking it on completion."""
+
+    def __init__(self, vllm_config, engine_id: str, kv_cache_config, settings: Settings):
+        super().__init__(vllm_config, engine_id, kv_cache_config)
+        self._rg_settings = settings
+        self._rg_regions: Regions | None = None
+        self._rg_regions_error = ""
+        self._rg_pending: dict[str, _Pending] = {}
+        self._rg_current: str | None = None
+        self._rg_made: dict[str, dict[str, str]] = {}
+        self._rg_made_errors: dict[str, str] = {}
+        self._rg_reporter = Reporter(settings.socket) if settings.socket else None
+        self.rg_checks: list[Check] = []  # the last outcomes, newest last (bounded)
+
+    # ---- registration ----
+
+    def register_kv_caches(self, kv_caches):
+        super().register_kv_caches(kv_caches)
+        try:
+            self._rg_regions = Regions.of_worker(self)
+        except RegionError as e:
+            self._rg_regions_error = f"KV registration not readable: {e}"
+            logger.error("railguard: %s; every transfer will be unverifiable", self._rg_regions_error)
+
+    # ---- prefill side ----
+
+    def rg_digest(self, plan: DigestPlan | None) -> None:
+        if plan is None:
+            return
+        for req_id, logical in plan.blocks.items():
+            try:
+                if self._rg_regions is None:
+                    raise RegionError(self._rg_regions_error or "KV caches not registered")
+                physical = self._logical_to_kernel_block_ids(
+                    [list(logical)], self._physical_blocks_per_logical_kv_block
+                )[0]
+                digests, lengths = self._rg_regions.digests(physical)
+                name = f"{req_id}|tp{self.tp_rank}|{self._rg_regions.layout()}"
+                text = Manifest(request=name, digests=digests, lengths=lengths).to_text()
+                self._rg_made.setdefault(req_id, {})[str(self.tp_rank)] = text
+            except (RegionError, BlockError, ManifestError) as e:
+                self._rg_made_errors[req_id] = f"prefill could not digest: {e}"
+
+    def rg_take_made(self) -> ManifestBatch | None:
+        if not self._rg_made and not self._rg_made_errors:
+            return None
+        batch = ManifestBatch(self._rg_made, self._rg_made_errors)
+        self._rg_made, self._rg_made_errors = {}, {}
+        return batch
+
+    # ---- decode side: what each READ moved ----
+
+    def rg_expect(self, metadata) -> None:
+        expect = getattr(metadata, "railguard_expect", {}) or {}
+        for req_id, meta in metadata.reqs_to_recv.items():
+            if meta.remote is None:
+                continue
+            self._rg_pending[req_id] = _Pending(
+                expectation=expect.get(req_id),
+                local_logical=list(meta.local_block_ids[0]) if meta.local_block_ids else [],
+            )
+
+    def _read_blocks(self, read_spec, dst_engine_id, request_id, *args, **kwargs):
+        pending = self._rg_pending.get(request_id)
+        if pending is not None:
+            info = self.transfer_topo.get_engine_info(dst_engine_id)
+            why = ""
+            if read_spec.block_ids_by_region:
+                why = "region-mapped read (different cache-group layouts)"
+            elif self.transfer_topo.block_size_ratio(info.remote_block_size) != 1:
+                why = "different block sizes on prefill and decode"
+            elif self.transfer_topo.tp_ratio(info.remote_tp_size) != 1:
+                why = "different tensor-parallel sizes on prefill and decode"
+            elif self.dcp_size > 1 or info.remote_dcp_size > 1:
+                why = "decode context parallelism"
+            elif self._mixed_mem_types:
+                why = "KV cache split across device and host memory"
+            elif len(self.kv_cache_config.transfer_groups) != 1:
+                why = "more than one KV cache group"
+            if why:
+                pending.unverifiable = pending.unverifiable or f"not checkable: {why}"
+        self._rg_current = request_id
+        try:
+            return super()._read_blocks(read_spec, dst_engine_id, request_id, *args, **kwargs)
+        finally:
+            self._rg_current = None
+
+    def _apply_prefix_caching(self, decode_block_ids, prefill_block_ids, *args, **kwargs):
+        local, remote = super()._apply_prefix_caching(decode_block_ids, prefill_block_ids, *args, **kwargs)
+        pending = self._rg_pending.get(self._rg_current) if self._rg_current else None
+        if pending is not None and local and remote:
+            pending.reads.append(
+                _Read(local=list(local[0]), remote=list(remote[0]), remote_all=list(prefill_block_ids[0]))
+            )
+        return local, remote
+
+    # ---- decode side: the check ----
+
+    def get_transfer_results(self):
+        results = super().get_transfer_results()
+        for req_id in list(results.finished_recving):
+            pending = self._rg_pending.pop(req_id, None)
+            if pending is None or req_id in results.failed_recving:
+                continue
+            if not pending.reads and not pending.unverifiable:
+                continue  # nothing was read (a full local prefix hit): nothing moved, nothing to check
+            check = self._rg_check(req_id, pending)
+            self.rg_checks.append(check)
+            del self.rg_checks[:-1000]
+            if check.ok:
+                continue
+            if check.status == "error" and not self._rg_settings.fail_unverifiable:
+                logger.warning("railguard: request %s not verified (%s); allowed by configuration", req_id, check.error)
+                continue
+            bad = self._rg_bad_logical(pending, check)
+            logger.error(
+                "railguard: request %s failed its KV check (%s%s); blocks %s reported as load errors",
+                req_id,
+                check.status,
+                f": {check.error}" if check.error else "",
+                sorted(bad),
+            )
+            results.failed_recving.add(req_id)
+            self._invalid_block_ids.put(bad)
+        return results
+
+    def _rg_check(self, req_id: str, pending: _Pending) -> Check:
+        regions = self._rg_regions
+        memory, device = (regions.memory, regions.device) if regions else ("dram", 0)
+        remote = ""
+        exp = pending.expectation
+
+        def fail(why: str) -> Check:
+            c = Check(request=req_id, status="error", blocks=0, bytes=0, error=why, remote=remote,
+                      memory=memory, device=device)
+            self._rg_report(c)
+            return c
+
+        if exp is not None:
+            # The source as the agent's reports name it: the prefill engine and its request.
+            remote = f"{exp.remote_engine_id}/{exp.remote_request_id}" if exp.remote_engine_id else exp.remote_request_id
+        if pending.unverifiable:
+            return fail(pending.unverifiable)
+        if regions is None:
+            return fail(self._rg_regions_error or "KV caches not registered")
+        if exp is None or not exp.manifests:
+            return fail(exp.why_missing if exp and exp.why_missing else "nothing to verify: no manifest came with the request")
+        local, want = [], []
+        for read in pending.reads:
+            text = exp.manifests.get(str(self.tp_rank))
+            if text is None:
+                return fail(f"no manifest for tensor-parallel rank {self.tp_rank}")
+            try:
+                man = Manifest.decode(text)
+            except ManifestError as e:
+                return fail(str(e) if "damaged" in str(e) else f"manifest: {e}")
+            name, _, rest = man.request.partition("|")
+            rank, _, layout = rest.partition("|")
+            if name != exp.remote_request_id:
+                return fail(f"manifest of request {name!r}, not {exp.remote_request_id!r}")
+            if layout != regions.layout():
+                return fail("not checkable: prefill and decode register different KV layouts")
+            if len(man) != len(read.remote_all):
+                return fail(f"the manifest names {len(man)} blocks; the request has {len(read.remote_all)}")
+            position = {b: i for i, b in enumerate(read.remote_all)}
+            picks = [position[b] for b in read.remote]
+            local.extend(read.local)
+            want.append(Manifest(request=man.request, digests=man.digests[picks], lengths=man.lengths[picks]))
+        try:
+            digests, lengths = regions.digests(local)
+        except BlockError as e:
+            return fail(f"blocks: {e}")
+        import numpy as np
+
+        expected = Manifest(
+            request=req_id,
+            digests=np.concatenate([m.digests for m in want]),
+            lengths=np.concatenate([m.lengths for m in want]),
+        )
+        return compare(expected, digests, lengths, remote=remote, reporter=self._rg_reporter_or_default(),
+                       memory=memory, device=device)
+
+    def _rg_bad_logical(self, pending: _Pending, check: Check) -> set[int]:
+        """The logical (vLLM) block ids to report: those holding a bad physical block; all the
+        request's blocks when it could not be checked."""
+        if check.status != "mismatch":
+            return set(pending.local_logical)
+        ratio = self._physical_blocks_per_logical_kv_block
+        local = [b for read in pending.reads for b in read.local]
+        return {local[i] // ratio for i in check.bad_blocks}
+
+    def _rg_reporter_or_default(self):
+        return self._rg_reporter if self._rg_reporter is not None else default_reporter()
+
+    def _rg_report(self, c: Check) -> None:
+        r = self._rg_reporter_or_default()
+        if r is not None:
+            r.add(c)
+
+
+class RailguardNixlConnector(NixlPullConnector):
+    """Load with ``--kv-transfer-config '{"kv_connector": "RailguardNixlConnector",
+    "kv_connector_module_path": "railguard_nixl.vllm", "kv_role": ...}'`` on both the prefill
+    and the decode instances."""
+
+    def __init__(self, vllm_config, role, kv_cache_config):
+        # NixlPullConnector's own constructor builds vLLM's worker; this one builds ours.
+        NixlBaseConnector.__init__(self, vllm_config, role, kv_cache_config)
+        self._rg_settings = Settings.of(self.kv_transfer_config)
+        self._rg_outbox = Outbox()
+        self._rg_producing: dict[str, Any] = {}  # req_id -> Request (prefill side)
+        self._rg_incoming: dict[str, dict] = {}  # req_id -> what kv_transfer_params carried (decode side)
+        if role == KVConnectorRole.SCHEDULER:
+            self.connector_scheduler = NixlPullConnectorScheduler(vllm_config, self.engine_id, kv_cache_config)
+            self.connector_worker = None
+        elif role == KVConnectorRole.WORKER:
+            self.connector_scheduler = None
+            self.connector_worker = RailguardPullWorker(vllm_config, self.engine_id, kv_cache_config, self._rg_settings)
+
+    # ---- scheduler side ----
+
+    def _rg_track(self, request) -> None:
+        params = request.kv_transfer_params or {}
+        if params.get("do_remote_decode"):
+            self._rg_producing[request.request_id] = request
+        elif params.get("do_remote_prefill") and request.request_id not in self._rg_incoming:
+            self._rg_incoming[request.request_id] = params.get(KEY)
+
+    def on_new_request(self, request) -> None:
+        super().on_new_request(request)
+        self._rg_track(request)
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        self._rg_track(request)
+        return super().get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        self._rg_track(request)
+        return super().update_state_after_alloc(request, blocks, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output):
+        meta = super().build_connector_meta(scheduler_output)
+        plan = DigestPlan()
+        for req_id, scheduled in scheduler_output.num_scheduled_tokens.items():
+            request = self._rg_producing.get(req_id)
+            if request is None or request.num_computed_tokens + scheduled < request.num_prompt_tokens:
+                continue
+            groups = self._kv_cache_manager.get_block_ids(req_id)
+            if len(groups) == 1 and groups[0]:
+                plan.blocks[req_id] = list(groups[0])
+        meta.railguard_digest = plan
+        expect: dict[str, Expectation] = {}
+        for req_id, req_meta in meta.reqs_to_recv.items():
+            if req_meta.remote is None:
+                continue
+            carried = self._rg_incoming.pop(req_id, None)
+            remote = req_meta.remote
+            if isinstance(carried, dict) and "error" not in carried:
+                manifests = {str(k): v for k, v in carried.items() if isinstance(v, str)}
+                expect[req_id] = Expectation(manifests, remote.request_id, remote.engine_id)
+            elif isinstance(carried, dict):
+                expect[req_id] = Expectation({}, remote.request_id, remote.engine_id, str(carried["error"])[:500])
+            else:
+                expect[req_id] = Expectation({}, remote.request_id, remote.engine_id)
+        meta.railguard_expect = expect
+        return meta
+
+    def update_connector_output(self, connector_output):
+        super().update_connector_output(connector_output)
+        batch = getattr(connector_output, "kv_connector_worker_meta", None)
+        if isinstance(batch, ManifestBatch):
+            self._rg_outbox.arrived(batch)
+
+    def _rg_finished(self, request, result):
+        delay, params = result
+        self._rg_producing.pop(request.request_id, None)
+        self._rg_incoming.pop(request.request_id, None)
+        if params is not None and (request.kv_transfer_params or {}).get("do_remote_decode"):
+            self._rg_outbox.finished(request.request_id, params)
+        else:
+            self._rg_outbox.forget(request.request_id)
+        return delay, params
+
+    def request_finished(self, request, block_ids):
+        return self._rg_finished(request, super().request_finished(request, block_ids))
+
+    def request_finished_all_groups(self, request, block_ids):
+        return self._rg_finished(request, super().request_finished_all_groups(request, block_ids))
+
+    # ---- worker side ----
+
+    @property
+    def _rg_worker(self) -> RailguardPullWorker:
+        assert isinstance(self.connector_worker, RailguardPullWorker)
+        return self.connector_worker
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        self._rg_worker.rg_expect(self._connector_metadata)
+        super().start_load_kv(forward_context, **kwargs)
+
+    def wait_for_save(self):
+        super().wait_for_save()
+        self._rg_worker.rg_digest(getattr(self._connector_metadata, "railguard_digest", None))
+
+    def build_connector_worker_meta(self):
+        return self._rg_worker.rg_take_made()

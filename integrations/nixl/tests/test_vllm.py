@@ -1,0 +1,77 @@
+"""railguard's vLLM connector against the real vLLM package (see vllm_pd.py for exactly what
+runs and what does not). Skipped where vLLM is not installed (the NIXL-only environment);
+scripts/setup-vllm.sh installs it and the end-to-end suite runs these."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def scenarios(modes: list, *args: str) -> dict:
+    """Runs ``modes`` in one process (vLLM's import dominates the time); summaries by mode."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "vllm_pd.py"), "--mode", ",".join(modes), *args],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "RAILGUARD_INLINE": "0"},
+    )
+    if out.returncode != 0:
+        raise AssertionError(f"{modes}: exit {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return {s["mode"]: s for s in lines}
+
+
+@unittest.skipUnless(HAVE_VLLM, "vllm is not installed in this environment")
+class VllmConnector(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.fail = scenarios(["clean", "race", "corrupt", "no-manifest", "damaged-manifest"])
+        cls.recompute = scenarios(["corrupt"], "--policy", "recompute", "--connector-name", "RailguardNixlConnector")
+
+    def test_loaded_by_vllms_factory_and_a_clean_transfer_decodes(self):
+        s = self.fail["clean"]
+        self.assertEqual(s["connector"], "railguard_nixl.vllm.connector.RailguardNixlConnector")
+        self.assertTrue(s["manifest_sent"], s)
+        self.assertEqual((s["finish"], s["tokens"]), ("length", 4), s)
+        self.assertEqual([c["status"] for c in s["checks"]], ["ok"], s)
+        self.assertEqual((s["failed_recving"], s["invalid_block_ids"]), ([], []), s)
+        self.assertTrue(s["prefill_drained"], s)
+
+    def test_a_block_reused_before_the_read_fails_the_request_naming_that_block(self):
+        s = self.fail["race"]
+        self.assertEqual((s["finish"], s["tokens"]), ("error", 0), s)
+        [c] = s["checks"]
+        self.assertEqual((c["status"], c["bad_blocks"], c["bad_block_indices"]), ("mismatch", 1, [2]), s)
+        self.assertEqual(s["failed_recving"], ["d-1"], s)
+        self.assertEqual(len(s["invalid_block_ids"]), 1, s)
+        self.assertTrue(s["prefill_drained"], s)
+
+    def test_a_block_corrupted_on_arrival_fails_the_request_naming_exactly_that_block(self):
+        s = self.fail["corrupt"]
+        self.assertEqual((s["finish"], s["tokens"]), ("error", 0), s)
+        self.assertEqual(s["invalid_block_ids"], s["corrupted_blocks"], s)
+        self.assertEqual(s["checks"][0]["status"], "mismatch", s)
+
+    def test_recompute_policy_recomputes_instead_of_decoding_the_bad_kv(self):
+        s = self.recompute["corrupt"]
+        self.assertEqual(s["connector"], "railguard_nixl.vllm.connector.RailguardNixlConnector")
+        self.assertEqual(s["checks"][0]["status"], "mismatch", s)
+        self.assertEqual(s["failed_recving"], ["d-1"], s)
+        self.assertEqual((s["finish"], s["tokens"]), ("length", 4), s)
+
+    def test_no_manifest_and_a_damaged_manifest_fail_closed_as_errors(self):
+        for mode, why in (("no-manifest", "nothing to verify"), ("damaged-manifest", "manifest damaged")):
+            s = self.fail[mode]
+            self.assertEqual(s["finish"], "error", s)
+            [c] = s["checks"]
+            self.assertEqual(c["status"], "error", s)
+            self.assertIn(why, c["error"], s)
+            self.assertEqual(len(s["invalid_block_ids"]), 5, s)
+
+
+if __name__ == "__main__":
+    unittest.main()
