@@ -267,6 +267,7 @@ async function gpu(name, idx, query) {
       `<div class="tick day ${c.bad ? "bad" : "ok"}${c.sim ? " sim" : c.unproven ? " unproven" : ""}" title="${esc(`${k} ${nic}: ${c.ok} ok, ${c.bad} failed (${[...c.tiers].join(", ")})`)}"></div>`).join("")}</div></td></tr>`).join("");
   let out = `<h1>${esc(name)} · GPU${esc(idx)} ${badge(s.status)} ${verified(s.verification)}</h1>${then}
     <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
+    <p id="freshness">evidence last changed ${esc(ago(s.changed_at))} · node last assessed ${esc(ago(s.assessed_at))}</p>
     ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span></p>` : ""}
     <h2>Evidence</h2><ol class="reasons" id="evidence">${s.reasons.map(r => `<li>${esc(r)}</li>`).join("")}</ol>
     <details id="export"><summary>Evidence for a ticket (Markdown, JSON)</summary>

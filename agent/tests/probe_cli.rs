@@ -274,3 +274,42 @@ fn the_probed_pair_follows_a_running_workloads_pin() {
     let _ = second.kill();
     let _ = second.wait();
 }
+
+/// `topo` says what it found: no GPU is an error with a reason, and a directory that is not a
+/// sysfs tree is named as such; the seed node's matrix exits 0.
+#[test]
+fn topo_names_a_host_without_gpus_and_a_wrong_sysfs_root() {
+    let run = |root: &std::path::Path, json: bool| {
+        let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+            .arg("topo")
+            .args(if json { &["--json"][..] } else { &[][..] })
+            .arg("--sysfs-root")
+            .arg(root)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let seed = Seed::new();
+    let (code, stdout, _) = run(&seed.dir.path().join("node/sys"), false);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("GPU0") && stdout.contains("mlx5_0"), "{stdout}");
+
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(empty.path().join("bus/pci/devices")).unwrap();
+    let (code, stdout, stderr) = run(empty.path(), false);
+    assert_eq!(code, Some(3), "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "no empty matrix header: {stdout}");
+    assert!(stderr.contains(&format!("no GPU found under {}", empty.path().display())), "{stderr}");
+    let (code, stdout, _) = run(empty.path(), true);
+    assert_eq!(code, Some(3));
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["gpus"].as_array().map(Vec::len), Some(0), "{stdout}");
+
+    let (code, _, stderr) = run(&empty.path().join("nope"), false);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("is not a sysfs tree") && stderr.contains("bus/pci/devices is missing"), "{stderr}");
+}

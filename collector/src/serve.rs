@@ -99,7 +99,11 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         DatabaseConfig::Private { data_dir } => {
             let dir = data_dir.join("postgres");
             let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&dir, true)).await??;
-            tracing::info!(url = %cluster.url(pg::DATABASE_NAME), "private Postgres cluster running");
+            tracing::info!(
+                url = %cluster.display_url(pg::DATABASE_NAME),
+                password_file = %cluster.password_file().display(),
+                "private Postgres cluster running"
+            );
             cluster.create_database(pg::DATABASE_NAME).await?;
             (cluster.connect_options(pg::DATABASE_NAME), Some(cluster))
         }

@@ -115,6 +115,44 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     assert_eq!(text.lines().count(), 1 + 9, "{text}");
     assert!(text.lines().next().unwrap().contains("recommendation"), "{text}");
 
+    // Every command the alerts cite runs, for a node the alert would name.
+    let rules =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus/railguard-alerts.yml"))
+            .unwrap();
+    let cited: Vec<&str> =
+        rules.split('`').skip(1).step_by(2).filter(|c| c.starts_with("railguard-collector ")).collect();
+    assert!(!cited.is_empty(), "the alerts cite no railguard command");
+    for command in cited {
+        let command = command.replace("{{ $labels.node }}", "seed-auto");
+        let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+        let out = std::process::Command::new(bin("railguard-collector"))
+            .args(&words)
+            .env("DATABASE_URL", pg.url())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(text.lines().filter(|l| l.starts_with("seed-auto")).count(), 8, "{command}: {text}");
+    }
+    // An unknown node is an error that names it; a missing database is never created.
+    let out = std::process::Command::new(bin("railguard-collector"))
+        .args(["query", "gpus", "--node", "nope"])
+        .env("DATABASE_URL", pg.url())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no node \"nope\""), "{out:?}");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin("railguard-collector"))
+        .args(["query", "gpus"])
+        .env_remove("DATABASE_URL")
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no collector database under"), "{out:?}");
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "nothing created where it ran");
+
     // Export (Parquet and CSV) and the fleet report, from the CLI.
     let out_dir = tempfile::tempdir().unwrap();
     for format in ["parquet", "csv"] {
@@ -283,7 +321,7 @@ async fn api_contract_bad_parameters_get_400_and_json() {
     assert!(spec["openapi"].as_str().unwrap().starts_with("3.1"), "{}", spec["openapi"]);
     for (path, code, needle) in [
         ("/api/v1/nodes/bad!node", 400, "node"),
-        ("/api/v1/nodes/nobody", 404, "no node"),
+        ("/api/v1/nodes/nobody", 404, "no node \"nobody\""),
         ("/api/v1/nodes/healthy/gpus/abc", 400, "GPU index"),
         ("/api/v1/nodes/healthy/gpus/99", 404, "no GPU99"),
         ("/api/v1/gpus?status=melting", 400, "melting"),
@@ -300,6 +338,8 @@ async fn api_contract_bad_parameters_get_400_and_json() {
         assert_eq!(got, code, "{path}: {body}");
         let v: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{path}: not JSON: {body}"));
         assert!(v["error"].as_str().unwrap().contains(needle), "{path}: {body}");
+        // Words for people, not Rust's debug text.
+        assert!(!body.contains("NodeId(") && !body.contains("Some("), "{path}: {body}");
         // The document promises this error body for this status.
         openapi::check(&spec, path, got, &v).unwrap_or_else(|e| panic!("{e}"));
     }
@@ -443,4 +483,15 @@ async fn an_unchanged_fleet_rewrites_no_status_row() {
     let (after, pass_after) = (rows(pg.pool.clone()).await, last(pg.pool.clone()).await);
     assert!(pass_after > pass_before, "the assessment kept running");
     assert_eq!(before, after, "no row rewritten");
+    // The API names both times for what they are: when the GPU's evidence last changed (the
+    // row's time, unchanged) and when its node was last assessed (moving with the passes).
+    let (code, body) = _c.get("/api/v1/nodes/healthy/gpus/0", None);
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let gpu = if v["status"].is_object() { &v["status"] } else { &v };
+    let changed: chrono::DateTime<chrono::Utc> = gpu["changed_at"].as_str().unwrap().parse().unwrap();
+    let assessed: chrono::DateTime<chrono::Utc> = gpu["assessed_at"].as_str().unwrap().parse().unwrap();
+    let row = after.iter().find(|r| r.0 == "healthy" && r.1 == 0).unwrap();
+    assert_eq!(changed, row.2, "{body}");
+    assert!(assessed > changed, "the node was assessed after its GPU's evidence last changed: {body}");
 }

@@ -74,3 +74,59 @@ async fn the_private_cluster_is_its_own_users_alone() {
     let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut conn).await.unwrap();
     assert_eq!(one, 1);
 }
+
+/// The collector's own log, at debug level, never holds a secret: not its private cluster's
+/// password (the log names the file it is in), not an agent's token, not an API token a client
+/// sent.
+#[test]
+fn the_collectors_log_holds_no_password_and_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("credentials");
+    write_secret(&creds, format!("node-a {TOKEN_A}\n"));
+    let api_token = dir.path().join("api-token");
+    write_secret(&api_token, "api-token-0123456789abcdef");
+    let log_path = dir.path().join("collector.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let (grpc, http) = (free_port(), free_port());
+    let mut child = std::process::Command::new(bin("railguard-collector"))
+        .args(["serve", "--insecure", "--assess-every-secs", "1"])
+        .args(["--grpc-listen", &format!("127.0.0.1:{grpc}"), "--http-listen", &format!("127.0.0.1:{http}")])
+        .arg("--data-dir")
+        .arg(dir.path().join("collector"))
+        .arg("--credentials")
+        .arg(&creds)
+        .arg("--api-token-file")
+        .arg(&api_token)
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "debug")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .map(KillOnDrop)
+        .unwrap();
+    wait_for_port(http);
+    // A client with a wrong token and one with the right one; an agent's token on the wire.
+    assert_eq!(http_get(http, "/api/v1/fleet", Some("a-wrong-token-987654321")).0, 401);
+    assert_eq!(http_get(http, "/api/v1/fleet", Some("api-token-0123456789abcdef")).0, 200);
+    let _ = std::net::TcpStream::connect(("127.0.0.1", grpc));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    drop(child.0.kill());
+    let _ = child.0.wait();
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    // The password file sits beside the cluster's data directory (`<name>.password`).
+    let found = |d: &std::path::Path| {
+        std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "password"))
+    };
+    let pw_file = found(dir.path()).or_else(|| found(&dir.path().join("collector"))).expect("no password file");
+    let password = std::fs::read_to_string(pw_file).unwrap();
+    let password = password.trim();
+    assert!(password.len() >= 16, "the cluster's password file is {password:?}");
+    assert!(text.contains("private Postgres cluster running"), "{text}");
+    for secret in [password, TOKEN_A, "api-token-0123456789abcdef", "a-wrong-token-987654321"] {
+        assert!(!text.contains(secret), "a secret reached the log: {secret}");
+    }
+}

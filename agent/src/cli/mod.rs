@@ -26,7 +26,8 @@ pub struct Cli {
 enum Command {
     /// Run the agent: spool records and ship them to the collector.
     Run(run::RunArgs),
-    /// Print the GPU×NIC topology (like `nvidia-smi topo -m`) with per-GPU risk.
+    /// Print the GPU×NIC topology (like `nvidia-smi topo -m`) with per-GPU risk. Exits 3 when it finds
+    /// no GPU (saying so on stderr), and fails on a --sysfs-root that is not a sysfs tree.
     Topo(topo::TopoArgs),
     /// Capture the /sys and /proc files `topo` reads into a tar.gz (for bug reports).
     Snapshot(snapshot::SnapshotArgs),

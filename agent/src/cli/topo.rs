@@ -52,13 +52,34 @@ pub struct TopoArgs {
     json: bool,
 }
 
+/// Exit status of `topo` when it finds no GPU: the question it answers (which NIC each GPU's
+/// KV cache moves through) has no subject, and a script must not read an empty matrix as fine.
+const NO_GPU: u8 = 3;
+
 impl TopoArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
+        let root = &self.source.sysfs_root;
+        let pci = root.join("bus/pci/devices");
+        if !pci.is_dir() {
+            anyhow::bail!(
+                "{} is not a sysfs tree: {} is missing (give --sysfs-root the directory mounted as /sys)",
+                root.display(),
+                pci.display()
+            );
+        }
         let (topo, policy) = self.source.source().discover()?;
         if self.json {
             println!("{}", serde_json::to_string_pretty(&render::json_report(&topo, &policy))?);
-        } else {
+        } else if !topo.gpus.is_empty() {
             print!("{}", render::matrix(&topo, &policy));
+        }
+        if topo.gpus.is_empty() {
+            eprintln!(
+                "no GPU found under {} (no NVIDIA display or 3D controller in bus/pci/devices; {} NICs seen)",
+                root.display(),
+                topo.nics.len()
+            );
+            return Ok(ExitCode::from(NO_GPU));
         }
         Ok(ExitCode::SUCCESS)
     }

@@ -75,12 +75,19 @@ impl DbArgs {
     }
 
     /// A pool on the database, migrated. A private cluster is reused if the collector runs it,
-    /// else started (its data stays where it is).
+    /// else started (its data stays where it is); one that does not exist is an error.
     pub async fn connect(&self) -> anyhow::Result<sqlx::PgPool> {
         let opts = match self.config() {
             DatabaseConfig::Url(url) => url.parse().context("DATABASE_URL is not a valid Postgres URL")?,
             DatabaseConfig::Private { data_dir } => {
                 let dir = data_dir.join("postgres");
+                // Never a new cluster: an empty one would answer every question with nothing.
+                if !dir.join("PG_VERSION").is_file() {
+                    anyhow::bail!(
+                        "no collector database under {} (give the collector's --data-dir, or --database-url)",
+                        dir.display()
+                    );
+                }
                 let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&dir, true)).await??;
                 cluster.connect_options(pg::DATABASE_NAME)
             }

@@ -24,11 +24,15 @@ enum QueryWhat {
         #[command(flatten)]
         range: TimeRangeArgs,
     },
-    /// GPUs and their current status, worst first (as /api/v1/gpus).
+    /// GPUs and their current status, worst first (as /api/v1/gpus); with --node, that node's GPUs
+    /// by index (as /api/v1/nodes/{node}).
     Gpus {
         /// Comma-separated statuses: ok, watch, unknown, at_risk, corrupting. Default: all.
         #[arg(long)]
         status: Option<String>,
+        /// Only this node's GPUs. An unknown node is an error.
+        #[arg(long)]
+        node: Option<String>,
         /// Rows at most.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         limit: u32,
@@ -59,12 +63,23 @@ impl QueryArgs {
                 let (since, until) = range.range()?;
                 self.json_or_table(&read::failures(&pool, since, until, 10_000).await?)
             }
-            QueryWhat::Gpus { status, limit } => {
+            QueryWhat::Gpus { status, limit, node } => {
                 let statuses = status.as_deref().map(params::statuses).transpose()?;
-                self.json_or_table(&read::gpus(&pool, statuses.as_deref(), i64::from(*limit)).await?)
+                let Some(node) = node else {
+                    return self.json_or_table(&read::gpus(&pool, statuses.as_deref(), i64::from(*limit)).await?);
+                };
+                let node = params::node(node)?;
+                known_node(&pool, node.as_str()).await?;
+                let mut rows = read::node_gpus(&pool, node.as_str(), None).await?;
+                if let Some(keep) = &statuses {
+                    rows.retain(|r| keep.contains(&r.status));
+                }
+                rows.truncate(usize::try_from(*limit).unwrap_or(usize::MAX));
+                self.json_or_table(&rows)
             }
             QueryWhat::History { node, gpu, range, limit, bucket } => {
                 let node = params::node(node)?;
+                known_node(&pool, node.as_str()).await?;
                 let gpu = params::gpu(gpu)?;
                 let (since, until) = range.range()?;
                 let bucket = params::bucket(bucket.as_deref(), since, until)?;
@@ -81,5 +96,13 @@ impl QueryArgs {
         } else {
             table::print(rows)
         }
+    }
+}
+
+/// A node the collector has never heard from is an error (exit non-zero), not an empty table.
+async fn known_node(pool: &sqlx::PgPool, node: &str) -> anyhow::Result<()> {
+    match read::node(pool, node).await? {
+        Some(_) => Ok(()),
+        None => anyhow::bail!("no node \"{node}\" in this collector's database (see `railguard-collector query gpus`)"),
     }
 }

@@ -126,7 +126,7 @@ pub async fn fleet(
 pub async fn node(State(s): State<AppState>, Path(node): Path<String>) -> ApiResult<NodeView> {
     let node = params::node(&node)?;
     let Some(info) = read::node(&s.pool, node.as_str()).await? else {
-        return Err(ApiError::NotFound(format!("no node {node:?}")));
+        return Err(ApiError::NotFound(format!("no node \"{}\"", node.as_str())));
     };
     Ok(Json(NodeView {
         node: info,
@@ -150,7 +150,7 @@ pub async fn gpu(State(s): State<AppState>, Path((node, gpu)): Path<(String, Str
     let node = params::node(&node)?;
     let gpu = params::gpu(&gpu)?;
     let Some(status) = read::node_gpus(&s.pool, node.as_str(), Some(gpu)).await?.into_iter().next() else {
-        return Err(ApiError::NotFound(format!("no GPU{gpu} on node {node:?} (or not assessed yet)")));
+        return Err(ApiError::NotFound(format!("no GPU{gpu} on node \"{}\" (or not assessed yet)", node.as_str())));
     };
     let day = Period { since: Utc::now() - chrono::Duration::days(1), until: Utc::now(), limit: 50 };
     Ok(Json(GpuView {

@@ -48,7 +48,7 @@ fn ingest(out: &mut String, st: &crate::ingest::IngestStats) {
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_probe_verdicts_total Probe results stored as evidence (injected faults excluded), per GPU/NIC pair, verdict and what carried the bytes (path: nic_dma, host_copy, simulated). A GPU or NIC the node's latest topology does not list, and every pair past {max} series per node, is counted as gpu/nic=\"{other}\".\n# TYPE railguard_probe_verdicts_total counter",
+        "# HELP railguard_probe_verdicts_total Probes stored as evidence (injected faults excluded; a summary of n ok probes counts n), per GPU/NIC pair, verdict and what carried the bytes (path: nic_dma, host_copy, simulated). A GPU or NIC the node's latest topology does not list, and every pair past {max} series per node, is counted as gpu/nic=\"{other}\".\n# TYPE railguard_probe_verdicts_total counter",
         max = crate::ingest::MAX_VERDICT_SERIES_PER_NODE,
         other = crate::ingest::OTHER_DEVICE,
     );

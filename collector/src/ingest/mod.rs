@@ -81,13 +81,8 @@ pub struct IngestStats {
 }
 
 impl IngestStats {
-    /// Counts one evidence probe under bounded labels.
-    pub fn count_verdict(
-        &self,
-        node: &str,
-        known: &KnownDevices,
-        (gpu, nic, verdict, path): (u32, String, &'static str, railguard_schema::DataPath),
-    ) {
+    /// Counts `probes` evidence probes of one pair and verdict under bounded labels.
+    pub fn count_verdict(&self, node: &str, known: &KnownDevices, (gpu, nic, verdict, path): VerdictPair, probes: u64) {
         let Ok(mut v) = self.verdicts.lock() else { return };
         let (gpu, nic) = known.labels(gpu, &nic);
         let mut key = (node.to_owned(), gpu, nic, verdict, path);
@@ -101,9 +96,12 @@ impl IngestStats {
                 *v.per_node.entry(node.to_owned()).or_default() += 1;
             }
         }
-        *v.series.entry(key).or_default() += 1;
+        *v.series.entry(key).or_default() += probes;
     }
 }
+
+/// A probe's GPU, NIC, verdict and path: what `railguard_probe_verdicts_total` counts by.
+pub type VerdictPair = (u32, String, &'static str, railguard_schema::DataPath);
 
 /// `railguard_probe_verdicts_total`'s series, and how many each node has (its budget is
 /// [`MAX_VERDICT_SERIES_PER_NODE`] plus its `other` series; counted as they are made, so a new
@@ -294,13 +292,21 @@ impl IngestService {
         // What carried each probe, as the collector judges it from the lanes.
         let disputed = carrier::settle(&mut records);
         // Injected faults are self-test history, not evidence: they are stored, not counted.
-        let verdict_keys: Vec<(u32, String, &'static str, railguard_schema::DataPath)> = records
+        // Probes, not records: a summary of n ok probes counts n.
+        let ok = railguard_schema::ProbeVerdict::Ok.as_str();
+        let summary = |s: &railguard_schema::ProbeSummary| {
+            (s.injected == railguard_schema::Injected::None)
+                .then(|| ((s.gpu, s.nic.clone(), ok, s.path), u64::from(s.probes)))
+        };
+        let verdict_keys: Vec<(VerdictPair, u64)> = records
             .iter()
-            .filter_map(|r| match &r.body {
+            .flat_map(|r| match &r.body {
                 railguard_schema::RecordBody::Probe(p) if p.is_evidence() => {
-                    Some((p.gpu, p.nic.clone(), p.verdict.as_str(), p.path))
+                    vec![((p.gpu, p.nic.clone(), p.verdict.as_str(), p.path), 1)]
                 }
-                _ => None,
+                railguard_schema::RecordBody::Summary(s) => summary(s).into_iter().collect(),
+                railguard_schema::RecordBody::Summaries(set) => set.summaries.iter().filter_map(summary).collect(),
+                _ => Vec::new(),
             })
             .collect();
         // A failure that is evidence: assess this node now, not at the next period.
@@ -357,8 +363,8 @@ impl IngestService {
         }
         if outcome.duplicates == 0 && !verdict_keys.is_empty() {
             let known = self.known_devices(&node).await;
-            for k in verdict_keys {
-                self.stats.count_verdict(node.as_str(), &known, k);
+            for (k, n) in verdict_keys {
+                self.stats.count_verdict(node.as_str(), &known, k, n);
             }
         }
         self.stats.records_stored.fetch_add(outcome.stored, Ordering::Relaxed);
@@ -385,9 +391,9 @@ mod tests {
         // A topology that lists many GPUs (each known): the cap still holds.
         let known = KnownDevices { gpus: (0..5000).collect(), nics: ["mlx5_0".to_owned()].into() };
         for g in 0..(MAX_VERDICT_SERIES_PER_NODE as u32 + 500) {
-            stats.count_verdict("n1", &known, (g, "mlx5_0".into(), "ok", DataPath::NicDma));
+            stats.count_verdict("n1", &known, (g, "mlx5_0".into(), "ok", DataPath::NicDma), 1);
         }
-        stats.count_verdict("n2", &known, (7, "mlx5_0".into(), "ok", DataPath::NicDma));
+        stats.count_verdict("n2", &known, (7, "mlx5_0".into(), "ok", DataPath::NicDma), 11);
         let v = stats.verdicts.lock().unwrap();
         let v = &v.series;
         let n1: Vec<_> = v.iter().filter(|(k, _)| k.0 == "n1").collect();
@@ -395,6 +401,6 @@ mod tests {
         let other = v.get(&("n1".into(), OTHER_DEVICE.into(), OTHER_DEVICE.into(), "ok", DataPath::NicDma));
         assert_eq!(other, Some(&500));
         // Existing series keep counting; another node has its own budget.
-        assert_eq!(v.get(&("n2".into(), "7".into(), "mlx5_0".into(), "ok", DataPath::NicDma)), Some(&1));
+        assert_eq!(v.get(&("n2".into(), "7".into(), "mlx5_0".into(), "ok", DataPath::NicDma)), Some(&11));
     }
 }

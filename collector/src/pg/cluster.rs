@@ -246,6 +246,11 @@ impl PrivateCluster {
         format!("postgresql:///{database}?host={}&port={PORT}&user={SUPERUSER}{password}", self.data_dir.display())
     }
 
+    /// [`url`](Self::url) without the password, for logs: where the cluster is and who connects.
+    pub fn display_url(&self, database: &str) -> String {
+        format!("postgresql:///{database}?host={}&port={PORT}&user={SUPERUSER}", self.data_dir.display())
+    }
+
     /// Where the password is kept (mode 0600).
     pub fn password_file(&self) -> PathBuf {
         password_file(&self.data_dir)

@@ -24,9 +24,12 @@ pub struct GpuStatusRow {
     pub verification: Verification,
     /// When the GPU entered this status.
     pub since: DateTime<Utc>,
-    /// When its status or evidence last changed (rows are written only on change; the fleet's
-    /// last assessment is `railguard_assessment_age_seconds`, and the grid's `assessed_at`).
-    pub assessed_at: DateTime<Utc>,
+    /// When its status, reasons or evidence last changed (a GPU's row is written only on change:
+    /// a healthy GPU's `changed_at` can be days old while it is assessed every pass).
+    pub changed_at: DateTime<Utc>,
+    /// When its node was last assessed (every pass that takes the node, changed or not): how
+    /// fresh this status is. Null before the node's first assessment.
+    pub assessed_at: Option<DateTime<Utc>>,
     /// The NIC its workload uses (predicted or pinned).
     pub workload_nic: Option<String>,
     /// Structural risk of that path; null when no topology was received.

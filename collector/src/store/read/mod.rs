@@ -12,8 +12,9 @@
 // string (`concat!`): nothing is assembled at run time.
 macro_rules! gpu_status_columns {
     () => {
-        "node_id AS node, gpu_index AS gpu, status, verification, since, assessed_at, workload_nic, structural_risk,
-         reasons, recommendation, evidence_path AS path, proven, pin_verified"
+        "node_id AS node, gpu_index AS gpu, status, verification, since, assessed_at AS changed_at,
+         (SELECT n.assessed_at FROM nodes n WHERE n.node_id = gpu_status.node_id) AS assessed_at,
+         workload_nic, structural_risk, reasons, recommendation, evidence_path AS path, proven, pin_verified"
     };
 }
 
