@@ -100,7 +100,6 @@ YML
   prometheus --config.file="$state/prometheus/prometheus.yml" --storage.tsdb.path="$state/prometheus/tsdb" \
     --web.listen-address="$prom" >"$state/prometheus/log" 2>&1 &
   pids+=($!)
-  prom_line="Prometheus:       http://$prom/alerts (railguard's alert rules; RailguardGPUCorrupting fires within a minute)"
 fi
 
 db="postgresql:///railguard?host=$state/collector/postgres&port=5432&user=railguard"
@@ -113,6 +112,15 @@ for _ in $(seq 1 60); do
   [ "${n:-0}" -ge 24 ] && break
   sleep 2
 done
+# The alerts page: /alerts on Prometheus' own build, /classic/alerts on Debian's (which ships
+# the classic UI only, and answers /alerts with 404).
+if [ -n "${prom:-}" ]; then
+  page=alerts
+  if ! curl -fsS -o /dev/null "http://$prom/alerts" 2>/dev/null && curl -fsS -o /dev/null "http://$prom/classic/alerts" 2>/dev/null; then
+    page=classic/alerts
+  fi
+  prom_line="Prometheus:       http://$prom/$page (railguard's alert rules; RailguardGPUCorrupting fires within a minute)"
+fi
 cat <<TXT
 
 railguard demo is running.

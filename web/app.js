@@ -15,6 +15,10 @@ async function api(path) {
   if (!r.ok) throw new Error(`${path}: ${r.status} ${(await r.json().catch(() => ({}))).error || ""}`);
   return r.json();
 }
+function plural(n, one, many) { return `${n} ${n === 1 ? one : many}`; }
+// Worst first: how a status change ranks in a list of changes.
+const SEVERITY = { corrupting: 4, at_risk: 3, unknown: 2, watch: 1, ok: 0 };
+
 function ago(t) {
   if (!t) return "-";
   const s = Math.round((Date.now() - new Date(t)) / 1000);
@@ -80,7 +84,7 @@ function wireFilters() {
 function cellMatches(c, q) {
   const st = q.get("status"), nic = q.get("nic");
   if (st === "unverified" ? !(c.verification === "unproven" || c.verification === "unprobed") : st && c.status !== st) return false;
-  if (nic && !(c.workload_nic || "").includes(nic)) return false;
+  if (nic && (c.workload_nic || "") !== nic) return false;
   const hv = (q.get("hv") || "").toLowerCase(), model = (q.get("model") || "").toLowerCase();
   if (hv && !(hv === "none" ? c.hypervisor === "" : c.hypervisor.toLowerCase().includes(hv))) return false;
   if (model && !c.gpu_model.toLowerCase().includes(model)) return false;
@@ -97,15 +101,23 @@ async function fleet() {
   crumbs.innerHTML = "";
   const q = fleetQuery();
   const at = q.get("at");
-  const readPattern = Date.now() - patternRead.at >= PATTERN_EVERY_MS;
+  // The pattern of the 15 minutes the page shows: now, or up to `at`.
+  const patternKey = at || "now";
+  const readPattern = patternRead.key !== patternKey || Date.now() - patternRead.at >= PATTERN_EVERY_MS;
+  const atDate = at ? new Date(at) : null;
+  const patternPath = atDate && !isNaN(atDate)
+    ? `/api/v1/patterns?since=${encodeURIComponent(new Date(atDate - 900000).toISOString())}&until=${encodeURIComponent(atDate.toISOString())}`
+    : "/api/v1/patterns?since=15m";
   const [f, grid, pat] = await Promise.all([
     api("/api/v1/fleet"),
     api(`/api/v1/grid${at ? `?at=${encodeURIComponent(at)}` : ""}`),
-    readPattern ? api("/api/v1/patterns?since=15m").catch(() => null) : Promise.resolve(patternRead.value),
+    readPattern ? api(patternPath).catch(() => null) : Promise.resolve(patternRead.value),
   ]);
-  // A failed read keeps the last one shown and tries again in 15 s.
-  if (readPattern) patternRead = pat ? { at: Date.now(), value: pat } : { at: Date.now() - PATTERN_EVERY_MS + 15000, value: patternRead.value };
-  const t = f.totals;
+  // A failed read keeps the last one shown (for the same moment) and tries again in 15 s.
+  if (readPattern) {
+    patternRead = pat ? { at: Date.now(), key: patternKey, value: pat }
+      : { at: Date.now() - PATTERN_EVERY_MS + 15000, key: patternKey, value: patternRead.key === patternKey ? patternRead.value : null };
+  }
   // The filter bar is made once per visit, so a refresh never takes the text being typed.
   if (!document.getElementById("filters")) view.innerHTML = `<h1>Fleet</h1>${filtersBar(q)}<div id="fleet-body"></div>`;
   wireFilters();
@@ -116,14 +128,34 @@ async function fleet() {
   }
   const atEl = document.getElementById("f-at");
   if (document.activeElement !== atEl && !at) atEl.value = "";
-  let h = `<div class="cards">
-    <div class="card"><div class="n">${t.gpus}</div>GPUs</div>
-    ${STATUSES.map(s => `<div class="card"><div class="n" id="total-${s}">${t[s]}</div>${badge(s)}</div>`).join("")}
-    <div class="card"><div class="n" id="total-unverified">${t.unverified}</div><span class="mark unverified">unverified</span></div>
+  // The GPUs the filters and `at` leave: the grid, the cards, the node table and the changes
+  // all count these.
+  const nq = (q.get("q") || "").toLowerCase();
+  const rows = new Map();
+  for (const c of grid.cells) {
+    if (nq && !c.node.toLowerCase().includes(nq)) continue;
+    if (!cellMatches(c, q)) continue;
+    if (!rows.has(c.node)) rows.set(c.node, []);
+    rows.get(c.node).push(c);
+  }
+  const t = { gpus: 0, unverified: 0 };
+  for (const s of STATUSES) t[s] = 0;
+  for (const cs of rows.values()) for (const c of cs) {
+    t.gpus += 1;
+    t[c.status] = (t[c.status] || 0) + 1;
+    if (c.verification === "unproven" || c.verification === "unprobed") t.unverified += 1;
+  }
+  const withStatus = (s) => { const n = new URLSearchParams(q); if (s) n.set("status", s); else n.delete("status"); const v = n.toString(); return v ? `#/?${v}` : "#/"; };
+  const filtering = ["q", "status", "nic", "hv", "model"].some(k => q.get(k));
+  let h = `<div class="cards" id="cards" data-scope="${filtering ? "filtered" : "all"}">
+    <a class="card" href="${withStatus("")}"><div class="n" id="total-gpus">${t.gpus}</div>GPUs${filtering ? " shown" : ""}</a>
+    ${STATUSES.map(s => `<a class="card" href="${withStatus(s)}"><div class="n" id="total-${s}">${t[s]}</div>${badge(s)}</a>`).join("")}
+    <a class="card" href="${withStatus("unverified")}"><div class="n" id="total-unverified">${t.unverified}</div><span class="mark unverified">unverified</span></a>
   </div>`;
-  const shown = patternRead.value;
+  const shown = patternRead.key === patternKey ? patternRead.value : null;
   if (shown && shown.factor) {
-    h += `<p id="pattern" class="pattern" data-confidence="${esc(shown.factor.confidence)}"><b>What the failures share</b> (${esc(shown.factor.confidence)} confidence, the 15 min to ${esc(new Date(shown.until).toLocaleTimeString())}): ${esc(shown.factor.summary)}</p>`;
+    const scope = filtering ? " — across the whole fleet: the pattern finder does not take the filters" : "";
+    h += `<p id="pattern" class="pattern" data-confidence="${esc(shown.factor.confidence)}"><b>What the failures share</b> (${esc(shown.factor.confidence)} confidence, the 15 min to ${esc(new Date(shown.until).toISOString())}${scope}): ${esc(shown.factor.summary)}</p>`;
   }
   // Time travel, and how old the data is.
   if (grid.historical) {
@@ -133,14 +165,6 @@ async function fleet() {
     h += `<p id="age" class="${age > 30 ? "warning stale" : "muted"}" data-age="${age}">data is ${age} s old${age > 30 ? " — the collector is falling behind" : ""}</p>`;
   }
   // The grid: one row per node, one cell per GPU, coloured by status.
-  const nq = (q.get("q") || "").toLowerCase();
-  const rows = new Map();
-  for (const c of grid.cells) {
-    if (nq && !c.node.toLowerCase().includes(nq)) continue;
-    if (!cellMatches(c, q)) continue;
-    if (!rows.has(c.node)) rows.set(c.node, []);
-    rows.get(c.node).push(c);
-  }
   let cells = 0;
   const parts = [];
   for (const [name, cs] of rows) {
@@ -150,10 +174,9 @@ async function fleet() {
       return `<a class="cell s-${esc(c.status)}${unv}" data-status="${esc(c.status)}" data-gpu="${c.gpu}" href="#/node/${encodeURIComponent(name)}/gpu/${c.gpu}${at ? `?at=${encodeURIComponent(at)}` : ""}" title="${esc(`GPU${c.gpu}${c.gpu_model ? ` (${c.gpu_model})` : ""} ${c.status}${c.workload_nic ? ` via ${c.workload_nic}` : ""}: ${c.reason}`)}">${c.gpu}</a>`;
     }).join("")}</div>`);
   }
-  h += `<h2>GPUs <span class="muted" id="grid-count">${cells} GPUs on ${rows.size} nodes</span></h2><div id="grid" class="grid">${parts.join("") || '<p class="muted">no GPU matches</p>'}</div>`;
+  h += `<h2>GPUs <span class="muted" id="grid-count">${plural(cells, "GPU", "GPUs")} on ${plural(rows.size, "node", "nodes")}</span></h2><div id="grid" class="grid">${parts.join("") || '<p class="muted">no GPU matches</p>'}</div>`;
   if (!grid.historical) {
     h += `<h2>Nodes</h2><table id="nodes"><tr><th>node</th><th>worst</th><th>GPUs</th><th>corrupting</th><th>at risk</th><th>unknown</th><th>watch</th><th>ok</th><th>unverified</th><th>last seen</th></tr>`;
-    const filtering = ["status", "nic", "hv", "model"].some(k => q.get(k));
     for (const n of f.nodes) {
       if (nq && !n.node.toLowerCase().includes(nq)) continue;
       if (filtering && !rows.has(n.node)) continue;
@@ -161,12 +184,23 @@ async function fleet() {
       h += `<tr data-node="${esc(n.node)}"><td><a href="#/node/${encodeURIComponent(n.node)}">${esc(n.node)}</a></td><td>${badge(n.worst)}</td>
         <td>${n.gpus}</td><td>${c.corrupting}</td><td>${c.at_risk}</td><td>${c.unknown}</td><td>${c.watch}</td><td>${c.ok}</td><td>${c.unverified}</td><td>${ago(n.last_seen)}</td></tr>`;
     }
+    // The changes of the GPUs shown, worst first (a GPU turning corrupting above an ok↔watch
+    // flap), then newest.
+    const visible = (c) => rows.has(c.node) && rows.get(c.node).some(x => x.gpu === c.gpu);
+    const rank = (c) => Math.max(SEVERITY[c.to] || 0, SEVERITY[c.from] || 0);
+    const changes = f.changes_last_hour.filter(visible).sort((a, b) => rank(b) - rank(a) || new Date(b.at) - new Date(a.at));
     h += `</table><h2>Changes in the last hour</h2>`;
-    h += f.changes_last_hour.length === 0 ? `<p class="muted">none</p>` :
-      `<table><tr><th>when</th><th>node</th><th>GPU</th><th>from</th><th>to</th><th>why</th></tr>${f.changes_last_hour.slice(0, 50).map(c =>
-        `<tr><td>${ago(c.at)}</td><td><a href="#/node/${encodeURIComponent(c.node)}">${esc(c.node)}</a></td><td>GPU${c.gpu}</td><td>${c.from ? badge(c.from) : "-"}</td><td>${badge(c.to)}</td><td>${esc(c.reasons[0] || "")}</td></tr>`).join("")}</table>`;
+    h += changes.length === 0 ? `<p class="muted" id="changes-none">none</p>` :
+      `<table id="changes"><tr><th>when</th><th>node</th><th>GPU</th><th>from</th><th>to</th><th>why</th></tr>${changes.slice(0, 50).map(c =>
+        `<tr data-node="${esc(c.node)}" data-to="${esc(c.to)}"><td>${ago(c.at)}</td><td><a href="#/node/${encodeURIComponent(c.node)}">${esc(c.node)}</a></td><td>GPU${c.gpu}</td><td>${c.from ? badge(c.from) : "-"}</td><td>${badge(c.to)}</td><td>${esc(c.reasons[0] || "")}</td></tr>`).join("")}</table>`;
   }
   document.getElementById("fleet-body").innerHTML = h;
+}
+
+// A pin's path change (PIX → PHB), the cost of the move, in words a reader can weigh.
+function pinCost(p) {
+  if (!p || !p.path_class || !p.from_path_class) return "";
+  return `<div class="muted pin-cost" data-from="${esc(p.from_path_class)}" data-to="${esc(p.path_class)}">path ${esc(p.from_path_class.toUpperCase())} → ${esc(p.path_class.toUpperCase())}</div>`;
 }
 
 async function node(name) {
@@ -179,8 +213,14 @@ async function node(name) {
   const cls = {};
   for (const p of topo.paths) cls[`${p.a}/${p.b}`] = p.class.toUpperCase();
   const h = topo.host || {};
+  // How the node's workloads choose their NIC now: pinned (UCX_NET_DEVICES set) or UCX's own.
+  const pinnedGpus = n.gpus.filter(g => g.workload_pinned === true).map(g => g.gpu);
+  const autoGpus = n.gpus.filter(g => g.workload_pinned === false).map(g => g.gpu);
+  const gpuList = (gs) => gs.length === n.gpus.length ? "every GPU" : `GPU${gs.length === 1 ? "" : "s"} ${gs.join(", ")}`;
+  const selection = [pinnedGpus.length ? `pinned (UCX_NET_DEVICES set) on ${gpuList(pinnedGpus)}` : "", autoGpus.length ? `UCX auto-selection on ${gpuList(autoGpus)}` : ""].filter(Boolean).join("; ") || "not known (no topology yet)";
   let out = `<h1>${esc(name)}</h1>
     <p class="muted">virtualized: ${esc(h.virtualized)} (${esc(h.hypervisor || "-")}) · vIOMMU: ${esc(h.viommu)} · GPUDirect: ${esc(h.gpudirect)} · spool drops: ${n.node.spool_dropped_total} · last seen ${ago(n.node.last_seen)}</p>
+    <p id="selection">Workload NIC selection now: ${esc(selection)}</p>
     ${(topo.warnings || []).map(w => `<p class="warning">${esc(w)}</p>`).join("")}
     <h2>GPU × NIC: path class and latest verdict</h2>
     <table class="matrix" id="matrix"><tr><th></th>${topo.nics.map(x => `<th>${esc(x.name)}</th>`).join("")}<th>status</th></tr>`;
@@ -198,11 +238,35 @@ async function node(name) {
     out += `<td>${badge(st.status)}</td></tr>`;
   }
   out += `</table><p class="muted">outlined: the NIC the GPU's workload uses (predicted or pinned) · green: latest probe verified · red: latest probe failed</p><h2>Per GPU</h2>`;
+  // A reason several GPUs share (the same words, with each its own GPU and NIC: the node's
+  // structural risk, say) is shown once, above the table, and each row points to it.
+  const word = (w) => new RegExp(`(?<![A-Za-z0-9_])${w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?![A-Za-z0-9_])`, "g");
+  const template = (g, r) => {
+    let t = r.replace(word(`GPU${g.gpu}`), "GPU{gpu}");
+    if (g.workload_nic) t = t.replace(word(g.workload_nic), "{nic}");
+    return t;
+  };
+  const sharedBy = new Map();
+  for (const g of n.gpus) for (const r of g.reasons) {
+    const t = template(g, r);
+    if (!sharedBy.has(t)) sharedBy.set(t, []);
+    sharedBy.get(t).push(g.gpu);
+  }
+  const shared = [...sharedBy.entries()].filter(([, gs]) => gs.length > 1);
+  const sharedIdx = new Map(shared.map(([t], i) => [t, i + 1]));
+  if (shared.length) {
+    out += `<ol class="shared" id="shared">${shared.map(([t, gs]) =>
+      `<li>GPU${gs.length === n.gpus.length ? "s (all)" : `s ${gs.join(", ")}`}, each with its own workload NIC: ${esc(t.split("GPU{gpu}").join("GPU n").split("{nic}").join("its NIC"))}</li>`).join("")}</ol>`;
+  }
   out += `<table id="gpus"><tr><th>GPU</th><th>status</th><th>verified by</th><th>uses</th><th>evidence</th><th>recommendation</th></tr>`;
   for (const g of n.gpus) {
+    const items = g.reasons.slice(0, 3).map(r => {
+      const i = sharedIdx.get(template(g, r));
+      return i ? `<li class="shared-ref">shared reason ${i} (above)</li>` : `<li>${esc(r)}</li>`;
+    });
     out += `<tr data-gpu="${g.gpu}" data-status="${esc(g.status)}"><td><a href="#/node/${encodeURIComponent(name)}/gpu/${g.gpu}">GPU${g.gpu}</a></td><td>${badge(g.status)}</td>
-      <td>${verified(g.verification)}</td><td>${esc(g.workload_nic || "-")}</td><td><ul class="reasons">${g.reasons.slice(0, 3).map(r => `<li>${esc(r)}</li>`).join("")}</ul></td>
-      <td>${g.recommendation ? `<span class="pin">${esc(g.recommendation)}</span>` : "-"}</td></tr>`;
+      <td>${verified(g.verification)}</td><td>${esc(g.workload_nic || "-")}${g.workload_pinned === true ? ' <span class="muted">pinned</span>' : g.workload_pinned === false ? ' <span class="muted">auto</span>' : ""}</td><td><ul class="reasons">${items.join("")}</ul></td>
+      <td>${g.recommendation ? `<span class="pin">${esc(g.recommendation)}</span>${pinCost(g.pin)}` : "-"}</td></tr>`;
   }
   view.innerHTML = out + "</table>";
 }
@@ -268,7 +332,7 @@ async function gpu(name, idx, query) {
   let out = `<h1>${esc(name)} · GPU${esc(idx)} ${badge(s.status)} ${verified(s.verification)}</h1>${then}
     <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
     <p id="freshness">evidence last changed ${esc(ago(s.changed_at))} · node last assessed ${esc(ago(s.assessed_at))}</p>
-    ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span></p>` : ""}
+    ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span>${pinCost(s.pin)}</p>` : ""}
     <h2>Evidence</h2><ol class="reasons" id="evidence">${s.reasons.map(r => `<li>${esc(r)}</li>`).join("")}</ol>
     <details id="export"><summary>Evidence for a ticket (Markdown, JSON)</summary>
       <button type="button" id="copy-md">copy Markdown</button> <button type="button" id="copy-json">copy JSON</button>

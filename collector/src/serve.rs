@@ -47,6 +47,8 @@ pub struct ServeConfig {
     pub http_tls: Option<HttpTls>,
     /// The `Host` names the HTTP side answers besides IP literals and localhost.
     pub http_allowed_hosts: crate::http::host::AllowedHosts,
+    /// The dashboard's address as people reach it (None: the listener's own).
+    pub dashboard_url: Option<crate::http::dashboard_url::DashboardUrl>,
     /// Keep a condition on each Kubernetes Node (and opt-in taints/cordons); None: off.
     pub k8s_nodes: Option<crate::tasks::k8s_nodes::NodeConditionConfig>,
 }
@@ -72,6 +74,7 @@ impl ServeConfig {
             tls: None,
             http_tls: None,
             http_allowed_hosts: Default::default(),
+            dashboard_url: None,
             k8s_nodes: None,
         }
     }
@@ -156,6 +159,14 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                     window_minutes: i32::try_from(cfg.assess.window.as_secs() / 60).unwrap_or(i32::MAX).max(1),
                     facts: Arc::default(),
                     allowed_hosts: Arc::new(cfg.http_allowed_hosts.clone()),
+                    dashboard_url: Arc::new(cfg.dashboard_url.clone().unwrap_or_else(|| {
+                        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+                        crate::http::dashboard_url::DashboardUrl::of_listener(
+                            local,
+                            cfg.http_tls.is_some(),
+                            hostname.as_deref().map(str::trim),
+                        )
+                    })),
                 };
                 let app = crate::http::app(state);
                 let mut rx = stop_rx.clone();

@@ -192,3 +192,29 @@ impl std::fmt::Display for Standing {
         f.write_str(self.as_str())
     }
 }
+
+/// What a pinned NIC's good verdicts were proven in (stored as `gpu_status.pin_evidence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PinEvidence {
+    /// Verified probes in GPU memory: the workload's own path.
+    GpuMemory,
+    /// Verified in host memory only: its GPU-memory path is unproven.
+    HostMemory,
+    /// Verified only on the simulated fabric.
+    Simulated,
+    /// No verdict yet: the NIC is structurally safe (through the root complex), nothing more.
+    Unprobed,
+}
+
+impl PinEvidence {
+    /// The metric label value and the stored form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PinEvidence::GpuMemory => "gpu_memory",
+            PinEvidence::HostMemory => "host_memory",
+            PinEvidence::Simulated => "simulated",
+            PinEvidence::Unprobed => "unprobed",
+        }
+    }
+}

@@ -25,18 +25,48 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         "{reasons:?}"
     );
     assert!(reasons.iter().any(|r| r.contains("structural risk high")), "{reasons:?}");
-    // The scripted nodes are simulated: their pins say so.
+    // The scripted nodes are simulated: their pins say so. The node's 8 GPUs all move, and
+    // spread one per NIC over their NUMA node's safe NICs (GPU3's is mlx5_2), each with the
+    // cost of leaving its PIX path.
     assert_eq!(
         gpu3["status"]["recommendation"],
-        "UCX_NET_DEVICES=mlx5_0:1 (verified on the simulated fabric, not on hardware)"
+        "UCX_NET_DEVICES=mlx5_2:1 (verified on the simulated fabric, not on hardware)"
     );
+    assert!(
+        reasons.iter().any(|r| r.starts_with("recommendation: set UCX_NET_DEVICES=mlx5_2:1")
+            && r.contains("expected cost: its KV transfers leave the PIX path to mlx5_3")),
+        "{reasons:?}"
+    );
+    let mut pins: Vec<String> = (0..8)
+        .map(|g| {
+            let v = json(&c, &format!("/api/v1/nodes/seed-auto/gpus/{g}"));
+            v["status"]["recommendation"].as_str().unwrap().split(' ').next().unwrap().to_owned()
+        })
+        .collect();
+    pins.sort();
+    pins.dedup();
+    assert_eq!(pins.len(), 8, "one NIC per GPU: {pins:?}");
     assert_eq!(gpu3["status"]["verification"], "simulated");
     assert_eq!(gpu3["status"]["workload_nic"], "mlx5_3");
+    // The same recommendation as fields a script applies without parsing the sentence.
+    let pin = &gpu3["status"]["pin"];
+    assert_eq!(
+        (&pin["nic"], &pin["env"], &pin["verified"], &pin["evidence"]),
+        (&"mlx5_2".into(), &"UCX_NET_DEVICES=mlx5_2:1".into(), &false.into(), &"simulated".into()),
+        "{pin}"
+    );
+    assert_eq!((&pin["from_path_class"], &pin["path_class"]), (&"pix".into(), &"phb".into()), "{pin}");
+    assert!(pin["why"].as_str().unwrap().starts_with("GPU3 via mlx5_3"), "{pin}");
+    // The workload's current selection: UCX's own on seed-auto, pinned on seed-pinned.
+    assert_eq!(gpu3["status"]["workload_pinned"], false, "{gpu3}");
+    let healthy0 = json(&c, "/api/v1/nodes/healthy/gpus/0");
+    assert!(healthy0["status"]["pin"].is_null(), "a GPU that stays has no pin: {healthy0}");
 
     let pinned = statuses(&c, "seed-pinned");
     assert_eq!(pinned[0], "corrupting");
     assert_eq!(&pinned[1..], vec!["watch"; 7], "not corrupting: their own PIX pair is bad but unused");
     let g0 = json(&c, "/api/v1/nodes/seed-pinned/gpus/0");
+    assert_eq!(g0["status"]["workload_pinned"], true, "{g0}");
     assert_eq!(
         g0["status"]["recommendation"],
         "UCX_NET_DEVICES=mlx5_1:1 (verified on the simulated fabric, not on hardware)"
@@ -199,6 +229,9 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("what explains the failures (medium confidence): [simulated fabric] 16 of 17"), "{text}");
+    // One sentence, not a line per GPU index: those stay in --json.
+    assert!(!text.contains("GPU index 3 fails verification on"), "{text}");
+    assert!(text.contains("per-GPU-index patterns behind it: --json"), "{text}");
     // The scripted seed nodes are simulated: the report says so on every row.
     assert!(report["per_pair"].as_array().unwrap().iter().all(|r| r["simulated"] == true), "{report}");
 
@@ -210,6 +243,9 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     assert!(m.contains("railguard_probe_verdicts_total{node=\"seed-auto\",gpu=\"3\",nic=\"mlx5_3\",verdict=\"silent_corruption\",path=\"simulated\",simulated=\"true\"} 4"), "{m}");
     assert!(m.contains("railguard_ingest_records_total{result=\"stored\"}"));
     assert!(m.contains("railguard_node_last_seen_age_seconds{node=\"healthy\"}"));
+    // seed-auto sent two batches (its topology, then its probes): its cadence is known; the
+    // silent-agent alert compares its silence with it.
+    assert!(m.contains("railguard_node_batch_interval_seconds{node=\"seed-auto\"}"), "{m}");
 
     // Every answer is what the OpenAPI document promises: every field described, every type
     // and enum value right, on a fleet where every kind of row exists.

@@ -10,6 +10,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
     ("railguard-collector", &["serve"]),
     ("railguard-collector", &["query", "failures"]),
     ("railguard-collector", &["query", "gpus"]),
+    ("railguard-collector", &["query", "nodes"]),
     ("railguard-collector", &["query", "history"]),
     ("railguard-collector", &["export"]),
     ("railguard-collector", &["report"]),

@@ -74,15 +74,29 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
     assert_eq!(auto.matches("data-status=\"corrupting\"><td>").count(), 8, "all 8 GPUs flagged");
     assert_eq!(auto.matches("v-bad workload").count(), 8, "each GPU's workload pair (outlined) failed");
     assert!(auto.contains("UCX_NET_DEVICES=mlx5_0:1"));
+    // The move's cost beside each pin, and how the workloads choose their NIC now.
+    assert_eq!(
+        auto.matches("class=\"muted pin-cost\" data-from=\"pix\" data-to=\"phb\">path PIX → PHB<").count(),
+        8,
+        "{auto}"
+    );
+    assert!(auto.contains("id=\"selection\">Workload NIC selection now: UCX auto-selection on every GPU<"), "{auto}");
     assert!(auto.contains("href=\"#/node/seed-auto/gpu/3\""), "drill-down links");
+    // A reason all 8 GPUs share (each with its own GPU and NIC) is written once, above the table.
+    assert!(
+        auto.contains("<ol class=\"shared\" id=\"shared\"><li>GPUs (all), each with its own workload NIC: "),
+        "{auto}"
+    );
+    assert!(auto.matches("class=\"shared-ref\"").count() >= 8, "{auto}");
 
     let pinned = tokio::task::block_in_place(|| browse(&format!("{base}#/node/seed-pinned"), "node-seed-pinned.png"));
     assert_eq!(pinned.matches("data-status=\"corrupting\"><td>").count(), 1, "exactly one GPU");
     assert_eq!(pinned.matches("data-status=\"watch\"><td>").count(), 7);
+    assert!(pinned.contains("Workload NIC selection now: pinned (UCX_NET_DEVICES set) on every GPU<"), "{pinned}");
 
     let gpu = tokio::task::block_in_place(|| browse(&format!("{base}#/node/seed-auto/gpu/3"), "gpu-seed-auto-3.png"));
     assert!(
-        gpu.contains("id=\"pin\">UCX_NET_DEVICES=mlx5_0:1 (verified on the simulated fabric, not on hardware)<"),
+        gpu.contains("id=\"pin\">UCX_NET_DEVICES=mlx5_2:1 (verified on the simulated fabric, not on hardware)<"),
         "{gpu}"
     );
     assert!(gpu.contains("GPU3 via mlx5_3"));
@@ -114,15 +128,34 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
         ),
         "{fleet}"
     );
-    // Filters, kept in the URL.
+    // The cards count the whole fleet when nothing filters it; the changes of the last hour come
+    // worst first (every GPU's first assessment is a change: 9 to corrupting lead).
+    assert!(fleet.contains("id=\"cards\" data-scope=\"all\"") && fleet.contains("id=\"total-gpus\">40<"), "{fleet}");
+    let to = changes_to(&fleet);
+    assert!(to.len() >= 20 && to[..9].iter().all(|t| t == "corrupting"), "{to:?}");
+    assert!(to[9..].iter().all(|t| t != "corrupting"), "worst first: {to:?}");
+    // Filters, kept in the URL. The cards, the grid and the changes all count what they leave.
     let only = tokio::task::block_in_place(|| browse(&format!("{base}#/?status=corrupting"), "fleet-corrupting.png"));
     assert!(only.contains("id=\"grid-count\">9 GPUs on 2 nodes<"), "{only}");
     assert_eq!(only.matches("class=\"cell s-").count(), 9);
+    assert!(only.contains("id=\"cards\" data-scope=\"filtered\""), "{only}");
+    assert!(only.contains("id=\"total-gpus\">9<") && only.contains("id=\"total-ok\">0<"), "{only}");
+    assert!(only.contains("id=\"total-corrupting\">9<") && only.contains("id=\"total-unverified\">0<"), "{only}");
+    assert!(changes_to(&only).iter().all(|t| t == "corrupting"), "only the shown GPUs' changes: {only}");
+    // A card is a link to its status.
+    assert!(fleet.contains("href=\"#/?status=watch\"><div class=\"n\" id=\"total-watch\">"), "{fleet}");
     let pinned = tokio::task::block_in_place(|| browse(&format!("{base}#/?q=pinned&nic=mlx5_0"), "fleet-pinned.png"));
-    assert!(pinned.contains("id=\"grid-count\">8 GPUs on 1 nodes<"), "{pinned}");
+    assert!(pinned.contains("id=\"grid-count\">8 GPUs on 1 node<"), "{pinned}");
+    assert!(pinned.contains("id=\"total-gpus\">8<") && pinned.contains("id=\"total-corrupting\">1<"), "{pinned}");
+    assert!(pinned.contains("id=\"total-watch\">7<"), "{pinned}");
+    // The NIC filter matches a NIC's whole name: mlx5_1 is not mlx5_10's prefix match.
+    let nic1 = tokio::task::block_in_place(|| browse(&format!("{base}#/?nic=mlx5_1"), "fleet-nic1.png"));
+    assert!(nic1.contains("id=\"grid-count\">4 GPUs on 4 nodes<"), "{nic1}");
+    let none = tokio::task::block_in_place(|| browse(&format!("{base}#/?nic=mlx5"), "fleet-nic-prefix.png"));
+    assert!(none.contains("no GPU matches") && none.contains("id=\"changes-none\""), "{none}");
     assert!(pinned.contains("value=\"pinned\""), "the filter shows in its field: {pinned}");
     let unv = tokio::task::block_in_place(|| browse(&format!("{base}#/?status=unverified"), "fleet-unverified.png"));
-    assert!(unv.contains("id=\"grid-count\">8 GPUs on 1 nodes<") && unv.contains("data-node=\"tcp-only\""), "{unv}");
+    assert!(unv.contains("id=\"grid-count\">8 GPUs on 1 node<") && unv.contains("data-node=\"tcp-only\""), "{unv}");
     // Time travel: before any assessment the grid is empty; now it is the fleet as it is.
     let past = tokio::task::block_in_place(|| browse(&format!("{base}#/?at=2020-01-01T00:00:00Z"), "fleet-2020.png"));
     assert!(past.contains("id=\"asof\"") && past.contains("no GPU matches"), "{past}");
@@ -156,7 +189,7 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
     // The GPU's evidence, ready for a ticket.
     assert!(gpu.contains("id=\"evidence-md\""), "{gpu}");
     assert!(gpu.contains("### railguard: seed-auto GPU3 is corrupting"), "{gpu}");
-    assert!(gpu.contains("recommendation: `UCX_NET_DEVICES=mlx5_0:1"), "{gpu}");
+    assert!(gpu.contains("recommendation: `UCX_NET_DEVICES=mlx5_2:1"), "{gpu}");
 
     let healthy = tokio::task::block_in_place(|| browse(&format!("{base}#/node/healthy"), "node-healthy.png"));
     assert_eq!(healthy.matches("data-status=\"ok\"><td>").count(), 7);
@@ -443,4 +476,11 @@ async fn a_thousand_node_fleet_renders_every_cell() {
         eprintln!("1,000 nodes: fleet view rendered in {ms:.0} ms");
         assert!(ms < 5000.0, "rendering took {ms:.0} ms");
     });
+}
+
+/// The `to` status of each row of the fleet view's changes table, top to bottom.
+fn changes_to(html: &str) -> Vec<String> {
+    let Some(i) = html.find("id=\"changes\"") else { return Vec::new() };
+    let table = &html[i..html[i..].find("</table>").map_or(html.len(), |e| i + e)];
+    table.split("data-to=\"").skip(1).map(|s| s[..s.find('"').unwrap()].to_owned()).collect()
 }

@@ -31,6 +31,52 @@ fn the_alert_rules_check_and_pass_their_unit_tests() {
     assert!(ok && out.contains("SUCCESS"), "{out}");
 }
 
+/// Every alert links its runbook, in this repository, to a section that exists; and its
+/// dashboard page.
+#[test]
+fn every_alert_links_a_runbook_section_that_exists() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let rules = std::fs::read_to_string(root.join("deploy/prometheus/railguard-alerts.yml")).unwrap();
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let repo = cargo.lines().find_map(|l| l.strip_prefix("repository = ")).unwrap().trim_matches('"');
+    let mut alerts = 0;
+    for block in rules.split("- alert: ").skip(1) {
+        alerts += 1;
+        let name = block.split_whitespace().next().unwrap();
+        let field = |k: &str| {
+            block
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(k))
+                .unwrap_or_else(|| panic!("{name} has no {k}"))
+                .trim()
+                .trim_matches('"')
+                .to_owned()
+        };
+        let url = field("runbook_url:");
+        let rest = url.strip_prefix(&format!("{repo}/blob/main/")).unwrap_or_else(|| panic!("{name}: {url}"));
+        let (file, anchor) = rest.split_once('#').unwrap_or((rest, ""));
+        let doc = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{name}: {file}: {e}"));
+        if !anchor.is_empty() {
+            // GitHub's anchors: a heading, lower-cased, spaces as dashes, punctuation dropped.
+            let slugs: Vec<String> = doc
+                .lines()
+                .filter_map(|l| l.strip_prefix("## "))
+                .map(|h| {
+                    h.to_lowercase()
+                        .chars()
+                        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+                        .map(|c| if c == ' ' { '-' } else { c })
+                        .collect()
+                })
+                .collect();
+            assert!(slugs.iter().any(|s| s == anchor), "{name}: no section #{anchor} in {file}: {slugs:?}");
+        }
+        let dashboard = field("dashboard:");
+        assert!(dashboard.contains("railguard_collector_info") && dashboard.contains("#/"), "{name}: {dashboard}");
+    }
+    assert_eq!(alerts, 8);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_collectors_metrics_follow_prometheus_conventions() {
     let pg = TestPg::start().await;
@@ -138,6 +184,16 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
                 a["annotations"]["summary"], "GPU 3 on node-a corrupts KV-cache transfers (simulated fabric)",
                 "{a}"
             );
+            // The alert links the GPU's page on this collector (its railguard_collector_info),
+            // and that page is served.
+            let page = format!("http://127.0.0.1:{}/#/node/node-a/gpu/3", collector.http_port);
+            assert_eq!(a["annotations"]["dashboard"], page.as_str(), "{a}");
+            assert_eq!(collector.get("/", None).0, 200);
+            assert_eq!(collector.get("/api/v1/nodes/node-a/gpus/3", None).0, 200);
+            assert!(
+                a["annotations"]["runbook_url"].as_str().unwrap().ends_with("/docs/runbook-corrupting-gpu.md"),
+                "{a}"
+            );
             let d = a["annotations"]["description"].as_str().unwrap();
             assert!(d.starts_with("On the simulated fabric (no hardware exercised)"), "{d}");
             assert!(
@@ -149,6 +205,10 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
         assert!(std::time::Instant::now() < deadline, "RailguardGPUCorrupting never fired with a pin: {body}");
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
+
+    // The Grafana dashboard (deploy/grafana/railguard.json): every query of every panel, its
+    // annotation and its node variable returns series from this Prometheus.
+    grafana_queries_return_data(port);
 
     // The pin applied: a workload process on GPU3 (it maps UCX, from the NIXL wheel) with
     // UCX_NET_DEVICES set to the NIC the alert names. The agent probes GPU3 through it, the pair
@@ -200,5 +260,79 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
         }
         assert!(std::time::Instant::now() < deadline, "RailguardGPUCorrupting never resolved: {body}");
         std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// Runs each query of deploy/grafana/railguard.json against the Prometheus on `port`, with the
+/// dashboard's variables as Grafana fills them (every node; a rate window of 30 s, this
+/// server scraping every second), and requires series back. Waits (up to a minute) for rates
+/// to have two samples and counters to move.
+fn grafana_queries_return_data(port: u16) {
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/railguard.json")).unwrap(),
+    )
+    .unwrap();
+    let queries: Vec<String> = dash["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_owned()))
+        .collect();
+    // Annotations mark moments (a GPU turning corrupting): asked over the last 10 minutes.
+    let annotations: Vec<String> = dash["annotations"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["expr"].as_str().unwrap().to_owned())
+        .collect();
+    let variable = dash["templating"]["list"].as_array().unwrap().iter().find(|v| v["name"] == "node").unwrap();
+    let nodes_query = variable["definition"].as_str().unwrap();
+    assert_eq!(nodes_query, "label_values(railguard_gpu_status, node)");
+    assert!(queries.len() >= 10 && !annotations.is_empty(), "{queries:?}");
+    let encode = |q: &str| -> String {
+        q.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    let ask = |path: &str, q: &str, extra: &str| -> serde_json::Value {
+        let q = q.replace("$__rate_interval", "30s").replace("$node", ".*");
+        let (_, body) = http_get(port, &format!("{path}?query={}{extra}", encode(&q)), None);
+        serde_json::from_str(&body).unwrap_or_else(|_| panic!("{q}: {body}"))
+    };
+    let run = |q: &str| ask("/api/v1/query", q, "");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    // The window ends a few seconds ahead: `now` is truncated to the second, and the first
+    // corrupting sample may be younger than that second.
+    let over_ten_minutes = format!("&start={}&end={}&step=1", now - 600, now + 5);
+    for a in &annotations {
+        let v = ask("/api/v1/query_range", a, &over_ten_minutes);
+        assert_eq!(v["status"], "success", "{a}: {v}");
+        assert!(v["data"]["result"].as_array().is_some_and(|r| !r.is_empty()), "annotation {a} marks nothing: {v}");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let empty: Vec<&String> = queries
+            .iter()
+            .filter(|q| {
+                let v = run(q);
+                assert_eq!(v["status"], "success", "{q}: {v}");
+                v["data"]["result"].as_array().is_none_or(Vec::is_empty)
+            })
+            .collect();
+        // The node variable's values: label_values() is Grafana's; its series query is this.
+        let nodes = run("group by (node) (railguard_gpu_status)");
+        let has_node =
+            nodes["data"]["result"].as_array().is_some_and(|r| r.iter().any(|s| s["metric"]["node"] == "node-a"));
+        if empty.is_empty() && has_node {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Grafana queries without data: {empty:?} (node variable: {nodes})"
+        );
+        std::thread::sleep(std::time::Duration::from_secs(2));
     }
 }

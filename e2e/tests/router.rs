@@ -43,6 +43,9 @@ async fn every_endpoint_answers_as_its_document_says_in_process() {
         window_minutes: 15,
         facts: Arc::default(),
         allowed_hosts: Arc::default(),
+        dashboard_url: Arc::new(
+            railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
+        ),
     };
     let (code, spec) = get(&state, "/api/v1/openapi.json").await;
     assert_eq!(code, StatusCode::OK);

@@ -123,17 +123,18 @@ fn gpu(c: &CollectorProc, g: u32) -> Value {
     json(c, &format!("/api/v1/nodes/gdr-node/gpus/{g}"))["status"].clone()
 }
 
-/// Waits until GPU `g` of gdr-node is assessed `status` and returns it.
-async fn wait_for(c: &CollectorProc, g: u32, status: &str) -> Value {
+/// Waits until GPU `g` of gdr-node is assessed `status` with `verification` and returns it. Both
+/// are named: the first pass after the topology lands (before any probe) reads `watch` too.
+async fn wait_for(c: &CollectorProc, g: u32, status: &str, verification: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let (code, body) = c.get(&format!("/api/v1/nodes/gdr-node/gpus/{g}"), None);
         let v: Value =
             if code == 200 { serde_json::from_str::<Value>(&body).unwrap()["status"].clone() } else { Value::Null };
-        if v["status"] == status {
+        if v["status"] == status && v["verification"] == verification {
             return v;
         }
-        assert!(Instant::now() < deadline, "GPU{g} never {status}: {code} {body}");
+        assert!(Instant::now() < deadline, "GPU{g} never {status} ({verification}): {code} {body}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -161,11 +162,11 @@ async fn ok_is_granted_only_on_the_pairs_own_nic_in_the_memory_its_kv_cache_move
     let sent = Instant::now();
     send(&c, "gdr-node", vec![inline(4, 10, 2, 45)]).await;
 
-    let g0 = wait_for(&c, 0, "watch").await;
+    let g0 = wait_for(&c, 0, "watch", "host_memory").await;
     assert_eq!((g0["verification"].as_str(), g0["proven"].as_bool()), (Some("host_memory"), Some(false)), "{g0}");
     assert!(g0["reasons"][0].as_str().unwrap().contains("NIC verified in host memory only"), "{g0}");
 
-    let g1 = wait_for(&c, 1, "watch").await;
+    let g1 = wait_for(&c, 1, "watch", "unproven").await;
     assert_eq!(g1["verification"], "unproven", "another device's DMA verifies no pair: {g1}");
     assert!(g1["reasons"][0].as_str().unwrap().contains("exercise no NIC of the pair"), "{g1}");
     let disputed: String = sqlx::query_scalar(
@@ -178,18 +179,18 @@ async fn ok_is_granted_only_on_the_pairs_own_nic_in_the_memory_its_kv_cache_move
     let (_, metrics) = c.get("/metrics", None);
     assert!(metrics.contains("railguard_ingest_paths_disputed_total{node=\"gdr-node\"} 5"), "counted");
 
-    let g2 = wait_for(&c, 2, "watch").await;
+    let g2 = wait_for(&c, 2, "watch", "unproven").await;
     assert_eq!((g2["verification"].as_str(), g2["proven"].as_bool()), (Some("unproven"), Some(false)), "{g2}");
     assert!(g2["reasons"][0].as_str().unwrap().contains("confirms but does not prove the pair"), "{g2}");
 
-    let g3 = wait_for(&c, 3, "ok").await;
+    let g3 = wait_for(&c, 3, "ok", "gpu_memory").await;
     assert_eq!((g3["verification"].as_str(), g3["path"].as_str()), (Some("gpu_memory"), Some("nic_dma")), "{g3}");
     assert_eq!(g3["proven"], true, "{g3}");
     assert!(metrics.contains(r#"railguard_gpu_info{node="gdr-node",gpu="3",workload_nic="mlx5_3",verification="gpu_memory",path="nic_dma",proven="true""#), "{metrics}");
 
     // GPU4: corrupting from its workload's own GPU-memory transfers; host-memory probes after the
     // mismatch left the window do not lift it; probes in GPU memory do.
-    let g4 = wait_for(&c, 4, "corrupting").await;
+    let g4 = wait_for(&c, 4, "corrupting", "gpu_memory").await;
     assert!(
         g4["reasons"][0].as_str().unwrap().contains("moved by mlx5_4's DMA, so the NIC path is implicated"),
         "{g4}"
@@ -210,6 +211,6 @@ async fn ok_is_granted_only_on_the_pairs_own_nic_in_the_memory_its_kv_cache_move
         "{g4}"
     );
     send(&c, "gdr-node", own(4, Memory::Cuda, 3)).await;
-    let g4 = wait_for(&c, 4, "ok").await;
+    let g4 = wait_for(&c, 4, "ok", "gpu_memory").await;
     assert_eq!(g4["verification"], "gpu_memory", "{g4}");
 }

@@ -108,16 +108,19 @@ async fn read_topologies(
     damage: &mut Damage,
 ) -> Result<BTreeMap<GpuKey, GpuInput>, sqlx::Error> {
     let mut inputs = BTreeMap::new();
-    let topo: Vec<(String, Json<serde_json::Value>, String, Vec<String>)> = sqlx::query_as(
+    type TopoRow = (String, Json<serde_json::Value>, String, Vec<String>, Json<Vec<(String, String, String)>>);
+    let topo: Vec<TopoRow> = sqlx::query_as(
         "SELECT t.node_id, t.risks, t.gpudirect,
                 coalesce((SELECT array_agg(n.name ORDER BY n.name) FROM topology_nics n WHERE n.snapshot_id = t.record_id),
-                         '{}')
+                         '{}'),
+                coalesce((SELECT jsonb_agg(jsonb_build_array(p.a, p.b, p.class)) FROM topology_paths p
+                          WHERE p.snapshot_id = t.record_id AND p.a LIKE 'GPU%'), '[]')
          FROM latest_topology t WHERE ($1::text[] IS NULL OR t.node_id = ANY($1))",
     )
     .bind(filter)
     .fetch_all(&mut *tx)
     .await?;
-    for (node, Json(risks), gpudirect, node_nics) in topo {
+    for (node, Json(risks), gpudirect, node_nics, Json(paths)) in topo {
         let kv = railguard_schema::KvMemory::of(&gpudirect, false);
         let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
             Ok(r) if r.iter().all(|r| r.gpu < railguard_schema::limits::MAX_GPUS_PER_NODE) => r,
@@ -147,6 +150,7 @@ async fn read_topologies(
                     workload_nic: r.predicted_nic,
                     pinned: r.pinned,
                     safe_nics: r.safe_nics,
+                    nic_paths: nic_paths(&paths, r.gpu, &node_nics),
                     node_nics: node_nics.clone(),
                     kv: kv.clone(),
                     ..Default::default()
@@ -155,6 +159,21 @@ async fn read_topologies(
         }
     }
     Ok(inputs)
+}
+
+/// How GPU `gpu` reaches each NIC of the node, from the snapshot's `(a, b, class)` paths (a path
+/// whose class does not parse is left out: the pin's cost is then not stated, nothing else).
+fn nic_paths(
+    paths: &[(String, String, String)],
+    gpu: u32,
+    node_nics: &[String],
+) -> std::collections::BTreeMap<String, railguard_schema::PathClass> {
+    let name = format!("GPU{gpu}");
+    paths
+        .iter()
+        .filter(|(a, b, _)| *a == name && node_nics.contains(b))
+        .filter_map(|(_, b, class)| Some((b.clone(), railguard_schema::PathClass::from_label(&class.to_uppercase())?)))
+        .collect()
 }
 
 /// Adds each workload pair's latest verdicts (`recent`, in no order) that could make its GPU

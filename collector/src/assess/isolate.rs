@@ -84,7 +84,9 @@ pub fn assess_nodes<'a>(
             isolated.push((name, Isolated::Damaged));
         } else {
             match std::panic::catch_unwind(AssertUnwindSafe(|| {
-                node.iter().map(|(k, i)| rules::assess(i, previous(k), cfg)).collect::<Vec<_>>()
+                let mut a = node.iter().map(|(k, i)| rules::assess(i, previous(k), cfg)).collect::<Vec<_>>();
+                super::spread::spread(&node.iter().map(|(_, i)| *i).collect::<Vec<_>>(), &mut a);
+                a
             })) {
                 Ok(a) => out.extend(a),
                 Err(panic) => {

@@ -9,6 +9,7 @@ pub mod pin;
 pub mod rules;
 mod run;
 mod schedule;
+mod spread;
 mod timing;
 mod write;
 

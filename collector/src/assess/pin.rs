@@ -12,39 +12,15 @@ use std::fmt;
 use railguard_schema::KvMemory;
 use serde::Serialize;
 
-/// What the pinned NIC's good verdicts were proven in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PinEvidence {
-    /// Verified probes in GPU memory: the workload's own path.
-    GpuMemory,
-    /// Verified in host memory only: its GPU-memory path is unproven.
-    HostMemory,
-    /// Verified only on the simulated fabric.
-    Simulated,
-    /// No verdict yet: the NIC is structurally safe (through the root complex), nothing more.
-    Unprobed,
-}
+pub use crate::status::PinEvidence;
 
-impl PinEvidence {
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PinEvidence::GpuMemory => "gpu_memory",
-            PinEvidence::HostMemory => "host_memory",
-            PinEvidence::Simulated => "simulated",
-            PinEvidence::Unprobed => "unprobed",
-        }
-    }
-
-    /// What the pin's sentence adds after it, if anything.
-    fn qualifier(self) -> Option<&'static str> {
-        match self {
-            PinEvidence::GpuMemory => None,
-            PinEvidence::HostMemory => Some("verified in host memory only: its GPU-memory path is unproven"),
-            PinEvidence::Simulated => Some("verified on the simulated fabric, not on hardware"),
-            PinEvidence::Unprobed => Some("not yet verified by a probe"),
-        }
+/// What a pin's sentence adds after it, if anything.
+fn qualifier(e: PinEvidence) -> Option<&'static str> {
+    match e {
+        PinEvidence::GpuMemory => None,
+        PinEvidence::HostMemory => Some("verified in host memory only: its GPU-memory path is unproven"),
+        PinEvidence::Simulated => Some("verified on the simulated fabric, not on hardware"),
+        PinEvidence::Unprobed => Some("not yet verified by a probe"),
     }
 }
 
@@ -89,7 +65,7 @@ impl fmt::Display for Pin {
         write!(f, "UCX_NET_DEVICES={}:1", self.nic)?;
         let q = match self.evidence {
             PinEvidence::HostMemory if self.kv == KvMemory::Host => None,
-            e => e.qualifier(),
+            e => qualifier(e),
         };
         if let Some(q) = q {
             write!(f, " ({q})")?;

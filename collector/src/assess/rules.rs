@@ -47,6 +47,8 @@ pub struct GpuInput {
     pub pinned: bool,
     /// NICs through the root complex on the GPU's NUMA node, best first.
     pub safe_nics: Vec<String>,
+    /// How this GPU reaches each NIC of the node (the latest topology's path classes).
+    pub nic_paths: std::collections::BTreeMap<String, railguard_schema::PathClass>,
     /// The NICs of the node's latest topology: a pin is only ever one of them.
     pub node_nics: Vec<String>,
     /// The memory the GPU's KV cache moves in, and why.
@@ -158,7 +160,7 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
     let recommendation = (f.status >= GpuStatus::AtRisk).then(|| pin(input)).flatten();
     if let Some(r) = &recommendation {
         // Listed last: the evidence first, then what to do about it.
-        f.reasons.push((GpuStatus::Ok, format!("recommendation: set {r} for GPU{}'s process", input.gpu)));
+        f.reasons.push((GpuStatus::Ok, recommendation_line(r, input.gpu, None)));
     }
     if f.reasons.is_empty() {
         f.reasons.push((GpuStatus::Ok, ok_reason(input, workload, cfg)));
@@ -404,25 +406,49 @@ fn hysteresis(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig, f
     }
 }
 
-/// The NIC to move to: through the root complex on the GPU's NUMA node, probed in the window
-/// and never failed, verified in the GPU's KV memory first, then in host memory, then on the
-/// simulated fabric, else the first safe NIC unprobed. In-line checks alone do not verify a pin.
+/// The NIC to move to, on its own: the first of [`pin_candidates`]. A node's GPUs are then
+/// spread over their candidates together (`super::spread`).
 fn pin(input: &GpuInput) -> Option<Pin> {
-    let clean = |n: &&String, gpu_memory: bool| {
-        input.pairs.iter().any(|p| {
-            &p.nic == *n && p.ok > 0 && p.bad() == 0 && p.inline.mismatch == 0 && (!gpu_memory || p.ok_gpu_memory > 0)
-        })
-    };
-    let simulated = |n: &String| input.pairs.iter().any(|p| &p.nic == n && p.simulated);
-    let in_gpu = input.safe_nics.iter().find(|n| clean(n, true));
-    let any = input.safe_nics.iter().find(|n| clean(n, false));
-    let (nic, evidence) = match (in_gpu, any) {
-        (Some(n), _) => (n, PinEvidence::GpuMemory),
-        (None, Some(n)) if simulated(n) => (n, PinEvidence::Simulated),
-        (None, Some(n)) => (n, PinEvidence::HostMemory),
-        (None, None) => (input.safe_nics.first()?, PinEvidence::Unprobed),
-    };
-    Pin::new(nic, evidence, input.kv.memory, &input.node_nics)
+    let (nic, evidence) = pin_candidates(input).into_iter().next()?;
+    Pin::new(&nic, evidence, input.kv.memory, &input.node_nics)
+}
+
+/// The NICs this GPU's process could move to, best evidence first: through the root complex on
+/// the GPU's NUMA node (the topology's safe NICs), probed in the window and never failed —
+/// verified in the GPU's KV memory first, then in host memory or on the simulated fabric — then
+/// safe NICs not probed yet. A safe NIC that failed a probe or an in-line check of this GPU is
+/// never one. In-line checks alone do not verify a pin. Within a tier, the topology's order
+/// (closest path first).
+pub(super) fn pin_candidates(input: &GpuInput) -> Vec<(String, PinEvidence)> {
+    let pair = |n: &str| input.pairs.iter().find(|p| p.nic == n);
+    let mut tiers: [Vec<(String, PinEvidence)>; 3] = Default::default();
+    for nic in &input.safe_nics {
+        let Some(p) = pair(nic) else {
+            tiers[2].push((nic.clone(), PinEvidence::Unprobed));
+            continue;
+        };
+        if p.bad() > 0 || p.inline.mismatch > 0 {
+            continue;
+        }
+        if p.ok == 0 {
+            tiers[2].push((nic.clone(), PinEvidence::Unprobed));
+        } else if p.ok_gpu_memory > 0 {
+            tiers[0].push((nic.clone(), PinEvidence::GpuMemory));
+        } else if p.simulated {
+            tiers[1].push((nic.clone(), PinEvidence::Simulated));
+        } else {
+            tiers[1].push((nic.clone(), PinEvidence::HostMemory));
+        }
+    }
+    tiers.into_iter().flatten().collect()
+}
+
+/// The reason line that carries a pin: listed last, after the evidence.
+pub(super) fn recommendation_line(pin: &Pin, gpu: u32, cost: Option<&str>) -> String {
+    match cost {
+        Some(c) => format!("recommendation: set {pin} for GPU{gpu}'s process; {c}"),
+        None => format!("recommendation: set {pin} for GPU{gpu}'s process"),
+    }
 }
 
 /// Why a GPU with nothing against it is `ok`.

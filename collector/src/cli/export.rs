@@ -4,12 +4,12 @@ use std::path::PathBuf;
 
 use railguard_collector::export::{self, Format};
 
-use super::{DbArgs, TimeRangeArgs};
+use super::{ReadDbArgs, TimeRangeArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
     #[command(flatten)]
-    db: DbArgs,
+    db: ReadDbArgs,
     #[command(flatten)]
     range: TimeRangeArgs,
     /// File format.

@@ -1,8 +1,12 @@
 //! The collector's command line: one file per subcommand; the shared flags (database, time
 //! range) and the table printer are here.
 
+#[cfg(not(feature = "analysis"))]
+mod analysis_absent;
+mod api_client;
 #[cfg(feature = "analysis")]
 mod export;
+mod output;
 mod query;
 #[cfg(feature = "analysis")]
 mod report;
@@ -39,6 +43,12 @@ enum Command {
     /// Fleet report: failure rates per GPU and per pair, and patterns across nodes.
     #[cfg(feature = "analysis")]
     Report(report::ReportArgs),
+    /// Write probe, signal and status history to Parquet or CSV files (not in this build).
+    #[cfg(not(feature = "analysis"))]
+    Export(analysis_absent::Absent),
+    /// Fleet report (not in this build).
+    #[cfg(not(feature = "analysis"))]
+    Report(analysis_absent::Absent),
 }
 
 impl Cli {
@@ -50,6 +60,10 @@ impl Cli {
             Command::Export(a) => a.run().await,
             #[cfg(feature = "analysis")]
             Command::Report(a) => a.run().await,
+            #[cfg(not(feature = "analysis"))]
+            Command::Export(a) => a.run("export"),
+            #[cfg(not(feature = "analysis"))]
+            Command::Report(a) => a.run("report"),
         }
     }
 }
@@ -66,6 +80,17 @@ pub struct DbArgs {
     data_dir: PathBuf,
 }
 
+/// The database a reading command (`query`, `report`, `export`) opens directly.
+#[derive(Debug, clap::Args)]
+pub struct ReadDbArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Reading a private cluster the collector is not running: start it (it is left running).
+    /// Without it, a stopped cluster is an error; a missing one always is.
+    #[arg(long, global = true)]
+    start_database: bool,
+}
+
 impl DbArgs {
     pub fn config(&self) -> DatabaseConfig {
         match &self.database_url {
@@ -73,11 +98,13 @@ impl DbArgs {
             None => DatabaseConfig::Private { data_dir: self.data_dir.clone() },
         }
     }
+}
 
-    /// A pool on the database, migrated. A private cluster is reused if the collector runs it,
-    /// else started (its data stays where it is); one that does not exist is an error.
+impl ReadDbArgs {
+    /// A pool on the database, migrated. A private cluster is used while the collector runs it,
+    /// started only with --start-database; one that does not exist is an error.
     pub async fn connect(&self) -> anyhow::Result<sqlx::PgPool> {
-        let opts = match self.config() {
+        let opts = match self.db.config() {
             DatabaseConfig::Url(url) => url.parse().context("DATABASE_URL is not a valid Postgres URL")?,
             DatabaseConfig::Private { data_dir } => {
                 let dir = data_dir.join("postgres");
@@ -88,11 +115,17 @@ impl DbArgs {
                         dir.display()
                     );
                 }
-                let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&dir, true)).await??;
+                let start = self.start_database;
+                let cluster = tokio::task::spawn_blocking(move || {
+                    if start { PrivateCluster::start(&dir, true) } else { PrivateCluster::attach(&dir) }
+                })
+                .await??;
                 cluster.connect_options(pg::DATABASE_NAME)
             }
         };
-        Ok(pg::connect_and_migrate(opts, 2).await?)
+        let opts: sqlx::postgres::PgConnectOptions = opts;
+        let at = format!("{}:{}", opts.get_host(), opts.get_port());
+        pg::connect_and_migrate(opts, 2).await.with_context(|| format!("connecting to Postgres at {at}"))
     }
 }
 
@@ -101,10 +134,10 @@ impl DbArgs {
 pub struct TimeRangeArgs {
     /// Start: an RFC 3339 time or a duration before now (30d, 2h, 15m, 90s).
     #[arg(long, default_value = "30d")]
-    since: String,
+    pub since: String,
     /// End: an RFC 3339 time or a duration before now. Default: now.
     #[arg(long)]
-    until: Option<String>,
+    pub until: Option<String>,
 }
 
 impl TimeRangeArgs {

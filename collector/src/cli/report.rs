@@ -2,12 +2,12 @@
 
 use railguard_collector::export;
 
-use super::{DbArgs, TimeRangeArgs, table};
+use super::{ReadDbArgs, TimeRangeArgs, table};
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
     #[command(flatten)]
-    db: DbArgs,
+    db: ReadDbArgs,
     #[command(flatten)]
     range: TimeRangeArgs,
     /// JSON instead of text.
@@ -34,9 +34,11 @@ impl ReportArgs {
             Some(f) => println!("\nwhat explains the failures ({} confidence): {}", f.confidence, f.summary),
             None => println!("\nno failing pair (trusted evidence) in the period"),
         }
-        println!("\npatterns:");
-        for p in report["patterns"].as_array().into_iter().flatten() {
-            println!("  - {}", p["meaning"].as_str().unwrap_or(""));
+        // The pattern finder's sentence above is the pattern; the per-GPU-index lines behind it
+        // (one per index) stay in --json.
+        let per_index = report["patterns"].as_array().map_or(0, Vec::len);
+        if per_index > 0 {
+            println!("({per_index} per-GPU-index patterns behind it: --json, \"patterns\")");
         }
         println!("\nfailing GPUs:");
         table::print_value(&report["per_gpu"]);

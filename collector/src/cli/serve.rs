@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use railguard_collector::assess::AssessConfig;
+use railguard_collector::http::dashboard_url::DashboardUrl;
 use railguard_collector::ingest::k8s::K8sTokenConfig;
 use railguard_collector::{ServeConfig, serve::serve};
 
@@ -67,8 +68,6 @@ pub struct ServeArgs {
     /// whose batch brought a failure is assessed at once whatever the bound.
     #[arg(long, default_value_t = AssessConfig::DEFAULT_PASS_BUDGET.as_millis() as u64)]
     assess_pass_budget_ms: u64,
-    /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents, re-read
-    /// when it (or the key) changes. Without it, plaintext needs --insecure.
     /// TLS certificate chain (PEM) for the HTTP side (API, dashboard, /metrics): with it the
     /// API token and the metrics never cross in clear. Read again when the file changes.
     #[arg(long, env = "RAILGUARD_HTTP_TLS_CERT", requires = "http_tls_key")]
@@ -81,6 +80,13 @@ pub struct ServeArgs {
     /// Kubernetes). Other names are refused (421), against DNS rebinding; `*` answers any.
     #[arg(long, env = "RAILGUARD_HTTP_ALLOWED_HOSTS", value_delimiter = ',')]
     http_allowed_host: Vec<String>,
+    /// The dashboard's address as people reach it (an ingress, a Service name), for the links
+    /// alerts carry to a GPU's page (`railguard_collector_info`'s `dashboard_url`); default: the
+    /// --http-listen address, with the host's name where it listens on every address.
+    #[arg(long, env = "RAILGUARD_DASHBOARD_URL", value_parser = DashboardUrl::parse)]
+    dashboard_url: Option<DashboardUrl>,
+    /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents, re-read
+    /// when it (or the key) changes. Without it, plaintext needs --insecure.
     #[arg(long, env = "RAILGUARD_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// The private key (PEM) of --tls-cert.
@@ -165,6 +171,7 @@ impl ServeArgs {
             .zip(self.http_tls_key)
             .map(|(cert, key)| railguard_collector::serve::HttpTls { cert, key });
         cfg.http_allowed_hosts = railguard_collector::http::host::AllowedHosts::from_flags(&self.http_allowed_host);
+        cfg.dashboard_url = self.dashboard_url;
         cfg.tls = match (self.tls_cert, self.tls_key) {
             (Some(cert), Some(key)) => {
                 Some(railguard_collector::serve::GrpcTls { cert, key, client_ca: self.tls_client_ca })

@@ -1,14 +1,7 @@
 //! Rows as an aligned text table (the `query` and `report` output without --json).
 
-/// Prints serialisable rows (flat objects) as a table: identity columns first, in reading
+/// Prints rows (a JSON array of flat objects) as a table: identity columns first, in reading
 /// order, the rest as they come; arrays show their first element.
-pub fn print<T: serde::Serialize>(rows: &[T]) -> anyhow::Result<()> {
-    let value = serde_json::to_value(rows)?;
-    print_value(&value);
-    Ok(())
-}
-
-/// The same for JSON already built (the report's tables).
 pub fn print_value(rows: &serde_json::Value) {
     let Some(rows) = rows.as_array().filter(|r| !r.is_empty()) else {
         println!("(none)");
@@ -22,6 +15,15 @@ pub fn print_value(rows: &serde_json::Value) {
             .map(|o| o.keys().filter(|k| !lead.contains(&k.as_str())).cloned().collect::<Vec<_>>())
             .unwrap_or_default(),
     );
+    print_columns(rows, &cols);
+}
+
+/// Prints `rows` with exactly `cols`, in that order (a missing value shows as `-`).
+pub fn print_columns(rows: &[serde_json::Value], cols: &[String]) {
+    if rows.is_empty() {
+        println!("(none)");
+        return;
+    }
     let cell = |v: &serde_json::Value| match v {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Null => "-".into(),
@@ -41,7 +43,7 @@ pub fn print_value(rows: &serde_json::Value) {
             .collect::<Vec<_>>()
             .join("  ")
     };
-    println!("{}", line(cols.clone()));
+    println!("{}", line(cols.to_vec()));
     for r in rows {
         println!("{}", line(cols.iter().map(|c| cell(&r[c])).collect()));
     }

@@ -135,6 +135,15 @@ async fn nodes(out: &mut String, pool: &sqlx::PgPool, st: &crate::ingest::Ingest
     }
     let _ = writeln!(
         out,
+        "# HELP railguard_node_batch_interval_seconds A node's usual gap between batches: the largest recent one, decaying by a tenth a batch, at most 1800 (an agent summarising ok probes over 5 minutes is silent ~300 s by design).\n# TYPE railguard_node_batch_interval_seconds gauge"
+    );
+    for crate::store::read::NodeLag { node_id: node, batch_interval_seconds: interval, .. } in &lag {
+        if let Some(i) = interval {
+            let _ = writeln!(out, "railguard_node_batch_interval_seconds{{node=\"{}\"}} {i:.3}", label(node));
+        }
+    }
+    let _ = writeln!(
+        out,
         "# HELP railguard_agent_spool_dropped_total Records an agent's full spool dropped.\n# TYPE railguard_agent_spool_dropped_total counter"
     );
     for crate::store::read::NodeLag { node_id: node, spool_dropped_total: dropped, .. } in &lag {
@@ -299,6 +308,12 @@ fn patterns(out: &mut String, facts: &crate::patterns::Facts) {
 /// This process: the tasks it leads, the agents' clocks it saw, the Kubernetes controller.
 fn process(out: &mut String, s: &AppState) {
     let st = &*s.state.ingest;
+    let _ = writeln!(
+        out,
+        "# HELP railguard_collector_info This collector: its version and the dashboard's address as people reach it (the alert rules link to a GPU's page through it); always 1.\n# TYPE railguard_collector_info gauge\nrailguard_collector_info{{version=\"{}\",dashboard_url=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        label(s.dashboard_url.as_str())
+    );
     let _ = writeln!(
         out,
         "# HELP railguard_leader 1 where this collector holds a fleet-wide task (with several replicas on one Postgres, exactly one holds each).\n# TYPE railguard_leader gauge"

@@ -2,6 +2,7 @@
 //! OpenAPI document, Prometheus `/metrics`. `app(state)` builds the router; `serve` lives in `crate::serve`.
 
 pub mod api;
+pub mod dashboard_url;
 mod error;
 pub mod host;
 mod metrics;
@@ -36,6 +37,8 @@ pub struct AppState {
     pub facts: Arc<crate::patterns::Facts>,
     /// The `Host` names answered besides IP literals and localhost ([`host`]).
     pub allowed_hosts: Arc<host::AllowedHosts>,
+    /// The dashboard's address as people reach it, for the links alerts carry.
+    pub dashboard_url: Arc<dashboard_url::DashboardUrl>,
 }
 
 /// Headers on every response: the dashboard loads only its own script and style from the

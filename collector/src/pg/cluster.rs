@@ -43,6 +43,11 @@ pub enum ClusterError {
     NotTraversable { path: PathBuf, user: String },
     #[error("{what} failed: {stderr}")]
     Command { what: String, stderr: String },
+    #[error(
+        "the private Postgres under {data_dir} is not running (it runs while the collector does): start the collector, \
+         or ask for it to be started"
+    )]
+    NotRunning { data_dir: PathBuf },
     #[error("I/O on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -132,6 +137,21 @@ impl PrivateCluster {
         if !cluster.is_running() {
             // A crashed server leaves postmaster.pid behind; pg_ctl handles a stale one.
             cluster.pg_ctl(&["start", "-w", "-t", "60", "-l", "server.log"])?;
+        }
+        Ok(cluster)
+    }
+
+    /// The cluster under `data_dir` as it is: running, never created, started or reconfigured
+    /// (a reader's connection to the collector's own database).
+    pub fn attach(data_dir: &Path) -> Result<Self, ClusterError> {
+        let bin_dir = find_bindir()?;
+        let data_dir =
+            data_dir.canonicalize().map_err(|source| ClusterError::Io { path: data_dir.to_path_buf(), source })?;
+        let (run_as, user_name) = unprivileged_user()?;
+        let password = std::fs::read_to_string(password_file(&data_dir)).ok().map(|p| p.trim().to_owned());
+        let cluster = PrivateCluster { bin_dir, data_dir, run_as, user_name, password };
+        if !cluster.is_running() {
+            return Err(ClusterError::NotRunning { data_dir: cluster.data_dir });
         }
         Ok(cluster)
     }

@@ -167,6 +167,8 @@ async fn upsert_node_seen(
          VALUES ($1, $2, CASE WHEN $3 <= now() - $4 * interval '1 second' THEN now() END)
          ON CONFLICT (node_id) DO UPDATE
             SET last_seen = now(), evidence_pending = true,
+                batch_interval_seconds = least(1800, greatest(EXTRACT(EPOCH FROM now() - nodes.last_seen)::float8,
+                                                             coalesce(nodes.batch_interval_seconds, 0) * 0.9)),
                 late_stored_at = coalesce(EXCLUDED.late_stored_at, nodes.late_stored_at),
                 spool_dropped_total = GREATEST(nodes.spool_dropped_total, EXCLUDED.spool_dropped_total)",
     )

@@ -35,6 +35,7 @@ fn seed_gpu(g: u32, workload: &str, structural: RiskLevel) -> GpuInput {
         workload_nic: Some(workload.into()),
         pinned: workload == "mlx5_0" && g != 0,
         safe_nics: safe,
+        nic_paths: Default::default(),
         node_nics: (0..8).map(|n| format!("mlx5_{n}")).collect(),
         kv: gpu_kv(),
         pairs: (0..8)
@@ -314,16 +315,21 @@ fn an_inline_mismatch_is_corrupting_at_once_and_names_the_requests() {
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!((a.status, a.recommendation), (GpuStatus::Corrupting, None));
 
-    // A NIC with an in-line mismatch is never recommended as the pin.
+    // A NIC with an in-line mismatch is never the pin, not even as "not yet verified": with no
+    // other safe NIC there is none.
     let mut bad = pair("mlx5_1", 3, 0);
     bad.inline.mismatch = 2;
     let mut i = inline_gpu(vec![pair("mlx5_3", 0, 3), bad]);
     i.workload_recent = vec![ProbeVerdict::SilentCorruption; 3];
     let a = assess(&i, None, &RulesConfig::default());
-    assert_eq!(a.status, GpuStatus::Corrupting);
+    assert_eq!((a.status, a.recommendation), (GpuStatus::Corrupting, None));
+    // An unprobed safe NIC is (said so).
+    i.safe_nics.push("mlx5_2".into());
+    i.node_nics.push("mlx5_2".into());
+    let a = assess(&i, None, &RulesConfig::default());
     assert_eq!(
         a.recommendation.as_ref().map(ToString::to_string).as_deref(),
-        Some("UCX_NET_DEVICES=mlx5_1:1 (not yet verified by a probe)")
+        Some("UCX_NET_DEVICES=mlx5_2:1 (not yet verified by a probe)")
     );
 }
 

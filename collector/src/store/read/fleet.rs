@@ -268,12 +268,16 @@ pub struct NodeLag {
     pub node_id: String,
     pub age_seconds: f64,
     pub spool_dropped_total: i64,
+    /// The node's usual gap between batches (largest recent one, decaying); None before its
+    /// second batch.
+    pub batch_interval_seconds: Option<f64>,
 }
 
 /// Per node: seconds since its last batch (ingest lag) and its spool's dropped total (for /metrics).
 pub async fn node_lags(pool: &PgPool) -> Result<Vec<NodeLag>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8 AS age_seconds, spool_dropped_total
+        "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8 AS age_seconds, spool_dropped_total,
+                batch_interval_seconds
          FROM nodes ORDER BY node_id",
     )
     .fetch_all(pool)

@@ -48,6 +48,33 @@ pub struct GpuStatusRow {
     pub proven: bool,
     /// The pin was verified on hardware in the memory the GPU's KV cache moves in.
     pub pin_verified: bool,
+    /// The recommendation as fields, for a script to apply: null when the GPU stays where it is.
+    #[sqlx(json(nullable))]
+    pub pin: Option<PinDetail>,
+    /// Whether the workload's NIC is pinned (`UCX_NET_DEVICES` set for its process) rather than
+    /// UCX's auto-selection, as the node's latest topology says; null before one.
+    pub workload_pinned: Option<bool>,
+}
+
+/// The NIC a GPU's process should move to, and what moving costs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
+pub struct PinDetail {
+    /// The NIC to pin (an RDMA device name of the node's latest topology).
+    pub nic: String,
+    /// What to set for the GPU's process: `UCX_NET_DEVICES=<nic>:1`.
+    pub env: String,
+    /// The pinned NIC was verified on hardware in the memory the GPU's KV cache moves in.
+    pub verified: bool,
+    /// What the pinned NIC's good verdicts were proven in.
+    pub evidence: crate::status::PinEvidence,
+    /// The path class GPU→pinned NIC: what the transfers take after the move.
+    #[schema(value_type = Option<String>)]
+    pub path_class: Option<railguard_schema::PathClass>,
+    /// The path class GPU→workload NIC: what the transfers leave (PIX → PHB costs bandwidth).
+    #[schema(value_type = Option<String>)]
+    pub from_path_class: Option<railguard_schema::PathClass>,
+    /// Why the GPU must move: the first line of its evidence.
+    pub why: String,
 }
 
 /// A GPU's history in a period: what `GET .../history` returns.

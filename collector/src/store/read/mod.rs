@@ -14,7 +14,21 @@ macro_rules! gpu_status_columns {
     () => {
         "node_id AS node, gpu_index AS gpu, status, verification, since, assessed_at AS changed_at,
          (SELECT n.assessed_at FROM nodes n WHERE n.node_id = gpu_status.node_id) AS assessed_at,
-         workload_nic, structural_risk, reasons, recommendation, evidence_path AS path, proven, pin_verified"
+         workload_nic, structural_risk, reasons, recommendation, evidence_path AS path, proven, pin_verified,
+         CASE WHEN pin_nic IS NULL THEN NULL ELSE jsonb_build_object(
+             'nic', pin_nic, 'env', 'UCX_NET_DEVICES=' || pin_nic || ':1', 'verified', pin_verified,
+             'evidence', pin_evidence, 'why', reasons->>0,
+             'path_class', (SELECT p.class FROM topology_paths p
+                 WHERE p.node_id = gpu_status.node_id AND p.a = 'GPU' || gpu_status.gpu_index AND p.b = pin_nic
+                   AND p.snapshot_id = (SELECT t.record_id FROM topology_snapshots t WHERE t.node_id = gpu_status.node_id
+                                        ORDER BY t.received_at DESC, t.observed_at DESC LIMIT 1)),
+             'from_path_class', (SELECT p.class FROM topology_paths p
+                 WHERE p.node_id = gpu_status.node_id AND p.a = 'GPU' || gpu_status.gpu_index AND p.b = workload_nic
+                   AND p.snapshot_id = (SELECT t.record_id FROM topology_snapshots t WHERE t.node_id = gpu_status.node_id
+                                        ORDER BY t.received_at DESC, t.observed_at DESC LIMIT 1))) END AS pin,
+         (SELECT r->>'pinned' = 'true' FROM topology_snapshots t, jsonb_array_elements(t.risks) r
+           WHERE t.node_id = gpu_status.node_id AND (r->>'gpu')::int = gpu_status.gpu_index
+           ORDER BY t.received_at DESC, t.observed_at DESC LIMIT 1) AS workload_pinned"
     };
 }
 

@@ -17,6 +17,8 @@ fn row(node: &str, gpu: i32, status: GpuStatus, age_s: i64) -> GpuStatusRow {
         path: Some(railguard_schema::DataPath::NicDma),
         proven: status == GpuStatus::Ok,
         pin_verified: status >= GpuStatus::AtRisk,
+        pin: None,
+        workload_pinned: Some(false),
     }
 }
 

@@ -1,0 +1,168 @@
+//! The collector's JSON API as the CLI reads it (`query --collector URL`): one GET per
+//! question, over HTTP or HTTPS, with the API's bearer token when it needs one.
+//!
+//! Every failure names the URL it was about and says what to do: an unreachable collector, a
+//! refused token, a node the collector does not know (the API's 404 words), a timeout. The
+//! token is sent, never printed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio_rustls::rustls;
+
+/// How long one request may take, connection included.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiClientError {
+    #[error("--collector {0:?} is not an http:// or https:// URL")]
+    BadUrl(String),
+    #[error("reading {path}: {source}")]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: no certificate in it could be used ({reason})")]
+    Ca { path: PathBuf, reason: String },
+    #[error("cannot reach the collector at {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("the collector at {url} did not answer within {} s", TIMEOUT.as_secs())]
+    Timeout { url: String },
+    #[error("the collector at {url} refused the request (401): give --token-file with its API token")]
+    Unauthorized { url: String },
+    #[error("{url}: {message}")]
+    NotFound { url: String, message: String },
+    #[error("{url}: HTTP {status}: {message}")]
+    Status { url: String, status: u16, message: String },
+    #[error("{url}: the answer is not JSON ({reason})")]
+    NotJson { url: String, reason: String },
+}
+
+/// A client for one collector's API.
+pub struct ApiClient {
+    base: String,
+    token: Option<String>,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>,
+}
+
+impl ApiClient {
+    /// `base`: the collector's HTTP address (`http://host:7701`); `token_file`: the API token;
+    /// `ca_file`: the CA (PEM) of an HTTPS collector with a private CA (else the system's roots).
+    pub fn new(base: &str, token_file: Option<&Path>, ca_file: Option<&Path>) -> Result<ApiClient, ApiClientError> {
+        let rest = base
+            .strip_prefix("https://")
+            .or_else(|| base.strip_prefix("http://"))
+            .filter(|r| !r.is_empty() && !r.starts_with('/'))
+            .ok_or_else(|| ApiClientError::BadUrl(base.to_owned()))?;
+        if rest.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ApiClientError::BadUrl(base.to_owned()));
+        }
+        let token = token_file
+            .map(|p| {
+                std::fs::read_to_string(p)
+                    .map(|t| t.trim().to_owned())
+                    .map_err(|source| ApiClientError::File { path: p.to_owned(), source })
+            })
+            .transpose()?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        let builder = match ca_file {
+            Some(path) => {
+                let mut roots = rustls::RootCertStore::empty();
+                let pem =
+                    std::fs::read(path).map_err(|source| ApiClientError::File { path: path.to_owned(), source })?;
+                let ca = |reason: String| ApiClientError::Ca { path: path.to_owned(), reason };
+                for cert in rustls_pki_types::pem::PemObject::pem_slice_iter(&pem) {
+                    let cert: rustls_pki_types::CertificateDer<'static> = cert.map_err(|e| ca(e.to_string()))?;
+                    roots.add(cert).map_err(|e| ca(e.to_string()))?;
+                }
+                if roots.is_empty() {
+                    return Err(ca("no PEM certificate".into()));
+                }
+                let config = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| ca(e.to_string()))?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                builder.with_tls_config(config)
+            }
+            None => builder.with_provider_and_native_roots(provider).map_err(|e| ApiClientError::Unreachable {
+                url: base.to_owned(),
+                reason: format!("no system CA certificates ({e}); give --ca-file"),
+            })?,
+        };
+        let https = builder.https_or_http().enable_http1().build();
+        let client = Client::builder(TokioExecutor::new()).build(https);
+        Ok(ApiClient { base: base.trim_end_matches('/').to_owned(), token, client })
+    }
+
+    /// GETs `path` (from `/api/v1/...`, its query already encoded) and decodes the JSON.
+    pub async fn get(&self, path: &str) -> Result<serde_json::Value, ApiClientError> {
+        let url = format!("{}{path}", self.base);
+        let mut req = hyper::Request::get(&url).header("accept", "application/json");
+        if let Some(t) = &self.token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = req.body(Empty::new()).map_err(|_| ApiClientError::BadUrl(url.clone()))?;
+        let answer = async {
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|e| ApiClientError::Unreachable { url: url.clone(), reason: error_chain(&e) })?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| ApiClientError::Unreachable { url: url.clone(), reason: error_chain(&e) })?;
+            Ok::<_, ApiClientError>((status, body.to_bytes()))
+        };
+        let (status, body) =
+            tokio::time::timeout(TIMEOUT, answer).await.map_err(|_| ApiClientError::Timeout { url: url.clone() })??;
+        let message = || {
+            serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(200).collect())
+        };
+        match status.as_u16() {
+            200 => serde_json::from_slice(&body).map_err(|e| ApiClientError::NotJson { url, reason: e.to_string() }),
+            401 => Err(ApiClientError::Unauthorized { url }),
+            404 => Err(ApiClientError::NotFound { url, message: message() }),
+            s => Err(ApiClientError::Status { url, status: s, message: message() }),
+        }
+    }
+}
+
+/// An error with its causes, one after another ("connection refused" is a cause, several deep).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let c_s = c.to_string();
+        if !s.contains(&c_s) {
+            s.push_str(": ");
+            s.push_str(&c_s);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// Percent-encodes a query value or path segment (everything but unreserved characters).
+pub fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,147 @@
+//! `railguard-collector query --collector URL`: the fleet read through the collector's API from
+//! another directory with no database access, in every output format; unknown nodes,
+//! unreachable collectors and missing tokens are errors that name what they were about.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::process::{Command, Output};
+
+use railguard_e2e::scripted::*;
+use railguard_e2e::*;
+use serde_json::Value;
+
+/// Runs `railguard-collector query ARGS` in an empty directory with no database in reach.
+fn query(args: &[&str]) -> (Output, tempfile::TempDir) {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = Command::new(bin("railguard-collector"))
+        .arg("query")
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("RAILGUARD_DATA_DIR")
+        .env_remove("RAILGUARD_API_TOKEN_FILE")
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    (out, elsewhere)
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn query_reads_the_collectors_api_from_anywhere() {
+    let pg = TestPg::start().await;
+    let c = scripted_fleet(&pg).await;
+    let url = format!("http://127.0.0.1:{}", c.http_port);
+
+    // The same rows as the API, wherever the command runs; nothing created where it ran.
+    let (out, dir) = query(&["gpus", "--node", "seed-auto", "--collector", &url, "-o", "json"]);
+    let rows: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let api = json(&c, "/api/v1/nodes/seed-auto");
+    assert_eq!(rows, api["gpus"], "the API's rows");
+    assert_eq!(rows.as_array().unwrap().len(), 8);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing created where it ran");
+
+    // YAML: the same rows (a YAML parser reads back what the JSON said).
+    let (out, _d) = query(&["gpus", "--node", "seed-auto", "--collector", &url, "-o", "yaml"]);
+    let yaml = ok(&out);
+    let py = Command::new("python3")
+        .args(["-c", "import json, sys, yaml; print(json.dumps(yaml.safe_load(sys.stdin)))"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    py.stdin.as_ref().unwrap().write_all(yaml.as_bytes()).unwrap();
+    let back = py.wait_with_output().unwrap();
+    assert!(back.status.success(), "{yaml}");
+    assert_eq!(serde_json::from_slice::<Value>(&back.stdout).unwrap(), rows, "{yaml}");
+
+    // The table: the main columns; wide: every column.
+    let (out, _d) = query(&["gpus", "--status", "corrupting", "--collector", &url]);
+    let table = ok(&out);
+    assert_eq!(table.lines().count(), 1 + 9, "{table}");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "node",
+            "gpu",
+            "status",
+            "verification",
+            "workload_nic",
+            "recommendation",
+            "changed_at",
+            "assessed_at",
+            "reasons"
+        ],
+        "{table}"
+    );
+    let (out, _d) = query(&["gpus", "--status", "corrupting", "--collector", &url, "-o", "wide"]);
+    let wide = ok(&out);
+    assert!(wide.lines().next().unwrap().contains("pin_verified"), "{wide}");
+
+    // Nodes, with their counts as columns; failures; a GPU's history.
+    let (out, _d) = query(&["nodes", "--collector", &url, "-o", "json"]);
+    let nodes: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let auto = nodes.as_array().unwrap().iter().find(|n| n["node"] == "seed-auto").unwrap();
+    assert_eq!((&auto["corrupting"], &auto["worst"]), (&Value::from(8), &Value::from("corrupting")), "{auto}");
+    let (out, _d) = query(&["nodes", "--status", "corrupting", "--collector", &url]);
+    let text = ok(&out);
+    assert_eq!(text.lines().count(), 1 + 2, "the two seed nodes: {text}");
+    let (out, _d) = query(&["failures", "--since", "1d", "--collector", &url, "--json"]);
+    assert_eq!(serde_json::from_str::<Value>(&ok(&out)).unwrap().as_array().unwrap().len(), 17);
+    let (out, _d) = query(&["history", "seed-auto", "3", "--since", "1d", "--collector", &url, "-o", "json"]);
+    let hourly: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let bad: i64 = hourly
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["nic"] == "mlx5_3")
+        .map(|b| b["silent_corruption"].as_i64().unwrap())
+        .sum();
+    assert_eq!(bad, 4, "{hourly}");
+
+    // An unknown node: exit 1, the node and the URL named.
+    for args in [&["gpus", "--node", "nope"][..], &["history", "nope", "0"][..]] {
+        let mut a = args.to_vec();
+        a.extend(["--collector", &url]);
+        let (out, _d) = query(&a);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("nope") && err.contains(&url), "{err}");
+    }
+    // A bad status is refused before any request.
+    let (out, _d) = query(&["gpus", "--status", "broken", "--collector", &url]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("broken"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_collector_and_a_missing_token_are_named() {
+    // Nothing listens on a port just freed.
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let (out, _d) = query(&["gpus", "--collector", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("cannot reach the collector at {url}/api/v1/gpus")), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "refused at once, not after a timeout");
+    let (out, _d) = query(&["gpus", "--collector", "127.0.0.1:7701"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not an http:// or https:// URL"), "{out:?}");
+
+    // A collector that requires its API token: without it a clear refusal, with it the rows.
+    let pg = TestPg::start().await;
+    let d = tempfile::tempdir().unwrap();
+    let tok = d.path().join("api-token");
+    write_secret(&tok, "api-secret-0123456789\n");
+    let c = CollectorProc::start_with(&pg.url(), &[], &["--api-token-file", tok.to_str().unwrap()]);
+    let url = format!("http://127.0.0.1:{}", c.http_port);
+    let (out, _d) = query(&["nodes", "--collector", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refused the request (401): give --token-file"), "{err}");
+    let (out, _d) = query(&["nodes", "--collector", &url, "--token-file", tok.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(ok(&out).trim(), "[]");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("api-secret"), "the token is never printed");
+}
