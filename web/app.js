@@ -96,6 +96,7 @@ function cellMatches(c, q) {
 // collector's work), where the rest of the page refreshes every 5 s.
 const PATTERN_EVERY_MS = 60000;
 let patternRead = { at: 0, value: null };
+let seriesRead = { at: 0, key: null, value: null };
 
 async function fleet() {
   crumbs.innerHTML = "";
@@ -108,11 +109,17 @@ async function fleet() {
   const patternPath = atDate && !isNaN(atDate)
     ? `/api/v1/patterns?since=${encodeURIComponent(new Date(atDate - 900000).toISOString())}&until=${encodeURIComponent(atDate.toISOString())}`
     : "/api/v1/patterns?since=15m";
-  const [f, grid, pat] = await Promise.all([
+  // The fleet's corrupting and at-risk GPUs over the day to `at` (or now), read like the pattern.
+  const readSeries = seriesRead.key !== patternKey || Date.now() - seriesRead.at >= PATTERN_EVERY_MS;
+  const seriesUntil = atDate && !isNaN(atDate) ? atDate : new Date();
+  const seriesPath = `/api/v1/fleet/series?since=${encodeURIComponent(new Date(seriesUntil - 86400000).toISOString())}&until=${encodeURIComponent(seriesUntil.toISOString())}`;
+  const [f, grid, pat, series] = await Promise.all([
     api("/api/v1/fleet"),
     api(`/api/v1/grid${at ? `?at=${encodeURIComponent(at)}` : ""}`),
     readPattern ? api(patternPath).catch(() => null) : Promise.resolve(patternRead.value),
+    readSeries ? api(seriesPath).catch(() => null) : Promise.resolve(seriesRead.value),
   ]);
+  if (readSeries && series) seriesRead = { at: Date.now(), key: patternKey, value: series };
   // A failed read keeps the last one shown (for the same moment) and tries again in 15 s.
   if (readPattern) {
     patternRead = pat ? { at: Date.now(), key: patternKey, value: pat }
@@ -164,6 +171,10 @@ async function fleet() {
     const age = Math.max(0, Math.round((Date.now() - new Date(grid.assessed_at)) / 1000));
     h += `<p id="age" class="${age > 30 ? "warning stale" : "muted"}" data-age="${age}">data is ${age} s old${age > 30 ? " — the collector is falling behind" : ""}</p>`;
   }
+  const fleetSeries = seriesRead.key === patternKey ? seriesRead.value : null;
+  if (fleetSeries) {
+    h += `<h2>Corrupting and at-risk GPUs, the day to ${esc(new Date(fleetSeries.until).toISOString())}${filtering ? " (the whole fleet: the filters do not apply)" : ""}</h2><div class="chart" id="chart-fleet"></div>`;
+  }
   // The grid: one row per node, one cell per GPU, coloured by status.
   let cells = 0;
   const parts = [];
@@ -195,6 +206,7 @@ async function fleet() {
         `<tr data-node="${esc(c.node)}" data-to="${esc(c.to)}"><td>${ago(c.at)}</td><td><a href="#/node/${encodeURIComponent(c.node)}">${esc(c.node)}</a></td><td>GPU${c.gpu}</td><td>${c.from ? badge(c.from) : "-"}</td><td>${badge(c.to)}</td><td>${esc(c.reasons[0] || "")}</td></tr>`).join("")}</table>`;
   }
   document.getElementById("fleet-body").innerHTML = h;
+  if (fleetSeries) Charts.fleet(document.getElementById("chart-fleet"), fleetSeries.points);
 }
 
 // A pin's path change (PIX → PHB), the cost of the move, in words a reader can weigh.
@@ -205,7 +217,10 @@ function pinCost(p) {
 
 async function node(name) {
   crumbs.innerHTML = `/ <a href="#/node/${encodeURIComponent(name)}">${esc(name)}</a>`;
-  const n = await api(`/api/v1/nodes/${encodeURIComponent(name)}`);
+  const [n, nicSeries] = await Promise.all([
+    api(`/api/v1/nodes/${encodeURIComponent(name)}`),
+    api(`/api/v1/nodes/${encodeURIComponent(name)}/nics/series?since=1d`).catch(() => null),
+  ]);
   const topo = n.topology || { gpus: [], nics: [], paths: [], host: {} };
   const status = Object.fromEntries(n.gpus.map(g => [g.gpu, g]));
   const latest = {};
@@ -237,7 +252,10 @@ async function node(name) {
     }
     out += `<td>${badge(st.status)}</td></tr>`;
   }
-  out += `</table><p class="muted">outlined: the NIC the GPU's workload uses (predicted or pinned) · green: latest probe verified · red: latest probe failed</p><h2>Per GPU</h2>`;
+  out += `</table><p class="muted">outlined: the NIC the GPU's workload uses (predicted or pinned) · green: latest probe verified · red: latest probe failed</p>`;
+  out += `<h2>Failed share of each NIC's probes, per hour (every GPU of the node, the last day)</h2>`;
+  out += nicSeries && nicSeries.buckets.length ? `<div class="chart" id="chart-nics"></div>` : '<p class="muted" id="chart-nics-none">no probes</p>';
+  out += `<h2>Per GPU</h2>`;
   // A reason several GPUs share (the same words, with each its own GPU and NIC: the node's
   // structural risk, say) is shown once, above the table, and each row points to it.
   const word = (w) => new RegExp(`(?<![A-Za-z0-9_])${w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?![A-Za-z0-9_])`, "g");
@@ -269,6 +287,7 @@ async function node(name) {
       <td>${g.recommendation ? `<span class="pin">${esc(g.recommendation)}</span>${pinCost(g.pin)}` : "-"}</td></tr>`;
   }
   view.innerHTML = out + "</table>";
+  if (nicSeries && nicSeries.buckets.length) Charts.nicRates(document.getElementById("chart-nics"), nicSeries.buckets);
 }
 
 // One probe row in words: a probe, or an agent's summary of ok probes.
@@ -329,21 +348,39 @@ async function gpu(name, idx, query) {
   const dayRows = [...byDay.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([nic, d]) =>
     `<tr data-nic="${esc(nic)}"><td>${esc(nic)}${nic === s.workload_nic ? " (workload)" : ""}</td><td><div class="timeline small">${[...d.entries()].map(([k, c]) =>
       `<div class="tick day ${c.bad ? "bad" : "ok"}${c.sim ? " sim" : c.unproven ? " unproven" : ""}" title="${esc(`${k} ${nic}: ${c.ok} ok, ${c.bad} failed (${[...c.tiers].join(", ")})`)}"></div>`).join("")}</div></td></tr>`).join("");
+  // The plots: the workload's NIC first, then the others in name order.
+  const natural = (a, b) => a.localeCompare(b, undefined, { numeric: true });
+  const evidence = hist.probes.filter(p => p.injected === "none");
+  const nicOrder = [...new Set([...evidence.map(p => p.nic), ...g.pairs.map(p => p.nic)])].sort(natural);
+  if (s.workload_nic && nicOrder.includes(s.workload_nic)) nicOrder.splice(nicOrder.indexOf(s.workload_nic), 1), nicOrder.unshift(s.workload_nic);
+  // The workload's NIC over time, from its own pair's probes: where it changes, a pin was
+  // applied or lifted.
+  const marks = [];
+  let prev = null;
+  for (const p of evidence.filter(p => p.selection !== "sweep").slice().sort((a, b) => new Date(a.at) - new Date(b.at))) {
+    const k = `${p.selection}/${p.nic}`;
+    if (prev !== null && k !== prev) marks.push({ at: p.at, label: p.selection === "pinned" ? `pinned to ${p.nic}` : `auto-selected ${p.nic}` });
+    prev = k;
+  }
+  const until = at || new Date();
+  const since = new Date(until - 86400000);
   let out = `<h1>${esc(name)} · GPU${esc(idx)} ${badge(s.status)} ${verified(s.verification)}</h1>${then}
     <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
     <p id="freshness">evidence last changed ${esc(ago(s.changed_at))} · node last assessed ${esc(ago(s.assessed_at))}</p>
     ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span>${pinCost(s.pin)}</p>` : ""}
+    <h2>Probe verdicts over the day to ${esc(until.toISOString())}: one row per NIC, the workload's (★) on top</h2>
+    ${evidence.length ? `<div class="chart" id="chart-verdicts" data-rows="${esc(nicOrder.join(","))}"></div>` : '<p class="muted" id="chart-verdicts-none">no probes</p>'}
+    <h2>Status over the same day, the workload NIC's changes (pins) marked</h2>
+    <div class="chart" id="chart-status" data-marks="${esc(marks.map(m => m.label).join(";"))}"></div>
     <h2>Evidence</h2><ol class="reasons" id="evidence">${s.reasons.map(r => `<li>${esc(r)}</li>`).join("")}</ol>
     <details id="export"><summary>Evidence for a ticket (Markdown, JSON)</summary>
       <button type="button" id="copy-md">copy Markdown</button> <button type="button" id="copy-json">copy JSON</button>
       <textarea id="evidence-md" readonly rows="10">${esc(evidenceMarkdown(name, idx, g))}</textarea>
       <textarea id="evidence-json" readonly rows="6">${esc(JSON.stringify({ node: name, gpu: Number(idx), status: s, pairs: g.pairs, inline: g.inline }, null, 2))}</textarea>
     </details>
-    <h2>Probe verdicts (last day, oldest → newest)</h2><div class="timeline" id="timeline">${hist.probes.filter(p => p.injected === "none").reverse().map(p =>
-      `<div class="tick ${p.verdict === "ok" ? "ok" : "bad"}${p.summary ? " summary" : ""}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(`${probeTitle(p)} · ${p.nic} ${p.transport} via ${p.path} (${p.memory} memory${p.lanes.length ? `, lanes ${p.lanes.join(", ")}` : ""})`)}"></div>`).join("") || '<span class="muted">no probes</span>'}</div>
-    <p class="muted">hatched: simulated fabric · faded: exercised no NIC (unproven)</p>
     <h2>Thirty days by day, per NIC (from the pair-hour rollups and the live evidence)</h2>${dayRows ? `<table id="by-day"><tr><th>NIC</th><th>days, oldest → newest</th></tr>${dayRows}</table>` : '<p class="muted">no probes</p>'}
-    <h2>Failure rate per NIC (same probes)</h2>${nicRows ? `<table id="per-nic"><tr><th>NIC</th><th>failed</th><th>verdicts, oldest → newest</th></tr>${nicRows}</table>` : '<p class="muted">no probes</p>'}
+    <p class="muted">hatched: simulated fabric · faded: exercised no NIC (unproven)</p>
+    <h2>Failure rate per NIC (the last day's probes)</h2>${nicRows ? `<table id="per-nic"><tr><th>NIC</th><th>failed</th><th>verdicts, oldest → newest</th></tr>${nicRows}</table>` : '<p class="muted">no probes</p>'}
     ${hist.probes.some(p => p.injected !== "none") ? `<h2>Self-test history (injected faults, not evidence)</h2><table id="selftest"><tr><th>when</th><th>NIC</th><th>injected</th><th>verdict</th></tr>${hist.probes.filter(p => p.injected !== "none").slice(0, 50).map(p =>
       `<tr><td>${ago(p.at)}</td><td>${esc(p.nic)}</td><td>${esc(p.injected)}</td><td>${esc(p.verdict)} / ${esc(p.diagnosis)}</td></tr>`).join("")}</table>` : ""}
     <h2>Pairs</h2><table><tr><th>NIC</th><th>latest</th><th>diagnosis</th><th>ok / bad in window</th></tr>${g.pairs.map(p =>
@@ -357,6 +394,9 @@ async function gpu(name, idx, query) {
     <h2>Status changes</h2>${hist.status_changes.length ? `<table><tr><th>when</th><th>from</th><th>to</th></tr>${hist.status_changes.map(c =>
       `<tr><td>${ago(c.at)}</td><td>${c.from ? badge(c.from) : "-"}</td><td>${badge(c.to)}</td></tr>`).join("")}</table>` : '<p class="muted">none</p>'}`;
   view.innerHTML = out;
+  Charts.verdicts(document.getElementById("chart-verdicts"), evidence, nicOrder, since, until);
+  const history = hist.status_changes.filter(c => new Date(c.at) >= since && new Date(c.at) <= until);
+  Charts.status(document.getElementById("chart-status"), history, s.status, marks, since, until);
   for (const [b, t] of [["copy-md", "evidence-md"], ["copy-json", "evidence-json"]]) {
     document.getElementById(b).addEventListener("click", () => {
       const text = document.getElementById(t).value;
@@ -381,6 +421,7 @@ function evidenceMarkdown(name, idx, g) {
 async function render() {
   const [path, qs] = location.hash.replace(/^#\/?/, "").split("?");
   const parts = path.split("/").map(decodeURIComponent);
+  Charts.destroyAll();
   try {
     if (parts[0] === "node" && parts[2] === "gpu") await gpu(parts[1], parts[3], new URLSearchParams(qs || ""));
     else if (parts[0] === "node" && parts[1]) await node(parts[1]);

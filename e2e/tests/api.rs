@@ -265,11 +265,30 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         "/api/v1/nodes/xid-storm/gpus/7",
         "/api/v1/nodes/xid-storm/gpus/7/history?since=1h",
         "/api/v1/nodes/seed-pinned/gpus/0/history?since=1h",
+        "/api/v1/fleet/series",
+        "/api/v1/fleet/series?since=1h&points=2",
+        "/api/v1/nodes/seed-auto/nics/series",
+        "/api/v1/nodes/seed-auto/nics/series?since=30d&bucket=day",
     ] {
         let (code, body) = c.get(path, None);
         assert_eq!(code, 200, "{path}: {body}");
         let body: Value = serde_json::from_str(&body).unwrap();
         openapi::check(&spec, path, code, &body).unwrap_or_else(|e| panic!("{e}"));
+    }
+    // The series: the fleet's nine corrupting GPUs at the last point; each seed NIC's probes.
+    let fs = json(&c, "/api/v1/fleet/series?since=1h");
+    let last = fs["points"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((fs["points"].as_array().unwrap().len(), &last["corrupting"]), (120, &Value::from(9)), "{fs}");
+    let ns = json(&c, "/api/v1/nodes/seed-auto/nics/series?since=1h");
+    let failed: i64 = ns["buckets"].as_array().unwrap().iter().map(|b| b["failed"].as_i64().unwrap()).sum();
+    assert_eq!(failed, 8 * 4, "each GPU's 4 failed probes of its PIX pair: {ns}");
+    for (path, want) in [
+        ("/api/v1/fleet/series?points=1", 400),
+        ("/api/v1/fleet/series?points=x", 400),
+        ("/api/v1/nodes/nope/nics/series", 404),
+        ("/api/v1/nodes/seed-auto/nics/series?bucket=week", 400),
+    ] {
+        assert_eq!(c.get(path, None).0, want, "{path}");
     }
     // A period that ends after now is read up to now, and the answer says so (a kept period
     // must not end after the clock).

@@ -100,11 +100,13 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
         "{gpu}"
     );
     assert!(gpu.contains("GPU3 via mlx5_3"));
-    assert_eq!(
-        gpu.matches("class=\"tick bad sim\"").count(),
-        4,
-        "the timeline shows the four failed (simulated) probes"
+    // The verdicts on a time axis, the workload's pair (mlx5_3) on top; the pixels are read in
+    // the_plots_show_a_failing_pair_over_time_and_the_pin.
+    assert!(
+        gpu.contains("id=\"chart-verdicts\" data-rows=\"mlx5_3,mlx5_0,mlx5_1,mlx5_2,mlx5_4,mlx5_5,mlx5_6,mlx5_7\""),
+        "{gpu}"
     );
+    assert!(gpu.contains("data-plot=\""), "the plot was drawn: {gpu}");
     assert!(gpu.contains("data-verification=\"simulated\""), "the simulated fabric is marked: {gpu}");
     // Thirty days by day across the tiers: GPU3's PIX pair has a failed day, its other pairs don't.
     assert!(gpu.contains("<table id=\"by-day\">"), "{gpu}");
@@ -483,4 +485,133 @@ fn changes_to(html: &str) -> Vec<String> {
     let Some(i) = html.find("id=\"changes\"") else { return Vec::new() };
     let table = &html[i..html[i..].find("</table>").map_or(html.len(), |e| i + e)];
     table.split("data-to=\"").skip(1).map(|s| s[..s.find('"').unwrap()].to_owned()).collect()
+}
+
+/// The plot area a chart published (`data-plot="left,top,width,height"`, CSS pixels).
+fn plot_rect(dom: &str, id: &str) -> [usize; 4] {
+    let at = dom.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no #{id}: {dom}"));
+    let tag = &dom[at..at + dom[at..].find('>').unwrap()];
+    let v = tag.split("data-plot=\"").nth(1).unwrap_or_else(|| panic!("#{id} drew no plot: {tag}"));
+    let v: Vec<usize> = v[..v.find('"').unwrap()].split(',').map(|n| n.parse().unwrap()).collect();
+    [v[0], v[1], v[2], v[3]]
+}
+
+fn shot(name: &str) -> railguard_e2e::png::Image {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/dashboard-screenshots").join(name);
+    railguard_e2e::png::decode(&std::fs::read(path).unwrap()).unwrap()
+}
+
+const fn red(p: [u8; 3]) -> bool {
+    p[0] > 190 && p[1] < 90 && p[2] < 90
+}
+const fn green(p: [u8; 3]) -> bool {
+    p[0] < 90 && p[1] > 100 && p[2] < 90
+}
+const fn blue(p: [u8; 3]) -> bool {
+    p[0] < 60 && p[1] > 70 && p[1] < 140 && p[2] > 160
+}
+
+/// The plots, read as pixels in Chromium's screenshots: a GPU whose auto-selected PIX pair
+/// failed for hours before it was pinned away shows that pair's row red across those hours and
+/// the pinned pair's green, the pin marked on its status over time; the node's NICs' failure
+/// rates and the fleet's corrupting GPUs over time are drawn.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_plots_show_a_failing_pair_over_time_and_the_pin() {
+    let pg = TestPg::start().await;
+    let c = CollectorProc::start_with(&pg.url(), &["repinned"], &[]);
+    // Now pinned to mlx5_2 (the topology says so); before, UCX chose mlx5_3, its PIX NIC.
+    send(
+        &c,
+        "repinned",
+        vec![topo_rec(topology(&railguard_agent::topology::fixture::seed_kvm_guest(), Some("mlx5_2:1")))],
+    )
+    .await;
+    let mut probes = Vec::new();
+    for h in 1..=5 {
+        probes.push(probe_rec(
+            3,
+            "mlx5_3",
+            railguard_schema::ProbeVerdict::SilentCorruption,
+            railguard_schema::PairSelection::Predicted,
+            h * 3600,
+        ));
+    }
+    for m in 0..8 {
+        probes.push(probe_rec(
+            3,
+            "mlx5_2",
+            railguard_schema::ProbeVerdict::Ok,
+            railguard_schema::PairSelection::Pinned,
+            m * 300,
+        ));
+    }
+    for nic in ["mlx5_0", "mlx5_1"] {
+        for h in [1, 4] {
+            probes.push(probe_rec(
+                3,
+                nic,
+                railguard_schema::ProbeVerdict::Ok,
+                railguard_schema::PairSelection::Sweep,
+                h * 3600 + 60,
+            ));
+        }
+    }
+    send(&c, "repinned", probes).await;
+    // Its status history: corrupting from the first failure until the pin took.
+    sqlx::query(
+        "INSERT INTO gpu_status_changes (node_id, gpu_index, at, from_status, to_status, reasons)
+         VALUES ('repinned', 3, now() - interval '5 hours', NULL, 'corrupting', '[\"scripted\"]'),
+                ('repinned', 3, now() - interval '35 minutes', 'corrupting', 'watch', '[\"scripted\"]')",
+    )
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while statuses(&c, "repinned").len() < 8 {
+        assert!(std::time::Instant::now() < deadline, "never assessed");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let base = format!("http://127.0.0.1:{}/", c.http_port);
+
+    // Verdicts on a time axis, one row per NIC, the workload's (mlx5_2) on top.
+    let dom = tokio::task::block_in_place(|| browse(&format!("{base}#/node/repinned/gpu/3"), "plots-gpu.png"));
+    assert!(dom.contains("data-rows=\"mlx5_2,mlx5_0,mlx5_1,mlx5_3\""), "{dom}");
+    assert!(dom.contains("data-marks=\"pinned to mlx5_2\""), "{dom}");
+    let img = shot("plots-gpu.png");
+    let [left, top, width, height] = plot_rect(&dom, "chart-verdicts");
+    let band = height / 4;
+    let row = |i: usize| (left, top + i * band, width, band);
+    let count = |(l, t, w, h): (usize, usize, usize, usize), f: fn([u8; 3]) -> bool| img.count(l, t, w, h, f);
+    assert!(count(row(3), red) > 100, "mlx5_3s row is red: {:?}", [left, top, width, height]);
+    assert_eq!(count(row(0), red), 0, "the pinned pair has no failure");
+    assert!(count(row(0), green) > 100, "the pinned pair's row is green");
+    // Red across the hours it failed: the red pixels span more than a tenth of the day's width.
+    let xs: Vec<usize> =
+        (left..left + width).filter(|&x| (top + 3 * band..top + 4 * band).any(|y| red(img.pixel(x, y)))).collect();
+    let span = xs.last().unwrap() - xs.first().unwrap();
+    assert!(span * 10 > width, "red from 5 h to 1 h ago: {span} of {width} px");
+    // Status over time, with the pin change marked (the dashed blue line).
+    let [l, t, w, h] = plot_rect(&dom, "chart-status");
+    assert!(img.count(l, t, w, h, blue) > 40, "the pin change is marked");
+
+    // The node: each NIC's failed share per hour.
+    let dom = tokio::task::block_in_place(|| browse(&format!("{base}#/node/repinned"), "plots-node.png"));
+    let img = shot("plots-node.png");
+    let [l, t, w, h] = plot_rect(&dom, "chart-nics");
+    let coloured = img.count(l, t, w, h, |p| p.iter().max().unwrap() - p.iter().min().unwrap() > 80);
+    assert!(coloured > 50, "the NICs' rates are drawn: {coloured}");
+
+    // The fleet: corrupting GPUs over the day (one, for four and a half hours).
+    let dom = tokio::task::block_in_place(|| browse(&base, "plots-fleet.png"));
+    let img = shot("plots-fleet.png");
+    let [l, t, w, h] = plot_rect(&dom, "chart-fleet");
+    assert!(img.count(l, t, w, h, red) > 60, "the corrupting GPU over time");
+    let series = json(&c, "/api/v1/fleet/series?since=6h&points=13");
+    let corrupting: Vec<i64> =
+        series["points"].as_array().unwrap().iter().map(|p| p["corrupting"].as_i64().unwrap()).collect();
+    // Every 30 min from 6 h ago: none, then one from 5 h ago, none since 35 min ago.
+    assert_eq!(corrupting.len(), 13, "{series}");
+    assert_eq!(corrupting[0], 0, "{series}");
+    assert!(corrupting[3..=10].iter().all(|&n| n == 1), "{series}");
+    assert_eq!(&corrupting[11..], &[0, 0], "after the pin it is no longer corrupting: {series}");
 }

@@ -8,6 +8,7 @@ pub mod host;
 mod metrics;
 pub mod openapi;
 pub mod params;
+pub mod series;
 mod ui;
 
 use std::sync::Arc;
@@ -70,6 +71,8 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/failures", get(api::failures))
         .route("/api/v1/patterns", get(api::patterns))
         .route("/api/v1/grid", get(api::grid))
+        .route("/api/v1/fleet/series", get(series::fleet_series))
+        .route("/api/v1/nodes/{node}/nics/series", get(series::nic_series))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(api)

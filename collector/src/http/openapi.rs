@@ -5,7 +5,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::api;
+use super::{api, series};
 
 /// The document.
 #[derive(OpenApi)]
@@ -19,7 +19,18 @@ use super::api;
             (`{\"error\": \"...\"}`): 400 for a bad parameter, 404 for an unknown node or GPU, 401 for a missing \
             or wrong token."
     ),
-    paths(api::fleet, api::node, api::gpu, api::gpus, api::history, api::failures, api::patterns, api::grid),
+    paths(
+        api::fleet,
+        api::node,
+        api::gpu,
+        api::gpus,
+        api::history,
+        api::failures,
+        api::patterns,
+        api::grid,
+        series::fleet_series,
+        series::nic_series
+    ),
     modifiers(&BearerAuth),
     security((), ("bearer" = [])),
     tags(

@@ -8,6 +8,10 @@ use axum::response::{IntoResponse, Response};
 const INDEX: &str = include_str!("../../../web/index.html");
 const APP: &str = include_str!("../../../web/app.js");
 const STYLE: &str = include_str!("../../../web/style.css");
+const CHARTS: &str = include_str!("../../../web/charts.js");
+// uPlot (MIT, web/vendor/uPlot.LICENSE): the plots' drawing library, shipped with the collector.
+const UPLOT_JS: &str = include_str!("../../../web/vendor/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../../../web/vendor/uPlot.min.css");
 
 pub async fn index() -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response()
@@ -17,6 +21,9 @@ pub async fn asset(Path(file): Path<String>) -> Response {
     match file.as_str() {
         "app.js" => ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], APP).into_response(),
         "style.css" => ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response(),
+        "charts.js" => ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], CHARTS).into_response(),
+        "uPlot.iife.min.js" => ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], UPLOT_JS).into_response(),
+        "uPlot.min.css" => ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], UPLOT_CSS).into_response(),
         _ => (StatusCode::NOT_FOUND, "no such asset").into_response(),
     }
 }

@@ -6,7 +6,7 @@
 //! decoded into the domain types, and a row that does not decode is an error, never a default.
 //!
 //! Rooms: [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status and
-//! records), [`history`] (across the storage tiers).
+//! records), [`history`] (across the storage tiers), [`series`] (time series for the plots).
 
 // SQL fragments shared by several queries, as macros so every query stays one compile-time
 // string (`concat!`): nothing is assembled at run time.
@@ -36,8 +36,10 @@ mod fleet;
 mod gpu;
 mod history;
 mod node;
+mod series;
 
 pub use fleet::*;
 pub use gpu::*;
 pub use history::*;
 pub use node::*;
+pub use series::*;

@@ -1,0 +1,103 @@
+//! Time series for the dashboard's plots: the fleet's corrupting and at-risk GPUs over time
+//! (from the status history), and a node's failure rate per NIC by hour or day (across the
+//! storage tiers, as [`gpu_hourly`] reads them).
+//!
+//! A point of the fleet series counts the GPUs whose newest status change at or before that
+//! moment put them in the status: the status history is the record of when statuses held, so
+//! the series agrees with the grid's `?at=` at every point.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+use super::*;
+
+/// At most this many points in a fleet series (evenly spaced over the period).
+pub const MAX_POINTS: i64 = 240;
+
+/// The fleet at one moment: GPUs corrupting and at risk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+pub struct StatusPoint {
+    pub at: DateTime<Utc>,
+    pub corrupting: i64,
+    pub at_risk: i64,
+}
+
+/// The fleet's corrupting and at-risk GPU counts at `points` evenly spaced moments from `since`
+/// to `until` (both included).
+pub async fn fleet_status_series(
+    pool: &PgPool,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+    points: i64,
+) -> Result<Vec<StatusPoint>, sqlx::Error> {
+    let points = points.clamp(2, MAX_POINTS);
+    let step_ms = ((until - since).num_milliseconds() / (points - 1)).max(1);
+    sqlx::query_as(
+        "WITH pts AS (
+            SELECT $1::timestamptz + (k * $3::bigint) * interval '1 millisecond' AS t
+            FROM generate_series(0, $4::bigint - 1) k
+         ), spans AS (
+            -- Each change holds from its time to the GPU's next change.
+            SELECT to_status, at AS start,
+                   lead(at) OVER (PARTITION BY node_id, gpu_index ORDER BY at, id) AS stop
+            FROM gpu_status_changes WHERE at <= $2
+         )
+         SELECT p.t AS at,
+                count(*) FILTER (WHERE s.to_status = 'corrupting') AS corrupting,
+                count(*) FILTER (WHERE s.to_status = 'at_risk') AS at_risk
+         FROM pts p
+         LEFT JOIN spans s ON s.start <= p.t AND (s.stop IS NULL OR s.stop > p.t)
+                          AND s.to_status IN ('corrupting', 'at_risk')
+         GROUP BY p.t ORDER BY p.t",
+    )
+    .bind(since)
+    .bind(until)
+    .bind(step_ms)
+    .bind(points)
+    .fetch_all(pool)
+    .await
+}
+
+/// One NIC of a node in one hour or day: its probes over every GPU of the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct NicBucket {
+    pub start: DateTime<Utc>,
+    pub nic: String,
+    pub ok: i64,
+    /// Silent corruptions, reported failures and timeouts.
+    pub failed: i64,
+    /// Every probe of the bucket ran on the simulated fabric.
+    pub simulated: bool,
+}
+
+/// A node's probes per NIC and hour (or day) in `period`, oldest first, summed over its GPUs.
+pub async fn node_nic_series(
+    pool: &PgPool,
+    node: &str,
+    period: Period,
+    bucket: Bucket,
+) -> Result<Vec<NicBucket>, sqlx::Error> {
+    let gpus: Vec<i32> = sqlx::query_scalar("SELECT gpu_index FROM gpu_status WHERE node_id = $1 ORDER BY gpu_index")
+        .bind(node)
+        .fetch_all(pool)
+        .await?;
+    let mut sum: BTreeMap<(DateTime<Utc>, String), NicBucket> = BTreeMap::new();
+    for gpu in gpus {
+        for b in gpu_hourly(pool, node, gpu, period, bucket).await? {
+            let e = sum.entry((b.start, b.nic.clone())).or_insert_with(|| NicBucket {
+                start: b.start,
+                nic: b.nic.clone(),
+                ok: 0,
+                failed: 0,
+                simulated: true,
+            });
+            e.ok += b.ok;
+            e.failed += b.silent_corruption + b.reported_failure + b.timeout;
+            e.simulated &= b.simulated;
+        }
+    }
+    Ok(sum.into_values().collect())
+}
