@@ -246,6 +246,15 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     // seed-auto sent two batches (its topology, then its probes): its cadence is known; the
     // silent-agent alert compares its silence with it.
     assert!(m.contains("railguard_node_batch_interval_seconds{node=\"seed-auto\"}"), "{m}");
+    // The GPU's identity from its node's topology, to join with DCGM's series or a scheduler's.
+    let info = m.lines().find(|l| l.starts_with("railguard_gpu_info{node=\"seed-auto\",gpu=\"3\",")).unwrap();
+    let value = |k: &str| info.split(&format!("{k}=\"")).nth(1).map(|v| v[..v.find('"').unwrap()].to_owned());
+    let topo = json(&c, "/api/v1/nodes/seed-auto");
+    let g3 = topo["topology"]["gpus"].as_array().unwrap().iter().find(|g| g["index"] == 3).unwrap();
+    assert_eq!(value("pci_bus_id").as_deref(), g3["bdf"].as_str(), "{info} {g3}");
+    assert_eq!(value("uuid").as_deref(), g3["uuid"].as_str(), "{info} {g3}");
+    assert_eq!(value("model").as_deref(), g3["name"].as_str(), "{info} {g3}");
+    assert!(!value("pci_bus_id").unwrap().is_empty(), "{info}");
 
     // Every answer is what the OpenAPI document promises: every field described, every type
     // and enum value right, on a fleet where every kind of row exists.

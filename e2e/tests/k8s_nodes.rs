@@ -66,3 +66,93 @@ async fn one_collector_keeps_the_node_conditions_and_another_takes_over_when_it_
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(seen_a.load(Ordering::Relaxed), a2, "the stopped collector makes no more requests");
 }
+
+/// A mock API server for DeviceTaintRules: lists `existing`, echoes creations, confirms
+/// deletions, and records every request (method, path, body).
+fn mock_rules(existing: serde_json::Value) -> (kube::Client, Arc<std::sync::Mutex<Vec<(String, String, Vec<u8>)>>>) {
+    let (svc, mut handle) =
+        tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Some((req, send)) = handle.next_request().await {
+            let (parts, body) = req.into_parts();
+            let body = http_body_util::BodyExt::collect(body).await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+            let answer = match parts.method.as_str() {
+                "GET" => serde_json::to_vec(&existing).unwrap(),
+                "POST" => body.clone(),
+                _ => {
+                    serde_json::to_vec(&serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}))
+                        .unwrap()
+                }
+            };
+            log.lock().unwrap().push((parts.method.to_string(), parts.uri.path().to_owned(), body));
+            send.send_response(http::Response::builder().body(kube::client::Body::from(answer)).unwrap());
+        }
+    });
+    (kube::Client::new(svc, "default"), seen)
+}
+
+/// Per-GPU quarantine: a corrupting GPU gets one DeviceTaintRule selecting that device alone;
+/// a rule whose GPU recovered is deleted; each body is valid for the Kubernetes versions that
+/// serve its API version (kubernetes-validate, strict).
+#[tokio::test(flavor = "multi_thread")]
+async fn each_corrupting_gpu_alone_gets_a_device_taint_rule_valid_for_its_api_version() {
+    use railguard_collector::tasks::k8s_devices::*;
+    let pg = TestPg::start().await;
+    sqlx::query(
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation)
+         VALUES ('gpu-node-1', 3, 'corrupting', now(), now(), 'mlx5_3', 'high', '[\"GPU3 via mlx5_3: silent corruption\"]', NULL),
+                ('gpu-node-1', 2, 'ok', now(), now(), 'mlx5_2', 'none', '[]', NULL),
+                ('gpu-node-2', 0, 'watch', now(), now(), 'mlx5_0', 'none', '[]', NULL)",
+    )
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    let rows = railguard_collector::store::read::gpus(&pg.pool, None, 1000).await.unwrap();
+    let recovered = GpuRef { node: "gpu-node-2".into(), gpu: 0 };
+    for (api, versions) in [
+        (DeviceTaintApi::V1, &["1.37.0"][..]),
+        (DeviceTaintApi::V1beta2, &["1.36.0"][..]),
+        (DeviceTaintApi::V1alpha3, &["1.33.0", "1.35.0"][..]),
+    ] {
+        let cfg = DeviceTaintConfig { api, max_share: 1.0, effect: DeviceTaintEffect::NoExecute, ..Default::default() };
+        let listed = serde_json::json!({"apiVersion": format!("resource.k8s.io/{}", api.version()), "kind": "DeviceTaintRuleList",
+            "metadata": {}, "items": [rule_body(&cfg, &recovered, "earlier")]});
+        let (client, seen) = mock_rules(listed);
+        let actions = reconcile_once(&client, &rows, &cfg, &mut DeviceBreaker::default()).await.unwrap();
+        assert_eq!(actions.len(), 2, "{actions:?}");
+        let seen = seen.lock().unwrap().clone();
+        let base = format!("/apis/resource.k8s.io/{}/devicetaintrules", api.version());
+        assert_eq!(seen[0].0, "GET");
+        assert_eq!(seen[0].1, base);
+        let post = seen.iter().find(|r| r.0 == "POST").expect("a rule created");
+        assert_eq!(post.1, base);
+        let body: serde_json::Value = serde_json::from_slice(&post.2).unwrap();
+        assert_eq!(
+            body["spec"]["deviceSelector"],
+            serde_json::json!({"driver": "gpu.nvidia.com", "pool": "gpu-node-1", "device": "gpu-3"}),
+            "only GPU3 of gpu-node-1: {body}"
+        );
+        assert_eq!(body["spec"]["taint"]["effect"], "NoExecute");
+        let delete = seen.iter().find(|r| r.0 == "DELETE").expect("the recovered GPU's rule deleted");
+        assert_eq!(delete.1, format!("{base}/{}", rule_name(&recovered)));
+        // What the API server would accept, version by version.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rule.json");
+        std::fs::write(&file, &post.2).unwrap();
+        for k in versions {
+            let out = std::process::Command::new("kubernetes-validate")
+                .args(["--strict", "-k", k])
+                .arg(&file)
+                .output()
+                .expect("kubernetes-validate (scripts/setup.sh installs it)");
+            assert!(
+                out.status.success(),
+                "{api:?} on {k}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}

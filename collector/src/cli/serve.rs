@@ -8,6 +8,7 @@ use anyhow::Context;
 use railguard_collector::assess::AssessConfig;
 use railguard_collector::http::dashboard_url::DashboardUrl;
 use railguard_collector::ingest::k8s::K8sTokenConfig;
+use railguard_collector::tasks::k8s_devices::{DeviceTaintApi, DeviceTaintConfig, DeviceTaintEffect};
 use railguard_collector::{ServeConfig, serve::serve};
 
 use super::DbArgs;
@@ -113,6 +114,26 @@ pub struct ServeArgs {
     /// Also cordon nodes with a corrupting GPU (only railguard's own cordon is ever lifted).
     #[arg(long, requires = "k8s_node_conditions")]
     k8s_cordon: bool,
+    /// Also taint each corrupting GPU alone: one DeviceTaintRule (resource.k8s.io, DRA) per GPU,
+    /// lifted when it recovers, through the circuit breaker (the share then counts GPUs). RBAC:
+    /// devicetaintrules get/list/create/delete.
+    #[arg(long, requires = "k8s_node_conditions")]
+    k8s_device_taints: bool,
+    /// resource.k8s.io's version serving DeviceTaintRule in the cluster.
+    #[arg(long, value_enum, default_value = "v1", requires = "k8s_device_taints")]
+    k8s_device_taint_api: DeviceTaintApi,
+    /// The DRA driver publishing the GPUs.
+    #[arg(long, default_value = "gpu.nvidia.com", requires = "k8s_device_taints")]
+    k8s_device_driver: String,
+    /// A GPU's device name in its ResourceSlice (`{index}`: the GPU's index).
+    #[arg(long, default_value = "gpu-{index}", requires = "k8s_device_taints")]
+    k8s_device_name: String,
+    /// The pool a node's GPUs are published in (`{node}`: the node's name).
+    #[arg(long, default_value = "{node}", requires = "k8s_device_taints")]
+    k8s_device_pool: String,
+    /// NoSchedule keeps new claims off the GPU; NoExecute also evicts the pods using it.
+    #[arg(long, value_enum, default_value = "NoSchedule", requires = "k8s_device_taints")]
+    k8s_device_taint_effect: DeviceTaintEffect,
     /// Circuit breaker: at most this share of the cluster's nodes tainted or cordoned by railguard at once.
     #[arg(long, default_value_t = 0.1, value_parser = parse_share)]
     k8s_max_share: f64,
@@ -164,6 +185,16 @@ impl ServeArgs {
             cordon: self.k8s_cordon,
             max_share: self.k8s_max_share,
             max_new: self.k8s_max_new,
+            devices: self.k8s_device_taints.then(|| DeviceTaintConfig {
+                api: self.k8s_device_taint_api,
+                driver: self.k8s_device_driver.clone(),
+                device_name: self.k8s_device_name.clone(),
+                pool: self.k8s_device_pool.clone(),
+                effect: self.k8s_device_taint_effect,
+                max_share: self.k8s_max_share,
+                max_new: self.k8s_max_new,
+                ..Default::default()
+            }),
             ..Default::default()
         });
         cfg.http_tls = self

@@ -103,12 +103,12 @@ async fn gpus(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_gpu_info Each GPU's workload NIC; how that pair was verified (verification: gpu_memory, host_memory, simulated, unproven, unprobed); what carried the evidence its status rests on (path: nic_dma, host_copy, simulated, other_device; empty when nothing moved bytes); whether its workload pair was proven on hardware, through its own NIC, in the memory its KV cache moves in (proven; simulated evidence never is); the NIC to pin instead (empty when none; always one of the node's own NICs), what that NIC was verified by (pin_evidence: gpu_memory, host_memory, simulated, unprobed) and whether that was on hardware in the memory the GPU's KV cache moves in (pin_verified); always 1. Join on node and gpu.\n# TYPE railguard_gpu_info gauge"
+        "# HELP railguard_gpu_info Each GPU's workload NIC; how that pair was verified (verification: gpu_memory, host_memory, simulated, unproven, unprobed); what carried the evidence its status rests on (path: nic_dma, host_copy, simulated, other_device; empty when nothing moved bytes); whether its workload pair was proven on hardware, through its own NIC, in the memory its KV cache moves in (proven; simulated evidence never is); the NIC to pin instead (empty when none; always one of the node's own NICs), what that NIC was verified by (pin_evidence: gpu_memory, host_memory, simulated, unprobed) and whether that was on hardware in the memory the GPU's KV cache moves in (pin_verified); the GPU's uuid, PCI address (pci_bus_id) and model from the node's latest topology (empty when it does not say); always 1. Join on node and gpu (or on uuid with DCGM's series).\n# TYPE railguard_gpu_info gauge"
     );
     for g in crate::store::read::gpu_infos(pool).await? {
         let _ = writeln!(
             out,
-            "railguard_gpu_info{{node=\"{}\",gpu=\"{}\",workload_nic=\"{}\",verification=\"{}\",path=\"{}\",proven=\"{}\",pin=\"{}\",pin_evidence=\"{}\",pin_verified=\"{}\"}} 1",
+            "railguard_gpu_info{{node=\"{}\",gpu=\"{}\",workload_nic=\"{}\",verification=\"{}\",path=\"{}\",proven=\"{}\",pin=\"{}\",pin_evidence=\"{}\",pin_verified=\"{}\",uuid=\"{}\",pci_bus_id=\"{}\",model=\"{}\"}} 1",
             label(&g.node_id),
             g.gpu_index,
             label(g.workload_nic.as_deref().unwrap_or("")),
@@ -117,7 +117,10 @@ async fn gpus(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
             g.proven,
             label(g.pin_nic.as_deref().unwrap_or("")),
             label(g.pin_evidence.as_deref().unwrap_or("")),
-            g.pin_verified
+            g.pin_verified,
+            label(&g.uuid),
+            label(&g.pci_bus_id),
+            label(&g.model)
         );
     }
     Ok(())

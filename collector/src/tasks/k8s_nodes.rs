@@ -60,6 +60,8 @@ pub struct NodeConditionConfig {
     pub rate_window: Duration,
     /// An assessment older than this makes the condition `Unknown`.
     pub stale_after: Duration,
+    /// Also taint each corrupting GPU alone ([`super::k8s_devices`]); None: off.
+    pub devices: Option<super::k8s_devices::DeviceTaintConfig>,
 }
 
 impl Default for NodeConditionConfig {
@@ -72,6 +74,7 @@ impl Default for NodeConditionConfig {
             max_new: 5,
             rate_window: Duration::from_secs(600),
             stale_after: Duration::from_secs(300),
+            devices: None,
         }
     }
 }
@@ -426,6 +429,7 @@ pub async fn run_periodic(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut breaker = Breaker::default();
+    let mut device_breaker = super::k8s_devices::DeviceBreaker::default();
     let mut leader = crate::tasks::leader::Leadership::new(
         pool.clone(),
         crate::tasks::leader::K8S_NODES,
@@ -444,6 +448,17 @@ pub async fn run_periodic(
                     if let Err(e) = reconcile_once(&client, &rows, last_pass, &cfg, &mut breaker, &stats).await {
                         stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::warn!(error = %e, "listing the cluster's nodes failed; will retry");
+                    }
+                    if let Some(d) = &cfg.devices {
+                        match super::k8s_devices::reconcile_once(&client, &rows, d, &mut device_breaker).await {
+                            Ok(actions) => {
+                                stats.patches.fetch_add(actions.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            Err(e) => {
+                                stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                tracing::warn!(error = %e, "listing the device taint rules failed; will retry");
+                            }
+                        }
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "reading GPU statuses for node conditions failed; will retry"),

@@ -4,6 +4,7 @@
 //! Kubernetes node conditions (and, opt-in, taints and cordons) in step with the GPU verdicts.
 //! The assessment's own periodic and urgent tasks live with it, in [`crate::assess`].
 
+pub mod k8s_devices;
 pub mod k8s_nodes;
 pub mod leader;
 pub mod retention;

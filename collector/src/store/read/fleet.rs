@@ -250,13 +250,23 @@ pub struct GpuInfo {
     pub evidence_path: Option<String>,
     /// The workload pair was proven on hardware, through its own NIC, in its KV memory.
     pub proven: bool,
+    /// From the node's latest topology (empty when it does not say): the GPU's UUID, PCI
+    /// address and model, so a dashboard joins railguard's GPU to DCGM's or the scheduler's.
+    pub uuid: String,
+    pub pci_bus_id: String,
+    pub model: String,
 }
 
-/// Per GPU: its workload NIC, how that pair was verified and the pin (for /metrics).
+/// Per GPU: its workload NIC, how that pair was verified, the pin, and its identity (for /metrics).
 pub async fn gpu_infos(pool: &PgPool) -> Result<Vec<GpuInfo>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id, gpu_index, workload_nic, verification, pin_nic, pin_evidence, pin_verified, evidence_path, proven
-         FROM gpu_status ORDER BY node_id, gpu_index",
+        "SELECT s.node_id, s.gpu_index, s.workload_nic, s.verification, s.pin_nic, s.pin_evidence, s.pin_verified,
+                s.evidence_path, s.proven, coalesce(g.uuid, '') AS uuid, coalesce(g.bdf, '') AS pci_bus_id,
+                coalesce(g.name, '') AS model
+         FROM gpu_status s
+         LEFT JOIN latest_topology t ON t.node_id = s.node_id
+         LEFT JOIN topology_gpus g ON g.node_id = s.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
+         ORDER BY s.node_id, s.gpu_index",
     )
     .fetch_all(pool)
     .await

@@ -1,0 +1,369 @@
+//! Per-GPU quarantine in Kubernetes: one `DeviceTaintRule` (resource.k8s.io, dynamic resource
+//! allocation) per corrupting GPU, so the scheduler keeps new claims off that GPU alone while
+//! its node's other GPUs keep serving. Node taints ([`super::k8s_nodes`]) act on whole nodes.
+//!
+//! Each rule selects one device of the DRA driver that publishes the GPUs (`gpu.nvidia.com`:
+//! one pool per node, named after the node, devices `gpu-0`, `gpu-1`, …; both configurable) and
+//! carries the taint [`super::k8s_nodes::TAINT_KEY`] with `NoSchedule` (or `NoExecute`, which
+//! evicts the pods using the GPU). Rules are railguard's own (label
+//! [`MANAGED_BY`]), named from the node and GPU index with a digest of the node id, so two node
+//! ids that differ only in case or punctuation never share one.
+//!
+//! Every pass lists railguard's rules, creates the missing ones and deletes the ones whose GPU
+//! is no longer corrupting. New rules pass a circuit breaker of their own: never more than
+//! `max_share` of the GPUs railguard assesses tainted at once, at most `max_new` GPUs newly
+//! tainted per `rate_window` (a GPU flapping is charged once a window). Lifting a rule is never
+//! held back. The API version (`v1`, GA in Kubernetes 1.37; `v1beta2` in 1.36; `v1alpha3` in
+//! 1.33–1.35 behind its feature gate) is configured to match the cluster.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::status::GpuStatus;
+use crate::store::read::GpuStatusRow;
+
+use super::k8s_nodes::TAINT_KEY;
+
+/// The label on every rule railguard made (the only ones it lists, changes or deletes).
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "railguard-collector");
+/// The node id and GPU index a rule is for (annotations: a node id need not be a label value).
+pub const NODE_ANNOTATION: &str = "railguard.io/node";
+pub const GPU_ANNOTATION: &str = "railguard.io/gpu";
+
+/// resource.k8s.io's version that serves `DeviceTaintRule` in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceTaintApi {
+    /// Kubernetes 1.37 and later.
+    V1,
+    /// Kubernetes 1.36.
+    V1beta2,
+    /// Kubernetes 1.33–1.35 (the DRADeviceTaints feature gate).
+    V1alpha3,
+}
+
+impl DeviceTaintApi {
+    pub fn version(self) -> &'static str {
+        match self {
+            DeviceTaintApi::V1 => "v1",
+            DeviceTaintApi::V1beta2 => "v1beta2",
+            DeviceTaintApi::V1alpha3 => "v1alpha3",
+        }
+    }
+
+    fn resource(self) -> ApiResource {
+        ApiResource {
+            group: "resource.k8s.io".into(),
+            version: self.version().into(),
+            api_version: format!("resource.k8s.io/{}", self.version()),
+            kind: "DeviceTaintRule".into(),
+            plural: "devicetaintrules".into(),
+        }
+    }
+}
+
+/// What the taint does to the pods using the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceTaintEffect {
+    /// No new claim gets the GPU; pods using it keep running.
+    #[value(name = "NoSchedule")]
+    NoSchedule,
+    /// Also evicts the pods using it.
+    #[value(name = "NoExecute")]
+    NoExecute,
+}
+
+impl DeviceTaintEffect {
+    fn as_str(self) -> &'static str {
+        match self {
+            DeviceTaintEffect::NoSchedule => "NoSchedule",
+            DeviceTaintEffect::NoExecute => "NoExecute",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DeviceTaintConfig {
+    pub api: DeviceTaintApi,
+    /// The DRA driver publishing the GPUs.
+    pub driver: String,
+    /// A GPU's device name, `{index}` replaced by its index.
+    pub device_name: String,
+    /// The pool a node's GPUs are in, `{node}` replaced by the node's name.
+    pub pool: String,
+    pub effect: DeviceTaintEffect,
+    /// Circuit breaker: at most this share of the assessed GPUs tainted at once.
+    pub max_share: f64,
+    /// Circuit breaker: at most this many GPUs newly tainted per `rate_window`.
+    pub max_new: usize,
+    pub rate_window: Duration,
+}
+
+impl Default for DeviceTaintConfig {
+    fn default() -> Self {
+        DeviceTaintConfig {
+            api: DeviceTaintApi::V1,
+            driver: "gpu.nvidia.com".into(),
+            device_name: "gpu-{index}".into(),
+            pool: "{node}".into(),
+            effect: DeviceTaintEffect::NoSchedule,
+            max_share: 0.1,
+            max_new: 5,
+            rate_window: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A GPU: its node id and index.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GpuRef {
+    pub node: String,
+    pub gpu: i32,
+}
+
+/// A rule railguard made, as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExistingRule {
+    pub name: String,
+    pub gpu: Option<GpuRef>,
+}
+
+/// One request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeviceAction {
+    Create { name: String, body: Value },
+    Delete { name: String },
+}
+
+/// The rule's name: `railguard-<node, as a DNS label>-gpu<index>-<digest of the node id>`.
+pub fn rule_name(g: &GpuRef) -> String {
+    let mut node: String = g
+        .node
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .take(180)
+        .collect();
+    node = node.trim_matches('-').to_owned();
+    let digest = Sha256::digest(g.node.as_bytes());
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    if node.is_empty() {
+        format!("railguard-gpu{}-{hex}", g.gpu)
+    } else {
+        format!("railguard-{node}-gpu{}-{hex}", g.gpu)
+    }
+}
+
+/// The rule tainting `g`.
+pub fn rule_body(cfg: &DeviceTaintConfig, g: &GpuRef, why: &str) -> Value {
+    let gpu = g.gpu.to_string();
+    json!({
+        "apiVersion": format!("resource.k8s.io/{}", cfg.api.version()),
+        "kind": "DeviceTaintRule",
+        "metadata": {
+            "name": rule_name(g),
+            "labels": {MANAGED_BY.0: MANAGED_BY.1},
+            "annotations": {
+                NODE_ANNOTATION: g.node,
+                GPU_ANNOTATION: gpu,
+                "railguard.io/reason": why.chars().take(1024).collect::<String>(),
+            },
+        },
+        "spec": {
+            "deviceSelector": {
+                "driver": cfg.driver,
+                "pool": cfg.pool.replace("{node}", &g.node),
+                "device": cfg.device_name.replace("{index}", &gpu),
+            },
+            "taint": {"key": TAINT_KEY, "value": "true", "effect": cfg.effect.as_str()},
+        },
+    })
+}
+
+/// The breaker's memory between passes: GPUs newly tainted in the window, each once.
+#[derive(Debug, Default)]
+pub struct DeviceBreaker {
+    recent: VecDeque<(Instant, GpuRef)>,
+    /// Why new rules were refused in the last pass, if they were.
+    pub open: Option<String>,
+}
+
+/// What to do: a rule for each corrupting GPU (through the breaker), none for the others.
+pub fn plan(
+    existing: &[ExistingRule],
+    corrupting: &BTreeMap<GpuRef, String>,
+    assessed_gpus: usize,
+    cfg: &DeviceTaintConfig,
+    breaker: &mut DeviceBreaker,
+    at: Instant,
+) -> Vec<DeviceAction> {
+    while breaker.recent.front().is_some_and(|(t, _)| at.duration_since(*t) > cfg.rate_window) {
+        breaker.recent.pop_front();
+    }
+    breaker.open = None;
+    let mut actions = Vec::new();
+    let have: BTreeSet<&GpuRef> = existing.iter().filter_map(|r| r.gpu.as_ref()).collect();
+    // Lift first, never held back: a rule whose GPU is no longer corrupting (or that names no
+    // GPU railguard can read) goes.
+    let mut kept = 0;
+    for r in existing {
+        match &r.gpu {
+            Some(g) if corrupting.contains_key(g) => kept += 1,
+            _ => actions.push(DeviceAction::Delete { name: r.name.clone() }),
+        }
+    }
+    let cap = (cfg.max_share * assessed_gpus as f64).floor() as usize;
+    for (g, why) in corrupting {
+        if have.contains(g) {
+            continue;
+        }
+        let charged = breaker.recent.iter().any(|(_, c)| c == g);
+        let refused = if kept + 1 > cap {
+            Some(format!(
+                "{kept} of {assessed_gpus} GPUs already tainted by railguard (limit {:.0} %): GPU{} of {} left untainted",
+                cfg.max_share * 100.0,
+                g.gpu,
+                g.node
+            ))
+        } else if !charged && breaker.recent.len() >= cfg.max_new {
+            Some(format!(
+                "{} GPUs newly tainted in the last {} s (limit {}): GPU{} of {} left untainted",
+                breaker.recent.len(),
+                cfg.rate_window.as_secs(),
+                cfg.max_new,
+                g.gpu,
+                g.node
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            breaker.open = Some(why);
+            continue;
+        }
+        if !charged {
+            breaker.recent.push_back((at, g.clone()));
+        }
+        kept += 1;
+        actions.push(DeviceAction::Create { name: rule_name(g), body: rule_body(cfg, g, why) });
+    }
+    actions
+}
+
+/// The corrupting GPUs of `rows`, each with its first reason.
+pub fn corrupting(rows: &[GpuStatusRow]) -> BTreeMap<GpuRef, String> {
+    rows.iter()
+        .filter(|r| r.status == GpuStatus::Corrupting)
+        .map(|r| (GpuRef { node: r.node.clone(), gpu: r.gpu }, r.reasons.first().cloned().unwrap_or_default()))
+        .collect()
+}
+
+/// One pass: list railguard's rules, plan, apply. Returns the actions made.
+pub async fn reconcile_once(
+    client: &kube::Client,
+    rows: &[GpuStatusRow],
+    cfg: &DeviceTaintConfig,
+    breaker: &mut DeviceBreaker,
+) -> Result<Vec<DeviceAction>, kube::Error> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &cfg.api.resource());
+    let list = api.list(&ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))).await?;
+    let existing: Vec<ExistingRule> = list
+        .items
+        .iter()
+        .filter_map(|o| {
+            let name = o.metadata.name.clone()?;
+            let ann = o.metadata.annotations.as_ref();
+            let node = ann.and_then(|a| a.get(NODE_ANNOTATION)).cloned();
+            let gpu = ann.and_then(|a| a.get(GPU_ANNOTATION)).and_then(|g| g.parse().ok());
+            Some(ExistingRule { name, gpu: node.zip(gpu).map(|(node, gpu)| GpuRef { node, gpu }) })
+        })
+        .collect();
+    let actions = plan(&existing, &corrupting(rows), rows.len(), cfg, breaker, Instant::now());
+    if let Some(why) = &breaker.open {
+        tracing::warn!(why = %why, "device taint circuit breaker open");
+    }
+    for a in &actions {
+        let res = match a {
+            DeviceAction::Create { body, .. } => match serde_json::from_value::<DynamicObject>(body.clone()) {
+                Ok(obj) => api.create(&PostParams::default(), &obj).await.map(|_| ()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a device taint rule did not serialise");
+                    continue;
+                }
+            },
+            DeviceAction::Delete { name } => api.delete(name, &DeleteParams::default()).await.map(|_| ()),
+        };
+        if let Err(e) = res {
+            tracing::warn!(error = %e, action = ?a, "a device taint rule request failed; the next pass tries again");
+        }
+    }
+    Ok(actions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(node: &str, gpu: i32) -> GpuRef {
+        GpuRef { node: node.into(), gpu }
+    }
+
+    #[test]
+    fn names_are_dns_names_and_never_shared() {
+        let a = rule_name(&g("Node_A", 3));
+        let b = rule_name(&g("node-a", 3));
+        assert_ne!(a, b);
+        for n in [a, b, rule_name(&g("___", 0)), rule_name(&g(&"x".repeat(128), 7))] {
+            assert!(n.len() <= 253 && n.starts_with("railguard-"), "{n}");
+            assert!(n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{n}");
+            assert!(!n.contains("--gpu") && !n.ends_with('-'), "{n}");
+        }
+    }
+
+    #[test]
+    fn only_the_corrupting_gpu_is_tainted_and_lifting_is_never_held_back() {
+        let cfg = DeviceTaintConfig { max_share: 0.5, max_new: 2, ..Default::default() };
+        let mut b = DeviceBreaker::default();
+        let now = Instant::now();
+        let bad: BTreeMap<GpuRef, String> = [(g("n1", 3), "GPU3 via mlx5_3: silent corruption".to_owned())].into();
+        let a = plan(&[], &bad, 16, &cfg, &mut b, now);
+        assert_eq!(a.len(), 1);
+        let DeviceAction::Create { body, .. } = &a[0] else { panic!("{a:?}") };
+        assert_eq!(
+            body["spec"]["deviceSelector"],
+            json!({"driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-3"})
+        );
+        assert_eq!(body["spec"]["taint"]["effect"], "NoSchedule");
+        // Already there: nothing. Recovered: deleted, whatever the breaker says.
+        let existing = [ExistingRule { name: rule_name(&g("n1", 3)), gpu: Some(g("n1", 3)) }];
+        assert!(plan(&existing, &bad, 16, &cfg, &mut b, now).is_empty());
+        b.recent.extend([(now, g("x", 0)), (now, g("x", 1))]);
+        let lifted = plan(&existing, &BTreeMap::new(), 16, &cfg, &mut b, now);
+        assert_eq!(lifted, vec![DeviceAction::Delete { name: rule_name(&g("n1", 3)) }]);
+    }
+
+    #[test]
+    fn the_breaker_bounds_the_share_and_the_rate() {
+        let cfg = DeviceTaintConfig { max_share: 0.25, max_new: 2, ..Default::default() };
+        let now = Instant::now();
+        let bad: BTreeMap<GpuRef, String> = (0..8).map(|i| (g("n", i), String::new())).collect();
+        // A quarter of 8 GPUs: 2, and the rate allows 2: two rules, the breaker open.
+        let mut b = DeviceBreaker::default();
+        let a = plan(&[], &bad, 8, &cfg, &mut b, now);
+        assert_eq!(a.len(), 2, "{a:?}");
+        assert!(b.open.as_deref().unwrap().contains("already tainted"), "{:?}", b.open);
+        // With room in the share, the rate stops the third new GPU in the window...
+        let mut b = DeviceBreaker::default();
+        let a = plan(&[], &bad, 80, &cfg, &mut b, now);
+        assert_eq!(a.len(), 2);
+        assert!(b.open.as_deref().unwrap().contains("newly tainted"), "{:?}", b.open);
+        // ...and lets more through once the window has passed.
+        let later = now + cfg.rate_window + Duration::from_secs(1);
+        let existing: Vec<ExistingRule> =
+            (0..2).map(|i| ExistingRule { name: rule_name(&g("n", i)), gpu: Some(g("n", i)) }).collect();
+        assert_eq!(plan(&existing, &bad, 80, &cfg, &mut b, later).len(), 2);
+    }
+}
