@@ -43,6 +43,12 @@ ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(faketime)
 have ip || need+=(iproute2)
 # The alert rules' unit tests and the /metrics lint (promtool, from Debian's prometheus package).
 have promtool || need+=(prometheus)
+# The highly available Postgres (scripts/pg-ha.sh and its failover test): Patroni with its etcd
+# client, etcd, HAProxy; curl for the health checks.
+have patroni || need+=(patroni python3-etcd)
+have etcd || need+=(etcd-server)
+have haproxy || need+=(haproxy)
+have curl || need+=(curl)
 # The dashboard tests drive Debian's chromium, headless.
 have chromium || need+=(chromium)
 have chromedriver || need+=(chromium-driver)

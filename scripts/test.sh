@@ -18,9 +18,12 @@ kubernetes-validate --strict -k 1.30.0 deploy/k8s/*.yaml
 echo "== cargo build (binaries the end-to-end tests run)"
 cargo build --workspace --locked
 echo "== tests"
+rm -f target/test-secrets.txt
 if cargo nextest --version >/dev/null 2>&1; then
-  # (the workspace has no doctests; nextest's summary is the closing line)
+  # (the workspace has no doctests)
   cargo nextest run --workspace --locked --no-fail-fast --test-threads 2
+  echo "== no secret in any test's output"
+  bash scripts/check-test-logs.sh
 else
   cargo test --workspace --locked --no-fail-fast
 fi

@@ -113,6 +113,9 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     };
     let result = async {
         let pool = pg::connect_and_migrate(opts, 16).await.context("connecting to Postgres and migrating")?;
+        if cluster.is_none() {
+            pg::durability::check(&pool).await;
+        }
         let listener =
             TcpListener::bind(cfg.grpc_listen).await.with_context(|| format!("binding {}", cfg.grpc_listen))?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

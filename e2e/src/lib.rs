@@ -34,6 +34,9 @@ impl TestPg {
         let data = dir.path().join("data");
         let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&data, false)).await.unwrap().unwrap();
         cluster.create_database("railguard").await.unwrap();
+        if let Ok(password) = std::fs::read_to_string(cluster.password_file()) {
+            remember_secret(password.trim());
+        }
         let pool = railguard_collector::pg::connect_and_migrate(cluster.connect_options("railguard"), 4).await.unwrap();
         TestPg { cluster, pool, _dir: dir }
     }
@@ -79,13 +82,36 @@ impl Drop for TestPg {
     }
 }
 
-/// Path of a workspace binary next to the test executable (`cargo test --workspace` builds them).
-/// Writes a secret file (a token, credentials) as the binaries require it: 0600.
+/// Writes a secret file (a token, credentials) as the binaries require it: 0600. Each secret in
+/// it (a line's last word: the token of `NODE TOKEN`) is remembered ([`remember_secret`]).
 pub fn write_secret(path: &Path, contents: impl AsRef<[u8]>) {
     use std::os::unix::fs::PermissionsExt;
+    let contents = contents.as_ref();
+    for line in String::from_utf8_lossy(contents).lines() {
+        if let Some(secret) = line.split_whitespace().last() {
+            remember_secret(secret);
+        }
+    }
     std::fs::write(path, contents).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
+
+/// Adds `secret` to target/test-secrets.txt (0600, one per line): after the suite,
+/// scripts/check-test-logs.sh fails the run if any of them appears in any test's output.
+pub fn remember_secret(secret: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if secret.len() < 8 {
+        return;
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-secrets.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path) {
+        // One write per line: appends from concurrent tests never interleave within a line.
+        let _ = f.write_all(format!("{secret}\n").as_bytes());
+    }
+}
+
+/// Path of a workspace binary next to the test executable (`cargo test --workspace` builds them).
 
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();

@@ -1,6 +1,7 @@
 //! Postgres: a private cluster when no `DATABASE_URL` is given, and the connection pool.
 
 mod cluster;
+pub mod durability;
 
 pub use cluster::{ClusterError, DATABASE_NAME, PG_USER, PrivateCluster, find_bindir};
 
