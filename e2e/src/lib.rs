@@ -112,7 +112,6 @@ pub fn remember_secret(secret: &str) {
 }
 
 /// Path of a workspace binary next to the test executable (`cargo test --workspace` builds them).
-
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     // target/debug/deps/<test> for a test, target/debug/<bin> for a binary (the chaos suite).
