@@ -294,6 +294,7 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     for (path, want) in [
         ("/api/v1/fleet/series?points=1", 400),
         ("/api/v1/fleet/series?points=x", 400),
+        ("/api/v1/fleet/series?points=", 400),
         ("/api/v1/nodes/nope/nics/series", 404),
         ("/api/v1/nodes/seed-auto/nics/series?bucket=week", 400),
     ] {

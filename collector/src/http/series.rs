@@ -24,7 +24,7 @@ pub struct FleetSeriesQuery {
     /// RFC 3339 time, or a duration before now. Default (absent or empty) now.
     #[param(schema_with = params::time_schema)]
     until: Option<String>,
-    /// Points, evenly spaced from `since` to `until` (2–240, default 120).
+    /// Points, evenly spaced from `since` to `until` (2–240). Default (absent): 120.
     #[param(value_type = Option<u32>, minimum = 2, maximum = 240)]
     points: Option<String>,
 }
@@ -51,7 +51,7 @@ pub async fn fleet_series(
     params::ApiQuery(q): params::ApiQuery<FleetSeriesQuery>,
 ) -> ApiResult<FleetSeries> {
     let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "1d")?;
-    let points = match params::present(q.points.as_deref()) {
+    let points = match q.points.as_deref() {
         None => 120,
         Some(p) => p.parse::<i64>().ok().filter(|n| (2..=read::MAX_POINTS).contains(n)).ok_or_else(|| {
             ApiError::BadRequest(format!("points {p:?} is not a count from 2 to {}", read::MAX_POINTS))
