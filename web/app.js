@@ -169,7 +169,9 @@ async function fleet() {
     h += `<p id="asof" class="warning">The fleet as it was at ${esc(new Date(grid.at).toISOString())} (from the status history; GPUs first assessed later are absent). <a href="#/">Back to now</a></p>`;
   } else if (grid.assessed_at) {
     const age = Math.max(0, Math.round((Date.now() - new Date(grid.assessed_at)) / 1000));
-    h += `<p id="age" class="${age > 30 ? "warning stale" : "muted"}" data-age="${age}">data is ${age} s old${age > 30 ? " — the collector is falling behind" : ""}</p>`;
+    const lag = grid.replica_lag_seconds;
+    const replica = lag == null ? "" : ` · read from a replica ${Math.round(lag)} s behind its primary`;
+    h += `<p id="age" class="${age > 30 ? "warning stale" : "muted"}" data-age="${age}"${lag == null ? "" : ` data-replica-lag="${Math.round(lag)}"`}>data is ${age} s old${age > 30 ? " — the collector is falling behind" : ""}${esc(replica)}</p>`;
   }
   const fleetSeries = seriesRead.key === patternKey ? seriesRead.value : null;
   if (fleetSeries) {

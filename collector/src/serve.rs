@@ -49,6 +49,8 @@ pub struct ServeConfig {
     pub http_allowed_hosts: crate::http::host::AllowedHosts,
     /// The dashboard's address as people reach it (None: the listener's own).
     pub dashboard_url: Option<crate::http::dashboard_url::DashboardUrl>,
+    /// A replica for the reads (API, dashboard, /metrics); None: the database written to.
+    pub database_read_url: Option<String>,
     /// Keep a condition on each Kubernetes Node (and opt-in taints/cordons); None: off.
     pub k8s_nodes: Option<crate::tasks::k8s_nodes::NodeConditionConfig>,
 }
@@ -75,6 +77,7 @@ impl ServeConfig {
             http_tls: None,
             http_allowed_hosts: Default::default(),
             dashboard_url: None,
+            database_read_url: None,
             k8s_nodes: None,
         }
     }
@@ -116,6 +119,13 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         if cluster.is_none() {
             pg::durability::check(&pool).await;
         }
+        // Reads (API, dashboard, /metrics) off a replica when one is given.
+        let read_pool = match &cfg.database_read_url {
+            Some(url) => pg::connect_read(url.parse().context("--database-read-url is not a valid Postgres URL")?, 16)
+                .await
+                .context("connecting to the read replica")?,
+            None => pool.clone(),
+        };
         let listener =
             TcpListener::bind(cfg.grpc_listen).await.with_context(|| format!("binding {}", cfg.grpc_listen))?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -156,7 +166,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                 let l = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
                 let local = l.local_addr()?;
                 let state = AppState {
-                    pool: pool.clone(),
+                    pool: read_pool.clone(),
                     state: state.clone(),
                     api_token: cfg.api_token.as_deref().map(Arc::from),
                     window_minutes: i32::try_from(cfg.assess.window.as_secs() / 60).unwrap_or(i32::MAX).max(1),

@@ -1,7 +1,7 @@
 //! The collector on a highly available Postgres (`scripts/pg-ha.sh`: etcd, three PostgreSQL
 //! members under Patroni in synchronous mode, HAProxy): batches keep being acknowledged through
 //! the loss of the primary's machine (its postmaster SIGKILLed and its data directory deleted),
-//! and every acknowledged record is on the new primary, once.
+//! and every acknowledged record is on the new primary, once; the API reads a replica.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use std::process::Command;
@@ -80,7 +80,9 @@ async fn acknowledged_records_survive_losing_the_primarys_disk() {
     remember_secret(password.trim());
     remember_secret(&std::fs::read_to_string(format!("{cluster}/secrets/replication")).unwrap());
 
-    let c = CollectorProc::start_with(&write_url, &["ha-node"], &[]);
+    let read_url = out.lines().find_map(|l| l.strip_prefix("read_url=")).unwrap().to_owned();
+    // Writes through the primary's port, reads (API, dashboard, /metrics) off a replica.
+    let c = CollectorProc::start_with(&write_url, &["ha-node"], &["--database-read-url", &read_url]);
     let grpc = c.url();
     // The collector says the commits are synchronous.
     let pool = sqlx::PgPool::connect(&write_url).await.unwrap();
@@ -112,6 +114,18 @@ async fn acknowledged_records_survive_losing_the_primarys_disk() {
     }
     let status = pg_ha(&["status", &cluster], base);
     assert!(!status.contains(&format!("leader={leader} ")), "a standby was promoted: {status}");
+    // The API reads the replica: the node is there, and the grid says how far behind it is.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, body) = c.get("/api/v1/nodes/ha-node", None);
+        if code == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never served the node: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let grid: serde_json::Value = serde_json::from_str(&c.get("/api/v1/grid", None).1).unwrap();
+    assert!(grid["replica_lag_seconds"].is_number(), "read from a replica, its lag said: {grid}");
 
     // Every acknowledged id is on the new primary, once.
     let pool = sqlx::PgPool::connect(&write_url).await.unwrap();

@@ -26,6 +26,11 @@ pub struct ServeArgs {
     api_token_file: Option<PathBuf>,
     #[command(flatten)]
     db: DbArgs,
+    /// A read replica for the API, the dashboard and /metrics (the read-only port of an HA
+    /// cluster: scripts/pg-ha.sh, docs/ha-postgres.md); the dashboard shows its lag. Unset: reads
+    /// go to the database written to.
+    #[arg(long, env = "RAILGUARD_DATABASE_READ_URL")]
+    database_read_url: Option<String>,
     /// Agent credentials: one `NODE_ID TOKEN` (or `NODE_ID sha256:HEX`) per line.
     #[arg(long, env = "RAILGUARD_CREDENTIALS")]
     credentials: PathBuf,
@@ -203,6 +208,7 @@ impl ServeArgs {
             .map(|(cert, key)| railguard_collector::serve::HttpTls { cert, key });
         cfg.http_allowed_hosts = railguard_collector::http::host::AllowedHosts::from_flags(&self.http_allowed_host);
         cfg.dashboard_url = self.dashboard_url;
+        cfg.database_read_url = self.database_read_url;
         cfg.tls = match (self.tls_cert, self.tls_key) {
             (Some(cert), Some(key)) => {
                 Some(railguard_collector::serve::GrpcTls { cert, key, client_ca: self.tls_client_ca })

@@ -343,6 +343,9 @@ pub struct Grid {
     pub historical: bool,
     /// The fleet's last full assessment (current grid only): the data is this old.
     pub assessed_at: Option<DateTime<Utc>>,
+    /// Seconds the replica serving the reads lags its primary (null when reads go to the
+    /// primary; 0 when it has replayed all it received).
+    pub replica_lag_seconds: Option<f64>,
     /// One cell per GPU, by node and index.
     pub cells: Vec<GridCell>,
 }
@@ -359,12 +362,20 @@ pub async fn grid(State(s): State<AppState>, params::ApiQuery(q): params::ApiQue
     match q.at.as_deref().filter(|a| !a.is_empty()) {
         Some(at) => {
             let at = params::parse_time("at", at, Utc::now())?;
-            Ok(Json(Grid { at, historical: true, assessed_at: None, cells: read::grid_at(&s.pool, at).await? }))
+            let replica_lag_seconds = crate::pg::replica_lag_seconds(&s.pool).await?;
+            Ok(Json(Grid {
+                at,
+                historical: true,
+                assessed_at: None,
+                replica_lag_seconds,
+                cells: read::grid_at(&s.pool, at).await?,
+            }))
         }
         None => {
             let cells = read::grid_now(&s.pool).await?;
             let assessed_at = read::last_assessment(&s.pool).await?;
-            Ok(Json(Grid { at: Utc::now(), historical: false, assessed_at, cells }))
+            let replica_lag_seconds = crate::pg::replica_lag_seconds(&s.pool).await?;
+            Ok(Json(Grid { at: Utc::now(), historical: false, assessed_at, replica_lag_seconds, cells }))
         }
     }
 }
