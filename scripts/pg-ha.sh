@@ -32,16 +32,13 @@ as_pg() {
 }
 
 status() {
-  local leader
-  leader=$(curl -fsS "http://127.0.0.1:$((base + 20))/cluster" 2>/dev/null |
-    python3 -c 'import json,sys; print(next((m["name"] for m in json.load(sys.stdin)["members"] if m["role"] == "leader"), ""))' 2>/dev/null || true)
-  if [ -z "$leader" ]; then
-    for i in 1 2; do
-      leader=$(curl -fsS "http://127.0.0.1:$((base + 20 + i))/cluster" 2>/dev/null |
-        python3 -c 'import json,sys; print(next((m["name"] for m in json.load(sys.stdin)["members"] if m["role"] == "leader"), ""))' 2>/dev/null || true)
-      [ -n "$leader" ] && break
-    done
-  fi
+  # Any member's REST API knows the cluster; the first that answers names the leader.
+  local leader="" i
+  for i in 0 1 2; do
+    leader=$(curl -fsS "http://127.0.0.1:$((base + 20 + i))/cluster" 2>/dev/null |
+      python3 -c 'import json,sys; print(next((m["name"] for m in json.load(sys.stdin)["members"] if m["role"] == "leader"), ""))' 2>/dev/null || true)
+    [ -n "$leader" ] && break
+  done
   [ -n "$leader" ] || { echo "pg-ha: no leader" >&2; return 1; }
   echo "leader=$leader pid=$(head -1 "$dir/$leader/data/postmaster.pid" 2>/dev/null || echo none)"
 }
