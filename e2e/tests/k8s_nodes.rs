@@ -120,8 +120,11 @@ async fn each_corrupting_gpu_alone_gets_a_device_taint_rule_valid_for_its_api_ve
         let listed = serde_json::json!({"apiVersion": format!("resource.k8s.io/{}", api.version()), "kind": "DeviceTaintRuleList",
             "metadata": {}, "items": [rule_body(&cfg, &recovered, "earlier")]});
         let (client, seen) = mock_rules(listed);
-        let actions = reconcile_once(&client, &rows, &cfg, &mut DeviceBreaker::default()).await.unwrap();
+        let stats = railguard_collector::tasks::k8s_nodes::ControllerStats::default();
+        let actions = reconcile_once(&client, &rows, &cfg, &mut DeviceBreaker::default(), &stats).await.unwrap();
         assert_eq!(actions.len(), 2, "{actions:?}");
+        assert_eq!(stats.device_rule_changes.load(Ordering::Relaxed), 2, "both requests counted");
+        assert_eq!(stats.device_errors.load(Ordering::Relaxed), 0);
         let seen = seen.lock().unwrap().clone();
         let base = format!("/apis/resource.k8s.io/{}/devicetaintrules", api.version());
         assert_eq!(seen[0].0, "GET");

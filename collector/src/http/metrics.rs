@@ -347,5 +347,12 @@ fn process(out: &mut String, s: &AppState) {
             "# HELP railguard_k8s_circuit_open 1 while the taint/cordon circuit breaker refuses new actions (share of the fleet or rate reached).\n# TYPE railguard_k8s_circuit_open gauge\nrailguard_k8s_circuit_open {}",
             u8::from(k.breaker_open.load(Ordering::Relaxed))
         );
+        let _ = writeln!(
+            out,
+            "# HELP railguard_k8s_device_rule_changes_total DeviceTaintRules (one per corrupting GPU) the collector created or deleted.\n# TYPE railguard_k8s_device_rule_changes_total counter\nrailguard_k8s_device_rule_changes_total {}\n# HELP railguard_k8s_device_errors_total Failed DeviceTaintRule requests to the Kubernetes API.\n# TYPE railguard_k8s_device_errors_total counter\nrailguard_k8s_device_errors_total {}\n# HELP railguard_k8s_device_circuit_open 1 while the device-taint circuit breaker refuses new rules (share of the GPUs or rate reached).\n# TYPE railguard_k8s_device_circuit_open gauge\nrailguard_k8s_device_circuit_open {}",
+            k.device_rule_changes.load(Ordering::Relaxed),
+            k.device_errors.load(Ordering::Relaxed),
+            u8::from(k.device_breaker_open.load(Ordering::Relaxed))
+        );
     }
 }

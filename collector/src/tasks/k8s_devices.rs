@@ -267,7 +267,9 @@ pub async fn reconcile_once(
     rows: &[GpuStatusRow],
     cfg: &DeviceTaintConfig,
     breaker: &mut DeviceBreaker,
+    stats: &super::k8s_nodes::ControllerStats,
 ) -> Result<Vec<DeviceAction>, kube::Error> {
+    use std::sync::atomic::Ordering::Relaxed;
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &cfg.api.resource());
     let list = api.list(&ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))).await?;
     let existing: Vec<ExistingRule> = list
@@ -282,6 +284,7 @@ pub async fn reconcile_once(
         })
         .collect();
     let actions = plan(&existing, &corrupting(rows), rows.len(), cfg, breaker, Instant::now());
+    stats.device_breaker_open.store(breaker.open.is_some(), Relaxed);
     if let Some(why) = &breaker.open {
         tracing::warn!(why = %why, "device taint circuit breaker open");
     }
@@ -290,14 +293,21 @@ pub async fn reconcile_once(
             DeviceAction::Create { body, .. } => match serde_json::from_value::<DynamicObject>(body.clone()) {
                 Ok(obj) => api.create(&PostParams::default(), &obj).await.map(|_| ()),
                 Err(e) => {
+                    stats.device_errors.fetch_add(1, Relaxed);
                     tracing::warn!(error = %e, "a device taint rule did not serialise");
                     continue;
                 }
             },
             DeviceAction::Delete { name } => api.delete(name, &DeleteParams::default()).await.map(|_| ()),
         };
-        if let Err(e) = res {
-            tracing::warn!(error = %e, action = ?a, "a device taint rule request failed; the next pass tries again");
+        match res {
+            Ok(()) => {
+                stats.device_rule_changes.fetch_add(1, Relaxed);
+            }
+            Err(e) => {
+                stats.device_errors.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, action = ?a, "a device taint rule request failed; the next pass tries again");
+            }
         }
     }
     Ok(actions)

@@ -365,6 +365,12 @@ pub struct ControllerStats {
     pub patches: std::sync::atomic::AtomicU64,
     pub errors: std::sync::atomic::AtomicU64,
     pub breaker_open: std::sync::atomic::AtomicBool,
+    /// DeviceTaintRules created or deleted ([`super::k8s_devices`]).
+    pub device_rule_changes: std::sync::atomic::AtomicU64,
+    /// Failed DeviceTaintRule requests (lists, creations, deletions).
+    pub device_errors: std::sync::atomic::AtomicU64,
+    /// 1 while the device-taint breaker refuses new rules.
+    pub device_breaker_open: std::sync::atomic::AtomicBool,
 }
 
 /// One pass: list the nodes, plan, apply. Returns the actions made.
@@ -449,16 +455,12 @@ pub async fn run_periodic(
                         stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::warn!(error = %e, "listing the cluster's nodes failed; will retry");
                     }
-                    if let Some(d) = &cfg.devices {
-                        match super::k8s_devices::reconcile_once(&client, &rows, d, &mut device_breaker).await {
-                            Ok(actions) => {
-                                stats.patches.fetch_add(actions.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                            }
-                            Err(e) => {
-                                stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                tracing::warn!(error = %e, "listing the device taint rules failed; will retry");
-                            }
-                        }
+                    if let Some(d) = &cfg.devices
+                        && let Err(e) =
+                            super::k8s_devices::reconcile_once(&client, &rows, d, &mut device_breaker, &stats).await
+                    {
+                        stats.device_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(error = %e, "listing the device taint rules failed; will retry");
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "reading GPU statuses for node conditions failed; will retry"),
