@@ -112,18 +112,25 @@ pub fn statuses(s: &str) -> Result<Vec<GpuStatus>, ApiError> {
 
 /// `limit`: 1–10000, `default` when absent.
 pub fn limit(s: Option<&str>, default: u32) -> Result<i64, ApiError> {
-    // Documented as an integer: an empty value is not one (unlike since/until/status).
+    count("limit", s, default, 1..=10_000)
+}
+
+/// A whole number parameter `name` within `range`; `default` when absent. Documented as an
+/// integer: an empty value is not one (unlike since/until/status).
+pub fn count(name: &str, s: Option<&str>, default: u32, range: std::ops::RangeInclusive<u32>) -> Result<i64, ApiError> {
     let n = match s {
         None => default,
         Some(s) => {
-            s.trim().parse::<u32>().map_err(|_| ApiError::BadRequest(format!("limit {s:?} is not a whole number")))?
+            s.trim().parse::<u32>().map_err(|_| ApiError::BadRequest(format!("{name} {s:?} is not a whole number")))?
         }
     };
-    match n {
-        0 => Err(ApiError::BadRequest("limit must be at least 1".into())),
-        n if n > 10_000 => Err(ApiError::BadRequest("limit must be at most 10000".into())),
-        n => Ok(i64::from(n)),
+    if n < *range.start() {
+        return Err(ApiError::BadRequest(format!("{name} must be at least {}", range.start())));
     }
+    if n > *range.end() {
+        return Err(ApiError::BadRequest(format!("{name} must be at most {}", range.end())));
+    }
+    Ok(i64::from(n))
 }
 
 /// `bucket=hour|day` of a GPU's history; absent or empty: by the period's length.

@@ -51,12 +51,7 @@ pub async fn fleet_series(
     params::ApiQuery(q): params::ApiQuery<FleetSeriesQuery>,
 ) -> ApiResult<FleetSeries> {
     let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "1d")?;
-    let points = match q.points.as_deref() {
-        None => 120,
-        Some(p) => p.parse::<i64>().ok().filter(|n| (2..=read::MAX_POINTS).contains(n)).ok_or_else(|| {
-            ApiError::BadRequest(format!("points {p:?} is not a count from 2 to {}", read::MAX_POINTS))
-        })?,
-    };
+    let points = params::count("points", q.points.as_deref(), 120, 2..=read::MAX_POINTS)?;
     let points =
         if since < until { read::fleet_status_series(&s.pool, since, until, points).await? } else { Vec::new() };
     Ok(Json(FleetSeries { since, until, points }))

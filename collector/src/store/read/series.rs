@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 use super::*;
 
 /// At most this many points in a fleet series (evenly spaced over the period).
-pub const MAX_POINTS: i64 = 240;
+pub const MAX_POINTS: u32 = 240;
 
 /// The fleet at one moment: GPUs corrupting and at risk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
@@ -33,7 +33,7 @@ pub async fn fleet_status_series(
     until: DateTime<Utc>,
     points: i64,
 ) -> Result<Vec<StatusPoint>, sqlx::Error> {
-    let points = points.clamp(2, MAX_POINTS);
+    let points = points.clamp(2, i64::from(MAX_POINTS));
     let step_ms = ((until - since).num_milliseconds() / (points - 1)).max(1);
     sqlx::query_as(
         "WITH pts AS (
