@@ -6,17 +6,28 @@
 #
 #   scripts/pg-ha.sh up DIR      start everything under DIR; prints write_url=… and read_url=…
 #   scripts/pg-ha.sh status DIR  prints leader=<member> pid=<its postmaster's pid>
+#   scripts/pg-ha.sh switchover DIR   a planned switchover (patronictl) to a synchronous standby
+#   scripts/pg-ha.sh backup DIR  a full pgBackRest backup of the primary into DIR/backup
+#   scripts/pg-ha.sh archive DIR switches the primary's WAL and waits until it is in DIR/backup
+#   scripts/pg-ha.sh restore DIR TO [TIME]
+#                                restores the newest backup and the archived WAL up to TIME
+#                                (any form Postgres reads, e.g. 2026-12-04 10:00:00+00; default:
+#                                all of it) into TO/data, starts it as a lone server and prints
+#                                restored_url=…
 #   scripts/pg-ha.sh down DIR    stops everything it started
 #
+# Every member archives its WAL with pgBackRest (archive_command, stanza "railguard") into the
+# repository DIR/backup, so a backup plus the archive restores to any point after the backup.
+#
 # Ports: PGHA_PORT_BASE (default 25400) + 0/1 etcd, +10..12 Postgres, +20..22 Patroni REST,
-# +30 read-write, +31 read-only. The passwords are generated into DIR/secrets (0600). Run as
-# root, Postgres runs as RAILGUARD_PG_USER (default railguard-pg, made by scripts/setup.sh).
+# +30 read-write, +31 read-only, +40 a restored server. The passwords are generated into
+# DIR/secrets (0600). Run as root, Postgres runs as RAILGUARD_PG_USER (default railguard-pg, made by scripts/setup.sh).
 # The same layout for real hosts: docs/ha-postgres.md.
 set -euo pipefail
 
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 up|status|down DIR" >&2; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 up|status|switchover|backup|archive|restore|down DIR" >&2; exit 2; }
 base=${PGHA_PORT_BASE:-25400}
 pg_user=${RAILGUARD_PG_USER:-railguard-pg}
 bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -32,15 +43,127 @@ as_pg() {
 }
 
 status() {
-  # Any member's REST API knows the cluster; the first that answers names the leader.
-  local leader="" i
-  for i in 0 1 2; do
-    leader=$(curl -fsS "http://127.0.0.1:$((base + 20 + i))/cluster" 2>/dev/null |
-      python3 -c 'import json,sys; print(next((m["name"] for m in json.load(sys.stdin)["members"] if m["role"] == "leader"), ""))' 2>/dev/null || true)
+  # Any member's REST API knows the cluster; the first that answers names the leader (none for
+  # a moment while a new one is elected).
+  local leader=""
+  for _ in $(seq 1 20); do
+    leader=$(cluster_json | python3 -c 'import json,sys; print(next((m["name"] for m in json.load(sys.stdin)["members"] if m["role"] == "leader"), ""))' 2>/dev/null || true)
     [ -n "$leader" ] && break
+    sleep 0.25
   done
   [ -n "$leader" ] || { echo "pg-ha: no leader" >&2; return 1; }
   echo "leader=$leader pid=$(head -1 "$dir/$leader/data/postmaster.pid" 2>/dev/null || echo none)"
+}
+
+cluster_json() { # the cluster as the first member that answers sees it
+  local i
+  for i in 0 1 2; do curl -fsS "http://127.0.0.1:$((base + 20 + i))/cluster" 2>/dev/null && return 0; done
+  return 1
+}
+
+leader_name() { status | sed -n 's/^leader=\([^ ]*\) .*/\1/p'; }
+
+# pgBackRest as the Postgres user, with the superuser's password for its connections.
+backrest() { # config, then pgbackrest's arguments
+  local conf=$1
+  shift
+  (PGPASSWORD=$(cat "$dir/secrets/superuser") as_pg pgbackrest --config="$conf" --stanza=railguard "$@")
+}
+
+backrest_conf() { # member or restore directory, pg path, port → DIR/…/pgbackrest.conf
+  cat >"$1/pgbackrest.conf" <<CONF
+[global]
+repo1-path=$dir/backup
+repo1-retention-full=2
+log-path=$1/pgbackrest
+lock-path=$1/pgbackrest
+spool-path=$1/pgbackrest
+log-level-console=warn
+log-level-file=info
+start-fast=y
+archive-timeout=60
+
+[railguard]
+pg1-path=$2
+pg1-port=$3
+pg1-socket-path=$1
+pg1-user=railguard
+CONF
+  mkdir -p "$1/pgbackrest"
+  [ "$(id -u)" = 0 ] && chown -R "$pg_user:" "$1/pgbackrest" "$1/pgbackrest.conf"
+  return 0
+}
+
+switchover() {
+  local leader candidate
+  leader=$(leader_name)
+  [ -n "$leader" ] || { echo "pg-ha: no leader" >&2; return 1; }
+  # The synchronous standby has every acknowledged commit: it is the one to hand over to (after
+  # a failover, wait until Patroni has named one again).
+  candidate=""
+  for _ in $(seq 1 240); do
+    candidate=$(cluster_json | python3 -c 'import json,sys; print(next((m["name"] for m in json.load(sys.stdin)["members"] if m["role"] == "sync_standby" and m["state"] in ("running", "streaming")), ""))' 2>/dev/null || true)
+    [ -n "$candidate" ] && break
+    sleep 0.25
+  done
+  [ -n "$candidate" ] || { echo "pg-ha: no synchronous standby to switch over to" >&2; return 1; }
+  patronictl -c "$dir/$leader/patroni.yml" switchover --leader "$leader" --candidate "$candidate" --force >"$dir/logs/switchover.log" 2>&1 ||
+    { cat "$dir/logs/switchover.log" >&2; return 1; }
+  for _ in $(seq 1 120); do
+    [ "$(leader_name 2>/dev/null)" = "$candidate" ] && { echo "leader=$candidate previous=$leader"; return 0; }
+    sleep 0.25
+  done
+  echo "pg-ha: $candidate did not take over" >&2
+  return 1
+}
+
+backup() {
+  local leader
+  leader=$(leader_name)
+  [ -n "$leader" ] || { echo "pg-ha: no leader" >&2; return 1; }
+  backrest "$dir/$leader/pgbackrest.conf" --type=full backup
+  backrest "$dir/$leader/pgbackrest.conf" info --output=json >"$dir/logs/backup-info.json"
+  echo "backup=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["backup"][-1]["label"])' "$dir/logs/backup-info.json")"
+}
+
+archive() {
+  local leader
+  leader=$(leader_name)
+  [ -n "$leader" ] || { echo "pg-ha: no leader" >&2; return 1; }
+  backrest "$dir/$leader/pgbackrest.conf" check
+}
+
+restore() {
+  local to=$1 target=${2:-} su port=$((base + 40))
+  [ -n "$to" ] || { echo "usage: $0 restore DIR TO [TIME]" >&2; exit 2; }
+  [ ! -e "$to/data" ] || { echo "pg-ha: $to/data exists; restore into an empty directory" >&2; return 1; }
+  mkdir -p "$to" "$dir/pids"
+  to=$(cd "$to" && pwd)
+  chmod 700 "$to"
+  [ "$(id -u)" = 0 ] && chown "$pg_user:" "$to"
+  su=$(cat "$dir/secrets/superuser")
+  backrest_conf "$to" "$to/data" "$port"
+  if [ -n "$target" ]; then
+    backrest "$to/pgbackrest.conf" --type=time "--target=$target" --target-action=promote restore
+  else
+    backrest "$to/pgbackrest.conf" restore
+  fi
+  # The member's settings came with the files: this server stands alone, on its own port, and
+  # archives nothing into the cluster's repository.
+  (as_pg "$bindir/postgres" -D "$to/data" -c port=$port -c listen_addresses=127.0.0.1 \
+    -c unix_socket_directories="$to" -c hba_file="$to/data/pg_hba.conf" -c ident_file="$to/data/pg_ident.conf" \
+    -c archive_mode=off -c synchronous_standby_names= -c primary_conninfo= -c primary_slot_name= \
+    -c cluster_name=railguard-restored) >"$to/postgres.log" 2>&1 &
+  echo $! >"$dir/pids/restored"
+  for _ in $(seq 1 240); do
+    if [ "$(PGPASSWORD=$su "$bindir/psql" -h 127.0.0.1 -p $port -U railguard -d railguard -Atc 'SELECT pg_is_in_recovery()' 2>/dev/null)" = f ]; then
+      echo "restored_url=postgresql://railguard:$su@127.0.0.1:$port/railguard"
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "pg-ha: the restored server did not finish recovery (log: $to/postgres.log)" >&2
+  return 1
 }
 
 down() {
@@ -73,8 +196,15 @@ up() {
   command -v patroni >/dev/null && command -v etcd >/dev/null && command -v haproxy >/dev/null ||
     { echo "pg-ha: patroni, etcd and haproxy are needed (scripts/setup.sh installs Debian's)" >&2; exit 1; }
   [ -n "$bindir" ] || { echo "pg-ha: no PostgreSQL server binaries under /usr/lib/postgresql" >&2; exit 1; }
-  mkdir -p "$dir"/{pids,secrets,logs}
-  chmod 700 "$dir/secrets"
+  if [ -d "$dir/pids" ]; then
+    for f in "$dir"/pids/*; do
+      [ -e "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null &&
+        { echo "pg-ha: $dir is already up ($(basename "$f") runs); down it first" >&2; exit 1; }
+    done
+  fi
+  mkdir -p "$dir"/{pids,secrets,logs,backup}
+  chmod 700 "$dir/secrets" "$dir/backup"
+  [ "$(id -u)" = 0 ] && chown "$pg_user:" "$dir/backup"
   dir=$(cd "$dir" && pwd)
   local su rep
   su=$(secret superuser)
@@ -118,6 +248,7 @@ bootstrap:
         max_replication_slots: 10
         wal_log_hints: "on"
         max_connections: 200
+        archive_mode: "on"
   initdb:
     - encoding: UTF8
     - locale: C
@@ -141,11 +272,13 @@ postgresql:
       password: "$rep"
   parameters:
     unix_socket_directories: "$dir/$m"
+    archive_command: "pgbackrest --config=$dir/$m/pgbackrest.conf --stanza=railguard archive-push %p"
 tags:
   nofailover: false
   noloadbalance: false
 YML
     chmod 600 "$dir/$m/patroni.yml"
+    backrest_conf "$dir/$m" "$dir/$m/data" $((base + 10 + i))
     [ "$(id -u)" = 0 ] && chown "$pg_user:" "$dir/$m/patroni.yml"
     (as_pg patroni "$dir/$m/patroni.yml") >"$dir/logs/$m.log" 2>&1 &
     echo $! >"$dir/pids/$m"
@@ -201,6 +334,9 @@ sys.exit(0 if ok else 1)'; then
         PGPASSWORD=$su "$bindir/psql" -h 127.0.0.1 -p $((base + 30)) -U railguard -d postgres -Atc \
           "SELECT 1 FROM pg_database WHERE datname = 'railguard'" | grep -q 1 ||
           PGPASSWORD=$su "$bindir/psql" -h 127.0.0.1 -p $((base + 30)) -U railguard -d postgres -qc 'CREATE DATABASE railguard'
+        # The archive's stanza, so the primary's WAL is kept from here on.
+        backrest "$dir/$(leader_name)/pgbackrest.conf" stanza-create >"$dir/logs/stanza-create.log" 2>&1 ||
+          { echo "pg-ha: pgbackrest stanza-create failed:" >&2; cat "$dir/logs/stanza-create.log" >&2; return 1; }
         echo "write_url=postgresql://railguard:$su@127.0.0.1:$((base + 30))/railguard"
         echo "read_url=postgresql://railguard:$su@127.0.0.1:$((base + 31))/railguard"
         return 0
@@ -208,13 +344,19 @@ sys.exit(0 if ok else 1)'; then
     fi
     sleep 0.5
   done
-  echo "pg-ha: the cluster did not come up (logs in $dir/logs)" >&2
+  echo "pg-ha: the cluster did not come up (logs in $dir/logs); their ends:" >&2
+  for f in "$dir"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done
+  curl -sS "http://127.0.0.1:$((base + 20))/cluster" >&2 || true
   return 1
 }
 
 case "$cmd" in
   up) up ;;
   status) status ;;
+  switchover) switchover ;;
+  backup) backup ;;
+  archive) archive ;;
+  restore) restore "${3:-}" "${4:-}" ;;
   down) down ;;
-  *) echo "usage: $0 up|status|down DIR" >&2; exit 2 ;;
+  *) echo "usage: $0 up|status|switchover|backup|archive|restore|down DIR" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use railguard_agent::topology::fixture::{self, FixtureSpec};
 use railguard_agent::topology::predict::NetDevices;
 use railguard_agent::topology::{SelectionPolicy, SysRoot, Topology};
@@ -144,4 +144,42 @@ pub async fn scripted_fleet(pg: &TestPg) -> CollectorProc {
     }
     tokio::time::sleep(Duration::from_millis(1500)).await; // one more pass: nothing flaps
     c
+}
+
+/// An agent's summary of `probes` ok probes of GPU `gpu` through `nic`, the last at `last_at`.
+pub fn summary(gpu: u32, nic: &str, probes: u32, last_at: DateTime<Utc>) -> Record {
+    let p = probe(0);
+    Record {
+        id: RecordId::random(),
+        observed_at: last_at,
+        body: RecordBody::Summary(ProbeSummary {
+            gpu,
+            gpu_bdf: p.gpu_bdf,
+            nic: nic.into(),
+            nic_bdf: p.nic_bdf,
+            transport: Transport::Sim,
+            memory: Memory::Host,
+            path: DataPath::Simulated,
+            injected: Injected::None,
+            simulated: true,
+            selection: PairSelection::Predicted,
+            lanes: vec![],
+            probes,
+            bytes: u64::from(probes) << 20,
+            duration_min_ns: 1,
+            duration_median_ns: 2,
+            duration_max_ns: 3,
+            first_at: last_at - chrono::TimeDelta::minutes(4),
+            last_at,
+        }),
+    }
+}
+
+/// A silent corruption of GPU `gpu` through `nic` at `at`.
+pub fn failure(gpu: u32, nic: &str, at: DateTime<Utc>) -> Record {
+    let mut p = probe(3); // a silent corruption
+    p.gpu = gpu;
+    p.nic = nic.into();
+    p.bytes = 1 << 20;
+    Record { id: RecordId::random(), observed_at: at, body: RecordBody::Probe(p) }
 }

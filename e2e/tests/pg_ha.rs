@@ -1,17 +1,26 @@
 //! The collector on a highly available Postgres (`scripts/pg-ha.sh`: etcd, three PostgreSQL
-//! members under Patroni in synchronous mode, HAProxy): batches keep being acknowledged through
-//! the loss of the primary's machine (its postmaster SIGKILLed and its data directory deleted),
-//! and every acknowledged record is on the new primary, once; the API reads a replica.
+//! members under Patroni in synchronous mode, HAProxy, pgBackRest archiving):
+//! - batches keep being acknowledged through the loss of the primary's machine (its postmaster
+//!   SIGKILLed and its data directory deleted) and through a planned switchover; every
+//!   acknowledged record is on the new primary, once; refused attempts are `UNAVAILABLE`; a batch
+//!   sent again is stored once; the fleet assessment is led by exactly one of two collectors on
+//!   each new primary; the API reads a replica;
+//! - a collector whose write URL reaches a standby refuses to start, saying so;
+//! - a backup and the archived WAL restore to a point in time into a fresh server, and a
+//!   collector on it serves a GPU's year up to that point and nothing after it.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use chrono::{DurationRound, TimeDelta, Utc};
+use railguard_collector::store::{Store, Tiers};
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
 use railguard_schema::wire::RecordBatch;
 use railguard_schema::wire::ingest_client::IngestClient;
-use railguard_schema::{PairSelection, ProbeVerdict};
+use railguard_schema::{NodeId, PairSelection, ProbeVerdict};
+use serde_json::Value;
 
 fn pg_ha(args: &[&str], base: u16) -> String {
     let out = Command::new("bash")
@@ -24,68 +33,172 @@ fn pg_ha(args: &[&str], base: u16) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Stops the HA cluster however the test ends.
-struct Down(String, u16);
-impl Drop for Down {
+/// An HA cluster of the test's own, stopped however the test ends.
+struct Ha {
+    _dir: tempfile::TempDir,
+    cluster: String,
+    base: u16,
+    write_url: String,
+    read_url: String,
+}
+
+impl Ha {
+    fn up() -> Ha {
+        let dir = tempfile::Builder::new().prefix("railguard-pgha-").tempdir().unwrap();
+        // Postgres runs as an unprivileged user when tests run as root: let it in.
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let cluster = dir.path().join("c").display().to_string();
+        // A port range of our own: the 41 ports below a free one.
+        let base = free_port().saturating_sub(50).max(20_000);
+        let out = pg_ha(&["up", &cluster], base);
+        let field = |k: &str| out.lines().find_map(|l| l.strip_prefix(k)).unwrap().to_owned();
+        let ha = Ha { write_url: field("write_url="), read_url: field("read_url="), _dir: dir, cluster, base };
+        remember_secret(std::fs::read_to_string(format!("{}/secrets/superuser", ha.cluster)).unwrap().trim());
+        remember_secret(std::fs::read_to_string(format!("{}/secrets/replication", ha.cluster)).unwrap().trim());
+        ha
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let mut all = vec![args[0], &self.cluster];
+        all.extend(&args[1..]);
+        pg_ha(&all, self.base)
+    }
+
+    /// (leader member, its postmaster's pid).
+    fn leader(&self) -> (String, i32) {
+        let status = self.run(&["status"]);
+        let leader = status.split_whitespace().find_map(|w| w.strip_prefix("leader=")).unwrap().to_owned();
+        let pid = status.split_whitespace().find_map(|w| w.strip_prefix("pid=")).unwrap().parse().unwrap();
+        (leader, pid)
+    }
+}
+
+impl Drop for Ha {
     fn drop(&mut self) {
         let _ = Command::new("bash")
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pg-ha.sh"))
-            .args(["down", &self.0])
-            .env("PGHA_PORT_BASE", self.1.to_string())
+            .args(["down", &self.cluster])
+            .env("PGHA_PORT_BASE", self.base.to_string())
             .output();
     }
 }
 
-/// One batch of `n` probes, pushed until acknowledged; returns the record ids and how many
-/// attempts failed first.
-async fn push_until_acked(url: &str, node: &str, n: usize) -> (Vec<String>, usize) {
-    let records: Vec<_> =
-        (0..n).map(|_| probe_rec(0, "mlx5_0", ProbeVerdict::Ok, PairSelection::Predicted, 1)).collect();
-    let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
-    let mut failed = 0;
+/// How the attempts before a batch's acknowledgement failed.
+#[derive(Debug, Default)]
+struct Refusals {
+    unavailable: usize,
+    /// No answer in time, or no connection (the collector's own pool waits for the database).
+    no_answer: usize,
+    /// Anything else: an error the agent would not retry (must stay 0).
+    other: Vec<String>,
+}
+
+impl Refusals {
+    fn total(&self) -> usize {
+        self.unavailable + self.no_answer + self.other.len()
+    }
+}
+
+/// Sends `records` as one batch until acknowledged.
+async fn push_until_acked(url: &str, node: &str, records: &[railguard_schema::wire::Record]) -> Refusals {
+    let mut refused = Refusals::default();
     loop {
         let attempt = async {
-            let mut client = IngestClient::connect(url.to_owned()).await.map_err(|e| e.to_string())?;
+            let mut client = IngestClient::connect(url.to_owned()).await.map_err(|_| None)?;
             let mut req = tonic::Request::new(RecordBatch {
                 node_id: node.into(),
-                records: records.clone(),
+                records: records.to_vec(),
                 spool_dropped_total: 0,
             });
             req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(node)).parse().unwrap());
-            client.push_batch(req).await.map_err(|e| e.to_string())
+            client.push_batch(req).await.map_err(Some)
         };
-        match tokio::time::timeout(Duration::from_secs(10), attempt).await {
-            Ok(Ok(_)) => return (ids, failed),
-            _ => {
-                failed += 1;
-                assert!(failed < 300, "no batch acknowledged for a minute");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+        match tokio::time::timeout(Duration::from_secs(15), attempt).await {
+            Ok(Ok(_)) => return refused,
+            Ok(Err(Some(s))) if s.code() == tonic::Code::Unavailable => refused.unavailable += 1,
+            Ok(Err(Some(s))) => refused.other.push(format!("{:?}: {}", s.code(), s.message())),
+            Ok(Err(None)) | Err(_) => refused.no_answer += 1,
         }
+        assert!(refused.total() < 300, "no batch acknowledged: {refused:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn batch(n: usize) -> Vec<railguard_schema::wire::Record> {
+    (0..n).map(|_| probe_rec(0, "mlx5_0", ProbeVerdict::Ok, PairSelection::Predicted, 1)).collect()
+}
+
+/// Whether each collector leads the fleet assessment now (None: its /metrics did not answer).
+fn leads(collectors: &[&CollectorProc]) -> Vec<Option<bool>> {
+    collectors
+        .iter()
+        .map(|c| {
+            let (code, body) = c.get("/metrics", None);
+            (code == 200).then(|| body.lines().any(|l| l == "railguard_leader{task=\"assessment\"} 1"))
+        })
+        .collect()
+}
+
+/// Waits until exactly one collector leads the assessment and it stays so for three seconds.
+async fn exactly_one_leads(collectors: &[&CollectorProc], after: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut steady = 0;
+    loop {
+        let now = leads(collectors);
+        if now.iter().all(Option::is_some) && now.iter().filter(|l| **l == Some(true)).count() == 1 {
+            steady += 1;
+            if steady == 6 {
+                return;
+            }
+        } else {
+            steady = 0;
+        }
+        assert!(Instant::now() < deadline, "after {after}, the assessment's leaders: {now:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Reads of the API (off the replica) while a fault runs: answered and not.
+struct Reads {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<(usize, usize)>,
+}
+
+impl Reads {
+    fn start(http_port: u16) -> Reads {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0, 0);
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                if http_get(http_port, "/api/v1/nodes/ha-node", None).0 == 200 {
+                    ok += 1;
+                } else {
+                    failed += 1;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            (ok, failed)
+        });
+        Reads { stop, handle }
+    }
+
+    fn finish(self) -> (usize, usize) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap()
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn acknowledged_records_survive_losing_the_primarys_disk() {
-    let dir = tempfile::Builder::new().prefix("railguard-pgha-").tempdir().unwrap();
-    // Postgres runs as an unprivileged user when tests run as root: let it in.
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let cluster = dir.path().join("c").display().to_string();
-    // A port range of our own: 32 ports above a free one.
-    let base = free_port().saturating_sub(40).max(20_000);
-    let out = pg_ha(&["up", &cluster], base);
-    let _down = Down(cluster.clone(), base);
-    let write_url = out.lines().find_map(|l| l.strip_prefix("write_url=")).unwrap().to_owned();
-    let password = std::fs::read_to_string(format!("{cluster}/secrets/superuser")).unwrap();
-    remember_secret(password.trim());
-    remember_secret(&std::fs::read_to_string(format!("{cluster}/secrets/replication")).unwrap());
-
-    let read_url = out.lines().find_map(|l| l.strip_prefix("read_url=")).unwrap().to_owned();
-    // Writes through the primary's port, reads (API, dashboard, /metrics) off a replica.
-    let c = CollectorProc::start_with(&write_url, &["ha-node"], &["--database-read-url", &read_url]);
-    let grpc = c.url();
-    // The collector says the commits are synchronous.
-    let pool = sqlx::PgPool::connect(&write_url).await.unwrap();
+async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover() {
+    let ha = Ha::up();
+    // Writes through the primary's port, reads (API, dashboard, /metrics) off a replica; two
+    // collectors, as two replicas of the collector run.
+    let read = ["--database-read-url", ha.read_url.as_str()];
+    let a = CollectorProc::start_with(&ha.write_url, &["ha-node"], &read);
+    let b = CollectorProc::start_with(&ha.write_url, &["ha-node"], &read);
+    // Commits are synchronous.
+    let pool = sqlx::PgPool::connect(&ha.write_url).await.unwrap();
     let (commit, standbys): (String, String) =
         sqlx::query_as("SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names')")
             .fetch_one(&pool)
@@ -95,40 +208,76 @@ async fn acknowledged_records_survive_losing_the_primarys_disk() {
     assert!(!standbys.is_empty(), "Patroni's synchronous mode names a standby");
     pool.close().await;
 
+    // A collector told to write to a standby refuses to start, and says why.
+    let dir = tempfile::tempdir().unwrap();
+    write_secret(&dir.path().join("credentials"), format!("ha-node {}\n", token_for("ha-node")));
+    let mut wrong = Command::new(bin("railguard-collector"))
+        .args(["serve", "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--credentials"])
+        .arg(dir.path().join("credentials"))
+        .env("DATABASE_URL", &ha.read_url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let st = wait_exit(&mut wrong, Duration::from_secs(60));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut wrong.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!st.success(), "started against a standby: {err}");
+    assert!(err.contains("read-only") && err.contains("standby in recovery"), "{err}");
+
     let mut acked = Vec::new();
-    for _ in 0..5 {
-        acked.extend(push_until_acked(&grpc, "ha-node", 50).await.0);
+    for i in 0..6 {
+        let recs = batch(50);
+        let c = if i % 2 == 0 { &a } else { &b };
+        assert_eq!(push_until_acked(&c.url(), "ha-node", &recs).await.total(), 0);
+        acked.extend(recs.iter().map(|r| r.id.clone()));
     }
-    // The primary's machine is lost: its postmaster killed, its data directory gone.
-    let status = pg_ha(&["status", &cluster], base);
-    let leader = status.split_whitespace().find_map(|w| w.strip_prefix("leader=")).unwrap().to_owned();
-    let pid: i32 = status.split_whitespace().find_map(|w| w.strip_prefix("pid=")).unwrap().parse().unwrap();
+    exactly_one_leads(&[&a, &b], "start").await;
+
+    // 1. The primary's machine is lost: its postmaster killed, its data directory gone.
+    let reads = Reads::start(a.http_port);
+    let (lost, pid) = ha.leader();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
-    std::fs::remove_dir_all(format!("{cluster}/{leader}/data")).unwrap();
+    std::fs::remove_dir_all(format!("{}/{lost}/data", ha.cluster)).unwrap();
     let killed = Instant::now();
-    let (ids, failed) = push_until_acked(&grpc, "ha-node", 50).await;
+    let first = batch(50);
+    let refused = push_until_acked(&a.url(), "ha-node", &first).await;
     let recovered = killed.elapsed();
-    acked.extend(ids);
-    for _ in 0..4 {
-        acked.extend(push_until_acked(&grpc, "ha-node", 50).await.0);
+    acked.extend(first.iter().map(|r| r.id.clone()));
+    assert!(refused.other.is_empty(), "refusals the agent would not retry: {refused:?}");
+    assert!(refused.total() > 0, "the fault was seen");
+    for i in 0..4 {
+        let recs = batch(50);
+        push_until_acked(&if i % 2 == 0 { &a } else { &b }.url(), "ha-node", &recs).await;
+        acked.extend(recs.iter().map(|r| r.id.clone()));
     }
-    let status = pg_ha(&["status", &cluster], base);
-    assert!(!status.contains(&format!("leader={leader} ")), "a standby was promoted: {status}");
-    // The API reads the replica: the node is there, and the grid says how far behind it is.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (code, body) = c.get("/api/v1/nodes/ha-node", None);
-        if code == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the replica never served the node: {code} {body}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let grid: serde_json::Value = serde_json::from_str(&c.get("/api/v1/grid", None).1).unwrap();
+    // The batch sent again (its acknowledgement lost, as far as the agent knows) is stored once.
+    assert_eq!(push_until_acked(&b.url(), "ha-node", &first).await.total(), 0);
+    let (promoted, _) = ha.leader();
+    assert_ne!(promoted, lost, "a standby was promoted");
+    exactly_one_leads(&[&a, &b], "the failover").await;
+    let (read_ok, read_failed) = reads.finish();
+
+    // 2. A planned switchover to the synchronous standby.
+    let reads = Reads::start(a.http_port);
+    let t = Instant::now();
+    let out = ha.run(&["switchover"]);
+    assert!(out.contains(&format!("previous={promoted}")), "{out}");
+    let recs = batch(50);
+    let refused2 = push_until_acked(&b.url(), "ha-node", &recs).await;
+    let switched = t.elapsed();
+    acked.extend(recs.iter().map(|r| r.id.clone()));
+    assert!(refused2.other.is_empty(), "{refused2:?}");
+    exactly_one_leads(&[&a, &b], "the switchover").await;
+    let (read_ok2, read_failed2) = reads.finish();
+
+    // The API reads the replica, and says how far behind it is.
+    let grid: Value = serde_json::from_str(&a.get("/api/v1/grid", None).1).unwrap();
     assert!(grid["replica_lag_seconds"].is_number(), "read from a replica, its lag said: {grid}");
+    assert!(read_ok > 0 && read_ok2 > 0, "the replica answered reads during the faults");
 
     // Every acknowledged id is on the new primary, once.
-    let pool = sqlx::PgPool::connect(&write_url).await.unwrap();
+    let pool = sqlx::PgPool::connect(&ha.write_url).await.unwrap();
     let (rows, distinct, present): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*), count(DISTINCT record_id),
                 count(*) FILTER (WHERE record_id::text = ANY($1))
@@ -141,8 +290,67 @@ async fn acknowledged_records_survive_losing_the_primarys_disk() {
     assert_eq!(present, acked.len() as i64, "every acknowledged record is on the new primary");
     assert_eq!(rows, distinct, "no duplicates");
     eprintln!(
-        "pg-ha: {} acknowledged records; the first batch after the primary was lost acknowledged {:.1} s after the kill ({failed} attempts refused)",
+        "pg-ha: {} acknowledged records. Primary lost: first batch acknowledged {:.1} s after the kill \
+         ({} UNAVAILABLE, {} unanswered); API reads {read_ok} answered, {read_failed} not. \
+         Switchover: first batch {:.1} s after it began ({} UNAVAILABLE, {} unanswered); API reads {read_ok2} answered, {read_failed2} not.",
         acked.len(),
-        recovered.as_secs_f64()
+        recovered.as_secs_f64(),
+        refused.unavailable,
+        refused.no_answer,
+        switched.as_secs_f64(),
+        refused2.unavailable,
+        refused2.no_answer,
     );
+}
+
+/// (ok, silent corruptions) of GPU 3 through mlx5_3 in history rows.
+fn sums(rows: &[Value]) -> (i64, i64) {
+    rows.iter()
+        .filter(|r| r["nic"] == "mlx5_3")
+        .fold((0, 0), |(o, s), r| (o + r["ok"].as_i64().unwrap(), s + r["silent_corruption"].as_i64().unwrap()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_point_in_time_restore_serves_a_gpus_year() {
+    let ha = Ha::up();
+    let pool = railguard_collector::pg::connect_and_migrate(ha.write_url.parse().unwrap(), 4).await.unwrap();
+    let store = Store::new(pool.clone()).with_tiers(Tiers { summary_days: 400, rollup_days: 400 });
+    let node = NodeId::new("node-a").unwrap();
+    // A year of GPU 3 through mlx5_3: 10 ok probes a month for twelve months, a silent
+    // corruption in the sixth, all rolled up by hour and day as the leader does.
+    let now = Utc::now();
+    let hour = now.duration_trunc(TimeDelta::hours(1)).unwrap();
+    let mut year = Vec::new();
+    for month in 1..=12 {
+        year.push(summary(3, "mlx5_3", 10, hour - TimeDelta::days(30 * month) + TimeDelta::minutes(10)));
+    }
+    year.push(failure(3, "mlx5_3", hour - TimeDelta::days(180) + TimeDelta::minutes(30)));
+    store.ingest(&node, year, 0).await.unwrap();
+    store.roll_up_passed(None, now).await.unwrap();
+    let backup = ha.run(&["backup"]);
+    assert!(backup.starts_with("backup="), "{backup}");
+
+    // After the backup: more of the year (in the archived WAL only), then the point to restore
+    // to, then a corruption that must not come back.
+    store.ingest(&node, vec![summary(3, "mlx5_3", 5, hour - TimeDelta::days(2))], 0).await.unwrap();
+    store.roll_up_passed(None, now).await.unwrap();
+    let target: String = sqlx::query_scalar("SELECT now()::text").fetch_one(&pool).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    store.ingest(&node, vec![failure(3, "mlx5_3", hour - TimeDelta::days(1))], 0).await.unwrap();
+    store.roll_up_passed(None, now).await.unwrap();
+    pool.close().await;
+    ha.run(&["archive"]);
+
+    let restored = ha.run(&["restore", &format!("{}/restored", ha.cluster), &target]);
+    let url = restored.lines().find_map(|l| l.strip_prefix("restored_url=")).unwrap().to_owned();
+    let c = CollectorProc::start(&url);
+    let (code, body) = c.get("/api/v1/nodes/node-a/gpus/3/history?since=365d", None);
+    assert_eq!(code, 200, "{body}");
+    let h: Value = serde_json::from_str(&body).unwrap();
+    let days = h["hourly"].as_array().unwrap();
+    assert_eq!(sums(days), (125, 1), "the year up to the restore point, and nothing after it: {days:?}");
+    let oldest: chrono::DateTime<Utc> = days.last().unwrap()["start"].as_str().unwrap().parse().unwrap();
+    assert!(now - oldest > TimeDelta::days(355), "the year reaches back: {oldest}");
+    let corruptions = h["probes"].as_array().unwrap().iter().filter(|p| p["verdict"] == "silent_corruption").count();
+    assert_eq!(corruptions, 1, "the corruption after the restore point is not there");
 }

@@ -7,38 +7,10 @@ use chrono::{DateTime, Duration, DurationRound, TimeDelta, Utc};
 use railguard_agent::topology::fixture;
 use railguard_collector::store::rollup::hour_of;
 use railguard_collector::store::{Store, Tiers};
-use railguard_e2e::scripted::{topo_rec, topology};
+use railguard_e2e::scripted::{failure, summary, topo_rec, topology};
 use railguard_e2e::*;
 use railguard_schema::*;
 use serde_json::Value;
-
-fn summary(gpu: u32, nic: &str, probes: u32, last_at: DateTime<Utc>) -> Record {
-    let p = probe(0);
-    Record {
-        id: RecordId::random(),
-        observed_at: last_at,
-        body: RecordBody::Summary(ProbeSummary {
-            gpu,
-            gpu_bdf: p.gpu_bdf,
-            nic: nic.into(),
-            nic_bdf: p.nic_bdf,
-            transport: Transport::Sim,
-            memory: Memory::Host,
-            path: DataPath::Simulated,
-            injected: Injected::None,
-            simulated: true,
-            selection: PairSelection::Predicted,
-            lanes: vec![],
-            probes,
-            bytes: u64::from(probes) << 20,
-            duration_min_ns: 1,
-            duration_median_ns: 2,
-            duration_max_ns: 3,
-            first_at: last_at - Duration::minutes(4),
-            last_at,
-        }),
-    }
-}
 
 /// The summaries of `pairs` closed together, as one set record, the last probe at `last_at`.
 fn set(pairs: &[(u32, &str, u32)], last_at: DateTime<Utc>) -> Record {
@@ -51,14 +23,6 @@ fn set(pairs: &[(u32, &str, u32)], last_at: DateTime<Utc>) -> Record {
         })
         .collect();
     Record { id: RecordId::random(), observed_at: last_at, body: RecordBody::Summaries(ProbeSummarySet { summaries }) }
-}
-
-fn failure(gpu: u32, nic: &str, at: DateTime<Utc>) -> Record {
-    let mut p = probe(3); // a silent corruption
-    p.gpu = gpu;
-    p.nic = nic.into();
-    p.bytes = 1 << 20;
-    Record { id: RecordId::random(), observed_at: at, body: RecordBody::Probe(p) }
 }
 
 /// (ok, silent corruptions) of GPU3/mlx5_3 in the hourly history rows of `tier` in `[from, to)`.

@@ -9,14 +9,43 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use std::time::Duration;
 
-/// Opens a pool and applies the migrations in `migrations/`.
-pub async fn connect_and_migrate(opts: PgConnectOptions, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+/// Why the pool the collector writes through could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteDbError {
+    #[error("connecting: {0}")]
+    Connect(#[source] sqlx::Error),
+    /// The URL reaches a server that cannot take writes: a hot standby (in recovery), or one
+    /// whose sessions are read-only by default. Nothing would be stored there; the collector
+    /// refuses to start rather than refuse every batch.
+    #[error(
+        "the server is read-only ({why}): --database-url / DATABASE_URL must reach the primary \
+         (with scripts/pg-ha.sh, the write_url port; give a replica as --database-read-url)"
+    )]
+    ReadOnly { why: &'static str },
+    #[error("applying the migrations: {0}")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+}
+
+/// Opens a pool on the primary and applies the migrations in `migrations/`.
+pub async fn connect_and_migrate(opts: PgConnectOptions, max_connections: u32) -> Result<PgPool, WriteDbError> {
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(opts)
-        .await?;
-    sqlx::migrate!("../migrations").run(&pool).await?;
+        .await
+        .map_err(WriteDbError::Connect)?;
+    let (in_recovery, read_only): (bool, String) =
+        sqlx::query_as("SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')")
+            .fetch_one(&pool)
+            .await
+            .map_err(WriteDbError::Connect)?;
+    if in_recovery {
+        return Err(WriteDbError::ReadOnly { why: "a standby in recovery" });
+    }
+    if read_only == "on" {
+        return Err(WriteDbError::ReadOnly { why: "default_transaction_read_only is on" });
+    }
+    sqlx::migrate!("../migrations").run(&pool).await.map_err(WriteDbError::Migrate)?;
     Ok(pool)
 }
 
