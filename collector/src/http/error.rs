@@ -1,5 +1,7 @@
 //! One error type for the HTTP API: JSON bodies, 4xx for the caller's mistakes, 500s logged
-//! in full here and reported without internals.
+//! in full here and reported without internals. A lost database connection (a failover cut
+//! it) is a 503 with `Retry-After`, marked with [`ConnectionLost`] so [`super::retry`] can
+//! answer the same read again on a fresh connection before the caller sees it.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -24,8 +26,26 @@ pub enum ApiError {
     Database(#[from] sqlx::Error),
 }
 
+/// Marks a response whose database connection was lost mid-request: the same read on a
+/// fresh connection may answer.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLost;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if let ApiError::Database(e) = &self
+            && crate::pg::is_connection_lost(e)
+        {
+            tracing::warn!(error = %e, "the database connection was lost; the read may be retried");
+            let mut resp = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(axum::http::header::RETRY_AFTER, "1")],
+                Json(ErrorBody { error: "the database connection was lost (a failover?); retry".to_owned() }),
+            )
+                .into_response();
+            resp.extensions_mut().insert(ConnectionLost);
+            return resp;
+        }
         let status = match &self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,

@@ -8,6 +8,7 @@ pub mod host;
 mod metrics;
 pub mod openapi;
 pub mod params;
+mod retry;
 pub mod series;
 mod ui;
 
@@ -81,6 +82,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/openapi.json", get(openapi_json))
         .route("/metrics", get(metrics::metrics))
         .route("/healthz", get(|| async { "ok" }))
+        .layer(middleware::from_fn(retry::retry_lost_connection))
         .layer(middleware::from_fn_with_state(state.clone(), host::check_host))
         .layer(middleware::from_fn(security_headers))
         .with_state(state)

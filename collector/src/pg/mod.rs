@@ -2,8 +2,10 @@
 
 mod cluster;
 pub mod durability;
+mod lost;
 
 pub use cluster::{ClusterError, DATABASE_NAME, PG_USER, PrivateCluster, find_bindir};
+pub use lost::is_connection_lost;
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

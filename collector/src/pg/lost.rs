@@ -1,0 +1,48 @@
+//! Which database errors say "the server went away", not "the query was wrong".
+//!
+//! During a failover or a planned switchover every connection to the old primary, and every
+//! read connection to a replica being promoted, is cut (HAProxy closes a server's sessions
+//! when its health check fails; a promoted or demoted Postgres restarts). A query on such a
+//! connection fails with an I/O error, an administrator-shutdown or cannot-connect-now
+//! SQLSTATE, or a replica's recovery-conflict cancel. None of these says anything about the
+//! query: the same query on a fresh connection answers. Callers that may repeat their work
+//! (a read, a batch whose commit is idempotent) retry exactly these; every other error is
+//! the caller's to report.
+
+/// True when `e` means the connection or the server was lost, so the same work on a new
+/// connection may succeed.
+pub fn is_connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| sqlstate_is_lost(&c)),
+        _ => false,
+    }
+}
+
+/// SQLSTATEs of a lost server: class 08 (connection exception), 57P01–57P03 (administrator
+/// or crash shutdown, cannot connect now), 40001 raised as a hot standby's recovery-conflict
+/// cancel, 25006 (read-only transaction: the server behind the URL was demoted).
+fn sqlstate_is_lost(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "40001" | "25006")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_and_shutdown_states_are_lost_and_query_errors_are_not() {
+        let eof =
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "expected to read 5 bytes, got 0 bytes at EOF");
+        assert!(is_connection_lost(&sqlx::Error::Io(eof)));
+        assert!(is_connection_lost(&sqlx::Error::PoolTimedOut));
+        assert!(!is_connection_lost(&sqlx::Error::RowNotFound));
+        assert!(!is_connection_lost(&sqlx::Error::Protocol("bad".into())));
+        for lost in ["08006", "08001", "57P01", "57P03", "40001", "25006"] {
+            assert!(sqlstate_is_lost(lost), "{lost}");
+        }
+        for wrong in ["42P01", "23505", "22P02", "57014"] {
+            assert!(!sqlstate_is_lost(wrong), "{wrong}");
+        }
+    }
+}
