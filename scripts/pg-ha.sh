@@ -300,6 +300,10 @@ defaults
   timeout client 30m
   timeout server 30m
   timeout check 1s
+  # A member that stopped listening before its health check failed (a replica restarting to
+  # follow a new timeline): the connection is tried again, the last time on another member.
+  retries 2
+  option redispatch
 listen write
   bind 127.0.0.1:$((base + 30))
   option httpchk OPTIONS /primary

@@ -2,6 +2,7 @@
 //! binaries as child processes, and record generators.
 #![allow(clippy::unwrap_used)] // test support: a failed setup should fail the test loudly
 
+pub mod ha;
 pub mod openapi;
 pub mod png;
 pub mod scripted;

@@ -1,5 +1,6 @@
 //! The chaos suite's short form (e2e/src/bin/chaos.rs): agents ship continuously through every
-//! fault, and for each one every record produced is stored, or counted as dropped or set aside.
+//! fault, and for each one every record produced is stored, or counted as dropped or set aside;
+//! on a Patroni cluster, through the primary's loss and a switchover, the API answering throughout.
 #![allow(clippy::unwrap_used)]
 
 use railguard_e2e::bin;
@@ -16,6 +17,8 @@ fn every_record_is_accounted_for_through_every_fault() {
         "spool filesystem full",
         "agent clock +5 h",
         "in-line flood",
+        "Postgres primary lost",
+        "Patroni switchover",
     ] {
         let line = stdout.lines().find(|l| l.starts_with(fault)).unwrap_or_else(|| panic!("no {fault} line: {stdout}"));
         assert!(line.contains("  ok"), "{line}");
@@ -25,5 +28,12 @@ fn every_record_is_accounted_for_through_every_fault() {
     let full = stdout.lines().find(|l| l.starts_with("spool filesystem full")).unwrap();
     let dropped: u64 = full.split_whitespace().nth(5).unwrap().parse().unwrap();
     assert!(dropped > 0, "the full disk dropped records, and they were counted: {full}");
+    for fault in ["Postgres primary lost", "Patroni switchover"] {
+        let line = stdout.lines().find(|l| l.starts_with(fault)).unwrap();
+        assert!(
+            line.contains(" leads;") && line.contains(", 0 not)"),
+            "a new primary, every API read answered: {line}"
+        );
+    }
     assert!(stdout.contains("held for every fault"), "{stdout}");
 }

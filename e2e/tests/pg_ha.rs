@@ -15,73 +15,13 @@ use std::time::{Duration, Instant};
 
 use chrono::{DurationRound, TimeDelta, Utc};
 use railguard_collector::store::{Store, Tiers};
+use railguard_e2e::ha::Ha;
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
 use railguard_schema::wire::RecordBatch;
 use railguard_schema::wire::ingest_client::IngestClient;
 use railguard_schema::{NodeId, PairSelection, ProbeVerdict};
 use serde_json::Value;
-
-fn pg_ha(args: &[&str], base: u16) -> String {
-    let out = Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pg-ha.sh"))
-        .args(args)
-        .env("PGHA_PORT_BASE", base.to_string())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "pg-ha.sh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// An HA cluster of the test's own, stopped however the test ends.
-struct Ha {
-    _dir: tempfile::TempDir,
-    cluster: String,
-    base: u16,
-    write_url: String,
-    read_url: String,
-}
-
-impl Ha {
-    fn up() -> Ha {
-        let dir = tempfile::Builder::new().prefix("railguard-pgha-").tempdir().unwrap();
-        // Postgres runs as an unprivileged user when tests run as root: let it in.
-        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let cluster = dir.path().join("c").display().to_string();
-        // A port range of our own: the 41 ports below a free one.
-        let base = free_port().saturating_sub(50).max(20_000);
-        let out = pg_ha(&["up", &cluster], base);
-        let field = |k: &str| out.lines().find_map(|l| l.strip_prefix(k)).unwrap().to_owned();
-        let ha = Ha { write_url: field("write_url="), read_url: field("read_url="), _dir: dir, cluster, base };
-        remember_secret(std::fs::read_to_string(format!("{}/secrets/superuser", ha.cluster)).unwrap().trim());
-        remember_secret(std::fs::read_to_string(format!("{}/secrets/replication", ha.cluster)).unwrap().trim());
-        ha
-    }
-
-    fn run(&self, args: &[&str]) -> String {
-        let mut all = vec![args[0], &self.cluster];
-        all.extend(&args[1..]);
-        pg_ha(&all, self.base)
-    }
-
-    /// (leader member, its postmaster's pid).
-    fn leader(&self) -> (String, i32) {
-        let status = self.run(&["status"]);
-        let leader = status.split_whitespace().find_map(|w| w.strip_prefix("leader=")).unwrap().to_owned();
-        let pid = status.split_whitespace().find_map(|w| w.strip_prefix("pid=")).unwrap().parse().unwrap();
-        (leader, pid)
-    }
-}
-
-impl Drop for Ha {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pg-ha.sh"))
-            .args(["down", &self.cluster])
-            .env("PGHA_PORT_BASE", self.base.to_string())
-            .output();
-    }
-}
 
 /// How the attempts before a batch's acknowledgement failed.
 #[derive(Debug, Default)]

@@ -22,9 +22,15 @@ use axum::response::Response;
 use super::error::ConnectionLost;
 
 /// The pauses before each repeat. Their sum bounds how long a read waits for the read port
-/// to route to a serving replica again (HAProxy's health checks need about two seconds).
-const PAUSES: [Duration; 4] =
-    [Duration::from_millis(100), Duration::from_millis(300), Duration::from_millis(1000), Duration::from_millis(2000)];
+/// to route to a serving replica again: HAProxy's health checks take a second or two to mark
+/// a member down, and a replica that restarts to follow a new primary is gone for a few.
+const PAUSES: [Duration; 5] = [
+    Duration::from_millis(100),
+    Duration::from_millis(300),
+    Duration::from_millis(1000),
+    Duration::from_millis(2000),
+    Duration::from_millis(3000),
+];
 
 pub async fn retry_lost_connection(req: Request, next: Next) -> Response {
     if !matches!(*req.method(), Method::GET | Method::HEAD) {

@@ -7,7 +7,9 @@
 //! Faults: the collector SIGKILLed 10 times; Postgres restarted; the agent→collector link cut
 //! for 60 s (a network namespace and veth pair the suite creates, the agent inside, a forwarder
 //! on the host side); the spool's filesystem filled (a small tmpfs); an agent's clock skewed by
-//! +5 h (libfaketime). Network namespaces and tmpfs need root: without it those faults are
+//! +5 h (libfaketime); on a highly available Postgres (`scripts/pg-ha.sh`: Patroni, synchronous
+//! standbys, HAProxy), the primary's postmaster SIGKILLed with its data directory deleted, then a
+//! planned Patroni switchover. Network namespaces and tmpfs need root: without it those faults are
 //! reported as not run, and the suite fails.
 //!
 //! Run: `cargo run -p railguard-e2e --bin chaos` (about 3 minutes), or `-- --short` (about a
@@ -223,7 +225,7 @@ impl Outcome {
     }
 }
 
-async fn stored_of(pg: &TestPg, node: &str) -> (u64, u64, u64) {
+async fn stored_of(pool: &sqlx::PgPool, node: &str) -> (u64, u64, u64) {
     let (n, distinct): (i64, i64) = sqlx::query_as(
         "SELECT count(*), count(DISTINCT record_id) FROM (
             SELECT record_id FROM probe_results WHERE node_id = $1 UNION ALL
@@ -234,12 +236,12 @@ async fn stored_of(pg: &TestPg, node: &str) -> (u64, u64, u64) {
             SELECT record_id FROM inline_reports WHERE node_id = $1) r",
     )
     .bind(node)
-    .fetch_one(&pg.pool)
+    .fetch_one(pool)
     .await
     .unwrap();
     let dropped: Option<i64> = sqlx::query_scalar("SELECT spool_dropped_total FROM nodes WHERE node_id = $1")
         .bind(node)
-        .fetch_optional(&pg.pool)
+        .fetch_optional(pool)
         .await
         .unwrap();
     (n as u64, (n - distinct) as u64, dropped.unwrap_or(0) as u64)
@@ -248,7 +250,7 @@ async fn stored_of(pg: &TestPg, node: &str) -> (u64, u64, u64) {
 /// Stops the agents, drains their spools, and accounts for every record.
 async fn settle(
     ctx: &Ctx,
-    pg: &TestPg,
+    pool: &sqlx::PgPool,
     collector: &CollectorProc,
     fault: &str,
     agents: &mut [Agent],
@@ -263,7 +265,7 @@ async fn settle(
         if let Err(e) = a.drain(&ctx.agent_bin, &collector.url()) {
             out.error = Some(e);
         }
-        let (stored, dups, dropped) = stored_of(pg, &a.node).await;
+        let (stored, dups, dropped) = stored_of(pool, &a.node).await;
         out.stored += stored;
         out.duplicates += dups;
         out.dropped += dropped;
@@ -370,7 +372,7 @@ async fn main() -> std::process::ExitCode {
             pause(Duration::from_millis(800 + 300 * (i % 4)));
         }
         let note = format!("{kills} SIGKILLs");
-        results.push(settle(&ctx, &pg, &collector, "collector SIGKILLed", &mut agents, note).await);
+        results.push(settle(&ctx, &pg.pool, &collector, "collector SIGKILLed", &mut agents, note).await);
     }
 
     // 2. Postgres restarted under the collector.
@@ -381,7 +383,7 @@ async fn main() -> std::process::ExitCode {
         let r = tokio::task::block_in_place(|| pg.cluster.restart());
         let note = format!("restart took {:.1} s", t.elapsed().as_secs_f64());
         pause(Duration::from_secs(3));
-        let mut o = settle(&ctx, &pg, &collector, "Postgres restarted", &mut agents, note).await;
+        let mut o = settle(&ctx, &pg.pool, &collector, "Postgres restarted", &mut agents, note).await;
         if let Err(e) = r {
             o.error = Some(format!("restarting Postgres: {e}"));
         }
@@ -398,14 +400,14 @@ async fn main() -> std::process::ExitCode {
                 let mut agents =
                     vec![ctx.agent(nodes[3], &format!("http://10.213.7.1:{port}"), Some(&ns.name), &[], None, &[])];
                 pause(Duration::from_secs(3));
-                let before = stored_of(&pg, nodes[3]).await.0;
+                let before = stored_of(&pg.pool, nodes[3]).await.0;
                 let cut_ok = ns.link(false);
                 pause(cut);
-                let during = stored_of(&pg, nodes[3]).await.0;
+                let during = stored_of(&pg.pool, nodes[3]).await.0;
                 let up = ns.link(true);
                 pause(Duration::from_secs(if short { 8 } else { 15 }));
                 let note = format!("cut {} s; stored {before} before, {during} when the link came back", cut.as_secs());
-                let mut o = settle(&ctx, &pg, &collector, "link cut", &mut agents, note).await;
+                let mut o = settle(&ctx, &pg.pool, &collector, "link cut", &mut agents, note).await;
                 if let Err(e) = cut_ok.and(up) {
                     o.error = Some(e);
                 }
@@ -440,7 +442,7 @@ async fn main() -> std::process::ExitCode {
                 pause(Duration::from_secs(5));
                 let note =
                     format!("collector down {:.0} s over a 256 KiB spool filesystem", t.elapsed().as_secs_f64() - 5.0);
-                let mut o = settle(&ctx, &pg, &collector, "spool filesystem full", &mut agents, note).await;
+                let mut o = settle(&ctx, &pg.pool, &collector, "spool filesystem full", &mut agents, note).await;
                 if o.dropped == 0 && o.error.is_none() {
                     o.error = Some("the spool never filled: the fault did not happen".into());
                 }
@@ -467,7 +469,7 @@ async fn main() -> std::process::ExitCode {
             ];
             let mut agents = vec![ctx.agent(nodes[5], &url, None, &env, None, &[])];
             pause(Duration::from_secs(5));
-            let mut o = settle(&ctx, &pg, &collector, "agent clock +5 h", &mut agents, String::new()).await;
+            let mut o = settle(&ctx, &pg.pool, &collector, "agent clock +5 h", &mut agents, String::new()).await;
             // The collector refuses records dated more than its bound ahead of its own clock:
             // the agent sets each aside (rejected.jsonl, kept), nothing of them is stored, and the
             // collector's gauge says how far ahead the agent's clock runs.
@@ -524,7 +526,7 @@ async fn main() -> std::process::ExitCode {
         let flood_to = chrono::Utc::now();
         collector.restart();
         pause(Duration::from_secs(3));
-        let mut o = settle(&ctx, &pg, &collector, "in-line flood", &mut agents, String::new()).await;
+        let mut o = settle(&ctx, &pg.pool, &collector, "in-line flood", &mut agents, String::new()).await;
         let probes_in_flood: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM probe_results WHERE node_id = $1 AND observed_at BETWEEN $2 AND $3",
         )
@@ -554,6 +556,10 @@ async fn main() -> std::process::ExitCode {
         }
         results.push(o);
     }
+
+    // 7–8. The collector on a highly available Postgres: the primary's machine lost, then a
+    //      planned switchover.
+    results.extend(ha_faults(&ctx, short).await);
 
     println!("railguard chaos suite{} ({:.0} s)", if short { " (short)" } else { "" }, started.elapsed().as_secs_f64());
     println!(
@@ -586,6 +592,156 @@ async fn main() -> std::process::ExitCode {
     );
     drop(collector);
     if bad == 0 { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::from(1) }
+}
+
+/// API reads of one collector (off the read replica) while a fault runs.
+struct Reads {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<(u64, u64)>,
+}
+
+impl Reads {
+    fn start(http_port: u16) -> Reads {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let (mut answered, mut not) = (0, 0);
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                match railguard_e2e::http_get(http_port, "/api/v1/fleet", None).0 {
+                    200 => answered += 1,
+                    _ => not += 1,
+                }
+                pause(Duration::from_millis(200));
+            }
+            (answered, not)
+        });
+        Reads { stop, handle }
+    }
+
+    /// (answered, not answered).
+    fn finish(self) -> (u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
+}
+
+/// The first record of `nodes` stored by a transaction that began after `at`, polled through
+/// the write port until one is (or `limit` passes): how long after `at` it was stored.
+async fn first_stored_after(
+    write_url: &str,
+    nodes: &[&str],
+    at: chrono::DateTime<chrono::Utc>,
+    limit: Duration,
+) -> Option<Duration> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        let first = async {
+            let pool = sqlx::PgPool::connect(write_url).await?;
+            let first: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+                "SELECT min(received_at) FROM probe_results WHERE node_id = ANY($1) AND received_at > $2",
+            )
+            .bind(nodes)
+            .bind(at)
+            .fetch_one(&pool)
+            .await?;
+            pool.close().await;
+            Ok::<_, sqlx::Error>(first)
+        };
+        if let Ok(Ok(Some(first))) = tokio::time::timeout(Duration::from_secs(3), first).await {
+            return (first - at).to_std().ok();
+        }
+        pause(Duration::from_millis(250));
+    }
+    None
+}
+
+/// The longest time between consecutive stored probes of `nodes` since `since`: how long
+/// ingest stopped while a fault ran (the agents store something every second otherwise).
+async fn longest_pause(pool: &sqlx::PgPool, nodes: &[&str], since: chrono::DateTime<chrono::Utc>) -> Duration {
+    let gap: Option<f64> = sqlx::query_scalar(
+        "SELECT max(extract(epoch FROM received_at - prev))::float8 FROM (
+            SELECT received_at, lag(received_at) OVER (ORDER BY received_at) AS prev
+            FROM probe_results WHERE node_id = ANY($1) AND received_at >= $2) t",
+    )
+    .bind(nodes)
+    .bind(since)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    Duration::from_secs_f64(gap.unwrap_or(0.0).max(0.0))
+}
+
+/// The HA faults, each under two agents' load on a `scripts/pg-ha.sh` cluster with one
+/// collector writing through its primary's port and reading its replicas':
+/// - "Postgres primary lost": the primary's postmaster SIGKILLed and its data directory
+///   deleted; Patroni promotes the synchronous standby;
+/// - "Patroni switchover": `patronictl switchover` to the synchronous standby.
+///
+/// Each is accounted for on the new primary like every other fault, and fails if ingest paused
+/// 30 s or more, or an API read went unanswered.
+async fn ha_faults(ctx: &Ctx, short: bool) -> Vec<Outcome> {
+    const FAULTS: [&str; 2] = ["Postgres primary lost", "Patroni switchover"];
+    if Command::new("patroni").arg("--version").output().is_err() {
+        return FAULTS.iter().map(|f| not_run(f, "Patroni is not installed (scripts/setup.sh)".into())).collect();
+    }
+    let ha = tokio::task::block_in_place(railguard_e2e::ha::Ha::up);
+    let nodes = ["chaos-ha-1", "chaos-ha-2", "chaos-ha-3", "chaos-ha-4"];
+    let collector = CollectorProc::start_with(&ha.write_url, &nodes, &["--database-read-url", ha.read_url.as_str()]);
+    let url = collector.url();
+    let load = Duration::from_secs(if short { 3 } else { 10 });
+    let after = Duration::from_secs(if short { 3 } else { 10 });
+    let mut out = Vec::new();
+    for (fault, pair) in FAULTS.iter().zip(nodes.chunks(2)) {
+        let mut agents: Vec<Agent> = pair.iter().map(|n| ctx.agent(n, &url, None, &[], None, &[])).collect();
+        pause(load);
+        let reads = Reads::start(collector.http_port);
+        let began = chrono::Utc::now();
+        // `at`: when the fault is complete (the kill; the switchover's new leader leading).
+        let did = tokio::task::block_in_place(|| -> Result<(String, chrono::DateTime<chrono::Utc>), String> {
+            let (leader, pid) = ha.leader();
+            if *fault == FAULTS[0] {
+                let at = chrono::Utc::now();
+                kill(Pid::from_raw(pid), Signal::SIGKILL).map_err(|e| format!("killing {leader}: {e}"))?;
+                std::fs::remove_dir_all(format!("{}/{leader}/data", ha.cluster))
+                    .map_err(|e| format!("deleting {leader}'s data: {e}"))?;
+                Ok((format!("{leader} SIGKILLed, its data directory deleted"), at))
+            } else {
+                let said = ha.run(&["switchover"]);
+                let to = said.split_whitespace().find_map(|w| w.strip_prefix("leader=")).unwrap_or("?");
+                Ok((format!("{leader} → {to}"), chrono::Utc::now()))
+            }
+        });
+        let at = did.as_ref().map_or(began, |d| d.1);
+        let first = first_stored_after(&ha.write_url, pair, at, Duration::from_secs(120)).await;
+        pause(after);
+        let (answered, unanswered) = reads.finish();
+        let (promoted, _) = tokio::task::block_in_place(|| ha.leader());
+        let pool = sqlx::PgPool::connect(&ha.write_url).await.unwrap();
+        let stalled = longest_pause(&pool, pair, began - chrono::TimeDelta::seconds(2)).await;
+        let note = format!(
+            "{}; {promoted} leads; {}ingest paused {:.1} s at most; API reads off the replica {answered} answered, {unanswered} not",
+            did.as_ref().map_or("not done", |d| d.0.as_str()),
+            match (*fault == FAULTS[0], first) {
+                (true, Some(d)) => format!("first record stored {:.1} s after the kill; ", d.as_secs_f64()),
+                _ => String::new(),
+            },
+            stalled.as_secs_f64(),
+        );
+        let mut o = settle(ctx, &pool, &collector, fault, &mut agents, note).await;
+        pool.close().await;
+        o.error = o.error.take().or(match (did, first) {
+            (Err(e), _) => Some(e),
+            (_, None) => Some("no record was stored after the fault".into()),
+            (_, Some(d)) if d.max(stalled) > Duration::from_secs(30) => {
+                Some(format!("ingest paused {:.1} s (goal: under 30 s)", d.max(stalled).as_secs_f64()))
+            }
+            _ if unanswered > 0 || answered == 0 => Some(format!("{unanswered} API reads unanswered")),
+            _ => None,
+        });
+        out.push(o);
+    }
+    drop(collector);
+    out
 }
 
 /// What a flood of in-line messages got back.

@@ -1,0 +1,75 @@
+//! A highly available Postgres of a test's own: `scripts/pg-ha.sh` (etcd, three PostgreSQL
+//! members under Patroni in synchronous mode, HAProxy, pgBackRest) in a temporary directory and
+//! a port range below a free port, stopped (`pg-ha.sh down`) however the test ends. Its
+//! passwords are remembered as secrets, so a test log that shows one fails
+//! `scripts/check-test-logs.sh`.
+
+use std::process::Command;
+
+use crate::{free_port, remember_secret};
+
+fn pg_ha(args: &[&str], base: u16) -> String {
+    let out = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pg-ha.sh"))
+        .args(args)
+        .env("PGHA_PORT_BASE", base.to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "pg-ha.sh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// An HA cluster of the test's own, stopped however the test ends.
+pub struct Ha {
+    _dir: tempfile::TempDir,
+    /// The cluster directory (`pg-ha.sh`'s DIR): members' data under `<member>/data`.
+    pub cluster: String,
+    base: u16,
+    /// Through HAProxy to the primary.
+    pub write_url: String,
+    /// Through HAProxy to the replicas.
+    pub read_url: String,
+}
+
+impl Ha {
+    /// Starts a cluster (`pg-ha.sh up`) in a directory and port range of its own.
+    pub fn up() -> Ha {
+        let dir = tempfile::Builder::new().prefix("railguard-pgha-").tempdir().unwrap();
+        // Postgres runs as an unprivileged user when tests run as root: let it in.
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let cluster = dir.path().join("c").display().to_string();
+        // A port range of our own: the 41 ports below a free one.
+        let base = free_port().saturating_sub(50).max(20_000);
+        let out = pg_ha(&["up", &cluster], base);
+        let field = |k: &str| out.lines().find_map(|l| l.strip_prefix(k)).unwrap().to_owned();
+        let ha = Ha { write_url: field("write_url="), read_url: field("read_url="), _dir: dir, cluster, base };
+        remember_secret(std::fs::read_to_string(format!("{}/secrets/superuser", ha.cluster)).unwrap().trim());
+        remember_secret(std::fs::read_to_string(format!("{}/secrets/replication", ha.cluster)).unwrap().trim());
+        ha
+    }
+
+    /// `pg-ha.sh <args[0]> DIR <args[1..]>`; its standard output.
+    pub fn run(&self, args: &[&str]) -> String {
+        let mut all = vec![args[0], &self.cluster];
+        all.extend(&args[1..]);
+        pg_ha(&all, self.base)
+    }
+
+    /// (leader member, its postmaster's pid).
+    pub fn leader(&self) -> (String, i32) {
+        let status = self.run(&["status"]);
+        let leader = status.split_whitespace().find_map(|w| w.strip_prefix("leader=")).unwrap().to_owned();
+        let pid = status.split_whitespace().find_map(|w| w.strip_prefix("pid=")).unwrap().parse().unwrap();
+        (leader, pid)
+    }
+}
+
+impl Drop for Ha {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pg-ha.sh"))
+            .args(["down", &self.cluster])
+            .env("PGHA_PORT_BASE", self.base.to_string())
+            .output();
+    }
+}
