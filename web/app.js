@@ -25,6 +25,12 @@ function ago(t) {
   return s < 60 ? `${s}s ago` : s < 3600 ? `${Math.round(s / 60)}m ago` : `${Math.round(s / 3600)}h ago`;
 }
 
+// Beside a page's data age: how far the replica it was read from lags its primary (nothing when
+// the collector reads the primary).
+function replicaLag(lag) {
+  return lag == null ? "" : ` · <span class="replica-lag" data-replica-lag="${Math.round(lag)}">read from a replica ${Math.round(lag)} s behind its primary</span>`;
+}
+
 // How a GPU's workload pair was verified; "simulated" and "unverified" are marked, never plain.
 const VERIFIED = {
   gpu_memory: "NIC DMA, GPU memory", host_memory: "NIC DMA, host memory only",
@@ -236,7 +242,7 @@ async function node(name) {
   const gpuList = (gs) => gs.length === n.gpus.length ? "every GPU" : `GPU${gs.length === 1 ? "" : "s"} ${gs.join(", ")}`;
   const selection = [pinnedGpus.length ? `pinned (UCX_NET_DEVICES set) on ${gpuList(pinnedGpus)}` : "", autoGpus.length ? `UCX auto-selection on ${gpuList(autoGpus)}` : ""].filter(Boolean).join("; ") || "not known (no topology yet)";
   let out = `<h1>${esc(name)}</h1>
-    <p class="muted">virtualized: ${esc(h.virtualized)} (${esc(h.hypervisor || "-")}) · vIOMMU: ${esc(h.viommu)} · GPUDirect: ${esc(h.gpudirect)} · spool drops: ${n.node.spool_dropped_total} · last seen ${ago(n.node.last_seen)}</p>
+    <p class="muted">virtualized: ${esc(h.virtualized)} (${esc(h.hypervisor || "-")}) · vIOMMU: ${esc(h.viommu)} · GPUDirect: ${esc(h.gpudirect)} · spool drops: ${n.node.spool_dropped_total} · last seen ${ago(n.node.last_seen)}${replicaLag(n.replica_lag_seconds)}</p>
     <p id="selection">Workload NIC selection now: ${esc(selection)}</p>
     ${(topo.warnings || []).map(w => `<p class="warning">${esc(w)}</p>`).join("")}
     <h2>GPU × NIC: path class and latest verdict</h2>
@@ -368,7 +374,7 @@ async function gpu(name, idx, query) {
   const since = new Date(until - 86400000);
   let out = `<h1>${esc(name)} · GPU${esc(idx)} ${badge(s.status)} ${verified(s.verification)}</h1>${then}
     <p>since ${esc(s.since)} · workload NIC: <b>${esc(s.workload_nic || "-")}</b> · structural risk: ${esc(s.structural_risk || "unknown")}</p>
-    <p id="freshness">evidence last changed ${esc(ago(s.changed_at))} · node last assessed ${esc(ago(s.assessed_at))}</p>
+    <p id="freshness">evidence last changed ${esc(ago(s.changed_at))} · node last assessed ${esc(ago(s.assessed_at))}${replicaLag(g.replica_lag_seconds)}</p>
     ${s.recommendation ? `<p>Recommendation: <span class="pin" id="pin">${esc(s.recommendation)}</span>${pinCost(s.pin)}</p>` : ""}
     <h2>Probe verdicts over the day to ${esc(until.toISOString())}: one row per NIC, the workload's (★) on top</h2>
     ${evidence.length ? `<div class="chart" id="chart-verdicts" data-rows="${esc(nicOrder.join(","))}"></div>` : '<p class="muted" id="chart-verdicts-none">no probes</p>'}

@@ -185,7 +185,9 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
     let recovered = killed.elapsed();
     acked.extend(first.iter().map(|r| r.id.clone()));
     assert!(refused.other.is_empty(), "refusals the agent would not retry: {refused:?}");
-    assert!(refused.total() > 0, "the fault was seen");
+    // No refusal at all is possible: the killed postmaster's backends live on for a moment, and
+    // a commit there that its synchronous standby confirmed is acknowledged (and kept: the
+    // presence check below holds it to that).
     for i in 0..4 {
         let recs = batch(50);
         push_until_acked(&if i % 2 == 0 { &a } else { &b }.url(), "ha-node", &recs).await;
@@ -214,6 +216,10 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
     // The API reads the replica, and says how far behind it is.
     let grid: Value = serde_json::from_str(&a.get("/api/v1/grid", None).1).unwrap();
     assert!(grid["replica_lag_seconds"].is_number(), "read from a replica, its lag said: {grid}");
+    for page in ["/api/v1/nodes/ha-node", "/api/v1/nodes/ha-node/gpus/0"] {
+        let view: Value = serde_json::from_str(&a.get(page, None).1).unwrap();
+        assert!(view["replica_lag_seconds"].is_number(), "{page} says the replica's lag: {view}");
+    }
     assert!(read_ok > 0 && read_ok2 > 0, "the replica answered reads during the faults");
     assert!(read_failed.is_empty(), "reads not answered while the primary was lost: {read_failed:?}");
     assert!(read_failed2.is_empty(), "reads not answered during the switchover: {read_failed2:?}");

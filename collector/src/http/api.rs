@@ -29,6 +29,9 @@ pub struct NodeView {
     pub pairs: Vec<PairRow>,
     /// The workload's own transfers verified in-line, per pair, in the assessment window.
     pub inline: Vec<InlineRow>,
+    /// Seconds the replica serving the reads lags its primary (null when reads go to the
+    /// primary; 0 when it has replayed all it received).
+    pub replica_lag_seconds: Option<f64>,
 }
 
 /// `GET /api/v1/nodes/{node}/gpus/{gpu}`.
@@ -40,6 +43,9 @@ pub struct GpuView {
     pub inline: Vec<InlineRow>,
     /// At most 50, newest first.
     pub signals_last_day: Vec<SignalRow>,
+    /// Seconds the replica serving the reads lags its primary (null when reads go to the
+    /// primary; 0 when it has replayed all it received).
+    pub replica_lag_seconds: Option<f64>,
 }
 
 /// `GET /api/v1/gpus`.
@@ -134,6 +140,7 @@ pub async fn node(State(s): State<AppState>, Path(node): Path<String>) -> ApiRes
         gpus: read::node_gpus(&s.pool, node.as_str(), None).await?,
         pairs: read::pairs(&s.pool, node.as_str(), None, s.window_minutes).await?,
         inline: read::inline_pairs(&s.pool, node.as_str(), None, s.window_minutes).await?,
+        replica_lag_seconds: crate::pg::replica_lag_seconds(&s.pool).await?,
     }))
 }
 
@@ -158,6 +165,7 @@ pub async fn gpu(State(s): State<AppState>, Path((node, gpu)): Path<(String, Str
         pairs: read::pairs(&s.pool, node.as_str(), Some(gpu), s.window_minutes).await?,
         inline: read::inline_pairs(&s.pool, node.as_str(), Some(gpu), s.window_minutes).await?,
         signals_last_day: read::gpu_signals(&s.pool, node.as_str(), gpu, day).await?,
+        replica_lag_seconds: crate::pg::replica_lag_seconds(&s.pool).await?,
     }))
 }
 
