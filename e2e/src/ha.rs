@@ -73,3 +73,43 @@ impl Drop for Ha {
             .output();
     }
 }
+
+/// API reads of one collector, made every 200 ms on a thread of their own while a fault runs.
+pub struct Reads {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<ReadsSeen>,
+}
+
+/// What [`Reads`] saw: how many answered 200, and what each other read got (status, body).
+#[derive(Debug, Default)]
+pub struct ReadsSeen {
+    pub answered: usize,
+    pub failed: Vec<String>,
+}
+
+impl Reads {
+    /// GETs `path` on the collector's HTTP port until [`Reads::finish`].
+    pub fn start(http_port: u16, path: &'static str) -> Reads {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut seen = ReadsSeen::default();
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                match crate::http_get(http_port, path, None) {
+                    (200, _) => seen.answered += 1,
+                    (status, body) => {
+                        seen.failed.push(format!("{status} {}", body.chars().take(200).collect::<String>()))
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            seen
+        });
+        Reads { stop, handle }
+    }
+
+    pub fn finish(self) -> ReadsSeen {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
+}

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DurationRound, TimeDelta, Utc};
 use railguard_collector::store::{Store, Tiers};
-use railguard_e2e::ha::Ha;
+use railguard_e2e::ha::{Ha, Reads};
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
 use railguard_schema::wire::RecordBatch;
@@ -98,37 +98,6 @@ async fn exactly_one_leads(collectors: &[&CollectorProc], after: &str) {
     }
 }
 
-/// Reads of the API (off the replica) while a fault runs: how many answered, and what the
-/// others got (status and body).
-struct Reads {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    handle: std::thread::JoinHandle<(usize, Vec<String>)>,
-}
-
-impl Reads {
-    fn start(http_port: u16) -> Reads {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let (mut ok, mut failed) = (0, Vec::new());
-            while !s.load(std::sync::atomic::Ordering::Relaxed) {
-                match http_get(http_port, "/api/v1/nodes/ha-node", None) {
-                    (200, _) => ok += 1,
-                    (status, body) => failed.push(format!("{status} {}", body.chars().take(200).collect::<String>())),
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            (ok, failed)
-        });
-        Reads { stop, handle }
-    }
-
-    fn finish(self) -> (usize, Vec<String>) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.handle.join().unwrap()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover() {
     let ha = Ha::up();
@@ -175,7 +144,7 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
     exactly_one_leads(&[&a, &b], "start").await;
 
     // 1. The primary's machine is lost: its postmaster killed, its data directory gone.
-    let reads = Reads::start(a.http_port);
+    let reads = Reads::start(a.http_port, "/api/v1/nodes/ha-node");
     let (lost, pid) = ha.leader();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     std::fs::remove_dir_all(format!("{}/{lost}/data", ha.cluster)).unwrap();
@@ -198,10 +167,10 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
     let (promoted, _) = ha.leader();
     assert_ne!(promoted, lost, "a standby was promoted");
     exactly_one_leads(&[&a, &b], "the failover").await;
-    let (read_ok, read_failed) = reads.finish();
+    let first_reads = reads.finish();
 
     // 2. A planned switchover to the synchronous standby.
-    let reads = Reads::start(a.http_port);
+    let reads = Reads::start(a.http_port, "/api/v1/nodes/ha-node");
     let t = Instant::now();
     let out = ha.run(&["switchover"]);
     assert!(out.contains(&format!("previous={promoted}")), "{out}");
@@ -211,7 +180,7 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
     acked.extend(recs.iter().map(|r| r.id.clone()));
     assert!(refused2.other.is_empty(), "{refused2:?}");
     exactly_one_leads(&[&a, &b], "the switchover").await;
-    let (read_ok2, read_failed2) = reads.finish();
+    let second_reads = reads.finish();
 
     // The API reads the replica, and says how far behind it is.
     let grid: Value = serde_json::from_str(&a.get("/api/v1/grid", None).1).unwrap();
@@ -220,9 +189,9 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
         let view: Value = serde_json::from_str(&a.get(page, None).1).unwrap();
         assert!(view["replica_lag_seconds"].is_number(), "{page} says the replica's lag: {view}");
     }
-    assert!(read_ok > 0 && read_ok2 > 0, "the replica answered reads during the faults");
-    assert!(read_failed.is_empty(), "reads not answered while the primary was lost: {read_failed:?}");
-    assert!(read_failed2.is_empty(), "reads not answered during the switchover: {read_failed2:?}");
+    assert!(first_reads.answered > 0 && second_reads.answered > 0, "the replica answered reads during the faults");
+    assert!(first_reads.failed.is_empty(), "reads not answered while the primary was lost: {first_reads:?}");
+    assert!(second_reads.failed.is_empty(), "reads not answered during the switchover: {second_reads:?}");
 
     // Every acknowledged id is on the new primary, once.
     let pool = sqlx::PgPool::connect(&ha.write_url).await.unwrap();
@@ -239,15 +208,17 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
     assert_eq!(rows, distinct, "no duplicates");
     eprintln!(
         "pg-ha: {} acknowledged records. Primary lost: first batch acknowledged {:.1} s after the kill \
-         ({} UNAVAILABLE, {} unanswered); API reads {read_ok} answered. \
-         Switchover: first batch {:.1} s after it began ({} UNAVAILABLE, {} unanswered); API reads {read_ok2} answered.",
+         ({} UNAVAILABLE, {} unanswered); API reads {} answered. \
+         Switchover: first batch {:.1} s after it began ({} UNAVAILABLE, {} unanswered); API reads {} answered.",
         acked.len(),
         recovered.as_secs_f64(),
         refused.unavailable,
         refused.no_answer,
+        first_reads.answered,
         switched.as_secs_f64(),
         refused2.unavailable,
         refused2.no_answer,
+        second_reads.answered,
     );
 }
 

@@ -594,37 +594,6 @@ async fn main() -> std::process::ExitCode {
     if bad == 0 { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::from(1) }
 }
 
-/// API reads of one collector (off the read replica) while a fault runs.
-struct Reads {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    handle: std::thread::JoinHandle<(u64, u64)>,
-}
-
-impl Reads {
-    fn start(http_port: u16) -> Reads {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let (mut answered, mut not) = (0, 0);
-            while !s.load(std::sync::atomic::Ordering::Relaxed) {
-                match railguard_e2e::http_get(http_port, "/api/v1/fleet", None).0 {
-                    200 => answered += 1,
-                    _ => not += 1,
-                }
-                pause(Duration::from_millis(200));
-            }
-            (answered, not)
-        });
-        Reads { stop, handle }
-    }
-
-    /// (answered, not answered).
-    fn finish(self) -> (u64, u64) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.handle.join().unwrap()
-    }
-}
-
 /// The first record of `nodes` stored by a transaction that began after `at`, polled through
 /// the write port until one is (or `limit` passes): how long after `at` it was stored.
 async fn first_stored_after(
@@ -694,7 +663,7 @@ async fn ha_faults(ctx: &Ctx, short: bool) -> Vec<Outcome> {
     for (fault, pair) in FAULTS.iter().zip(nodes.chunks(2)) {
         let mut agents: Vec<Agent> = pair.iter().map(|n| ctx.agent(n, &url, None, &[], None, &[])).collect();
         pause(load);
-        let reads = Reads::start(collector.http_port);
+        let reads = railguard_e2e::ha::Reads::start(collector.http_port, "/api/v1/fleet");
         let began = chrono::Utc::now();
         // `at`: when the fault is complete (the kill; the switchover's new leader leading).
         let did = tokio::task::block_in_place(|| -> Result<(String, chrono::DateTime<chrono::Utc>), String> {
@@ -714,7 +683,8 @@ async fn ha_faults(ctx: &Ctx, short: bool) -> Vec<Outcome> {
         let at = did.as_ref().map_or(began, |d| d.1);
         let first = first_stored_after(&ha.write_url, pair, at, Duration::from_secs(120)).await;
         pause(after);
-        let (answered, unanswered) = reads.finish();
+        let seen = reads.finish();
+        let (answered, unanswered) = (seen.answered, seen.failed.len());
         let (promoted, _) = tokio::task::block_in_place(|| ha.leader());
         let pool = sqlx::PgPool::connect(&ha.write_url).await.unwrap();
         let stalled = longest_pause(&pool, pair, began - chrono::TimeDelta::seconds(2)).await;
