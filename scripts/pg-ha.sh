@@ -45,12 +45,8 @@ as_pg() {
 status() {
   # Any member's REST API knows the cluster; the first that answers names the leader (none for
   # a moment while a new one is elected).
-  local leader=""
-  for _ in $(seq 1 20); do
-    leader=$(cluster_json | python3 -c 'import json,sys; print(next((m["name"] for m in json.load(sys.stdin)["members"] if m["role"] == "leader"), ""))' 2>/dev/null || true)
-    [ -n "$leader" ] && break
-    sleep 0.25
-  done
+  local leader
+  leader=$(member_in_role leader 20)
   [ -n "$leader" ] || { echo "pg-ha: no leader" >&2; return 1; }
   echo "leader=$leader pid=$(head -1 "$dir/$leader/data/postmaster.pid" 2>/dev/null || echo none)"
 }
@@ -59,6 +55,18 @@ cluster_json() { # the cluster as the first member that answers sees it
   local i
   for i in 0 1 2; do curl -fsS "http://127.0.0.1:$((base + 20 + i))/cluster" 2>/dev/null && return 0; done
   return 1
+}
+
+# The member in ROLE (leader; sync_standby, when running or streaming), asked up to TRIES
+# times a quarter second apart; empty when none is.
+member_in_role() { # ROLE TRIES
+  local name="" _
+  for _ in $(seq 1 "$2"); do
+    name=$(cluster_json | python3 -c 'import json,sys; print(next((m["name"] for m in json.load(sys.stdin)["members"] if m["role"] == sys.argv[1] and (m["role"] == "leader" or m["state"] in ("running", "streaming"))), ""))' "$1" 2>/dev/null || true)
+    [ -n "$name" ] && break
+    sleep 0.25
+  done
+  echo "$name"
 }
 
 leader_name() { status | sed -n 's/^leader=\([^ ]*\) .*/\1/p'; }
@@ -100,12 +108,7 @@ switchover() {
   [ -n "$leader" ] || { echo "pg-ha: no leader" >&2; return 1; }
   # The synchronous standby has every acknowledged commit: it is the one to hand over to (after
   # a failover, wait until Patroni has named one again).
-  candidate=""
-  for _ in $(seq 1 240); do
-    candidate=$(cluster_json | python3 -c 'import json,sys; print(next((m["name"] for m in json.load(sys.stdin)["members"] if m["role"] == "sync_standby" and m["state"] in ("running", "streaming")), ""))' 2>/dev/null || true)
-    [ -n "$candidate" ] && break
-    sleep 0.25
-  done
+  candidate=$(member_in_role sync_standby 240)
   [ -n "$candidate" ] || { echo "pg-ha: no synchronous standby to switch over to" >&2; return 1; }
   patronictl -c "$dir/$leader/patroni.yml" switchover --leader "$leader" --candidate "$candidate" --force >"$dir/logs/switchover.log" 2>&1 ||
     { cat "$dir/logs/switchover.log" >&2; return 1; }
