@@ -2,12 +2,13 @@
 //!
 //! During a failover or a planned switchover every connection to the old primary, and every
 //! read connection to a replica being promoted, is cut (HAProxy closes a server's sessions
-//! when its health check fails; a promoted or demoted Postgres restarts). A query on such a
+//! when its health check fails; a demoted primary restarts as a replica). A query on such a
 //! connection fails with an I/O error, an administrator-shutdown or cannot-connect-now
 //! SQLSTATE, or a replica's recovery-conflict cancel. None of these says anything about the
-//! query: the same query on a fresh connection answers. Callers that may repeat their work
-//! (a read, a batch whose commit is idempotent) retry exactly these; every other error is
-//! the caller's to report.
+//! query: the same query on a fresh connection answers. The HTTP side repeats a read on
+//! exactly these (`http::retry`); every other error is reported as it is. Ingest needs no
+//! such test: it answers every failed commit `UNAVAILABLE` and the agent sends the batch again,
+//! stored once by its record ids.
 
 /// True when `e` means the connection or the server was lost, so the same work on a new
 /// connection may succeed.

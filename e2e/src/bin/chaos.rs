@@ -648,10 +648,29 @@ async fn longest_pause(pool: &sqlx::PgPool, nodes: &[&str], since: chrono::DateT
 ///
 /// Each is accounted for on the new primary like every other fault, and fails if ingest paused
 /// 30 s or more, or an API read went unanswered.
+#[derive(Clone, Copy, PartialEq)]
+enum HaFault {
+    PrimaryLost,
+    Switchover,
+}
+
+impl HaFault {
+    const ALL: [HaFault; 2] = [HaFault::PrimaryLost, HaFault::Switchover];
+
+    fn name(self) -> &'static str {
+        match self {
+            HaFault::PrimaryLost => "Postgres primary lost",
+            HaFault::Switchover => "Patroni switchover",
+        }
+    }
+}
+
 async fn ha_faults(ctx: &Ctx, short: bool) -> Vec<Outcome> {
-    const FAULTS: [&str; 2] = ["Postgres primary lost", "Patroni switchover"];
     if Command::new("patroni").arg("--version").output().is_err() {
-        return FAULTS.iter().map(|f| not_run(f, "Patroni is not installed (scripts/setup.sh)".into())).collect();
+        return HaFault::ALL
+            .iter()
+            .map(|f| not_run(f.name(), "Patroni is not installed (scripts/setup.sh)".into()))
+            .collect();
     }
     let ha = tokio::task::block_in_place(railguard_e2e::ha::Ha::up);
     let nodes = ["chaos-ha-1", "chaos-ha-2", "chaos-ha-3", "chaos-ha-4"];
@@ -660,7 +679,7 @@ async fn ha_faults(ctx: &Ctx, short: bool) -> Vec<Outcome> {
     let load = Duration::from_secs(if short { 3 } else { 10 });
     let after = Duration::from_secs(if short { 3 } else { 10 });
     let mut out = Vec::new();
-    for (fault, pair) in FAULTS.iter().zip(nodes.chunks(2)) {
+    for (fault, pair) in HaFault::ALL.into_iter().zip(nodes.chunks(2)) {
         let mut agents: Vec<Agent> = pair.iter().map(|n| ctx.agent(n, &url, None, &[], None, &[])).collect();
         pause(load);
         let reads = railguard_e2e::ha::Reads::start(collector.http_port, "/api/v1/fleet");
@@ -668,7 +687,7 @@ async fn ha_faults(ctx: &Ctx, short: bool) -> Vec<Outcome> {
         // `at`: when the fault is complete (the kill; the switchover's new leader leading).
         let did = tokio::task::block_in_place(|| -> Result<(String, chrono::DateTime<chrono::Utc>), String> {
             let (leader, pid) = ha.leader();
-            if *fault == FAULTS[0] {
+            if fault == HaFault::PrimaryLost {
                 let at = chrono::Utc::now();
                 kill(Pid::from_raw(pid), Signal::SIGKILL).map_err(|e| format!("killing {leader}: {e}"))?;
                 std::fs::remove_dir_all(format!("{}/{leader}/data", ha.cluster))
@@ -689,15 +708,15 @@ async fn ha_faults(ctx: &Ctx, short: bool) -> Vec<Outcome> {
         let pool = sqlx::PgPool::connect(&ha.write_url).await.unwrap();
         let stalled = longest_pause(&pool, pair, began - chrono::TimeDelta::seconds(2)).await;
         let note = format!(
-            "{}; {promoted} leads; {}ingest paused {:.1} s at most; API reads off the replica {answered} answered, {unanswered} not",
+            "{}; {promoted} leads; {}ingest paused {:.1} s at most; API reads through the replicas' port {answered} answered, {unanswered} not",
             did.as_ref().map_or("not done", |d| d.0.as_str()),
-            match (*fault == FAULTS[0], first) {
+            match (fault == HaFault::PrimaryLost, first) {
                 (true, Some(d)) => format!("first record stored {:.1} s after the kill; ", d.as_secs_f64()),
                 _ => String::new(),
             },
             stalled.as_secs_f64(),
         );
-        let mut o = settle(ctx, &pool, &collector, fault, &mut agents, note).await;
+        let mut o = settle(ctx, &pool, &collector, fault.name(), &mut agents, note).await;
         pool.close().await;
         o.error = o.error.take().or(match (did, first) {
             (Err(e), _) => Some(e),
@@ -705,7 +724,8 @@ async fn ha_faults(ctx: &Ctx, short: bool) -> Vec<Outcome> {
             (_, Some(d)) if d.max(stalled) > Duration::from_secs(30) => {
                 Some(format!("ingest paused {:.1} s (goal: under 30 s)", d.max(stalled).as_secs_f64()))
             }
-            _ if unanswered > 0 || answered == 0 => Some(format!("{unanswered} API reads unanswered")),
+            _ if answered == 0 => Some("no API read was answered".into()),
+            _ if unanswered > 0 => Some(format!("{unanswered} API reads unanswered, the first: {}", seen.failed[0])),
             _ => None,
         });
         out.push(o);
