@@ -5,6 +5,7 @@
 # and a read-only port to the replicas by Patroni's REST health checks.
 #
 #   scripts/pg-ha.sh up DIR      start everything under DIR; prints write_url=… and read_url=…
+#                                (all or nothing: when it fails, what it started is stopped)
 #   scripts/pg-ha.sh status DIR  prints leader=<member> pid=<its postmaster's pid>
 #   scripts/pg-ha.sh switchover DIR   a planned switchover (patronictl) to a synchronous standby
 #   scripts/pg-ha.sh backup DIR  a full pgBackRest backup of the primary into DIR/backup
@@ -205,6 +206,9 @@ up() {
         { echo "pg-ha: $dir is already up ($(basename "$f") runs); down it first" >&2; exit 1; }
     done
   fi
+  # All or nothing from here: a failure (or Ctrl-C) stops every process this run started.
+  trap 'rc=$?; trap - EXIT INT TERM; echo "pg-ha: up failed; stopping what it started" >&2; down; exit $(( rc ? rc : 1 ))' EXIT
+  trap 'exit 130' INT TERM
   mkdir -p "$dir"/{pids,secrets,logs,backup}
   chmod 700 "$dir/secrets" "$dir/backup"
   [ "$(id -u)" = 0 ] && chown "$pg_user:" "$dir/backup"
@@ -346,6 +350,7 @@ sys.exit(0 if ok else 1)'; then
           { echo "pg-ha: pgbackrest stanza-create failed:" >&2; cat "$dir/logs/stanza-create.log" >&2; return 1; }
         echo "write_url=postgresql://railguard:$su@127.0.0.1:$((base + 30))/railguard"
         echo "read_url=postgresql://railguard:$su@127.0.0.1:$((base + 31))/railguard"
+        trap - EXIT INT TERM
         return 0
       fi
     fi

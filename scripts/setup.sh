@@ -3,55 +3,29 @@
 # skipping whatever is already there. Safe to run again.
 set -euo pipefail
 
-need=()
+here=$(cd "$(dirname "$0")" && pwd)
 have() { command -v "$1" >/dev/null 2>&1; }
-pg_server_present() {
-  have initdb && return 0
-  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
-}
+# A glob matches when at least one path exists.
+matches() { compgen -G "$1" >/dev/null; }
 
-pg_server_present || need+=(postgresql)
-have cc || need+=(build-essential)
-# The API fuzzer's virtual environment (below).
-python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
-have pkg-config || need+=(pkg-config)
-# UCX: headers to build the agent's ucx transport, the library (with its tcp transport) to run it.
-[ -f /usr/include/ucp/api/ucp.h ] || need+=(libucx-dev)
-ls /usr/lib/*/libucp.so.0 >/dev/null 2>&1 || need+=(libucx0)
-# eBPF programs: clang (-target bpf) and libbpf's headers (bpf_helpers.h, bpf_tracing.h).
-have clang || need+=(clang)
-[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
-# The BPF object is cross-checked for arm64 GPU nodes (Grace): arm64's asm/ headers.
-[ -f /usr/aarch64-linux-gnu/include/asm/ptrace.h ] || [ -f /usr/include/aarch64-linux-gnu/asm/ptrace.h ] \
-  || need+=(linux-libc-dev-arm64-cross)
-# verbs transport: sideway builds rdma-core's headers (cmake) and binds them (bindgen: libclang);
-# at run time libibverbs and its providers (Soft-RoCE among them).
-have cmake || need+=(cmake)
-ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need+=(libclang-dev)
-ls /usr/lib/*/libibverbs.so.1 >/dev/null 2>&1 || need+=(libibverbs1)
-ls /usr/lib/*/libibverbs/librxe-rdmav*.so >/dev/null 2>&1 || need+=(ibverbs-providers)
-# The verbs tests boot a small VM with Soft-RoCE (scripts/rxe-vm.sh): QEMU, busybox for its
-# init, cpio for its initramfs, kmod to resolve the kernel modules, iproute2's `rdma` tool.
-have qemu-system-x86_64 || need+=(qemu-system-x86)
-have busybox || need+=(busybox-static)
-have cpio || need+=(cpio)
-have depmod || need+=(kmod)
-have rdma || need+=(iproute2)
-# The chaos suite (e2e/src/bin/chaos.rs) skews an agent's clock with libfaketime and cuts its
-# link with a network namespace (iproute2's `ip`).
-ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(faketime)
-have ip || need+=(iproute2)
-# The alert rules' unit tests and the /metrics lint (promtool, from Debian's prometheus package).
-have promtool || need+=(prometheus)
-# The highly available Postgres (scripts/pg-ha.sh and its failover test): Patroni with its etcd
-# client, etcd, HAProxy; curl for the health checks.
-have patroni || need+=(patroni python3-etcd)
-have etcd || need+=(etcd-server)
-have haproxy || need+=(haproxy)
-have curl || need+=(curl)
-# The dashboard tests drive Debian's chromium, headless.
-have chromium || need+=(chromium)
-have chromedriver || need+=(chromium-driver)
+# What is missing, by scripts/needs.list (one line a program, file or module, with its package).
+need=()
+pypi=()
+rust_missing=()
+while read -r kind name package _; do
+  case "$kind" in
+    "" | \#*) continue ;;
+    cmd) have "$name" || need+=("$package") ;;
+    file) matches "$name" || need+=("$package") ;;
+    pymod) python3 -c "import ${name}" 2>/dev/null || need+=("$package") ;;
+    pypi) have "$name" || pypi+=("$package") ;;
+    rust) have "$name" || rust_missing+=("$name") ;;
+    base | opt) ;;
+    *) echo "setup: scripts/needs.list: unknown kind '$kind' for $name" >&2; exit 2 ;;
+  esac
+done <"$here/needs.list"
+# Each package once, in the order first needed.
+mapfile -t need < <(printf '%s\n' "${need[@]}" | awk 'NF && !seen[$0]++')
 
 if ((${#need[@]})); then
   if [ "$(id -u)" -ne 0 ]; then
@@ -71,10 +45,10 @@ if [ "$(id -u)" -eq 0 ] && ! id -u railguard-pg >/dev/null 2>&1; then
   useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin railguard-pg
 fi
 
-# Schema check of the Kubernetes manifests (ships the schemas: no cluster, no network at run time).
-if ! have kubernetes-validate; then
-  echo "setup: installing kubernetes-validate (PyPI)"
-  python3 -m pip install -q --disable-pip-version-check kubernetes-validate
+# Programs from PyPI (scripts/needs.list `pypi`).
+if ((${#pypi[@]})); then
+  echo "setup: installing ${pypi[*]} (PyPI)"
+  python3 -m pip install -q --disable-pip-version-check "${pypi[@]}"
 fi
 
 # The schema-driven API fuzzer the API test runs against the live collector (e2e/tests/api_fuzz.rs),
@@ -103,8 +77,8 @@ fi
 # The Debian kernel (with rdma_rxe) the verbs test VM boots: fetched once into a cache.
 "$(dirname "$0")/rxe-vm.sh" prepare
 
-if ! have cargo; then
-  echo "setup: Rust (cargo) is required: https://rustup.rs (stable >= 1.95)" >&2
+if ((${#rust_missing[@]})); then
+  echo "setup: Rust (${rust_missing[*]}) is required: https://rustup.rs (stable >= 1.95)" >&2
   exit 1
 fi
 echo "setup: ok ($(cargo --version), postgres $(ls -d /usr/lib/postgresql/*/ 2>/dev/null | xargs -n1 basename | sort -n | tail -1))"

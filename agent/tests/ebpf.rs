@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use railguard_agent::signals::ebpf::Probes;
 
@@ -13,16 +13,22 @@ fn gcc(args: &[&str]) {
     assert!(st.success(), "cc {args:?}");
 }
 
-/// Runs `watch --json` with `args` for 4 s, runs `exe` once it is loaded, returns the events
-/// of `kind` it printed.
+/// Runs `watch --json` with `args` for 8 s, runs `exe` once it follows its sources (its eBPF
+/// programs loaded and attached), returns the events of `kind` it printed.
 fn watch_while_running(args: &[&std::ffi::OsStr], exe: &std::path::Path, kind: &str) -> Vec<serde_json::Value> {
-    let watch = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
-        .args(["watch", "--json", "--seconds", "4", "--kmsg", "/dev/null"])
+    use std::io::BufRead;
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["watch", "--json", "--seconds", "8", "--kmsg", "/dev/null"])
         .args(args)
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(2000));
+    let mut said = String::new();
+    let mut stderr = std::io::BufReader::new(watch.stderr.take().unwrap());
+    while !said.contains("watch: following") {
+        assert!(stderr.read_line(&mut said).unwrap() > 0, "watch ended before following its sources: {said}");
+    }
     assert!(Command::new(exe).status().unwrap().success());
     let out = watch.wait_with_output().unwrap();
     String::from_utf8_lossy(&out.stdout)
@@ -44,19 +50,17 @@ fn build_fake(dir: &std::path::Path, lib_name: &str, caller: &str) -> (std::path
     (lib, exe)
 }
 
-/// The UCX error-CQE events drained from `probes` until `want` arrived (5 s at most), and any
-/// stragglers a moment later (so a duplicate would be seen).
+/// The UCX error-CQE events drained from `probes` until `want` arrived, and one more drain: the
+/// caller has exited, so every event its calls made is in the buffer already, a duplicate too.
 fn ucx_errors(probes: &mut Probes, want: usize) -> Vec<railguard_schema::SignalEvent> {
     let mut events = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
     let take = |p: &mut Probes, e: &mut Vec<_>| {
         e.extend(p.drain().into_iter().filter(|e| e.kind == railguard_schema::SignalKind::UcxErrorCqe));
     };
-    while events.len() < want && Instant::now() < deadline {
+    railguard_testkit::until(&format!("{want} UCX error events"), Duration::from_secs(30), || {
         take(probes, &mut events);
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(200));
+        if events.len() >= want { Ok(()) } else { Err(events.len()) }
+    });
     take(probes, &mut events);
     events
 }

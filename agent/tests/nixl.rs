@@ -6,6 +6,8 @@ use std::process::Command;
 
 mod support;
 
+use railguard_testkit::{ProcNamespace, Spawn, wait};
+
 use railguard_agent::topology::fixture;
 use support::{nixl_capi, nixl_wheel_lib};
 
@@ -31,16 +33,6 @@ fn seed_node() -> (tempfile::TempDir, std::path::PathBuf) {
     fixture::seed_kvm_guest().write(&dir.path().join("node")).unwrap();
     let sys = dir.path().join("node/sys");
     (dir, sys)
-}
-
-/// A child killed when the test ends, whether it passes or panics.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn results(stdout: &str) -> Vec<serde_json::Value> {
@@ -227,31 +219,28 @@ fn without_nixl_the_transport_says_why() {
 }
 
 /// A real process that maps the wheel's NIXL and its renamed UCX (`libucp-<hash>.so`), with its
-/// own UCX_NET_DEVICES pin and GPU (GPU6: each test that runs a workload uses its own GPU, as
-/// tests run in parallel): the agent probes, over NIXL, the pair that process uses, and
-/// a new pin moves it.
+/// own UCX_NET_DEVICES pin and GPU, in a process tree of the test's own: the agent probes, over
+/// NIXL, the pair that process uses, and a new pin moves it.
 #[test]
 fn the_nixl_probe_follows_a_running_nixl_workloads_pin() {
     let (_dir, sys) = seed_node();
     let ucp = nixl_wheel_lib("libucp-");
     let capi = nixl_capi();
+    let ns = ProcNamespace::start();
     let workload = |pin: &str| {
-        Command::new("python3")
-            .args([
-                "-c",
-                "import ctypes, sys, time; ctypes.CDLL(sys.argv[1]); ctypes.CDLL(sys.argv[2]); time.sleep(60)",
-                capi.to_str().unwrap(),
-                ucp.to_str().unwrap(),
-            ])
-            .env("UCX_NET_DEVICES", pin)
-            .env("CUDA_VISIBLE_DEVICES", "6")
-            .spawn()
-            .map(Killed)
-            .unwrap()
+        ns.spawn(
+            Spawn::new("python3")
+                .arg("-c")
+                .arg("import ctypes, sys, time; ctypes.CDLL(sys.argv[1]); ctypes.CDLL(sys.argv[2]); time.sleep(60)")
+                .arg(&capi)
+                .arg(&ucp)
+                .env("UCX_NET_DEVICES", pin)
+                .env("CUDA_VISIBLE_DEVICES", "6"),
+        )
     };
-    let probe_gpu6 = || {
-        let mut last = String::new();
-        for _ in 0..50 {
+    let probe_gpu6 = |pin: &str| {
+        wait::until(&format!("GPU6's NIXL workload pin {pin}"), std::time::Duration::from_secs(90), || {
+            let proc_root = ns.proc_root().to_str().unwrap();
             let (_, out, err) = agent(&[
                 "probe",
                 "--transport",
@@ -271,25 +260,25 @@ fn the_nixl_probe_follows_a_running_nixl_workloads_pin() {
                 "--json",
                 "--discover-workloads",
                 "--proc-root",
-                "/proc",
+                proc_root,
                 "--sysfs-root",
                 sys.to_str().unwrap(),
             ]);
-            last = out.clone() + &err;
             let r = results(&out);
-            if r.first().is_some_and(|r| r["selection"] == "pinned") {
-                assert_eq!((r[0]["transport"].as_str(), r[0]["verdict"].as_str()), (Some("nixl"), Some("ok")), "{out}");
-                return r[0]["nic"].as_str().unwrap().to_owned();
+            match r.first() {
+                Some(r) if r["selection"] == "pinned" && r["nic"] == pin => {
+                    assert_eq!((r["transport"].as_str(), r["verdict"].as_str()), (Some("nixl"), Some("ok")), "{out}");
+                    Ok(r["nic"].as_str().unwrap().to_owned())
+                }
+                _ => Err(out + &err),
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        panic!("GPU6's NIXL workload pin was never seen: {last}");
+        })
     };
     let first = workload("mlx5_1:1");
-    assert_eq!(probe_gpu6(), "mlx5_1", "not the auto-selected PIX NIC mlx5_6");
-    drop(first);
+    assert_eq!(probe_gpu6("mlx5_1"), "mlx5_1", "not the auto-selected PIX NIC mlx5_6");
+    ns.kill(first);
     let _second = workload("mlx5_2:1");
-    assert_eq!(probe_gpu6(), "mlx5_2", "the pin moved, so did the pair");
+    assert_eq!(probe_gpu6("mlx5_2"), "mlx5_2", "the pin moved, so did the pair");
 }
 
 /// A real NIXL process from the wheel (tests/nixl/workload.py: good READs, then one whose remote
@@ -298,29 +287,28 @@ fn the_nixl_probe_follows_a_running_nixl_workloads_pin() {
 /// reading reports nothing new (railguard consumes the ring as NIXL's readers do).
 #[test]
 fn nixl_telemetry_errors_of_a_real_process_become_attributed_signals() {
-    use std::io::BufRead;
     let (dir, sys) = seed_node();
     let tel = dir.path().join("telemetry");
     std::fs::create_dir(&tel).unwrap();
     let capi = nixl_capi();
-    let mut wl = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/nixl/workload.py"))
-        .arg(&capi)
-        .arg("60")
-        .env("NIXL_TELEMETRY_ENABLE", "y")
-        .env("NIXL_TELEMETRY_DIR", &tel)
-        .env("UCX_NET_DEVICES", "mlx5_7:1")
-        .env("CUDA_VISIBLE_DEVICES", "5")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map(Killed)
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(wl.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let ns = ProcNamespace::start();
+    let said = dir.path().join("workload.out");
+    let wl = ns.spawn(
+        Spawn::new("python3")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/nixl/workload.py"))
+            .arg(&capi)
+            .arg("60")
+            .env("NIXL_TELEMETRY_ENABLE", "y")
+            .env("NIXL_TELEMETRY_DIR", &tel)
+            .env("UCX_NET_DEVICES", "mlx5_7:1")
+            .env("CUDA_VISIBLE_DEVICES", "5")
+            .stdout_to(&said),
+    );
+    let line = wait::until("the workload's first line", std::time::Duration::from_secs(60), || {
+        let text = std::fs::read_to_string(&said).unwrap_or_default();
+        text.lines().next().map(str::to_owned).ok_or("nothing yet")
+    });
     assert!(line.starts_with("ready (failed READ: NIXL status -6)"), "the workload's own failure: {line}");
-    // NIXL flushes its telemetry every 100 ms.
-    std::thread::sleep(std::time::Duration::from_millis(500));
     let watch = || {
         let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
             .args([
@@ -334,7 +322,10 @@ fn nixl_telemetry_errors_of_a_real_process_become_attributed_signals() {
                 "--seconds",
                 "2",
             ])
-            .args(["--discover-workloads", "--proc-root", "/proc", "--sysfs-root"])
+            .arg("--discover-workloads")
+            .arg("--proc-root")
+            .arg(ns.proc_root())
+            .arg("--sysfs-root")
             .arg(&sys)
             .output()
             .unwrap();
@@ -343,9 +334,14 @@ fn nixl_telemetry_errors_of_a_real_process_become_attributed_signals() {
             .filter(|v| v["source"] == "nixl_telemetry")
             .collect::<Vec<_>>()
     };
-    let first = watch();
+    // NIXL flushes its telemetry every 100 ms: a reading before the flush finds nothing yet,
+    // and consumes nothing.
+    let first = wait::until("the workload's telemetry read", std::time::Duration::from_secs(60), || {
+        let r = watch();
+        if r.is_empty() { Err("nothing yet") } else { Ok(r) }
+    });
     let second = watch();
-    drop(wl);
+    ns.kill(wl);
     assert_eq!(first.len(), 1, "{first:?}");
     let s = &first[0];
     assert_eq!(

@@ -234,45 +234,52 @@ fn preflight_over_a_transport_that_exercises_no_nic_is_not_verified() {
 }
 
 /// A real process that maps UCX (Debian's libucp) with its own UCX_NET_DEVICES pin and GPU:
-/// the agent probes the pair that process uses, and a new pin moves it.
+/// the agent probes the pair that process uses, and a new pin moves it. The process runs in a
+/// process tree of the test's own, so no other process on the machine is a workload here.
 #[test]
 fn the_probed_pair_follows_a_running_workloads_pin() {
+    use railguard_testkit::{ProcNamespace, Spawn, wait};
     let seed = Seed::new();
+    let ns = ProcNamespace::start();
     let workload = |pin: &str| {
-        Command::new("python3")
-            .args(["-c", "import ctypes, time; ctypes.CDLL('libucp.so.0'); time.sleep(60)"])
-            .env("UCX_NET_DEVICES", pin)
-            .env("CUDA_VISIBLE_DEVICES", "3")
-            .spawn()
-            .unwrap()
+        ns.spawn(
+            Spawn::new("python3")
+                .args(["-c", "import ctypes, time; ctypes.CDLL('libucp.so.0'); time.sleep(60)"])
+                .env("UCX_NET_DEVICES", pin)
+                .env("CUDA_VISIBLE_DEVICES", "3"),
+        )
     };
-    let probe_gpu3 = || {
-        // Wait until the process has mapped the library, then ask which pair GPU3's workload uses.
-        let mut last = String::new();
-        for _ in 0..50 {
+    // Once the process has mapped the library: the pair GPU3's workload uses, by its pin.
+    let probe_gpu3 = |pin: &str| {
+        wait::until(&format!("GPU3's workload pin {pin}"), std::time::Duration::from_secs(60), || {
             let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
                 .args(["probe", "--fabric", "sim", "--gpu", "3", "--nic", "auto", "--bytes", "64K", "--json"])
-                .args(["--discover-workloads", "--proc-root", "/proc", "--sysfs-root"])
+                .arg("--discover-workloads")
+                .arg("--proc-root")
+                .arg(ns.proc_root())
+                .arg("--sysfs-root")
                 .arg(seed.dir.path().join("node/sys"))
                 .output()
                 .unwrap();
-            last = String::from_utf8_lossy(&out.stdout).into_owned();
-            let r = results(&last);
-            if r.first().is_some_and(|r| r["selection"] == "pinned") {
-                return (r[0]["nic"].as_str().unwrap().to_owned(), r[0]["selection"].as_str().unwrap().to_owned());
+            let out = String::from_utf8_lossy(&out.stdout).into_owned();
+            let r = results(&out);
+            match r.first() {
+                Some(r) if r["selection"] == "pinned" && r["nic"] == pin => {
+                    Ok((r["nic"].as_str().unwrap().to_owned(), r["selection"].as_str().unwrap().to_owned()))
+                }
+                _ => Err(out),
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        panic!("GPU3's workload pin was never seen: {last}");
+        })
     };
-    let mut first = workload("mlx5_1:1");
-    assert_eq!(probe_gpu3(), ("mlx5_1".to_owned(), "pinned".to_owned()), "not the auto-selected PIX NIC mlx5_3");
-    let _ = first.kill();
-    let _ = first.wait();
-    let mut second = workload("mlx5_2:1");
-    assert_eq!(probe_gpu3().0, "mlx5_2", "the pin moved, so did the pair");
-    let _ = second.kill();
-    let _ = second.wait();
+    let first = workload("mlx5_1:1");
+    assert_eq!(
+        probe_gpu3("mlx5_1"),
+        ("mlx5_1".to_owned(), "pinned".to_owned()),
+        "not the auto-selected PIX NIC mlx5_3"
+    );
+    ns.kill(first);
+    let _second = workload("mlx5_2:1");
+    assert_eq!(probe_gpu3("mlx5_2").0, "mlx5_2", "the pin moved, so did the pair");
 }
 
 /// `topo` says what it found: no GPU is an error with a reason, and a directory that is not a

@@ -15,20 +15,56 @@ fn seed() -> (tempfile::TempDir, Topology) {
     (d, t)
 }
 
-fn watch(d: &tempfile::TempDir, extra: &[&str]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
-        .args(["watch", "--json", "--sysfs-root"])
-        .arg(d.path().join("node/sys"))
-        .args(extra)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap()
+/// What `watch` prints on stderr once every source is open.
+const READY: &str = "watch: following";
+
+/// A `watch` run over the fixture node, its events on stdout and its log on stderr.
+struct Watch {
+    child: std::process::Child,
+    stderr: std::io::BufReader<std::process::ChildStderr>,
+    said: String,
 }
 
-fn lines(child: std::process::Child) -> Vec<serde_json::Value> {
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+impl Watch {
+    fn start(d: &tempfile::TempDir, extra: &[&str]) -> Watch {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+            .args(["watch", "--json", "--sysfs-root"])
+            .arg(d.path().join("node/sys"))
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        Watch { child, stderr, said: String::new() }
+    }
+
+    /// Blocks until it says it follows every source (or panics with what it said instead).
+    fn wait_ready(&mut self) {
+        use std::io::BufRead;
+        loop {
+            let mut line = String::new();
+            let n = self.stderr.read_line(&mut line).unwrap();
+            assert!(n > 0, "watch ended without following its sources: {}", self.said);
+            self.said.push_str(&line);
+            if line.starts_with(READY) {
+                return;
+            }
+        }
+    }
+
+    /// Waits for it to end on its own (`--seconds`); its events. It must have followed its
+    /// sources first, so an empty result means nothing was there.
+    fn events(mut self) -> Vec<serde_json::Value> {
+        use std::io::Read;
+        let mut rest = String::new();
+        self.stderr.read_to_string(&mut rest).unwrap();
+        self.said.push_str(&rest);
+        let out = self.child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", self.said);
+        assert!(self.said.contains(READY), "watch never followed its sources: {}", self.said);
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
 }
 
 #[test]
@@ -38,8 +74,8 @@ fn real_kernel_lines_become_typed_attributed_events_once() {
     let gpu0 = t.gpus[0].gpu.bdf;
     let nic3 = t.nics[3].nic.bdf;
     let state = d.path().join("kmsg.state");
-    let child = watch(&d, &["--seconds", "4", "--state-file", state.to_str().unwrap()]);
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut child = Watch::start(&d, &["--seconds", "8", "--state-file", state.to_str().unwrap()]);
+    child.wait_ready();
     let mut kmsg = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/kmsg")
@@ -61,7 +97,7 @@ fn real_kernel_lines_become_typed_attributed_events_once() {
         kmsg.write_all(line.as_bytes()).unwrap();
     }
     let events: Vec<serde_json::Value> =
-        lines(child).into_iter().filter(|e| e["detail"].as_str().unwrap_or("").contains(&marker)).collect();
+        child.events().into_iter().filter(|e| e["detail"].as_str().unwrap_or("").contains(&marker)).collect();
     assert_eq!(events.len(), 3, "{events:#?}");
     let xid = &events[0];
     assert_eq!((xid["kind"].as_str(), xid["source"].as_str()), (Some("gpu_xid"), Some("kmsg")));
@@ -76,19 +112,21 @@ fn real_kernel_lines_become_typed_attributed_events_once() {
     assert_eq!(dmar["kind"], "dmar_fault");
     assert_eq!(dmar["nic"], "mlx5_3", "the domain-less address resolved against the node's devices");
 
-    // A restart with the same state file does not report them again.
-    let again = lines(watch(&d, &["--seconds", "2", "--state-file", state.to_str().unwrap()]));
+    // A restart with the same state file does not report them again (its first round reads the
+    // whole kernel log from the saved position, before it says it follows).
+    let again = Watch::start(&d, &["--seconds", "2", "--state-file", state.to_str().unwrap()]).events();
     assert!(!again.iter().any(|e| e["detail"].as_str().unwrap_or("").contains(&marker)), "{again:?}");
 }
 
 #[test]
 fn hw_counter_increases_in_a_fixture_tree_become_events() {
     let (d, _) = seed();
-    let child = watch(&d, &["--seconds", "4", "--kmsg", "/dev/null", "--counter-interval-secs", "1"]);
-    std::thread::sleep(Duration::from_millis(1800));
+    let mut child = Watch::start(&d, &["--seconds", "8", "--kmsg", "/dev/null", "--counter-interval-secs", "1"]);
+    // The counters' baseline is read: an increase from here on is an event.
+    child.wait_ready();
     let counter = d.path().join("node/sys/class/infiniband/mlx5_2/ports/1/hw_counters/req_cqe_error");
     std::fs::write(&counter, "7\n").unwrap();
-    let events = lines(child);
+    let events = child.events();
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(events[0]["kind"], "nic_counter_increase");
     assert_eq!(events[0]["source"], "nic_counter");
@@ -134,15 +172,26 @@ fn attribution_follows_the_shared_topology_when_the_node_changes() {
     let stop = Stop::new();
     let seen: Arc<Mutex<Vec<railguard_schema::SignalEvent>>> = Arc::default();
     let settings = SignalSettings { ebpf: false, ..SignalSettings::default() };
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let loop_thread = {
         let (topology, stop, seen) = (topology.clone(), stop.clone(), seen.clone());
         std::thread::spawn(move || {
-            follow(&settings, &topology, None, &stop, &mut |ev| {
-                seen.lock().unwrap().push(ev);
-                true
-            })
+            follow(
+                &settings,
+                &topology,
+                None,
+                &stop,
+                &mut |ev| {
+                    seen.lock().unwrap().push(ev);
+                    true
+                },
+                &mut || ready_tx.send(()).unwrap(),
+            )
         })
     };
+    ready_rx
+        .recv_timeout(railguard_testkit::scaled(Duration::from_secs(60)))
+        .expect("the signal loop follows its sources");
     let marker = format!("railguard-refresh-{}", uuid::Uuid::new_v4());
     let gpu0 = {
         let probe = tempfile::tempdir().unwrap();
@@ -162,14 +211,13 @@ fn attribution_follows_the_shared_topology_when_the_node_changes() {
     };
     let event = |tag: &str| {
         let want = format!("{marker}-{tag}");
-        for _ in 0..50 {
-            if let Some(e) = seen.lock().unwrap().iter().find(|e| e.summary.contains(&want)).cloned() {
-                return e;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let seen = seen.lock().unwrap();
-        panic!("no event for {want} among {} events; last: {:?}", seen.len(), seen.last().map(|e| &e.summary));
+        railguard_testkit::until(&format!("the event of {want}"), Duration::from_secs(30), || {
+            let seen = seen.lock().unwrap();
+            seen.iter()
+                .find(|e| e.summary.contains(&want))
+                .cloned()
+                .ok_or_else(|| format!("{} events; last: {:?}", seen.len(), seen.last().map(|e| &e.summary)))
+        })
     };
 
     xid("before");
@@ -179,7 +227,11 @@ fn attribution_follows_the_shared_topology_when_the_node_changes() {
     // signal loop attributes the same line to GPU0 without a restart.
     fixture::seed_kvm_guest().write(&d.path().join("node")).unwrap();
     assert!(topology.refresh().unwrap(), "the node changed");
-    std::thread::sleep(Duration::from_millis(300)); // the loop's next pass sees the new generation
+    // A line written after the refresh, and its event seen: the loop's read of it ended after
+    // the refresh, so its next round (which checks the generation before it reads) is what
+    // reads the line written after that.
+    xid("sync");
+    event("sync");
     xid("after");
     assert_eq!(event("after").gpu, Some(0));
 
@@ -210,22 +262,29 @@ fn the_kernel_log_position_is_saved_only_once_its_events_are_spooled() {
     let run = |spooled: bool| -> usize {
         let stop = Stop::new();
         let (topology, state, marker, stop2) = (topology.clone(), state.clone(), marker.clone(), stop.clone());
+        // The first round reads every kernel-log record after the saved position: the loop
+        // stops once it is done (or at the marker's event).
         let t = std::thread::spawn(move || {
             let mut n = 0;
             let settings = SignalSettings { ebpf: false, ..SignalSettings::default() };
-            follow(&settings, &topology, Some(&state), &stop2, &mut |ev| {
-                if ev.summary.contains(&marker) {
-                    n += 1;
-                    stop2.stop();
-                }
-                spooled
-            });
+            let stop3 = stop2.clone();
+            follow(
+                &settings,
+                &topology,
+                Some(&state),
+                &stop2,
+                &mut |ev| {
+                    if ev.summary.contains(&marker) {
+                        n += 1;
+                        stop3.stop();
+                    }
+                    spooled
+                },
+                &mut || stop2.stop(),
+            );
             n
         });
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !t.is_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        railguard_testkit::until_true("the signal loop's first round", Duration::from_secs(60), || t.is_finished());
         stop.stop();
         t.join().unwrap()
     };

@@ -19,12 +19,30 @@ fn pg_ha(args: &[&str], base: u16) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `pg-ha.sh down` when dropped: held from before `up` runs, so a failed start (a panic in `up`
+/// or after it) stops whatever it started.
+struct Running {
+    cluster: String,
+    base: u16,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pg-ha.sh"))
+            .args(["down", &self.cluster])
+            .env("PGHA_PORT_BASE", self.base.to_string())
+            .output();
+    }
+}
+
 /// An HA cluster of the test's own, stopped however the test ends.
 pub struct Ha {
+    /// Dropped before the directory: the cluster stops, then its files go.
+    running: Running,
     _dir: tempfile::TempDir,
     /// The cluster directory (`pg-ha.sh`'s DIR): members' data under `<member>/data`.
     pub cluster: String,
-    base: u16,
     /// Through HAProxy to the primary.
     pub write_url: String,
     /// Through HAProxy to the replicas.
@@ -40,9 +58,10 @@ impl Ha {
         let cluster = dir.path().join("c").display().to_string();
         // A port range of our own: the 41 ports below a free one.
         let base = free_port().saturating_sub(50).max(20_000);
+        let running = Running { cluster: cluster.clone(), base };
         let out = pg_ha(&["up", &cluster], base);
         let field = |k: &str| out.lines().find_map(|l| l.strip_prefix(k)).unwrap().to_owned();
-        let ha = Ha { write_url: field("write_url="), read_url: field("read_url="), _dir: dir, cluster, base };
+        let ha = Ha { write_url: field("write_url="), read_url: field("read_url="), running, _dir: dir, cluster };
         remember_secret(std::fs::read_to_string(format!("{}/secrets/superuser", ha.cluster)).unwrap().trim());
         remember_secret(std::fs::read_to_string(format!("{}/secrets/replication", ha.cluster)).unwrap().trim());
         ha
@@ -52,7 +71,7 @@ impl Ha {
     pub fn run(&self, args: &[&str]) -> String {
         let mut all = vec![args[0], &self.cluster];
         all.extend(&args[1..]);
-        pg_ha(&all, self.base)
+        pg_ha(&all, self.running.base)
     }
 
     /// (leader member, its postmaster's pid).
@@ -61,16 +80,6 @@ impl Ha {
         let leader = status.split_whitespace().find_map(|w| w.strip_prefix("leader=")).unwrap().to_owned();
         let pid = status.split_whitespace().find_map(|w| w.strip_prefix("pid=")).unwrap().parse().unwrap();
         (leader, pid)
-    }
-}
-
-impl Drop for Ha {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pg-ha.sh"))
-            .args(["down", &self.cluster])
-            .env("PGHA_PORT_BASE", self.base.to_string())
-            .output();
     }
 }
 

@@ -3,14 +3,18 @@
 #![allow(clippy::unwrap_used)] // test support: a failed setup should fail the test loudly
 
 pub mod ha;
+pub mod needs;
 pub mod openapi;
 pub mod png;
 pub mod scripted;
 
+/// The one way tests wait ([`wait::until`]), and a process tree of a test's own.
+pub use railguard_testkit::{NsProcess, ProcNamespace, Spawn, wait};
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::Utc;
 use railguard_collector::pg::PrivateCluster;
@@ -34,12 +38,15 @@ impl TestPg {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let data = dir.path().join("data");
         let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&data, false)).await.unwrap().unwrap();
-        cluster.create_database("railguard").await.unwrap();
+        // Stopped if anything below fails: a failed start leaves no server running.
+        let started = StopOnDrop(Some(cluster));
+        let cluster = started.0.as_ref().unwrap();
         if let Ok(password) = std::fs::read_to_string(cluster.password_file()) {
             remember_secret(password.trim());
         }
+        cluster.create_database("railguard").await.unwrap();
         let pool = railguard_collector::pg::connect_and_migrate(cluster.connect_options("railguard"), 4).await.unwrap();
-        TestPg { cluster, pool, _dir: dir }
+        TestPg { cluster: started.keep(), pool, _dir: dir }
     }
 
     pub fn url(&self) -> String {
@@ -74,6 +81,23 @@ impl TestPg {
         .fetch_one(&self.pool)
         .await
         .unwrap()
+    }
+}
+
+/// A private cluster stopped when dropped, until [`StopOnDrop::keep`] hands it on.
+struct StopOnDrop(Option<PrivateCluster>);
+
+impl StopOnDrop {
+    fn keep(mut self) -> PrivateCluster {
+        self.0.take().unwrap()
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = &self.0 {
+            let _ = c.stop();
+        }
     }
 }
 
@@ -216,6 +240,28 @@ impl CollectorProc {
         self.spawn();
     }
 
+    /// Assessment passes this collector has finished (`railguard_assessment_passes_total`, every
+    /// kind), or 0 before its first.
+    pub fn passes(&self) -> u64 {
+        let (_, metrics) = self.get("/metrics", None);
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("railguard_assessment_passes_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Waits until a pass that began after this call has finished: whatever was stored before
+    /// the call has been assessed (a pass in flight at the call may have read before it, so two
+    /// more must finish).
+    pub fn wait_for_a_later_pass(&self) {
+        let from = self.passes();
+        wait::until("an assessment pass begun after this point", Duration::from_secs(60), || {
+            let now = self.passes();
+            if now >= from + 2 { Ok(()) } else { Err(format!("{now} passes, waiting for {}", from + 2)) }
+        });
+    }
+
     /// The running process's pid.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(std::process::Child::id)
@@ -234,11 +280,9 @@ impl Drop for CollectorProc {
 }
 
 pub fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on port {port} after 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait::until(&format!("a listener on port {port}"), Duration::from_secs(60), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())
+    });
 }
 
 /// The agent binary in one-shot mode: ships its spool and exits when drained.
@@ -265,44 +309,108 @@ pub fn agent_ship_with(
     batch_records: usize,
     extra: &[&std::ffi::OsStr],
 ) -> Child {
-    Command::new(bin("railguard-agent"))
-        .args([
-            "run",
-            "--node-id",
-            "node-a",
-            "--collector",
-            collector_url,
-            "--exit-when-drained",
-            "--backoff-max-ms",
-            "500",
-        ])
-        .args(["--topology-interval", "0", "--probe-cycle-secs", "0", "--no-signals"]) // spool contents only
-        .arg("--batch-records")
-        .arg(batch_records.to_string())
-        .arg("--token-file")
-        .arg(token_file)
-        .arg("--spool-dir")
-        .arg(spool_dir)
-        .args(if collector_url.starts_with("http://") { &["--insecure"][..] } else { &[][..] })
-        .args(extra)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap()
+    agent_ship_command(collector_url, spool_dir, token_file, batch_records, extra).spawn().unwrap()
 }
 
-pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("process did not exit within {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+/// An agent shipping its spool whose warnings the test reads: each failed attempt to register
+/// or send is a line of its log.
+pub struct LoggedAgent {
+    pub child: KillOnDrop,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl LoggedAgent {
+    /// [`agent_ship_with`], logging warnings to a buffer of the test's.
+    pub fn start(
+        collector_url: &str,
+        spool_dir: &Path,
+        token_file: &Path,
+        batch_records: usize,
+        extra: &[&std::ffi::OsStr],
+    ) -> LoggedAgent {
+        let mut child = agent_ship_command(collector_url, spool_dir, token_file, batch_records, extra)
+            .env("RUST_LOG", "warn")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (stderr, sink) = (child.stderr.take().unwrap(), log.clone());
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        LoggedAgent { child: KillOnDrop(child), log }
     }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until it was refused `times` times (failed attempts it will retry), while still
+    /// running and not drained; or until it exits, which must be a failure. Returns its log.
+    pub fn wait_refused(&mut self, times: usize) -> String {
+        wait::until(&format!("{times} refused attempts"), Duration::from_secs(60), || {
+            if let Some(st) = self.child.0.try_wait().unwrap() {
+                assert!(!st.success(), "the agent drained its spool: {}", self.log());
+                return Ok(());
+            }
+            let failed = self.log().matches("failed; will retry").count();
+            if failed >= times { Ok(()) } else { Err(format!("{failed} so far: {}", self.log())) }
+        });
+        self.log()
+    }
+}
+
+/// The command [`agent_ship_with`] runs.
+pub fn agent_ship_command(
+    collector_url: &str,
+    spool_dir: &Path,
+    token_file: &Path,
+    batch_records: usize,
+    extra: &[&std::ffi::OsStr],
+) -> Command {
+    let mut cmd = Command::new(bin("railguard-agent"));
+    cmd.args([
+        "run",
+        "--node-id",
+        "node-a",
+        "--collector",
+        collector_url,
+        "--exit-when-drained",
+        "--backoff-max-ms",
+        "500",
+    ])
+    .args(["--topology-interval", "0", "--probe-cycle-secs", "0", "--no-signals"]) // spool contents only
+    .arg("--batch-records")
+    .arg(batch_records.to_string())
+    .arg("--token-file")
+    .arg(token_file)
+    .arg("--spool-dir")
+    .arg(spool_dir)
+    .args(if collector_url.starts_with("http://") { &["--insecure"][..] } else { &[][..] })
+    .args(extra)
+    .env("RUST_LOG", "error")
+    .stdin(Stdio::null());
+    cmd
+}
+
+/// Waits for `child` to exit (killing it if it does not within `within`, scaled).
+pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let exited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait::until("the process to exit", within, || match child.try_wait().unwrap() {
+            Some(st) => Ok(st),
+            None => Err("running"),
+        })
+    }));
+    exited.unwrap_or_else(|e| {
+        let _ = child.kill();
+        std::panic::resume_unwind(e)
+    })
 }
 
 /// A synthetic probe result, labelled simulated (the test machine has no GPU or RDMA NIC).

@@ -1,7 +1,7 @@
 //! Scripted record streams for the API and dashboard tests: the seed under auto-selection, the
 //! seed pinned to mlx5_0:1, a healthy node with one transient failure, an Xid storm on one GPU.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use railguard_agent::topology::fixture::{self, FixtureSpec};
@@ -137,12 +137,13 @@ pub async fn scripted_fleet(pg: &TestPg) -> CollectorProc {
     }
     send(&c, "tcp-only", tcp).await;
     // Assessment runs every second; wait until every node's GPUs are assessed.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while NODES.iter().any(|n| statuses(&c, n).len() < 8) {
-        assert!(Instant::now() < deadline, "assessment did not cover the fleet in 30 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await; // one more pass: nothing flaps
+    wait::until_async("every node's 8 GPUs assessed", Duration::from_secs(60), async || {
+        let short: Vec<&str> = NODES.iter().copied().filter(|n| statuses(&c, n).len() < 8).collect();
+        if short.is_empty() { Ok(()) } else { Err(format!("{short:?} not yet")) }
+    })
+    .await;
+    // One more pass begun after all of it: what the tests read is settled, nothing flaps.
+    c.wait_for_a_later_pass();
     c
 }
 

@@ -541,10 +541,11 @@ async fn an_unchanged_fleet_rewrites_no_status_row() {
             .await
             .unwrap()
     };
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await; // settled
     let (before, pass_before) = (rows(pg.pool.clone()).await, last(pg.pool.clone()).await);
     assert_eq!(before.len(), 40);
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await; // three more passes
+    // Passes begun after the rows were read, over the same fleet.
+    _c.wait_for_a_later_pass();
+    _c.wait_for_a_later_pass();
     let (after, pass_after) = (rows(pg.pool.clone()).await, last(pg.pool.clone()).await);
     assert!(pass_after > pass_before, "the assessment kept running");
     assert_eq!(before, after, "no row rewritten");

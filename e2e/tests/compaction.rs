@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use std::ffi::OsStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use railguard_e2e::*;
 
@@ -44,11 +44,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + within;
-    while !f().await {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait::until_async(what, within, async || if f().await { Ok(()) } else { Err("not yet") }).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -239,8 +239,7 @@ impl Browser {
 
     /// Waits until `css` matches, then returns the element id.
     fn find(&self, css: &str) -> String {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        loop {
+        wait::until(&format!("{css} on the page"), std::time::Duration::from_secs(40), || {
             let (code, out) = http_json(
                 self.port,
                 "POST",
@@ -249,11 +248,11 @@ impl Browser {
             );
             if code == 200 {
                 let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-                return v["value"].as_object().unwrap().values().next().unwrap().as_str().unwrap().to_owned();
+                Ok(v["value"].as_object().unwrap().values().next().unwrap().as_str().unwrap().to_owned())
+            } else {
+                Err(format!("{code} {out}"))
             }
-            assert!(std::time::Instant::now() < deadline, "{css} never appeared");
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        })
     }
 
     fn click(&self, css: &str) {
@@ -396,11 +395,10 @@ async fn hostile_names_reasons_and_links_run_no_script() {
         .into(),
     );
     send(&c, "hostile", records).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while statuses(&c, "hostile").len() < 8 {
-        assert!(std::time::Instant::now() < deadline, "not assessed");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    wait::until("the hostile node's 8 GPUs assessed", std::time::Duration::from_secs(60), || {
+        let st = statuses(&c, "hostile");
+        if st.len() == 8 { Ok(()) } else { Err(format!("{st:?}")) }
+    });
     let gpu0 = json(&c, "/api/v1/nodes/hostile/gpus/0");
     assert!(gpu0.to_string().contains("onerror"), "the hostile name reached the reasons: {gpu0}");
 
@@ -431,7 +429,11 @@ async fn hostile_names_reasons_and_links_run_no_script() {
         ] {
             b.go(&format!("{base}{hash}"));
             b.find("body[data-ready]");
-            std::thread::sleep(std::time::Duration::from_millis(500)); // images that would fail, fail
+            // Images that would fail have failed (their error handlers run in the task after).
+            wait::until_true("the page's images to finish loading", std::time::Duration::from_secs(30), || {
+                b.execute("return Array.from(document.images).every(i => i.complete);") == true
+            });
+            b.execute("return new Promise(r => setTimeout(() => r(null), 0));");
             let pwned = b.execute("return window.__pwned || null;");
             assert!(pwned.is_null(), "{hash}: script ran ({pwned})");
         }
@@ -566,11 +568,10 @@ async fn the_plots_show_a_failing_pair_over_time_and_the_pin() {
     .execute(&pg.pool)
     .await
     .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while statuses(&c, "repinned").len() < 8 {
-        assert!(std::time::Instant::now() < deadline, "never assessed");
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    }
+    wait::until("the repinned node's 8 GPUs assessed", std::time::Duration::from_secs(60), || {
+        let st = statuses(&c, "repinned");
+        if st.len() == 8 { Ok(()) } else { Err(format!("{st:?}")) }
+    });
     let base = format!("http://127.0.0.1:{}/", c.http_port);
 
     // Verdicts on a time axis, one row per NIC, the workload's (mlx5_2) on top.

@@ -2,7 +2,7 @@
 //! over gRPC on loopback into a real Postgres, while we kill things mid-stream.
 #![allow(clippy::unwrap_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -11,15 +11,11 @@ use railguard_e2e::*;
 const SHIP_TIMEOUT: Duration = Duration::from_secs(120);
 
 async fn wait_stored(pg: &TestPg, at_least: i64) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    wait::until_async(&format!("{at_least} records stored"), Duration::from_secs(60), async || {
         let (n, _) = pg.stored_and_distinct().await;
-        if n >= at_least {
-            return n;
-        }
-        assert!(Instant::now() < deadline, "only {n} records stored after 60 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        if n >= at_least { Ok(n) } else { Err(n) }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -85,7 +81,7 @@ impl MidStream {
 async fn collector_killed_and_restarted_mid_stream_loses_nothing() {
     let mut s = MidStream::start().await;
     s.collector.kill();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait::hold_fault(Duration::from_millis(500)); // the collector stays down a while
     s.collector.restart();
     let mut s = s.finish().await;
     assert!(s.collector.is_running());

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -102,15 +102,14 @@ async fn the_systemd_units_run_as_written() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    wait::until("the agent unit's topology to reach the collector unit", Duration::from_secs(90), || {
         let (code, body) = http_get(http, "/api/v1/nodes/node-a", None);
         if code == 200 && body.contains("\"bdf\"") && body.matches("\"index\"").count() == 8 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{code} {body}"))
         }
-        assert!(Instant::now() < deadline, "the agent unit's topology never reached the collector unit: {code} {body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    });
     kill(Pid::from_raw(agent.id() as i32), Signal::SIGTERM).unwrap();
     assert!(wait_exit(&mut agent, Duration::from_secs(30)).success());
     kill(Pid::from_raw(collector.id() as i32), Signal::SIGTERM).unwrap();

@@ -317,14 +317,11 @@ async fn a_new_partition_with_rows_is_analyzed_once() {
         }
     }
     // The writers' counts reach the statistics views within a few seconds.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let analyzed = loop {
+    let analyzed = wait::until_async("new partitions analyzed", std::time::Duration::from_secs(60), async || {
         let done = analyze_new_partitions(&pg.pool).await.unwrap();
-        if !done.is_empty() || std::time::Instant::now() > deadline {
-            break done;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    };
+        if done.is_empty() { Err("none yet") } else { Ok(done) }
+    })
+    .await;
     assert!(analyzed.iter().any(|p| p.starts_with("probe_results")), "{analyzed:?}");
     let stats: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stats WHERE tablename = ANY($1)")
         .bind(&analyzed)
@@ -411,7 +408,17 @@ async fn a_batch_in_flight_during_a_claim_is_claimed_by_this_pass_or_the_next() 
         let window = cfg.window;
         async move { changed_nodes(&pool, window, t0, t0 + Duration::seconds(3)).await.unwrap() }
     });
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // The claim's statement waits on the row lock the batch holds (seen in pg_stat_activity).
+    wait::until_async("the claim to wait on the batch's row lock", std::time::Duration::from_secs(30), async || {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        )
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+        if waiting >= 1 { Ok(()) } else { Err(format!("{waiting} waiting; claim finished: {}", claim.is_finished())) }
+    })
+    .await;
     assert!(!claim.is_finished(), "the claim waits for the batch's row");
     batch.commit().await.unwrap();
     assert_eq!(claim.await.unwrap(), ["node-b"]);
@@ -424,12 +431,13 @@ fn metric(c: &CollectorProc, m: &str, kind: &str) -> Option<f64> {
     body.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse().ok())
 }
 
-fn wait(c: &CollectorProc, what: &str, done: &dyn Fn() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "{what}: {}", c.get("/metrics", None).1);
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+/// Waits until `done`, showing the collector's /metrics if it never is.
+fn wait_metrics(c: &CollectorProc, what: &str, done: &dyn Fn() -> bool) {
+    wait::until(
+        what,
+        std::time::Duration::from_secs(60),
+        || if done() { Ok(()) } else { Err(c.get("/metrics", None).1) },
+    );
 }
 
 #[test]
@@ -438,11 +446,11 @@ fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_p
     let pg = rt.block_on(TestPg::start());
     // A pass every second, a full one only at the start.
     let c = CollectorProc::start(&pg.url());
-    wait(&c, "the first (full) pass", &|| metric(&c, "railguard_assessment_passes_total", "full") == Some(1.0));
+    wait_metrics(&c, "the first (full) pass", &|| metric(&c, "railguard_assessment_passes_total", "full") == Some(1.0));
     assert_eq!(metric(&c, "railguard_assessment_pass_nodes", "full"), Some(0.0), "an empty fleet");
     // A node arrives after it: a pass over the changed nodes takes it.
     rt.block_on(send(&c, "node-a", vec![topo_rec(topology(&fixture::dgx_h100_like(), None))]));
-    wait(&c, "node-a assessed", &|| {
+    wait_metrics(&c, "node-a assessed", &|| {
         let n: i64 = rt
             .block_on(
                 sqlx::query_scalar("SELECT count(*) FROM gpu_status WHERE node_id = 'node-a'").fetch_one(&pg.pool),
@@ -472,7 +480,7 @@ fn a_running_collector_assesses_a_new_node_between_full_passes_and_reports_its_p
     // pass over the whole fleet.
     drop(c);
     let next = CollectorProc::start(&pg.url());
-    wait(&next, "the new leader's passes", &|| {
+    wait_metrics(&next, "the new leader's passes", &|| {
         metric(&next, "railguard_assessment_passes_total", "changed").is_some_and(|n| n >= 2.0)
     });
     assert_eq!(metric(&next, "railguard_assessment_passes_total", "full"), None, "it went on from its predecessor");
@@ -494,7 +502,7 @@ fn a_pass_bound_by_time_leaves_the_rest_to_passes_that_follow_at_once() {
         &refs,
         &["--assess-every-secs", "20", "--assess-pass-budget-ms", "1", "--full-assess-every-secs", "3600"],
     );
-    wait(&c, "the first (full) pass", &|| metric(&c, "railguard_assessment_passes_total", "full") == Some(1.0));
+    wait_metrics(&c, "the first (full) pass", &|| metric(&c, "railguard_assessment_passes_total", "full") == Some(1.0));
     let snapshot = topology(&fixture::dgx_h100_like(), None);
     let topo = || vec![topo_rec(snapshot.clone())];
     // Each node's batch on one connection, one after the other: all of them within a second or
@@ -525,15 +533,14 @@ fn a_pass_bound_by_time_leaves_the_rest_to_passes_that_follow_at_once() {
     // yet) and measures them.
     let (first, rest) = names.split_at(PassBudget::MEASURED_FROM);
     let passes_then = metric(&c, "railguard_assessment_passes_total", "changed").unwrap_or(0.0);
-    wait(&c, "a pass to send after", &|| {
+    wait_metrics(&c, "a pass to send after", &|| {
         metric(&c, "railguard_assessment_passes_total", "changed").is_some_and(|n| n > passes_then)
     });
     send_all(first);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while assessed(first) < first.len() as i64 {
-        assert!(std::time::Instant::now() < deadline, "the first 50 nodes were never assessed");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait::until("the first 50 nodes assessed", std::time::Duration::from_secs(60), || {
+        let n = assessed(first);
+        if n >= first.len() as i64 { Ok(()) } else { Err(n) }
+    });
     assert_eq!(metric(&c, "railguard_assessment_pass_deferred_nodes", "changed"), Some(0.0));
     let passes_before = metric(&c, "railguard_assessment_passes_total", "changed").unwrap();
     // 150 more: the pass after takes 50 (1 ms buys no more), leaves 100, and the passes that
@@ -543,18 +550,19 @@ fn a_pass_bound_by_time_leaves_the_rest_to_passes_that_follow_at_once() {
     let sent = std::time::Instant::now();
     eprintln!("150 nodes sent in {:?}", sent - sending);
     let mut deferred_seen = 0.0f64;
-    while assessed(rest) < rest.len() as i64 {
-        assert!(
-            sent.elapsed() < std::time::Duration::from_secs(35),
-            "150 nodes not assessed 35 s after they arrived (passes every 20 s, 50 a pass: without the catch-up \
-             the third pass is due 40-60 s after): {} of them; {}",
-            assessed(rest),
-            c.get("/metrics", None).1
-        );
+    // Passes every 20 s, 50 a pass: without the catch-up the third pass is due 40-60 s after.
+    wait::until("the 150 nodes assessed by the catch-up passes", std::time::Duration::from_secs(60), || {
         deferred_seen =
             deferred_seen.max(metric(&c, "railguard_assessment_pass_deferred_nodes", "changed").unwrap_or(0.0));
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+        let n = assessed(rest);
+        if n >= rest.len() as i64 { Ok(()) } else { Err(format!("{n} of them")) }
+    });
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(40),
+        "assessed {:?} after they arrived: the catch-up did not run (the third periodic pass is due 40-60 s after); {}",
+        sent.elapsed(),
+        c.get("/metrics", None).1
+    );
     assert_eq!(metric(&c, "railguard_assessment_pass_bound_nodes", "changed"), Some(PassBudget::MIN_NODES as f64));
     let passes = metric(&c, "railguard_assessment_passes_total", "changed").unwrap() - passes_before;
     assert!(passes >= 3.0, "{passes} passes for 150 nodes at 50 a pass");
@@ -589,7 +597,7 @@ fn a_cold_start_over_a_fleet_larger_than_a_pass_takes_it_in_bounded_passes() {
         )
         .unwrap()
     };
-    wait(&c, "every node assessed", &|| assessed() == 12);
+    wait_metrics(&c, "every node assessed", &|| assessed() == 12);
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "within one period: {:?}", started.elapsed());
     assert_eq!(metric(&c, "railguard_assessment_passes_total", "full"), None, "no pass over the whole fleet");
     assert!(metric(&c, "railguard_assessment_passes_total", "changed").is_some_and(|n| n >= 3.0));

@@ -4,7 +4,7 @@
 //! restart of the collector. Then 10,000 records with every numeric field at its extremes.
 #![allow(clippy::unwrap_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::Utc;
 use railguard_e2e::scripted::*;
@@ -27,20 +27,11 @@ async fn status(pg: &TestPg, node: &str, gpu: i32) -> Option<(String, String)> {
 }
 
 async fn wait_status(pg: &TestPg, node: &str, gpu: i32, want: &str, within: Duration) -> String {
-    let t0 = Instant::now();
-    loop {
-        if let Some((s, why)) = status(pg, node, gpu).await
-            && s == want
-        {
-            return why;
-        }
-        assert!(
-            t0.elapsed() < within,
-            "{node} GPU{gpu} not {want} within {within:?}: {:?}",
-            status(pg, node, gpu).await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait::until_async(&format!("{node} GPU{gpu} {want}"), within, async || match status(pg, node, gpu).await {
+        Some((s, why)) if s == want => Ok(why),
+        other => Err(format!("{other:?}")),
+    })
+    .await
 }
 
 /// `n` probes of one pair, the oldest `oldest_ago_s` seconds old, a second apart.
@@ -149,15 +140,11 @@ async fn one_nodes_extreme_counts_are_refused_and_stored_ones_leave_only_that_no
     push(&c, "hostile", vec![probe_rec(3, "mlx5_3", ProbeVerdict::SilentCorruption, PairSelection::Predicted, 1)])
         .await
         .unwrap();
-    let t0 = Instant::now();
-    loop {
+    wait::until_async("the hostile node's undecodable row noted", Duration::from_secs(40), async || {
         let why = status(&pg, "hostile", 3).await.unwrap().1;
-        if why.contains("no longer decode") {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20), "{why}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        if why.contains("no longer decode") { Ok(()) } else { Err(why) }
+    })
+    .await;
     // A probe row naming a GPU no node has: noted, never counted on GPU 0.
     sqlx::query("UPDATE probe_results SET gpu_index = -5 WHERE node_id = 'victim' AND gpu_index = 6")
         .execute(&pg.pool)

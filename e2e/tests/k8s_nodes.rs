@@ -45,25 +45,32 @@ async fn one_collector_keeps_the_node_conditions_and_another_takes_over_when_it_
     let (client_b, seen_b) = mock_api();
     let (stop_a, rx_a) = tokio::sync::watch::channel(false);
     let (_stop_b, rx_b) = tokio::sync::watch::channel(false);
-    let a =
-        tokio::spawn(run_periodic(client_a, pg.pool.clone(), cfg.clone(), Arc::new(ControllerStats::default()), rx_a));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _b = tokio::spawn(run_periodic(client_b, second_pool, cfg, Arc::new(ControllerStats::default()), rx_b));
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let (a1, b1) = (seen_a.load(Ordering::Relaxed), seen_b.load(Ordering::Relaxed));
-    assert!(a1 >= 2, "the first collector keeps the conditions ({a1} requests)");
-    assert_eq!(b1, 0, "the second one stays quiet while the first holds the lock");
+    let (stats_a, stats_b) = (Arc::new(ControllerStats::default()), Arc::new(ControllerStats::default()));
+    let a = tokio::spawn(run_periodic(client_a, pg.pool.clone(), cfg.clone(), stats_a.clone(), rx_a));
+    wait::until_async("the first collector to keep the conditions", Duration::from_secs(30), async || {
+        let a1 = seen_a.load(Ordering::Relaxed);
+        if a1 >= 2 { Ok(()) } else { Err(format!("{a1} requests")) }
+    })
+    .await;
+    let _b = tokio::spawn(run_periodic(client_b, second_pool, cfg, stats_b.clone(), rx_b));
+    // The second one checked for the lock several times, and stayed quiet every time.
+    wait::until_async("the second collector's rounds", Duration::from_secs(30), async || {
+        let rounds = stats_b.rounds.load(Ordering::Relaxed);
+        if rounds >= 5 { Ok(()) } else { Err(format!("{rounds} rounds")) }
+    })
+    .await;
+    assert_eq!(seen_b.load(Ordering::Relaxed), 0, "the second one stays quiet while the first holds the lock");
+    assert!(stats_a.rounds.load(Ordering::Relaxed) >= 2);
 
     // The leader stops: its lock goes with it; the other takes over at its next pass.
     stop_a.send(true).unwrap();
     a.await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while seen_b.load(Ordering::Relaxed) == 0 {
-        assert!(std::time::Instant::now() < deadline, "no collector took over the node conditions");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let a2 = seen_a.load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    wait::until_async("another collector to take over the node conditions", Duration::from_secs(30), async || {
+        let b1 = seen_b.load(Ordering::Relaxed);
+        if b1 >= 2 { Ok(()) } else { Err(format!("{b1} requests")) }
+    })
+    .await;
     assert_eq!(seen_a.load(Ordering::Relaxed), a2, "the stopped collector makes no more requests");
 }
 

@@ -151,7 +151,6 @@ async fn traces_and_metrics_reach_an_otlp_receiver() {
 /// by direction and the GPU its CUDA_VISIBLE_DEVICES names.
 #[tokio::test(flavor = "multi_thread")]
 async fn nixl_workload_bytes_are_an_otlp_counter() {
-    use std::io::BufRead;
     let (recv, otlp) = receiver().await;
 
     let dir = tempfile::tempdir().unwrap();
@@ -159,8 +158,12 @@ async fn nixl_workload_bytes_are_an_otlp_counter() {
     let tel = dir.path().join("telemetry");
     std::fs::create_dir(&tel).unwrap();
     let workload = concat!(env!("CARGO_MANIFEST_DIR"), "/../agent/tests/nixl/workload.py");
-    let mut wl = KillOnDrop(
-        Command::new("python3")
+    // The workload in a process tree of the test's own: the agent consumes the NIXL rings of the
+    // processes it sees, and sees no other test's.
+    let ns = ProcNamespace::start();
+    let said = dir.path().join("workload.out");
+    let wl = ns.spawn(
+        Spawn::new("python3")
             .arg(workload)
             // The NIXL the agent finds (scripts/setup.sh's wheel).
             .arg(railguard_agent::probe::transport::nixl::locate::locate(None, &|k| std::env::var(k).ok()).unwrap())
@@ -168,22 +171,20 @@ async fn nixl_workload_bytes_are_an_otlp_counter() {
             .env("NIXL_TELEMETRY_ENABLE", "y")
             .env("NIXL_TELEMETRY_DIR", &tel)
             .env("CUDA_VISIBLE_DEVICES", "4")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .stdout_to(&said),
     );
-    let mut line = String::new();
-    std::io::BufReader::new(wl.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let line = wait::until("the workload's first line", Duration::from_secs(60), || {
+        let text = std::fs::read_to_string(&said).unwrap_or_default();
+        text.lines().next().map(str::to_owned).ok_or("nothing yet")
+    });
     assert!(line.starts_with("ready"), "{line}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // The agent exports over OTLP and serves its own /metrics (--metrics-listen) at once: one
-    // agent, since each consumes every NIXL ring on the host.
+    // The agent exports over OTLP and serves its own /metrics (--metrics-listen) at once.
     let port = free_port();
     let mut watch = KillOnDrop(
         Command::new(bin("railguard-agent"))
             .args(["watch", "--json", "--no-ebpf", "--kmsg", "/dev/null", "--counter-interval-secs", "1"])
-            .args(["--seconds", "6", "--proc-root", "/proc", "--metrics-listen", &format!("127.0.0.1:{port}")])
+            .args(["--seconds", "15", "--metrics-listen", &format!("127.0.0.1:{port}"), "--proc-root"])
+            .arg(ns.proc_root())
             .arg("--sysfs-root")
             .arg(dir.path().join("node/sys"))
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
@@ -193,19 +194,19 @@ async fn nixl_workload_bytes_are_an_otlp_counter() {
             .unwrap(),
     );
     wait_for_port(port);
-    let deadline = std::time::Instant::now() + Duration::from_secs(6);
-    let text = loop {
+    // The workload's decode side READs: received bytes, on GPU4 (NIXL flushes its telemetry
+    // every 100 ms; the agent reads the ring every second while it runs).
+    let text = wait::until("NIXL bytes on the agent's /metrics", Duration::from_secs(15), || {
         let (code, body) = http_get(port, "/metrics", None);
         assert_eq!(code, 200, "{body}");
-        // The workload's decode side READs: received bytes, on GPU4.
         if body.lines().any(|l| {
             l.starts_with("railguard_agent_nixl_bytes_total{direction=\"rx\",gpu=\"4\"}") && !l.ends_with(" 0")
         }) {
-            break body;
+            Ok(body)
+        } else {
+            Err(body)
         }
-        assert!(std::time::Instant::now() < deadline, "no NIXL bytes on the agent's /metrics: {body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    });
     let mut check = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -218,7 +219,7 @@ async fn nixl_workload_bytes_are_an_otlp_counter() {
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let st = tokio::task::spawn_blocking(move || wait_exit(&mut watch.0, Duration::from_secs(30))).await.unwrap();
     assert!(st.success());
-    drop(wl);
+    ns.kill(wl);
     let got = recv.0.lock().unwrap().clone();
     assert!(got.iter().any(|(s, n)| s == "railguard-agent" && n == "railguard.nixl.bytes"), "{got:?}");
 }

@@ -39,10 +39,10 @@ impl Refusals {
     }
 }
 
-/// Sends `records` as one batch until acknowledged.
+/// Sends `records` as one batch until acknowledged; what refused it before.
 async fn push_until_acked(url: &str, node: &str, records: &[railguard_schema::wire::Record]) -> Refusals {
     let mut refused = Refusals::default();
-    loop {
+    wait::until_async("the batch acknowledged", Duration::from_secs(120), async || {
         let attempt = async {
             let mut client = IngestClient::connect(url.to_owned()).await.map_err(|_| None)?;
             let mut req = tonic::Request::new(RecordBatch {
@@ -54,14 +54,15 @@ async fn push_until_acked(url: &str, node: &str, records: &[railguard_schema::wi
             client.push_batch(req).await.map_err(Some)
         };
         match tokio::time::timeout(Duration::from_secs(15), attempt).await {
-            Ok(Ok(_)) => return refused,
+            Ok(Ok(_)) => return Ok(()),
             Ok(Err(Some(s))) if s.code() == tonic::Code::Unavailable => refused.unavailable += 1,
             Ok(Err(Some(s))) => refused.other.push(format!("{:?}: {}", s.code(), s.message())),
             Ok(Err(None)) | Err(_) => refused.no_answer += 1,
         }
-        assert!(refused.total() < 300, "no batch acknowledged: {refused:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        Err(format!("{refused:?}"))
+    })
+    .await;
+    refused
 }
 
 fn batch(n: usize) -> Vec<railguard_schema::wire::Record> {
@@ -79,23 +80,22 @@ fn leads(collectors: &[&CollectorProc]) -> Vec<Option<bool>> {
         .collect()
 }
 
-/// Waits until exactly one collector leads the assessment and it stays so for three seconds.
+/// Waits until exactly one collector leads the assessment, and it stays so over three
+/// seconds of readings.
 async fn exactly_one_leads(collectors: &[&CollectorProc], after: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut steady = 0;
-    loop {
+    let mut steady_since: Option<Instant> = None;
+    wait::until(&format!("one assessment leader after {after}"), Duration::from_secs(90), || {
         let now = leads(collectors);
         if now.iter().all(Option::is_some) && now.iter().filter(|l| **l == Some(true)).count() == 1 {
-            steady += 1;
-            if steady == 6 {
-                return;
+            let since = *steady_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_secs(3) {
+                return Ok(());
             }
         } else {
-            steady = 0;
+            steady_since = None;
         }
-        assert!(Instant::now() < deadline, "after {after}, the assessment's leaders: {now:?}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        Err(format!("{now:?}"))
+    });
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -254,7 +254,16 @@ async fn a_point_in_time_restore_serves_a_gpus_year() {
     store.ingest(&node, vec![summary(3, "mlx5_3", 5, hour - TimeDelta::days(2))], 0).await.unwrap();
     store.roll_up_passed(None, now).await.unwrap();
     let target: String = sqlx::query_scalar("SELECT now()::text").fetch_one(&pool).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // What follows commits strictly after the target time, as the server's clock reads it.
+    wait::until_async("the server's clock to pass the restore target", Duration::from_secs(30), async || {
+        let past: bool = sqlx::query_scalar("SELECT clock_timestamp() > $1::timestamptz + interval '1 second'")
+            .bind(&target)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if past { Ok(()) } else { Err("not yet") }
+    })
+    .await;
     store.ingest(&node, vec![failure(3, "mlx5_3", hour - TimeDelta::days(1))], 0).await.unwrap();
     store.roll_up_passed(None, now).await.unwrap();
     pool.close().await;

@@ -109,9 +109,9 @@ fn the_collectors_log_holds_no_password_and_no_token() {
     assert_eq!(http_get(http, "/api/v1/fleet", Some("a-wrong-token-987654321")).0, 401);
     assert_eq!(http_get(http, "/api/v1/fleet", Some("api-token-0123456789abcdef")).0, 200);
     let _ = std::net::TcpStream::connect(("127.0.0.1", grpc));
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    drop(child.0.kill());
-    let _ = child.0.wait();
+    // Stopped as a service manager stops it: once it has exited, all it logged is in the file.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.0.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    wait_exit(&mut child.0, std::time::Duration::from_secs(60));
     let text = std::fs::read_to_string(&log_path).unwrap();
     // The password file sits beside the cluster's data directory (`<name>.password`).
     let found = |d: &std::path::Path| {

@@ -88,16 +88,11 @@ async fn the_collectors_metrics_follow_prometheus_conventions() {
     assert!(wait_exit(&mut agent, std::time::Duration::from_secs(60)).success());
     // The assessment age appears once the first fleet pass has finished (every second here, but
     // the agent may have shipped its 200 records sooner).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let metrics = loop {
+    let metrics = wait::until("the first fleet pass on /metrics", std::time::Duration::from_secs(60), || {
         let (code, metrics) = collector.get("/metrics", None);
         assert_eq!(code, 200);
-        if metrics.contains("\nrailguard_assessment_age_seconds ") {
-            break metrics;
-        }
-        assert!(std::time::Instant::now() < deadline, "the collector assesses every second here: {metrics}");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    };
+        if metrics.contains("\nrailguard_assessment_age_seconds ") { Ok(metrics) } else { Err(metrics) }
+    });
     assert!(metrics.contains("railguard_agent_clock_ahead_seconds{node=\"node-a\"}"), "{metrics}");
     let (ok, out) = promtool(&["check", "metrics"], dir.path(), Some(&metrics));
     assert!(ok, "promtool check metrics: {out}\n{metrics}");
@@ -118,8 +113,10 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
     let flags = ["--fabric", "sim", "--probe-cycle-secs", "1", "--probe-bytes", "64K", "--no-signals"];
     let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
     args.extend(["--faults".as_ref(), faults.as_os_str()]);
-    // The workloads on this host pick each GPU's pair (their UCX_NET_DEVICES).
-    args.extend(["--discover-workloads", "--proc-root", "/proc"].map(std::ffi::OsStr::new));
+    // The workloads pick each GPU's pair (their UCX_NET_DEVICES): the test's own, in a process
+    // tree no other process on the machine is part of.
+    let ns = ProcNamespace::start();
+    args.extend(["--discover-workloads".as_ref(), "--proc-root".as_ref(), ns.proc_root().as_os_str()]);
     let _agent = seed_agent(&collector, dir.path(), &args);
     let rules = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus/railguard-alerts.yml"))
         .canonicalize()
@@ -160,51 +157,37 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
             .unwrap_or_default();
         (body, firing)
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        let (body, firing) = alerts(port);
-        // GPU3 (PIX with mlx5_3): its workload NIC and the verified NIC to pin ride on the alert.
-        // Every GPU's PIX pair fails: all 8 fire, GPU3's with its pin.
-        if let Some(a) = firing.iter().find(|a| a["labels"]["gpu"] == "3" && a["labels"]["pin"].is_string())
-            && firing.len() == 8
-        {
-            assert_eq!(a["labels"]["node"], "node-a", "{a}");
-            assert_eq!(a["labels"]["severity"], "critical", "{a}");
-            assert_eq!(a["labels"]["workload_nic"], "mlx5_3", "{a}");
-            let pin = a["labels"]["pin"].as_str().unwrap();
-            assert!(pin.starts_with("mlx5_") && pin != "mlx5_3", "{a}");
-            // The simulated fabric: the alert says so in its labels and its words.
-            assert_eq!(
-                (&a["labels"]["verification"], &a["labels"]["path"]),
-                (&"simulated".into(), &"simulated".into()),
-                "{a}"
-            );
-            assert_eq!(a["labels"]["pin_verified"], "false", "a pin verified on the simulated fabric only: {a}");
-            assert_eq!(
-                a["annotations"]["summary"], "GPU 3 on node-a corrupts KV-cache transfers (simulated fabric)",
-                "{a}"
-            );
-            // The alert links the GPU's page on this collector (its railguard_collector_info),
-            // and that page is served.
-            let page = format!("http://127.0.0.1:{}/#/node/node-a/gpu/3", collector.http_port);
-            assert_eq!(a["annotations"]["dashboard"], page.as_str(), "{a}");
-            assert_eq!(collector.get("/", None).0, 200);
-            assert_eq!(collector.get("/api/v1/nodes/node-a/gpus/3", None).0, 200);
-            assert!(
-                a["annotations"]["runbook_url"].as_str().unwrap().ends_with("/docs/runbook-corrupting-gpu.md"),
-                "{a}"
-            );
-            let d = a["annotations"]["description"].as_str().unwrap();
-            assert!(d.starts_with("On the simulated fabric (no hardware exercised)"), "{d}");
-            assert!(
-                d.contains(&format!("set UCX_NET_DEVICES={pin}:1 for its process (verified by simulated only)")),
-                "{d}"
-            );
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "RailguardGPUCorrupting never fired with a pin: {body}");
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+    // GPU3 (PIX with mlx5_3): its workload NIC and the verified NIC to pin ride on the alert.
+    // Every GPU's PIX pair fails: all 8 fire, GPU3's with its pin.
+    let firing = wait::until(
+        "RailguardGPUCorrupting for 8 GPUs, GPU3's with a pin",
+        std::time::Duration::from_secs(180),
+        || {
+            let (body, firing) = alerts(port);
+            let pinned = firing.iter().any(|a| a["labels"]["gpu"] == "3" && a["labels"]["pin"].is_string());
+            if pinned && firing.len() == 8 { Ok(firing) } else { Err(body) }
+        },
+    );
+    let a = firing.iter().find(|a| a["labels"]["gpu"] == "3").unwrap();
+    assert_eq!(a["labels"]["node"], "node-a", "{a}");
+    assert_eq!(a["labels"]["severity"], "critical", "{a}");
+    assert_eq!(a["labels"]["workload_nic"], "mlx5_3", "{a}");
+    let pin = a["labels"]["pin"].as_str().unwrap();
+    assert!(pin.starts_with("mlx5_") && pin != "mlx5_3", "{a}");
+    // The simulated fabric: the alert says so in its labels and its words.
+    assert_eq!((&a["labels"]["verification"], &a["labels"]["path"]), (&"simulated".into(), &"simulated".into()), "{a}");
+    assert_eq!(a["labels"]["pin_verified"], "false", "a pin verified on the simulated fabric only: {a}");
+    assert_eq!(a["annotations"]["summary"], "GPU 3 on node-a corrupts KV-cache transfers (simulated fabric)", "{a}");
+    // The alert links the GPU's page on this collector (its railguard_collector_info),
+    // and that page is served.
+    let page = format!("http://127.0.0.1:{}/#/node/node-a/gpu/3", collector.http_port);
+    assert_eq!(a["annotations"]["dashboard"], page.as_str(), "{a}");
+    assert_eq!(collector.get("/", None).0, 200);
+    assert_eq!(collector.get("/api/v1/nodes/node-a/gpus/3", None).0, 200);
+    assert!(a["annotations"]["runbook_url"].as_str().unwrap().ends_with("/docs/runbook-corrupting-gpu.md"), "{a}");
+    let d = a["annotations"]["description"].as_str().unwrap();
+    assert!(d.starts_with("On the simulated fabric (no hardware exercised)"), "{d}");
+    assert!(d.contains(&format!("set UCX_NET_DEVICES={pin}:1 for its process (verified by simulated only)")), "{d}");
 
     // The Grafana dashboard (deploy/grafana/railguard.json): every query of every panel, its
     // annotation and its node variable returns series from this Prometheus.
@@ -228,39 +211,31 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
         .map(|e| e.path())
         .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("libucp-"))
         .unwrap();
-    let _workload = KillOnDrop(
-        Command::new("python3")
+    let _workload = ns.spawn(
+        Spawn::new("python3")
             .args(["-c", "import ctypes, sys, time; ctypes.CDLL(sys.argv[1]); time.sleep(300)"])
             .arg(&ucp)
             .env("UCX_NET_DEVICES", format!("{pin}:1"))
-            .env("CUDA_VISIBLE_DEVICES", "3")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .env("CUDA_VISIBLE_DEVICES", "3"),
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        let (body, firing) = alerts(port);
-        if !firing.is_empty() && firing.iter().all(|a| a["labels"]["gpu"] != "3") {
-            assert_eq!((firing_before, firing.len()), (8, 7), "only GPU3's alert resolved: {body}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "GPU3's alert never resolved after the pin: {body}");
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+    let (body, firing) =
+        wait::until("GPU3's alert to resolve after the pin", std::time::Duration::from_secs(180), || {
+            let (body, firing) = alerts(port);
+            if !firing.is_empty() && firing.iter().all(|a| a["labels"]["gpu"] != "3") {
+                Ok((body, firing))
+            } else {
+                Err(body)
+            }
+        });
+    assert_eq!((firing_before, firing.len()), (8, 7), "only GPU3's alert resolved: {body}");
 
     // The fault goes away (the fabric repaired): every workload pair verifies again, and every
     // alert resolves.
     std::fs::write(&faults, r#"{"faults": []}"#).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
+    wait::until("every RailguardGPUCorrupting to resolve", std::time::Duration::from_secs(180), || {
         let (body, firing) = alerts(port);
-        if firing.is_empty() {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "RailguardGPUCorrupting never resolved: {body}");
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+        if firing.is_empty() { Ok(()) } else { Err(body) }
+    });
 }
 
 /// Runs each query of deploy/grafana/railguard.json against the Prometheus on `port`, with the
@@ -312,8 +287,7 @@ fn grafana_queries_return_data(port: u16) {
         assert_eq!(v["status"], "success", "{a}: {v}");
         assert!(v["data"]["result"].as_array().is_some_and(|r| !r.is_empty()), "annotation {a} marks nothing: {v}");
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
+    wait::until("every Grafana query to return data", std::time::Duration::from_secs(90), || {
         let empty: Vec<&String> = queries
             .iter()
             .filter(|q| {
@@ -327,12 +301,9 @@ fn grafana_queries_return_data(port: u16) {
         let has_node =
             nodes["data"]["result"].as_array().is_some_and(|r| r.iter().any(|s| s["metric"]["node"] == "node-a"));
         if empty.is_empty() && has_node {
-            return;
+            Ok(())
+        } else {
+            Err(format!("queries without data: {empty:?} (node variable: {nodes})"))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "Grafana queries without data: {empty:?} (node variable: {nodes})"
-        );
-        std::thread::sleep(std::time::Duration::from_secs(2));
-    }
+    });
 }

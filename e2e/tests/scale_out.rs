@@ -27,41 +27,42 @@ async fn the_leader_is_killed_under_load_and_the_other_collector_takes_over() {
     let mut a = CollectorProc::start(&pg.url());
     // The first collector takes both locks once its tasks run; only then does the second start
     // (started at once, the two would race for them).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !(leads(&a, "assessment") == Some(true) && leads(&a, "retention") == Some(true)) {
-        assert!(Instant::now() < deadline, "the only collector never led");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_true("the only collector to lead both tasks", Duration::from_secs(60), || {
+        leads(&a, "assessment") == Some(true) && leads(&a, "retention") == Some(true)
+    });
     let b = CollectorProc::start(&pg.url());
     // Exactly one leads each task.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait::until("leadership to settle", Duration::from_secs(60), || {
         let (la, lb) = (leads(&a, "assessment"), leads(&b, "assessment"));
         let (ra, rb) = (leads(&a, "retention"), leads(&b, "retention"));
         if la.is_some() && lb.is_some() && la != lb && ra != rb && ra.is_some() && rb.is_some() {
             assert_eq!((la, ra), (Some(true), Some(true)), "the first collector to start holds both tasks");
-            break;
+            Ok(())
+        } else {
+            Err(format!("{la:?} {lb:?} {ra:?} {rb:?}"))
         }
-        assert!(Instant::now() < deadline, "leadership never settled: {la:?} {lb:?} {ra:?} {rb:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    });
     let (leader, follower) = (&mut a, b);
 
     // Load: an agent ships 5,000 records (failures among them) to the follower.
     let dir = tempfile::tempdir().unwrap();
     let (spool, token) = filled_spool(dir.path(), 5_000);
     let mut agent = KillOnDrop(agent_ship(&follower.url(), &spool, &token, 50));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Under load: the leader dies once batches are flowing.
+    wait::until_async("the agent's first batches stored", Duration::from_secs(60), async || {
+        let (stored, _) = pg.stored_and_distinct().await;
+        if stored > 0 { Ok(()) } else { Err(stored) }
+    })
+    .await;
     leader.kill(); // SIGKILL: no goodbye, its connections just die
     let t0 = Instant::now();
     let mut assessment_at = None;
-    while leads(&follower, "assessment") != Some(true) || leads(&follower, "retention") != Some(true) {
+    wait::until_true("the surviving collector to take over both tasks", Duration::from_secs(60), || {
         if assessment_at.is_none() && leads(&follower, "assessment") == Some(true) {
             assessment_at = Some(t0.elapsed());
         }
-        assert!(t0.elapsed() < Duration::from_secs(60), "the surviving collector never took over");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        leads(&follower, "assessment") == Some(true) && leads(&follower, "retention") == Some(true)
+    });
     eprintln!(
         "took over the assessment {:?} and retention {:?} after the leader was killed",
         assessment_at.unwrap_or(t0.elapsed()),
@@ -71,17 +72,12 @@ async fn the_leader_is_killed_under_load_and_the_other_collector_takes_over() {
     let (stored, distinct) = pg.stored_and_distinct().await;
     assert_eq!((stored, distinct), (5_000, 5_000), "every record stored once");
     // The assessment goes on under the new leader.
-    let t1 = Instant::now();
-    loop {
-        if assessment_age(&follower).is_some_and(|a| a < 3.0) {
-            let holder: String =
-                sqlx::query_scalar("SELECT holder FROM assessment_runs").fetch_one(&pg.pool).await.unwrap();
-            assert!(holder.ends_with(&format!(":{}", follower.pid().unwrap())), "{holder}");
-            break;
-        }
-        assert!(t1.elapsed() < Duration::from_secs(20), "no fresh assessment after the takeover");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait::until("a fresh assessment after the takeover", Duration::from_secs(40), || {
+        let age = assessment_age(&follower);
+        if age.is_some_and(|a| a < 3.0) { Ok(()) } else { Err(format!("age {age:?}")) }
+    });
+    let holder: String = sqlx::query_scalar("SELECT holder FROM assessment_runs").fetch_one(&pg.pool).await.unwrap();
+    assert!(holder.ends_with(&format!(":{}", follower.pid().unwrap())), "{holder}");
     // No status change recorded twice (the assessments write under one lock).
     let twice: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT to_status, lag(to_status) OVER (PARTITION BY node_id, gpu_index ORDER BY id) AS prev

@@ -18,14 +18,15 @@ fn ship(url: &str, dir: &Path, n: u64, extra: &[&str], within: Duration) -> bool
     let (spool, token) = filled_spool(dir, n);
     let extra: Vec<&std::ffi::OsStr> = extra.iter().map(|s| s.as_ref()).collect();
     let mut agent = KillOnDrop(agent_ship_with(url, &spool, &token, 100, &extra));
-    let deadline = std::time::Instant::now() + within;
-    while std::time::Instant::now() < deadline {
-        if let Some(st) = agent.0.try_wait().unwrap() {
-            return st.success();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
+    wait_exit(&mut agent.0, within).success()
+}
+
+/// An agent with `n` spooled records and `extra` arguments is refused: it fails twice and
+/// retries (or stops at start), and drains nothing. Returns its log.
+fn refused(url: &str, dir: &Path, n: u64, extra: &[&str]) -> String {
+    let (spool, token) = filled_spool(dir, n);
+    let extra: Vec<&std::ffi::OsStr> = extra.iter().map(|s| s.as_ref()).collect();
+    LoggedAgent::start(url, &spool, &token, 100, &extra).wait_refused(2)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -50,14 +51,14 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
 
     // A CA the collector's certificate does not chain to: nothing is sent.
     let d = tempfile::tempdir().unwrap();
-    assert!(!ship(&https, d.path(), 50, &["--ca-file", &p("other-ca.pem")], Duration::from_secs(4)));
+    refused(&https, d.path(), 50, &["--ca-file", &p("other-ca.pem")]);
     // Plaintext to the TLS listener: nothing either.
     let d = tempfile::tempdir().unwrap();
-    assert!(!ship(&collector.url(), d.path(), 50, &[], Duration::from_secs(3)));
+    refused(&collector.url(), d.path(), 50, &[]);
     assert_eq!(pg.stored_and_distinct().await, (0, 0), "a failed handshake stored something");
     // https:// without a CA is a clear start-up error, not a silent fallback.
     let d = tempfile::tempdir().unwrap();
-    assert!(!ship(&https, d.path(), 1, &[], Duration::from_secs(5)));
+    refused(&https, d.path(), 1, &[]);
 
     // The right CA: everything arrives.
     let d = tempfile::tempdir().unwrap();
@@ -76,7 +77,7 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     std::fs::copy(c.join("renewed.key"), c.join("server.key")).unwrap();
     std::fs::copy(c.join("renewed.pem"), c.join("server.pem")).unwrap();
     let d = tempfile::tempdir().unwrap();
-    assert!(!ship(&https, d.path(), 10, &["--ca-file", &p("ca.pem")], Duration::from_secs(4)));
+    refused(&https, d.path(), 10, &["--ca-file", &p("ca.pem")]);
     let d = tempfile::tempdir().unwrap();
     assert!(ship(&https, d.path(), 30, &["--ca-file", &p("other-ca.pem")], Duration::from_secs(60)));
     assert_eq!(pg.stored_and_distinct().await, (230, 230));
@@ -97,7 +98,7 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     );
     let https = format!("https://127.0.0.1:{}", collector.port);
     let d = tempfile::tempdir().unwrap();
-    assert!(!ship(&https, d.path(), 50, &["--ca-file", &p("ca.pem")], Duration::from_secs(4)));
+    refused(&https, d.path(), 50, &["--ca-file", &p("ca.pem")]);
     assert_eq!(pg.stored_and_distinct().await, (0, 0), "no client certificate, nothing stored");
     let d = tempfile::tempdir().unwrap();
     let with_cert = ["--ca-file", &p("ca.pem"), "--tls-cert", &p("client.pem"), "--tls-key", &p("client.key")];
@@ -108,7 +109,7 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     // (a node writes only as itself, whichever credential is stolen).
     let d = tempfile::tempdir().unwrap();
     let b_cert = ["--ca-file", &p("ca.pem"), "--tls-cert", &p("client-b.pem"), "--tls-key", &p("client-b.key")];
-    assert!(!ship(&https, d.path(), 20, &b_cert, Duration::from_secs(4)));
+    refused(&https, d.path(), 20, &b_cert);
     assert_eq!(pg.stored_and_distinct().await, (100, 100), "a certificate of another node stored something");
 
     // The client CA rotated under the running collector: the old CA's client certificates are
@@ -116,7 +117,7 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     leaf(c, "other-ca", "client-new", "node-a", "subjectAltName=DNS:node-a\nextendedKeyUsage=clientAuth\n");
     std::fs::copy(c.join("other-ca.pem"), c.join("client-ca.pem")).unwrap();
     let d = tempfile::tempdir().unwrap();
-    assert!(!ship(&https, d.path(), 20, &with_cert, Duration::from_secs(4)));
+    refused(&https, d.path(), 20, &with_cert);
     let d = tempfile::tempdir().unwrap();
     let new_cert = ["--ca-file", &p("ca.pem"), "--tls-cert", &p("client-new.pem"), "--tls-key", &p("client-new.key")];
     assert!(ship(&https, d.path(), 40, &new_cert, Duration::from_secs(60)));
@@ -130,13 +131,13 @@ async fn the_agent_link_is_tls_verified_against_its_ca_and_fails_closed() {
     let (spool, token) = filled_spool(d.path(), 30);
     let args = ["--ca-file", &p("ca.pem"), "--tls-cert", &p("agent.pem"), "--tls-key", &p("agent.key")];
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
-    let mut agent = KillOnDrop(agent_ship_with(&https, &spool, &token, 100, &args));
-    std::thread::sleep(Duration::from_secs(3));
-    assert!(agent.0.try_wait().unwrap().is_none(), "refused, the agent keeps trying");
+    let mut agent = LoggedAgent::start(&https, &spool, &token, 100, &args);
+    agent.wait_refused(2);
+    assert!(agent.child.0.try_wait().unwrap().is_none(), "refused, the agent keeps trying: {}", agent.log());
     assert_eq!(pg.stored_and_distinct().await, (140, 140));
     std::fs::copy(c.join("client-new.key"), c.join("agent.key")).unwrap();
     std::fs::copy(c.join("client-new.pem"), c.join("agent.pem")).unwrap();
-    assert!(wait_exit(&mut agent.0, Duration::from_secs(60)).success());
+    assert!(wait_exit(&mut agent.child.0, Duration::from_secs(60)).success());
     assert_eq!(pg.stored_and_distinct().await, (170, 170));
 }
 

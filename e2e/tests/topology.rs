@@ -65,15 +65,11 @@ async fn probes_of_the_simulated_seed_fabric_reach_postgres() {
         ],
     );
     // One cycle: 64 pairs, the 8 predicted ones four times.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    wait::until_async("one cycle's 88 probe results", Duration::from_secs(90), async || {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_results").fetch_one(&pg.pool).await.unwrap();
-        if n >= 88 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "only {n} probe results after 60 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if n >= 88 { Ok(()) } else { Err(n) }
+    })
+    .await;
     let _ = agent.0.kill();
     let _ = agent.0.wait();
     let bad: Vec<(i32, String, String, String)> = sqlx::query_as(
@@ -130,15 +126,11 @@ async fn the_model_clears_bare_metal_and_an_explicit_non_pix_fault_is_found_for_
     ];
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
     let agent = fixture_agent(&fixture::dgx_h100_like(), &collector, dir.path(), &args);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    wait::until_async("64 probes", Duration::from_secs(90), async || {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_evidence").fetch_one(&pg.pool).await.unwrap();
-        if n >= 64 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "only {n} probes after 60 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        if n >= 64 { Ok(()) } else { Err(n) }
+    })
+    .await;
     drop(agent);
     let bad: Vec<(i32, String, String)> = sqlx::query_as(
         "SELECT DISTINCT gpu_index, nic, diagnosis FROM probe_results WHERE verdict <> 'ok' ORDER BY 1, 2",
@@ -216,19 +208,17 @@ async fn assessed_gpus(
     collector: &CollectorProc,
     ready: impl Fn(&[serde_json::Value]) -> bool,
 ) -> Vec<serde_json::Value> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    wait::until("the GPUs assessed as expected", Duration::from_secs(90), || {
         let (code, body) = collector.get("/api/v1/nodes/node-a", None);
         if code == 200 {
             let v: serde_json::Value = serde_json::from_str(&body).unwrap();
             let gpus = v["gpus"].as_array().cloned().unwrap_or_default();
             if gpus.len() == 8 && ready(&gpus) {
-                return gpus;
+                return Ok(gpus);
             }
         }
-        assert!(std::time::Instant::now() < deadline, "GPUs not assessed as expected within 60 s: {body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        Err(format!("{code} {body}"))
+    })
 }
 
 /// A bit flip injected into the real tcp transport is stored as self-test history

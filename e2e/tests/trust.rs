@@ -126,17 +126,12 @@ fn gpu(c: &CollectorProc, g: u32) -> Value {
 /// Waits until GPU `g` of gdr-node is assessed `status` with `verification` and returns it. Both
 /// are named: the first pass after the topology lands (before any probe) reads `watch` too.
 async fn wait_for(c: &CollectorProc, g: u32, status: &str, verification: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
+    wait::until(&format!("GPU{g} {status} ({verification})"), Duration::from_secs(60), || {
         let (code, body) = c.get(&format!("/api/v1/nodes/gdr-node/gpus/{g}"), None);
         let v: Value =
             if code == 200 { serde_json::from_str::<Value>(&body).unwrap()["status"].clone() } else { Value::Null };
-        if v["status"] == status && v["verification"] == verification {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "GPU{g} never {status} ({verification}): {code} {body}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        if v["status"] == status && v["verification"] == verification { Ok(v) } else { Err(format!("{code} {body}")) }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -197,11 +192,18 @@ async fn ok_is_granted_only_on_the_pairs_own_nic_in_the_memory_its_kv_cache_move
     );
     let mismatch_leaves = sent + Duration::from_secs(15);
     send(&c, "gdr-node", own(4, Memory::Host, 6)).await;
-    while Instant::now() < mismatch_leaves + Duration::from_secs(3) {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    // The event: the mismatch's time leaves the one-minute window (a clock, not a pause).
+    wait::until("the in-line mismatch to leave the window", Duration::from_secs(60), || {
+        let now = Instant::now();
+        if now >= mismatch_leaves + Duration::from_secs(3) {
+            Ok(())
+        } else {
+            Err(format!("{:?} to go", mismatch_leaves + Duration::from_secs(3) - now))
+        }
+    });
     send(&c, "gdr-node", own(4, Memory::Host, 6)).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Assessed after those probes were stored: they did not lift it.
+    c.wait_for_a_later_pass();
     let g4 = gpu(&c, 4);
     assert_eq!(g4["status"], "corrupting", "host-memory probes do not lift a GPU-memory corruption: {g4}");
     assert!(

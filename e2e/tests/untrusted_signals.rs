@@ -2,7 +2,7 @@
 //! are kept and shown, and never raise a GPU's status; the same events unmarked do.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::Utc;
 use railguard_agent::topology::fixture;
@@ -48,12 +48,12 @@ async fn untrusted_uprobe_events_are_shown_but_never_raise_a_status() {
         recs.push(ucx_error("mlx5_5", 100 + i, false));
     }
     send(&c, "healthy", recs).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while statuses(&c, "healthy").len() < 8 {
-        assert!(Instant::now() < deadline, "assessment did not run");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait::until("the node's 8 GPUs assessed", Duration::from_secs(60), || {
+        let st = statuses(&c, "healthy");
+        if st.len() == 8 { Ok(()) } else { Err(format!("{st:?}")) }
+    });
+    // A pass begun after every record was stored and assessed: the statuses are settled.
+    c.wait_for_a_later_pass();
     let st = statuses(&c, "healthy");
     assert_eq!(st[5], "at_risk", "trusted UCX errors on GPU5's NIC raise it: {st:?}");
     assert_eq!(st[3], st[0], "untrusted events left GPU3 as its healthy peers: {st:?}");

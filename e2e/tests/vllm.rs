@@ -15,7 +15,7 @@
 
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use railguard_e2e::*;
 
@@ -70,11 +70,9 @@ async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_
     let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
     args.extend(["--inline-socket".as_ref(), socket.as_os_str()]);
     let _agent = seed_agent(&collector, dir.path(), &args);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while UnixStream::connect(&socket).is_err() {
-        assert!(Instant::now() < deadline, "the agent's in-line socket never appeared");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait::until("the agent's in-line socket", Duration::from_secs(60), || {
+        UnixStream::connect(&socket).map_err(|e| e.to_string())
+    });
     let node = dir.path().join("node");
 
     // GPU3 (its workload NIC on the seed node is mlx5_3, the PIX NIC): vllm#52234's race.
@@ -91,8 +89,7 @@ async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_
     assert_eq!(clean["reporter"]["accepted"].as_u64(), Some(1), "{clean}");
 
     let pool = pg.pool.clone();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let rows = loop {
+    let rows = wait::until_async("the reports in Postgres", Duration::from_secs(60), async || {
         let rows: Vec<(i32, String, String, i64, i64, i64)> = sqlx::query_as(
             "SELECT gpu_index, nic, path, sum(transfers_ok)::bigint, sum(transfers_mismatch)::bigint,
                     sum(transfers_error)::bigint
@@ -101,29 +98,22 @@ async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_
         .fetch_all(&pool)
         .await
         .unwrap();
-        if rows.iter().map(|r| r.3 + r.4 + r.5).sum::<i64>() == 2 {
-            break rows;
-        }
-        assert!(Instant::now() < deadline, "the reports never reached Postgres: {rows:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        if rows.iter().map(|r| r.3 + r.4 + r.5).sum::<i64>() == 2 { Ok(rows) } else { Err(format!("{rows:?}")) }
+    })
+    .await;
     // Host-memory KV caches: the path is a host copy, and the store says so.
     assert_eq!(rows[0], (3, "mlx5_3".into(), "host_copy".into(), 0, 1, 0));
     assert_eq!(rows[1], (5, "mlx5_5".into(), "host_copy".into(), 1, 0, 0));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let reasons = wait::until_async("GPU3 corrupting", Duration::from_secs(60), async || {
         let (status, reasons): (String, serde_json::Value) =
             sqlx::query_as("SELECT status::text, reasons FROM gpu_status WHERE node_id = 'node-a' AND gpu_index = 3")
                 .fetch_optional(&pool)
                 .await
                 .unwrap()
                 .unwrap_or_else(|| ("unknown".into(), serde_json::Value::Null));
-        if status == "corrupting" {
-            let first = reasons[0].as_str().unwrap();
-            assert!(first.contains("in-line verification caught") && first.contains("request d-1 from "), "{first}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "GPU3 never turned corrupting: {status} {reasons}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        if status == "corrupting" { Ok(reasons) } else { Err(format!("{status} {reasons}")) }
+    })
+    .await;
+    let first = reasons[0].as_str().unwrap();
+    assert!(first.contains("in-line verification caught") && first.contains("request d-1 from "), "{first}");
 }

@@ -135,7 +135,10 @@ impl WatchArgs {
             // Printed is handled: `--state-file` moves past it.
             true
         };
-        signals::follow(&settings, &topology, self.state_file.as_deref(), &stop, &mut emit);
+        // One line on stderr once every source is open: what happens after it is seen.
+        signals::follow(&settings, &topology, self.state_file.as_deref(), &stop, &mut emit, &mut || {
+            eprintln!("watch: following (kernel log open, NIC counters' baseline read)")
+        });
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -112,7 +112,9 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
                     false
                 }
             };
-            signals::follow(&signal_cfg, &topology, Some(&state), &stop, &mut emit);
+            signals::follow(&signal_cfg, &topology, Some(&state), &stop, &mut emit, &mut || {
+                tracing::debug!("signal sources open")
+            });
         }));
     }
 

@@ -101,7 +101,9 @@ fn load_ebpf(cfg: &SignalSettings) -> Option<Probes> {
 
 /// Follows every source on this thread, handing each attributed event to `emit` (which answers
 /// whether the event is durably spooled), until `stop`.
-/// `kmsg_state` remembers how far the kernel log was read across restarts.
+/// `kmsg_state` remembers how far the kernel log was read across restarts. `ready` is called once,
+/// after the first round: every source is open, the kernel log positioned and the NIC counters'
+/// baseline read, so what happens from then on is seen.
 ///
 /// One loop on purpose: every source is polled from this one thread in turn, and the order of a
 /// round (read, attribute, spool, then save the kernel log position) is the invariant.
@@ -111,7 +113,9 @@ pub fn follow(
     kmsg_state: Option<&Path>,
     stop: &Stop,
     emit: &mut dyn FnMut(SignalEvent) -> bool,
+    ready: &mut dyn FnMut(),
 ) {
+    let mut ready = Some(ready);
     let mut attribution = Attribution::of(topology);
     let mut follower = match KmsgFollower::open(&cfg.kmsg, kmsg_state) {
         Ok(f) => Some(f),
@@ -219,6 +223,9 @@ pub fn follow(
                 emit(ev);
             }
             next_poll = Instant::now() + every;
+        }
+        if let Some(r) = ready.take() {
+            r();
         }
         stop.sleep(Duration::from_millis(100));
     }

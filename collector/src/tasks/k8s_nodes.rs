@@ -362,6 +362,8 @@ fn node_patch(o: &Observed, taint: bool, cordon: bool, what: &'static str) -> Ac
 /// Counts for /metrics.
 #[derive(Debug, Default)]
 pub struct ControllerStats {
+    /// Rounds of the loop: leadership checked, and acted on when held.
+    pub rounds: std::sync::atomic::AtomicU64,
     pub patches: std::sync::atomic::AtomicU64,
     pub errors: std::sync::atomic::AtomicU64,
     pub breaker_open: std::sync::atomic::AtomicBool,
@@ -442,7 +444,9 @@ pub async fn run_periodic(
         "kubernetes node conditions",
     );
     loop {
-        if leader.check().await {
+        let leading = leader.check().await;
+        stats.rounds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if leading {
             let read = async {
                 Ok::<_, sqlx::Error>((
                     crate::store::read::gpus(&pool, None, i64::MAX).await?,
