@@ -186,8 +186,6 @@ struct Shell<'a> {
     /// The script's functions that run their arguments as a command, with how many leading
     /// arguments they shift off first.
     wrappers: &'a BTreeMap<String, usize>,
-    /// The last word was an assignment (`x=`): a `(` right after it opens an array literal.
-    assigned: bool,
 }
 
 /// What [`Shell`] records when `"$@"` stands in a command's position.
@@ -196,7 +194,7 @@ const RUNS_ITS_ARGUMENTS: &str = "\"$@\"";
 /// The words in command position of `text`, with `wrappers` running their arguments.
 fn parse_words(text: &str, wrappers: &BTreeMap<String, usize>) -> BTreeSet<String> {
     let chars: Vec<char> = text.chars().collect();
-    let mut sh = Shell { s: &chars, i: 0, found: BTreeSet::new(), cases: Vec::new(), wrappers, assigned: false };
+    let mut sh = Shell { s: &chars, i: 0, found: BTreeSet::new(), cases: Vec::new(), wrappers };
     sh.parse(false);
     sh.found
 }

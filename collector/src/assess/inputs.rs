@@ -102,6 +102,16 @@ async fn read_inputs(
 /// Each node's latest topology: per GPU its structural risk, workload NIC and safe NICs. The
 /// risks were validated at ingest; a node whose row no longer decodes is damaged, not a node
 /// without risks (and not a pass that fails for every node).
+/// The pass's read of its nodes' latest topologies (`$1`: the nodes, or NULL for all): each
+/// child table is reached by its key, node first, so one node's read costs the same whatever
+/// the fleet's size (`e2e/tests/plans.rs` checks the plan).
+pub const TOPOLOGY_READ: &str = "SELECT t.node_id, t.risks, t.gpudirect,
+        coalesce((SELECT array_agg(n.name ORDER BY n.name) FROM topology_nics n
+                  WHERE n.node_id = t.node_id AND n.snapshot_id = t.record_id), '{}'),
+        coalesce((SELECT jsonb_agg(jsonb_build_array(p.a, p.b, p.class)) FROM topology_paths p
+                  WHERE p.node_id = t.node_id AND p.snapshot_id = t.record_id AND p.a LIKE 'GPU%'), '[]')
+ FROM latest_topology t WHERE ($1::text[] IS NULL OR t.node_id = ANY($1))";
+
 async fn read_topologies(
     tx: &mut sqlx::PgConnection,
     filter: &Option<Vec<String>>,
@@ -109,17 +119,7 @@ async fn read_topologies(
 ) -> Result<BTreeMap<GpuKey, GpuInput>, sqlx::Error> {
     let mut inputs = BTreeMap::new();
     type TopoRow = (String, Json<serde_json::Value>, String, Vec<String>, Json<Vec<(String, String, String)>>);
-    let topo: Vec<TopoRow> = sqlx::query_as(
-        "SELECT t.node_id, t.risks, t.gpudirect,
-                coalesce((SELECT array_agg(n.name ORDER BY n.name) FROM topology_nics n WHERE n.snapshot_id = t.record_id),
-                         '{}'),
-                coalesce((SELECT jsonb_agg(jsonb_build_array(p.a, p.b, p.class)) FROM topology_paths p
-                          WHERE p.snapshot_id = t.record_id AND p.a LIKE 'GPU%'), '[]')
-         FROM latest_topology t WHERE ($1::text[] IS NULL OR t.node_id = ANY($1))",
-    )
-    .bind(filter)
-    .fetch_all(&mut *tx)
-    .await?;
+    let topo: Vec<TopoRow> = sqlx::query_as(TOPOLOGY_READ).bind(filter).fetch_all(&mut *tx).await?;
     for (node, Json(risks), gpudirect, node_nics, Json(paths)) in topo {
         let kv = railguard_schema::KvMemory::of(&gpudirect, false);
         let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
