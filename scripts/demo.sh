@@ -18,7 +18,7 @@ chmod 755 "$state" # the private Postgres runs as an unprivileged user when we a
 grpc="127.0.0.1:${RAILGUARD_DEMO_GRPC_PORT:-7700}"
 http="127.0.0.1:${RAILGUARD_DEMO_HTTP_PORT:-7701}"
 
-nodes=("$(hostname | tr -c 'A-Za-z0-9._\n-' '-')" sim-seed-kvm-auto sim-seed-kvm-pinned sim-bare-metal-healthy)
+nodes=("$(hostname | tr -c 'A-Za-z0-9._\n-' '-')" sim-seed-kvm-auto sim-seed-kvm-pinned sim-bare-metal-healthy sim-engine-race)
 # Tokens and the credentials file are secrets: owner-only (0600).
 umask 077
 : >"$state/credentials"
@@ -36,7 +36,8 @@ cleanup() {
   trap - INT TERM EXIT
   echo
   echo "demo: stopping agents and collector…"
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  # A process group of its own (the engine fault's loop) goes whole; the rest one by one.
+  for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   echo "demo: stopped"
 }
@@ -53,6 +54,7 @@ done
 
 "$bin/railguard-agent" sim-fixture seed-kvm --out "$state/sim/seed-kvm" 2>/dev/null
 "$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/dgx-h100" 2>/dev/null
+"$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/engine" 2>/dev/null
 # The simulated fabric's physical model, the same for every simulated node (bare metal too): in a
 # guest without a vIOMMU, a NIC's DMA read of GPU memory whose PCIe route turns inside a switch
 # is rejected untranslated, and the stack reports success. Which pairs that hits is decided from
@@ -74,11 +76,30 @@ agent() { # node, extra args…
 }
 # Simulated nodes take no passive signals: this host's kernel log and eBPF events are not theirs
 # (the real agent on this host shows those).
-sim=(--fabric sim --probe-cycle-secs 20 --probe-bytes 4M --no-signals)
+probing=(--fabric sim --probe-cycle-secs 20 --probe-bytes 4M --no-signals)
+sim=("${probing[@]}" --no-inline)
 agent "${nodes[0]}"
 agent sim-seed-kvm-auto --sysfs-root "$state/sim/seed-kvm/sys" "${sim[@]}" --faults "$state/sim/model.json"
 agent sim-seed-kvm-pinned --sysfs-root "$state/sim/seed-kvm/sys" --ucx-net-devices mlx5_0:1 "${sim[@]}" --faults "$state/sim/model.json"
 agent sim-bare-metal-healthy --sysfs-root "$state/sim/dgx-h100/sys" "${sim[@]}" --faults "$state/sim/model.json"
+# An engine fault on a healthy simulated node: its workload (railguard's NIXL example, real NIXL
+# over UCX on lo, host memory) reuses KV blocks while the decode side's READ is in flight, as
+# vLLM's block-reuse race does, and its in-line reports reach this agent's socket. The bytes were
+# moved by a host copy: the finding is the engine's (named "kv_race"), never GPU2's.
+engine_sock="$state/sim/engine/inline.sock"
+agent sim-engine-race --sysfs-root "$state/sim/engine/sys" "${probing[@]}" --faults "$state/sim/model.json" \
+  --inline-socket "$engine_sock" --inline-socket-mode 600 --simulated-gpu-devices "$state/sim/engine/dev"
+nixl_py="${XDG_CACHE_HOME:-$HOME/.cache}/railguard/nixl/bin/python"
+if [ -x "$nixl_py" ]; then
+  # Every minute, 20 transfers of the race on GPU2, holding its (simulated) device file as a
+  # CUDA process holds /dev/nvidia2.
+  setsid bash -c 'while :; do
+      [ -S "$1" ] && CUDA_VISIBLE_DEVICES=2 RAILGUARD_INLINE_SOCKET="$1" NIXL_LOG_LEVEL=WARN \
+        sh -c '\''exec 9<"$0" && exec "$1" "$2" --mode race --transfers 20'\'' "$2" "$3" "$4" >/dev/null 2>&1
+      sleep 60
+    done' _ "$engine_sock" "$state/sim/engine/dev/nvidia2" "$nixl_py" "$root/integrations/nixl/examples/kv_race.py" &
+  pids+=($!)
+fi
 
 # A real Prometheus, when installed (scripts/setup.sh installs Debian's), scraping the collector
 # with railguard's alert rules: RailguardGPUCorrupting fires for the simulated seed nodes.
@@ -109,7 +130,7 @@ echo "demo: waiting for the first probe cycle (20 s) and assessment…"
 sleep 25 # a second run finds the last run's statuses: wait for this run's evidence
 for _ in $(seq 1 60); do
   n=$("$bin/railguard-collector" query gpus --json --data-dir "$state/collector" 2>/dev/null | grep -c '"status"' || true)
-  [ "${n:-0}" -ge 24 ] && break
+  [ "${n:-0}" -ge 32 ] && break
   sleep 2
 done
 # The alerts page: /alerts on Prometheus' own build, /classic/alerts on Debian's (which ships

@@ -35,9 +35,11 @@ function replicaLag(lag) {
 const VERIFIED = {
   gpu_memory: "NIC DMA, GPU memory", host_memory: "NIC DMA, host memory only",
   simulated: "simulated fabric", unproven: "unverified: no NIC exercised", unprobed: "unverified: not probed",
+  no_rdma: "unverified: no RDMA NIC in use",
 };
+const UNVERIFIED = new Set(["unproven", "unprobed", "no_rdma"]);
 function verified(v) {
-  const cls = v === "simulated" ? "mark sim" : (v === "unproven" || v === "unprobed") ? "mark unverified" : "mark";
+  const cls = v === "simulated" ? "mark sim" : UNVERIFIED.has(v) ? "mark unverified" : "mark";
   return `<span class="${cls}" data-verification="${esc(v)}">${esc(VERIFIED[v] || v)}</span>`;
 }
 
@@ -104,6 +106,18 @@ const PATTERN_EVERY_MS = 60000;
 let patternRead = { at: 0, value: null };
 let seriesRead = { at: 0, key: null, value: null };
 
+// The engines whose KV transfers arrived wrong with no GPU or NIC carrying them (the last read).
+let enginesRead = { value: null };
+
+// Engine findings over the day: never a GPU's (no status, pin or taint rests on them).
+function enginesSection(e) {
+  if (!e || !e.engines.length) return "";
+  const rows = e.engines.map(x => `<tr data-engine="${esc(x.label)}"><td>${esc(x.label)}</td><td>${x.mismatches}</td><td>${x.gpus}</td><td>${x.nodes}</td><td>${esc(ago(x.last_at))}</td></tr>`).join("");
+  return `<h2>Engines <span class="muted">the day to ${esc(new Date(e.until).toISOString())}</span></h2>
+    <p class="muted" id="engines-note">KV blocks that arrived with wrong bytes by a host copy: the serving engine moved them, no GPU or NIC did, so no GPU is marked, pinned or tainted for them (<a href="https://github.com/railguard/railguard/blob/main/docs/runbook-alerts.md#railguardenginecorruptskv">runbook</a>).</p>
+    <table id="engines"><tr><th>engine</th><th>mismatches</th><th>GPUs</th><th>nodes</th><th>last</th></tr>${rows}</table>`;
+}
+
 async function fleet() {
   crumbs.innerHTML = "";
   const q = fleetQuery();
@@ -119,12 +133,15 @@ async function fleet() {
   const readSeries = seriesRead.key !== patternKey || Date.now() - seriesRead.at >= PATTERN_EVERY_MS;
   const seriesUntil = atDate && !isNaN(atDate) ? atDate : new Date();
   const seriesPath = `/api/v1/fleet/series?since=${encodeURIComponent(new Date(seriesUntil - 86400000).toISOString())}&until=${encodeURIComponent(seriesUntil.toISOString())}`;
-  const [f, grid, pat, series] = await Promise.all([
+  const enginesPath = `/api/v1/engines?since=${encodeURIComponent(new Date(seriesUntil - 86400000).toISOString())}&until=${encodeURIComponent(seriesUntil.toISOString())}`;
+  const [f, grid, pat, series, engines] = await Promise.all([
     api("/api/v1/fleet"),
     api(`/api/v1/grid${at ? `?at=${encodeURIComponent(at)}` : ""}`),
     readPattern ? api(patternPath).catch(() => null) : Promise.resolve(patternRead.value),
     readSeries ? api(seriesPath).catch(() => null) : Promise.resolve(seriesRead.value),
+    readSeries ? api(enginesPath).catch(() => null) : Promise.resolve(enginesRead.value),
   ]);
+  if (readSeries && engines) enginesRead = { value: engines };
   if (readSeries && series) seriesRead = { at: Date.now(), key: patternKey, value: series };
   // A failed read keeps the last one shown (for the same moment) and tries again in 15 s.
   if (readPattern) {
@@ -156,7 +173,7 @@ async function fleet() {
   for (const cs of rows.values()) for (const c of cs) {
     t.gpus += 1;
     t[c.status] = (t[c.status] || 0) + 1;
-    if (c.verification === "unproven" || c.verification === "unprobed") t.unverified += 1;
+    if (UNVERIFIED.has(c.verification)) t.unverified += 1;
   }
   const withStatus = (s) => { const n = new URLSearchParams(q); if (s) n.set("status", s); else n.delete("status"); const v = n.toString(); return v ? `#/?${v}` : "#/"; };
   const filtering = ["q", "status", "nic", "hv", "model"].some(k => q.get(k));
@@ -179,6 +196,7 @@ async function fleet() {
     const replica = lag == null ? "" : ` · read from a replica ${Math.round(lag)} s behind its primary`;
     h += `<p id="age" class="${age > 30 ? "warning stale" : "muted"}" data-age="${age}"${lag == null ? "" : ` data-replica-lag="${Math.round(lag)}"`}>data is ${age} s old${age > 30 ? " — the collector is falling behind" : ""}${esc(replica)}</p>`;
   }
+  h += enginesSection(enginesRead.value);
   const fleetSeries = seriesRead.key === patternKey ? seriesRead.value : null;
   if (fleetSeries) {
     h += `<h2>Corrupting and at-risk GPUs, the day to ${esc(new Date(fleetSeries.until).toISOString())}${filtering ? " (the whole fleet: the filters do not apply)" : ""}</h2><div class="chart" id="chart-fleet"></div>`;
@@ -189,7 +207,7 @@ async function fleet() {
   for (const [name, cs] of rows) {
     cells += cs.length;
     parts.push(`<div class="grow" data-node="${esc(name)}"><a class="gname" href="#/node/${encodeURIComponent(name)}">${esc(name)}</a>${cs.map(c => {
-      const unv = c.verification === "unproven" || c.verification === "unprobed" ? " unverified" : "";
+      const unv = UNVERIFIED.has(c.verification) ? " unverified" : "";
       return `<a class="cell s-${esc(c.status)}${unv}" data-status="${esc(c.status)}" data-gpu="${c.gpu}" href="#/node/${encodeURIComponent(name)}/gpu/${c.gpu}${at ? `?at=${encodeURIComponent(at)}` : ""}" title="${esc(`GPU${c.gpu}${c.gpu_model ? ` (${c.gpu_model})` : ""} ${c.status}${c.workload_nic ? ` via ${c.workload_nic}` : ""}: ${c.reason}`)}">${c.gpu}</a>`;
     }).join("")}</div>`);
   }
@@ -303,6 +321,17 @@ function probeTitle(p) {
   return p.summary ? `${p.first_at} – ${p.at}: ${p.probes} ok probes (summarised by the agent)` : `${p.at} ${p.verdict} ${p.diagnosis}`;
 }
 
+// Each finding with the layer its evidence implicates (a past status has reasons only).
+function findingItems(s) {
+  if (!s.findings || !s.findings.length) return s.reasons.map(r => `<li>${esc(r)}</li>`).join("");
+  return s.findings.map(f => `<li data-layer="${esc(f.layer)}"><span class="layer l-${esc(f.layer)}" title="${esc(LAYERS[f.layer] || f.layer)}">${esc(f.layer)}</span> ${esc(f.reason)}</li>`).join("");
+}
+const LAYERS = {
+  fabric: "the GPU↔NIC DMA path", nic: "the NIC", gpu: "the GPU", host: "the host's configuration (not this GPU's status)",
+  engine: "the serving engine (not this GPU's status)", remote: "the other end of the transfer (not this GPU's status)",
+  undetermined: "undetermined (at most watch)",
+};
+
 async function gpu(name, idx, query) {
   // The index comes from the URL: only digits ever reach the page or the API.
   if (!/^[0-9]{1,5}$/.test(idx)) throw new Error(`not a GPU index: ${idx}`);
@@ -380,7 +409,7 @@ async function gpu(name, idx, query) {
     ${evidence.length ? `<div class="chart" id="chart-verdicts" data-rows="${esc(nicOrder.join(","))}"></div>` : '<p class="muted" id="chart-verdicts-none">no probes</p>'}
     <h2>Status over the same day, the workload NIC's changes (pins) marked</h2>
     <div class="chart" id="chart-status" data-marks="${esc(marks.map(m => m.label).join(";"))}"></div>
-    <h2>Evidence</h2><ol class="reasons" id="evidence">${s.reasons.map(r => `<li>${esc(r)}</li>`).join("")}</ol>
+    <h2>Evidence</h2><ol class="reasons" id="evidence">${findingItems(s)}</ol>
     <details id="export"><summary>Evidence for a ticket (Markdown, JSON)</summary>
       <button type="button" id="copy-md">copy Markdown</button> <button type="button" id="copy-json">copy JSON</button>
       <textarea id="evidence-md" readonly rows="10">${esc(evidenceMarkdown(name, idx, g))}</textarea>

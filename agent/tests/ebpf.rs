@@ -34,7 +34,9 @@ fn watch_while_running(args: &[&std::ffi::OsStr], exe: &std::path::Path, kind: &
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|e: &serde_json::Value| e["kind"] == kind)
+        // The uprobes' events: a NIXL process elsewhere on the machine reports through its own
+        // telemetry ring (another source) whatever it does.
+        .filter(|e: &serde_json::Value| e["kind"] == kind && e["source"] == "ebpf_uprobe")
         .collect()
 }
 

@@ -20,7 +20,15 @@ impl Seed {
     }
 
     fn agent(&self, args: &[&str]) -> (i32, String) {
+        self.agent_with(&[], args)
+    }
+
+    /// [`Seed::agent`] with `env` set (and the device plugin's variables unset otherwise).
+    fn agent_with(&self, env: &[(&str, &str)], args: &[&str]) -> (i32, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+            .env_remove("NVIDIA_VISIBLE_DEVICES")
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .envs(env.iter().copied())
             .args(args)
             .arg("--sysfs-root")
             .arg(self.dir.path().join("node/sys"))
@@ -112,6 +120,59 @@ fn preflight_names_each_failing_gpu_and_the_nic_to_pin() {
     // A failing GPU fails the gate whatever --allow-unproven says.
     let (code, out) = seed.agent(&["preflight", "--gpu", "3", "--bytes", "1M", "--allow-unproven"]);
     assert_eq!(code, 1, "{out}");
+}
+
+/// A probe that cannot be set up (no CUDA driver here, so no GPU memory) is the host's problem:
+/// its own exit code and words, never a failing GPU or a pin.
+#[test]
+fn preflight_says_a_setup_problem_is_the_hosts_never_a_gpus() {
+    let seed = Seed::new();
+    let (code, out) = seed.agent(&["preflight", "--gpu", "3", "--bytes", "1M", "--memory", "gpu"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("preflight: setup error (the host's, not a verdict on GPU3)"), "{out}");
+    assert!(out.contains("GPU3's memory could not be opened for the probe (--memory gpu)"), "{out}");
+    assert!(!out.lines().any(|l| l.starts_with("GPU3")) && !out.contains("pin UCX_NET_DEVICES"), "{out}");
+    // The same probe where host memory is allowed runs, and fails on the simulated PIX fault.
+    let (code, out) = seed.agent(&["preflight", "--gpu", "3", "--bytes", "1M", "--memory", "host"]);
+    assert_eq!(code, 1, "{out}");
+}
+
+/// In a pod the device plugin gives one GPU of eight (NVIDIA_VISIBLE_DEVICES): preflight
+/// verifies that GPU, not every GPU of the node; a pod given none is a setup error.
+#[test]
+fn preflight_verifies_the_gpus_the_process_is_given() {
+    let seed = Seed::new();
+    let (code, out) = seed.agent_with(&[("NVIDIA_VISIBLE_DEVICES", "5")], &["preflight", "--bytes", "1M"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("verifying the GPUs this process is given: GPU5 (NVIDIA_VISIBLE_DEVICES=5)"), "{out}");
+    let gpus: Vec<&str> = out.lines().filter(|l| l.starts_with("GPU")).collect();
+    assert_eq!(gpus.len(), 1, "GPU5 alone: {out}");
+    assert!(gpus[0].starts_with("GPU5 via mlx5_5"), "{out}");
+    let (code, out) = seed.agent_with(&[("NVIDIA_VISIBLE_DEVICES", "void")], &["preflight", "--bytes", "1M"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("this process is given no GPU"), "{out}");
+}
+
+/// `topo` and the collector give a GPU the same NIC: one assignment, spread over the safe NICs
+/// (no two of the seed's GPUs on one NIC, where first fit sent GPUs 1-3 to mlx5_0).
+#[test]
+fn topo_spreads_its_pins_as_the_collector_does() {
+    let seed = Seed::new();
+    let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["topo", "--sysfs-root"])
+        .arg(seed.dir.path().join("node/sys"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let pins: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("→ pin UCX_NET_DEVICES="))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert_eq!(pins.len(), 8, "{text}");
+    let distinct: std::collections::BTreeSet<&&str> = pins.iter().collect();
+    assert_eq!(distinct.len(), 8, "one NIC per GPU: {pins:?}\n{text}");
+    assert!(text.contains("LOCAL_RANK"), "how to apply it per rank: {text}");
 }
 
 #[test]

@@ -114,17 +114,16 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             (cluster.connect_options(pg::DATABASE_NAME), Some(cluster))
         }
     };
+    let read_options = opts.clone();
     let result = async {
         let pool = pg::connect_and_migrate(opts, 16).await.context("connecting to Postgres and migrating")?;
         if cluster.is_none() {
             pg::durability::check(&pool).await;
         }
-        // Reads (API, dashboard, /metrics) off a replica when one is given.
+        // Reads (API, dashboard, /metrics): a pool of their own, off a replica when one is given.
         let read_pool = match &cfg.database_read_url {
-            Some(url) => pg::connect_read(url.parse().context("--database-read-url is not a valid Postgres URL")?, 16)
-                .await
-                .context("connecting to the read replica")?,
-            None => pool.clone(),
+            Some(url) => pg::connect_read(url.parse().context("--database-read-url is not a valid Postgres URL")?),
+            None => pg::connect_read(read_options.clone()),
         };
         let listener =
             TcpListener::bind(cfg.grpc_listen).await.with_context(|| format!("binding {}", cfg.grpc_listen))?;
@@ -180,6 +179,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                             hostname.as_deref().map(str::trim),
                         )
                     })),
+                    readers: crate::http::readers::permits(),
                 };
                 let app = crate::http::app(state);
                 let mut rx = stop_rx.clone();

@@ -57,6 +57,26 @@ impl std::fmt::Display for GpuStatus {
     }
 }
 
+/// One finding: the layer its evidence implicates, the status that evidence calls for on its
+/// layer, and the evidence in words.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Finding {
+    pub layer: railguard_schema::Layer,
+    /// What the evidence calls for. A GPU takes it only from the hardware layers of its own
+    /// path (an undetermined finding at most `watch`; host, engine and remote ones not at all).
+    pub calls_for: GpuStatus,
+    pub reason: String,
+}
+
+/// The status a finding gives the GPU it was found on.
+pub fn effect(layer: railguard_schema::Layer, calls_for: GpuStatus) -> GpuStatus {
+    match layer {
+        l if l.is_hardware() => calls_for,
+        railguard_schema::Layer::Undetermined => calls_for.min(GpuStatus::Watch),
+        _ => GpuStatus::Ok,
+    }
+}
+
 /// How a GPU's workload pair was verified in the window, by the strongest evidence there
 /// (Postgres enum `gpu_verification`, weakest first).
 #[derive(
@@ -77,6 +97,8 @@ impl std::fmt::Display for GpuStatus {
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "gpu_verification", rename_all = "snake_case")]
 pub enum Verification {
+    /// The GPU has no RDMA NIC in use: no KV transfer path of it to verify.
+    NoRdma,
     /// No probe of the workload's pair in the window.
     #[default]
     Unprobed,
@@ -94,6 +116,7 @@ impl Verification {
     /// The snake_case name (as in JSON and SQL).
     pub fn as_str(self) -> &'static str {
         match self {
+            Verification::NoRdma => "no_rdma",
             Verification::Unprobed => "unprobed",
             Verification::Unproven => "unproven",
             Verification::Simulated => "simulated",
@@ -105,6 +128,7 @@ impl Verification {
     /// In words, for a reason line.
     pub fn describe(self) -> &'static str {
         match self {
+            Verification::NoRdma => "no RDMA NIC in use",
             Verification::Unprobed => "no probe",
             Verification::Unproven => "no NIC of the pair exercised",
             Verification::Simulated => "the simulated fabric, no hardware",

@@ -390,6 +390,7 @@ async fn hostile_names_reasons_and_links_run_no_script() {
                     bytes: 1 << 20,
                 }],
                 failures_omitted: 0,
+                engine: None,
             }),
         }
         .into(),

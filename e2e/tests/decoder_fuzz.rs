@@ -102,7 +102,7 @@ fn mutated_in_line_messages_never_panic_and_accepted_results_are_bounded() {
                 whole += 1;
                 assert!(!e.to_string().trim().is_empty());
             }
-            Ok((ok, refused)) => {
+            Ok(railguard_agent::inline::Parsed { outcomes: ok, refused, .. }) => {
                 some += usize::from(!refused.is_empty());
                 assert!(ok.len() + refused.len() <= MAX_RESULTS);
                 for r in &refused {

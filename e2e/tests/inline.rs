@@ -6,7 +6,8 @@
 //!
 //! - the race of vllm-project/vllm#52234, reproduced without simulation: the prefill side reuses
 //!   its blocks while the decode side's READ is in flight; NIXL says DONE, the library catches
-//!   every torn transfer (checked against a byte-for-byte ground truth), GPU3 turns `corrupting`;
+//!   every torn transfer (checked against a byte-for-byte ground truth). They were moved by a
+//!   host copy, so the finding is the engine's (named, fleet-wide), and GPU3 is not marked;
 //! - 10,000 clean transfers on GPU5: zero false alarms, every one stored as verified.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
@@ -41,7 +42,7 @@ fn wait_for_socket(socket: &std::path::Path) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_kv_reuse_race_is_caught_in_line_and_turns_the_gpu_corrupting_and_clean_transfers_never_do() {
+async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transfers_never_alarm() {
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
@@ -135,23 +136,56 @@ async fn a_kv_reuse_race_is_caught_in_line_and_turns_the_gpu_corrupting_and_clea
     );
     assert!(pid > 1 && !process.is_empty(), "{process} {pid}");
 
-    // The GPU status follows: GPU3 corrupting, its reason naming the requests and blocks; GPU5 not.
+    // The layer: the torn transfers were moved by a host copy (host memory, no RDMA queue pair),
+    // so the engine is implicated, not GPU3 or mlx5_3. GPU3 carries the finding, marked
+    // `engine`, and is not corrupting: its status (at risk) and its pin rest on its own path's
+    // structural risk on the seed node (a PIX pair in a guest without vIOMMU), nothing else.
     let pool = pg.pool.clone();
-    let reasons = wait::until_async("GPU3 corrupting", Duration::from_secs(60), async || {
-        let row: Option<(String, serde_json::Value)> =
-            sqlx::query_as("SELECT status::text, reasons FROM gpu_status WHERE node_id = 'node-a' AND gpu_index = 3")
-                .fetch_optional(&pool)
-                .await
-                .unwrap();
-        match row {
-            Some((status, reasons)) if status == "corrupting" => Ok(reasons),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    let first = reasons[0].as_str().unwrap();
-    assert!(first.contains("in-line verification caught") && first.contains("request req-"), "{first}");
-    assert!(first.contains("from prefill-0") && first.contains("blocks differ"), "{first}");
+    let (status3, findings, layer): (String, serde_json::Value, Option<String>) =
+        wait::until_async("GPU3's engine finding", Duration::from_secs(60), async || {
+            let row: Option<(String, serde_json::Value, Option<String>)> = sqlx::query_as(
+                "SELECT status::text, findings, layer FROM gpu_status WHERE node_id = 'node-a' AND gpu_index = 3",
+            )
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+            match row {
+                Some(r) if r.1.as_array().is_some_and(|f| f.iter().any(|f| f["layer"] == "engine")) => Ok(r),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    assert_eq!(
+        (status3.as_str(), layer.as_deref()),
+        ("at_risk", Some("fabric")),
+        "an engine's fault never marks the GPU; its own path's risk does: {findings}"
+    );
+    assert!(findings[0]["reason"].as_str().unwrap().starts_with("structural risk high"), "{findings}");
+    let engine = findings.as_array().unwrap().iter().find(|f| f["layer"] == "engine").unwrap();
+    let said = engine["reason"].as_str().unwrap();
+    assert!(said.contains("in-line verification caught") && said.contains("request req-"), "{said}");
+    assert!(said.contains("from prefill-0") && said.contains("blocks differ"), "{said}");
+    assert!(said.contains("neither mlx5_3 nor GPU3 is implicated") && said.contains("kv_race"), "{said}");
+    // Fleet-wide, by the engine's identity: the API, and /metrics for the alert.
+    let (code, body) = collector.get("/api/v1/engines?since=1h", None);
+    assert_eq!(code, 200, "{body}");
+    let engines: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let e = &engines["engines"][0];
+    assert_eq!(
+        (e["layer"].as_str(), e["mismatches"].as_i64(), e["gpus"].as_i64()),
+        (Some("engine"), Some(caught), Some(1)),
+        "{body}"
+    );
+    assert_eq!(e["engine"]["name"], "kv_race", "{body}");
+    let (_, spec) = collector.get("/api/v1/openapi.json", None);
+    let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
+    railguard_e2e::openapi::check(&spec, "/api/v1/engines", 200, &engines).unwrap_or_else(|e| panic!("{e}"));
+    let (_, metrics) = collector.get("/metrics", None);
+    assert!(
+        metrics.lines().any(|l| l.starts_with("railguard_engine_kv_mismatches{engine=\"kv_race\"")
+            && l.ends_with(&format!(" {caught}"))),
+        "{metrics}"
+    );
     let (status5, reasons5): (String, serde_json::Value) =
         sqlx::query_as("SELECT status::text, reasons FROM gpu_status WHERE node_id = 'node-a' AND gpu_index = 5")
             .fetch_one(&pg.pool)
@@ -167,8 +201,6 @@ async fn a_kv_reuse_race_is_caught_in_line_and_turns_the_gpu_corrupting_and_clea
     assert_eq!(v["inline"][0]["nic"], "mlx5_3", "{body}");
     assert_eq!(v["inline"][0]["mismatch"].as_i64(), Some(caught), "{body}");
     assert!(v["inline"][0]["failures"][0]["request"].as_str().unwrap().starts_with("req-"), "{body}");
-    let (_, spec) = collector.get("/api/v1/openapi.json", None);
-    let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
     railguard_e2e::openapi::check(&spec, "/api/v1/nodes/node-a/gpus/3", 200, &v).unwrap_or_else(|e| panic!("{e}"));
     let (_, body) = collector.get("/api/v1/nodes/node-a", None);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();

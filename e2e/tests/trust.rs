@@ -114,6 +114,7 @@ fn inline(gpu: u32, ok: u64, mismatch: u64, ago_s: i64) -> wire::Record {
             last_at: at,
             failures,
             failures_omitted: 0,
+            engine: None,
         }),
     }
     .into()
@@ -181,13 +182,13 @@ async fn ok_is_granted_only_on_the_pairs_own_nic_in_the_memory_its_kv_cache_move
     let g3 = wait_for(&c, 3, "ok", "gpu_memory").await;
     assert_eq!((g3["verification"].as_str(), g3["path"].as_str()), (Some("gpu_memory"), Some("nic_dma")), "{g3}");
     assert_eq!(g3["proven"], true, "{g3}");
-    assert!(metrics.contains(r#"railguard_gpu_info{node="gdr-node",gpu="3",workload_nic="mlx5_3",verification="gpu_memory",path="nic_dma",proven="true""#), "{metrics}");
+    assert!(metrics.contains(r#"railguard_gpu_info{node="gdr-node",gpu="3",workload_nic="mlx5_3",verification="gpu_memory",path="nic_dma",layer="",proven="true""#), "{metrics}");
 
     // GPU4: corrupting from its workload's own GPU-memory transfers; host-memory probes after the
     // mismatch left the window do not lift it; probes in GPU memory do.
     let g4 = wait_for(&c, 4, "corrupting", "gpu_memory").await;
     assert!(
-        g4["reasons"][0].as_str().unwrap().contains("moved by mlx5_4's DMA, so the NIC path is implicated"),
+        g4["reasons"][0].as_str().unwrap().contains("moved by mlx5_4's DMA, so the GPU↔NIC path is implicated"),
         "{g4}"
     );
     let mismatch_leaves = sent + Duration::from_secs(15);

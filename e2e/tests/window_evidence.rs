@@ -417,6 +417,7 @@ fn inline_report(rng: &mut StdRng, at: DateTime<Utc>) -> Record {
             last_at: at,
             failures: Vec::new(),
             failures_omitted: 0,
+            engine: None,
         }),
     }
 }

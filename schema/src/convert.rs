@@ -512,7 +512,53 @@ impl TryFrom<wire::InlineReport> for InlineReport {
             last_at,
             failures,
             failures_omitted: count("inline.failures_omitted", r.failures_omitted)?,
+            engine: r.engine.map(EngineIdentity::try_from).transpose()?,
         })
+    }
+}
+
+impl TryFrom<wire::EngineIdentity> for EngineIdentity {
+    type Error = WireError;
+    fn try_from(e: wire::EngineIdentity) -> Result<Self, WireError> {
+        use crate::inline::MAX_ENGINE_SETTINGS;
+        if e.settings.len() > MAX_ENGINE_SETTINGS {
+            return Err(WireError::TooMany {
+                field: "inline.engine.settings",
+                count: e.settings.len(),
+                max: MAX_ENGINE_SETTINGS,
+            });
+        }
+        let short = |field: &'static str, s: String| {
+            if s.len() > MAX_NAME_LEN {
+                return Err(WireError::TooLong { field, len: s.len(), limit: MAX_NAME_LEN });
+            }
+            text(field, s)
+        };
+        let name = short("inline.engine.name", e.name)?;
+        if name.trim().is_empty() {
+            return Err(WireError::Missing("inline.engine.name"));
+        }
+        Ok(EngineIdentity {
+            name,
+            version: short("inline.engine.version", e.version)?,
+            connector: short("inline.engine.connector", e.connector)?,
+            settings: e
+                .settings
+                .into_iter()
+                .map(|(k, v)| Ok((short("inline.engine.settings", k)?, short("inline.engine.settings", v)?)))
+                .collect::<Result<_, WireError>>()?,
+        })
+    }
+}
+
+impl From<EngineIdentity> for wire::EngineIdentity {
+    fn from(e: EngineIdentity) -> Self {
+        wire::EngineIdentity {
+            name: e.name,
+            version: e.version,
+            connector: e.connector,
+            settings: e.settings.into_iter().collect(),
+        }
     }
 }
 
@@ -552,6 +598,7 @@ impl From<InlineReport> for wire::InlineReport {
                 })
                 .collect(),
             failures_omitted: r.failures_omitted,
+            engine: r.engine.map(Into::into),
         }
     }
 }
@@ -1054,6 +1101,12 @@ mod tests {
                 bytes: 1 << 20,
             }],
             failures_omitted: 0,
+            engine: Some(EngineIdentity {
+                name: "vllm".into(),
+                version: "0.33.0".into(),
+                connector: "RailguardNixlConnector".into(),
+                settings: [("enable_prefix_caching".to_owned(), "true".to_owned())].into(),
+            }),
         }
     }
 
@@ -1063,7 +1116,7 @@ mod tests {
         let w: wire::InlineReport = r.clone().into();
         assert_eq!(InlineReport::try_from(w.clone()).unwrap(), r);
         assert_eq!(r.transfers(), 100);
-        assert!(!r.proves_pair(), "host memory over a host copy proves nothing about the pair");
+        assert!(!r.confirms_pair(), "host memory over a host copy proves nothing about the pair");
 
         let mut bad = w.clone();
         bad.memory = 0;
@@ -1088,8 +1141,8 @@ mod tests {
         assert!(matches!(InlineReport::try_from(bad).unwrap_err(), WireError::NulByte { .. }));
 
         let proven = InlineReport { memory: Memory::Cuda, path: DataPath::NicDma, ..inline_report() };
-        assert!(proven.proves_pair());
-        assert!(!InlineReport { nic: String::new(), ..proven }.proves_pair());
+        assert!(proven.confirms_pair());
+        assert!(!InlineReport { nic: String::new(), ..proven }.confirms_pair());
     }
 
     fn topology() -> wire::TopologySnapshot {

@@ -33,6 +33,48 @@ pub struct InlineFailure {
     pub bytes: u64,
 }
 
+/// At most this many settings name an engine.
+pub const MAX_ENGINE_SETTINGS: usize = 16;
+
+/// A serving engine by what decides how it moves KV blocks: what engine findings are keyed by
+/// across the fleet ("vllm 0.33.0, RailguardNixlConnector, enable_prefix_caching=true").
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EngineIdentity {
+    /// The engine (`vllm`, `sglang`, `dynamo`; a NIXL program names itself).
+    pub name: String,
+    #[serde(default)]
+    pub version: String,
+    /// The KV connector (`NixlConnector`, `RailguardNixlConnector`).
+    #[serde(default)]
+    pub connector: String,
+    /// The settings that change which bytes land where, by their engine's names.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub settings: std::collections::BTreeMap<String, String>,
+}
+
+impl EngineIdentity {
+    /// In words: `vllm 0.33.0 (RailguardNixlConnector; enable_prefix_caching=true)`.
+    pub fn label(&self) -> String {
+        let mut s = self.name.clone();
+        if !self.version.is_empty() {
+            s.push(' ');
+            s.push_str(&self.version);
+        }
+        let mut more: Vec<String> = Vec::new();
+        if !self.connector.is_empty() {
+            more.push(self.connector.clone());
+        }
+        if !self.settings.is_empty() {
+            more.push(self.settings.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "));
+        }
+        if !more.is_empty() {
+            s.push_str(&format!(" ({})", more.join("; ")));
+        }
+        s
+    }
+}
+
 /// A batch of the workload's transfers on one GPU, as the agent attributed them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InlineReport {
@@ -65,6 +107,9 @@ pub struct InlineReport {
     pub failures: Vec<InlineFailure>,
     #[serde(default)]
     pub failures_omitted: u64,
+    /// The serving engine that made the transfers, as its connector names itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineIdentity>,
 }
 
 impl InlineReport {
@@ -73,8 +118,9 @@ impl InlineReport {
         self.transfers_ok.saturating_add(self.transfers_mismatch).saturating_add(self.transfers_error)
     }
 
-    /// Verified transfers that prove the pair as a probe would: GPU memory moved by the pair's NIC.
-    pub fn proves_pair(&self) -> bool {
+    /// Verified transfers that confirm the pair where a probe in GPU memory proves it: GPU memory
+    /// moved by the pair's NIC. In-line transfers confirm; only a probe proves.
+    pub fn confirms_pair(&self) -> bool {
         self.memory.is_gpu_to_gpu() && self.path == DataPath::NicDma && !self.nic.is_empty()
     }
 }

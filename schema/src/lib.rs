@@ -9,8 +9,10 @@ pub mod convert;
 pub mod inline;
 pub mod kv_memory;
 pub mod lanes;
+pub mod layer;
 mod macros;
 pub mod path_class;
+pub mod pins;
 pub mod probe;
 pub mod record;
 pub mod signal;
@@ -18,8 +20,9 @@ pub mod topology;
 
 pub use bdf::{Bdf, BdfParseError};
 pub use convert::WireError;
-pub use inline::{InlineFailure, InlineReport};
+pub use inline::{EngineIdentity, InlineFailure, InlineReport};
 pub use kv_memory::{KvMemory, KvMemoryWhy};
+pub use layer::Layer;
 pub use path_class::PathClass;
 pub use probe::{
     DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeResult, ProbeSummary, ProbeSummarySet, ProbeVerdict,

@@ -51,7 +51,7 @@ pub struct Unbacked {
 
 /// The process's CUDA numbering of the node's GPUs (node indices, device ordinal order), and
 /// how it was read; `None` where the environment cannot be read as a list.
-fn cuda_order(env: &[u8], snapshot: &TopologySnapshot, how: &mut Vec<String>) -> Option<Vec<u32>> {
+pub fn cuda_order(env: &[u8], snapshot: &TopologySnapshot, how: &mut Vec<String>) -> Option<Vec<u32>> {
     let by_name = |d: &str| -> Option<u32> {
         match d.parse::<u32>() {
             Ok(i) => snapshot.gpus.iter().find(|g| g.index == i).map(|g| g.index),

@@ -10,6 +10,12 @@
 //! the topology which index that PCI address has.
 //!
 //! Invariants:
+//! - Each descriptor is judged on one kernel object: the agent takes a duplicate of it with
+//!   `pidfd_getfd(2)` and asks that open file what it is (`fstat`, `F_GETFL`, and for a
+//!   simulated device file the path of the agent's own duplicate). Nothing is looked up twice by
+//!   name, so a process that swaps what a descriptor number refers to between two looks cannot
+//!   pass one file's flags off as another's. A kernel without `pidfd_getfd` (before 5.6) is
+//!   refused, with the reason.
 //! - Only descriptors that refer to the device count: `O_PATH` descriptors (a name held, not
 //!   the device opened) are skipped, and so are the control devices (minors 254 and 255,
 //!   `nvidia-modeset` and `nvidiactl`, which every CUDA process holds).
@@ -20,7 +26,6 @@
 //!   rest of the path (the driver's minor map, the topology, the refusal) is the same code.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use railguard_schema::{Bdf, TopologySnapshot};
@@ -31,8 +36,6 @@ use crate::topology::SysRoot;
 pub const NVIDIA_MAJOR: u32 = 195;
 /// Minors from here on are the driver's control devices, not GPUs.
 const FIRST_CONTROL_MINOR: u32 = 254;
-/// `O_PATH` in `/proc/PID/fdinfo/N`'s octal `flags:` line.
-const O_PATH: u32 = 0o10000000;
 
 /// One GPU a process holds open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -58,6 +61,14 @@ pub enum HoldError {
     },
     #[error("the NVIDIA driver's GPU list ({path}) is unreadable: {why}")]
     DriverList { path: String, why: String },
+    #[error(
+        "the descriptors of process {pid} cannot be taken to judge them ({source}): pidfd_getfd needs Linux 5.6 and the agent's privilege over the process"
+    )]
+    Pidfd {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Where device files are judged: the real driver's, and optionally a simulated directory.
@@ -67,44 +78,67 @@ pub struct DeviceFiles {
     pub simulated: Option<PathBuf>,
 }
 
-/// The GPU minors among `pid`'s open descriptors (read from `fd_root`, the host's /proc), with
-/// whether each came from a simulated device file. Sorted, without repeats.
+/// The GPU minors among `pid`'s open descriptors (numbered by `fd_root`, the host's /proc), with
+/// whether each came from a simulated device file. Sorted, without repeats. Each descriptor is
+/// judged on a duplicate of it the agent takes ([`judge`]).
 pub fn held_minors(fd_root: &Path, pid: u32, files: &DeviceFiles) -> Result<Vec<(u32, bool)>, HoldError> {
     let dir = fd_root.join(pid.to_string()).join("fd");
     let entries = std::fs::read_dir(&dir).map_err(|source| HoldError::Descriptors { pid, source })?;
+    let raw = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw);
+    let pidfd = raw
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+        .and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).map_err(std::io::Error::from)
+        })
+        .map_err(|source| HoldError::Pidfd { pid, source })?;
     let simulated = files.simulated.as_ref().and_then(|d| std::fs::canonicalize(d).ok());
     let mut out = Vec::new();
     for entry in entries.flatten() {
-        let fd = entry.file_name();
-        if is_o_path(&fd_root.join(pid.to_string()).join("fdinfo").join(&fd)) {
-            continue;
-        }
-        let link = entry.path();
-        // Follows the magic link to the open file itself, whatever its name in the process's
-        // mount namespace.
-        let Ok(meta) = std::fs::metadata(&link) else { continue };
-        if meta.file_type().is_char_device() {
-            let (major, minor) = split_dev(meta.rdev());
-            if major == NVIDIA_MAJOR && minor < FIRST_CONTROL_MINOR {
-                out.push((minor, false));
+        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        match rustix::process::pidfd_getfd(&pidfd, fd, rustix::process::PidfdGetfdFlags::empty()) {
+            Ok(file) => out.extend(judge(&file, simulated.as_deref())),
+            // Closed since it was listed, or a descriptor that cannot be taken: not held.
+            Err(rustix::io::Errno::BADF) => {}
+            Err(rustix::io::Errno::NOSYS) => {
+                return Err(HoldError::Pidfd { pid, source: std::io::Error::from(rustix::io::Errno::NOSYS) });
             }
-        } else if meta.is_file()
-            && let Some(sim) = &simulated
-            && let Ok(target) = std::fs::read_link(&link)
-            && target.parent() == Some(sim.as_path())
-            && let Some(minor) = target
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_prefix("nvidia"))
-                .and_then(|n| n.parse::<u32>().ok())
-                .filter(|m| *m < FIRST_CONTROL_MINOR)
-        {
-            out.push((minor, true));
+            Err(e) if e == rustix::io::Errno::PERM || e == rustix::io::Errno::ACCESS => {
+                return Err(HoldError::Pidfd { pid, source: e.into() });
+            }
+            Err(_) => {}
         }
     }
     out.sort_unstable();
     out.dedup();
     Ok(out)
+}
+
+/// What one open file is, asked of the file itself: a GPU device node of the NVIDIA driver (not
+/// a control device), or, with a simulated directory, a regular file `nvidiaN` there; never a
+/// descriptor opened with `O_PATH`.
+fn judge(file: &std::os::fd::OwnedFd, simulated: Option<&Path>) -> Option<(u32, bool)> {
+    use std::os::fd::AsRawFd;
+    let flags = rustix::fs::fcntl_getfl(file).ok()?;
+    if flags.contains(rustix::fs::OFlags::PATH) {
+        return None;
+    }
+    let st = rustix::fs::fstat(file).ok()?;
+    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+        rustix::fs::FileType::CharacterDevice => {
+            let (major, minor) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+            (major == NVIDIA_MAJOR && minor < FIRST_CONTROL_MINOR).then_some((minor, false))
+        }
+        rustix::fs::FileType::RegularFile => {
+            // The path of the agent's own duplicate: the process cannot change which file it is.
+            let target = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
+            if target.parent() != simulated {
+                return None;
+            }
+            let minor = target.file_name()?.to_str()?.strip_prefix("nvidia")?.parse::<u32>().ok()?;
+            (minor < FIRST_CONTROL_MINOR).then_some((minor, true))
+        }
+        _ => None,
+    }
 }
 
 /// The driver's minor → PCI address map, from `driver/nvidia/gpus/*/information` under `proc_`.
@@ -152,46 +186,16 @@ pub fn held_gpus(
     Ok(out)
 }
 
-/// Whether descriptor `fdinfo` was opened with `O_PATH` (unreadable: not).
-fn is_o_path(fdinfo: &Path) -> bool {
-    std::fs::read_to_string(fdinfo).ok().is_some_and(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("flags:"))
-            .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
-            .is_some_and(|f| f & O_PATH != 0)
-    })
-}
-
-/// glibc's `major()` / `minor()` of a `dev_t`.
-fn split_dev(dev: u64) -> (u32, u32) {
-    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
-    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
-    (u32::try_from(major).unwrap_or(u32::MAX), u32::try_from(minor).unwrap_or(u32::MAX))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
 
-    /// A stand-in /proc for process 77 whose descriptors point at `targets`.
-    fn proc_fds(targets: &[(&str, &Path, u32)]) -> tempfile::TempDir {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(d.path().join("77/fd")).unwrap();
-        std::fs::create_dir_all(d.path().join("77/fdinfo")).unwrap();
-        for (fd, target, flags) in targets {
-            std::os::unix::fs::symlink(target, d.path().join("77/fd").join(fd)).unwrap();
-            std::fs::write(d.path().join("77/fdinfo").join(fd), format!("pos:\t0\nflags:\t{flags:o}\nmnt_id:\t1\n"))
-                .unwrap();
-        }
-        d
-    }
-
-    #[test]
-    fn device_numbers_split_as_glibc_does() {
-        assert_eq!(split_dev((195 << 8) | 3), (195, 3));
-        // A large minor: its high bits live above bit 20.
-        let dev = (0x123u64 << 8) | 0x45 | (0xabcu64 << 20);
-        assert_eq!(split_dev(dev), (0x123, 0xabc45));
+    /// The minors this test process itself holds (its other descriptors are the harness's: no
+    /// GPU among them).
+    fn mine(files: &DeviceFiles) -> Vec<(u32, bool)> {
+        held_minors(Path::new("/proc"), std::process::id(), files).unwrap()
     }
 
     #[test]
@@ -202,18 +206,69 @@ mod tests {
             std::fs::write(dev.path().join(n), "simulated GPU device\n").unwrap();
         }
         std::fs::write(other.path().join("nvidia3"), "").unwrap();
-        let p = proc_fds(&[
-            ("3", &dev.path().join("nvidia2"), 0o100000),
-            ("4", &dev.path().join("nvidia5"), 0o10000000), // O_PATH: a name, not the device
-            ("5", &other.path().join("nvidia3"), 0o100000), // outside the simulated directory
-            ("6", &dev.path().join("nvidiactl"), 0o100002),
-            ("7", &dev.path().join("nvidia2"), 0o100002), // the same GPU twice
-        ]);
+        let open = |p: &Path| std::fs::File::open(p).unwrap();
+        let _held = open(&dev.path().join("nvidia2"));
+        let _twice = open(&dev.path().join("nvidia2"));
+        // O_PATH: a name held, not the device opened.
+        let _name_only =
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH).open(dev.path().join("nvidia5")).unwrap();
+        let _outside = open(&other.path().join("nvidia3"));
+        let _ctl = open(&dev.path().join("nvidiactl"));
         let files = DeviceFiles { simulated: Some(dev.path().to_owned()) };
-        assert_eq!(held_minors(p.path(), 77, &files).unwrap(), [(2, true)]);
+        assert_eq!(mine(&files), [(2, true)]);
         // Without a simulated directory a regular file is never a GPU.
-        assert!(held_minors(p.path(), 77, &DeviceFiles::default()).unwrap().is_empty());
-        assert!(matches!(held_minors(p.path(), 78, &files), Err(HoldError::Descriptors { pid: 78, .. })));
+        assert!(mine(&DeviceFiles::default()).is_empty());
+        // A process that does not exist.
+        assert!(held_minors(Path::new("/proc"), u32::MAX - 1, &files).is_err());
+    }
+
+    /// The attack that beat a check made of two looks (the flags, then the link): descriptor N
+    /// swapped, again and again, between an `O_PATH` handle of a GPU's device file (no access to
+    /// the device needed) and an ordinary file. Judged on the one open file, it never counts.
+    #[test]
+    fn a_descriptor_swapped_between_looks_never_passes_as_a_gpu() {
+        let dev = tempfile::tempdir().unwrap();
+        std::fs::write(dev.path().join("nvidia3"), "simulated GPU device\n").unwrap();
+        let plain = dev.path().join("ordinary");
+        std::fs::write(&plain, "").unwrap();
+        let o_path =
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH).open(dev.path().join("nvidia3")).unwrap();
+        let ordinary = std::fs::File::open(&plain).unwrap();
+        let slot = std::fs::File::open(&plain).unwrap();
+        let n = slot.as_raw_fd();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let stop = stop.clone();
+            let (a, b) = (o_path.as_raw_fd(), ordinary.as_raw_fd());
+            std::thread::spawn(move || {
+                let mut flips = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for from in [a, b] {
+                        #[allow(unsafe_code)]
+                        // SAFETY: dup2 onto a descriptor this test owns (`slot`), from ones it owns.
+                        unsafe {
+                            libc::dup2(from, n);
+                        }
+                    }
+                    flips += 1;
+                }
+                flips
+            })
+        };
+        let files = DeviceFiles { simulated: Some(dev.path().to_owned()) };
+        let mut accepted = 0;
+        let looks = 20_000;
+        for _ in 0..looks {
+            if held_minors(Path::new("/proc"), std::process::id(), &files).unwrap().contains(&(3, true)) {
+                accepted += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let flips = swapper.join().unwrap();
+        eprintln!("{looks} looks while descriptor {n} was swapped {flips} times: {accepted} accepted");
+        assert!(flips > 0, "the swap ran");
+        assert_eq!(accepted, 0, "an O_PATH handle passed as the GPU it names");
+        drop(slot);
     }
 
     #[test]
@@ -229,8 +284,14 @@ mod tests {
             eprintln!("mknod refused ({}): skipped", std::io::Error::last_os_error());
             return;
         }
-        let p = proc_fds(&[("3", &node, 0o100002)]);
-        assert_eq!(held_minors(p.path(), 77, &DeviceFiles::default()).unwrap(), [(4, false)]);
+        // Opening a device node needs nothing of the driver here: O_PATH never counts, and a
+        // node that cannot be opened (no driver) cannot be held.
+        match std::fs::File::open(&node) {
+            Ok(_held) => assert_eq!(mine(&DeviceFiles::default()), [(4, false)]),
+            Err(e) => eprintln!("no driver behind 195:4 here ({e}): opening it is what holding it means; skipped"),
+        }
+        let _name_only = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH).open(&node).unwrap();
+        assert!(mine(&DeviceFiles::default()).is_empty());
     }
 
     #[test]

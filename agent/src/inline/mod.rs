@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 use railguard_schema::inline::{MAX_BAD_BLOCK_INDICES, MAX_INLINE_FAILURES};
-use railguard_schema::{InlineFailure, Memory};
+use railguard_schema::{EngineIdentity, InlineFailure, Memory};
 use serde::Deserialize;
 
 /// Longest line (message) the agent reads.
@@ -46,6 +46,18 @@ const MAX_ERROR: usize = 1024;
 pub struct Message {
     pub v: u32,
     pub results: Vec<serde_json::Value>,
+    /// The serving engine that made the transfers (name, version, connector, the settings that
+    /// matter), as its connector names itself.
+    #[serde(default)]
+    pub engine: Option<serde_json::Value>,
+}
+
+/// A message's validated results, the ones refused (and why), and the engine it names.
+#[derive(Debug)]
+pub struct Parsed {
+    pub outcomes: Vec<Outcome>,
+    pub refused: Vec<RefusedError>,
+    pub engine: Option<EngineIdentity>,
 }
 
 /// One transfer's outcome, as the library sends it.
@@ -107,6 +119,8 @@ pub enum RefusedError {
     Version(u32),
     #[error("{0} results in one message (limit {MAX_RESULTS})")]
     TooMany(usize),
+    #[error("engine: {0}")]
+    Engine(String),
     #[error("result {index}: {why}")]
     Result { index: usize, why: InvalidResult },
 }
@@ -141,11 +155,20 @@ pub enum InvalidResult {
 }
 
 /// Parses one line: the valid outcomes, and the refusal of each invalid result.
-pub fn parse_line(line: &[u8], now: DateTime<Utc>) -> Result<(Vec<Outcome>, Vec<RefusedError>), RefusedError> {
+pub fn parse_line(line: &[u8], now: DateTime<Utc>) -> Result<Parsed, RefusedError> {
     let msg: Message = serde_json::from_slice(line).map_err(|e| RefusedError::Json(e.to_string()))?;
     if msg.v != 1 {
         return Err(RefusedError::Version(msg.v));
     }
+    // Held to the bounds the collector holds it to, so what the agent accepts is stored.
+    let engine = msg
+        .engine
+        .map(|v| {
+            let e: EngineIdentity = serde_json::from_value(v).map_err(|e| RefusedError::Engine(e.to_string()))?;
+            EngineIdentity::try_from(railguard_schema::wire::EngineIdentity::from(e))
+                .map_err(|e| RefusedError::Engine(e.to_string()))
+        })
+        .transpose()?;
     if msg.results.len() > MAX_RESULTS {
         return Err(RefusedError::TooMany(msg.results.len()));
     }
@@ -160,7 +183,7 @@ pub fn parse_line(line: &[u8], now: DateTime<Utc>) -> Result<(Vec<Outcome>, Vec<
             Err(why) => refused.push(RefusedError::Result { index, why }),
         }
     }
-    Ok((ok, refused))
+    Ok(Parsed { outcomes: ok, refused, engine })
 }
 
 fn name(field: &'static str, s: String, max: usize) -> Result<String, InvalidResult> {
@@ -305,6 +328,26 @@ mod tests {
     const AT: i64 = 1_790_000_000_000_000_000;
 
     #[test]
+    fn the_engine_a_message_names_is_kept_within_the_collectors_bounds() {
+        let with = |engine: &str| format!(r#"{{"v": 1, "results": [], "engine": {engine}}}"#).into_bytes();
+        let p = parse_line(
+            &with(r#"{"name": "vllm", "version": "0.33.0", "connector": "NixlConnector", "settings": {"enable_prefix_caching": "true"}}"#),
+            Utc::now(),
+        )
+        .unwrap();
+        let e = p.engine.unwrap();
+        assert_eq!(e.label(), "vllm 0.33.0 (NixlConnector; enable_prefix_caching=true)");
+        assert!(parse_line(&line(""), Utc::now()).unwrap().engine.is_none(), "a library that does not say");
+        let long = "x".repeat(200);
+        let err = parse_line(&with(&format!(r#"{{"name": "{long}"}}"#)), Utc::now()).unwrap_err();
+        assert!(matches!(&err, RefusedError::Engine(m) if m.contains("inline.engine.name")), "{err}");
+        let err = parse_line(&with(r#"{"name": ""}"#), Utc::now()).unwrap_err();
+        assert!(matches!(err, RefusedError::Engine(_)));
+        let err = parse_line(&with(r#"{"name": "vllm\u001b[2J"}"#), Utc::now()).unwrap_err();
+        assert!(err.to_string().contains("control character"), "{err}");
+    }
+
+    #[test]
     fn a_message_is_parsed_and_grouped_per_device_and_memory() {
         let ok = format!(
             r#"{{"device": 0, "memory": "vram", "request": "r1", "status": "ok", "blocks": 32, "bytes": 1048576, "at_ns": {AT}}}"#
@@ -317,7 +360,7 @@ mod tests {
         let other = format!(
             r#"{{"device": 1, "memory": "dram", "request": "r3", "status": "error", "error": "NIXL_ERR_REMOTE_DISCONNECT", "blocks": 4, "bytes": 0, "at_ns": {AT}}}"#
         );
-        let (outcomes, refused) = parse_line(&line(&format!("{ok},{bad},{other}")), Utc::now()).unwrap();
+        let Parsed { outcomes, refused, .. } = parse_line(&line(&format!("{ok},{bad},{other}")), Utc::now()).unwrap();
         assert!(refused.is_empty(), "{refused:?}");
         let batches = group(outcomes);
         assert_eq!(batches.len(), 2);
@@ -357,7 +400,7 @@ mod tests {
             } else {
                 good.replacen('{', &format!("{{{change}, "), 1)
             };
-            let (ok, refused) = parse_line(&line(&format!("{good},{bad}")), Utc::now()).unwrap();
+            let Parsed { outcomes: ok, refused, .. } = parse_line(&line(&format!("{good},{bad}")), Utc::now()).unwrap();
             assert_eq!(ok.len(), 1, "{change}: the good result is kept");
             assert_eq!(refused.len(), 1, "{change}");
             assert!(refused[0].to_string().contains(why), "{change}: {}", refused[0]);
@@ -365,7 +408,7 @@ mod tests {
         }
         // A mismatch needs a bad block, and ok has none.
         let m = good.replace(r#""status": "ok""#, r#""status": "mismatch""#);
-        assert_eq!(parse_line(&line(&m), Utc::now()).unwrap().1.len(), 1);
+        assert_eq!(parse_line(&line(&m), Utc::now()).unwrap().refused.len(), 1);
         assert!(matches!(parse_line(b"not json", Utc::now()), Err(RefusedError::Json(_))));
         assert_eq!(parse_line(br#"{"v": 2, "results": []}"#, Utc::now()).unwrap_err(), RefusedError::Version(2));
         let many = format!(r#"{{"v": 1, "results": [{}]}}"#, vec!["{}"; MAX_RESULTS + 1].join(","));
@@ -378,7 +421,7 @@ mod tests {
             r#"{{"device": 0, "memory": "dram", "request": "r", "status": "error", "blocks": 1, "bytes": 1, "at_ns": {AT}}}"#
         );
         let all = vec![one; MAX_INLINE_FAILURES + 5].join(",");
-        let (o, _) = parse_line(&line(&all), Utc::now()).unwrap();
+        let o = parse_line(&line(&all), Utc::now()).unwrap().outcomes;
         let b = &group(o)[0];
         assert_eq!(
             (b.error, b.failures.len(), b.failures_omitted),

@@ -302,7 +302,7 @@ fn handle_line(
         }
         serde_json::json!({ "error": e }).to_string() + "\n"
     };
-    let (outcomes, refused) = match parse_line(line.trim_ascii(), Utc::now()) {
+    let super::Parsed { outcomes, refused, engine } = match parse_line(line.trim_ascii(), Utc::now()) {
         Ok(r) => r,
         Err(e) => return refuse_all(InlineRefusal::Invalid, e.to_string(), said),
     };
@@ -355,7 +355,7 @@ fn handle_line(
             }
             allowed -= 1;
             let gpu = a.gpu;
-            let report = report_of(pid, a, b);
+            let report = report_of(pid, a, b, engine.clone());
             tracing::debug!(
                 pid,
                 gpu = ?report.gpu,
@@ -399,7 +399,7 @@ fn handle_line(
 }
 
 /// The record of one batch of `pid`'s results for one (device, memory), as attributed.
-fn report_of(pid: u32, a: Attribution, b: Batch) -> InlineReport {
+fn report_of(pid: u32, a: Attribution, b: Batch, engine: Option<railguard_schema::EngineIdentity>) -> InlineReport {
     InlineReport {
         gpu: Some(a.gpu),
         gpu_bdf: a.gpu_bdf,
@@ -419,5 +419,6 @@ fn report_of(pid: u32, a: Attribution, b: Batch) -> InlineReport {
         last_at: b.last_at,
         failures: b.failures,
         failures_omitted: b.failures_omitted,
+        engine,
     }
 }

@@ -100,6 +100,11 @@ pub struct ProbeOutcome {
     pub fault: Option<FaultKind>,
     /// What the receiver saw: chunk counts, bit flips, which probe the bytes came from.
     pub receiver: Verification,
+    /// The probe could not be set up (GPU memory required and the GPU could not be opened or
+    /// allocated): a problem of the host's setup, never a verdict on the pair. Its result is not
+    /// evidence, and is not shipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup_error: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -335,7 +340,20 @@ impl Engine {
         bytes: usize,
         fault: Option<&Fault>,
     ) -> ProbeOutcome {
-        self.probe_segments(transport, pair, bytes, fault, None)
+        let out = self.probe_segments(transport, pair, bytes, fault, None);
+        self.with_setup_error(pair, out)
+    }
+
+    /// `out`, marked as a setup failure when GPU memory was required and the pair's GPU could
+    /// not give it.
+    fn with_setup_error(&self, pair: &Pair, mut out: ProbeOutcome) -> ProbeOutcome {
+        if self.cfg.memory == MemoryPref::Gpu
+            && let Some(Err(e)) = self.gpus.get(&pair.gpu)
+        {
+            out.setup_error =
+                Some(format!("GPU{}'s memory could not be opened for the probe (--memory gpu): {e}", pair.gpu));
+        }
+        out
     }
 
     /// A probe during which the transport suffers one of its own failures (the self-test's
@@ -347,7 +365,8 @@ impl Engine {
         bytes: usize,
         mode: transport::FailureMode,
     ) -> ProbeOutcome {
-        self.probe_segments(transport, pair, bytes, None, Some(mode))
+        let out = self.probe_segments(transport, pair, bytes, None, Some(mode));
+        self.with_setup_error(pair, out)
     }
 
     /// One probe of `bytes` as consecutive segments ([`EngineConfig::segment_bytes`]), as one
@@ -648,6 +667,7 @@ fn outcome(
         },
         fault: fault.map(|f| f.kind),
         receiver: v,
+        setup_error: None,
     }
 }
 

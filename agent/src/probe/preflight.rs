@@ -77,6 +77,9 @@ pub struct Outcome {
     pub failing: Vec<Failing>,
     /// GPUs whose probes passed without proving their pair in their KV memory.
     pub unproven: Vec<Unproven>,
+    /// GPUs whose probe could not be set up (their memory could not be opened): the host's
+    /// setup, not a verdict on them. GPU index and why.
+    pub setup: Vec<(u32, String)>,
     /// The memory the node's GPUs' KV caches move in, and why.
     pub kv: KvMemoryWhy,
     /// Why no probe of this transport can verify any pair (it exercises no NIC), when so.
@@ -86,7 +89,7 @@ pub struct Outcome {
 impl Outcome {
     /// Every workload pair was verified through its own NIC in its KV memory.
     pub fn passed(&self) -> bool {
-        self.failing.is_empty() && self.unproven.is_empty()
+        self.failing.is_empty() && self.unproven.is_empty() && self.setup.is_empty()
     }
 }
 
@@ -130,11 +133,17 @@ pub fn run(
     let kv = KvMemory::of(&topo.host.facts.gpudirect, false);
     let mut failing = Vec::new();
     let mut unproven = Vec::new();
+    let mut setup = Vec::new();
     for pair in &pairs {
         let mut t = settings.open(&pair.nic)?;
         let mut short = None;
         for _ in 0..probes {
             let out = engine.probe(t.as_mut(), pair, bytes, faults.pick_for(topo, pair));
+            if let Some(why) = out.setup_error {
+                setup.push((pair.gpu, why));
+                short = None;
+                break;
+            }
             if out.result.verdict == ProbeVerdict::Ok {
                 if short.is_none()
                     && let Some(why) = shortfall(&out.result, &kv)
@@ -143,16 +152,18 @@ pub fn run(
                 }
                 continue;
             }
-            let pin = topo
-                .gpus
-                .iter()
-                .position(|g| g.gpu.index == pair.gpu)
-                .and_then(|g| crate::topology::risk::assess_gpu(topo, g, policy).safe_nics.into_iter().next());
-            failing.push(Failing { pair: pair.clone(), result: out.result, pin });
+            failing.push(Failing { pair: pair.clone(), result: out.result, pin: None });
             short = None;
             break;
         }
         unproven.extend(short);
     }
-    Ok(Outcome { pairs: pairs.len(), probes, failing, unproven, kv, unverifiable: resolved.caveat() })
+    // The failing GPUs move together, as the collector would move them.
+    let assessments: Vec<_> =
+        (0..topo.gpus.len()).map(|g| crate::topology::risk::assess_gpu(topo, g, policy)).collect();
+    let pins = crate::topology::risk::spread_pins(topo, &assessments, |a| failing.iter().any(|f| f.pair.gpu == a.gpu));
+    for f in &mut failing {
+        f.pin = assessments.iter().zip(&pins).find(|(a, _)| a.gpu == f.pair.gpu).and_then(|(_, p)| p.clone());
+    }
+    Ok(Outcome { pairs: pairs.len(), probes, failing, unproven, setup, kv, unverifiable: resolved.caveat() })
 }

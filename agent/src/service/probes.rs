@@ -82,6 +82,7 @@ fn probe_loop(
     let mut idle = SaidOnce::default();
     // Each pair's latest verdict (a newly failing pair is confirmed at once).
     let mut last: HashMap<(u32, String), ProbeVerdict> = HashMap::new();
+    let mut setup_said = SaidOnce::default();
     let mut refresh_failed = SaidOnce::default();
     loop {
         let cycle_start = Instant::now();
@@ -166,6 +167,13 @@ fn probe_loop(
                 }
                 let out =
                     engine.probe(t.as_mut(), &pair, plan.probe_bytes as usize, faults.pick_for(&node.topology, &pair));
+                // The host's setup, not the pair: nothing to ship, nothing to confirm.
+                if let Some(why) = &out.setup_error {
+                    if setup_said.first(why) {
+                        tracing::error!(gpu = pair.gpu, error = %why, "probe not set up; this GPU's pairs go unprobed (a host problem, not evidence)");
+                    }
+                    break;
+                }
                 let verdict = out.result.verdict;
                 probe_counter().add(1, &[opentelemetry::KeyValue::new("verdict", verdict.as_str())]);
                 if verdict != ProbeVerdict::Ok {

@@ -152,6 +152,9 @@ pub struct Spool {
     dropped_this_run: u64,
     /// The cursor (with its drop count) could not be saved; retried at the next append or ack.
     cursor_unsaved: bool,
+    /// Segments whose framing stops before their end (segment → (offset, length)): once the
+    /// cursor passes one it moves to quarantine instead of being deleted.
+    corrupt: std::sync::Mutex<BTreeMap<u64, (u64, u64)>>,
 }
 
 impl Spool {
@@ -159,7 +162,7 @@ impl Spool {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         private(dir)?;
         let cursor_path = dir.join("cursor.json");
-        let cursor = match fs::read(&cursor_path) {
+        let cursor = match read_small(&cursor_path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|source| SpoolError::Cursor { path: cursor_path.clone(), source })?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => CursorFile::default(),
@@ -172,7 +175,7 @@ impl Spool {
         }
         // Cut a torn tail off the newest segment.
         let head_path = dir.join(segment_name(head_seq));
-        let valid_len = match File::open(&head_path) {
+        let valid_len = match open_segment(&head_path) {
             Ok(mut f) => {
                 let mut end = 0;
                 read_frames(&mut f, 0, u64::MAX, usize::MAX, |frame| {
@@ -209,6 +212,7 @@ impl Spool {
             appended_this_run: 0,
             dropped_this_run: 0,
             cursor_unsaved: false,
+            corrupt: Default::default(),
         };
         spool.remove_acked_segments()?;
         Ok(spool)
@@ -347,7 +351,7 @@ impl Spool {
             let path = self.dir.join(segment_name(pos.segment));
             let is_head = pos.segment >= self.head.segment;
             let limit = if is_head { self.head.offset } else { u64::MAX };
-            let stop = match File::open(&path) {
+            let stop = match open_segment(&path) {
                 Ok(mut f) => {
                     let want = max_records - batch.records.len();
                     read_frames(&mut f, pos.offset, limit, want, |Frame { payload, next }| {
@@ -373,14 +377,31 @@ impl Spool {
             }
             let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             if pos.offset < len {
-                // A frame failed its checksum: the rest of this segment cannot be framed. Its
-                // bytes go to quarantine and a signal says so; the segments after it still ship.
-                let rest = read_from(&path, pos.offset).map_err(io_err(&path))?;
-                batch.records.push(self.quarantine(pos, &rest, "a frame failed its checksum", "-rest"));
+                // A frame failed its checksum: the rest of this segment cannot be framed. A
+                // signal says so (its id from the segment, offset and length: a re-read reports
+                // it once); the segments after it ship; once acknowledged, the segment moves to
+                // quarantine whole (a rename: no bytes read or copied, nothing added to the
+                // spool's size).
+                batch.records.push(self.quarantine_rest(pos, len));
             }
             pos = Position { segment: pos.segment + 1, offset: 0 };
             batch.end = pos;
         }
+    }
+
+    /// Notes that the segment of `at` (`len` bytes) cannot be framed past `at`, and returns the
+    /// record that reports it: an `agent_spool_quarantine` signal whose id derives from the
+    /// segment, the offset and the length, so a retried batch reports it once. The segment
+    /// moves to quarantine when the cursor passes it ([`Spool::remove_acked_segments`]).
+    fn quarantine_rest(&self, at: Position, len: u64) -> wire::Record {
+        let name = rest_name(at.segment, at.offset, len);
+        let to = self.dir.join(QUARANTINE_DIR).join(&name);
+        if let Ok(mut c) = self.corrupt.lock() {
+            c.insert(at.segment, (at.offset, len));
+        }
+        tracing::error!(file = %to.display(), from = at.offset, bytes = len - at.offset, "a spool segment fails its checksums; it moves to quarantine once shipped");
+        let kept = format!("the segment moves to {} once this report is acknowledged", to.display());
+        self.quarantine_signal(&name, at, len - at.offset, "a frame failed its checksum", &kept)
     }
 
     /// Keeps bytes the spool cannot decode in `quarantine/` (idempotent: a retried batch writes
@@ -396,21 +417,45 @@ impl Spool {
         tracing::error!(file = %path.display(), bytes = bytes.len(), error, "spooled bytes undecodable; quarantined");
         let crc = crc32fast::hash(bytes);
         let id = uuid::Uuid::new_v5(&QUARANTINE_ID_NAMESPACE, format!("{name}/{}/{crc:08x}", bytes.len()).as_bytes());
+        self.signal_record(id, at, bytes.len() as u64, Some(crc), error, &kept, &path)
+    }
+
+    /// [`Spool::quarantine_rest`]'s signal, with its id derived from the quarantined file's name.
+    fn quarantine_signal(&self, name: &str, at: Position, bytes: u64, error: &str, kept: &str) -> wire::Record {
+        let id = uuid::Uuid::new_v5(&QUARANTINE_ID_NAMESPACE, name.as_bytes());
+        self.signal_record(id, at, bytes, None, error, kept, &self.dir.join(QUARANTINE_DIR).join(name))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn signal_record(
+        &self,
+        id: uuid::Uuid,
+        at: Position,
+        bytes: u64,
+        crc: Option<u32>,
+        error: &str,
+        kept: &str,
+        path: &Path,
+    ) -> wire::Record {
         let signal = SignalEvent {
             source: SignalSource::Agent,
             kind: SignalKind::AgentSpoolQuarantine,
             bdf: None,
             gpu: None,
             nic: String::new(),
-            summary: format!("{} spooled byte(s) could not be decoded ({error}); {kept}", bytes.len()),
-            attrs: BTreeMap::from([
-                ("segment".to_owned(), at.segment.to_string()),
-                ("offset".to_owned(), at.offset.to_string()),
-                ("bytes".to_owned(), bytes.len().to_string()),
-                ("crc32".to_owned(), format!("{crc:08x}")),
-                ("error".to_owned(), error.to_owned()),
-                ("file".to_owned(), path.display().to_string()),
-            ]),
+            summary: format!("{bytes} spooled byte(s) could not be decoded ({error}); {kept}"),
+            attrs: BTreeMap::from_iter(
+                [
+                    ("segment", at.segment.to_string()),
+                    ("offset", at.offset.to_string()),
+                    ("bytes", bytes.to_string()),
+                    ("error", error.to_owned()),
+                    ("file", path.display().to_string()),
+                ]
+                .into_iter()
+                .chain(crc.map(|c| ("crc32", format!("{c:08x}"))))
+                .map(|(k, v)| (k.to_owned(), v)),
+            ),
         };
         Record { id: RecordId(id), observed_at: chrono::Utc::now(), body: RecordBody::Signal(signal) }.into()
     }
@@ -452,10 +497,20 @@ impl Spool {
     }
 
     fn remove_acked_segments(&mut self) -> Result<(), SpoolError> {
+        let corrupt = self.corrupt.lock().map(|c| c.clone()).unwrap_or_default();
         for seq in list_segments(&self.dir)? {
             if seq < self.cursor.acked.segment {
                 let path = self.dir.join(segment_name(seq));
-                fs::remove_file(&path).map_err(io_err(&path))?;
+                match corrupt.get(&seq) {
+                    // Kept, not deleted: what could not be framed goes to quarantine whole.
+                    Some((offset, len)) => {
+                        let dir = self.dir.join(QUARANTINE_DIR);
+                        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+                        let to = dir.join(rest_name(seq, *offset, *len));
+                        fs::rename(&path, &to).map_err(io_err(&path))?;
+                    }
+                    None => fs::remove_file(&path).map_err(io_err(&path))?,
+                }
             }
         }
         Ok(())
@@ -556,12 +611,38 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, SpoolError> {
 pub const QUARANTINE_DIR: &str = "quarantine";
 const QUARANTINE_ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x7175_6172_616e_7469_6e65_7261_696c_6764);
 
-fn read_from(path: &Path, offset: u64) -> io::Result<Vec<u8>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = File::open(path)?;
-    f.seek(SeekFrom::Start(offset))?;
+/// The name a segment's quarantined rest takes: the segment, the offset its framing stopped at,
+/// its length.
+fn rest_name(segment: u64, offset: u64, len: u64) -> String {
+    format!("{}-{offset:012}-{len}-rest.log", segment_name(segment).trim_end_matches(".log"))
+}
+
+/// Opens a segment as what it must be: a regular file (opened without blocking, so a FIFO put
+/// in its place does not hang the agent; refused with what it is).
+fn open_segment(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file: refused"));
+    }
+    Ok(f)
+}
+
+/// Largest `cursor.json` read: a few dozen bytes are what the agent writes.
+const MAX_CURSOR_BYTES: u64 = 64 << 10;
+
+/// Reads a small state file as a regular file of at most [`MAX_CURSOR_BYTES`].
+fn read_small(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = open_segment(path)?;
     let mut out = Vec::new();
-    f.read_to_end(&mut out)?;
+    f.take(MAX_CURSOR_BYTES + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > MAX_CURSOR_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {MAX_CURSOR_BYTES} bytes: refused"),
+        ));
+    }
     Ok(out)
 }
 

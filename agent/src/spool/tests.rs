@@ -189,21 +189,59 @@ fn a_corrupt_frame_quarantines_the_rest_of_its_segment_and_later_segments_still_
     let mut s = Spool::open(dir.path(), small()).unwrap();
     let mut seen = Vec::new();
     let mut quarantined = Vec::new();
+    let mut ids = Vec::new();
+    let mut retried = false;
     loop {
         let b = s.peek(7, u64::MAX).unwrap();
         if b.records.is_empty() {
             break;
         }
-        quarantined.extend(quarantine_signals(&b).into_iter().cloned());
+        let q = quarantine_signals(&b);
+        if !q.is_empty() && !retried {
+            // The batch that reports it is not acknowledged (a lost ack): read again, the same
+            // report comes again, with the same id.
+            retried = true;
+            let all_ids = |b: &PendingBatch| b.records.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+            ids.extend(all_ids(&b));
+            let again = s.peek(7, u64::MAX).unwrap();
+            assert_eq!(all_ids(&again), ids, "the same batch again: every record, the report under the same id");
+            continue;
+        }
+        quarantined.extend(q.into_iter().cloned());
         seen.extend(summaries(&b).into_iter().filter(|x| x.starts_with("record ")));
         s.ack(b.end).unwrap();
     }
     assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    // Moved whole, not read and copied: the segment's own bytes, its framing stopped at the bad frame.
     let kept = fs::read(&quarantined[0].attrs["file"]).unwrap();
-    assert_eq!(kept, bytes[second..], "the rest of the segment, from the bad frame on");
+    assert_eq!(kept, bytes, "the segment itself");
+    assert_eq!(quarantined[0].attrs["offset"], second.to_string());
+    assert_eq!(quarantined[0].attrs["bytes"], (bytes.len() - second).to_string());
+    assert!(!seg.exists(), "moved out of the spool");
     let expected: Vec<String> = std::iter::once(0).chain(in_first_segment..40).map(|i| format!("record {i}")).collect();
     assert_eq!(seen, expected);
     assert!(in_first_segment > 2 && in_first_segment < 40);
+}
+
+/// A FIFO put where the cursor or a segment should be does not hang the agent: it is refused at
+/// once, saying what it is.
+#[test]
+fn a_fifo_in_the_spool_is_refused_not_waited_on() {
+    let mkfifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: a NUL-terminated path; mkfifo only reads it.
+        let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    };
+    let dir = tempfile::tempdir().unwrap();
+    mkfifo(&dir.path().join("cursor.json"));
+    let e = Spool::open(dir.path(), small()).unwrap_err().to_string();
+    assert!(e.contains("not a regular file"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    mkfifo(&dir.path().join(segment_name(0)));
+    let e = Spool::open(dir.path(), small()).unwrap_err().to_string();
+    assert!(e.contains("not a regular file"), "{e}");
 }
 
 #[test]

@@ -198,13 +198,14 @@ pub fn matrix(topo: &Topology, policy: &SelectionPolicy) -> String {
     );
     if !assessments.is_empty() {
         let _ = writeln!(out, "\nRisk per GPU:");
-        for a in &assessments {
+        let pins = super::risk::spread_pins(topo, &assessments, |a| a.level >= RiskLevel::Medium);
+        for (a, pin) in assessments.iter().zip(&pins) {
             let _ = writeln!(out, "  GPU{} {}", a.gpu, level_label(a.level));
             for r in &a.reasons {
                 let _ = writeln!(out, "    - {r}");
             }
             if a.level >= RiskLevel::Medium {
-                match a.safe_nics.first() {
+                match pin {
                     Some(n) => {
                         let _ = writeln!(
                             out,
@@ -219,6 +220,13 @@ pub fn matrix(topo: &Topology, policy: &SelectionPolicy) -> String {
                 }
             }
         }
+    }
+    if assessments.iter().filter(|a| a.level >= RiskLevel::Medium).count() > 1 {
+        let _ = writeln!(
+            out,
+            "  (pins are spread, one NIC per GPU where the safe NICs allow; {})",
+            railguard_schema::pins::PER_RANK_HINT
+        );
     }
     if !topo.warnings.is_empty() {
         let _ = writeln!(out, "\nWarnings:");

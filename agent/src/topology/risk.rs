@@ -213,3 +213,32 @@ pub fn assess_gpu(topo: &Topology, g: usize, policy: &SelectionPolicy) -> GpuAss
         safe_nics: safe.into_iter().map(|s| s.1.to_owned()).collect(),
     }
 }
+
+/// The NIC each GPU of `assessments` (one per GPU of `topo`, in order) is to move to when
+/// `moving` says it must: the assignment the collector makes too
+/// ([`railguard_schema::pins::spread`]), over each GPU's safe NICs; GPUs that stay count on the
+/// NIC their workload uses.
+pub fn spread_pins(
+    topo: &super::Topology,
+    assessments: &[GpuAssessment],
+    moving: impl Fn(&GpuAssessment) -> bool,
+) -> Vec<Option<String>> {
+    use railguard_schema::pins::{PinRequest, spread};
+    let requests: Vec<PinRequest> = assessments
+        .iter()
+        .enumerate()
+        .map(|(g, a)| PinRequest {
+            gpu: a.gpu,
+            workload_nic: a.prediction.predicted_nic.clone(),
+            moving: moving(a),
+            candidates: a.safe_nics.iter().map(|n| (n.clone(), 0)).collect(),
+            paths: topo
+                .nics
+                .iter()
+                .enumerate()
+                .filter_map(|(n, d)| Some((d.nic.name.clone(), *topo.gpu_nic.get(g)?.get(n)?)))
+                .collect(),
+        })
+        .collect();
+    spread(&requests).into_iter().zip(&requests).map(|(k, r)| k.map(|k| r.candidates[k].0.clone())).collect()
+}

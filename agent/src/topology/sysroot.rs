@@ -11,6 +11,48 @@ use std::sync::Mutex;
 
 /// Most links followed while resolving one path (the kernel's own limit is 40).
 const MAX_LINK_HOPS: usize = 40;
+/// Largest file read: a sysfs attribute is a page; /proc/PID/maps of a large process a few MB.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// Reads `path` as what a sysfs or procfs file is: a regular file, at most [`MAX_FILE_BYTES`].
+/// It is opened without blocking (a FIFO put where a file should be does not hang the reader)
+/// and judged on the open file (a FIFO or a device such as /dev/zero is refused, not read).
+pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file ({}): refused", describe_type(&meta.file_type())),
+        ));
+    }
+    let mut out = Vec::new();
+    f.take(MAX_FILE_BYTES + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_FILE_BYTES} bytes: refused"),
+        ));
+    }
+    Ok(out)
+}
+
+fn describe_type(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SysError {
@@ -119,7 +161,7 @@ impl SysRoot {
     pub fn read_bytes(&self, rel: impl AsRef<Path>) -> Result<Vec<u8>, SysError> {
         let rel = rel.as_ref();
         let real = self.resolve(rel)?;
-        let bytes = std::fs::read(self.host_path(&real))
+        let bytes = read_regular(&self.host_path(&real))
             .map_err(|source| SysError::Io { path: rel.display().to_string(), source })?;
         self.note(&real, Recorded::File(bytes.clone()));
         Ok(bytes)
@@ -161,7 +203,7 @@ impl SysRoot {
         let host = self.host_path(&real);
         match std::fs::metadata(&host) {
             Ok(m) if m.is_file() && self.record.is_some() => {
-                if let Ok(b) = std::fs::read(&host) {
+                if let Ok(b) = read_regular(&host) {
                     self.note(&real, Recorded::File(b));
                 }
                 true
@@ -204,6 +246,28 @@ mod tests {
         let rec = s.take_recorded();
         assert!(matches!(rec.get(Path::new("bus/pci/devices/0000:00:01.0")), Some(Recorded::Link(_))));
         assert!(matches!(rec.get(Path::new("devices/pci0000:00/0000:00:01.0/vendor")), Some(Recorded::File(_))));
+    }
+
+    /// A FIFO where a sysfs file should be would hang a plain read; /dev/zero would be read until
+    /// memory runs out. Both are refused at once, with what they are.
+    #[test]
+    fn a_fifo_or_a_device_in_the_tree_is_refused_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("vendor");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: a NUL-terminated path; mkfifo only reads it.
+        let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        let s = SysRoot::new(d.path());
+        let e = s.read("vendor").unwrap_err().to_string();
+        assert!(e.contains("not a regular file (a FIFO)"), "{e}");
+        let e = read_regular(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert!(e.contains("not a regular file (a device)"), "{e}");
+        // A file over the bound is refused whole, not truncated.
+        let big = d.path().join("big");
+        std::fs::File::create(&big).unwrap().set_len(MAX_FILE_BYTES + 1).unwrap();
+        assert!(s.read("big").unwrap_err().to_string().contains("larger than"));
     }
 
     #[test]

@@ -47,7 +47,9 @@ async fn read_inputs(
     let mut tx = pool.begin().await?;
     sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan").execute(&mut *tx).await?;
 
-    let mut inputs = read_topologies(&mut tx, &filter, &mut damage).await?;
+    let (mut inputs, with_topology) = read_topologies(&mut tx, &filter, &mut damage).await?;
+    // What the latest topologies list; every other GPU with evidence has a gap, said below.
+    let listed: std::collections::HashSet<GpuKey> = inputs.keys().cloned().collect();
     laps.lap(Step::Topology);
 
     // Probe verdicts per pair in the window (full probes and the agents' summaries of ok probes,
@@ -92,6 +94,13 @@ async fn read_inputs(
     }
 
     add_recent(recent, &all_simulated, &mut inputs);
+    for (key, input) in inputs.iter_mut().filter(|(k, _)| !listed.contains(*k)) {
+        input.topology_gap = Some(if with_topology.contains(&key.node) {
+            rules::TopologyGap::NotListed
+        } else {
+            rules::TopologyGap::NoTopology
+        });
+    }
 
     read_signals(&mut tx, &filter, since, now, &mut inputs, &mut damage).await?;
     tx.commit().await?;
@@ -116,11 +125,13 @@ async fn read_topologies(
     tx: &mut sqlx::PgConnection,
     filter: &Option<Vec<String>>,
     damage: &mut Damage,
-) -> Result<BTreeMap<GpuKey, GpuInput>, sqlx::Error> {
+) -> Result<(BTreeMap<GpuKey, GpuInput>, std::collections::HashSet<String>), sqlx::Error> {
     let mut inputs = BTreeMap::new();
+    let mut with_topology = std::collections::HashSet::new();
     type TopoRow = (String, Json<serde_json::Value>, String, Vec<String>, Json<Vec<(String, String, String)>>);
     let topo: Vec<TopoRow> = sqlx::query_as(TOPOLOGY_READ).bind(filter).fetch_all(&mut *tx).await?;
     for (node, Json(risks), gpudirect, node_nics, Json(paths)) in topo {
+        with_topology.insert(node.clone());
         let kv = railguard_schema::KvMemory::of(&gpudirect, false);
         let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
             Ok(r) if r.iter().all(|r| r.gpu < railguard_schema::limits::MAX_GPUS_PER_NODE) => r,
@@ -158,7 +169,7 @@ async fn read_topologies(
             );
         }
     }
-    Ok(inputs)
+    Ok((inputs, with_topology))
 }
 
 /// How GPU `gpu` reaches each NIC of the node, from the snapshot's `(a, b, class)` paths (a path
@@ -298,6 +309,7 @@ pub(super) async fn load_inline(
         mismatch_nic: i64,
         in_gpu: i64,
         error: i64,
+        engines: Json<serde_json::Value>,
     }
     // Sums are numeric in SQL; each is capped where it becomes a bigint (2^62), so no stored
     // count, however large, fails the read for every node.
@@ -309,7 +321,9 @@ pub(super) async fn load_inline(
                 least(sum(transfers_mismatch), 4611686018427387904)::bigint AS mismatch,
                 least(coalesce(sum(transfers_mismatch) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_nic,
                 least(coalesce(sum(transfers_ok + transfers_mismatch + transfers_error) FILTER (WHERE memory = 'cuda'), 0), 4611686018427387904)::bigint AS in_gpu,
-                least(sum(transfers_error), 4611686018427387904)::bigint AS error
+                least(sum(transfers_error), 4611686018427387904)::bigint AS error,
+                coalesce(jsonb_agg(DISTINCT engine) FILTER (WHERE transfers_mismatch > 0 AND path = 'host_copy'
+                                                            AND engine IS NOT NULL), '[]') AS engines
          FROM inline_reports
          WHERE observed_at > $2 AND observed_at <= $3 AND gpu_index IS NOT NULL
            AND ($1::text[] IS NULL OR node_id = ANY($1))
@@ -321,12 +335,30 @@ pub(super) async fn load_inline(
     .fetch_all(&mut *conn)
     .await?;
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
-    for InlineSums { node_id: node, gpu_index: gpu, nic, ok, ok_nic, ok_gpu, mismatch, mismatch_nic, in_gpu, error } in
-        rows
+    for InlineSums {
+        node_id: node,
+        gpu_index: gpu,
+        nic,
+        ok,
+        ok_nic,
+        ok_gpu,
+        mismatch,
+        mismatch_nic,
+        in_gpu,
+        error,
+        engines: Json(engines),
+    } in rows
     {
         let Some(gpu) = stored_gpu(gpu) else {
             damage.note(&node, || format!("a stored in-line report names GPU index {gpu}"));
             continue;
+        };
+        let engines: Vec<railguard_schema::EngineIdentity> = match serde_json::from_value(engines) {
+            Ok(e) => e,
+            Err(e) => {
+                damage.note(&node, || format!("a stored in-line report's engine no longer decodes ({e})"));
+                continue;
+            }
         };
         let input = inputs.entry(GpuKey::new(node.clone(), gpu)).or_insert_with(|| GpuInput {
             node,
@@ -350,7 +382,22 @@ pub(super) async fn load_inline(
             in_gpu_memory: n(in_gpu),
             error: n(error),
             failures: Vec::new(),
+            engines: engines.iter().map(railguard_schema::EngineIdentity::label).collect(),
+            ..InlineCounts::default()
         };
+    }
+    // Two ends: mismatched transfers moved by the pair's NIC whose source (the remote NIXL agent)
+    // sent wrong bytes to two or more GPUs, fleet-wide, while this GPU got wrong bytes from that
+    // source alone, are the source's. (One GPU getting wrong bytes from several sources is its
+    // own, whatever the sources.)
+    let remote: Vec<(String, i32, String, String, i64, i64)> =
+        sqlx::query_as(REMOTE_MISMATCHES).bind(filter).bind(since).bind(now).fetch_all(&mut *conn).await?;
+    for (node, gpu, nic, source, n, dests) in remote {
+        let Some(gpu) = stored_gpu(gpu) else { continue };
+        if let Some(p) = inputs.get_mut(&GpuKey { node, gpu }).and_then(|i| i.pairs.iter_mut().find(|p| p.nic == nic)) {
+            p.inline.mismatch_remote = p.inline.mismatch_remote.saturating_add(u64::try_from(n).unwrap_or(0));
+            p.inline.remotes.push(format!("{source} (wrong bytes on {dests} GPUs)"));
+        }
     }
     // The latest three failed transfers per pair, in words.
     let failures: Vec<(String, i32, String, Json<serde_json::Value>)> = sqlx::query_as(
@@ -384,6 +431,27 @@ pub(super) async fn load_inline(
     }
     Ok(())
 }
+
+/// Per destination pair (`$1`: its nodes, or NULL), the NIC-moved mismatches in `$2..$3` from
+/// each source that sent wrong bytes to two or more GPUs of the fleet, where the destination
+/// got wrong bytes from no other source: (node, GPU, NIC, source, mismatches, the source's GPUs).
+/// A failure's `remote` is `<source>[/<request>]` (vLLM's connector: the prefill engine, then
+/// its request): the source is what precedes the first `/`.
+const REMOTE_MISMATCHES: &str = "WITH f AS (
+        SELECT r.node_id, r.gpu_index, r.nic, r.path, split_part(x.value->>'remote', '/', 1) AS remote
+        FROM inline_reports r, jsonb_array_elements(r.failures) x
+        WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.transfers_mismatch > 0 AND r.gpu_index IS NOT NULL
+          AND x.value->>'mismatch' = 'true' AND split_part(coalesce(x.value->>'remote', ''), '/', 1) <> ''
+     ), dest AS (
+        SELECT node_id, gpu_index, count(DISTINCT remote) AS sources FROM f GROUP BY 1, 2
+     ), src AS (
+        SELECT remote, count(DISTINCT (node_id, gpu_index)) AS dests FROM f GROUP BY 1
+     )
+     SELECT f.node_id, f.gpu_index, f.nic, f.remote, count(*)::bigint AS n, src.dests
+     FROM f JOIN src USING (remote) JOIN dest USING (node_id, gpu_index)
+     WHERE f.path = 'nic_dma' AND src.dests >= 2 AND dest.sources = 1
+       AND ($1::text[] IS NULL OR f.node_id = ANY($1))
+     GROUP BY f.node_id, f.gpu_index, f.nic, f.remote, src.dests";
 
 /// One failed in-line transfer in words, for a reason line.
 pub fn describe_failure(f: &railguard_schema::InlineFailure) -> String {

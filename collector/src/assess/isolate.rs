@@ -30,11 +30,19 @@ pub use crate::evidence::{Damage, stored_gpu};
 /// The assessment of a GPU whose node could not be assessed: `unknown`, the reason first, and
 /// what the topology says of it kept (its workload NIC and structural risk), no pin.
 pub fn unassessed(input: &GpuInput, why: &str) -> Assessment {
+    let reason = format!("not assessed: {why}; this node's other GPUs are not assessed either");
     Assessment {
         node: input.node.clone(),
         gpu: input.gpu,
         status: GpuStatus::Unknown,
-        reasons: vec![format!("not assessed: {why}; this node's other GPUs are not assessed either")],
+        // Stored rows ingest would refuse: the node's store (or a bug), not its hardware.
+        layer: Some(railguard_schema::Layer::Undetermined),
+        findings: vec![crate::status::Finding {
+            layer: railguard_schema::Layer::Undetermined,
+            calls_for: GpuStatus::Unknown,
+            reason: reason.clone(),
+        }],
+        reasons: vec![reason],
         recommendation: None,
         workload_nic: input.workload_nic.clone(),
         structural_risk: input.structural,

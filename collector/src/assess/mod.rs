@@ -34,7 +34,8 @@ use sqlx::PgPool;
 use sqlx::types::Json;
 
 pub use rules::{
-    Assessment, GpuInput, GpuStatus, InlineCounts, PairCounts, Previous, RulesConfig, SignalCount, Verification,
+    Assessment, Finding, GpuInput, GpuStatus, InlineCounts, PairCounts, Previous, RulesConfig, SignalCount,
+    TopologyGap, Verification,
 };
 
 #[derive(Debug, Clone)]

@@ -4,22 +4,28 @@
 //! make it `ok`, attributed signals) and the GPU's previous status (hysteresis).
 //!
 //! Invariants (the trust rule is [`crate::evidence::trust`]):
+//! - Every finding names the [`Layer`] its evidence implicates. The GPU's status, and so its pin
+//!   and any quarantine, takes only findings on the hardware layers of its own path (the
+//!   GPU↔NIC fabric path, the NIC, the GPU); an undetermined finding makes it at most `watch`;
+//!   host, engine and remote findings are shown and counted where they belong, never on it.
+//! - `ok` is earned by proof: a GPU missing from its node's topology (or a node that sent none)
+//!   is `unknown`, a GPU with no RDMA NIC in use is `no_rdma`, never `ok`.
 //! - `ok` needs probes of the workload's own pair, through its own NIC's DMA, in the memory its
 //!   KV cache moves in (or the simulated fabric standing in for that, said so). NIC DMA in host
 //!   memory on a node with a GPUDirect path, the workload's own in-line checks alone, or probes
 //!   that exercised no NIC leave it `watch`, each with its reason.
-//! - A mismatch the workload itself received (in-line) makes it `corrupting` whatever carried
-//!   the bytes, and the reason says whether the NIC's DMA was implicated.
+//! - A mismatch the workload itself received (in-line) through its NIC's DMA makes it
+//!   `corrupting` (the fabric path); one moved by a host copy implicates the engine, not the GPU.
 //! - Leaving `corrupting` needs consecutive probes that could make it `ok` (the loader counts
 //!   only those into [`GpuInput::workload_recent`]).
 
 use serde::Serialize;
 
-use railguard_schema::{DataPath, KvMemory, KvMemoryWhy, ProbeVerdict, RiskLevel, SignalKind};
+use railguard_schema::{DataPath, KvMemory, KvMemoryWhy, Layer, ProbeVerdict, RiskLevel, SignalKind};
 
 pub use super::pin::{Pin, PinEvidence};
 
-pub use crate::status::{GpuStatus, Verification};
+pub use crate::status::{Finding, GpuStatus, Verification, effect};
 
 pub use crate::evidence::{InlineCounts, PairCounts};
 
@@ -34,6 +40,15 @@ pub struct SignalCount {
     pub xid: Option<u32>,
     /// Attributed to the NIC (not the GPU itself).
     pub on_nic: bool,
+}
+
+/// Why a GPU's node's topology does not list it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopologyGap {
+    /// The node sent no topology (`--topology-interval 0`, or its read failed).
+    NoTopology,
+    /// The node's latest topology does not list this GPU (unreadable, or gone).
+    NotListed,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -58,11 +73,15 @@ pub struct GpuInput {
     /// memory, or the simulated fabric standing in), newest first, within the window.
     pub workload_recent: Vec<ProbeVerdict>,
     pub signals: Vec<SignalCount>,
+    /// None: its node's latest topology lists it (the loader sets what is missing).
+    pub topology_gap: Option<TopologyGap>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Previous {
     pub status: GpuStatus,
+    /// The layer that status rested on (None: written before layers were kept).
+    pub layer: Option<Layer>,
 }
 
 #[derive(Debug, Clone)]
@@ -99,8 +118,12 @@ pub struct Assessment {
     pub node: String,
     pub gpu: u32,
     pub status: GpuStatus,
-    /// The evidence chain, most important first.
+    /// The layer the status rests on (None when nothing is against the GPU).
+    pub layer: Option<Layer>,
+    /// The evidence chain, most important first: [`Assessment::findings`]' reasons.
     pub reasons: Vec<String>,
+    /// Every finding with its layer, most important first.
+    pub findings: Vec<Finding>,
     /// The NIC this GPU's process should move to, when it should.
     pub recommendation: Option<Pin>,
     pub workload_nic: Option<String>,
@@ -122,32 +145,45 @@ fn xid_is_critical(xid: u32, count: u32) -> bool {
     matches!(xid, 48 | 79 | 94 | 95 | 119 | 120) || (matches!(xid, 31 | 43 | 74) && count >= 3)
 }
 
-/// The reasons found so far, each with the status it calls for, and the worst of them.
+/// The findings so far, and the status they give the GPU.
 struct Findings {
     status: GpuStatus,
-    reasons: Vec<(GpuStatus, String)>,
+    /// The layer behind the worst effect so far.
+    layer: Option<Layer>,
+    found: Vec<Finding>,
     /// What carried the evidence behind the worst finding so far.
     path: Option<DataPath>,
 }
 
 impl Findings {
-    fn raise(&mut self, s: GpuStatus, why: String) {
-        self.status = self.status.max(s);
-        self.reasons.push((s, why));
+    fn raise(&mut self, layer: Layer, s: GpuStatus, why: String) {
+        let e = effect(layer, s);
+        if e > self.status || (e > GpuStatus::Ok && self.layer.is_none()) {
+            self.layer = Some(layer);
+        }
+        self.status = self.status.max(e);
+        self.found.push(Finding { layer, calls_for: s, reason: why });
     }
 
     /// [`Findings::raise`], noting what carried the evidence when it is the worst yet.
-    fn raise_by(&mut self, s: GpuStatus, path: DataPath, why: String) {
-        if s > self.status || self.path.is_none() {
+    fn raise_by(&mut self, layer: Layer, s: GpuStatus, path: DataPath, why: String) {
+        let e = effect(layer, s);
+        if e > GpuStatus::Ok && (e > self.status || self.path.is_none()) {
             self.path = Some(path);
         }
-        self.raise(s, why);
+        self.raise(layer, s, why);
+    }
+
+    /// A line that is not evidence (the ok reason, the recommendation): no layer implicated.
+    fn note(&mut self, layer: Layer, why: String) {
+        self.found.push(Finding { layer, calls_for: GpuStatus::Ok, reason: why });
     }
 }
 
 pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -> Assessment {
-    let mut f = Findings { status: GpuStatus::Ok, reasons: Vec::new(), path: None };
+    let mut f = Findings { status: GpuStatus::Ok, layer: None, found: Vec::new(), path: None };
     let workload = input.workload_nic.as_ref().and_then(|nic| input.pairs.iter().find(|p| &p.nic == nic));
+    topology_gap(input, &mut f);
     structural(input, &mut f);
     if let Some(p) = workload {
         workload_probes(input, p, cfg, &mut f);
@@ -160,19 +196,29 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
     let recommendation = (f.status >= GpuStatus::AtRisk).then(|| pin(input)).flatten();
     if let Some(r) = &recommendation {
         // Listed last: the evidence first, then what to do about it.
-        f.reasons.push((GpuStatus::Ok, recommendation_line(r, input.gpu, None)));
+        f.note(f.layer.unwrap_or(Layer::Fabric), recommendation_line(r, input.gpu, None));
     }
-    if f.reasons.is_empty() {
-        f.reasons.push((GpuStatus::Ok, ok_reason(input, workload, cfg)));
+    if f.status == GpuStatus::Ok {
+        // First: what the status rests on; findings on other layers follow.
+        f.found.insert(
+            0,
+            Finding { layer: Layer::Fabric, calls_for: GpuStatus::Ok, reason: ok_reason(input, workload, cfg) },
+        );
     }
-    // Most severe evidence first; the order within a level is the order found.
-    f.reasons.sort_by_key(|r| std::cmp::Reverse(r.0));
-    let verification = workload.map_or(Verification::Unprobed, PairCounts::verification);
+    // What the GPU's status rests on first (by the status each finding gives it); the order
+    // within a level is the order found (the ok reason, inserted first, leads its level).
+    f.found.sort_by_key(|x| std::cmp::Reverse(effect(x.layer, x.calls_for)));
+    let verification = match (&input.workload_nic, input.topology_gap) {
+        (None, None) => Verification::NoRdma,
+        _ => workload.map_or(Verification::Unprobed, PairCounts::verification),
+    };
     Assessment {
         node: input.node.clone(),
         gpu: input.gpu,
         status: f.status,
-        reasons: f.reasons.into_iter().map(|r| r.1).collect(),
+        layer: (f.status > GpuStatus::Ok).then_some(f.layer).flatten(),
+        reasons: f.found.iter().map(|x| x.reason.clone()).collect(),
+        findings: f.found,
         recommendation,
         workload_nic: input.workload_nic.clone(),
         structural_risk: input.structural,
@@ -182,14 +228,32 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
     }
 }
 
-/// Structural risk of the pair the workload uses.
+/// A GPU its node's topology does not list has nothing for its evidence to be read against: not
+/// assessed (`unknown`), with what is missing and where to look.
+fn topology_gap(input: &GpuInput, f: &mut Findings) {
+    let (g, node) = (input.gpu, &input.node);
+    let why = match input.topology_gap {
+        None => return,
+        Some(TopologyGap::NoTopology) => format!(
+            "GPU{g}: {node} has sent no topology (its agent runs with --topology-interval 0, or cannot read the node's PCI tree: see its log), so no workload NIC is known and nothing can be verified"
+        ),
+        Some(TopologyGap::NotListed) => format!(
+            "GPU{g}: {node}'s latest topology does not list it (unreadable or removed; evidence still arrives for it), so nothing can be verified"
+        ),
+    };
+    f.found.push(Finding { layer: Layer::Host, calls_for: GpuStatus::Unknown, reason: why });
+    f.status = f.status.max(GpuStatus::Unknown);
+    f.layer.get_or_insert(Layer::Host);
+}
+
+/// Structural risk of the pair the workload uses: a property of the GPU↔NIC path.
 fn structural(input: &GpuInput, f: &mut Findings) {
     let last = || input.structural_reasons.last().cloned().unwrap_or_default();
     match input.structural {
         Some(l @ (RiskLevel::High | RiskLevel::Medium)) => {
-            f.raise(GpuStatus::AtRisk, format!("structural risk {}: {}", l.as_str(), last()))
+            f.raise(Layer::Fabric, GpuStatus::AtRisk, format!("structural risk {}: {}", l.as_str(), last()))
         }
-        Some(RiskLevel::Low) => f.raise(GpuStatus::Watch, format!("structural note: {}", last())),
+        Some(RiskLevel::Low) => f.raise(Layer::Fabric, GpuStatus::Watch, format!("structural note: {}", last())),
         _ => {}
     }
 }
@@ -204,6 +268,7 @@ fn workload_probes(input: &GpuInput, p: &PairCounts, cfg: &RulesConfig, f: &mut 
         input.workload_recent.iter().take(5).filter(|v| **v == ProbeVerdict::SilentCorruption).count() as u32;
     if p.silent_corruption >= cfg.corrupting_after && recent_silent >= cfg.corrupting_after.min(5) {
         f.raise_by(
+            Layer::Fabric,
             GpuStatus::Corrupting,
             path,
             format!(
@@ -215,6 +280,7 @@ fn workload_probes(input: &GpuInput, p: &PairCounts, cfg: &RulesConfig, f: &mut 
         );
     } else if p.bad() >= 2 || (p.bad() >= 1 && u64::from(p.bad()) * 2 >= u64::from(p.total())) {
         f.raise_by(
+            Layer::Fabric,
             GpuStatus::AtRisk,
             path,
             format!(
@@ -228,6 +294,7 @@ fn workload_probes(input: &GpuInput, p: &PairCounts, cfg: &RulesConfig, f: &mut 
         );
     } else if p.bad() == 1 {
         f.raise_by(
+            Layer::Fabric,
             GpuStatus::Watch,
             path,
             format!("GPU{g} via {nic}: one transient failure among {} probes in the last {w} ({how})", p.total()),
@@ -236,8 +303,10 @@ fn workload_probes(input: &GpuInput, p: &PairCounts, cfg: &RulesConfig, f: &mut 
 }
 
 /// The workload's own transfers, verified in-line: a mismatch is the strongest evidence there
-/// is (the workload itself received wrong bytes while NIXL said DONE), on whichever NIC it was
-/// attributed to; the reason says whether that NIC's DMA carried them.
+/// is (the workload itself received wrong bytes while NIXL said DONE). Which layer it
+/// implicates is what carried the bytes: the pair's NIC DMA implicates the fabric path (the
+/// GPU is `corrupting`); a host copy never does — the serving engine moved those bytes, and the
+/// finding is the engine's (keyed fleet-wide by its identity), not the GPU's.
 fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
     let (g, w) = (input.gpu, &cfg.window_label);
     for p in input.pairs.iter().filter(|p| p.inline.total() > 0) {
@@ -248,31 +317,52 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
             _ => "",
         };
         let examples = if i.failures.is_empty() { String::new() } else { format!(": {}", i.failures.join("; ")) };
-        if i.mismatch > 0 {
-            let (path, carried) = if i.mismatch_nic == i.mismatch {
-                (DataPath::NicDma, format!("moved by {nic}'s DMA, so the NIC path is implicated"))
-            } else if i.mismatch_nic == 0 {
-                (
-                    DataPath::HostCopy,
-                    format!(
-                        "moved by a host copy (the process held no RDMA queue pair ready on {nic}): the NIC is not implicated, the engine or host is"
-                    ),
-                )
+        let by_host = i.mismatch.saturating_sub(i.mismatch_nic);
+        // The other end's share of the NIC-moved mismatches; the rest is this pair's.
+        let remote = i.mismatch_remote.min(i.mismatch_nic);
+        let by_nic = i.mismatch_nic - remote;
+        if remote > 0 {
+            f.raise_by(
+                Layer::Remote,
+                GpuStatus::Corrupting,
+                DataPath::NicDma,
+                format!(
+                    "remote: {remote} of the workload's own transfers on GPU{g} via {nic} in the last {w} arrived with wrong bytes from a source that sent wrong bytes to other GPUs too ({}), while GPU{g} got wrong bytes from no other source: the other end (that source's GPU or NIC) is implicated, not GPU{g}{examples}",
+                    i.remotes.join(", ")
+                ),
+            );
+        }
+        if by_nic > 0 {
+            f.raise_by(
+                Layer::Fabric,
+                GpuStatus::Corrupting,
+                DataPath::NicDma,
+                format!(
+                    "GPU{g} via {nic}{which}: in-line verification caught {} of {} of the workload's own NIXL transfers in the last {w} arriving with wrong bytes — NIXL reported success; moved by {nic}'s DMA, so the GPU↔NIC path is implicated{examples}",
+                    by_nic,
+                    i.total()
+                ),
+            );
+        }
+        if by_host > 0 {
+            let engine = if i.engines.is_empty() {
+                "an engine that did not name itself".to_owned()
             } else {
-                (DataPath::NicDma, format!("{} of them moved by {nic}'s DMA, the rest by a host copy", i.mismatch_nic))
+                i.engines.join(", ")
             };
             f.raise_by(
+                Layer::Engine,
                 GpuStatus::Corrupting,
-                path,
+                DataPath::HostCopy,
                 format!(
-                    "GPU{g} via {nic}{which}: in-line verification caught {} of {} of the workload's own NIXL transfers in the last {w} arriving with wrong bytes — NIXL reported success; {carried}{examples}",
-                    i.mismatch,
+                    "engine: in-line verification caught {by_host} of {} of the workload's own transfers on GPU{g} in the last {w} arriving with wrong bytes, moved by a host copy (the process held no RDMA queue pair ready on {nic}): neither {nic} nor GPU{g} is implicated; the serving engine is ({engine}){examples}",
                     i.total()
                 ),
             );
         }
         if i.error > 0 {
             f.raise(
+                Layer::Undetermined,
                 if i.error >= 3 { GpuStatus::AtRisk } else { GpuStatus::Watch },
                 format!(
                     "GPU{g} via {nic}: NIXL reported an error on {} of {} in-line verified transfers in the last {w}{}",
@@ -290,13 +380,26 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
 /// its read of GPU memory; the workload's own checks confirm, a probe proves; none at all means
 /// probing is off on the node, or its transport cannot run there.
 fn unverified(input: &GpuInput, workload: Option<&PairCounts>, cfg: &RulesConfig, f: &mut Findings) {
-    let Some(nic) = &input.workload_nic else { return };
     let (g, w) = (input.gpu, &cfg.window_label);
+    let Some(nic) = &input.workload_nic else {
+        if input.topology_gap.is_none() {
+            f.raise(
+                Layer::Undetermined,
+                GpuStatus::Watch,
+                format!(
+                    "GPU{g}: no RDMA NIC in use on {} (its topology shows none this GPU's workload would select: is the RDMA driver, e.g. mlx5_ib, loaded?), so no KV transfer path of it can be verified",
+                    input.node
+                ),
+            );
+        }
+        return;
+    };
     if workload.is_some_and(|p| p.proves(input.kv.memory)) {
         return;
     }
     let Some(p) = workload.filter(|p| p.total() > 0 || p.unproven() > 0 || p.inline.total() > 0) else {
         f.raise(
+            Layer::Undetermined,
             GpuStatus::Watch,
             format!(
                 "GPU{g} via {nic}: no probe of the workload's pair in the last {w}, so its path is unverified (probing off, or the probe transport cannot run on the node: see the agent's log)"
@@ -306,6 +409,7 @@ fn unverified(input: &GpuInput, workload: Option<&PairCounts>, cfg: &RulesConfig
     };
     if p.ok > 0 && p.ok_gpu_memory == 0 && input.kv.memory == KvMemory::Gpu && !p.simulated {
         f.raise_by(
+            Layer::Undetermined,
             GpuStatus::Watch,
             DataPath::NicDma,
             format!(
@@ -315,6 +419,7 @@ fn unverified(input: &GpuInput, workload: Option<&PairCounts>, cfg: &RulesConfig
         );
     } else if p.total() == 0 && p.unproven() == 0 {
         f.raise(
+            Layer::Undetermined,
             GpuStatus::Watch,
             format!(
                 "GPU{g} via {nic}: its NIC path is unverified: {} of the workload's own transfers in the last {w} were verified in-line ({}), which confirms but does not prove the pair; no probe exercised the NIC",
@@ -325,6 +430,7 @@ fn unverified(input: &GpuInput, workload: Option<&PairCounts>, cfg: &RulesConfig
     } else if p.total() == 0 {
         let via = if p.unproven_via.is_empty() { "a host copy".to_owned() } else { p.unproven_via.join(", ") };
         f.raise(
+            Layer::Undetermined,
             GpuStatus::Watch,
             format!(
                 "GPU{g} via {nic}: its NIC path is unverified (probes on this node exercise no NIC of the pair: {via}); {} probes in the last {w} moved the bytes without {nic}'s DMA",
@@ -334,6 +440,7 @@ fn unverified(input: &GpuInput, workload: Option<&PairCounts>, cfg: &RulesConfig
     }
     if p.unproven_bad > 0 {
         f.raise(
+            Layer::Host,
             GpuStatus::Watch,
             format!(
                 "GPU{g}: {} of {} probes that exercised no NIC of the pair failed: the probe engine or this host is at fault, not the pair",
@@ -348,6 +455,7 @@ fn unverified(input: &GpuInput, workload: Option<&PairCounts>, cfg: &RulesConfig
 fn other_pairs(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
     for p in input.pairs.iter().filter(|p| Some(&p.nic) != input.workload_nic.as_ref() && p.bad() > 0) {
         f.raise(
+            Layer::Fabric,
             GpuStatus::Watch,
             format!(
                 "GPU{}↔{} (not used by the workload) failed {} of {} probes in the last {} ({}): do not pin it",
@@ -362,6 +470,32 @@ fn other_pairs(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
     }
 }
 
+/// The layer a signal implicates: the GPU's own faults, the NIC's error completions and
+/// counters, translation and PCIe faults on the DMA path; the agent's own troubles are the
+/// host's; a transfer status the engine reported tells no layer.
+pub fn signal_layer(s: &SignalCount) -> Layer {
+    match s.kind {
+        SignalKind::GpuXid | SignalKind::GpuEcc | SignalKind::GpuRemappedRows => Layer::Gpu,
+        SignalKind::UcxErrorCqe
+        | SignalKind::VerbsCompletionError
+        | SignalKind::QpError
+        | SignalKind::Mlx5ErrorCqe
+        | SignalKind::NicHealthReport
+        | SignalKind::NicCounterIncrease
+            if s.on_nic =>
+        {
+            Layer::Nic
+        }
+        SignalKind::IommuPageFault
+        | SignalKind::DmarFault
+        | SignalKind::AmdViPageFault
+        | SignalKind::PcieAer
+        | SignalKind::GpuPcieReplay => Layer::Fabric,
+        SignalKind::AgentSpoolDrops | SignalKind::AgentSpoolQuarantine => Layer::Host,
+        _ => Layer::Undetermined,
+    }
+}
+
 /// Passive evidence.
 fn signals(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
     for s in &input.signals {
@@ -371,6 +505,7 @@ fn signals(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
                 && matches!(s.kind, SignalKind::UcxErrorCqe | SignalKind::Mlx5ErrorCqe | SignalKind::QpError)
                 && s.count >= 3);
         f.raise(
+            signal_layer(s),
             if critical { GpuStatus::AtRisk } else { GpuStatus::Watch },
             format!(
                 "{}×{} in the last {}{}: {}",
@@ -388,20 +523,28 @@ fn signals(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
 /// `ok` (in its KV memory: host-memory probes do not lift a GPU-memory corruption).
 fn hysteresis(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig, f: &mut Findings) {
     let streak = input.workload_recent.iter().take_while(|v| **v == ProbeVerdict::Ok).count() as u32;
-    if previous.is_some_and(|p| p.status == GpuStatus::Corrupting)
-        && f.status < GpuStatus::Corrupting
-        && streak < cfg.recover_after
-    {
+    // A status from before layers were kept is taken as the fabric's: a GPU that may corrupt is
+    // not released on a guess.
+    let Some(layer) = previous
+        .filter(|p| p.status == GpuStatus::Corrupting)
+        .map(|p| p.layer.unwrap_or(Layer::Fabric))
+        .filter(|l| effect(*l, GpuStatus::Corrupting) == GpuStatus::Corrupting)
+    else {
+        return;
+    };
+    if f.status < GpuStatus::Corrupting && streak < cfg.recover_after {
         f.status = GpuStatus::Corrupting;
-        f.reasons.insert(
+        f.layer = Some(layer);
+        f.found.insert(
             0,
-            (
-                GpuStatus::Corrupting,
-                format!(
+            Finding {
+                layer,
+                calls_for: GpuStatus::Corrupting,
+                reason: format!(
                     "still corrupting until {} consecutive verified probes on the workload pair in {} ({streak} so far)",
                     cfg.recover_after, input.kv.memory
                 ),
-            ),
+            },
         );
     }
 }

@@ -3,20 +3,16 @@
 //!
 //! Each GPU to re-pin has its candidates ([`rules::pin_candidates`]): safe NICs (through the
 //! root complex on its NUMA node) in evidence tiers — verified in its KV memory, verified in host
-//! memory or on the simulated fabric, not probed yet. Evidence comes first: a GPU never gets a
-//! NIC of a weaker tier than its best one. Within that tier, the NIC carrying the fewest of the
-//! node's GPUs wins (GPUs that stay count on the NIC they use), then the closer path (PHB before
-//! NODE), then the name. GPUs with fewer best-tier candidates choose first, so a GPU with one
-//! option is not crowded out by one with several. With as many safe NICs as GPUs to move, every
-//! GPU gets its own.
+//! memory or on the simulated fabric, not probed yet. The assignment is the one the agent's
+//! `topo` and `preflight` make too ([`railguard_schema::pins::spread`]): evidence first, then
+//! the NIC carrying the fewest of the node's GPUs, then the closer path, then the name.
 //!
 //! Moving off a PIX NIC costs bandwidth: the transfers leave the PCIe switch and cross the CPU's
 //! host bridge. The pin's reason says which path the GPU leaves and which it takes; the size of
 //! the cost depends on the platform, so it is stated, not estimated.
 
-use std::collections::BTreeMap;
-
 use railguard_schema::PathClass;
+use railguard_schema::pins::PinRequest;
 
 use super::pin::Pin;
 use super::rules::{self, Assessment, GpuInput};
@@ -24,35 +20,36 @@ use super::rules::{self, Assessment, GpuInput};
 /// Re-assigns the pins of one node's assessments (`node`: the same GPUs' inputs, in the same
 /// order) so that they spread over the safe NICs, and states each move's path cost.
 pub fn spread(node: &[&GpuInput], out: &mut [Assessment]) {
-    let mut load: BTreeMap<String, usize> = BTreeMap::new();
-    let mut moving: Vec<(usize, Vec<(String, super::pin::PinEvidence)>)> = Vec::new();
-    for (i, (input, a)) in node.iter().zip(out.iter()).enumerate() {
-        if a.recommendation.is_some() {
-            let candidates = rules::pin_candidates(input);
-            let best = candidates.first().map(|c| tier(c.1));
-            moving.push((i, candidates.into_iter().filter(|c| Some(tier(c.1)) == best).collect()));
-        } else if let Some(nic) = &input.workload_nic {
-            *load.entry(nic.clone()).or_default() += 1;
-        }
-    }
-    // The most constrained first; then by GPU index (stable, as the node's order is).
-    moving.sort_by_key(|(i, c)| (c.len(), node[*i].gpu));
-    for (i, candidates) in moving {
+    let candidates: Vec<Vec<(String, super::pin::PinEvidence)>> = node
+        .iter()
+        .zip(out.iter())
+        .map(|(input, a)| if a.recommendation.is_some() { rules::pin_candidates(input) } else { Vec::new() })
+        .collect();
+    let requests: Vec<PinRequest> = node
+        .iter()
+        .zip(out.iter())
+        .zip(&candidates)
+        .map(|((input, a), c)| PinRequest {
+            gpu: input.gpu,
+            workload_nic: input.workload_nic.clone(),
+            moving: a.recommendation.is_some(),
+            candidates: c.iter().map(|(n, e)| (n.clone(), tier(*e))).collect(),
+            paths: input.nic_paths.clone(),
+        })
+        .collect();
+    for (i, chosen) in railguard_schema::pins::spread(&requests).into_iter().enumerate() {
+        let Some(k) = chosen else { continue };
         let input = node[i];
-        let path = |n: &str| input.nic_paths.get(n).copied().unwrap_or(PathClass::Sys);
-        let Some((nic, evidence)) = candidates
-            .iter()
-            .min_by_key(|(n, _)| (load.get(n).copied().unwrap_or(0), path(n), natural_key(n)))
-            .cloned()
-        else {
-            continue;
-        };
+        let (nic, evidence) = candidates[i][k].clone();
         let Some(pin) = Pin::new(&nic, evidence, input.kv.memory, &input.node_nics) else { continue };
-        *load.entry(nic.clone()).or_default() += 1;
         let cost = move_cost(input, &nic);
         let a = &mut out[i];
-        if let Some(line) = a.reasons.iter_mut().find(|r| r.starts_with("recommendation: set ")) {
-            *line = rules::recommendation_line(&pin, input.gpu, cost.as_deref());
+        let line = rules::recommendation_line(&pin, input.gpu, cost.as_deref());
+        for r in a.reasons.iter_mut().filter(|r| r.starts_with("recommendation: set ")) {
+            r.clone_from(&line);
+        }
+        for f in a.findings.iter_mut().filter(|f| f.reason.starts_with("recommendation: set ")) {
+            f.reason.clone_from(&line);
         }
         a.recommendation = Some(pin);
     }
@@ -66,13 +63,6 @@ fn tier(e: super::pin::PinEvidence) -> u8 {
         HostMemory | Simulated => 1,
         Unprobed => 2,
     }
-}
-
-/// `mlx5_10` after `mlx5_9`: names compared with their numbers as numbers.
-fn natural_key(s: &str) -> (String, u64) {
-    let digits = s.len() - s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-    let (head, tail) = s.split_at(s.len() - digits);
-    (head.to_owned(), tail.parse().unwrap_or(0))
 }
 
 /// What moving from the workload's NIC to `to` does to the path, in words (None when the paths

@@ -31,9 +31,16 @@ struct CurrentRow {
     evidence_path: Option<String>,
     proven: bool,
     pin_verified: bool,
+    layer: Option<String>,
+    findings: Json<serde_json::Value>,
 }
 
 impl CurrentRow {
+    /// The layer its status rests on, as stored (an unknown name reads as none).
+    fn layer(&self) -> Option<railguard_schema::Layer> {
+        self.layer.as_deref().and_then(railguard_schema::Layer::parse)
+    }
+
     /// The assessment says what the row says already.
     fn says(&self, a: &Assessment) -> bool {
         self.status == a.status
@@ -46,6 +53,8 @@ impl CurrentRow {
             && self.evidence_path.as_deref() == a.path.map(DataPath::as_str)
             && self.proven == a.proven
             && self.pin_verified == a.recommendation.as_ref().is_some_and(Pin::verified)
+            && self.layer() == a.layer
+            && serde_json::to_value(&a.findings).is_ok_and(|f| f == self.findings.0)
     }
 }
 
@@ -66,6 +75,8 @@ struct StatusColumns {
     pin_verified: Vec<bool>,
     evidence_path: Vec<Option<&'static str>>,
     proven: Vec<bool>,
+    layer: Vec<Option<&'static str>>,
+    findings: Vec<serde_json::Value>,
 }
 
 /// The status changes to record, a column each.
@@ -105,7 +116,7 @@ pub async fn assess_and_store(
         .await?;
     let rows: Vec<CurrentRow> = sqlx::query_as(
         "SELECT node_id, gpu_index, status, workload_nic, structural_risk, reasons, recommendation, verification,
-                assessed_at, pin_nic, evidence_path, proven, pin_verified
+                assessed_at, pin_nic, evidence_path, proven, pin_verified, layer, findings
          FROM gpu_status WHERE ($1::text[] IS NULL OR node_id = ANY($1))",
     )
     .bind(&filter)
@@ -130,7 +141,7 @@ pub async fn assess_and_store(
     }
     let (results, isolated) = isolate::assess_nodes(
         inputs.iter().filter(|(k, _)| current.get(*k).is_none_or(|r| r.assessed_at <= now)),
-        |k| current.get(k).map(|r| Previous { status: r.status }),
+        |k| current.get(k).map(|r| Previous { status: r.status, layer: r.layer() }),
         &damage,
         &cfg.rules,
     );
@@ -179,6 +190,8 @@ async fn write_changes(
         cols.pin_verified.push(a.recommendation.as_ref().is_some_and(Pin::verified));
         cols.evidence_path.push(a.path.map(DataPath::as_str));
         cols.proven.push(a.proven);
+        cols.layer.push(a.layer.map(railguard_schema::Layer::as_str));
+        cols.findings.push(serde_json::to_value(&a.findings).unwrap_or_else(|_| serde_json::json!([])));
         let before = before.map(|r| r.status);
         if before != Some(a.status) {
             changes.node.push(a.node.clone());
@@ -191,19 +204,22 @@ async fn write_changes(
     let mut written_nodes: Vec<String> = cols.node.clone();
     written_nodes.dedup();
     sqlx::query(
-        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation, verification, pin_nic, pin_evidence, pin_verified, evidence_path, proven)
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation, verification, pin_nic, pin_evidence, pin_verified, evidence_path, proven, layer, findings)
          SELECT u.node, u.gpu, u.status, $9, $9, u.nic, u.risk, u.reasons, u.rec, u.verification, u.pin_nic, u.pin_evidence,
-                u.pin_verified, u.evidence_path, u.proven
+                u.pin_verified, u.evidence_path, u.proven, u.layer, u.findings
          FROM UNNEST($1::text[], $2::int[], $3::gpu_status_kind[], $4::text[], $5::text[], $6::jsonb[], $7::text[],
-                     $8::gpu_verification[], $10::text[], $11::text[], $12::bool[], $13::text[], $14::bool[])
-              AS u(node, gpu, status, nic, risk, reasons, rec, verification, pin_nic, pin_evidence, pin_verified, evidence_path, proven)
+                     $8::gpu_verification[], $10::text[], $11::text[], $12::bool[], $13::text[], $14::bool[], $15::text[],
+                     $16::jsonb[])
+              AS u(node, gpu, status, nic, risk, reasons, rec, verification, pin_nic, pin_evidence, pin_verified, evidence_path, proven,
+                   layer, findings)
          ON CONFLICT (node_id, gpu_index) DO UPDATE SET
             since = CASE WHEN gpu_status.status = EXCLUDED.status THEN gpu_status.since ELSE EXCLUDED.since END,
             status = EXCLUDED.status, assessed_at = EXCLUDED.assessed_at, workload_nic = EXCLUDED.workload_nic,
             structural_risk = EXCLUDED.structural_risk, reasons = EXCLUDED.reasons,
             recommendation = EXCLUDED.recommendation, verification = EXCLUDED.verification,
             pin_nic = EXCLUDED.pin_nic, pin_evidence = EXCLUDED.pin_evidence, pin_verified = EXCLUDED.pin_verified,
-            evidence_path = EXCLUDED.evidence_path, proven = EXCLUDED.proven",
+            evidence_path = EXCLUDED.evidence_path, proven = EXCLUDED.proven, layer = EXCLUDED.layer,
+            findings = EXCLUDED.findings",
     )
     .bind(cols.node)
     .bind(cols.gpu)
@@ -219,6 +235,8 @@ async fn write_changes(
     .bind(cols.pin_verified)
     .bind(cols.evidence_path)
     .bind(cols.proven)
+    .bind(cols.layer)
+    .bind(cols.findings)
     .execute(&mut *tx)
     .await?;
     laps.lap(Step::Statuses);

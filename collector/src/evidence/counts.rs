@@ -63,6 +63,13 @@ pub struct InlineCounts {
     pub error: u64,
     /// The latest failed transfers, in words ("req-17: 8 of 32 blocks differ, the first bad block starts at byte 786432").
     pub failures: Vec<String>,
+    /// The engines whose transfers arrived wrong by a host copy, in words.
+    pub engines: Vec<String>,
+    /// Of the mismatches moved by the pair's NIC, those from a source that also sent wrong bytes
+    /// to other GPUs while this GPU got wrong bytes from no other source: the other end's.
+    pub mismatch_remote: u64,
+    /// Those sources (remote NIXL agents), with how many GPUs each sent wrong bytes to.
+    pub remotes: Vec<String>,
 }
 
 impl InlineCounts {

@@ -281,6 +281,34 @@ pub async fn failures(
     Ok(Json(Failures { since, until, failures: read::failures(&s.pool, since, until, limit).await? }))
 }
 
+/// `GET /api/v1/engines`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Engines {
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    /// One row per engine identity with in-line mismatches by host copy, most first.
+    pub engines: Vec<read::EngineFinding>,
+}
+
+/// Which serving engines delivered KV blocks with wrong bytes without any NIC or GPU carrying
+/// them (a host copy): engine faults, keyed by the engine's name, version, connector and the
+/// settings that matter. Never a GPU's finding: no GPU is marked, pinned or tainted for them.
+#[utoipa::path(get, path = "/api/v1/engines", tag = "engines",
+    params(FailuresQuery),
+    responses(
+        (status = 200, description = "Engines with in-line mismatches by host copy, most first", body = Engines),
+        (status = 400, description = "Bad time", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    ))]
+pub async fn engines(
+    State(s): State<AppState>,
+    params::ApiQuery(q): params::ApiQuery<FailuresQuery>,
+) -> ApiResult<Engines> {
+    let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "30d")?;
+    let limit = params::limit(q.limit.as_deref(), 1000)?;
+    Ok(Json(Engines { since, until, engines: read::engine_findings(&s.pool, since, until, limit).await? }))
+}
+
 /// `?since=&until=` for patterns (default: the last hour).
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

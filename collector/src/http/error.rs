@@ -46,6 +46,29 @@ impl IntoResponse for ApiError {
             resp.extensions_mut().insert(ConnectionLost);
             return resp;
         }
+        if let ApiError::Database(sqlx::Error::PoolTimedOut) = &self {
+            // Every read connection busy: the caller comes back later; ingest is not touched
+            // (it has a pool of its own).
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(axum::http::header::RETRY_AFTER, "2")],
+                Json(ErrorBody { error: "the collector's reads are all busy; retry".to_owned() }),
+            )
+                .into_response();
+        }
+        if let ApiError::Database(sqlx::Error::Database(db)) = &self
+            && db.code().as_deref() == Some("57014")
+        {
+            // A read past its statement timeout: bounded, so no reader holds a connection long.
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(axum::http::header::RETRY_AFTER, "5")],
+                Json(ErrorBody {
+                    error: "the read took longer than its time limit; narrow it (since, limit) or retry".to_owned(),
+                }),
+            )
+                .into_response();
+        }
         let status = match &self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,

@@ -59,10 +59,14 @@ impl AllowedHosts {
     }
 }
 
-/// `name:port` → `name`; `[v6]:port` → `[v6]`; a bare IPv6 literal stays whole.
+/// `name:port` → `name`; `[v6]:port` → `[v6]`; a bare IPv6 literal stays whole. Anything after a
+/// bracketed literal but a port (`[::1]evil.example`) keeps the whole, which no rule allows.
 fn strip_port(host: &str) -> &str {
     if let Some(end) = host.find(']') {
-        return &host[..=end];
+        let rest = &host[end + 1..];
+        let port_only = rest.is_empty()
+            || rest.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        return if port_only { &host[..=end] } else { host };
     }
     match host.rsplit_once(':') {
         Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => name,
@@ -70,23 +74,34 @@ fn strip_port(host: &str) -> &str {
     }
 }
 
-pub async fn check_host(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let host = req.headers().get(header::HOST).map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned());
-    match host {
-        Some(h) if !state.allowed_hosts.allows(&h) => {
-            let shown: String = h.chars().filter(|c| !c.is_control()).take(100).collect();
-            (
-                StatusCode::MISDIRECTED_REQUEST,
-                [(header::CONTENT_TYPE, "application/json")],
-                serde_json::json!({
-                    "error": format!("this collector does not answer for Host {shown:?}; allow the name with --http-allowed-host")
-                })
-                .to_string(),
-            )
-                .into_response()
-        }
-        _ => next.run(req).await,
+/// Every name a request says it is for: each `Host` header, and the target's authority (HTTP/2's
+/// `:authority`, an absolute-form HTTP/1.1 target). A header that is not text names nothing
+/// allowed.
+fn names_of(req: &Request) -> Vec<String> {
+    let mut out: Vec<String> =
+        req.headers().get_all(header::HOST).iter().map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned()).collect();
+    if let Some(a) = req.uri().authority() {
+        out.push(a.as_str().to_owned());
     }
+    out
+}
+
+pub async fn check_host(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let refuse = |status: StatusCode, error: String| {
+        (status, [(header::CONTENT_TYPE, "application/json")], serde_json::json!({ "error": error }).to_string())
+            .into_response()
+    };
+    if req.headers().get_all(header::HOST).iter().count() > 1 {
+        return refuse(StatusCode::BAD_REQUEST, "more than one Host header".to_owned());
+    }
+    if let Some(h) = names_of(&req).into_iter().find(|h| !state.allowed_hosts.allows(h)) {
+        let shown: String = h.chars().filter(|c| !c.is_control()).take(100).collect();
+        return refuse(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!("this collector does not answer for Host {shown:?}; allow the name with --http-allowed-host"),
+        );
+    }
+    next.run(req).await
 }
 
 #[cfg(test)]
@@ -99,7 +114,15 @@ mod tests {
         for h in ["127.0.0.1:7701", "10.0.0.7", "[::1]:7701", "[fe80::1]", "::1", "localhost:7701", "LOCALHOST"] {
             assert!(none.allows(h), "{h}");
         }
-        for h in ["evil.example:7701", "collector.railguard.svc", "127.0.0.1.evil.example", "localhost.evil"] {
+        for h in [
+            "evil.example:7701",
+            "collector.railguard.svc",
+            "127.0.0.1.evil.example",
+            "localhost.evil",
+            "[::1]evil.example",
+            "[::1]:evil",
+            "[::1]:",
+        ] {
             assert!(!none.allows(h), "{h}");
         }
         let listed = AllowedHosts::from_flags(&["Collector.Railguard.svc:7701".into()]);

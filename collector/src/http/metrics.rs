@@ -21,6 +21,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     let mut out = String::new();
     ingest(&mut out, &s.state.ingest);
     gpus(&mut out, &s.pool).await?;
+    engines(&mut out, &s).await?;
     nodes(&mut out, &s.pool, &s.state.ingest).await?;
     assessment(&mut out, &s).await?;
     patterns(&mut out, &s.facts);
@@ -103,17 +104,18 @@ async fn gpus(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_gpu_info Each GPU's workload NIC; how that pair was verified (verification: gpu_memory, host_memory, simulated, unproven, unprobed); what carried the evidence its status rests on (path: nic_dma, host_copy, simulated, other_device; empty when nothing moved bytes); whether its workload pair was proven on hardware, through its own NIC, in the memory its KV cache moves in (proven; simulated evidence never is); the NIC to pin instead (empty when none; always one of the node's own NICs), what that NIC was verified by (pin_evidence: gpu_memory, host_memory, simulated, unprobed) and whether that was on hardware in the memory the GPU's KV cache moves in (pin_verified); the GPU's uuid, PCI address (pci_bus_id) and model from the node's latest topology (empty when it does not say); always 1. Join on node and gpu (or on uuid with DCGM's series).\n# TYPE railguard_gpu_info gauge"
+        "# HELP railguard_gpu_info Each GPU's workload NIC; how that pair was verified (verification: gpu_memory, host_memory, simulated, unproven, unprobed, no_rdma); what carried the evidence its status rests on (path: nic_dma, host_copy, simulated, other_device; empty when nothing moved bytes); the layer its status rests on (layer: fabric, nic, gpu, host, undetermined; empty when nothing is against it); whether its workload pair was proven on hardware, through its own NIC, in the memory its KV cache moves in (proven; simulated evidence never is); the NIC to pin instead (empty when none; always one of the node's own NICs), what that NIC was verified by (pin_evidence: gpu_memory, host_memory, simulated, unprobed) and whether that was on hardware in the memory the GPU's KV cache moves in (pin_verified); the GPU's uuid, PCI address (pci_bus_id) and model from the node's latest topology (empty when it does not say); always 1. Join on node and gpu (or on uuid with DCGM's series).\n# TYPE railguard_gpu_info gauge"
     );
     for g in crate::store::read::gpu_infos(pool).await? {
         let _ = writeln!(
             out,
-            "railguard_gpu_info{{node=\"{}\",gpu=\"{}\",workload_nic=\"{}\",verification=\"{}\",path=\"{}\",proven=\"{}\",pin=\"{}\",pin_evidence=\"{}\",pin_verified=\"{}\",uuid=\"{}\",pci_bus_id=\"{}\",model=\"{}\"}} 1",
+            "railguard_gpu_info{{node=\"{}\",gpu=\"{}\",workload_nic=\"{}\",verification=\"{}\",path=\"{}\",layer=\"{}\",proven=\"{}\",pin=\"{}\",pin_evidence=\"{}\",pin_verified=\"{}\",uuid=\"{}\",pci_bus_id=\"{}\",model=\"{}\"}} 1",
             label(&g.node_id),
             g.gpu_index,
             label(g.workload_nic.as_deref().unwrap_or("")),
             g.verification.as_str(),
             label(g.evidence_path.as_deref().unwrap_or("")),
+            label(g.layer.as_deref().unwrap_or("")),
             g.proven,
             label(g.pin_nic.as_deref().unwrap_or("")),
             label(g.pin_evidence.as_deref().unwrap_or("")),
@@ -122,6 +124,36 @@ async fn gpus(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
             label(&g.pci_bus_id),
             label(&g.model)
         );
+    }
+    Ok(())
+}
+
+/// The serving engines whose in-line transfers arrived wrong by a host copy in the assessment
+/// window: engine findings, fleet-wide, never a GPU's.
+async fn engines(out: &mut String, s: &AppState) -> Result<(), ApiError> {
+    let until = chrono::Utc::now();
+    let since = until - chrono::TimeDelta::minutes(i64::from(s.window_minutes));
+    let found = crate::store::read::engine_findings(&s.pool, since, until, 100).await?;
+    let _ = writeln!(
+        out,
+        "# HELP railguard_engine_kv_mismatches In-line KV transfers that arrived with wrong bytes by a host copy in the assessment window, by the serving engine that moved them (engine, version, connector, and its settings that matter as one label): the engine's fault, no GPU's or NIC's.\n# TYPE railguard_engine_kv_mismatches gauge"
+    );
+    let _ = writeln!(
+        out,
+        "# HELP railguard_engine_kv_mismatch_gpus Distinct GPUs those mismatches were received on, by engine.\n# TYPE railguard_engine_kv_mismatch_gpus gauge"
+    );
+    for f in &found {
+        let e = f.engine.clone().unwrap_or_default();
+        let settings: Vec<String> = e.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let labels = format!(
+            "engine=\"{}\",version=\"{}\",connector=\"{}\",settings=\"{}\"",
+            label(if e.name.is_empty() { "unnamed" } else { &e.name }),
+            label(&e.version),
+            label(&e.connector),
+            label(&settings.join(","))
+        );
+        let _ = writeln!(out, "railguard_engine_kv_mismatches{{{labels}}} {}", f.mismatches);
+        let _ = writeln!(out, "railguard_engine_kv_mismatch_gpus{{{labels}}} {}", f.gpus);
     }
     Ok(())
 }

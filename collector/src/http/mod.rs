@@ -8,6 +8,7 @@ pub mod host;
 mod metrics;
 pub mod openapi;
 pub mod params;
+pub mod readers;
 mod retry;
 pub mod series;
 mod ui;
@@ -41,6 +42,8 @@ pub struct AppState {
     pub allowed_hosts: Arc<host::AllowedHosts>,
     /// The dashboard's address as people reach it, for the links alerts carry.
     pub dashboard_url: Arc<dashboard_url::DashboardUrl>,
+    /// Permits of concurrent reads ([`readers`]).
+    pub readers: Arc<tokio::sync::Semaphore>,
 }
 
 /// Headers on every response: the dashboard loads only its own script and style from the
@@ -70,17 +73,22 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/nodes/{node}/gpus/{gpu}/history", get(api::history))
         .route("/api/v1/gpus", get(api::gpus))
         .route("/api/v1/failures", get(api::failures))
+        .route("/api/v1/engines", get(api::engines))
         .route("/api/v1/patterns", get(api::patterns))
         .route("/api/v1/grid", get(api::grid))
         .route("/api/v1/fleet/series", get(series::fleet_series))
         .route("/api/v1/nodes/{node}/nics/series", get(series::nic_series))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .route_layer(middleware::from_fn_with_state(state.clone(), readers::limit));
+    let metrics = Router::new()
+        .route("/metrics", get(metrics::metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), readers::limit));
     Router::new()
         .merge(api)
+        .merge(metrics)
         .route("/", get(ui::index))
         .route("/ui/{file}", get(ui::asset))
         .route("/api/v1/openapi.json", get(openapi_json))
-        .route("/metrics", get(metrics::metrics))
         .route("/healthz", get(|| async { "ok" }))
         .layer(middleware::from_fn(retry::retry_lost_connection))
         .layer(middleware::from_fn_with_state(state.clone(), host::check_host))

@@ -26,6 +26,7 @@ use super::{api, series};
         api::gpus,
         api::history,
         api::failures,
+        api::engines,
         api::patterns,
         api::grid,
         series::fleet_series,
@@ -37,6 +38,7 @@ use super::{api, series};
         (name = "fleet", description = "The fleet at a glance"),
         (name = "nodes", description = "One node or GPU, with its evidence"),
         (name = "history", description = "What happened over time"),
+        (name = "engines", description = "Findings on the serving engines, fleet-wide (never a GPU's)"),
     )
 )]
 pub struct ApiDoc;

@@ -11,10 +11,11 @@
 //! stored once by its record ids.
 
 /// True when `e` means the connection or the server was lost, so the same work on a new
-/// connection may succeed.
+/// connection may succeed. A pool that had no connection free in time is not: it is busy, and
+/// repeating the read would add to what keeps it busy.
 pub fn is_connection_lost(e: &sqlx::Error) -> bool {
     match e {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|c| sqlstate_is_lost(&c)),
         _ => false,
     }
@@ -36,7 +37,7 @@ mod tests {
         let eof =
             std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "expected to read 5 bytes, got 0 bytes at EOF");
         assert!(is_connection_lost(&sqlx::Error::Io(eof)));
-        assert!(is_connection_lost(&sqlx::Error::PoolTimedOut));
+        assert!(!is_connection_lost(&sqlx::Error::PoolTimedOut), "busy, not lost: never repeated");
         assert!(!is_connection_lost(&sqlx::Error::RowNotFound));
         assert!(!is_connection_lost(&sqlx::Error::Protocol("bad".into())));
         for lost in ["08006", "08001", "57P01", "57P03", "40001", "25006"] {

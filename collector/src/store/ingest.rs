@@ -214,8 +214,8 @@ async fn insert_inline(
         let res = sqlx::query(
             "INSERT INTO inline_reports (record_id, node_id, observed_at, gpu_index, gpu_bdf, nic, nic_bdf, pid, process,
                 memory, path, attribution, transfers_ok, transfers_mismatch, transfers_error, bytes_verified,
-                blocks_verified, first_at, last_at, failures, failures_omitted)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+                blocks_verified, first_at, last_at, failures, failures_omitted, engine)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
              ON CONFLICT (node_id, observed_at, record_id) DO NOTHING",
         )
         .bind(id)
@@ -239,6 +239,7 @@ async fn insert_inline(
         .bind(r.last_at)
         .bind(failures)
         .bind(i64_sat(r.failures_omitted))
+        .bind(r.engine.as_ref().map(sqlx::types::Json))
         .execute(&mut **tx)
         .await?;
         stored += res.rows_affected();

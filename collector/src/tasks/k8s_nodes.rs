@@ -141,9 +141,37 @@ pub fn desired(
                 rows.len()
             ),
         ),
-        GpuStatus::Ok => ("False", "Verified", format!("all {} GPUs' KV transfers verified", rows.len())),
+        GpuStatus::Ok if rows.iter().all(|r| r.proven) => (
+            "False",
+            "Verified",
+            format!(
+                "all {} GPUs' KV transfer paths proven on hardware (their own NIC's DMA, in their KV memory)",
+                rows.len()
+            ),
+        ),
+        // Nothing against them, and not proven either: say what the evidence is.
+        GpuStatus::Ok => ("False", "Unproven", unproven_message(rows)),
     };
     Desired { status, reason, message: cut(message), corrupting: worst == GpuStatus::Corrupting }
+}
+
+/// What the `ok` GPUs of a node that are not proven rest on, by verification.
+fn unproven_message(rows: &[&GpuStatusRow]) -> String {
+    let mut by: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for r in rows.iter().filter(|r| !r.proven) {
+        let what = match r.verification {
+            crate::status::Verification::Simulated => "on the simulated fabric (no hardware exercised)",
+            crate::status::Verification::HostMemory => "on NIC DMA in host memory (their KV memory on this node)",
+            crate::status::Verification::Unproven => "on transfers that exercised no NIC (host copies)",
+            crate::status::Verification::NoRdma => "with no RDMA NIC in use",
+            crate::status::Verification::Unprobed => "on no probe",
+            crate::status::Verification::GpuMemory => "on NIC DMA in GPU memory, not proven",
+        };
+        *by.entry(what).or_default() += 1;
+    }
+    let proven = rows.iter().filter(|r| r.proven).count();
+    let rest: Vec<String> = by.into_iter().map(|(what, n)| format!("{n} {what}")).collect();
+    format!("{proven} of {} GPUs proven on hardware; nothing against the others: {}", rows.len(), rest.join(", "))
 }
 
 fn cut(mut s: String) -> String {

@@ -5,12 +5,14 @@ The source side computes a digest per KV block when it hands the blocks out
 notification, a ``send_notif``, or vLLM's ``kv_transfer_params``), and the destination
 side, after NIXL says DONE, digests what it received and compares (:func:`check`). Every
 outcome goes to the node's railguard agent (:class:`Reporter`), which attributes it to the
-GPU and NIC and turns a mismatch into a ``corrupting`` GPU. See docs/inline-verification.md.
+GPU and NIC. A mismatch moved by the GPU's NIC implicates that GPU↔NIC path; one moved by a
+host copy implicates the engine (named by :func:`engine_identity`), never the GPU. See
+docs/inline-verification.md.
 """
 
 from .digest import ALGORITHM, MIX64, MUL64, BlockError, digest_blocks
 from .manifest import Manifest, ManifestDamaged, ManifestError
-from .report import Reporter, default_reporter
+from .report import Reporter, default_reporter, engine_identity
 from .verify import Check, check, manifest_for, wait_and_check
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "check",
     "default_reporter",
     "digest_blocks",
+    "engine_identity",
     "manifest_for",
     "wait_and_check",
 ]

@@ -20,17 +20,39 @@ from typing import Optional
 DEFAULT_SOCKET = "/run/railguard/inline.sock"
 
 
+def engine_identity(name: str, version: str = "", connector: str = "", **settings) -> dict:
+    """The serving engine as railguard keys its findings: a mismatch no GPU or NIC carried (a
+    host copy) is the engine's, counted fleet-wide by this identity. ``settings`` are the
+    engine's settings that change which bytes land where (prefix caching, layout permutes),
+    by the engine's own names; values become text."""
+    if not name:
+        raise ValueError("an engine identity needs a name")
+    return {
+        "name": str(name),
+        "version": str(version),
+        "connector": str(connector),
+        "settings": {str(k): str(v) for k, v in settings.items()},
+    }
+
+
 class Reporter:
     def __init__(
         self,
         socket_path: Optional[str] = None,
         *,
+        engine: Optional[dict] = None,
         flush_interval: float = 0.5,
         max_batch: int = 1000,
         max_queue: int = 100_000,
         timeout: float = 1.0,
     ):
         self.socket_path = socket_path or os.environ.get("RAILGUARD_INLINE_SOCKET") or DEFAULT_SOCKET
+        # Sent with every message (see engine_identity); None: the engine does not say. An agent
+        # older than the field refuses it: then the message goes again without it, and so do
+        # the ones after (the agent's reports then name no engine).
+        self.engine = engine
+        self._engine_refused = False
+        self._last_answer: Optional[dict] = None
         self.flush_interval = flush_interval
         self.max_batch = max_batch
         self.timeout = timeout
@@ -148,7 +170,11 @@ class Reporter:
     def _send(self, batch: list) -> bool:
         if not self._connect():
             return False
-        line = (json.dumps({"v": 1, "results": batch}, separators=(",", ":")) + "\n").encode()
+        with_engine = self.engine is not None and not self._engine_refused
+        message = {"v": 1, "results": batch}
+        if with_engine:
+            message["engine"] = self.engine
+        line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
         try:
             self._sock.sendall(line)
         except OSError as e:
@@ -156,7 +182,14 @@ class Reporter:
             self._disconnect()
             return False
         self.sent += 1
+        self._last_answer = None
         self._read_answers(block=True)
+        refused = (self._last_answer or {}).get("error", "")
+        if with_engine and "unknown field `engine`" in str(refused):
+            # Not counted as refused: the same results go again, without the engine.
+            self.rejected -= 1
+            self._engine_refused = True
+            return self._send(batch)
         return True
 
     def _read_answers(self, block: bool) -> None:
@@ -186,6 +219,7 @@ class Reporter:
             except ValueError:
                 continue
             self.answered += 1
+            self._last_answer = a
             if "error" in a:
                 self.rejected += 1
                 self.last_error = str(a["error"])[:500]
@@ -200,13 +234,16 @@ _default: Optional[Reporter] = None
 _default_lock = threading.Lock()
 
 
-def default_reporter() -> Optional[Reporter]:
+def default_reporter(engine: Optional[dict] = None) -> Optional[Reporter]:
     """The process's reporter, to ``RAILGUARD_INLINE_SOCKET`` (default /run/railguard/inline.sock);
-    None when ``RAILGUARD_INLINE=0``."""
+    None when ``RAILGUARD_INLINE=0``. ``engine`` (see :func:`engine_identity`) names the engine
+    from then on."""
     global _default
     if os.environ.get("RAILGUARD_INLINE", "1") == "0":
         return None
     with _default_lock:
         if _default is None:
             _default = Reporter()
+        if engine is not None:
+            _default.engine = engine
         return _default

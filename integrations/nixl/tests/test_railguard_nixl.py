@@ -258,26 +258,61 @@ class Reporting(unittest.TestCase):
             srv.bind(path)
             srv.listen(1)
             got = []
+            engines = []
 
             def agent():
                 conn, _ = srv.accept()
                 f = conn.makefile("rb")
                 for line in f:
                     msg = json.loads(line)
+                    engines.append(msg.get("engine"))
                     got.extend(msg["results"])
                     bad = sum(1 for x in msg["results"] if x["status"] == "error")
                     conn.sendall(json.dumps({"accepted": len(msg["results"]) - bad, "rejected": bad,
                                              "errors": ["result 0: refused"] if bad else []}).encode() + b"\n")
 
             threading.Thread(target=agent, daemon=True).start()
-            r = rn.Reporter(path, flush_interval=0.01)
+            engine = rn.engine_identity("vllm", "0.33.0", "RailguardNixlConnector", enable_prefix_caching=True)
+            r = rn.Reporter(path, engine=engine, flush_interval=0.01)
             for i in range(25):
                 r.add(rn.Check(request=f"r{i}", status="ok", blocks=1, bytes=8))
             r.add(rn.Check(request="bad", status="error", blocks=1, bytes=8, error="x"))
             self.assertTrue(r.flush(5))
             self.assertEqual([x["request"] for x in got], [f"r{i}" for i in range(25)] + ["bad"])
             self.assertEqual((r.accepted, r.rejected), (25, 1))
+            self.assertTrue(engines and all(e == {"name": "vllm", "version": "0.33.0", "connector": "RailguardNixlConnector",
+                                                   "settings": {"enable_prefix_caching": "True"}} for e in engines), engines)
             self.assertIn("refused", r.last_error)
+            r.close()
+
+
+class EngineIdentity(unittest.TestCase):
+    def test_an_agent_that_does_not_know_the_engine_field_still_gets_every_result(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "inline.sock")
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            srv.bind(path)
+            srv.listen(1)
+            got = []
+
+            def old_agent():
+                conn, _ = srv.accept()
+                for line in conn.makefile("rb"):
+                    msg = json.loads(line)
+                    if "engine" in msg:
+                        answer = {"error": "not a JSON message {\"v\": 1, \"results\": [...]}: unknown field `engine`, expected `v` or `results`"}
+                    else:
+                        got.extend(msg["results"])
+                        answer = {"accepted": len(msg["results"]), "rejected": 0, "errors": []}
+                    conn.sendall(json.dumps(answer).encode() + b"\n")
+
+            threading.Thread(target=old_agent, daemon=True).start()
+            r = rn.Reporter(path, engine=rn.engine_identity("vllm", "0.33.0"), flush_interval=0.01)
+            for i in range(10):
+                r.add(rn.Check(request=f"r{i}", status="ok", blocks=1, bytes=8))
+            self.assertTrue(r.flush(5))
+            self.assertEqual([x["request"] for x in got], [f"r{i}" for i in range(10)])
+            self.assertEqual((r.accepted, r.rejected), (10, 0))
             r.close()
 
 

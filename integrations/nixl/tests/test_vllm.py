@@ -73,5 +73,29 @@ class VllmConnector(unittest.TestCase):
             self.assertEqual(len(s["invalid_block_ids"]), 5, s)
 
 
+@unittest.skipUnless(HAVE_VLLM, "vllm is not installed in this environment")
+class UnverifiableConfigurations(unittest.TestCase):
+    """A setting that rewrites received blocks in place (a permuted KV layout) is refused when
+    the engine starts, with the setting that fixes it, rather than failing every clean request."""
+
+    def config(self, **extra):
+        from vllm.config import KVTransferConfig
+
+        return KVTransferConfig(kv_connector="RailguardNixlConnector", kv_connector_module_path="railguard_nixl.vllm",
+                                kv_role="kv_consumer", kv_connector_extra_config=extra)
+
+    def test_a_permuted_layout_is_refused_at_start_or_served_unverified_when_allowed(self):
+        from railguard_nixl.vllm.connector import Settings, UnverifiableConfig
+
+        self.assertEqual(Settings.of(self.config()).unverifiable, "", "the default layout is verified")
+        with self.assertRaises(UnverifiableConfig) as e:
+            Settings.of(self.config(enable_permute_local_kv="True"))
+        self.assertIn("enable_permute_local_kv", str(e.exception))
+        self.assertIn("railguard_unverifiable='allow'", str(e.exception))
+        allowed = Settings.of(self.config(enable_permute_local_kv="True", railguard_unverifiable="allow"))
+        self.assertIn("not checkable", allowed.unverifiable)
+        self.assertFalse(allowed.fail_unverifiable)
+
+
 if __name__ == "__main__":
     unittest.main()

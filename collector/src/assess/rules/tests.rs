@@ -56,6 +56,7 @@ fn seed_gpu(g: u32, workload: &str, structural: RiskLevel) -> GpuInput {
             4
         ],
         signals: vec![],
+        topology_gap: None,
     }
 }
 
@@ -134,7 +135,7 @@ fn corrupting_holds_until_enough_verified_probes() {
     i.pairs = vec![pair("mlx5_1", 2, 0)];
     i.workload_recent =
         vec![ProbeVerdict::Ok, ProbeVerdict::Ok, ProbeVerdict::SilentCorruption, ProbeVerdict::SilentCorruption];
-    let prev = Some(Previous { status: GpuStatus::Corrupting });
+    let prev = Some(Previous { status: GpuStatus::Corrupting, layer: Some(railguard_schema::Layer::Fabric) });
     let a = assess(&i, prev, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Corrupting);
     assert!(a.reasons[0].contains("2 so far"), "{:?}", a.reasons);
@@ -295,6 +296,7 @@ fn an_inline_mismatch_is_corrupting_at_once_and_names_the_requests() {
     p.inline = InlineCounts {
         ok: 41,
         mismatch: 1,
+        mismatch_nic: 1,
         failures: vec![
             "request req-17 from prefill-0: 8 of 32 blocks differ, the first bad block starts at byte 786432".into(),
         ],
@@ -303,7 +305,8 @@ fn an_inline_mismatch_is_corrupting_at_once_and_names_the_requests() {
     let a = assess(&inline_gpu(vec![p, pair("mlx5_1", 3, 0)]), None, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Corrupting, "{:?}", a.reasons);
     assert!(a.reasons[0].contains("in-line verification caught 1 of 42"), "{}", a.reasons[0]);
-    assert!(a.reasons[0].contains("a host copy"), "no transfer was attributed to the NIC's DMA: {}", a.reasons[0]);
+    assert!(a.reasons[0].contains("moved by mlx5_3's DMA, so the GPU↔NIC path is implicated"), "{}", a.reasons[0]);
+    assert_eq!(a.layer, Some(Layer::Fabric));
     assert!(a.reasons[0].contains("(the NIC its workload uses)"), "{}", a.reasons[0]);
     assert!(a.reasons[0].contains("req-17") && a.reasons[0].contains("8 of 32 blocks"), "{}", a.reasons[0]);
     assert_eq!(a.recommendation.as_ref().map(ToString::to_string).as_deref(), Some("UCX_NET_DEVICES=mlx5_1:1"));
@@ -381,26 +384,77 @@ fn nic_dma_in_host_memory_on_a_gpudirect_node_is_watch_with_the_reason() {
 }
 
 #[test]
-fn an_inline_mismatch_says_whether_the_nic_carried_the_bytes() {
+fn an_inline_mismatch_names_the_layer_that_carried_the_bytes() {
     let mismatch = |mismatch_nic| {
         let mut p = pair("mlx5_3", 5, 0);
-        p.inline = InlineCounts { ok: 9, mismatch: 2, mismatch_nic, ..Default::default() };
-        assess(&inline_gpu(vec![p]), None, &RulesConfig::default())
+        p.inline = InlineCounts {
+            ok: 9,
+            mismatch: 2,
+            mismatch_nic,
+            engines: vec!["vllm 0.33.0 (RailguardNixlConnector)".into()],
+            ..Default::default()
+        };
+        let mut i = inline_gpu(vec![p]);
+        i.workload_recent = vec![ProbeVerdict::Ok; 5];
+        assess(&i, None, &RulesConfig::default())
     };
+    // Through the pair's NIC: the fabric path; the GPU is corrupting and gets a pin.
     let a = mismatch(2);
-    assert_eq!((a.status, a.path), (GpuStatus::Corrupting, Some(railguard_schema::DataPath::NicDma)));
-    assert!(a.reasons[0].contains("moved by mlx5_3's DMA, so the NIC path is implicated"), "{}", a.reasons[0]);
+    assert_eq!((a.status, a.layer, a.path), (GpuStatus::Corrupting, Some(Layer::Fabric), Some(DataPath::NicDma)));
+    assert!(a.reasons[0].contains("moved by mlx5_3's DMA, so the GPU↔NIC path is implicated"), "{}", a.reasons[0]);
+    assert!(a.recommendation.is_some());
+    // By a host copy: the engine's finding, named; the GPU, verified by its probes, stays ok,
+    // with no pin (nothing of its path is to blame).
     let a = mismatch(0);
-    assert_eq!((a.status, a.path), (GpuStatus::Corrupting, Some(railguard_schema::DataPath::HostCopy)));
+    assert_eq!((a.status, a.layer, a.recommendation.as_ref()), (GpuStatus::Ok, None, None), "{:?}", a.reasons);
+    assert!(a.reasons[0].contains("every probe in the last 15 min verified"), "{:?}", a.reasons);
+    let engine = a.findings.iter().find(|f| f.layer == Layer::Engine).expect("an engine finding");
+    assert_eq!(engine.calls_for, GpuStatus::Corrupting);
     assert!(
-        a.reasons[0].contains("a host copy") && a.reasons[0].contains("the NIC is not implicated"),
+        engine.reason.contains("moved by a host copy")
+            && engine.reason.contains("neither mlx5_3 nor GPU3 is implicated")
+            && engine.reason.contains("vllm 0.33.0 (RailguardNixlConnector)"),
         "{}",
-        a.reasons[0]
+        engine.reason
     );
+    // Both: the NIC's part marks the GPU, the host copies stay the engine's.
+    let a = mismatch(1);
+    assert_eq!((a.status, a.layer), (GpuStatus::Corrupting, Some(Layer::Fabric)));
+    assert_eq!(a.findings.iter().filter(|f| f.layer == Layer::Engine).count(), 1);
 }
 
 #[test]
-fn inline_transfer_errors_raise_watch_then_at_risk() {
+fn mismatches_from_a_source_that_corrupts_other_gpus_too_are_the_other_ends() {
+    let with = |mismatch_remote| {
+        let mut p = pair("mlx5_3", 5, 0);
+        p.inline = InlineCounts {
+            ok: 30,
+            mismatch: 2,
+            mismatch_nic: 2,
+            mismatch_remote,
+            remotes: vec!["prefill-7 (wrong bytes on 4 GPUs)".into()],
+            ..Default::default()
+        };
+        let mut i = inline_gpu(vec![p]);
+        i.workload_recent = vec![ProbeVerdict::Ok; 5];
+        assess(&i, None, &RulesConfig::default())
+    };
+    let a = with(2);
+    assert_eq!((a.status, a.layer, a.recommendation.as_ref()), (GpuStatus::Ok, None, None), "{:?}", a.findings);
+    let remote = a.findings.iter().find(|f| f.layer == Layer::Remote).expect("a remote finding");
+    assert!(
+        remote.reason.contains("prefill-7 (wrong bytes on 4 GPUs)") && remote.reason.contains("not GPU3"),
+        "{}",
+        remote.reason
+    );
+    // Part of them from elsewhere: that part is this pair's.
+    let a = with(1);
+    assert_eq!((a.status, a.layer), (GpuStatus::Corrupting, Some(Layer::Fabric)), "{:?}", a.findings);
+    assert!(a.reasons[0].contains("caught 1 of 32"), "{}", a.reasons[0]);
+}
+
+#[test]
+fn inline_transfer_errors_tell_no_layer_and_are_at_most_watch() {
     let with = |error| {
         let mut p = pair("mlx5_3", 4, 0);
         p.inline = InlineCounts {
@@ -413,6 +467,67 @@ fn inline_transfer_errors_raise_watch_then_at_risk() {
     };
     assert_eq!(with(1).status, GpuStatus::Watch);
     let a = with(3);
-    assert_eq!(a.status, GpuStatus::AtRisk);
+    assert_eq!((a.status, a.layer), (GpuStatus::Watch, Some(Layer::Undetermined)), "{:?}", a.findings);
     assert!(a.reasons[0].contains("NIXL reported an error on 3 of 13") && a.reasons[0].contains("REMOTE_DISCONNECT"));
+    assert_eq!(a.findings[0].calls_for, GpuStatus::AtRisk, "what the evidence calls for is kept");
+}
+
+#[test]
+fn a_gpu_its_topology_does_not_list_is_unknown_never_ok() {
+    let mut i = seed_gpu(1, "mlx5_1", RiskLevel::None);
+    i.pairs = vec![pair("mlx5_1", 8, 0)];
+    i.workload_recent = vec![ProbeVerdict::Ok; 8];
+    assert_eq!(assess(&i, None, &RulesConfig::default()).status, GpuStatus::Ok, "the control");
+    // A node that sent no topology: evidence arrives, nothing names the workload NIC.
+    let mut bare = GpuInput { node: "n".into(), gpu: 1, pairs: i.pairs.clone(), ..Default::default() };
+    bare.topology_gap = Some(TopologyGap::NoTopology);
+    let a = assess(&bare, None, &RulesConfig::default());
+    assert_eq!((a.status, a.layer, a.proven), (GpuStatus::Unknown, Some(Layer::Host), false), "{:?}", a.reasons);
+    assert!(a.reasons[0].contains("has sent no topology") && a.reasons[0].contains("--topology-interval 0"));
+    bare.topology_gap = Some(TopologyGap::NotListed);
+    let a = assess(&bare, None, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Unknown);
+    assert!(a.reasons[0].contains("latest topology does not list it"), "{:?}", a.reasons);
+}
+
+#[test]
+fn a_gpu_with_no_rdma_nic_in_use_is_its_own_state_never_ok() {
+    let i =
+        GpuInput { node: "n".into(), gpu: 2, structural: Some(RiskLevel::None), kv: gpu_kv(), ..Default::default() };
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!(
+        (a.status, a.verification, a.proven),
+        (GpuStatus::Watch, Verification::NoRdma, false),
+        "{:?}",
+        a.reasons
+    );
+    assert!(a.reasons[0].contains("no RDMA NIC in use") && a.reasons[0].contains("mlx5_ib"), "{:?}", a.reasons);
+}
+
+#[test]
+fn only_the_hardware_of_the_gpus_own_path_marks_it() {
+    let mut i = seed_gpu(1, "mlx5_1", RiskLevel::None);
+    i.pairs = vec![pair("mlx5_1", 8, 0)];
+    i.workload_recent = vec![ProbeVerdict::Ok; 8];
+    let signal = |kind, on_nic, count| SignalCount { kind, count, summary: "s".into(), xid: None, on_nic };
+    // The agent's own troubles are the host's: shown, never on the GPU.
+    i.signals = vec![signal(SignalKind::AgentSpoolDrops, false, 5)];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!((a.status, a.layer), (GpuStatus::Ok, None), "{:?}", a.findings);
+    assert_eq!(a.findings.iter().find(|f| f.reason.contains("agent_spool_drops")).map(|f| f.layer), Some(Layer::Host));
+    // The NIC's error completions are the NIC's; a translation fault is the fabric path's; an Xid the GPU's.
+    for (kind, on_nic, layer) in [
+        (SignalKind::Mlx5ErrorCqe, true, Layer::Nic),
+        (SignalKind::DmarFault, false, Layer::Fabric),
+        (SignalKind::GpuXid, false, Layer::Gpu),
+    ] {
+        i.signals = vec![signal(kind, on_nic, 3)];
+        let a = assess(&i, None, &RulesConfig::default());
+        assert!(a.status > GpuStatus::Ok && a.layer == Some(layer), "{kind:?}: {:?} {:?}", a.status, a.findings);
+    }
+    // A corrupting status that rested on the engine is not held by the hysteresis.
+    let prev = Some(Previous { status: GpuStatus::Corrupting, layer: Some(Layer::Engine) });
+    i.signals.clear();
+    i.workload_recent = vec![ProbeVerdict::Ok];
+    assert_eq!(assess(&i, prev, &RulesConfig::default()).status, GpuStatus::Ok);
 }

@@ -250,6 +250,9 @@ pub struct GpuInfo {
     pub evidence_path: Option<String>,
     /// The workload pair was proven on hardware, through its own NIC, in its KV memory.
     pub proven: bool,
+    /// The layer the GPU's status rests on (`fabric`, `nic`, `gpu`, `host`, `undetermined`);
+    /// none when nothing is against it.
+    pub layer: Option<String>,
     /// From the node's latest topology (empty when it does not say): the GPU's UUID, PCI
     /// address and model, so a dashboard joins railguard's GPU to DCGM's or the scheduler's.
     pub uuid: String,
@@ -261,7 +264,7 @@ pub struct GpuInfo {
 pub async fn gpu_infos(pool: &PgPool) -> Result<Vec<GpuInfo>, sqlx::Error> {
     sqlx::query_as(
         "SELECT s.node_id, s.gpu_index, s.workload_nic, s.verification, s.pin_nic, s.pin_evidence, s.pin_verified,
-                s.evidence_path, s.proven, coalesce(g.uuid, '') AS uuid, coalesce(g.bdf, '') AS pci_bus_id,
+                s.evidence_path, s.proven, s.layer, coalesce(g.uuid, '') AS uuid, coalesce(g.bdf, '') AS pci_bus_id,
                 coalesce(g.name, '') AS model
          FROM gpu_status s
          LEFT JOIN latest_topology t ON t.node_id = s.node_id

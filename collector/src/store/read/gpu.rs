@@ -37,6 +37,13 @@ pub struct GpuStatusRow {
     /// The evidence chain, most important first.
     #[sqlx(json)]
     pub reasons: Vec<String>,
+    /// Every finding with the layer its evidence implicates (`fabric`, `nic`, `gpu`, `host`,
+    /// `engine`, `remote`, `undetermined`) and the status it calls for, most important first.
+    /// Only the hardware layers of the GPU's own path (fabric, nic, gpu) set its status.
+    #[sqlx(json)]
+    pub findings: Vec<crate::status::Finding>,
+    /// The layer the status rests on; null when nothing is against the GPU.
+    pub layer: Option<railguard_schema::Layer>,
     /// `UCX_NET_DEVICES=...` for the GPU's process, when it should move.
     pub recommendation: Option<String>,
     /// What carried the evidence the status rests on: `nic_dma` (the pair's NIC), `host_copy`

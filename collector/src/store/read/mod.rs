@@ -5,7 +5,7 @@
 //! Status order lives in Postgres (`gpu_status_kind`'s declaration order: worst last); enums are
 //! decoded into the domain types, and a row that does not decode is an error, never a default.
 //!
-//! Rooms: [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status and
+//! Rooms: [`engines`] (engine findings, fleet-wide), [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status and
 //! records), [`history`] (across the storage tiers), [`series`] (time series for the plots).
 
 // SQL fragments shared by several queries, as macros so every query stays one compile-time
@@ -14,7 +14,7 @@ macro_rules! gpu_status_columns {
     () => {
         "node_id AS node, gpu_index AS gpu, status, verification, since, assessed_at AS changed_at,
          (SELECT n.assessed_at FROM nodes n WHERE n.node_id = gpu_status.node_id) AS assessed_at,
-         workload_nic, structural_risk, reasons, recommendation, evidence_path AS path, proven, pin_verified,
+         workload_nic, structural_risk, reasons, findings, layer, recommendation, evidence_path AS path, proven, pin_verified,
          CASE WHEN pin_nic IS NULL THEN NULL ELSE jsonb_build_object(
              'nic', pin_nic, 'env', 'UCX_NET_DEVICES=' || pin_nic || ':1', 'verified', pin_verified,
              'evidence', pin_evidence, 'why', reasons->>0,
@@ -32,12 +32,14 @@ macro_rules! gpu_status_columns {
     };
 }
 
+mod engines;
 mod fleet;
 mod gpu;
 mod history;
 mod node;
 mod series;
 
+pub use engines::*;
 pub use fleet::*;
 pub use gpu::*;
 pub use history::*;

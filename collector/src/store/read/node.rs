@@ -231,7 +231,7 @@ pub struct InlineRow {
     pub ok: i64,
     /// Of those, moved while the process held RDMA queue pairs on the NIC.
     pub ok_nic: i64,
-    /// Of those, into GPU memory (proof of the pair, as a probe in GPU memory).
+    /// Of those, into GPU memory (they confirm the pair; a probe in GPU memory proves it).
     pub ok_gpu_memory: i64,
     /// NIXL said DONE and the bytes were wrong.
     pub mismatch: i64,

@@ -13,9 +13,11 @@ fn row(node: &str, gpu: i32, status: GpuStatus, age_s: i64) -> GpuStatusRow {
         workload_nic: Some(format!("mlx5_{gpu}")),
         structural_risk: None,
         reasons: vec![],
+        findings: vec![],
+        layer: (status > GpuStatus::Ok).then_some(railguard_schema::Layer::Fabric),
         recommendation: (status >= GpuStatus::AtRisk).then(|| "UCX_NET_DEVICES=mlx5_0:1".to_owned()),
         path: Some(railguard_schema::DataPath::NicDma),
-        proven: status == GpuStatus::Ok,
+        proven: false,
         pin_verified: status >= GpuStatus::AtRisk,
         pin: None,
         workload_pinned: Some(false),
@@ -48,7 +50,19 @@ fn the_condition_names_the_gpus_and_pins_and_goes_unknown_when_stale() {
     assert_eq!((d.status, d.reason, d.corrupting), ("True", "GPUAtRisk", false));
     let d = desired(&[&row("n", 1, GpuStatus::Watch, 5), &row("n", 2, GpuStatus::Ok, 5)], Some(now), now, stale);
     assert_eq!((d.status, d.reason), ("False", "Unverified"));
-    assert_eq!(desired(&[&row("n", 1, GpuStatus::Ok, 5)], Some(now), now, stale).reason, "Verified");
+    // `Verified` only when every GPU is proven on hardware; otherwise the evidence is named.
+    let proven = |g| GpuStatusRow { proven: true, ..row("n", g, GpuStatus::Ok, 5) };
+    let d = desired(&[&proven(1), &proven(2)], Some(now), now, stale);
+    assert_eq!((d.status, d.reason), ("False", "Verified"), "{}", d.message);
+    let simulated = GpuStatusRow { verification: Verification::Simulated, ..row("n", 2, GpuStatus::Ok, 5) };
+    let d = desired(&[&proven(1), &simulated], Some(now), now, stale);
+    assert_eq!((d.status, d.reason), ("False", "Unproven"));
+    assert_eq!(
+        d.message,
+        "1 of 2 GPUs proven on hardware; nothing against the others: 1 on the simulated fabric (no hardware exercised)"
+    );
+    let unprobed = GpuStatusRow { verification: Verification::Unprobed, ..row("n", 3, GpuStatus::Ok, 5) };
+    assert!(desired(&[&unprobed], Some(now), now, stale).message.contains("1 on no probe"));
     // The fleet's last assessment is 15 minutes old (or there was none): unknown, not corrupting.
     let old = Some(now - chrono::TimeDelta::seconds(900));
     let d = desired(&[&row("n", 1, GpuStatus::Corrupting, 900)], old, now, stale);

@@ -19,7 +19,9 @@ Settings (``kv_connector_extra_config``):
 
 * ``railguard_unverifiable``: ``"fail"`` (default) or ``"allow"``: what to do with a request
   that could not be checked (a prefill without railguard, a heterogeneous layout). Mismatches
-  always fail.
+  always fail. A setting that rewrites received blocks before they can be digested
+  (``enable_permute_local_kv``, ``enable_heterogeneous_attn_post_process``) is refused when the
+  engine starts under ``"fail"``, and makes every request unverified under ``"allow"``.
 * ``railguard_socket``: the agent's socket (default ``$RAILGUARD_INLINE_SOCKET``, else
   ``/run/railguard/inline.sock``).
 * ``railguard_allow_untested_vllm``: ``true`` to run on a vLLM release this connector was not
@@ -40,7 +42,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker import NixlPu
 
 from ..digest import BlockError
 from ..manifest import Manifest, ManifestError
-from ..report import Reporter, default_reporter
+from ..report import Reporter, default_reporter, engine_identity
 from ..verify import Check, compare
 from .carrier import KEY, DigestPlan, Expectation, ManifestBatch, Outbox
 from .regions import RegionError, Regions
@@ -55,10 +57,41 @@ class UntestedVllm(RuntimeError):
     pass
 
 
+class UnverifiableConfig(RuntimeError):
+    """A vLLM configuration whose received KV blocks this connector cannot verify: refused at
+    engine start (one message, with the setting that fixes it), not one failed request at a time."""
+
+
+# vLLM settings that rewrite received blocks in place after the READ, before this connector
+# digests them: the digests would compare the rewritten bytes with the prefill side's and call
+# every clean transfer a mismatch.
+_REWRITES = (
+    ("enable_permute_local_kv", "prefill and decode with different KV layouts (HND/NHD), permuted after arrival"),
+    ("enable_heterogeneous_attn_post_process", "received blocks post-processed for a heterogeneous attention backend"),
+)
+
+
+def _on(v) -> bool:
+    return v is True or str(v).strip().lower() in ("1", "true", "yes", "on")
+
+
+def rewrites_of(kv_transfer_config) -> list[str]:
+    """The settings of ``kv_transfer_config`` that rewrite received blocks, in words."""
+    out = []
+    for name, what in _REWRITES:
+        # A field of vLLM's KVTransferConfig, or (as some deployments pass it) an extra setting.
+        if _on(getattr(kv_transfer_config, name, None)) or _on(kv_transfer_config.get_from_extra_config(name, None)):
+            out.append(f"{name} ({what})")
+    return out
+
+
 @dataclass(frozen=True)
 class Settings:
     fail_unverifiable: bool = True
     socket: str | None = None
+    # Why no request of this engine can be verified (a setting that rewrites received blocks,
+    # allowed by railguard_unverifiable='allow'); empty: they can be.
+    unverifiable: str = ""
 
     @classmethod
     def of(cls, kv_transfer_config) -> "Settings":
@@ -71,7 +104,49 @@ class Settings:
                 f"railguard's NIXL connector was tested with vLLM {', '.join(TESTED_VLLM)}, not "
                 f"{vllm.__version__}; set kv_connector_extra_config.railguard_allow_untested_vllm"
             )
-        return cls(fail_unverifiable=mode == "fail", socket=get("railguard_socket", None))
+        rewrites = rewrites_of(kv_transfer_config)
+        unverifiable = ""
+        if rewrites:
+            unverifiable = "not checkable: vLLM rewrites received blocks in place before they can be digested: " + "; ".join(rewrites)
+            if mode == "fail":
+                raise UnverifiableConfig(
+                    f"railguard cannot verify this engine's KV transfers: {'; '.join(rewrites)} rewrites each received "
+                    "block before it can be compared with the prefill side's digests, so every clean transfer would "
+                    "read as corrupt. Run prefill and decode with one KV layout (the same VLLM_KV_CACHE_LAYOUT and "
+                    "attention backend, without that setting), or set kv_connector_extra_config."
+                    "railguard_unverifiable='allow' to serve these requests unverified (each reported as not checkable)."
+                )
+            logger.warning("railguard: %s; every request is served unverified (railguard_unverifiable='allow')", unverifiable)
+        return cls(fail_unverifiable=mode == "fail", socket=get("railguard_socket", None), unverifiable=unverifiable)
+
+
+# vLLM settings that change which bytes land in which KV block (read where vLLM keeps them; a
+# setting this vLLM does not have is left out).
+_ENGINE_SETTINGS = (
+    ("cache_config", "enable_prefix_caching"),
+    ("cache_config", "block_size"),
+    ("cache_config", "cache_dtype"),
+    ("parallel_config", "tensor_parallel_size"),
+    ("parallel_config", "pipeline_parallel_size"),
+)
+_EXTRA_SETTINGS = ("enable_permute_local_kv", "enable_heterogeneous_attn_post_process", "kv_buffer_device")
+
+
+def engine_of(vllm_config, kv_transfer_config) -> dict:
+    """This vLLM as railguard keys engine findings: its version, this connector, and the
+    settings that change which bytes land where."""
+    settings = {}
+    for part, name in _ENGINE_SETTINGS:
+        v = getattr(getattr(vllm_config, part, None), name, None)
+        if v is not None:
+            settings[name] = v
+    for name in _EXTRA_SETTINGS:
+        v = kv_transfer_config.get_from_extra_config(name, None)
+        if v is None:
+            v = getattr(kv_transfer_config, name, None)
+        if v is not None:
+            settings[name] = v
+    return engine_identity("vllm", vllm.__version__, "RailguardNixlConnector", **settings)
 
 
 @dataclass
@@ -104,7 +179,8 @@ class RailguardPullWorker(NixlPullConnectorWorker):
         self._rg_current: str | None = None
         self._rg_made: dict[str, dict[str, str]] = {}
         self._rg_made_errors: dict[str, str] = {}
-        self._rg_reporter = Reporter(settings.socket) if settings.socket else None
+        self._rg_engine = engine_of(vllm_config, vllm_config.kv_transfer_config)
+        self._rg_reporter = Reporter(settings.socket, engine=self._rg_engine) if settings.socket else None
         self.rg_checks: list[Check] = []  # the last outcomes, newest last (bounded)
 
     # ---- registration ----
@@ -153,6 +229,7 @@ class RailguardPullWorker(NixlPullConnectorWorker):
             self._rg_pending[req_id] = _Pending(
                 expectation=expect.get(req_id),
                 local_logical=list(meta.local_block_ids[0]) if meta.local_block_ids else [],
+                unverifiable=self._rg_settings.unverifiable,
             )
 
     def _read_blocks(self, read_spec, dst_engine_id, request_id, *args, **kwargs):
@@ -285,7 +362,7 @@ class RailguardPullWorker(NixlPullConnectorWorker):
         return {local[i] // ratio for i in check.bad_blocks}
 
     def _rg_reporter_or_default(self):
-        return self._rg_reporter if self._rg_reporter is not None else default_reporter()
+        return self._rg_reporter if self._rg_reporter is not None else default_reporter(engine=self._rg_engine)
 
     def _rg_report(self, c: Check) -> None:
         r = self._rg_reporter_or_default()

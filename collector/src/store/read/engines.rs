@@ -1,0 +1,92 @@
+//! Engine findings: in-line mismatches the engine itself caused (bytes moved by a host copy, so
+//! no GPU or NIC carried them), keyed by the engine's identity across the fleet. They are never
+//! a GPU's: no status, pin, taint or quarantine rests on them.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+use utoipa::ToSchema;
+
+/// One engine's in-line mismatches in a period, fleet-wide.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct EngineFinding {
+    /// The engine as its connector named itself; null for a library that did not say.
+    pub engine: Option<railguard_schema::EngineIdentity>,
+    /// The engine in words ("vllm 0.33.0 (RailguardNixlConnector; enable_prefix_caching=true)").
+    pub label: String,
+    /// Always `engine`: the layer this finding implicates.
+    pub layer: railguard_schema::Layer,
+    /// Transfers that arrived with wrong bytes by a host copy.
+    pub mismatches: i64,
+    /// Distinct GPUs and nodes they were received on.
+    pub gpus: i64,
+    pub nodes: i64,
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+    /// The finding in words.
+    pub reason: String,
+}
+
+/// The label of an engine that did not name itself.
+pub const UNNAMED_ENGINE: &str = "an engine that did not name itself";
+
+/// Each engine's in-line mismatches by host copy in `since..=until`, most first (at most
+/// `limit` engines).
+pub async fn engine_findings(
+    pool: &PgPool,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<EngineFinding>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        engine: Option<sqlx::types::Json<serde_json::Value>>,
+        mismatches: i64,
+        gpus: i64,
+        nodes: i64,
+        first_at: DateTime<Utc>,
+        last_at: DateTime<Utc>,
+    }
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT engine, least(sum(transfers_mismatch), 4611686018427387904)::bigint AS mismatches,
+                count(DISTINCT (node_id, gpu_index)) AS gpus, count(DISTINCT node_id) AS nodes,
+                min(first_at) AS first_at, max(last_at) AS last_at
+         FROM inline_reports
+         WHERE observed_at >= $1 AND observed_at <= $2 AND transfers_mismatch > 0 AND path = 'host_copy'
+         GROUP BY engine ORDER BY mismatches DESC, engine LIMIT $3",
+    )
+    .bind(since)
+    .bind(until)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            // A stored engine that no longer decodes is shown as unnamed, its counts kept.
+            let engine: Option<railguard_schema::EngineIdentity> =
+                r.engine.and_then(|e| serde_json::from_value(e.0).ok());
+            let label = engine.as_ref().map_or_else(|| UNNAMED_ENGINE.to_owned(), |e| e.label());
+            let reason = format!(
+                "{label}: {} in-line mismatch{} on {} GPU{} of {} node{}, by host copy: the engine moved those bytes, not a GPU or NIC",
+                r.mismatches,
+                if r.mismatches == 1 { "" } else { "es" },
+                r.gpus,
+                if r.gpus == 1 { "" } else { "s" },
+                r.nodes,
+                if r.nodes == 1 { "" } else { "s" },
+            );
+            EngineFinding {
+                engine,
+                label,
+                layer: railguard_schema::Layer::Engine,
+                mismatches: r.mismatches,
+                gpus: r.gpus,
+                nodes: r.nodes,
+                first_at: r.first_at,
+                last_at: r.last_at,
+                reason,
+            }
+        })
+        .collect())
+}

@@ -1,0 +1,178 @@
+//! Naming the culprit, on the collector binary and real Postgres, records as agents send them:
+//! every finding names the layer its evidence implicates, and only the hardware of a GPU's own
+//! path marks it.
+//!
+//! - an in-line mismatch moved by a host copy is the engine's: the GPU is not `corrupting`, has
+//!   no pin, and the engine is named fleet-wide (API and /metrics);
+//! - mismatches on four decode GPUs of two nodes, through their own NICs, all from one source
+//!   that sent wrong bytes to no other destination are the other end's, naming that source; a
+//!   GPU with wrong bytes from a source of its own is its own path's (`corrupting`);
+//! - a node that sent no topology has no `ok` GPU (`unknown`, with the reason);
+//! - a node whose evidence is all simulated is not `Verified` in its Kubernetes condition.
+#![allow(clippy::unwrap_used)] // test code: failures should panic loudly
+
+use std::time::Duration;
+
+use chrono::Utc;
+use railguard_agent::topology::fixture;
+use railguard_e2e::scripted::{json, probe_rec, send, topo_rec, topology};
+use railguard_e2e::*;
+use railguard_schema::*;
+use serde_json::Value;
+
+/// The workload's transfers on GPU `gpu` through NIC `mlx5_<gpu>`: `mismatch` of them wrong, each
+/// from `remote`, moved by `path`, made by `engine`.
+fn inline(gpu: u32, mismatch: u64, remote: &str, path: DataPath, engine: Option<EngineIdentity>) -> wire::Record {
+    let at = Utc::now() - chrono::Duration::seconds(5);
+    let failures = (0..mismatch)
+        .map(|k| InlineFailure {
+            request: format!("req-{gpu}-{k}"),
+            remote: remote.into(),
+            mismatch: true,
+            blocks: 32,
+            bad_blocks: 32,
+            bad_block_indices: vec![0],
+            first_bad_offset: Some(0),
+            error: String::new(),
+            at,
+            bytes: 1 << 20,
+        })
+        .collect();
+    Record {
+        id: RecordId::random(),
+        observed_at: at,
+        body: RecordBody::Inline(InlineReport {
+            gpu: Some(gpu),
+            gpu_bdf: None,
+            nic: format!("mlx5_{gpu}"),
+            nic_bdf: None,
+            pid: 4242,
+            process: "vllm".into(),
+            memory: if path == DataPath::NicDma { Memory::Cuda } else { Memory::Host },
+            path,
+            attribution: "test".into(),
+            transfers_ok: 40,
+            transfers_mismatch: mismatch,
+            transfers_error: 0,
+            bytes_verified: 40 << 20,
+            blocks_verified: 40 * 32,
+            first_at: at - chrono::Duration::seconds(1),
+            last_at: at,
+            failures,
+            failures_omitted: 0,
+            engine,
+        }),
+    }
+    .into()
+}
+
+/// A healthy bare-metal node's topology and ok probes of every GPU's own pair (simulated).
+fn healthy() -> Vec<wire::Record> {
+    let mut r = vec![topo_rec(topology(&fixture::dgx_h100_like(), None))];
+    for g in 0..8u32 {
+        r.extend(
+            (0..4).map(|k| probe_rec(g, &format!("mlx5_{g}"), ProbeVerdict::Ok, PairSelection::Predicted, 30 + k)),
+        );
+    }
+    r
+}
+
+fn gpu(c: &CollectorProc, node: &str, g: u32) -> Value {
+    json(c, &format!("/api/v1/nodes/{node}/gpus/{g}"))["status"].clone()
+}
+
+fn layers(v: &Value) -> Vec<String> {
+    v["findings"].as_array().unwrap().iter().map(|f| f["layer"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_finding_names_its_layer_and_only_hardware_marks_a_gpu() {
+    let pg = TestPg::start().await;
+    let nodes = ["eng", "dec-a", "dec-b", "no-topo"];
+    let c = CollectorProc::start_with(&pg.url(), &nodes, &[]);
+    let vllm = EngineIdentity {
+        name: "vllm".into(),
+        version: "0.33.0".into(),
+        connector: "RailguardNixlConnector".into(),
+        settings: [("enable_prefix_caching".to_owned(), "true".to_owned())].into(),
+    };
+    // The engine: three transfers on eng's GPU2 arrive wrong, moved by a host copy.
+    let mut eng = healthy();
+    eng.push(inline(2, 3, "prefill-0", DataPath::HostCopy, Some(vllm)));
+    send(&c, "eng", eng).await;
+    // The other end: prefill-7 sends wrong bytes to GPUs 0 and 1 of dec-a and dec-b, through
+    // their own NICs; dec-a's GPU2 gets wrong bytes from prefill-9 alone (its own source).
+    for node in ["dec-a", "dec-b"] {
+        let mut recs = healthy();
+        recs.push(inline(0, 1, "prefill-7", DataPath::NicDma, None));
+        recs.push(inline(1, 2, "prefill-7", DataPath::NicDma, None));
+        if node == "dec-a" {
+            recs.push(inline(2, 1, "prefill-9", DataPath::NicDma, None));
+        }
+        send(&c, node, recs).await;
+    }
+    // No topology: probes arrive, nothing names the GPUs' workload NICs.
+    send(
+        &c,
+        "no-topo",
+        (0..4).map(|k| probe_rec(1, "mlx5_1", ProbeVerdict::Ok, PairSelection::Predicted, 30 + k)).collect(),
+    )
+    .await;
+    wait::until("every GPU assessed", Duration::from_secs(60), || {
+        let n: usize =
+            nodes.iter().map(|n| json(&c, &format!("/api/v1/nodes/{n}"))["gpus"].as_array().map_or(0, Vec::len)).sum();
+        if n >= 25 { Ok(()) } else { Err(n) }
+    });
+    c.wait_for_a_later_pass();
+
+    // The engine's: GPU2 is not corrupting, has no pin, and carries the engine finding.
+    let g2 = gpu(&c, "eng", 2);
+    assert_ne!(g2["status"], "corrupting", "{g2}");
+    assert!(g2["recommendation"].is_null() && g2["pin"].is_null(), "{g2}");
+    assert!(layers(&g2).contains(&"engine".to_owned()), "{g2}");
+    let engines = json(&c, "/api/v1/engines?since=1h");
+    let e = &engines["engines"][0];
+    assert_eq!(
+        (e["label"].as_str(), e["mismatches"].as_i64(), e["gpus"].as_i64()),
+        (Some("vllm 0.33.0 (RailguardNixlConnector; enable_prefix_caching=true)"), Some(3), Some(1)),
+        "{engines}"
+    );
+    let (_, metrics) = c.get("/metrics", None);
+    assert!(
+        metrics.contains("railguard_engine_kv_mismatches{engine=\"vllm\",version=\"0.33.0\",connector=\"RailguardNixlConnector\",settings=\"enable_prefix_caching=true\"} 3"),
+        "{metrics}"
+    );
+
+    // The other end's: all four decode GPUs name prefill-7, none is corrupting or pinned.
+    for (node, g) in [("dec-a", 0), ("dec-a", 1), ("dec-b", 0), ("dec-b", 1)] {
+        let v = gpu(&c, node, g);
+        assert_ne!(v["status"], "corrupting", "{node} GPU{g}: {v}");
+        assert!(v["pin"].is_null(), "{node} GPU{g}: {v}");
+        let remote =
+            v["findings"].as_array().unwrap().iter().find(|f| f["layer"] == "remote").unwrap_or_else(|| panic!("{v}"));
+        assert!(remote["reason"].as_str().unwrap().contains("prefill-7 (wrong bytes on 4 GPUs)"), "{remote}");
+    }
+    // A source of its own: the GPU's own path.
+    let own = gpu(&c, "dec-a", 2);
+    assert_eq!((own["status"].as_str(), own["layer"].as_str()), (Some("corrupting"), Some("fabric")), "{own}");
+    let (_, metrics) = c.get("/metrics", None);
+    assert!(metrics.contains(r#"railguard_gpu_info{node="dec-a",gpu="2",workload_nic="mlx5_2",verification="simulated",path="nic_dma",layer="fabric""#), "{metrics}");
+
+    // No topology: unknown, never ok.
+    let no = json(&c, "/api/v1/nodes/no-topo");
+    let gpus = no["gpus"].as_array().unwrap();
+    assert!(!gpus.is_empty() && gpus.iter().all(|g| g["status"] == "unknown"), "{no}");
+    assert!(gpus[0]["reasons"][0].as_str().unwrap().contains("has sent no topology"), "{no}");
+
+    // Kubernetes: the healthy simulated node is not `Verified` (nothing was proven on hardware).
+    let rows = railguard_collector::store::read::gpus(&pg.pool, None, 1000).await.unwrap();
+    let eng_rows: Vec<&_> = rows.iter().filter(|r| r.node == "dec-b").collect();
+    let d = railguard_collector::tasks::k8s_nodes::desired(
+        &eng_rows,
+        Some(Utc::now()),
+        Utc::now(),
+        Duration::from_secs(300),
+    );
+    assert_ne!(d.reason, "Verified", "{}", d.message);
+    assert!(d.message.contains("on the simulated fabric"), "{}", d.message);
+}
