@@ -16,6 +16,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
 export RAILGUARD_REQUIRE_NATIVE=1
 cargo build --workspace --locked --all-targets
+# Every test binary too, before the load starts: the load is for the tests, not the compiler.
+cargo nextest run --workspace --locked --no-run
 
 nixl_venv="${XDG_CACHE_HOME:-$HOME/.cache}/railguard/nixl"
 capi=$(ls "$nixl_venv"/lib/python3*/site-packages/.nixl_cu12.mesonpy.libs/libnixl_capi.so | head -1)
