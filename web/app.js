@@ -271,14 +271,18 @@ async function node(name) {
     out += `<tr data-gpu="${g}"><th><a href="#/node/${encodeURIComponent(name)}/gpu/${g}">GPU${g}</a></th>`;
     for (const x of topo.nics) {
       const p = latest[`${g}/${x.name}`];
-      const v = p ? (p.latest === "ok" ? "v-ok" : "v-bad") : "v-none";
+      // Green only for evidence about the pair: an ok moved without its NIC (a host copy, another
+      // device's DMA) verifies nothing of it.
+      const v = !p ? "v-none" : p.latest !== "ok" ? "v-bad" : p.window.standing === "unproven" ? "v-unproven" : "v-ok";
       const wl = st.workload_nic === x.name ? " workload" : "";
-      const title = p ? `${p.latest} (${p.window.ok} ok / ${p.window.bad} bad in the window)` : "not probed in the last day";
+      const title = !p ? "not probed in the last day"
+        : v === "v-unproven" ? `${p.latest}, but moved without this pair's NIC (${p.window.unproven_ok} such in the window): proves nothing of the pair`
+        : `${p.latest} (${p.window.ok} ok / ${p.window.bad} bad in the window, ${p.window.standing.replace(/_/g, " ")})`;
       out += `<td class="${v}${wl}" title="${esc(title)}">${esc(cls[`GPU${g}/${x.name}`] || "")}${p && p.latest !== "ok" ? " ✗" : ""}</td>`;
     }
     out += `<td>${badge(st.status)}</td></tr>`;
   }
-  out += `</table><p class="muted">outlined: the NIC the GPU's workload uses (predicted or pinned) · green: latest probe verified · red: latest probe failed</p>`;
+  out += `</table><p class="muted">outlined: the NIC the GPU's workload uses (predicted or pinned) · green: latest probe verified by the pair's own NIC (or the simulated fabric) · grey: latest probe ok but moved without the pair's NIC (proves nothing of it) · red: latest probe failed</p>`;
   out += `<h2>Failed share of each NIC's probes, per hour (every GPU of the node, the last day)</h2>`;
   out += nicSeries && nicSeries.buckets.length ? `<div class="chart" id="chart-nics"></div>` : '<p class="muted" id="chart-nics-none">no probes</p>';
   out += `<h2>Per GPU</h2>`;

@@ -127,7 +127,16 @@ fn preflight_names_each_failing_gpu_and_the_nic_to_pin() {
 #[test]
 fn preflight_says_a_setup_problem_is_the_hosts_never_a_gpus() {
     let seed = Seed::new();
-    let (code, out) = seed.agent(&["preflight", "--gpu", "3", "--bytes", "1M", "--memory", "gpu"]);
+    // A real transport (the simulated fabric's buffers are host memory whatever --memory says).
+    let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["preflight", "--gpu", "3", "--bytes", "1M", "--memory", "gpu", "--transport", "tcp", "--sysfs-root"])
+        .arg(seed.dir.path().join("node/sys"))
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("preflight: setup error (the host's, not a verdict on GPU3)"), "{out}");
     assert!(out.contains("GPU3's memory could not be opened for the probe (--memory gpu)"), "{out}");
@@ -135,6 +144,29 @@ fn preflight_says_a_setup_problem_is_the_hosts_never_a_gpus() {
     // The same probe where host memory is allowed runs, and fails on the simulated PIX fault.
     let (code, out) = seed.agent(&["preflight", "--gpu", "3", "--bytes", "1M", "--memory", "host"]);
     assert_eq!(code, 1, "{out}");
+}
+
+/// A fault injected into a real transport is self-test history: preflight neither fails the GPU
+/// for it nor passes it.
+#[test]
+fn preflight_takes_no_injected_fault_for_evidence() {
+    let seed = Seed::new();
+    let faults = seed.dir.path().join("inject.json");
+    std::fs::write(&faults, r#"{"faults": [{"gpu": 3, "kind": "bitflip"}]}"#).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["preflight", "--gpu", "3", "--bytes", "1M", "--transport", "tcp", "--faults"])
+        .arg(&faults)
+        .arg("--sysfs-root")
+        .arg(seed.dir.path().join("node/sys"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("a fault was injected into its probe (bitflip): self-test history, not evidence of the pair"),
+        "{text}"
+    );
+    assert!(!text.contains("silent_corruption") && !text.contains("pin UCX_NET_DEVICES"), "not a failing GPU: {text}");
 }
 
 /// In a pod the device plugin gives one GPU of eight (NVIDIA_VISIBLE_DEVICES): preflight

@@ -305,3 +305,26 @@ fn the_rxe_guest_has_one_pair_on_rxe0_and_no_gpudirect_path() {
     assert_eq!(t.host.facts.gpudirect, "none", "the KV path of this node is host memory");
     assert_eq!(t.gpu_nic[0][0], PathClass::Pix);
 }
+
+/// A GPU whose `vendor` cannot be read (a removal in progress, a hostile tree) is kept in its
+/// place as unreadable: the next GPU keeps its index, and with it its history and taints.
+#[test]
+fn an_unreadable_gpu_keeps_its_place_and_no_other_takes_its_index() {
+    let d = tempfile::tempdir().unwrap();
+    fixture::seed_kvm_guest().write(d.path()).unwrap();
+    let sys = d.path().join("sys");
+    let t = Topology::discover(&SysRoot::new(&sys), &SysRoot::new(d.path().join("proc")));
+    let (gpu0, gpu1) = (t.gpus[0].gpu.bdf, t.gpus[1].gpu.bdf);
+    // GPU0's vendor file becomes unreadable (a directory where a file should be); the NVIDIA
+    // driver still holds the device.
+    let dev = std::fs::canonicalize(sys.join(format!("bus/pci/devices/{gpu0}"))).unwrap();
+    std::fs::remove_file(dev.join("vendor")).unwrap();
+    std::fs::create_dir(dev.join("vendor")).unwrap();
+    std::fs::create_dir_all(sys.join("bus/pci/drivers/nvidia")).unwrap();
+    // An absolute link resolves inside the root, as the kernel's relative ones do.
+    std::os::unix::fs::symlink("/bus/pci/drivers/nvidia", dev.join("driver")).unwrap();
+    let t = Topology::discover(&SysRoot::new(&sys), &SysRoot::new(d.path().join("proc")));
+    assert_eq!(t.gpus.len(), 8, "{:?}", t.warnings);
+    assert_eq!((t.gpus[0].gpu.bdf, t.gpus[1].gpu.bdf), (gpu0, gpu1), "GPU1 is still GPU1");
+    assert!(t.warnings.iter().any(|w| w.contains(&format!("GPU at {gpu0} is unreadable"))), "{:?}", t.warnings);
+}

@@ -37,6 +37,9 @@ async fn a_schema_driven_fuzzer_finds_nothing_against_the_live_api() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "schemathesis found something:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("No issues found"), "{text}");
-    // It really ran every operation.
-    assert!(text.contains("Selected: 10/10") && text.contains("Tested: 10"), "{text}");
+    // It really ran every operation the document has.
+    let doc = json(&c, "/api/v1/openapi.json");
+    let ops: usize = doc["paths"].as_object().unwrap().values().map(|p| p.as_object().unwrap().len()).sum();
+    assert!(ops >= 11, "{doc}");
+    assert!(text.contains(&format!("Selected: {ops}/{ops}")) && text.contains(&format!("Tested: {ops}")), "{text}");
 }

@@ -117,6 +117,9 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
     let tcp = tokio::task::block_in_place(|| browse(&format!("{base}#/node/tcp-only"), "node-tcp-only.png"));
     assert_eq!(tcp.matches("data-verification=\"unproven\"").count(), 8, "{tcp}");
     assert_eq!(tcp.matches("data-status=\"ok\"><td>").count(), 0);
+    // Their matrix cells are not green: an ok moved without the pair's NIC verifies nothing.
+    assert_eq!(tcp.matches("v-unproven workload").count(), 8, "{tcp}");
+    assert_eq!(tcp.matches("v-ok").count(), 0, "{tcp}");
     assert!(fleet.contains("id=\"total-unverified\">8<"), "{fleet}");
 
     // The fleet grid: one cell per GPU, 8 + 1 red ones; the common factor in one line.

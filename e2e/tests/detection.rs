@@ -23,6 +23,12 @@ async fn status_of(pg: &TestPg, node: &str, gpu: i32) -> Option<String> {
 async fn a_batch_with_a_failure_is_assessed_at_once() {
     let pg = TestPg::start().await;
     let c = CollectorProc::start_with(&pg.url(), &["seed-auto", "control"], &["--assess-every-secs", "3600"]);
+    // The pass a collector makes when it starts is done before anything is sent (it would
+    // assess whatever it found).
+    wait::until("the collector's first pass", Duration::from_secs(60), || {
+        let n = c.passes();
+        if n >= 1 { Ok(()) } else { Err(n) }
+    });
     let seed = || topo_rec(topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None));
     send(&c, "seed-auto", vec![seed()]).await;
     send(

@@ -418,6 +418,15 @@ impl Engine {
                     v.chunks += o.receiver.chunks;
                     v.bad_chunks += o.receiver.bad_chunks;
                     v.bit_flips += o.receiver.bit_flips;
+                    // What carried the whole probe is what carried its weakest segment: it proves
+                    // the pair only if every segment did, in the memory every segment used.
+                    r.path = weaker_path(r.path, o.result.path);
+                    r.memory = weaker_memory(r.memory, o.result.memory);
+                    for l in o.result.lanes {
+                        if !r.lanes.contains(&l) {
+                            r.lanes.push(l);
+                        }
+                    }
                     // A fault injected into any segment (a bit flip goes to the last) makes the
                     // whole probe an injection: self-test history, never evidence.
                     if r.injected == Injected::None {
@@ -669,6 +678,29 @@ fn outcome(
         receiver: v,
         setup_error: None,
     }
+}
+
+/// The weaker of two segments' carriers: a host copy below another device's DMA below the pair's
+/// NIC's DMA (the simulated fabric only ever meets itself).
+fn weaker_path(a: DataPath, b: DataPath) -> DataPath {
+    let rank = |p: DataPath| match p {
+        DataPath::HostCopy => 0,
+        DataPath::OtherDevice => 1,
+        DataPath::Simulated => 2,
+        DataPath::NicDma => 3,
+    };
+    if rank(b) < rank(a) { b } else { a }
+}
+
+/// The weaker of two segments' memories: host below GPU memory staged through the host below
+/// GPU memory at both ends.
+fn weaker_memory(a: Memory, b: Memory) -> Memory {
+    let rank = |m: Memory| match m {
+        Memory::Host => 0,
+        Memory::CudaStaged => 1,
+        Memory::Cuda => 2,
+    };
+    if rank(b) < rank(a) { b } else { a }
 }
 
 /// What carried a probe of `pair`, as the transport's own account of its lanes shows it: the

@@ -144,6 +144,19 @@ pub fn run(
                 short = None;
                 break;
             }
+            // A fault injected into a real transport is self-test history, never evidence: it
+            // neither fails the GPU nor passes it.
+            if out.result.injected != railguard_schema::Injected::None {
+                short = Some(Unproven {
+                    pair: pair.clone(),
+                    why: format!(
+                        "a fault was injected into its probe ({}): self-test history, not evidence of the pair",
+                        out.result.injected
+                    ),
+                    result: out.result,
+                });
+                break;
+            }
             if out.result.verdict == ProbeVerdict::Ok {
                 if short.is_none()
                     && let Some(why) = shortfall(&out.result, &kv)

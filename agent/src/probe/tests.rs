@@ -287,3 +287,13 @@ fn an_ok_probes_check_fills_the_next_probes_source_and_the_next_probe_uses_it() 
     assert_eq!(filled(&e, bytes), (true, true));
     assert_eq!(e.probe(&mut SimFabric, &pair, bytes, None).result.verdict, ProbeVerdict::Ok);
 }
+
+#[test]
+fn a_segmented_probe_is_carried_by_its_weakest_segment() {
+    use railguard_schema::{DataPath, Memory};
+    assert_eq!(super::weaker_path(DataPath::NicDma, DataPath::HostCopy), DataPath::HostCopy);
+    assert_eq!(super::weaker_path(DataPath::OtherDevice, DataPath::NicDma), DataPath::OtherDevice);
+    assert_eq!(super::weaker_path(DataPath::NicDma, DataPath::NicDma), DataPath::NicDma);
+    assert_eq!(super::weaker_memory(Memory::Cuda, Memory::Host), Memory::Host);
+    assert_eq!(super::weaker_memory(Memory::CudaStaged, Memory::Cuda), Memory::CudaStaged);
+}

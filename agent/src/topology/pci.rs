@@ -45,6 +45,10 @@ pub struct PciDevice {
     pub root: String,
     /// PCI functions from the root port down to and including this device.
     pub chain: Vec<Bdf>,
+    /// Why its files could not be read, for a device kept in its place anyway (one bound to the
+    /// NVIDIA driver: a GPU whose `vendor` cannot be read is still a GPU, and numbering the GPUs
+    /// without it would hand its index, and its history, to the next one).
+    pub unreadable: Option<String>,
 }
 
 impl PciDevice {
@@ -82,7 +86,8 @@ pub fn split_pci_path(path: &std::path::Path) -> Option<(String, Vec<Bdf>)> {
     if chain.is_empty() { None } else { Some((root, chain)) }
 }
 
-/// Reads every device under `bus/pci/devices`. Unreadable devices are skipped with a warning.
+/// Reads every device under `bus/pci/devices`. Unreadable devices are skipped with a warning,
+/// except one bound to the NVIDIA driver: kept as an unreadable GPU in its place.
 pub fn enumerate(sys: &SysRoot, warnings: &mut Vec<String>) -> Vec<PciDevice> {
     let names = match sys.list("bus/pci/devices") {
         Ok(n) => n,
@@ -95,7 +100,15 @@ pub fn enumerate(sys: &SysRoot, warnings: &mut Vec<String>) -> Vec<PciDevice> {
     for name in names {
         match read_device(sys, &name) {
             Ok(d) => out.push(d),
-            Err(why) => warnings.push(format!("PCI device {name}: {why}")),
+            Err(why) => match unreadable_gpu(sys, &name, &why) {
+                Some(d) => {
+                    warnings.push(format!(
+                        "GPU at {name} is unreadable ({why}); kept in its place so no other GPU takes its index"
+                    ));
+                    out.push(d);
+                }
+                None => warnings.push(format!("PCI device {name}: {why}")),
+            },
         }
     }
     out.sort_by_key(|d| d.bdf);
@@ -124,7 +137,30 @@ fn read_device(sys: &SysRoot, name: &str) -> Result<PciDevice, PciReadError> {
     let device = id("device")?;
     let class = hex("class")? >> 8;
     let numa_node = sys.read(format!("{base}/numa_node")).map(|s| parse_numa(&s)).unwrap_or(-1);
-    Ok(PciDevice { bdf, vendor, device, class, numa_node, root, chain })
+    Ok(PciDevice { bdf, vendor, device, class, numa_node, root, chain, unreadable: None })
+}
+
+/// A device whose files could not be read but that the NVIDIA driver holds (its `driver` link
+/// names `nvidia`): a GPU, located in the tree, its model unknown.
+fn unreadable_gpu(sys: &SysRoot, name: &str, why: &PciReadError) -> Option<PciDevice> {
+    let bdf: Bdf = name.parse().ok()?;
+    let base = format!("bus/pci/devices/{name}");
+    let driver = sys.resolve(format!("{base}/driver")).ok()?;
+    if driver.file_name().and_then(|n| n.to_str()) != Some("nvidia") {
+        return None;
+    }
+    let (root, chain) = split_pci_path(&sys.resolve(&base).ok()?)?;
+    let numa_node = sys.read(format!("{base}/numa_node")).map(|s| parse_numa(&s)).unwrap_or(-1);
+    Some(PciDevice {
+        bdf,
+        vendor: VENDOR_NVIDIA,
+        device: 0,
+        class: CLASS_3D,
+        numa_node,
+        root,
+        chain,
+        unreadable: Some(why.to_string()),
+    })
 }
 
 #[cfg(test)]

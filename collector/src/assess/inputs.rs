@@ -187,9 +187,10 @@ fn nic_paths(
         .collect()
 }
 
-/// Adds each workload pair's latest verdicts (`recent`, in no order) that could make its GPU
-/// `ok` (its NIC's DMA in the GPU's KV memory, or the simulated fabric on a node of
-/// `all_simulated`) to its GPU's inputs, newest first, at most [`RECENT_VERDICTS`]: a summary
+/// Adds each workload pair's latest verdicts (`recent`, in no order) to its GPU's inputs, newest
+/// first, at most [`RECENT_VERDICTS`] each: those carried by its own NIC's DMA in any memory (or
+/// the simulated fabric on a node of `all_simulated`), which the corrupting rule counts, and of
+/// those the ones that could make it `ok` (in the GPU's KV memory), which recovery counts. A summary
 /// stands for its probes, all ok, at its set's time (the agent closes a pair's summary before it
 /// spools the pair's failure, so no summary straddles one). Only the window is read, so what a
 /// pass reads does not grow with the history kept (a pair with fewer than ten in the window has
@@ -203,13 +204,20 @@ fn add_recent(
         let Some(gpu) = stored_gpu(gpu) else { continue };
         let sim = all_simulated.contains(&node);
         let Some(i) = inputs.get_mut(&GpuKey { node, gpu }) else { continue };
-        records.retain(|r| r.class.standing(sim).proves(i.kv.memory));
+        records.retain(|r| r.class.standing(sim).is_trusted());
         records.sort_by_key(|r| std::cmp::Reverse(r.at));
-        for r in records.into_iter().take(RECENT_VERDICTS) {
-            let room = RECENT_VERDICTS.saturating_sub(i.workload_recent.len());
-            let n = usize::try_from(r.probes).unwrap_or(1).clamp(1, room.max(1));
-            i.workload_recent.extend(std::iter::repeat_n(r.verdict, n));
-            i.workload_recent.truncate(RECENT_VERDICTS);
+        let push =
+            |to: &mut Vec<railguard_schema::ProbeVerdict>, verdict: railguard_schema::ProbeVerdict, probes: i32| {
+                let room = RECENT_VERDICTS.saturating_sub(to.len());
+                let n = usize::try_from(probes).unwrap_or(1).clamp(1, room.max(1));
+                to.extend(std::iter::repeat_n(verdict, n));
+                to.truncate(RECENT_VERDICTS);
+            };
+        for r in records.iter().take(RECENT_VERDICTS) {
+            push(&mut i.workload_recent_nic, r.verdict, r.probes);
+        }
+        for r in records.iter().filter(|r| r.class.standing(sim).proves(i.kv.memory)).take(RECENT_VERDICTS) {
+            push(&mut i.workload_recent, r.verdict, r.probes);
         }
     }
 }

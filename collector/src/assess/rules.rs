@@ -72,6 +72,11 @@ pub struct GpuInput {
     /// Verdicts on the workload pair that could make the GPU `ok` (its NIC's DMA in its KV
     /// memory, or the simulated fabric standing in), newest first, within the window.
     pub workload_recent: Vec<ProbeVerdict>,
+    /// Verdicts on the workload pair carried by its own NIC's DMA in any memory (or the
+    /// simulated fabric standing in), newest first: what the corrupting rule counts. Silent
+    /// corruption by the NIC in host memory is the NIC's path corrupting bytes too, even on a
+    /// node whose KV cache moves in GPU memory; only leaving `corrupting` needs the KV memory.
+    pub workload_recent_nic: Vec<ProbeVerdict>,
     pub signals: Vec<SignalCount>,
     /// None: its node's latest topology lists it (the loader sets what is missing).
     pub topology_gap: Option<TopologyGap>,
@@ -264,8 +269,9 @@ fn workload_probes(input: &GpuInput, p: &PairCounts, cfg: &RulesConfig, f: &mut 
     let path = if p.simulated { DataPath::Simulated } else { DataPath::NicDma };
     let how = p.verification().describe();
     let diag = p.diagnosis.map(|d| format!(", receiver found {d}")).unwrap_or_default();
-    let recent_silent =
-        input.workload_recent.iter().take(5).filter(|v| **v == ProbeVerdict::SilentCorruption).count() as u32;
+    let counted =
+        if input.workload_recent_nic.is_empty() { &input.workload_recent } else { &input.workload_recent_nic };
+    let recent_silent = counted.iter().take(5).filter(|v| **v == ProbeVerdict::SilentCorruption).count() as u32;
     if p.silent_corruption >= cfg.corrupting_after && recent_silent >= cfg.corrupting_after.min(5) {
         f.raise_by(
             Layer::Fabric,

@@ -44,6 +44,9 @@ pub async fn assess_pass(
     }
     // `changed` is sorted (changed_nodes), `nodes` too.
     let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
+    let linked = shared_source_nodes(pool, &nodes, cfg.window, now).await?;
+    nodes.extend(linked);
+    nodes.sort_unstable();
     let select = started.elapsed();
     match assess_and_store(pool, Some(&nodes), cfg, now).await {
         Ok(a) => Ok(Pass {
@@ -202,10 +205,17 @@ pub async fn run_urgent(
 ) {
     let mut shutdown = shutdown;
     loop {
-        let urgent: Vec<String> = queue.take();
+        let mut urgent: Vec<String> = queue.take();
         if !urgent.is_empty() {
             let started = std::time::Instant::now();
-            let pass = assess_and_store(&pool, Some(&urgent), &cfg, Utc::now());
+            let now = Utc::now();
+            match shared_source_nodes(&pool, &urgent, cfg.window, now).await {
+                Ok(linked) => urgent.extend(linked),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the nodes that share a failing source failed; the next pass takes them")
+                }
+            }
+            let pass = assess_and_store(&pool, Some(&urgent), &cfg, now);
             match isolate::catch_pass(isolate::stats(), pass).await {
                 Ok(a) => {
                     let gpus = a.assessments.len();

@@ -46,6 +46,37 @@ pub async fn changed_nodes(
     Ok(nodes)
 }
 
+/// The nodes outside `nodes` whose GPUs got wrong bytes, in the window ending at `now`, from a
+/// source that sent wrong bytes to a GPU of `nodes` too. Whether a mismatch is the other end's
+/// depends on every destination of its source, fleet-wide (`REMOTE_MISMATCHES`): a pass that
+/// assesses one destination assesses them all, or a destination assessed before the source's
+/// second destination reported would keep the blame on its own GPU. Sorted.
+pub async fn shared_source_nodes(
+    pool: &PgPool,
+    nodes: &[String],
+    window: Duration,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, sqlx::Error> {
+    let since = chrono::TimeDelta::from_std(window).ok().and_then(|w| now.checked_sub_signed(w));
+    let Some(since) = since else { return Ok(Vec::new()) };
+    sqlx::query_scalar(
+        "WITH f AS (
+            SELECT r.node_id, split_part(x.value->>'remote', '/', 1) AS source
+            FROM inline_reports r, jsonb_array_elements(r.failures) x
+            WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.transfers_mismatch > 0
+              AND x.value->>'mismatch' = 'true' AND split_part(coalesce(x.value->>'remote', ''), '/', 1) <> ''
+         )
+         SELECT DISTINCT node_id FROM f
+         WHERE source IN (SELECT source FROM f WHERE node_id = ANY($1)) AND NOT node_id = ANY($1)
+         ORDER BY node_id",
+    )
+    .bind(nodes)
+    .bind(since)
+    .bind(now)
+    .fetch_all(pool)
+    .await
+}
+
 /// Clears the flag of every node with a batch stored since its last claim; returns them.
 pub(super) async fn claim_pending(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar("UPDATE nodes SET evidence_pending = false WHERE evidence_pending RETURNING node_id")

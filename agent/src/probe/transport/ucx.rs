@@ -97,14 +97,17 @@ pub fn data_lanes(lanes: &[Lane]) -> Vec<&Lane> {
 }
 
 /// What carried a put on `nic`'s pair: `nic_dma` only if every data lane is an IB/RoCE transport
-/// on that NIC; anything else (tcp, shared memory, self, CMA, another NIC, no lanes) is not
-/// proof of the pair's NIC path.
+/// on that NIC; `other_device` when every data lane is one, on another NIC (that device's DMA,
+/// said as such: evidence of it, not of the pair); anything else (tcp, shared memory, self,
+/// CMA, no lanes) is a `host_copy`. Neither proves the pair's NIC path.
 pub fn classify(lanes: &[Lane], nic: &str) -> DataPath {
     let data = data_lanes(lanes);
-    if !data.is_empty() && data.iter().all(|l| l.is_nic() && l.nic() == nic) {
+    if data.is_empty() || !data.iter().all(|l| l.is_nic()) {
+        DataPath::HostCopy
+    } else if data.iter().all(|l| l.nic() == nic) {
         DataPath::NicDma
     } else {
-        DataPath::HostCopy
+        DataPath::OtherDevice
     }
 }
 
@@ -236,11 +239,17 @@ impl Ucx {
             NicChoice::Auto => nic,
         };
         report.path = Some(classify(&lanes, nic));
-        if report.path == Some(DataPath::HostCopy) {
-            report = report.noted(&format!(
-                "UCX moved the bytes without NIC DMA on {nic} (data lanes: {})",
-                if data.is_empty() { "none reported".to_owned() } else { data.join(", ") }
-            ));
+        let lanes_said = if data.is_empty() { "none reported".to_owned() } else { data.join(", ") };
+        match report.path {
+            Some(DataPath::HostCopy) => {
+                report =
+                    report.noted(&format!("UCX moved the bytes without NIC DMA on {nic} (data lanes: {lanes_said})"));
+            }
+            Some(DataPath::OtherDevice) => {
+                report = report
+                    .noted(&format!("another device's DMA moved the bytes, not {nic}'s (data lanes: {lanes_said})"));
+            }
+            _ => {}
         }
         report.lanes = lanes.iter().map(Lane::name).collect();
         report
@@ -342,7 +351,11 @@ mod tests {
         assert_eq!(rc[0].name(), "rc_mlx5/mlx5_0:1");
         assert_eq!(data_lanes(&rc).len(), 1, "the RMA lane carries a put");
         assert_eq!(classify(&rc, "mlx5_0"), DataPath::NicDma);
-        assert_eq!(classify(&rc, "mlx5_1"), DataPath::HostCopy, "another NIC's lane proves nothing of this pair");
+        assert_eq!(
+            classify(&rc, "mlx5_1"),
+            DataPath::OtherDevice,
+            "another NIC's DMA: evidence of that device, said so, not a host copy and not this pair"
+        );
         assert_eq!(classify(&[], "mlx5_0"), DataPath::HostCopy, "no lanes reported: not proven");
     }
 }

@@ -57,6 +57,7 @@ fn seed_gpu(g: u32, workload: &str, structural: RiskLevel) -> GpuInput {
         ],
         signals: vec![],
         topology_gap: None,
+        workload_recent_nic: vec![],
     }
 }
 
@@ -361,6 +362,24 @@ fn inline_oks_confirm_but_never_make_a_gpu_ok_by_themselves() {
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!((a.status, a.verification), (GpuStatus::Ok, Verification::GpuMemory));
     assert!(a.reasons[0].contains("confirmed by 500 of the workload's own transfers"), "{}", a.reasons[0]);
+}
+
+/// Silent corruption by the workload NIC's DMA in host memory is that NIC's path corrupting
+/// bytes: `corrupting`, even where the KV cache moves in GPU memory; only leaving `corrupting`
+/// needs probes in GPU memory.
+#[test]
+fn silent_corruption_by_the_nic_in_host_memory_escalates_on_a_gpudirect_node() {
+    let mut i = seed_gpu(1, "mlx5_1", RiskLevel::None);
+    i.pairs = vec![host_pair("mlx5_1", 3, 2)];
+    i.workload_recent = vec![];
+    i.workload_recent_nic = vec![ProbeVerdict::SilentCorruption, ProbeVerdict::SilentCorruption, ProbeVerdict::Ok];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!((a.status, a.layer), (GpuStatus::Corrupting, Some(Layer::Fabric)), "{:?}", a.reasons);
+    assert!(a.reasons[0].contains("silent corruption (the NIC's DMA, host memory)"), "{}", a.reasons[0]);
+    // Host-memory probes after it do not lift it: recovery counts probes in the KV memory.
+    i.workload_recent_nic = vec![ProbeVerdict::Ok; 5];
+    let prev = Some(Previous { status: GpuStatus::Corrupting, layer: Some(Layer::Fabric) });
+    assert_eq!(assess(&i, prev, &RulesConfig::default()).status, GpuStatus::Corrupting);
 }
 
 #[test]

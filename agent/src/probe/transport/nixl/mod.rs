@@ -476,7 +476,9 @@ mod tests {
         assert!(how.ends_with("the NIC read the source by DMA, the CPU copied it into the destination"), "{how}");
         assert_eq!(judge(&row("copy-in", "rc_verbs/rxe0:1"), "rxe0").0, DataPath::NicDma);
         assert_eq!(judge(&row("zero-copy", "rc_mlx5/mlx5_0:1"), "mlx5_0").0, DataPath::NicDma);
-        assert_eq!(judge(&row("zero-copy", "rc_mlx5/mlx5_0:1"), "mlx5_1").0, DataPath::HostCopy, "another NIC");
+        let (p, how) = judge(&row("zero-copy", "rc_mlx5/mlx5_0:1"), "mlx5_1");
+        assert_eq!(p, DataPath::OtherDevice, "another NIC's DMA is that device's evidence, said so");
+        assert!(how.ends_with("another device's DMA, not mlx5_1's"), "{how}");
         assert_eq!(judge(&row("software emulation", "rc_verbs/rxe0:1"), "rxe0").0, DataPath::HostCopy);
         assert_eq!(judge(&row("zero-copy", "tcp/lo"), "lo").0, DataPath::HostCopy, "sockets are not NIC DMA");
         assert_eq!(judge(&row("zero-copy", "cma/memory"), "lo").0, DataPath::HostCopy);

@@ -147,6 +147,9 @@ pub(super) fn judge(row: &proto_info::Row, nic: &str) -> (DataPath, String) {
     let how = format!("UCX {p} over {}", row.lanes.join(", "));
     match sides.map(|s| (classify(&lanes, nic), s)) {
         Some((DataPath::NicDma, s)) => (DataPath::NicDma, format!("{how}: {s}")),
+        Some((DataPath::OtherDevice, _)) => {
+            (DataPath::OtherDevice, format!("{how}: another device's DMA, not {nic}'s"))
+        }
         _ => (DataPath::HostCopy, format!("{how}: not NIC DMA on {nic}")),
     }
 }
