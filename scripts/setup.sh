@@ -11,6 +11,10 @@ matches() { compgen -G "$1" >/dev/null; }
 # What is missing, by scripts/needs.list (one line a program, file or module, with its package).
 need=()
 pypi=()
+pypi_names=()
+# Programs from PyPI live in a virtual environment of their own: a Debian system Python takes
+# no pip installs (PEP 668), and nothing here should disturb its packages.
+tools_venv="${XDG_CACHE_HOME:-$HOME/.cache}/railguard/tools"
 rust_missing=()
 while read -r kind name package _; do
   case "$kind" in
@@ -18,7 +22,7 @@ while read -r kind name package _; do
     cmd) have "$name" || need+=("$package") ;;
     file) matches "$name" || need+=("$package") ;;
     pymod) python3 -c "import ${name}" 2>/dev/null || need+=("$package") ;;
-    pypi) have "$name" || pypi+=("$package") ;;
+    pypi) have "$name" || [ -x "$tools_venv/bin/$name" ] || { pypi+=("$package"); pypi_names+=("$name"); } ;;
     rust) have "$name" || rust_missing+=("$name") ;;
     base | opt) ;;
     *) echo "setup: scripts/needs.list: unknown kind '$kind' for $name" >&2; exit 2 ;;
@@ -45,11 +49,18 @@ if [ "$(id -u)" -eq 0 ] && ! id -u railguard-pg >/dev/null 2>&1; then
   useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin railguard-pg
 fi
 
-# Programs from PyPI (scripts/needs.list `pypi`).
+# Programs from PyPI (scripts/needs.list `pypi`), in $tools_venv; as root each is linked into
+# /usr/local/bin, otherwise scripts/test.sh puts $tools_venv/bin at the end of PATH.
 if ((${#pypi[@]})); then
-  echo "setup: installing ${pypi[*]} (PyPI)"
-  python3 -m pip install -q --disable-pip-version-check "${pypi[@]}"
+  echo "setup: installing ${pypi[*]} (PyPI) into $tools_venv"
+  [ -x "$tools_venv/bin/pip" ] || python3 -m venv "$tools_venv"
+  "$tools_venv/bin/pip" install -q --disable-pip-version-check "${pypi[@]}"
 fi
+for name in "${pypi_names[@]}"; do
+  if [ "$(id -u)" -eq 0 ] && ! have "$name"; then
+    ln -sf "$tools_venv/bin/$name" "/usr/local/bin/$name"
+  fi
+done
 
 # The schema-driven API fuzzer the API test runs against the live collector (e2e/tests/api_fuzz.rs),
 # in its own virtual environment so it cannot disturb the system's Python packages.

@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 
 # Stands alone on a fresh machine: install what the tests need first (skips what is there).
 bash scripts/setup.sh
+# Programs setup.sh installed from PyPI (its own virtual environment), last: they never shadow
+# the system's python3.
+export PATH="$PATH:${XDG_CACHE_HOME:-$HOME/.cache}/railguard/tools/bin"
 # A missing clang or UCX is a build error here, not a warning: the tests must run the real thing.
 export RAILGUARD_REQUIRE_NATIVE=1
 

@@ -353,7 +353,7 @@ impl Shell<'_> {
                 }
                 '$' if self.peek(1) == Some('(') => {
                     if self.peek(2) == Some('(') {
-                        self.skip_arithmetic();
+                        self.skip_arithmetic(3);
                     } else {
                         self.i += 2;
                         self.parse(true);
@@ -418,6 +418,11 @@ impl Shell<'_> {
                         pos = Pos::Command;
                     }
                 }
+                '(' if word.is_empty() && self.peek(1) == Some('(') => {
+                    // `(( … ))` and `for (( … ))`: arithmetic, no command in it.
+                    self.skip_arithmetic(2);
+                    continue;
+                }
                 '(' => {
                     let array = word.ends_with('=') && pos == Pos::Command;
                     self.end_word(&mut word, &mut pos, &mut redirect, &mut literal);
@@ -458,7 +463,7 @@ impl Shell<'_> {
                 }
                 '$' if self.peek(1) == Some('(') => {
                     if self.peek(2) == Some('(') {
-                        self.skip_arithmetic();
+                        self.skip_arithmetic(3);
                     } else {
                         self.i += 2;
                         self.parse(true);
@@ -496,9 +501,9 @@ impl Shell<'_> {
         }
     }
 
-    /// Skips `$(( … ))`.
-    fn skip_arithmetic(&mut self) {
-        self.i += 3;
+    /// Skips `$(( … ))` (`opening`: 3) or an arithmetic command `(( … ))` (2).
+    fn skip_arithmetic(&mut self, opening: usize) {
+        self.i += opening;
         let mut depth = 2;
         while let Some(c) = self.peek(0) {
             self.i += 1;
@@ -663,6 +668,8 @@ cat >"$d/x.yml" <<YML
 scope: etcdctl patronictl
 YML
 echo $((1 + 2)) "$(haproxy -v)"
+for ((i = 3; i >= 0; i--)); do tr x y; done
+((n++)) || od -c x
 "$bin/railguard-agent" run
 mapfile -t a < <(printf '%s\n' x | awk 'NF')
 up
@@ -679,6 +686,7 @@ up
                 "haproxy",
                 "ls",
                 "nvidia-smi",
+                "od",
                 "patroni",
                 "pgbackrest",
                 "python3",

@@ -36,6 +36,7 @@ fn inline(gpu: u32, mismatch: u64, remote: &str, path: DataPath, engine: Option<
             error: String::new(),
             at,
             bytes: 1 << 20,
+            diagnosis: None,
         })
         .collect();
     Record {
@@ -60,6 +61,7 @@ fn inline(gpu: u32, mismatch: u64, remote: &str, path: DataPath, engine: Option<
             last_at: at,
             failures,
             failures_omitted: 0,
+            transfers_mismatch_misplaced: 0,
             engine,
         }),
     }

@@ -391,8 +391,10 @@ async fn hostile_names_reasons_and_links_run_no_script() {
                     error: String::new(),
                     at,
                     bytes: 1 << 20,
+                    diagnosis: None,
                 }],
                 failures_omitted: 0,
+                transfers_mismatch_misplaced: 0,
                 engine: None,
             }),
         }

@@ -89,6 +89,7 @@ fn inline(gpu: u32, ok: u64, mismatch: u64, ago_s: i64) -> wire::Record {
             error: String::new(),
             at,
             bytes: 1 << 20,
+            diagnosis: None,
         })
         .into_iter()
         .collect();
@@ -114,6 +115,7 @@ fn inline(gpu: u32, ok: u64, mismatch: u64, ago_s: i64) -> wire::Record {
             last_at: at,
             failures,
             failures_omitted: 0,
+            transfers_mismatch_misplaced: 0,
             engine: None,
         }),
     }

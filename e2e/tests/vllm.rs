@@ -56,7 +56,7 @@ fn the_vllm_connector_tests_pass_against_the_real_vllm_package() {
     assert!(out.status.success(), "{err}");
     // Nothing skipped: vLLM and torch are both there, so every test ran.
     assert!(err.contains("OK") && !err.contains("skipped"), "{err}");
-    assert!(err.contains("Ran 15 tests"), "{err}");
+    assert!(err.contains("Ran 16 tests"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -104,6 +104,18 @@ async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_
     .await;
     // Host-memory KV caches: the path is a host copy, and the store says so.
     assert_eq!(rows[0], (3, "mlx5_3".into(), "host_copy".into(), 0, 1, 0));
+    // The failure travels with what its bad block held, as the connector told it apart: bytes
+    // that are neither what the block held before nor any block the decode side knows.
+    let (diagnosis,): (serde_json::Value,) = sqlx::query_as(
+        "SELECT failures->0->'diagnosis' FROM inline_reports WHERE node_id = 'node-a' AND gpu_index = 3",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        diagnosis,
+        serde_json::json!({"untouched": 0, "stale": 0, "misdirected": 0, "swapped": 0, "corrupt": 1})
+    );
     assert_eq!(rows[1], (5, "mlx5_5".into(), "host_copy".into(), 1, 0, 0));
     // vLLM moved the torn blocks by a host copy: the engine's fault (vllm#52234), named by the
     // connector; GPU3 is not marked for it.

@@ -333,10 +333,10 @@ const REFERENCE_PATTERN_PAIRS: &str = "WITH w AS (
         WHERE railguard_trusted(w.path, sim.all_simulated)
         GROUP BY 1, 2, 3
      ), inline AS (
-        SELECT node_id, gpu_index, nic, sum(transfers_mismatch) > 0 AS failed, false AS simulated
+        SELECT node_id, gpu_index, nic, sum(transfers_mismatch - transfers_mismatch_misplaced) > 0 AS failed,
+               false AS simulated
         FROM inline_reports
-        WHERE observed_at > $1 AND observed_at <= $2 AND gpu_index IS NOT NULL AND nic <> ''
-          AND (transfers_mismatch > 0 OR path = 'nic_dma')
+        WHERE observed_at > $1 AND observed_at <= $2 AND gpu_index IS NOT NULL AND nic <> '' AND path = 'nic_dma'
         GROUP BY 1, 2, 3
      ), pairs AS (
         SELECT node_id, gpu_index, nic, bool_or(failed) AS failed, bool_or(simulated) AS simulated
@@ -417,6 +417,7 @@ fn inline_report(rng: &mut StdRng, at: DateTime<Utc>) -> Record {
             last_at: at,
             failures: Vec::new(),
             failures_omitted: 0,
+            transfers_mismatch_misplaced: 0,
             engine: None,
         }),
     }

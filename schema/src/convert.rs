@@ -467,6 +467,21 @@ impl TryFrom<wire::InlineReport> for InlineReport {
                         value: i64::try_from(off).unwrap_or(i64::MAX),
                     });
                 }
+                let diagnosis = f.diagnosis.map(|d| BlockDiagnosis {
+                    untouched: d.untouched,
+                    stale: d.stale,
+                    misdirected: d.misdirected,
+                    swapped: d.swapped,
+                    corrupt: d.corrupt,
+                });
+                if let Some(d) = &diagnosis
+                    && (!f.mismatch || d.blocks() > u64::from(f.bad_blocks))
+                {
+                    return Err(WireError::OutOfRange {
+                        field: "inline.failures.diagnosis",
+                        value: i64::try_from(d.blocks()).unwrap_or(i64::MAX),
+                    });
+                }
                 Ok(InlineFailure {
                     request: text("inline.failures.request", f.request)?,
                     remote: text("inline.failures.remote", f.remote)?,
@@ -478,6 +493,7 @@ impl TryFrom<wire::InlineReport> for InlineReport {
                     error: text("inline.failures.error", f.error)?,
                     at: timestamp_from_unix_ns(f.at_unix_ns)?,
                     bytes,
+                    diagnosis,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -513,6 +529,14 @@ impl TryFrom<wire::InlineReport> for InlineReport {
             failures,
             failures_omitted: count("inline.failures_omitted", r.failures_omitted)?,
             engine: r.engine.map(EngineIdentity::try_from).transpose()?,
+            transfers_mismatch_misplaced: if r.transfers_mismatch_misplaced > r.transfers_mismatch {
+                return Err(WireError::OutOfRange {
+                    field: "inline.transfers_mismatch_misplaced",
+                    value: i64::try_from(r.transfers_mismatch_misplaced).unwrap_or(i64::MAX),
+                });
+            } else {
+                r.transfers_mismatch_misplaced
+            },
         })
     }
 }
@@ -595,10 +619,18 @@ impl From<InlineReport> for wire::InlineReport {
                     error: f.error,
                     at_unix_ns: timestamp_to_unix_ns(f.at),
                     bytes: f.bytes,
+                    diagnosis: f.diagnosis.map(|d| wire::BlockDiagnosis {
+                        untouched: d.untouched,
+                        stale: d.stale,
+                        misdirected: d.misdirected,
+                        swapped: d.swapped,
+                        corrupt: d.corrupt,
+                    }),
                 })
                 .collect(),
             failures_omitted: r.failures_omitted,
             engine: r.engine.map(Into::into),
+            transfers_mismatch_misplaced: r.transfers_mismatch_misplaced,
         }
     }
 }
@@ -1099,8 +1131,10 @@ mod tests {
                 error: String::new(),
                 at,
                 bytes: 1 << 20,
+                diagnosis: Some(BlockDiagnosis { stale: 6, swapped: 2, ..BlockDiagnosis::default() }),
             }],
             failures_omitted: 0,
+            transfers_mismatch_misplaced: 1,
             engine: Some(EngineIdentity {
                 name: "vllm".into(),
                 version: "0.33.0".into(),
@@ -1323,9 +1357,29 @@ mod tests {
             InlineReport::try_from(bad).unwrap_err(),
             WireError::OutOfRange { field: "inline.failures.bad_block_indices", .. }
         ));
-        let mut bad = w;
+        let mut bad = w.clone();
         bad.failures[0].first_bad_offset = Some(u64::MAX);
         assert!(InlineReport::try_from(bad).is_err());
+        // A diagnosis of more blocks than were bad, or of a transfer that did not mismatch; more
+        // misplaced transfers than mismatched ones.
+        let mut bad = w.clone();
+        bad.failures[0].diagnosis.as_mut().unwrap().corrupt = 1;
+        assert!(matches!(
+            InlineReport::try_from(bad).unwrap_err(),
+            WireError::OutOfRange { field: "inline.failures.diagnosis", value: 9 }
+        ));
+        let mut bad = w.clone();
+        bad.failures[0].mismatch = false;
+        assert!(InlineReport::try_from(bad).is_err());
+        let bad = wire::InlineReport { transfers_mismatch_misplaced: 2, ..w };
+        assert!(matches!(
+            InlineReport::try_from(bad).unwrap_err(),
+            WireError::OutOfRange { field: "inline.transfers_mismatch_misplaced", .. }
+        ));
+        let d = BlockDiagnosis { stale: 6, swapped: 2, ..BlockDiagnosis::default() };
+        assert!(d.misplaced() && d.words() == "6 stale, 2 swapped");
+        assert!(!BlockDiagnosis { untouched: 1, ..d }.misplaced(), "one untouched block is the path's");
+        assert!(!BlockDiagnosis::default().misplaced());
 
         let sig = |attrs: usize| wire::SignalEvent {
             source: wire::SignalSource::Kmsg as i32,

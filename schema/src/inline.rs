@@ -31,6 +31,64 @@ pub struct InlineFailure {
     pub error: String,
     pub at: DateTime<Utc>,
     pub bytes: u64,
+    /// The bad blocks by what they held (a mismatch; None: the library did not tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<BlockDiagnosis>,
+}
+
+/// What the destination held in a mismatched transfer's bad blocks, by kind, as the workload's
+/// library told them apart (as the probe receiver tells a probe's chunks apart).
+///
+/// - `untouched`: what the block held before the READ was posted: the READ never wrote it (the
+///   seed's signature when the NIC's DMA read of GPU memory is rejected);
+/// - `stale`: the same source block's content from another of its manifests (the source block
+///   was read before its new content landed, or after it was reused: an engine race);
+/// - `misdirected`: another block's content; `swapped`: two blocks' contents exchanged (block
+///   tables or descriptors wrong: the engine);
+/// - `corrupt`: none of those (bits the path changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BlockDiagnosis {
+    #[serde(default)]
+    pub untouched: u32,
+    #[serde(default)]
+    pub stale: u32,
+    #[serde(default)]
+    pub misdirected: u32,
+    #[serde(default)]
+    pub swapped: u32,
+    #[serde(default)]
+    pub corrupt: u32,
+}
+
+impl BlockDiagnosis {
+    /// Blocks diagnosed.
+    pub fn blocks(&self) -> u64 {
+        [self.untouched, self.stale, self.misdirected, self.swapped, self.corrupt].iter().map(|&n| u64::from(n)).sum()
+    }
+
+    /// Every bad block held whole source content of another time or place: the bytes arrived as
+    /// sent, from the wrong block or the wrong moment. The engine's bookkeeping is implicated,
+    /// not the path that moved them.
+    pub fn misplaced(&self) -> bool {
+        self.untouched == 0 && self.corrupt == 0 && self.stale + self.misdirected + self.swapped > 0
+    }
+
+    /// In words: "30 untouched, 2 corrupt".
+    pub fn words(&self) -> String {
+        [
+            (self.untouched, "untouched"),
+            (self.stale, "stale"),
+            (self.misdirected, "misdirected"),
+            (self.swapped, "swapped"),
+            (self.corrupt, "corrupt"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| format!("{n} {w}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
 }
 
 /// At most this many settings name an engine.
@@ -110,6 +168,10 @@ pub struct InlineReport {
     /// The serving engine that made the transfers, as its connector names itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineIdentity>,
+    /// Of the mismatches, those whose every bad block held whole source content of another time
+    /// or place ([`BlockDiagnosis::misplaced`]).
+    #[serde(default)]
+    pub transfers_mismatch_misplaced: u64,
 }
 
 impl InlineReport {

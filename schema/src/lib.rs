@@ -20,7 +20,7 @@ pub mod topology;
 
 pub use bdf::{Bdf, BdfParseError};
 pub use convert::WireError;
-pub use inline::{EngineIdentity, InlineFailure, InlineReport};
+pub use inline::{BlockDiagnosis, EngineIdentity, InlineFailure, InlineReport};
 pub use kv_memory::{KvMemory, KvMemoryWhy};
 pub use layer::Layer;
 pub use path_class::PathClass;

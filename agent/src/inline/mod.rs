@@ -12,8 +12,13 @@
 //! ```json
 //! {"v": 1, "results": [{"device": 0, "memory": "vram", "request": "req-17", "remote": "prefill-0",
 //!   "status": "mismatch", "blocks": 32, "bytes": 1048576, "bad_blocks": 8,
-//!   "bad_block_indices": [24, 25], "first_bad_offset": 786432, "error": "", "at_ns": 1790000000000000000}]}
+//!   "bad_block_indices": [24, 25], "first_bad_offset": 786432, "error": "", "at_ns": 1790000000000000000,
+//!   "diagnosis": {"untouched": 8}}]}
 //! ```
+//!
+//! `diagnosis` (a mismatch only, optional): its bad blocks by what they held — `untouched`,
+//! `stale`, `misdirected`, `swapped`, `corrupt` (see [`BlockDiagnosis`]); at most `bad_blocks`
+//! in all.
 //!
 //! The agent answers each line with one line: `{"accepted": N, "rejected": M, "errors": [...]}`.
 //! A result that does not validate is named in `errors` and not stored; the rest of the
@@ -28,7 +33,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 use railguard_schema::inline::{MAX_BAD_BLOCK_INDICES, MAX_INLINE_FAILURES};
-use railguard_schema::{EngineIdentity, InlineFailure, Memory};
+use railguard_schema::{BlockDiagnosis, EngineIdentity, InlineFailure, Memory};
 use serde::Deserialize;
 
 /// Longest line (message) the agent reads.
@@ -84,6 +89,25 @@ pub struct WireResult {
     #[serde(default)]
     pub error: String,
     pub at_ns: i64,
+    /// A mismatch's bad blocks by what they held (see [`BlockDiagnosis`]).
+    #[serde(default)]
+    pub diagnosis: Option<WireDiagnosis>,
+}
+
+/// A mismatch's bad blocks by what they held, as the library sends them.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct WireDiagnosis {
+    #[serde(default)]
+    pub untouched: u32,
+    #[serde(default)]
+    pub stale: u32,
+    #[serde(default)]
+    pub misdirected: u32,
+    #[serde(default)]
+    pub swapped: u32,
+    #[serde(default)]
+    pub corrupt: u32,
 }
 
 /// A validated transfer outcome.
@@ -101,6 +125,7 @@ pub struct Outcome {
     pub first_bad_offset: Option<u64>,
     pub error: String,
     pub at: DateTime<Utc>,
+    pub diagnosis: Option<BlockDiagnosis>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +171,8 @@ pub enum InvalidResult {
     MismatchWithoutBadBlock,
     #[error("ok with bad blocks")]
     OkWithBadBlocks,
+    #[error("a diagnosis of {diagnosed} blocks for a transfer with {bad} bad blocks")]
+    Diagnosis { diagnosed: u64, bad: u32 },
     #[error("at_ns {0} is impossible")]
     Time(i64),
     #[error("{field} is {len} bytes (limit {max})")]
@@ -225,6 +252,18 @@ fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, InvalidResult>
         Status::Ok if r.bad_blocks > 0 => return Err(InvalidResult::OkWithBadBlocks),
         _ => {}
     }
+    let diagnosis = r.diagnosis.map(|d| BlockDiagnosis {
+        untouched: d.untouched,
+        stale: d.stale,
+        misdirected: d.misdirected,
+        swapped: d.swapped,
+        corrupt: d.corrupt,
+    });
+    if let Some(d) = &diagnosis
+        && (status != Status::Mismatch || d.blocks() > u64::from(r.bad_blocks))
+    {
+        return Err(InvalidResult::Diagnosis { diagnosed: d.blocks(), bad: r.bad_blocks });
+    }
     let at = Utc.timestamp_nanos(r.at_ns);
     let earliest = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC);
     if at < earliest || at > now + chrono::TimeDelta::days(1) {
@@ -243,6 +282,7 @@ fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, InvalidResult>
         first_bad_offset: r.first_bad_offset,
         error: name("error", r.error, MAX_ERROR)?,
         at,
+        diagnosis,
     })
 }
 
@@ -253,6 +293,8 @@ pub struct Batch {
     pub memory: Memory,
     pub ok: u64,
     pub mismatch: u64,
+    /// Of the mismatches, those whose bad blocks were all misplaced ([`BlockDiagnosis::misplaced`]).
+    pub mismatch_misplaced: u64,
     pub error: u64,
     pub bytes_verified: u64,
     pub blocks_verified: u64,
@@ -278,6 +320,7 @@ pub fn group(outcomes: Vec<Outcome>) -> Vec<Batch> {
             memory: o.memory,
             ok: 0,
             mismatch: 0,
+            mismatch_misplaced: 0,
             error: 0,
             bytes_verified: 0,
             blocks_verified: 0,
@@ -295,7 +338,12 @@ pub fn group(outcomes: Vec<Outcome>) -> Vec<Batch> {
                 b.blocks_verified = b.blocks_verified.saturating_add(o.blocks.into());
                 continue;
             }
-            Status::Mismatch => b.mismatch += 1,
+            Status::Mismatch => {
+                b.mismatch += 1;
+                if o.diagnosis.is_some_and(|d| d.misplaced()) {
+                    b.mismatch_misplaced += 1;
+                }
+            }
             Status::Error => b.error += 1,
         }
         if b.failures.len() >= MAX_INLINE_FAILURES {
@@ -313,6 +361,7 @@ pub fn group(outcomes: Vec<Outcome>) -> Vec<Batch> {
             error: o.error,
             at: o.at,
             bytes: o.bytes,
+            diagnosis: o.diagnosis,
         });
     }
     out.into_values().collect()
@@ -373,6 +422,40 @@ mod tests {
         assert_eq!((b.last_at - b.first_at).num_microseconds(), Some(1));
         assert_eq!((batches[1].device, batches[1].error), (1, 1));
         assert_eq!(batches[1].failures[0].error, "NIXL_ERR_REMOTE_DISCONNECT");
+    }
+
+    #[test]
+    fn a_mismatchs_diagnosis_is_kept_and_a_misplaced_one_counted() {
+        let r = |req: &str, diagnosis: &str| {
+            format!(
+                r#"{{"device": 0, "memory": "vram", "request": "{req}", "status": "mismatch", "blocks": 32, "bytes": 1048576,
+                    "bad_blocks": 8, "at_ns": {AT}, "diagnosis": {diagnosis}}}"#
+            )
+        };
+        let msg = [
+            r("stale", r#"{"stale": 6, "swapped": 2}"#),
+            r("seed", r#"{"untouched": 8}"#),
+            r("mixed", r#"{"stale": 4, "corrupt": 1}"#),
+            r("too-many", r#"{"corrupt": 9}"#),
+            r("unknown", r#"{"cosmic": 1}"#),
+        ]
+        .join(",");
+        let Parsed { outcomes, refused, .. } = parse_line(&line(&msg), Utc::now()).unwrap();
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert!(
+            refused[0].to_string().contains("a diagnosis of 9 blocks for a transfer with 8 bad blocks"),
+            "{}",
+            refused[0]
+        );
+        assert!(refused[1].to_string().contains("unknown field `cosmic`"), "{}", refused[1]);
+        let b = &group(outcomes)[0];
+        assert_eq!((b.mismatch, b.mismatch_misplaced), (3, 1), "only the all-stale/swapped one is misplaced");
+        assert_eq!(b.failures[1].diagnosis, Some(BlockDiagnosis { untouched: 8, ..BlockDiagnosis::default() }));
+        // Only a mismatch has a diagnosis.
+        let ok = format!(
+            r#"{{"device": 0, "memory": "vram", "request": "r", "status": "ok", "blocks": 1, "bytes": 1, "at_ns": {AT}, "diagnosis": {{"stale": 0}}}}"#
+        );
+        assert_eq!(parse_line(&line(&ok), Utc::now()).unwrap().refused.len(), 1);
     }
 
     #[test]

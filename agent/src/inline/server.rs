@@ -419,6 +419,7 @@ fn report_of(pid: u32, a: Attribution, b: Batch, engine: Option<railguard_schema
         last_at: b.last_at,
         failures: b.failures,
         failures_omitted: b.failures_omitted,
+        transfers_mismatch_misplaced: b.mismatch_misplaced,
         engine,
     }
 }

@@ -315,6 +315,7 @@ pub(super) async fn load_inline(
         ok_gpu: i64,
         mismatch: i64,
         mismatch_nic: i64,
+        mismatch_misplaced: i64,
         in_gpu: i64,
         error: i64,
         engines: Json<serde_json::Value>,
@@ -328,9 +329,11 @@ pub(super) async fn load_inline(
                 least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0), 4611686018427387904)::bigint AS ok_gpu,
                 least(sum(transfers_mismatch), 4611686018427387904)::bigint AS mismatch,
                 least(coalesce(sum(transfers_mismatch) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_nic,
+                least(coalesce(sum(transfers_mismatch_misplaced) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_misplaced,
                 least(coalesce(sum(transfers_ok + transfers_mismatch + transfers_error) FILTER (WHERE memory = 'cuda'), 0), 4611686018427387904)::bigint AS in_gpu,
                 least(sum(transfers_error), 4611686018427387904)::bigint AS error,
-                coalesce(jsonb_agg(DISTINCT engine) FILTER (WHERE transfers_mismatch > 0 AND path = 'host_copy'
+                coalesce(jsonb_agg(DISTINCT engine) FILTER (WHERE (transfers_mismatch > 0 AND path = 'host_copy'
+                                                                   OR transfers_mismatch_misplaced > 0)
                                                             AND engine IS NOT NULL), '[]') AS engines
          FROM inline_reports
          WHERE observed_at > $2 AND observed_at <= $3 AND gpu_index IS NOT NULL
@@ -352,6 +355,7 @@ pub(super) async fn load_inline(
         ok_gpu,
         mismatch,
         mismatch_nic,
+        mismatch_misplaced,
         in_gpu,
         error,
         engines: Json(engines),
@@ -387,6 +391,7 @@ pub(super) async fn load_inline(
             ok_gpu_memory: n(ok_gpu),
             mismatch: n(mismatch),
             mismatch_nic: n(mismatch_nic),
+            mismatch_misplaced: n(mismatch_misplaced).min(n(mismatch_nic)),
             in_gpu_memory: n(in_gpu),
             error: n(error),
             failures: Vec::new(),
@@ -450,6 +455,13 @@ const REMOTE_MISMATCHES: &str = "WITH f AS (
         FROM inline_reports r, jsonb_array_elements(r.failures) x
         WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.transfers_mismatch > 0 AND r.gpu_index IS NOT NULL
           AND x.value->>'mismatch' = 'true' AND split_part(coalesce(x.value->>'remote', ''), '/', 1) <> ''
+          -- A misplaced failure (every bad block another time's or place's content) is the
+          -- engine's, whichever end: not counted for either.
+          AND NOT (coalesce((x.value #>> '{diagnosis,untouched}')::bigint, 0)
+                   + coalesce((x.value #>> '{diagnosis,corrupt}')::bigint, 0) = 0
+                   AND coalesce((x.value #>> '{diagnosis,stale}')::bigint, 0)
+                       + coalesce((x.value #>> '{diagnosis,misdirected}')::bigint, 0)
+                       + coalesce((x.value #>> '{diagnosis,swapped}')::bigint, 0) > 0)
      ), dest AS (
         SELECT node_id, gpu_index, count(DISTINCT remote) AS sources FROM f GROUP BY 1, 2
      ), src AS (
@@ -466,7 +478,21 @@ pub fn describe_failure(f: &railguard_schema::InlineFailure) -> String {
     let remote = if f.remote.is_empty() { String::new() } else { format!(" from {}", f.remote) };
     if f.mismatch {
         let first = f.first_bad_offset.map(|o| format!(", the first bad block starts at byte {o}")).unwrap_or_default();
-        format!("request {}{remote}: {} of {} blocks differ{first}", f.request, f.bad_blocks, f.blocks)
+        let held = f
+            .diagnosis
+            .filter(|d| d.blocks() > 0)
+            .map(|d| {
+                let why = if d.untouched > 0 && u64::from(d.untouched) == d.blocks() {
+                    ": the READ never wrote them"
+                } else if d.misplaced() {
+                    ": whole source blocks of another time or place"
+                } else {
+                    ""
+                };
+                format!(" ({}{why})", d.words())
+            })
+            .unwrap_or_default();
+        format!("request {}{remote}: {} of {} blocks differ{held}{first}", f.request, f.bad_blocks, f.blocks)
     } else {
         format!("request {}{remote}: {}", f.request, if f.error.is_empty() { "transfer error" } else { &f.error })
     }

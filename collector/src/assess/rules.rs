@@ -324,9 +324,24 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
         };
         let examples = if i.failures.is_empty() { String::new() } else { format!(": {}", i.failures.join("; ")) };
         let by_host = i.mismatch.saturating_sub(i.mismatch_nic);
-        // The other end's share of the NIC-moved mismatches; the rest is this pair's.
-        let remote = i.mismatch_remote.min(i.mismatch_nic);
-        let by_nic = i.mismatch_nic - remote;
+        // Of the NIC-moved mismatches: whole blocks of another time or place are the engine's;
+        // the other end's share of the rest is the source's; what is left is this pair's.
+        let misplaced = i.mismatch_misplaced.min(i.mismatch_nic);
+        let remote = i.mismatch_remote.min(i.mismatch_nic - misplaced);
+        let by_nic = i.mismatch_nic - misplaced - remote;
+        let engine =
+            if i.engines.is_empty() { "an engine that did not name itself".to_owned() } else { i.engines.join(", ") };
+        if misplaced > 0 {
+            f.raise_by(
+                Layer::Engine,
+                GpuStatus::Corrupting,
+                DataPath::NicDma,
+                format!(
+                    "engine: {misplaced} of {} of the workload's own transfers on GPU{g} via {nic} in the last {w} arrived holding whole source blocks of another time or place (stale, misdirected or swapped: the bytes are a block's as it was sent, from the wrong block or the wrong moment) — the serving engine's block bookkeeping is implicated ({engine}), not {nic} or GPU{g}{examples}",
+                    i.total()
+                ),
+            );
+        }
         if remote > 0 {
             f.raise_by(
                 Layer::Remote,
@@ -351,11 +366,6 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
             );
         }
         if by_host > 0 {
-            let engine = if i.engines.is_empty() {
-                "an engine that did not name itself".to_owned()
-            } else {
-                i.engines.join(", ")
-            };
             f.raise_by(
                 Layer::Engine,
                 GpuStatus::Corrupting,

@@ -57,6 +57,9 @@ pub struct InlineCounts {
     pub mismatch: u64,
     /// Of those, moved while the process held RDMA queue pairs ready on the pair's NIC.
     pub mismatch_nic: u64,
+    /// Of those, the ones whose every bad block held whole source content of another time or
+    /// place (stale, misdirected, swapped): the engine's bookkeeping, not the path's.
+    pub mismatch_misplaced: u64,
     /// Transfers (any outcome) into GPU memory: the workload registers its KV cache there.
     pub in_gpu_memory: u64,
     /// NIXL reported an error.

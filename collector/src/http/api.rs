@@ -286,7 +286,8 @@ pub async fn failures(
 pub struct Engines {
     pub since: DateTime<Utc>,
     pub until: DateTime<Utc>,
-    /// One row per engine identity with in-line mismatches by host copy, most first.
+    /// One row per engine identity with in-line mismatches of its own (by host copy, or whole
+    /// source blocks of another time or place), most first.
     pub engines: Vec<read::EngineFinding>,
 }
 
@@ -296,7 +297,7 @@ pub struct Engines {
 #[utoipa::path(get, path = "/api/v1/engines", tag = "engines",
     params(FailuresQuery),
     responses(
-        (status = 200, description = "Engines with in-line mismatches by host copy, most first", body = Engines),
+        (status = 200, description = "Engines with in-line mismatches of their own, most first", body = Engines),
         (status = 400, description = "Bad time", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     ))]

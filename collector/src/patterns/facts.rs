@@ -278,12 +278,12 @@ pub async fn load(
         kept_rolled.as_deref_mut(),
     )
     .await?;
-    // The workload's own transfers, verified in-line through the pair's NIC (or failed).
+    // The workload's own transfers, verified in-line through the pair's NIC (or failed there:
+    // a host copy, or whole blocks of another time or place, are the engine's, not the pair's).
     let inline: Vec<(String, i32, String, bool)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, nic, sum(transfers_mismatch) > 0 AS failed
+        "SELECT node_id, gpu_index, nic, sum(transfers_mismatch - transfers_mismatch_misplaced) > 0 AS failed
          FROM inline_reports
-         WHERE observed_at > $1 AND observed_at <= $2 AND gpu_index IS NOT NULL AND nic <> ''
-           AND (transfers_mismatch > 0 OR path = 'nic_dma')
+         WHERE observed_at > $1 AND observed_at <= $2 AND gpu_index IS NOT NULL AND nic <> '' AND path = 'nic_dma'
          GROUP BY 1, 2, 3",
     )
     .bind(since)

@@ -6,17 +6,20 @@ notification, a ``send_notif``, or vLLM's ``kv_transfer_params``), and the desti
 side, after NIXL says DONE, digests what it received and compares (:func:`check`). Every
 outcome goes to the node's railguard agent (:class:`Reporter`), which attributes it to the
 GPU and NIC. A mismatch moved by the GPU's NIC implicates that GPU↔NIC path; one moved by a
-host copy implicates the engine (named by :func:`engine_identity`), never the GPU. See
-docs/inline-verification.md.
+host copy implicates the engine (named by :func:`engine_identity`), never the GPU. A
+mismatch's bad blocks are told apart (:func:`diagnose`): untouched by the READ (given the
+destination's :func:`fingerprint` from before it), stale, misdirected, swapped or corrupt; whole
+blocks of another time or place are the engine's too. See docs/inline-verification.md.
 """
 
 from .digest import ALGORITHM, MIX64, MUL64, BlockError, digest_blocks
 from .manifest import Manifest, ManifestDamaged, ManifestError
 from .report import Reporter, default_reporter, engine_identity
-from .verify import Check, check, manifest_for, wait_and_check
+from .verify import DIAGNOSES, Check, check, diagnose, fingerprint, manifest_for, wait_and_check
 
 __all__ = [
     "ALGORITHM",
+    "DIAGNOSES",
     "MIX64",
     "MUL64",
     "BlockError",
@@ -27,8 +30,10 @@ __all__ = [
     "Reporter",
     "check",
     "default_reporter",
+    "diagnose",
     "digest_blocks",
     "engine_identity",
+    "fingerprint",
     "manifest_for",
     "wait_and_check",
 ]

@@ -180,11 +180,18 @@ def digest_blocks(blocks, algorithm: int = ALGORITHM) -> tuple[np.ndarray, np.nd
     if isinstance(blocks, np.ndarray):
         if blocks.ndim != 2:
             raise BlockError(f"an array of blocks must have one block per row (2-D), not {blocks.ndim}-D")
-        if not blocks.flags.c_contiguous:
-            raise BlockError("a KV block must be contiguous")
+        # Each row must be contiguous; the rows need not be (every other block of a larger
+        # buffer is a view of strided rows, digested where it is).
+        if blocks.shape[1] > 1 and blocks.strides[1] != blocks.itemsize:
+            raise BlockError("each KV block (a row) must be contiguous")
         if blocks.shape[0] == 0:
             return np.zeros(0, np.uint64), np.zeros(0, np.uint32)
-        rows = blocks.view(np.uint8).reshape(blocks.shape[0], -1)
+        if not blocks.flags.c_contiguous:
+            blocks = np.lib.stride_tricks.as_strided(
+                blocks, shape=blocks.shape, strides=(blocks.strides[0], blocks.itemsize), writeable=False
+            )
+        rows = blocks.view(np.uint8)
+        rows = rows.reshape(blocks.shape[0], -1) if rows.ndim == 2 else rows
         length = rows.shape[1]
         return _digest_rows(rows, length, algorithm), np.full(rows.shape[0], length, np.uint32)
     try:

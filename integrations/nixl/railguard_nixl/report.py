@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -52,6 +53,9 @@ class Reporter:
         # the ones after (the agent's reports then name no engine).
         self.engine = engine
         self._engine_refused = False
+        # A result's diagnosis, refused the same way by an agent older than that field: those
+        # results go again without it, and later ones are sent without it.
+        self._diagnosis_refused = False
         self._last_answer: Optional[dict] = None
         self.flush_interval = flush_interval
         self.max_batch = max_batch
@@ -171,6 +175,8 @@ class Reporter:
         if not self._connect():
             return False
         with_engine = self.engine is not None and not self._engine_refused
+        if self._diagnosis_refused:
+            batch = [_without_diagnosis(x) for x in batch]
         message = {"v": 1, "results": batch}
         if with_engine:
             message["engine"] = self.engine
@@ -190,6 +196,16 @@ class Reporter:
             self.rejected -= 1
             self._engine_refused = True
             return self._send(batch)
+        again = []
+        for e in (self._last_answer or {}).get("errors", []) or []:
+            m = re.match(r"result (\d+): .*unknown field `diagnosis`", str(e))
+            if m and int(m.group(1)) < len(batch):
+                again.append(_without_diagnosis(batch[int(m.group(1))]))
+        if again and not self._diagnosis_refused:
+            # Not counted as refused: they go again, without their diagnosis.
+            self.rejected -= len(again)
+            self._diagnosis_refused = True
+            return self._send(again)
         return True
 
     def _read_answers(self, block: bool) -> None:
@@ -228,6 +244,10 @@ class Reporter:
             if a.get("rejected"):
                 self.rejected += int(a["rejected"])
                 self.last_error = "; ".join(a.get("errors", []))[:500]
+
+
+def _without_diagnosis(item: dict) -> dict:
+    return {k: v for k, v in item.items() if k != "diagnosis"}
 
 
 _default: Optional[Reporter] = None

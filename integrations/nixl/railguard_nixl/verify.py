@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from .digest import BlockError, digest_blocks
+from .digest import ALGORITHM, BlockError, digest_blocks
 from .manifest import Manifest, ManifestError
 
 
@@ -30,6 +30,8 @@ class Check:
     memory: str = "dram"  # or "vram"
     device: int = 0
     at_ns: int = 0
+    # A mismatch's bad blocks by what they held (see :func:`diagnose`); empty: not told apart.
+    diagnosis: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -50,7 +52,59 @@ class Check:
             "first_bad_offset": self.first_bad_offset,
             "error": self.error,
             "at_ns": int(self.at_ns or time.time_ns()),
+            **({"diagnosis": {k: int(v) for k, v in self.diagnosis.items() if v}}
+               if self.status == "mismatch" and any(self.diagnosis.values()) else {}),
         }
+
+
+DIAGNOSES = ("untouched", "stale", "misdirected", "swapped", "corrupt")
+
+
+def fingerprint(blocks) -> np.ndarray:
+    """The destination blocks' digests before the READ is posted, for :func:`check`'s ``before``:
+    a bad block whose bytes are still these was never written by the READ (``untouched``)."""
+    try:
+        return digest_blocks(blocks)[0]
+    except BlockError as e:
+        raise ManifestError(f"blocks: {e}") from None
+
+
+def diagnose(expected: np.ndarray, got: np.ndarray, bad, *, untouched=None, earlier=None, known=None,
+             ignore=()) -> dict:
+    """What each bad block held, by kind (how many blocks of each of :data:`DIAGNOSES`).
+
+    ``expected``/``got``: the manifest's and the destination's digests (uint64[n]); ``bad``: the
+    positions that differ. ``untouched``: bool[n], True where the destination still holds what it
+    held before the READ was posted. ``earlier``: position -> digests the same source block had
+    in other manifests. ``known``: digest -> a name of the source block that had it (other
+    requests' blocks). ``ignore``: digests too common to say where bytes came from (an all-zero
+    block's): a block holding one is ``corrupt`` unless untouched.
+
+    In order: untouched; stale (the same source block at another time); swapped (blocks i and j
+    exchanged); misdirected (another block's content, of this request or a known one); corrupt.
+    """
+    out = dict.fromkeys(DIAGNOSES, 0)
+    ignore = {int(d) for d in ignore}
+    where: dict[int, int] = {}
+    for j, d in enumerate(expected.tolist()):
+        if d not in ignore:
+            where.setdefault(int(d), j)
+    for i in (int(b) for b in bad):
+        g = int(got[i])
+        if untouched is not None and bool(untouched[i]):
+            out["untouched"] += 1
+        elif g in ignore:
+            out["corrupt"] += 1
+        elif earlier is not None and g in {int(x) for x in earlier.get(i, ())}:
+            out["stale"] += 1
+        elif g in where and where[g] != i:
+            j = where[g]
+            out["swapped" if int(got[j]) == int(expected[i]) else "misdirected"] += 1
+        elif known is not None and g in known:
+            out["misdirected"] += 1
+        else:
+            out["corrupt"] += 1
+    return out
 
 
 def manifest_for(request: str, blocks) -> Manifest:
@@ -84,11 +138,14 @@ def check(
     memory: Optional[str] = None,
     device: Optional[int] = None,
     transfer_error: Optional[str] = None,
+    before=None,
 ) -> Check:
     """Destination side, after NIXL said DONE (or ERR: pass ``transfer_error``).
 
     ``manifest``: a :class:`Manifest` or its encoding (bytes, or base64 text). ``blocks``: the
     destination blocks in the manifest's order (the same forms :func:`digest_blocks` takes).
+    ``before``: their :func:`fingerprint` taken before the READ was posted; with it, a bad block
+    the READ never wrote is told apart (``untouched``) from one it wrote wrong.
     The outcome is returned and, with a ``reporter`` (or the process's default one, when the
     agent's socket exists), sent to the node's agent without waiting for it.
     """
@@ -116,7 +173,13 @@ def check(
         digests, lengths = digest_blocks(blocks, man.algorithm)
     except BlockError as e:
         return error(f"blocks: {e}", man)
-    return compare(man, digests, lengths, remote=remote, reporter=reporter, memory=memory, device=device)
+    untouched = None
+    if before is not None:
+        before = np.asarray(before, dtype=np.uint64)
+        if before.shape == digests.shape:
+            untouched = before == digests
+    return compare(man, digests, lengths, remote=remote, reporter=reporter, memory=memory, device=device,
+                   untouched=untouched)
 
 
 def compare(
@@ -128,10 +191,14 @@ def compare(
     reporter=None,
     memory: str = "dram",
     device: int = 0,
+    untouched=None,
+    earlier=None,
+    known=None,
 ) -> Check:
     """Destination side, with the destination's digests already computed (by
     :func:`digest_blocks`, or by a connector that reads its blocks where they live). The outcome
-    is reported like :func:`check`'s."""
+    is reported like :func:`check`'s; a mismatch carries its :func:`diagnose` (``untouched``,
+    ``earlier`` and ``known`` as that takes them)."""
     if len(man) == 0:
         c = Check(request=man.request, status="error", blocks=0, bytes=0, remote=remote, memory=memory,
                   device=device, error="nothing to verify: the manifest names no block")
@@ -148,8 +215,12 @@ def compare(
         return c
     bad = np.flatnonzero(digests != man.digests)
     first = None
+    diagnosis = {}
     if bad.size:
         first = int(man.lengths[: int(bad[0])].sum(dtype=np.uint64))
+        zero = {int(d) for d in zero_digests(man.lengths)}
+        diagnosis = diagnose(man.digests, digests, bad, untouched=untouched, earlier=earlier, known=known,
+                             ignore=zero)
     c = Check(
         request=man.request,
         status="mismatch" if bad.size else "ok",
@@ -160,9 +231,27 @@ def compare(
         remote=remote,
         memory=memory,
         device=device,
+        diagnosis=diagnosis,
     )
     _report(c, reporter)
     return c
+
+
+_ZERO_CACHE: dict[tuple[int, int], int] = {}
+
+
+def zero_digests(lengths, algorithm: int = ALGORITHM) -> list[int]:
+    """The digest of an all-zero block of each distinct length in ``lengths``: bytes too common
+    to say where they came from."""
+    out = []
+    for n in sorted({int(x) for x in np.asarray(lengths).tolist()}):
+        d = _ZERO_CACHE.get((algorithm, n))
+        if d is None:
+            d = int(digest_blocks([np.zeros(n, np.uint8)], algorithm)[0][0])
+            if len(_ZERO_CACHE) < 4096:
+                _ZERO_CACHE[(algorithm, n)] = d
+        out.append(d)
+    return out
 
 
 def _report(c: Check, reporter) -> None:

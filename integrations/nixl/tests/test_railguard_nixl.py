@@ -53,6 +53,16 @@ class Digests(unittest.TestCase):
         swapped[[3, 4]] = swapped[[4, 3]]
         self.assertEqual(np.flatnonzero(digest_blocks(swapped)[0] != d).tolist(), [3, 4])
 
+    def test_rows_of_a_larger_buffer_are_digested_where_they_are(self):
+        # Every other block of a larger buffer, and blocks narrower than their row stride: each
+        # row is contiguous, the rows are not; digested as their copies are.
+        for view in (self.blocks[::2], self.blocks[1::3, :1000], self.blocks[::-1]):
+            got = digest_blocks(view)
+            want = digest_blocks(np.ascontiguousarray(view))
+            self.assertTrue(np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]))
+        with self.assertRaises(BlockError):
+            digest_blocks(self.blocks[:, ::2])  # bytes of a block not adjacent
+
     def test_multipliers_are_odd_and_fixed(self):
         m = multipliers(4)
         self.assertTrue((m & np.uint64(1) == 1).all())
@@ -226,6 +236,72 @@ class Checks(unittest.TestCase):
         c = rn.check(m, src, reporter=r, transfer_error="NIXL transfer state ERR")
         self.assertEqual((c.status, c.error), ("error", "NIXL transfer state ERR"))
         self.assertEqual(len(r.got), 4)
+
+
+class Diagnoses(unittest.TestCase):
+    def test_each_bad_block_is_told_apart_by_what_it_holds(self):
+        rng = np.random.default_rng(3)
+        src = rng.integers(0, 256, (9, 512), dtype=np.uint8)
+        m = rn.manifest_for("req-5", src)
+        old = rng.integers(0, 256, (9, 512), dtype=np.uint8)  # what the destination held before
+        before = rn.fingerprint(old)
+        earlier_content = rng.integers(0, 256, 512, dtype=np.uint8)  # block 4's previous content
+        dst = src.copy()
+        dst[0] = old[0]  # the READ never wrote block 0
+        dst[1], dst[2] = src[2], src[1]  # swapped
+        dst[3] = src[5]  # another block's content
+        dst[4] = earlier_content  # the same source block at another time
+        dst[6, 100] ^= 0x10  # a flipped bit
+        dst[7] = 0  # zeroed: too common to say where from
+        # block 8: another request's block, known by its digest
+        other = rng.integers(0, 256, 512, dtype=np.uint8)
+        dst[8] = other
+        earlier = {4: [int(rn.digest_blocks([earlier_content])[0][0])]}
+        known = {int(rn.digest_blocks([other])[0][0]): "prefill-0 block 77"}
+        digests, lengths = rn.digest_blocks(dst)
+        untouched = before == digests
+        c = rn.verify.compare(m, digests, lengths, reporter=_Null(), untouched=untouched, earlier=earlier, known=known)
+        self.assertEqual(c.status, "mismatch")
+        self.assertEqual(c.bad_blocks, [0, 1, 2, 3, 4, 6, 7, 8])
+        self.assertEqual(c.diagnosis, {"untouched": 1, "stale": 1, "misdirected": 2, "swapped": 2, "corrupt": 2})
+        w = c.to_wire()
+        self.assertEqual(w["diagnosis"], {"untouched": 1, "stale": 1, "misdirected": 2, "swapped": 2, "corrupt": 2})
+        # check() takes the fingerprint from before the READ.
+        c = rn.check(m, dst, reporter=_Null(), before=before)
+        self.assertEqual(c.diagnosis["untouched"], 1)
+        # An ok has no diagnosis on the wire.
+        self.assertNotIn("diagnosis", rn.check(m, src.copy(), reporter=_Null()).to_wire())
+
+    def test_an_agent_that_does_not_know_the_diagnosis_field_still_gets_every_result(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "inline.sock")
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            srv.bind(path)
+            srv.listen(1)
+            got = []
+
+            def old_agent():
+                conn, _ = srv.accept()
+                for line in conn.makefile("rb"):
+                    msg = json.loads(line)
+                    errors = [f"result {i}: not a result: unknown field `diagnosis`, expected one of `device`"
+                              for i, x in enumerate(msg["results"]) if "diagnosis" in x]
+                    got.extend(x for x in msg["results"] if "diagnosis" not in x)
+                    answer = {"accepted": len(msg["results"]) - len(errors), "rejected": len(errors), "errors": errors}
+                    conn.sendall(json.dumps(answer).encode() + b"\n")
+
+            threading.Thread(target=old_agent, daemon=True).start()
+            r = rn.Reporter(path, flush_interval=0.01)
+            r.add(rn.Check(request="ok", status="ok", blocks=1, bytes=8))
+            r.add(rn.Check(request="bad", status="mismatch", blocks=2, bytes=16, bad_blocks=[1],
+                           diagnosis={"untouched": 1}))
+            self.assertTrue(r.flush(5))
+            r.add(rn.Check(request="bad-2", status="mismatch", blocks=2, bytes=16, bad_blocks=[0],
+                           diagnosis={"corrupt": 1}))
+            self.assertTrue(r.flush(5))
+            self.assertEqual(sorted(x["request"] for x in got), ["bad", "bad-2", "ok"])
+            self.assertEqual((r.accepted, r.rejected), (3, 0))
+            r.close()
 
 
 class _Null:

@@ -29,7 +29,8 @@ def scenarios(modes: list, *args: str) -> dict:
 class VllmConnector(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.fail = scenarios(["clean", "race", "corrupt", "no-manifest", "damaged-manifest"])
+        cls.fail = scenarios(["clean", "race", "corrupt", "untouched", "misdirected", "swapped", "no-manifest",
+                              "damaged-manifest"])
         cls.recompute = scenarios(["corrupt"], "--policy", "recompute", "--connector-name", "RailguardNixlConnector")
 
     def test_loaded_by_vllms_factory_and_a_clean_transfer_decodes(self):
@@ -55,6 +56,18 @@ class VllmConnector(unittest.TestCase):
         self.assertEqual((s["finish"], s["tokens"]), ("error", 0), s)
         self.assertEqual(s["invalid_block_ids"], s["corrupted_blocks"], s)
         self.assertEqual(s["checks"][0]["status"], "mismatch", s)
+        self.assertEqual(s["checks"][0]["diagnosis"], {"corrupt": 1}, s)
+
+    def test_each_bad_block_is_told_apart_by_what_it_holds(self):
+        # Never written by the READ (the seed's signature); another block's bytes; two blocks
+        # exchanged. Each fails the request, naming exactly those blocks.
+        for mode, diagnosis, bad in (("untouched", {"untouched": 1}, [1]), ("misdirected", {"misdirected": 1}, [1]),
+                                     ("swapped", {"swapped": 2}, [1, 2])):
+            s = self.fail[mode]
+            self.assertEqual((s["finish"], s["tokens"]), ("error", 0), s)
+            [c] = s["checks"]
+            self.assertEqual((c["status"], c["bad_block_indices"], c.get("diagnosis")), ("mismatch", bad, diagnosis), s)
+            self.assertEqual(s["invalid_block_ids"], sorted(s["corrupted_blocks"]), s)
 
     def test_recompute_policy_recomputes_instead_of_decoding_the_bad_kv(self):
         s = self.recompute["corrupt"]

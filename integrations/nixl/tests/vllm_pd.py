@@ -11,7 +11,8 @@ runner or attention kernel runs; each step's "forward" writes the request's KV b
 seeded random bytes (prefill) or leaves them alone (decode), and sampled tokens are made up.
 The KV cache lives in host memory (``kv_buffer_device: cpu``, NIXL ``DRAM``).
 
-Run as a script for one scenario (``--mode clean|race|corrupt|no-manifest``); it prints one
+Run as a script for one scenario (``--mode clean|race|corrupt|untouched|misdirected|swapped|
+no-manifest|damaged-manifest``, several separated by commas); it prints one
 JSON summary line. ``tests/test_vllm.py`` runs every scenario.
 """
 
@@ -228,7 +229,7 @@ def request(req_id: str, tokens: int, params: dict, max_tokens: int):
     return r
 
 
-MODES = ("clean", "race", "corrupt", "no-manifest", "damaged-manifest")
+MODES = ("clean", "race", "corrupt", "untouched", "misdirected", "swapped", "no-manifest", "damaged-manifest")
 
 
 def _flip_sign_bits(engine: Engine, block: int) -> None:
@@ -291,21 +292,44 @@ def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, pol
         reused = remote_blocks[2]
         p.fill_blocks([reused])
 
-    # Decode: the proxy hands the prefill's kv_transfer_params to the decode instance.
+    # Decode: the proxy hands the prefill's kv_transfer_params to the decode instance. Its KV
+    # cache holds what earlier requests left (the READ must overwrite it).
+    d.fill_blocks(range(NUM_BLOCKS))
+    leftovers = {b: [v.clone() for v in d.block_view(b)] for b in range(NUM_BLOCKS)}
     dparams = dict(params)
     dparams.update(do_remote_prefill=True, do_remote_decode=False)
     d.scheduler.add_request(request("d-1", prompt_tokens, dparams, max_tokens=4))
     corrupted = []
-    if mode == "corrupt":
+    if mode in ("corrupt", "untouched", "misdirected", "swapped"):
         nixl = d.worker.connector_worker.nixl_wrapper
         real_state = nixl.check_xfer_state
+
+        def put(block, views):
+            for v, w in zip(d.block_view(block), views):
+                v.copy_(w)
 
         def state(handle):
             s = real_state(handle)
             if s == "DONE" and not corrupted:
                 local = d.worker.connector_worker._recving_metadata["d-1"].local_block_ids[0]
-                corrupted.append(local[1])
-                _flip_sign_bits(d, local[1])
+                if mode == "corrupt":
+                    # A DMA that landed bad bytes.
+                    corrupted.append(local[1])
+                    _flip_sign_bits(d, local[1])
+                elif mode == "untouched":
+                    # The seed: the NIC's read was rejected and the block was never written.
+                    corrupted.append(local[1])
+                    put(local[1], leftovers[local[1]])
+                elif mode == "misdirected":
+                    # Block 2's bytes landed in block 1 too (a descriptor pointing at the wrong block).
+                    corrupted.append(local[1])
+                    put(local[1], [v.clone() for v in d.block_view(local[2])])
+                else:
+                    # Blocks 1 and 2 exchanged.
+                    corrupted.extend([local[1], local[2]])
+                    one = [v.clone() for v in d.block_view(local[1])]
+                    put(local[1], [v.clone() for v in d.block_view(local[2])])
+                    put(local[2], one)
             return s
 
         nixl.check_xfer_state = state
@@ -361,7 +385,7 @@ def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, pol
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", default="clean",
-                    help="clean, race, corrupt, no-manifest or damaged-manifest; several separated by commas run in turn")
+                    help="clean, race, corrupt, untouched, misdirected, swapped, no-manifest or damaged-manifest; several separated by commas run in turn")
     ap.add_argument("--policy", choices=["fail", "recompute"], default="fail")
     ap.add_argument("--socket", default=os.environ.get("RAILGUARD_INLINE_SOCKET"))
     ap.add_argument("--connector-name", default=CONNECTOR_NAME,

@@ -473,6 +473,49 @@ fn mismatches_from_a_source_that_corrupts_other_gpus_too_are_the_other_ends() {
 }
 
 #[test]
+fn whole_blocks_of_another_time_or_place_are_the_engines_even_through_the_nic() {
+    let with = |mismatch_misplaced, failures: Vec<String>| {
+        let mut p = pair("mlx5_3", 5, 0);
+        p.inline = InlineCounts {
+            ok: 30,
+            mismatch: 2,
+            mismatch_nic: 2,
+            mismatch_misplaced,
+            engines: vec!["vllm 0.33.0 (RailguardNixlConnector)".into()],
+            failures,
+            ..Default::default()
+        };
+        let mut i = inline_gpu(vec![p]);
+        i.workload_recent = vec![ProbeVerdict::Ok; 5];
+        assess(&i, None, &RulesConfig::default())
+    };
+    // Both stale: the engine's; the GPU keeps its probes' ok and gets no pin.
+    let a = with(
+        2,
+        vec![
+            "request r1 from prefill-0: 8 of 32 blocks differ (8 stale: whole source blocks of another time or place)"
+                .into(),
+        ],
+    );
+    assert_eq!((a.status, a.layer, a.recommendation.as_ref()), (GpuStatus::Ok, None, None), "{:?}", a.findings);
+    let engine = a.findings.iter().find(|f| f.layer == Layer::Engine).expect("an engine finding");
+    assert!(
+        engine.reason.contains("whole source blocks of another time or place")
+            && engine.reason.contains("not mlx5_3 or GPU3")
+            && engine.reason.contains("8 stale"),
+        "{}",
+        engine.reason
+    );
+    // One of them untouched (the READ never wrote it): that one is the path's.
+    let a = with(1, vec![]);
+    assert_eq!((a.status, a.layer), (GpuStatus::Corrupting, Some(Layer::Fabric)), "{:?}", a.findings);
+    assert!(a.reasons[0].contains("caught 1 of 32"), "{}", a.reasons[0]);
+    // A count beyond the NIC's mismatches (a damaged row) moves no more than there are.
+    let a = with(9, vec![]);
+    assert_eq!(a.status, GpuStatus::Ok, "{:?}", a.findings);
+}
+
+#[test]
 fn inline_transfer_errors_tell_no_layer_and_are_at_most_watch() {
     let with = |error| {
         let mut p = pair("mlx5_3", 4, 0);

@@ -1,6 +1,7 @@
-//! Engine findings: in-line mismatches the engine itself caused (bytes moved by a host copy, so
-//! no GPU or NIC carried them), keyed by the engine's identity across the fleet. They are never
-//! a GPU's: no status, pin, taint or quarantine rests on them.
+//! Engine findings: in-line mismatches the engine itself caused — bytes moved by a host copy (no
+//! GPU or NIC carried them), or whole source blocks of another time or place (stale, misdirected,
+//! swapped: the engine's block bookkeeping) — keyed by the engine's identity across the fleet.
+//! They are never a GPU's: no status, pin, taint or quarantine rests on them.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -16,8 +17,12 @@ pub struct EngineFinding {
     pub label: String,
     /// Always `engine`: the layer this finding implicates.
     pub layer: railguard_schema::Layer,
-    /// Transfers that arrived with wrong bytes by a host copy.
+    /// Transfers that arrived wrong by the engine's doing: `by_host_copy` + `misplaced`.
     pub mismatches: i64,
+    /// Of those, moved by a host copy.
+    pub by_host_copy: i64,
+    /// Of those, moved by a NIC holding whole source blocks of another time or place.
+    pub misplaced: i64,
     /// Distinct GPUs and nodes they were received on.
     pub gpus: i64,
     pub nodes: i64,
@@ -41,19 +46,27 @@ pub async fn engine_findings(
     #[derive(sqlx::FromRow)]
     struct Row {
         engine: Option<sqlx::types::Json<serde_json::Value>>,
-        mismatches: i64,
+        by_host_copy: i64,
+        misplaced: i64,
         gpus: i64,
         nodes: i64,
         first_at: DateTime<Utc>,
         last_at: DateTime<Utc>,
     }
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT engine, least(sum(transfers_mismatch), 4611686018427387904)::bigint AS mismatches,
-                count(DISTINCT (node_id, gpu_index)) AS gpus, count(DISTINCT node_id) AS nodes,
-                min(first_at) AS first_at, max(last_at) AS last_at
-         FROM inline_reports
-         WHERE observed_at >= $1 AND observed_at <= $2 AND transfers_mismatch > 0 AND path = 'host_copy'
-         GROUP BY engine ORDER BY mismatches DESC, engine LIMIT $3",
+        "SELECT * FROM (
+            SELECT engine,
+                   least(coalesce(sum(transfers_mismatch) FILTER (WHERE path = 'host_copy'), 0),
+                         4611686018427387904)::bigint AS by_host_copy,
+                   least(coalesce(sum(transfers_mismatch_misplaced) FILTER (WHERE path <> 'host_copy'), 0),
+                         4611686018427387904)::bigint AS misplaced,
+                   count(DISTINCT (node_id, gpu_index)) AS gpus, count(DISTINCT node_id) AS nodes,
+                   min(first_at) AS first_at, max(last_at) AS last_at
+            FROM inline_reports
+            WHERE observed_at >= $1 AND observed_at <= $2
+              AND (transfers_mismatch > 0 AND path = 'host_copy' OR transfers_mismatch_misplaced > 0)
+            GROUP BY engine
+         ) e ORDER BY by_host_copy + misplaced DESC, engine LIMIT $3",
     )
     .bind(since)
     .bind(until)
@@ -67,10 +80,15 @@ pub async fn engine_findings(
             let engine: Option<railguard_schema::EngineIdentity> =
                 r.engine.and_then(|e| serde_json::from_value(e.0).ok());
             let label = engine.as_ref().map_or_else(|| UNNAMED_ENGINE.to_owned(), |e| e.label());
+            let mismatches = r.by_host_copy.saturating_add(r.misplaced);
+            let how = match (r.by_host_copy, r.misplaced) {
+                (_, 0) => "by host copy".to_owned(),
+                (0, _) => "whole source blocks of another time or place (stale, misdirected or swapped)".to_owned(),
+                (h, m) => format!("{h} by host copy, {m} holding whole source blocks of another time or place"),
+            };
             let reason = format!(
-                "{label}: {} in-line mismatch{} on {} GPU{} of {} node{}, by host copy: the engine moved those bytes, not a GPU or NIC",
-                r.mismatches,
-                if r.mismatches == 1 { "" } else { "es" },
+                "{label}: {mismatches} in-line mismatch{} on {} GPU{} of {} node{}, {how}: the engine moved or mislaid those bytes, not a GPU or NIC",
+                if mismatches == 1 { "" } else { "es" },
                 r.gpus,
                 if r.gpus == 1 { "" } else { "s" },
                 r.nodes,
@@ -80,7 +98,9 @@ pub async fn engine_findings(
                 engine,
                 label,
                 layer: railguard_schema::Layer::Engine,
-                mismatches: r.mismatches,
+                mismatches,
+                by_host_copy: r.by_host_copy,
+                misplaced: r.misplaced,
                 gpus: r.gpus,
                 nodes: r.nodes,
                 first_at: r.first_at,

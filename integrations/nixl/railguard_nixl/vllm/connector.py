@@ -40,7 +40,11 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlBase
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler import NixlPullConnectorScheduler
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker import NixlPullConnectorWorker
 
-from ..digest import BlockError
+import collections
+
+import numpy as np
+
+from ..digest import ALGORITHM, BlockError
 from ..manifest import Manifest, ManifestError
 from ..report import Reporter, default_reporter, engine_identity
 from ..verify import Check, compare
@@ -152,11 +156,13 @@ def engine_of(vllm_config, kv_transfer_config) -> dict:
 @dataclass
 class _Read:
     """One READ the worker posted: local physical blocks filled from remote physical blocks,
-    and the remote request's full physical block list (the manifest's order)."""
+    the remote request's full physical block list (the manifest's order), and the local
+    blocks' fingerprints from before the READ was posted (None: not taken)."""
 
     local: list[int]
     remote: list[int]
     remote_all: list[int]
+    before: np.ndarray | None = None
 
 
 @dataclass
@@ -165,6 +171,29 @@ class _Pending:
     local_logical: list[int]
     reads: list[_Read] = field(default_factory=list)
     unverifiable: str = ""
+    # READs posted with blocks whose mapping this connector did not see (no record to check).
+    unrecorded: int = 0
+
+
+def rank_key(tp_rank: int, pp_rank: int) -> str:
+    """The key of a worker's manifest among a request's: its tensor-parallel rank, and its
+    pipeline rank when that is not 0 (``"3"``, ``"3.pp1"``)."""
+    return str(tp_rank) if pp_rank == 0 else f"{tp_rank}.pp{pp_rank}"
+
+
+def _pp_rank() -> int:
+    try:
+        from vllm.distributed.parallel_state import get_pp_group
+
+        return int(get_pp_group().rank_in_group)
+    except Exception:  # no pipeline group (a single-process engine): rank 0
+        return 0
+
+
+# Source blocks whose digests a decode worker remembers (for stale and misdirected blocks).
+HISTORY_BLOCKS = 1 << 16
+# Digests kept per source block.
+HISTORY_DEPTH = 4
 
 
 class RailguardPullWorker(NixlPullConnectorWorker):
@@ -177,6 +206,12 @@ class RailguardPullWorker(NixlPullConnectorWorker):
         self._rg_regions_error = ""
         self._rg_pending: dict[str, _Pending] = {}
         self._rg_current: str | None = None
+        self._rg_recorded = False
+        self._rg_pp_rank = _pp_rank()
+        # (remote engine, remote physical block) -> the digests its manifests gave it, oldest
+        # first; and digest -> the source block that had it (bounded, least recent dropped).
+        self._rg_history: collections.OrderedDict[tuple[str, int], list[int]] = collections.OrderedDict()
+        self._rg_known: dict[int, tuple[str, int]] = {}
         self._rg_made: dict[str, dict[str, str]] = {}
         self._rg_made_errors: dict[str, str] = {}
         self._rg_engine = engine_of(vllm_config, vllm_config.kv_transfer_config)
@@ -206,9 +241,9 @@ class RailguardPullWorker(NixlPullConnectorWorker):
                     [list(logical)], self._physical_blocks_per_logical_kv_block
                 )[0]
                 digests, lengths = self._rg_regions.digests(physical)
-                name = f"{req_id}|tp{self.tp_rank}|{self._rg_regions.layout()}"
+                name = f"{req_id}|tp{self.tp_rank}pp{self._rg_pp_rank}|{self._rg_regions.layout()}"
                 text = Manifest(request=name, digests=digests, lengths=lengths).to_text()
-                self._rg_made.setdefault(req_id, {})[str(self.tp_rank)] = text
+                self._rg_made.setdefault(req_id, {})[rank_key(self.tp_rank, self._rg_pp_rank)] = text
             except (RegionError, BlockError, ManifestError) as e:
                 self._rg_made_errors[req_id] = f"prefill could not digest: {e}"
 
@@ -252,17 +287,33 @@ class RailguardPullWorker(NixlPullConnectorWorker):
             if why:
                 pending.unverifiable = pending.unverifiable or f"not checkable: {why}"
         self._rg_current = request_id
+        self._rg_recorded = False
         try:
             return super()._read_blocks(read_spec, dst_engine_id, request_id, *args, **kwargs)
         finally:
             self._rg_current = None
+            moves = any(len(g) for g in (read_spec.local_block_ids or []))
+            if pending is not None and moves and not self._rg_recorded and not read_spec.block_ids_by_region:
+                # A READ of blocks whose mapping never passed through _apply_prefix_caching: there
+                # is no record of which local block holds which remote one, so nothing to check.
+                pending.unrecorded += 1
 
     def _apply_prefix_caching(self, decode_block_ids, prefill_block_ids, *args, **kwargs):
         local, remote = super()._apply_prefix_caching(decode_block_ids, prefill_block_ids, *args, **kwargs)
         pending = self._rg_pending.get(self._rg_current) if self._rg_current else None
-        if pending is not None and local and remote:
+        if pending is not None:
+            self._rg_recorded = True
+        if pending is not None and local and remote and local[0]:
+            before = None
+            if self._rg_regions is not None:
+                try:
+                    # What the local blocks hold before the READ is posted (it is posted after
+                    # this returns): a bad block still holding it was never written.
+                    before = self._rg_regions.fingerprints(local[0])
+                except BlockError:
+                    before = None
             pending.reads.append(
-                _Read(local=list(local[0]), remote=list(remote[0]), remote_all=list(prefill_block_ids[0]))
+                _Read(local=list(local[0]), remote=list(remote[0]), remote_all=list(prefill_block_ids[0]), before=before)
             )
         return local, remote
 
@@ -274,7 +325,7 @@ class RailguardPullWorker(NixlPullConnectorWorker):
             pending = self._rg_pending.pop(req_id, None)
             if pending is None or req_id in results.failed_recving:
                 continue
-            if not pending.reads and not pending.unverifiable:
+            if not pending.reads and not pending.unverifiable and not pending.unrecorded:
                 continue  # nothing was read (a full local prefix hit): nothing moved, nothing to check
             check = self._rg_check(req_id, pending)
             self.rg_checks.append(check)
@@ -294,6 +345,12 @@ class RailguardPullWorker(NixlPullConnectorWorker):
             )
             results.failed_recving.add(req_id)
             self._invalid_block_ids.put(bad)
+        # A request vLLM no longer awaits (aborted, expired, a notify-only full local hit) leaves
+        # nothing behind here either.
+        live = getattr(self, "_recving_metadata", None)
+        if live is not None:
+            for req_id in [r for r in self._rg_pending if r not in live]:
+                del self._rg_pending[req_id]
         return results
 
     def _rg_check(self, req_id: str, pending: _Pending) -> Check:
@@ -313,15 +370,25 @@ class RailguardPullWorker(NixlPullConnectorWorker):
             remote = f"{exp.remote_engine_id}/{exp.remote_request_id}" if exp.remote_engine_id else exp.remote_request_id
         if pending.unverifiable:
             return fail(pending.unverifiable)
+        if pending.unrecorded:
+            return fail(
+                f"not checkable: {pending.unrecorded} READ(s) moved blocks whose mapping this connector did not "
+                "record (vLLM mapped them outside _apply_prefix_caching)"
+            )
         if regions is None:
             return fail(self._rg_regions_error or "KV caches not registered")
         if exp is None or not exp.manifests:
             return fail(exp.why_missing if exp and exp.why_missing else "nothing to verify: no manifest came with the request")
-        local, want = [], []
+        mine = rank_key(self.tp_rank, self._rg_pp_rank)
+        engine = exp.remote_engine_id or ""
+        local, want, sources, before = [], [], [], []
         for read in pending.reads:
-            text = exp.manifests.get(str(self.tp_rank))
+            text = exp.manifests.get(mine)
             if text is None:
-                return fail(f"no manifest for tensor-parallel rank {self.tp_rank}")
+                return fail(
+                    f"not checkable: no manifest for tensor-parallel rank {self.tp_rank}, pipeline rank "
+                    f"{self._rg_pp_rank} (the request carries ranks {', '.join(sorted(exp.manifests))})"
+                )
             try:
                 man = Manifest.decode(text)
             except ManifestError as e:
@@ -330,27 +397,59 @@ class RailguardPullWorker(NixlPullConnectorWorker):
             rank, _, layout = rest.partition("|")
             if name != exp.remote_request_id:
                 return fail(f"manifest of request {name!r}, not {exp.remote_request_id!r}")
+            if rank not in (f"tp{self.tp_rank}pp{self._rg_pp_rank}",) + ((f"tp{self.tp_rank}",) if self._rg_pp_rank == 0 else ()):
+                return fail(
+                    f"not checkable: the manifest is rank {rank!r}'s; this worker is tensor-parallel rank "
+                    f"{self.tp_rank}, pipeline rank {self._rg_pp_rank}"
+                )
+            if man.algorithm != ALGORITHM:
+                return fail(f"not checkable: the manifest's digests are algorithm {man.algorithm}; this connector computes {ALGORITHM}")
             if layout != regions.layout():
                 return fail("not checkable: prefill and decode register different KV layouts")
             if len(man) != len(read.remote_all):
                 return fail(f"the manifest names {len(man)} blocks; the request has {len(read.remote_all)}")
             position = {b: i for i, b in enumerate(read.remote_all)}
+            missing = [b for b in read.remote if b not in position]
+            if missing:
+                return fail(f"the READ moved remote blocks {missing[:8]} the request's block list does not name")
             picks = [position[b] for b in read.remote]
             local.extend(read.local)
+            sources.extend((engine, int(b)) for b in read.remote)
+            before.append(read.before if read.before is not None else np.full(len(read.local), -1, np.int64).view(np.uint64))
             want.append(Manifest(request=man.request, digests=man.digests[picks], lengths=man.lengths[picks]))
         try:
             digests, lengths = regions.digests(local)
+            after = regions.fingerprints(local)
         except BlockError as e:
             return fail(f"blocks: {e}")
-        import numpy as np
-
         expected = Manifest(
             request=req_id,
             digests=np.concatenate([m.digests for m in want]),
             lengths=np.concatenate([m.lengths for m in want]),
         )
-        return compare(expected, digests, lengths, remote=remote, reporter=self._rg_reporter_or_default(),
-                       memory=memory, device=device)
+        had = [r.before is not None for r in pending.reads for _ in r.local]
+        untouched = (np.concatenate(before) == after) & np.array(had, bool)
+        earlier = {i: self._rg_history.get(src, ()) for i, src in enumerate(sources)}
+        check = compare(expected, digests, lengths, remote=remote, reporter=self._rg_reporter_or_default(),
+                        memory=memory, device=device, untouched=untouched, earlier=earlier, known=self._rg_known)
+        self._rg_remember(sources, expected.digests)
+        return check
+
+    def _rg_remember(self, sources: list[tuple[str, int]], digests: np.ndarray) -> None:
+        """Keeps what each source block's manifest said it held (bounded)."""
+        for src, d in zip(sources, digests.tolist()):
+            d = int(d)
+            seen = self._rg_history.setdefault(src, [])
+            self._rg_history.move_to_end(src)
+            if d not in seen:
+                seen.append(d)
+                del seen[:-HISTORY_DEPTH]
+            self._rg_known[d] = src
+        while len(self._rg_history) > HISTORY_BLOCKS:
+            src, seen = self._rg_history.popitem(last=False)
+            for d in seen:
+                if self._rg_known.get(d) == src:
+                    del self._rg_known[d]
 
     def _rg_bad_logical(self, pending: _Pending, check: Check) -> set[int]:
         """The logical (vLLM) block ids to report: those holding a bad physical block; all the

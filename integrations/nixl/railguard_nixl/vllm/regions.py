@@ -91,6 +91,30 @@ class Regions:
         body = np.array([len(self._regions)] + [r.block_len for r in self._regions], dtype="<u8")
         return format(int(digest_blocks([body.view(np.uint8)], MIX64)[0][0]), "016x")
 
+    def fingerprints(self, block_ids, sample: int = 4096) -> np.ndarray:
+        """A cheap fingerprint of physical blocks ``block_ids`` (uint64[n]): the digest of the first
+        ``sample`` bytes of the block in every region. Taken before a READ is posted and again
+        after it completed, an unchanged fingerprint of a block that does not match its manifest
+        says the READ never wrote it (``untouched``)."""
+        import torch
+
+        ids = [int(b) for b in block_ids]
+        if not ids:
+            return np.zeros(0, np.uint64)
+        per_region = np.empty((len(ids), len(self._regions)), np.uint64)
+        for i, region in enumerate(self._regions):
+            count = region.view.shape[0]
+            if min(ids) < 0 or max(ids) >= count:
+                raise BlockError(f"block ids outside 0..{count - 1}")
+            index = torch.as_tensor(ids, dtype=torch.long, device=region.view.device)
+            rows = region.view[:, : min(sample, region.block_len)].index_select(0, index)
+            per_region[:, i] = digest_blocks(rows)[0]
+        return _digest_rows(
+            np.ascontiguousarray(per_region).view(np.uint8).reshape(len(ids), 8 * len(self._regions)),
+            8 * len(self._regions),
+            MIX64,
+        )
+
     def digests(self, block_ids) -> tuple[np.ndarray, np.ndarray]:
         """Digests and byte lengths of physical blocks ``block_ids`` (uint64[n], uint32[n])."""
         import torch
