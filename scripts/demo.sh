@@ -18,7 +18,8 @@ chmod 755 "$state" # the private Postgres runs as an unprivileged user when we a
 grpc="127.0.0.1:${RAILGUARD_DEMO_GRPC_PORT:-7700}"
 http="127.0.0.1:${RAILGUARD_DEMO_HTTP_PORT:-7701}"
 
-nodes=("$(hostname | tr -c 'A-Za-z0-9._\n-' '-')" sim-seed-kvm-auto sim-seed-kvm-pinned sim-bare-metal-healthy sim-engine-race)
+nodes=("$(hostname | tr -c 'A-Za-z0-9._\n-' '-')" sim-seed-kvm-auto sim-seed-kvm-pinned sim-bare-metal-healthy sim-engine-race
+  sim-decode-a sim-decode-b)
 # Tokens and the credentials file are secrets: owner-only (0600).
 umask 077
 : >"$state/credentials"
@@ -55,6 +56,8 @@ done
 "$bin/railguard-agent" sim-fixture seed-kvm --out "$state/sim/seed-kvm" 2>/dev/null
 "$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/dgx-h100" 2>/dev/null
 "$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/engine" 2>/dev/null
+"$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/decode-a" 2>/dev/null
+"$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/decode-b" 2>/dev/null
 # The simulated fabric's physical model, the same for every simulated node (bare metal too): in a
 # guest without a vIOMMU, a NIC's DMA read of GPU memory whose PCIe route turns inside a switch
 # is rejected untranslated, and the stack reports success. Which pairs that hits is decided from
@@ -101,6 +104,29 @@ if [ -x "$nixl_py" ]; then
   pids+=($!)
 fi
 
+# A remote fault: two healthy simulated decode nodes whose GPU1 receives KV blocks from one bad
+# prefill source ("sim-prefill-7"): its NIC's DMA read of its GPU memory is rejected for every
+# fourth block, which arrives untouched while NIXL says DONE. The simulated fabric stands in for
+# the decode NICs' DMA (RAILGUARD_SIM_NIC_DMA=1 on a simulated device): both GPUs name the source
+# as the other end (remote), and neither is marked, pinned or tainted for it.
+for side in a b; do
+  agent "sim-decode-$side" --sysfs-root "$state/sim/decode-$side/sys" "${probing[@]}" --faults "$state/sim/model.json" \
+    --inline-socket "$state/sim/decode-$side/inline.sock" --inline-socket-mode 600 \
+    --simulated-gpu-devices "$state/sim/decode-$side/dev"
+done
+if [ -x "$nixl_py" ]; then
+  setsid bash -c 'while :; do
+      for side in a b; do
+        sock="$1/decode-$side/inline.sock"
+        [ -S "$sock" ] && CUDA_VISIBLE_DEVICES=1 RAILGUARD_SIM_NIC_DMA=1 RAILGUARD_INLINE_SOCKET="$sock" NIXL_LOG_LEVEL=WARN \
+          sh -c '\''exec 9<"$0" && exec "$1" "$2" --mode bad-source --prefill-name sim-prefill-7 --transfers 10'\'' \
+          "$1/decode-$side/dev/nvidia1" "$2" "$3" >/dev/null 2>&1
+      done
+      sleep 60
+    done' _ "$state/sim" "$nixl_py" "$root/integrations/nixl/examples/kv_race.py" &
+  pids+=($!)
+fi
+
 # A real Prometheus, when installed (scripts/setup.sh installs Debian's), scraping the collector
 # with railguard's alert rules: RailguardGPUCorrupting fires for the simulated seed nodes.
 prom_line="Prometheus:       not installed (apt-get install prometheus) — the alert rules are in deploy/prometheus/"
@@ -130,7 +156,7 @@ echo "demo: waiting for the first probe cycle (20 s) and assessment…"
 sleep 25 # a second run finds the last run's statuses: wait for this run's evidence
 for _ in $(seq 1 60); do
   n=$("$bin/railguard-collector" query gpus --json --data-dir "$state/collector" 2>/dev/null | grep -c '"status"' || true)
-  [ "${n:-0}" -ge 32 ] && break
+  [ "${n:-0}" -ge 48 ] && break
   sleep 2
 done
 # The alerts page: /alerts on Prometheus' own build, /classic/alerts on Debian's (which ships
@@ -157,12 +183,15 @@ railguard demo is running.
   this host's view: $bin/railguard-agent topo
   a simulated node: $bin/railguard-agent topo --sysfs-root $state/sim/seed-kvm/sys
 
-What is modelled: three SIMULATED nodes (no GPU, no RDMA NIC: fixture trees and the simulated
-  fabric) under one physical model, the same for all three: in a guest without a vIOMMU, a NIC's
+What is modelled: SIMULATED nodes (no GPU, no RDMA NIC: fixture trees and the simulated
+  fabric) under one physical model, the same for all: in a guest without a vIOMMU, a NIC's
   DMA read of GPU memory whose PCIe route turns inside a switch is rejected untranslated and the
   stack reports success. What is found: which GPUs corrupt, what their failing pairs share, and
-  the NIC to pin — from the probes, on each node's own tree. Simulated evidence is marked
-  simulated everywhere, and the alerts count it unproven (no hardware was exercised).
+  the NIC to pin — from the probes, on each node's own tree. Two faults that are no GPU's: an
+  engine that reuses KV blocks under a READ (sim-engine-race: an engine finding, "kv_race"), and
+  a bad prefill source feeding GPU1 of sim-decode-a and sim-decode-b (a remote finding naming
+  sim-prefill-7; /api/v1/sources). Simulated evidence is marked simulated everywhere, and the
+  alerts count it unproven (no hardware was exercised).
 
 GPUs that are not ok (railguard-collector query gpus --status corrupting,at_risk,watch):
 TXT

@@ -106,16 +106,27 @@ const PATTERN_EVERY_MS = 60000;
 let patternRead = { at: 0, value: null };
 let seriesRead = { at: 0, key: null, value: null };
 
-// The engines whose KV transfers arrived wrong with no GPU or NIC carrying them (the last read).
+// The engines whose KV transfers arrived wrong with no GPU or NIC carrying them, and the sources
+// (the other end) that sent wrong bytes to several GPUs (the last reads).
 let enginesRead = { value: null };
+let sourcesRead = { value: null };
 
 // Engine findings over the day: never a GPU's (no status, pin or taint rests on them).
 function enginesSection(e) {
   if (!e || !e.engines.length) return "";
-  const rows = e.engines.map(x => `<tr data-engine="${esc(x.label)}"><td>${esc(x.label)}</td><td>${x.mismatches}</td><td>${x.gpus}</td><td>${x.nodes}</td><td>${esc(ago(x.last_at))}</td></tr>`).join("");
+  const rows = e.engines.map(x => `<tr data-engine="${esc(x.label)}"><td>${esc(x.label)}</td><td>${x.mismatches}</td><td>${x.by_host_copy} / ${x.misplaced}</td><td>${x.gpus}</td><td>${x.nodes}</td><td>${esc(ago(x.last_at))}</td></tr>`).join("");
   return `<h2>Engines <span class="muted">the day to ${esc(new Date(e.until).toISOString())}</span></h2>
-    <p class="muted" id="engines-note">KV blocks that arrived with wrong bytes by a host copy: the serving engine moved them, no GPU or NIC did, so no GPU is marked, pinned or tainted for them (<a href="https://github.com/railguard/railguard/blob/main/docs/runbook-alerts.md#railguardenginecorruptskv">runbook</a>).</p>
-    <table id="engines"><tr><th>engine</th><th>mismatches</th><th>GPUs</th><th>nodes</th><th>last</th></tr>${rows}</table>`;
+    <p class="muted" id="engines-note">KV blocks that arrived with wrong bytes by a host copy, or holding whole source blocks of another time or place: the serving engine moved or mislaid them, no GPU or NIC did, so no GPU is marked, pinned or tainted for them (<a href="https://github.com/railguard/railguard/blob/main/docs/runbook-alerts.md#railguardenginecorruptskv">runbook</a>).</p>
+    <table id="engines"><tr><th>engine</th><th>mismatches</th><th>host copy / misplaced</th><th>GPUs</th><th>nodes</th><th>last</th></tr>${rows}</table>`;
+}
+
+// Source findings over the day: the other end of the transfers, never the destinations'.
+function sourcesSection(e) {
+  if (!e || !e.sources.length) return "";
+  const rows = e.sources.map(x => `<tr data-source="${esc(x.source)}"><td>${esc(x.source)}${x.simulated ? ' <span class="mark sim">simulated</span>' : ""}</td><td>${x.gpus}</td><td>${x.nodes}</td><td>${x.exclusive_gpus}</td><td>${x.mismatches}</td><td>${esc(ago(x.last_at))}</td></tr>`).join("");
+  return `<h2>Sources <span class="muted">the day to ${esc(new Date(e.until).toISOString())}</span></h2>
+    <p class="muted" id="sources-note">Sources (the prefill engines the failures name) whose KV blocks arrived with wrong bytes on several GPUs through those GPUs' own NICs: the source's GPU or NIC is the common end, so the GPUs that got wrong bytes from it alone are not marked, pinned or tainted (<a href="https://github.com/railguard/railguard/blob/main/docs/runbook-alerts.md#railguardsourcecorruptskv">runbook</a>).</p>
+    <table id="sources"><tr><th>source</th><th>GPUs</th><th>nodes</th><th>from it alone</th><th>failed transfers</th><th>last</th></tr>${rows}</table>`;
 }
 
 async function fleet() {
@@ -134,14 +145,17 @@ async function fleet() {
   const seriesUntil = atDate && !isNaN(atDate) ? atDate : new Date();
   const seriesPath = `/api/v1/fleet/series?since=${encodeURIComponent(new Date(seriesUntil - 86400000).toISOString())}&until=${encodeURIComponent(seriesUntil.toISOString())}`;
   const enginesPath = `/api/v1/engines?since=${encodeURIComponent(new Date(seriesUntil - 86400000).toISOString())}&until=${encodeURIComponent(seriesUntil.toISOString())}`;
-  const [f, grid, pat, series, engines] = await Promise.all([
+  const sourcesPath = enginesPath.replace("/api/v1/engines", "/api/v1/sources");
+  const [f, grid, pat, series, engines, sources] = await Promise.all([
     api("/api/v1/fleet"),
     api(`/api/v1/grid${at ? `?at=${encodeURIComponent(at)}` : ""}`),
     readPattern ? api(patternPath).catch(() => null) : Promise.resolve(patternRead.value),
     readSeries ? api(seriesPath).catch(() => null) : Promise.resolve(seriesRead.value),
     readSeries ? api(enginesPath).catch(() => null) : Promise.resolve(enginesRead.value),
+    readSeries ? api(sourcesPath).catch(() => null) : Promise.resolve(sourcesRead.value),
   ]);
   if (readSeries && engines) enginesRead = { value: engines };
+  if (readSeries && sources) sourcesRead = { value: sources };
   if (readSeries && series) seriesRead = { at: Date.now(), key: patternKey, value: series };
   // A failed read keeps the last one shown (for the same moment) and tries again in 15 s.
   if (readPattern) {
@@ -197,6 +211,7 @@ async function fleet() {
     h += `<p id="age" class="${age > 30 ? "warning stale" : "muted"}" data-age="${age}"${lag == null ? "" : ` data-replica-lag="${Math.round(lag)}"`}>data is ${age} s old${age > 30 ? " — the collector is falling behind" : ""}${esc(replica)}</p>`;
   }
   h += enginesSection(enginesRead.value);
+  h += sourcesSection(sourcesRead.value);
   const fleetSeries = seriesRead.key === patternKey ? seriesRead.value : null;
   if (fleetSeries) {
     h += `<h2>Corrupting and at-risk GPUs, the day to ${esc(new Date(fleetSeries.until).toISOString())}${filtering ? " (the whole fleet: the filters do not apply)" : ""}</h2><div class="chart" id="chart-fleet"></div>`;
@@ -322,7 +337,18 @@ async function node(name) {
 
 // One probe row in words: a probe, or an agent's summary of ok probes.
 function probeTitle(p) {
-  return p.summary ? `${p.first_at} – ${p.at}: ${p.probes} ok probes (summarised by the agent)` : `${p.at} ${p.verdict} ${p.diagnosis}`;
+  const how = PATHS[p.path] ? ` (${PATHS[p.path]})` : "";
+  return (p.summary ? `${p.first_at} – ${p.at}: ${p.probes} ok probes (summarised by the agent)` : `${p.at} ${p.verdict} ${p.diagnosis}`) + how;
+}
+// What carried a probe's bytes, where it is not the pair's own NIC.
+const PATHS = { simulated: "simulated fabric", host_copy: "a host copy: no NIC exercised", other_device: "another device's DMA, not this pair's NIC" };
+function pathMark(path) {
+  return path === "simulated" ? " sim" : path === "other_device" ? " other" : path === "host_copy" ? " unproven" : "";
+}
+// A failed in-line transfer in words, with what its bad blocks held when the library told them apart.
+function inlineFailure(f) {
+  const held = f.diagnosis ? Object.entries(f.diagnosis).filter(([, n]) => n > 0).map(([k, n]) => `${n} ${k}`).join(", ") : "";
+  return `${f.request}${f.remote ? ` from ${f.remote}` : ""}: ${f.mismatch ? `${f.bad_blocks} of ${f.blocks} blocks differ${held ? ` (${held})` : ""}` : (f.error || "error")}`;
 }
 
 // Each finding with the layer its evidence implicates (a past status has reasons only).
@@ -373,7 +399,7 @@ async function gpu(name, idx, query) {
     const bad = ps.filter(p => p.verdict !== "ok").reduce((a, p) => a + n(p), 0);
     const all = ps.reduce((a, p) => a + n(p), 0);
     return `<tr data-nic="${esc(nic)}"><td>${esc(nic)}${nic === s.workload_nic ? " (workload)" : ""}</td><td class="rate">${Math.round(100 * bad / all)} % of ${all}</td><td><div class="timeline small">${ps.map(p =>
-      `<div class="tick nt ${p.verdict === "ok" ? "ok" : "bad"}${p.summary ? " summary" : ""}${p.path === "simulated" ? " sim" : p.path === "host_copy" ? " unproven" : ""}" title="${esc(probeTitle(p))}"></div>`).join("")}</div></td></tr>`;
+      `<div class="tick nt ${p.verdict === "ok" ? "ok" : "bad"}${p.summary ? " summary" : ""}${pathMark(p.path)}" title="${esc(probeTitle(p))}"></div>`).join("")}</div></td></tr>`;
   }).join("");
   // Per NIC, one cell a day: failed probes that day (red), only ok ones (green).
   const byDay = new Map();
@@ -381,14 +407,14 @@ async function gpu(name, idx, query) {
     if (!byDay.has(b.nic)) byDay.set(b.nic, new Map());
     const d = byDay.get(b.nic);
     const k = b.start.slice(0, 10);
-    const c = d.get(k) || { ok: 0, bad: 0, tiers: new Set(), sim: false, unproven: false };
+    const c = d.get(k) || { ok: 0, bad: 0, tiers: new Set(), sim: false, unproven: false, other: false };
     c.ok += b.ok; c.bad += b.silent_corruption + b.reported_failure + b.timeout; c.tiers.add(b.tier);
-    c.sim ||= b.path === "simulated"; c.unproven ||= b.path === "host_copy";
+    c.sim ||= b.path === "simulated"; c.unproven ||= b.path === "host_copy"; c.other ||= b.path === "other_device";
     d.set(k, c);
   }
   const dayRows = [...byDay.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([nic, d]) =>
     `<tr data-nic="${esc(nic)}"><td>${esc(nic)}${nic === s.workload_nic ? " (workload)" : ""}</td><td><div class="timeline small">${[...d.entries()].map(([k, c]) =>
-      `<div class="tick day ${c.bad ? "bad" : "ok"}${c.sim ? " sim" : c.unproven ? " unproven" : ""}" title="${esc(`${k} ${nic}: ${c.ok} ok, ${c.bad} failed (${[...c.tiers].join(", ")})`)}"></div>`).join("")}</div></td></tr>`).join("");
+      `<div class="tick day ${c.bad ? "bad" : "ok"}${c.sim ? " sim" : c.other ? " other" : c.unproven ? " unproven" : ""}" title="${esc(`${k} ${nic}: ${c.ok} ok, ${c.bad} failed (${[...c.tiers].join(", ")})${c.other ? "; some moved by another device's DMA" : ""}`)}"></div>`).join("")}</div></td></tr>`).join("");
   // The plots: the workload's NIC first, then the others in name order.
   const natural = (a, b) => a.localeCompare(b, undefined, { numeric: true });
   const evidence = hist.probes.filter(p => p.injected === "none");
@@ -420,15 +446,14 @@ async function gpu(name, idx, query) {
       <textarea id="evidence-json" readonly rows="6">${esc(JSON.stringify({ node: name, gpu: Number(idx), status: s, pairs: g.pairs, inline: g.inline }, null, 2))}</textarea>
     </details>
     <h2>Thirty days by day, per NIC (from the pair-hour rollups and the live evidence)</h2>${dayRows ? `<table id="by-day"><tr><th>NIC</th><th>days, oldest → newest</th></tr>${dayRows}</table>` : '<p class="muted">no probes</p>'}
-    <p class="muted">hatched: simulated fabric · faded: exercised no NIC (unproven)</p>
+    <p class="muted">hatched: simulated fabric · faded: exercised no NIC (unproven) · dashed: moved by another device's DMA, not the pair's NIC (unproven)</p>
     <h2>Failure rate per NIC (the last day's probes)</h2>${nicRows ? `<table id="per-nic"><tr><th>NIC</th><th>failed</th><th>verdicts, oldest → newest</th></tr>${nicRows}</table>` : '<p class="muted">no probes</p>'}
     ${hist.probes.some(p => p.injected !== "none") ? `<h2>Self-test history (injected faults, not evidence)</h2><table id="selftest"><tr><th>when</th><th>NIC</th><th>injected</th><th>verdict</th></tr>${hist.probes.filter(p => p.injected !== "none").slice(0, 50).map(p =>
       `<tr><td>${ago(p.at)}</td><td>${esc(p.nic)}</td><td>${esc(p.injected)}</td><td>${esc(p.verdict)} / ${esc(p.diagnosis)}</td></tr>`).join("")}</table>` : ""}
     <h2>Pairs</h2><table><tr><th>NIC</th><th>latest</th><th>diagnosis</th><th>ok / bad in window</th></tr>${g.pairs.map(p =>
       `<tr><td>${esc(p.nic)}</td><td>${esc(p.latest)}</td><td>${esc(p.latest_diagnosis)}</td><td>${p.window.ok} / ${p.window.bad}</td></tr>`).join("")}</table>
     <h2>In-line verification (the workload's own transfers, in the window)</h2>${g.inline.length ? `<table id="inline"><tr><th>NIC</th><th>verified</th><th>through the NIC / into GPU memory</th><th>wrong bytes</th><th>NIXL errors</th><th>latest failures</th></tr>${g.inline.map(i =>
-      `<tr class="${i.mismatch ? "bad" : ""}"><td>${esc(i.nic || "unattributed")}</td><td>${i.ok}</td><td>${i.ok_nic} / ${i.ok_gpu_memory}</td><td>${i.mismatch}</td><td>${i.error}</td><td>${i.failures.slice(0, 5).map(f =>
-        esc(`${f.request}${f.remote ? ` from ${f.remote}` : ""}: ${f.mismatch ? `${f.bad_blocks} of ${f.blocks} blocks differ` : (f.error || "error")}`)).join("<br>")}</td></tr>`).join("")}</table>
+      `<tr class="${i.mismatch ? "bad" : ""}"><td>${esc(i.nic || "unattributed")}</td><td>${i.ok}</td><td>${i.ok_nic} / ${i.ok_gpu_memory}</td><td>${i.mismatch}</td><td>${i.error}</td><td>${i.failures.slice(0, 5).map(f => esc(inlineFailure(f))).join("<br>")}</td></tr>`).join("")}</table>
       <p class="muted">${esc(g.inline[0].attribution)}</p>` : '<p class="muted">no in-line results (docs/inline-verification.md)</p>'}
     <h2>Signals</h2>${hist.signals.length ? `<table><tr><th>when</th><th>kind</th><th>summary</th></tr>${hist.signals.slice(0, 50).map(e =>
       `<tr><td>${ago(e.at)}</td><td>${esc(e.kind)}</td><td>${esc(e.summary)}</td></tr>`).join("")}</table>` : '<p class="muted">none</p>'}

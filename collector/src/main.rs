@@ -14,7 +14,8 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("railguard-collector: {e:#}");
+            // An error may quote a server's or a database's text: shown, never acted on.
+            eprintln!("railguard-collector: {}", cli::terminal::safe(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }

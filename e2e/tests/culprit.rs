@@ -7,6 +7,7 @@
 //! - mismatches on four decode GPUs of two nodes, through their own NICs, all from one source
 //!   that sent wrong bytes to no other destination are the other end's, naming that source; a
 //!   GPU with wrong bytes from a source of its own is its own path's (`corrupting`);
+//!   the source is named fleet-wide (API, /metrics, `report`);
 //! - a node that sent no topology has no `ok` GPU (`unknown`, with the reason);
 //! - a node whose evidence is all simulated is not `Verified` in its Kubernetes condition.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
@@ -62,6 +63,7 @@ fn inline(gpu: u32, mismatch: u64, remote: &str, path: DataPath, engine: Option<
             failures,
             failures_omitted: 0,
             transfers_mismatch_misplaced: 0,
+            simulated: false,
             engine,
         }),
     }
@@ -166,6 +168,35 @@ async fn each_finding_names_its_layer_and_only_hardware_marks_a_gpu() {
         assert_ne!(v["status"], "corrupting", "{node} GPU{g}: {v}");
         assert!(v["pin"].is_null(), "{node} GPU{g}: {v}");
     }
+    // The source, fleet-wide: the API, /metrics and `report` name it.
+    let sources = json(&c, "/api/v1/sources?since=1h");
+    let s0 = &sources["sources"][0];
+    assert_eq!(
+        (s0["source"].as_str(), s0["gpus"].as_i64(), s0["nodes"].as_i64(), s0["exclusive_gpus"].as_i64()),
+        (Some("prefill-7"), Some(4), Some(2), Some(4)),
+        "{sources}"
+    );
+    assert_eq!(sources["sources"].as_array().unwrap().len(), 1, "prefill-9 reached one GPU: no pattern: {sources}");
+    let (_, metrics) = c.get("/metrics", None);
+    assert!(
+        metrics.contains(r#"railguard_source_kv_mismatch_gpus{source="prefill-7",simulated="false"} 4"#),
+        "{metrics}"
+    );
+    let out = std::process::Command::new(bin("railguard-collector"))
+        .args(["report", "--since", "1h"])
+        .env("DATABASE_URL", pg.url())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("prefill-7: wrong bytes on 4 GPUs of 2 nodes, through their own NICs (4 from no other source)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("vllm 0.33.0 (RailguardNixlConnector; enable_prefix_caching=true): 3 in-line mismatches"),
+        "{text}"
+    );
     // A source of its own: the GPU's own path.
     let own = gpu(&c, "dec-a", 2);
     assert_eq!((own["status"].as_str(), own["layer"].as_str()), (Some("corrupting"), Some("fabric")), "{own}");

@@ -346,6 +346,21 @@ async fn hostile_names_reasons_and_links_run_no_script() {
             10 + k,
         ));
     }
+    // An ok moved by another device's DMA (the transport's lanes name another NIC): shown as
+    // such, never as the pair's proof.
+    let mut other = railguard_schema::Record::try_from(probe_rec(
+        0,
+        &t.nics[2].name,
+        railguard_schema::ProbeVerdict::Ok,
+        railguard_schema::PairSelection::Sweep,
+        20,
+    ))
+    .unwrap();
+    if let railguard_schema::RecordBody::Probe(p) = &mut other.body {
+        p.path = railguard_schema::DataPath::OtherDevice;
+        p.lanes = vec!["rc_mlx5/mlx5_7:1".into()];
+    }
+    records.push(other.into());
     let mut s = signal(1);
     s.gpu = Some(0);
     s.summary = evil("signal");
@@ -391,15 +406,35 @@ async fn hostile_names_reasons_and_links_run_no_script() {
                     error: String::new(),
                     at,
                     bytes: 1 << 20,
-                    diagnosis: None,
+                    diagnosis: Some(railguard_schema::BlockDiagnosis {
+                        untouched: 6,
+                        corrupt: 2,
+                        ..Default::default()
+                    }),
                 }],
                 failures_omitted: 0,
                 transfers_mismatch_misplaced: 0,
+                simulated: false,
                 engine: None,
             }),
         }
         .into(),
     );
+    // The same source, named in markup, sends wrong bytes through their own NICs to GPUs 1 and 2:
+    // a source finding on the fleet page.
+    let mut one: railguard_schema::Record =
+        railguard_schema::Record::try_from(records.last().unwrap().clone()).unwrap();
+    for g in [1u32, 2] {
+        one.id = railguard_schema::RecordId::random();
+        if let railguard_schema::RecordBody::Inline(r) = &mut one.body {
+            r.gpu = Some(g);
+            r.nic = t.nics[g as usize].name.clone();
+            r.path = railguard_schema::DataPath::NicDma;
+            r.memory = railguard_schema::Memory::Cuda;
+            r.failures[0].remote = format!("{}/req-{g}", evil("source"));
+        }
+        records.push(one.clone().into());
+    }
     send(&c, "hostile", records).await;
     wait::until("the hostile node's 8 GPUs assessed", std::time::Duration::from_secs(60), || {
         let st = statuses(&c, "hostile");
@@ -443,14 +478,26 @@ async fn hostile_names_reasons_and_links_run_no_script() {
             let pwned = b.execute("return window.__pwned || null;");
             assert!(pwned.is_null(), "{hash}: script ran ({pwned})");
         }
+        // The fleet page's engine and source findings: the source's name as text.
+        b.go(&format!("{base}#/"));
+        assert!(b.text("#engines").contains("an engine that did not name itself"), "{}", b.text("#engines"));
+        let sources = b.text("#sources");
+        assert!(sources.contains("<img src=x onerror=\"window.__pwned='source'\">"), "{sources}");
+        assert!(b.execute("return window.__pwned || null;").is_null());
         // Shown as text: the markup is visible, not interpreted.
         b.go(&format!("{base}#/node/hostile/gpu/0"));
         b.find("#evidence");
         assert!(b.text("#evidence").contains("<img src=x onerror="), "the reason is shown as text");
         // The in-line table: counts per pair, the failed request's own words as text.
         let inline = b.text("#inline");
-        assert!(inline.contains("<img src=x onerror=") && inline.contains("8 of 32 blocks differ"), "{inline}");
+        assert!(
+            inline.contains("<img src=x onerror=") && inline.contains("8 of 32 blocks differ (6 untouched, 2 corrupt)"),
+            "{inline}"
+        );
         assert!(b.text("#evidence").contains("in-line verification caught 1 of 42"), "{}", b.text("#evidence"));
+        let other = b.execute("return document.querySelectorAll('#per-nic .tick.other').length;");
+        assert_eq!(other.as_u64(), Some(1), "another device's DMA is marked as such");
+        assert!(b.text("body").contains("dashed: moved by another device's DMA"));
     });
 }
 

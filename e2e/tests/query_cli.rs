@@ -145,3 +145,59 @@ async fn an_unreachable_collector_and_a_missing_token_are_named() {
     assert_eq!(ok(&out).trim(), "[]");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("api-secret"), "the token is never printed");
 }
+
+/// A hostile or broken server: escape sequences in its rows and errors reach the terminal as
+/// text; an error text is bounded; an answer over the limit is refused, not read whole; a URL's
+/// password is never echoed.
+#[test]
+fn a_hostile_server_cannot_drive_the_terminal() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Answers, in the order the commands below ask.
+    let rows = r#"{"nodes":[{"node":"n\u001b]0;pwned\u0007\u009b2J","gpus":8,"worst":"\u202egnp.exe"}]}"#.to_owned();
+    let error = format!(r#"{{"error":"\u001b[2J{}"}}"#, "x".repeat(5000));
+    let answers: Vec<(u16, String)> = vec![
+        (200, rows.clone()),
+        (200, rows.clone()),
+        (200, rows),
+        (500, error),
+        (200, format!("[\"{}\"]", "y".repeat(17 << 20))),
+    ];
+    let server = std::thread::spawn(move || {
+        for (status, body) in answers {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(body.as_bytes());
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}");
+    let raw = |b: &[u8]| b.iter().any(|&c| c == 0x1b || c == 0x07) || String::from_utf8_lossy(b).contains('\u{9b}');
+    for format in ["table", "json", "yaml"] {
+        let (out, _d) = query(&["nodes", "--collector", &url, "-o", format]);
+        let text = ok(&out);
+        assert!(!raw(out.stdout.as_slice()) && !text.contains('\u{202e}'), "{format}: {text:?}");
+        if format == "json" {
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v[0]["node"], "n\u{1b}]0;pwned\u{7}\u{9b}2J", "the same value, escaped");
+        }
+    }
+    let (out, _d) = query(&["nodes", "--collector", &url]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!raw(&out.stderr) && err.contains("HTTP 500") && err.contains("\\u{1b}[2J"), "{err}");
+    assert!(err.len() < 1500, "the error text is bounded: {} bytes", err.len());
+    let (out, _d) = query(&["nodes", "--collector", &url]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("answered more than 16 MiB"), "{err}");
+    server.join().unwrap();
+    // Credentials in the URL: refused, and never echoed.
+    let (out, _d) = query(&["nodes", "--collector", "http://admin:s3cret@127.0.0.1:9/"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("carries credentials") && !err.contains("s3cret"), "{err}");
+}

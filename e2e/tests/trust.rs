@@ -116,6 +116,7 @@ fn inline(gpu: u32, ok: u64, mismatch: u64, ago_s: i64) -> wire::Record {
             failures,
             failures_omitted: 0,
             transfers_mismatch_misplaced: 0,
+            simulated: false,
             engine: None,
         }),
     }

@@ -337,6 +337,7 @@ const REFERENCE_PATTERN_PAIRS: &str = "WITH w AS (
                false AS simulated
         FROM inline_reports
         WHERE observed_at > $1 AND observed_at <= $2 AND gpu_index IS NOT NULL AND nic <> '' AND path = 'nic_dma'
+          AND NOT simulated
         GROUP BY 1, 2, 3
      ), pairs AS (
         SELECT node_id, gpu_index, nic, bool_or(failed) AS failed, bool_or(simulated) AS simulated
@@ -418,6 +419,7 @@ fn inline_report(rng: &mut StdRng, at: DateTime<Utc>) -> Record {
             failures: Vec::new(),
             failures_omitted: 0,
             transfers_mismatch_misplaced: 0,
+            simulated: false,
             engine: None,
         }),
     }

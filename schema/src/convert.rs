@@ -511,12 +511,13 @@ impl TryFrom<wire::InlineReport> for InlineReport {
             pid: r.pid,
             process: text("inline.process", r.process)?,
             memory: r.memory.try_into()?,
-            path: match r.path.try_into()? {
-                // In-line reports come from real workloads: never the simulated fabric.
-                DataPath::Simulated => {
+            path: match (r.path.try_into()?, r.simulated) {
+                // The simulated fabric stands in for a simulated device's NIC only; a simulated
+                // device has no NIC to DMA, and another device does not run on it.
+                (DataPath::Simulated, false) | (DataPath::NicDma, true) | (DataPath::OtherDevice, _) => {
                     return Err(WireError::OutOfRange { field: "inline.path", value: r.path.into() });
                 }
-                p => p,
+                (p, _) => p,
             },
             attribution: text("inline.attribution", r.attribution)?,
             transfers_ok: count("inline.transfers_ok", r.transfers_ok)?,
@@ -537,6 +538,7 @@ impl TryFrom<wire::InlineReport> for InlineReport {
             } else {
                 r.transfers_mismatch_misplaced
             },
+            simulated: r.simulated,
         })
     }
 }
@@ -631,6 +633,7 @@ impl From<InlineReport> for wire::InlineReport {
             failures_omitted: r.failures_omitted,
             engine: r.engine.map(Into::into),
             transfers_mismatch_misplaced: r.transfers_mismatch_misplaced,
+            simulated: r.simulated,
         }
     }
 }
@@ -1135,6 +1138,7 @@ mod tests {
             }],
             failures_omitted: 0,
             transfers_mismatch_misplaced: 1,
+            simulated: false,
             engine: Some(EngineIdentity {
                 name: "vllm".into(),
                 version: "0.33.0".into(),
@@ -1371,11 +1375,21 @@ mod tests {
         let mut bad = w.clone();
         bad.failures[0].mismatch = false;
         assert!(InlineReport::try_from(bad).is_err());
-        let bad = wire::InlineReport { transfers_mismatch_misplaced: 2, ..w };
+        let bad = wire::InlineReport { transfers_mismatch_misplaced: 2, ..w.clone() };
         assert!(matches!(
             InlineReport::try_from(bad).unwrap_err(),
             WireError::OutOfRange { field: "inline.transfers_mismatch_misplaced", .. }
         ));
+        // The simulated fabric stands in only for a simulated device's NIC.
+        let sim = |path: wire::DataPath, simulated| wire::InlineReport { path: path as i32, simulated, ..w.clone() };
+        assert!(InlineReport::try_from(sim(wire::DataPath::Simulated, true)).is_ok());
+        assert!(InlineReport::try_from(sim(wire::DataPath::HostCopy, true)).is_ok());
+        for (path, simulated) in [(wire::DataPath::Simulated, false), (wire::DataPath::NicDma, true)] {
+            assert!(matches!(
+                InlineReport::try_from(sim(path, simulated)).unwrap_err(),
+                WireError::OutOfRange { field: "inline.path", .. }
+            ));
+        }
         let d = BlockDiagnosis { stale: 6, swapped: 2, ..BlockDiagnosis::default() };
         assert!(d.misplaced() && d.words() == "6 stale, 2 swapped");
         assert!(!BlockDiagnosis { untouched: 1, ..d }.misplaced(), "one untouched block is the path's");

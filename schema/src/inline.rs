@@ -172,6 +172,10 @@ pub struct InlineReport {
     /// or place ([`BlockDiagnosis::misplaced`]).
     #[serde(default)]
     pub transfers_mismatch_misplaced: u64,
+    /// The GPU was a simulated device file: nothing here happened on hardware (`path` is
+    /// `simulated`, the simulated fabric standing in for the NIC's DMA, or `host_copy`).
+    #[serde(default)]
+    pub simulated: bool,
 }
 
 impl InlineReport {
@@ -181,8 +185,8 @@ impl InlineReport {
     }
 
     /// Verified transfers that confirm the pair where a probe in GPU memory proves it: GPU memory
-    /// moved by the pair's NIC. In-line transfers confirm; only a probe proves.
+    /// moved by the pair's NIC, on hardware. In-line transfers confirm; only a probe proves.
     pub fn confirms_pair(&self) -> bool {
-        self.memory.is_gpu_to_gpu() && self.path == DataPath::NicDma && !self.nic.is_empty()
+        self.memory.is_gpu_to_gpu() && self.path == DataPath::NicDma && !self.nic.is_empty() && !self.simulated
     }
 }

@@ -13,7 +13,9 @@
 //!   table shows the process's RDMA queue pairs on exactly one other NIC, which wins.
 //! - Path: `nic_dma` only when the process holds queue pairs on that NIC; otherwise the bytes
 //!   went through sockets or shared memory (`host_copy`), and the report proves nothing about
-//!   the pair's NIC path (its mismatches still count: the workload received them).
+//!   the pair's NIC path (its mismatches still count: the workload received them). A simulated
+//!   device (the demo, the tests) is `simulated` where its process sets [`SIM_NIC_DMA`] (the
+//!   simulated fabric standing in for the NIC's DMA), else `host_copy`; never `nic_dma`.
 
 use railguard_schema::{Bdf, DataPath, TopologySnapshot};
 
@@ -217,7 +219,18 @@ pub fn attribute(
     // pair ready to send (RTS) on it: any QP in any state on the device proves nothing of where
     // these bytes went (a QP left in RESET, or one in ERR).
     let ready = mine.iter().any(|q| q.device == nic && q.kind == Some(IB_QPT_RC) && q.state == IB_QPS_RTS);
-    let path = if nic.is_empty() || !ready {
+    let path = if simulated_device {
+        // A simulated GPU has no NIC to DMA it. Where its process asks for it, the simulated
+        // fabric stands in for the NIC's DMA (the demo's remote fault); the report says so and
+        // proves nothing. Only a device the agent was told is simulated takes this.
+        if !nic.is_empty() && env_var(&env, SIM_NIC_DMA) == Some("1") {
+            how.push(format!("the simulated fabric stands in for {nic}'s DMA ({SIM_NIC_DMA}=1)"));
+            DataPath::Simulated
+        } else {
+            how.push("a simulated device: counted as a host copy".into());
+            DataPath::HostCopy
+        }
+    } else if nic.is_empty() || !ready {
         if !nic.is_empty() && devices.contains(&nic.as_str()) {
             how.push(format!("none of its queue pairs on {nic} is an RC queue pair in RTS: counted as a host copy"));
         }
@@ -228,6 +241,10 @@ pub fn attribute(
     let nic_bdf = snapshot.nics.iter().find(|n| n.name == nic).map(|n| n.bdf);
     Ok(Attribution { gpu, gpu_bdf, nic, nic_bdf, path, process, simulated_device, how: how.join("; ") })
 }
+
+/// A simulated device's process sets this to 1 for the simulated fabric to stand in for its
+/// NIC's DMA (`path = simulated`); ignored for a real GPU.
+pub const SIM_NIC_DMA: &str = "RAILGUARD_SIM_NIC_DMA";
 
 /// `enum ib_qp_type`: reliable connected, what NIXL's UCX uses to move KV blocks.
 const IB_QPT_RC: u8 = 2;
@@ -302,6 +319,22 @@ mod tests {
 
     fn holding(gpus: &[u32]) -> Result<Vec<HeldGpu>, HoldError> {
         Ok(gpus.iter().map(|g| HeldGpu { index: *g, minor: *g, simulated: false }).collect())
+    }
+
+    #[test]
+    fn a_simulated_device_is_never_nic_dma_and_the_simulated_fabric_stands_in_only_when_asked() {
+        let sim = Ok(vec![HeldGpu { index: 1, minor: 1, simulated: true }]);
+        // Real queue pairs on its NIC prove nothing of a simulated GPU.
+        let (_d, p) = proc_with(&["CUDA_VISIBLE_DEVICES=1"]);
+        let a = attribute(&p, &snapshot(), 77, 0, &sim, &Ok(vec![qp("mlx5_1", 77)])).unwrap();
+        assert_eq!((a.path, a.simulated_device), (DataPath::HostCopy, true), "{}", a.how);
+        let (_d, p) = proc_with(&["CUDA_VISIBLE_DEVICES=1", "RAILGUARD_SIM_NIC_DMA=1"]);
+        let a = attribute(&p, &snapshot(), 77, 0, &sim, &Ok(vec![])).unwrap();
+        assert_eq!((a.nic.as_str(), a.path), ("mlx5_1", DataPath::Simulated));
+        assert!(a.how.contains("the simulated fabric stands in for mlx5_1's DMA"), "{}", a.how);
+        // A real GPU's process asking for it gets nothing.
+        let a = attribute(&p, &snapshot(), 77, 0, &holding(&[1]), &Ok(vec![])).unwrap();
+        assert_eq!(a.path, DataPath::HostCopy);
     }
 
     #[test]

@@ -420,6 +420,7 @@ fn report_of(pid: u32, a: Attribution, b: Batch, engine: Option<railguard_schema
         failures: b.failures,
         failures_omitted: b.failures_omitted,
         transfers_mismatch_misplaced: b.mismatch_misplaced,
+        simulated: a.simulated_device,
         engine,
     }
 }

@@ -315,6 +315,7 @@ pub(super) async fn load_inline(
         ok_gpu: i64,
         mismatch: i64,
         mismatch_nic: i64,
+        mismatch_simulated: i64,
         mismatch_misplaced: i64,
         in_gpu: i64,
         error: i64,
@@ -328,8 +329,9 @@ pub(super) async fn load_inline(
                 least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint AS ok_nic,
                 least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0), 4611686018427387904)::bigint AS ok_gpu,
                 least(sum(transfers_mismatch), 4611686018427387904)::bigint AS mismatch,
-                least(coalesce(sum(transfers_mismatch) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_nic,
-                least(coalesce(sum(transfers_mismatch_misplaced) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_misplaced,
+                least(coalesce(sum(transfers_mismatch) FILTER (WHERE path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_nic,
+                least(coalesce(sum(transfers_mismatch) FILTER (WHERE path = 'simulated' AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_simulated,
+                least(coalesce(sum(transfers_mismatch_misplaced) FILTER (WHERE path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_misplaced,
                 least(coalesce(sum(transfers_ok + transfers_mismatch + transfers_error) FILTER (WHERE memory = 'cuda'), 0), 4611686018427387904)::bigint AS in_gpu,
                 least(sum(transfers_error), 4611686018427387904)::bigint AS error,
                 coalesce(jsonb_agg(DISTINCT engine) FILTER (WHERE (transfers_mismatch > 0 AND path = 'host_copy'
@@ -355,6 +357,7 @@ pub(super) async fn load_inline(
         ok_gpu,
         mismatch,
         mismatch_nic,
+        mismatch_simulated,
         mismatch_misplaced,
         in_gpu,
         error,
@@ -392,6 +395,7 @@ pub(super) async fn load_inline(
             mismatch: n(mismatch),
             mismatch_nic: n(mismatch_nic),
             mismatch_misplaced: n(mismatch_misplaced).min(n(mismatch_nic)),
+            mismatch_simulated: n(mismatch_simulated).min(n(mismatch_nic)),
             in_gpu_memory: n(in_gpu),
             error: n(error),
             failures: Vec::new(),
@@ -469,7 +473,7 @@ const REMOTE_MISMATCHES: &str = "WITH f AS (
      )
      SELECT f.node_id, f.gpu_index, f.nic, f.remote, count(*)::bigint AS n, src.dests
      FROM f JOIN src USING (remote) JOIN dest USING (node_id, gpu_index)
-     WHERE f.path = 'nic_dma' AND src.dests >= 2 AND dest.sources = 1
+     WHERE f.path IN ('nic_dma', 'simulated') AND src.dests >= 2 AND dest.sources = 1
        AND ($1::text[] IS NULL OR f.node_id = ANY($1))
      GROUP BY f.node_id, f.gpu_index, f.nic, f.remote, src.dests";
 

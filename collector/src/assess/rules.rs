@@ -331,11 +331,18 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
         let by_nic = i.mismatch_nic - misplaced - remote;
         let engine =
             if i.engines.is_empty() { "an engine that did not name itself".to_owned() } else { i.engines.join(", ") };
+        // The simulated fabric stood in for the NIC's DMA (a simulated device): the same layers,
+        // marked as simulation, proving nothing of hardware.
+        let (by, sim) = if i.mismatch_simulated > 0 && i.mismatch_simulated >= i.mismatch_nic {
+            (DataPath::Simulated, " (simulated: the simulated fabric stood in for the NIC's DMA)")
+        } else {
+            (DataPath::NicDma, "")
+        };
         if misplaced > 0 {
             f.raise_by(
                 Layer::Engine,
                 GpuStatus::Corrupting,
-                DataPath::NicDma,
+                by,
                 format!(
                     "engine: {misplaced} of {} of the workload's own transfers on GPU{g} via {nic} in the last {w} arrived holding whole source blocks of another time or place (stale, misdirected or swapped: the bytes are a block's as it was sent, from the wrong block or the wrong moment) — the serving engine's block bookkeeping is implicated ({engine}), not {nic} or GPU{g}{examples}",
                     i.total()
@@ -346,9 +353,9 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
             f.raise_by(
                 Layer::Remote,
                 GpuStatus::Corrupting,
-                DataPath::NicDma,
+                by,
                 format!(
-                    "remote: {remote} of the workload's own transfers on GPU{g} via {nic} in the last {w} arrived with wrong bytes from a source that sent wrong bytes to other GPUs too ({}), while GPU{g} got wrong bytes from no other source: the other end (that source's GPU or NIC) is implicated, not GPU{g}{examples}",
+                    "remote: {remote} of the workload's own transfers on GPU{g} via {nic} in the last {w} arrived with wrong bytes from a source that sent wrong bytes to other GPUs too ({}), while GPU{g} got wrong bytes from no other source: the other end (that source's GPU or NIC) is implicated, not GPU{g}{sim}{examples}",
                     i.remotes.join(", ")
                 ),
             );
@@ -357,9 +364,9 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
             f.raise_by(
                 Layer::Fabric,
                 GpuStatus::Corrupting,
-                DataPath::NicDma,
+                by,
                 format!(
-                    "GPU{g} via {nic}{which}: in-line verification caught {} of {} of the workload's own NIXL transfers in the last {w} arriving with wrong bytes — NIXL reported success; moved by {nic}'s DMA, so the GPU↔NIC path is implicated{examples}",
+                    "GPU{g} via {nic}{which}: in-line verification caught {} of {} of the workload's own NIXL transfers in the last {w} arriving with wrong bytes — NIXL reported success; moved by {nic}'s DMA, so the GPU↔NIC path is implicated{sim}{examples}",
                     by_nic,
                     i.total()
                 ),

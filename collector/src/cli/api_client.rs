@@ -18,11 +18,17 @@ use tokio_rustls::rustls;
 
 /// How long one request may take, connection included.
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest answer read (the API pages what could be larger).
+pub const MAX_BODY: usize = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiClientError {
     #[error("--collector {0:?} is not an http:// or https:// URL")]
     BadUrl(String),
+    #[error("--collector {0:?} carries credentials (user:password@): give the API token with --token-file")]
+    Userinfo(String),
+    #[error("the collector at {url} answered more than {} MiB", MAX_BODY >> 20)]
+    TooLarge { url: String },
     #[error("reading {path}: {source}")]
     File {
         path: PathBuf,
@@ -56,13 +62,18 @@ impl ApiClient {
     /// `base`: the collector's HTTP address (`http://host:7701`); `token_file`: the API token;
     /// `ca_file`: the CA (PEM) of an HTTPS collector with a private CA (else the system's roots).
     pub fn new(base: &str, token_file: Option<&Path>, ca_file: Option<&Path>) -> Result<ApiClient, ApiClientError> {
+        // The URL as errors show it: never its userinfo, never a raw control character.
+        let shown = super::terminal::redacted_url(base);
         let rest = base
             .strip_prefix("https://")
             .or_else(|| base.strip_prefix("http://"))
             .filter(|r| !r.is_empty() && !r.starts_with('/'))
-            .ok_or_else(|| ApiClientError::BadUrl(base.to_owned()))?;
+            .ok_or_else(|| ApiClientError::BadUrl(shown.clone()))?;
         if rest.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(ApiClientError::BadUrl(base.to_owned()));
+            return Err(ApiClientError::BadUrl(shown));
+        }
+        if rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())].contains('@') {
+            return Err(ApiClientError::Userinfo(shown));
         }
         let token = token_file
             .map(|p| {
@@ -118,20 +129,26 @@ impl ApiClient {
                 .await
                 .map_err(|e| ApiClientError::Unreachable { url: url.clone(), reason: error_chain(&e) })?;
             let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| ApiClientError::Unreachable { url: url.clone(), reason: error_chain(&e) })?;
+            let body = http_body_util::Limited::new(resp.into_body(), MAX_BODY).collect().await.map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    ApiClientError::TooLarge { url: url.clone() }
+                } else {
+                    ApiClientError::Unreachable { url: url.clone(), reason: error_chain(&*e) }
+                }
+            })?;
             Ok::<_, ApiClientError>((status, body.to_bytes()))
         };
         let (status, body) =
             tokio::time::timeout(TIMEOUT, answer).await.map_err(|_| ApiClientError::Timeout { url: url.clone() })??;
+        // The server's words, bounded and shown as text.
         let message = || {
-            serde_json::from_slice::<serde_json::Value>(&body)
+            let text = serde_json::from_slice::<serde_json::Value>(&body)
                 .ok()
                 .and_then(|v| v["error"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(200).collect())
+                .unwrap_or_else(|| {
+                    String::from_utf8_lossy(&body[..body.len().min(4 * super::terminal::MAX_MESSAGE)]).into_owned()
+                });
+            super::terminal::bounded(&text, super::terminal::MAX_MESSAGE)
         };
         match status.as_u16() {
             200 => serde_json::from_slice(&body).map_err(|e| ApiClientError::NotJson { url, reason: e.to_string() }),

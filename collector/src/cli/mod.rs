@@ -12,6 +12,7 @@ mod query;
 mod report;
 mod serve;
 mod table;
+pub mod terminal;
 
 use std::path::PathBuf;
 

@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-use super::table;
+use super::{table, terminal};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
@@ -26,8 +26,8 @@ pub enum OutputFormat {
 /// (those a row has), in order.
 pub fn print(rows: &Value, format: OutputFormat, columns: &[&str]) -> anyhow::Result<()> {
     match format {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(rows)?),
-        OutputFormat::Yaml => print!("{}", yaml(rows)),
+        OutputFormat::Json => println!("{}", terminal::json_safe(serde_json::to_string_pretty(rows)?)),
+        OutputFormat::Yaml => print!("{}", terminal::json_safe(yaml(rows))),
         OutputFormat::Wide => table::print_value(rows),
         OutputFormat::Table => match (rows.as_array(), columns_of(rows, columns)) {
             (Some(arr), Some(cols)) => table::print_columns(arr, &cols),

@@ -24,13 +24,17 @@ pub fn print_columns(rows: &[serde_json::Value], cols: &[String]) {
         println!("(none)");
         return;
     }
-    let cell = |v: &serde_json::Value| match v {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Null => "-".into(),
-        serde_json::Value::Array(a) => {
-            a.first().map(|f| f.as_str().map_or_else(|| f.to_string(), str::to_owned)).unwrap_or_else(|| "-".into())
-        }
-        other => other.to_string(),
+    // Every cell as text a terminal shows and never acts on (super::terminal).
+    let cell = |v: &serde_json::Value| {
+        let text = match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Null => "-".into(),
+            serde_json::Value::Array(a) => {
+                a.first().map(|f| f.as_str().map_or_else(|| f.to_string(), str::to_owned)).unwrap_or_else(|| "-".into())
+            }
+            other => other.to_string(),
+        };
+        super::terminal::safe(&text).into_owned()
     };
     let widths: Vec<usize> = cols
         .iter()
@@ -43,7 +47,7 @@ pub fn print_columns(rows: &[serde_json::Value], cols: &[String]) {
             .collect::<Vec<_>>()
             .join("  ")
     };
-    println!("{}", line(cols.to_vec()));
+    println!("{}", line(cols.iter().map(|c| super::terminal::safe(c).into_owned()).collect()));
     for r in rows {
         println!("{}", line(cols.iter().map(|c| cell(&r[c])).collect()));
     }

@@ -55,11 +55,15 @@ pub struct InlineCounts {
     pub ok_gpu_memory: u64,
     /// NIXL said DONE and the bytes differ from the source's digests.
     pub mismatch: u64,
-    /// Of those, moved while the process held RDMA queue pairs ready on the pair's NIC.
+    /// Of those, moved while the process held RDMA queue pairs ready on the pair's NIC (or, on a
+    /// simulated device, by the simulated fabric standing in for it).
     pub mismatch_nic: u64,
     /// Of those, the ones whose every bad block held whole source content of another time or
     /// place (stale, misdirected, swapped): the engine's bookkeeping, not the path's.
     pub mismatch_misplaced: u64,
+    /// Of the NIC-moved mismatches, those on a simulated device where the simulated fabric stood
+    /// in for the NIC's DMA (the demo, the tests): nothing happened on hardware.
+    pub mismatch_simulated: u64,
     /// Transfers (any outcome) into GPU memory: the workload registers its KV cache there.
     pub in_gpu_memory: u64,
     /// NIXL reported an error.

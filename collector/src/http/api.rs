@@ -310,6 +310,34 @@ pub async fn engines(
     Ok(Json(Engines { since, until, engines: read::engine_findings(&s.pool, since, until, limit).await? }))
 }
 
+/// `GET /api/v1/sources`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Sources {
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    /// One row per source that sent wrong bytes to two or more GPUs, most GPUs first.
+    pub sources: Vec<read::SourceFinding>,
+}
+
+/// Which sources (the prefill engines the decode sides' failures name) sent wrong bytes, through
+/// the destinations' own NICs, to two or more GPUs of the fleet: the other end is implicated.
+/// The destinations that got wrong bytes from that source alone are not marked for it.
+#[utoipa::path(get, path = "/api/v1/sources", tag = "engines",
+    params(FailuresQuery),
+    responses(
+        (status = 200, description = "Sources with wrong bytes on two or more GPUs, most GPUs first", body = Sources),
+        (status = 400, description = "Bad time", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    ))]
+pub async fn sources(
+    State(s): State<AppState>,
+    params::ApiQuery(q): params::ApiQuery<FailuresQuery>,
+) -> ApiResult<Sources> {
+    let (since, until) = params::time_range(q.since.as_deref(), q.until.as_deref(), "30d")?;
+    let limit = params::limit(q.limit.as_deref(), 1000)?;
+    Ok(Json(Sources { since, until, sources: read::source_findings(&s.pool, since, until, limit).await? }))
+}
+
 /// `?since=&until=` for patterns (default: the last hour).
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

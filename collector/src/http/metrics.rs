@@ -22,6 +22,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     ingest(&mut out, &s.state.ingest);
     gpus(&mut out, &s.pool).await?;
     engines(&mut out, &s).await?;
+    sources(&mut out, &s).await?;
     nodes(&mut out, &s.pool, &s.state.ingest).await?;
     assessment(&mut out, &s).await?;
     patterns(&mut out, &s.facts);
@@ -154,6 +155,28 @@ async fn engines(out: &mut String, s: &AppState) -> Result<(), ApiError> {
         );
         let _ = writeln!(out, "railguard_engine_kv_mismatches{{{labels}}} {}", f.mismatches);
         let _ = writeln!(out, "railguard_engine_kv_mismatch_gpus{{{labels}}} {}", f.gpus);
+    }
+    Ok(())
+}
+
+/// The sources (the other end) that sent wrong bytes to two or more GPUs in the assessment window.
+async fn sources(out: &mut String, s: &AppState) -> Result<(), ApiError> {
+    let until = chrono::Utc::now();
+    let since = until - chrono::TimeDelta::minutes(i64::from(s.window_minutes));
+    let found = crate::store::read::source_findings(&s.pool, since, until, 100).await?;
+    let _ = writeln!(
+        out,
+        "# HELP railguard_source_kv_mismatch_gpus GPUs that got wrong bytes in the assessment window, through their own NICs, from one source (the prefill engine their failures name) that sent wrong bytes to two or more GPUs: the other end's fault, not theirs (simulated: the demo's simulated fabric).
+# TYPE railguard_source_kv_mismatch_gpus gauge"
+    );
+    for f in &found {
+        let _ = writeln!(
+            out,
+            "railguard_source_kv_mismatch_gpus{{source=\"{}\",simulated=\"{}\"}} {}",
+            label(&f.source),
+            f.simulated,
+            f.gpus
+        );
     }
     Ok(())
 }

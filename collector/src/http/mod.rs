@@ -74,6 +74,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/gpus", get(api::gpus))
         .route("/api/v1/failures", get(api::failures))
         .route("/api/v1/engines", get(api::engines))
+        .route("/api/v1/sources", get(api::sources))
         .route("/api/v1/patterns", get(api::patterns))
         .route("/api/v1/grid", get(api::grid))
         .route("/api/v1/fleet/series", get(series::fleet_series))

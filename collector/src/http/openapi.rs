@@ -27,6 +27,7 @@ use super::{api, series};
         api::history,
         api::failures,
         api::engines,
+        api::sources,
         api::patterns,
         api::grid,
         series::fleet_series,
@@ -38,7 +39,7 @@ use super::{api, series};
         (name = "fleet", description = "The fleet at a glance"),
         (name = "nodes", description = "One node or GPU, with its evidence"),
         (name = "history", description = "What happened over time"),
-        (name = "engines", description = "Findings on the serving engines, fleet-wide (never a GPU's)"),
+        (name = "engines", description = "Findings on the serving engines and on the other end of transfers, fleet-wide (never a GPU's)"),
     )
 )]
 pub struct ApiDoc;

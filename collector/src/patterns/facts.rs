@@ -284,6 +284,7 @@ pub async fn load(
         "SELECT node_id, gpu_index, nic, sum(transfers_mismatch - transfers_mismatch_misplaced) > 0 AS failed
          FROM inline_reports
          WHERE observed_at > $1 AND observed_at <= $2 AND gpu_index IS NOT NULL AND nic <> '' AND path = 'nic_dma'
+           AND NOT simulated
          GROUP BY 1, 2, 3",
     )
     .bind(since)

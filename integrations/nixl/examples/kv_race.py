@@ -4,9 +4,16 @@ in-line by railguard_nixl and reported to the agent. The source's digest manifes
 decode side as a NIXL notification (send_notif), and the check uses what arrived
 (--carrier direct hands it over in-process, to measure digests against transfers alone).
 
-  --mode race   the prefill side reuses (overwrites) its blocks for the next request while the
-                decode side's READ is in flight, as in vllm-project/vllm#52234
-  --mode clean  no reuse: every transfer must verify
+  --mode race        the prefill side reuses (overwrites) its blocks for the next request while
+                     the decode side's READ is in flight, as in vllm-project/vllm#52234
+  --mode clean       no reuse: every transfer must verify
+  --mode bad-source  the seed's failing step on the source end: the READ leaves a quarter of the
+                     destination blocks as they were (the source NIC's DMA read of its GPU
+                     memory rejected), and NIXL still says DONE; the destination's fingerprint
+                     from before the READ tells those blocks apart (untouched)
+
+  --prefill-name NAME  the prefill side's NIXL agent name (default prefill-0): the source the
+                       decode side's failures name
 
   --reuse during  (race) the overwrite starts right after the READ is posted (default)
   --reuse before  (race) the second half of the blocks is reused before the decode side posts
@@ -46,7 +53,8 @@ def nixl_api():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["race", "clean"], required=True)
+    ap.add_argument("--mode", choices=["race", "clean", "bad-source"], required=True)
+    ap.add_argument("--prefill-name", default="prefill-0")
     ap.add_argument("--transfers", type=int, default=20)
     ap.add_argument("--blocks", type=int, default=64)
     ap.add_argument("--block-bytes", type=int, default=32768)
@@ -58,7 +66,8 @@ def main():
     args = ap.parse_args()
 
     nixl_agent, nixl_agent_config = nixl_api()
-    prefill = nixl_agent("prefill-0", nixl_agent_config(backends=["UCX"]))
+    source = args.prefill_name
+    prefill = nixl_agent(source, nixl_agent_config(backends=["UCX"]))
     decode = nixl_agent("decode-0", nixl_agent_config(backends=["UCX"]))
     n, bsz = args.blocks, args.block_bytes
     src = np.zeros((n, bsz), np.uint8)
@@ -72,7 +81,7 @@ def main():
     sdesc = np.array([(src.ctypes.data + i * bsz, bsz, 0) for i in range(n)], dtype=np.uint64)
     ddesc = np.array([(dst.ctypes.data + i * bsz, bsz, 0) for i in range(n)], dtype=np.uint64)
     local = decode.prep_xfer_dlist("NIXL_INIT_AGENT", ddesc, "DRAM")
-    remote = decode.prep_xfer_dlist("prefill-0", sdesc, "DRAM")
+    remote = decode.prep_xfer_dlist(source, sdesc, "DRAM")
     idx = list(range(n))
 
     # This program is the engine here: a mismatch it moved by a host copy is its own finding.
@@ -81,6 +90,7 @@ def main():
     noise = rng.integers(0, 256, (n, bsz), dtype=np.uint8)
     words = src.view(np.uint64)
     found = truth = agree = 0
+    last_diagnosis = {}
     digest_s = transfer_s = 0.0
     t_all = time.perf_counter()
     for i in range(args.transfers):
@@ -97,14 +107,18 @@ def main():
             prefill.send_notif("decode-0", manifest.encode())
         deadline = time.monotonic() + 10
         while received is None:
-            for msg in decode.get_new_notifs().get("prefill-0", []):
+            for msg in decode.get_new_notifs().get(source, []):
                 received = msg
             if received is None:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"req-{i}: the manifest never arrived as a NIXL notification")
                 time.sleep(0)  # let NIXL's progress thread deliver it
         handed_out = src.copy()
-        dst.fill(0)
+        # What the destination blocks held before (an earlier request's KV), and their fingerprint
+        # from before the READ is posted.
+        np.copyto(dst, np.roll(noise, i + 1, axis=0))
+        before_bytes = dst.copy()
+        before = rn.fingerprint(dst)
 
         if args.mode == "race" and args.reuse == "before":
             for b in range(n // 2, n):
@@ -121,9 +135,12 @@ def main():
                 words[b, 0] = i + 1
         while state == "PROC":
             state = decode.check_xfer_state(h)
+        if args.mode == "bad-source":
+            # The source NIC's read was rejected for every fourth block: those were never written.
+            dst[::4] = before_bytes[::4]
         transfer_s += time.perf_counter() - t
         t = time.perf_counter()
-        c = rn.check(received, dst, remote="prefill-0", reporter=reporter,
+        c = rn.check(received, dst, remote=f"{source}/req-{i}", reporter=reporter, before=before,
                      transfer_error=None if state == "DONE" else f"NIXL transfer state {state}")
         digest_s += time.perf_counter() - t
         h.release()
@@ -132,6 +149,7 @@ def main():
         truth += bool(wrong)
         found += c.status == "mismatch"
         agree += c.bad_blocks == wrong
+        last_diagnosis = c.diagnosis or last_diagnosis
     elapsed = time.perf_counter() - t_all
     flushed = reporter.flush(10.0) if reporter else True
     moved = args.transfers * n * bsz
@@ -141,6 +159,7 @@ def main():
         "transfers": args.transfers,
         "bytes": moved,
         "mismatch": found,
+        "diagnosis": last_diagnosis,
         "truth_mismatch": truth,
         "agree": agree,
         "seconds": round(elapsed, 3),

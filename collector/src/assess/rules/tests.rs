@@ -473,6 +473,17 @@ fn mismatches_from_a_source_that_corrupts_other_gpus_too_are_the_other_ends() {
 }
 
 #[test]
+fn a_simulated_devices_inline_mismatch_takes_the_same_layers_marked_simulated() {
+    let mut p = pair("mlx5_3", 5, 0);
+    p.inline = InlineCounts { ok: 9, mismatch: 2, mismatch_nic: 2, mismatch_simulated: 2, ..Default::default() };
+    let mut i = inline_gpu(vec![p]);
+    i.workload_recent = vec![ProbeVerdict::Ok; 5];
+    let a = assess(&i, None, &RulesConfig::default());
+    assert_eq!((a.status, a.layer, a.path), (GpuStatus::Corrupting, Some(Layer::Fabric), Some(DataPath::Simulated)));
+    assert!(a.reasons[0].contains("(simulated: the simulated fabric stood in for the NIC's DMA)"), "{}", a.reasons[0]);
+}
+
+#[test]
 fn whole_blocks_of_another_time_or_place_are_the_engines_even_through_the_nic() {
     let with = |mismatch_misplaced, failures: Vec<String>| {
         let mut p = pair("mlx5_3", 5, 0);

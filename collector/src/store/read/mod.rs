@@ -5,7 +5,7 @@
 //! Status order lives in Postgres (`gpu_status_kind`'s declaration order: worst last); enums are
 //! decoded into the domain types, and a row that does not decode is an error, never a default.
 //!
-//! Rooms: [`engines`] (engine findings, fleet-wide), [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status and
+//! Rooms: [`engines`] (engine findings, fleet-wide), [`sources`] (the other end's findings, fleet-wide), [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status and
 //! records), [`history`] (across the storage tiers), [`series`] (time series for the plots).
 
 // SQL fragments shared by several queries, as macros so every query stays one compile-time
@@ -38,6 +38,7 @@ mod gpu;
 mod history;
 mod node;
 mod series;
+mod sources;
 
 pub use engines::*;
 pub use fleet::*;
@@ -45,3 +46,4 @@ pub use gpu::*;
 pub use history::*;
 pub use node::*;
 pub use series::*;
+pub use sources::*;
