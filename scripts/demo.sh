@@ -34,7 +34,9 @@ umask 022
 
 pids=()
 cleanup() {
-  trap - INT TERM EXIT
+  # A second Ctrl-C (or TERM) while stopping must not cut the stop short: ignored from here.
+  trap '' INT TERM
+  trap - EXIT
   echo
   echo "demo: stopping agents and collector…"
   # A process group of its own (the engine fault's loop) goes whole; the rest one by one.

@@ -65,9 +65,14 @@ pub struct ShipperConfig {
     pub request_timeout: Duration,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// With nothing to ship for this long, an empty batch says the agent is alive (a node with
+    /// no GPU work to report is quiet, not silent).
+    pub heartbeat: Duration,
 }
 
 impl ShipperConfig {
+    /// How long the agent stays quiet before it sends an empty batch.
+    pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(60);
     /// Default records per batch (`run --batch-records`).
     pub const DEFAULT_BATCH_RECORDS: usize = 1_000;
     /// Default longest wait between retries (`run --backoff-max-ms`).
@@ -86,6 +91,7 @@ impl ShipperConfig {
             request_timeout: Duration::from_secs(30),
             backoff_min: Duration::from_millis(100),
             backoff_max: Self::DEFAULT_BACKOFF_MAX,
+            heartbeat: Self::DEFAULT_HEARTBEAT,
         }
     }
 }
@@ -285,6 +291,7 @@ impl Shipper {
         let mut reported_drops = 0u64;
         // Shrinks while isolating a record the collector refuses; grows back after successes.
         let mut batch_limit = self.cfg.batch_records;
+        let mut last_sent = tokio::time::Instant::now();
         loop {
             self.reload_tls();
             let (limit, bytes) = (batch_limit, self.cfg.batch_bytes);
@@ -302,7 +309,7 @@ impl Shipper {
                     continue;
                 }
             };
-            if batch.records.is_empty() && dropped_total <= reported_drops {
+            if batch.records.is_empty() && dropped_total <= reported_drops && last_sent.elapsed() < self.cfg.heartbeat {
                 tokio::select! {
                     _ = &mut shutdown => return Ok(()),
                     _ = self.spool.appended(Duration::from_secs(1)) => {}
@@ -322,6 +329,7 @@ impl Shipper {
             };
             match result {
                 Ok(ack) => {
+                    last_sent = tokio::time::Instant::now();
                     if let Err(e) = self.ack(batch.end).await {
                         // Stored by the collector, not yet marked here: sent again after the
                         // wait, and kept once by the collector (records are idempotent).

@@ -134,3 +134,45 @@ async fn spool_drops_are_counted_and_reach_the_collector() {
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(events[0].contains(&format!("{} record(s) dropped", out.dropped)), "{events:?}");
 }
+
+/// An agent with nothing to report (probing and signals off, its topology sent once) is quiet,
+/// not silent: its empty batches keep the node's last_seen fresh, and they do not mark its
+/// evidence changed (no assessment for nothing).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_agent_is_seen_alive_without_marking_its_evidence_changed() {
+    let pg = TestPg::start().await;
+    // No periodic pass clears the flag: what sets it is seen.
+    let collector = CollectorProc::start_with(&pg.url(), &[], &["--assess-every-secs", "3600"]);
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--probe-cycle-secs", "0", "--no-signals", "--no-inline", "--heartbeat-secs", "1"];
+    let args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
+    let _agent = seed_agent(&collector, dir.path(), &args);
+    let seen = || async {
+        sqlx::query_as::<_, (chrono::DateTime<chrono::Utc>, bool)>(
+            "SELECT last_seen, evidence_pending FROM nodes WHERE node_id = 'node-a'",
+        )
+        .fetch_optional(&pg.pool)
+        .await
+        .unwrap()
+    };
+    // The topology arrives (evidence: pending); the test plays the pass that claims it.
+    wait::until_async("the topology stored", Duration::from_secs(60), async || match seen().await {
+        Some((_, true)) if pg.count("topology_snapshots").await > 0 => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    let first: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("UPDATE nodes SET evidence_pending = false WHERE node_id = 'node-a' RETURNING last_seen")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    // Then only heartbeats: last_seen moves on, nothing is pending.
+    let later =
+        wait::until_async("a heartbeat after the topology", Duration::from_secs(60), async || match seen().await {
+            Some((at, pending)) if at > first + chrono::TimeDelta::seconds(2) => Ok((at, pending)),
+            other => Err(format!("{other:?}")),
+        })
+        .await;
+    assert!(!later.1, "an empty batch marks no evidence pending");
+    assert_eq!(pg.count("topology_snapshots").await, 1, "nothing but the first topology was stored");
+}

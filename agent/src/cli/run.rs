@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// Longest wait between retries when the collector is unreachable (milliseconds).
     #[arg(long, default_value_t = ShipperConfig::DEFAULT_BACKOFF_MAX.as_millis() as u64)]
     backoff_max_ms: u64,
+    /// With nothing to send for this many seconds, send an empty batch: the collector sees a
+    /// quiet agent alive (RailguardAgentSilent fires only for a silent one).
+    #[arg(long, default_value_t = ShipperConfig::DEFAULT_HEARTBEAT.as_secs())]
+    heartbeat_secs: u64,
     /// Where to read the topology from (defaults: this machine's /sys and /proc).
     #[command(flatten)]
     topology: super::topo::TopoSource,
@@ -138,6 +142,7 @@ impl RunArgs {
         };
         shipper.batch_records = self.batch_records.max(1);
         shipper.backoff_max = Duration::from_millis(self.backoff_max_ms.max(100));
+        shipper.heartbeat = Duration::from_secs(self.heartbeat_secs.max(1));
         let (_, topology_proc) = self.topology.source().roots();
         let inline = (!self.no_inline).then(|| InlineConfig {
             idle_timeout: Duration::from_secs(self.inline_idle_secs),

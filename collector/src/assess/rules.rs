@@ -87,6 +87,8 @@ pub struct Previous {
     pub status: GpuStatus,
     /// The layer that status rested on (None: written before layers were kept).
     pub layer: Option<Layer>,
+    /// The status began inside the current window: every piece of evidence since is in view.
+    pub began_in_window: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -548,13 +550,37 @@ fn hysteresis(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig, f
     let streak = input.workload_recent.iter().take_while(|v| **v == ProbeVerdict::Ok).count() as u32;
     // A status from before layers were kept is taken as the fabric's: a GPU that may corrupt is
     // not released on a guess.
-    let Some(layer) = previous
+    let Some((layer, began_in_window)) = previous
         .filter(|p| p.status == GpuStatus::Corrupting)
-        .map(|p| p.layer.unwrap_or(Layer::Fabric))
-        .filter(|l| effect(*l, GpuStatus::Corrupting) == GpuStatus::Corrupting)
+        .map(|p| (p.layer.unwrap_or(Layer::Fabric), p.began_in_window))
+        .filter(|(l, _)| effect(*l, GpuStatus::Corrupting) == GpuStatus::Corrupting)
     else {
         return;
     };
+    // The evidence that marked it is all still in the window, no probe of the workload pair
+    // failed, and the in-line mismatches now read as another end's or the engine's (a second
+    // destination of the same source reported, a diagnosis arrived): the blame has moved off
+    // this GPU's path, so there is nothing of it to hold.
+    let moved = f
+        .found
+        .iter()
+        .find(|x| matches!(x.layer, Layer::Remote | Layer::Engine) && x.calls_for == GpuStatus::Corrupting)
+        .map(|x| x.layer);
+    if let Some(to) = moved
+        && began_in_window
+        && f.status < GpuStatus::Corrupting
+        && input.workload_recent_nic.iter().all(|v| *v == ProbeVerdict::Ok)
+    {
+        f.note(
+            to,
+            format!(
+                "no longer held corrupting: the in-line mismatches that marked it now implicate {}, not GPU{}'s path",
+                if to == Layer::Remote { "the other end" } else { "the engine" },
+                input.gpu
+            ),
+        );
+        return;
+    }
     if f.status < GpuStatus::Corrupting && streak < cfg.recover_after {
         f.status = GpuStatus::Corrupting;
         f.layer = Some(layer);

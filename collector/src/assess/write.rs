@@ -33,6 +33,7 @@ struct CurrentRow {
     pin_verified: bool,
     layer: Option<String>,
     findings: Json<serde_json::Value>,
+    since: DateTime<Utc>,
 }
 
 impl CurrentRow {
@@ -116,7 +117,7 @@ pub async fn assess_and_store(
         .await?;
     let rows: Vec<CurrentRow> = sqlx::query_as(
         "SELECT node_id, gpu_index, status, workload_nic, structural_risk, reasons, recommendation, verification,
-                assessed_at, pin_nic, evidence_path, proven, pin_verified, layer, findings
+                assessed_at, pin_nic, evidence_path, proven, pin_verified, layer, findings, since
          FROM gpu_status WHERE ($1::text[] IS NULL OR node_id = ANY($1))",
     )
     .bind(&filter)
@@ -141,7 +142,13 @@ pub async fn assess_and_store(
     }
     let (results, isolated) = isolate::assess_nodes(
         inputs.iter().filter(|(k, _)| current.get(*k).is_none_or(|r| r.assessed_at <= now)),
-        |k| current.get(k).map(|r| Previous { status: r.status, layer: r.layer() }),
+        |k| {
+            current.get(k).map(|r| Previous {
+                status: r.status,
+                layer: r.layer(),
+                began_in_window: chrono::TimeDelta::from_std(cfg.window).is_ok_and(|w| r.since > now - w),
+            })
+        },
         &damage,
         &cfg.rules,
     );

@@ -133,7 +133,7 @@ impl Store {
             .chain(set_dates.iter().copied())
             .min();
         let mut tx = self.pool.begin().await?;
-        upsert_node_seen(&mut tx, node, spool_dropped_total, oldest).await?;
+        upsert_node_seen(&mut tx, node, spool_dropped_total, oldest, total > 0).await?;
         let mut stored = 0;
         stored += insert_probes(&mut tx, node, probes).await?;
         stored += insert_signals(&mut tx, node, signals).await?;
@@ -155,6 +155,7 @@ async fn upsert_node_seen(
     node: &NodeId,
     dropped_total: u64,
     oldest_evidence: Option<DateTime<Utc>>,
+    with_records: bool,
 ) -> Result<(), StoreError> {
     let previous: Option<i64> =
         sqlx::query_scalar("SELECT spool_dropped_total FROM nodes WHERE node_id = $1 FOR UPDATE")
@@ -162,11 +163,13 @@ async fn upsert_node_seen(
             .fetch_optional(&mut **tx)
             .await?;
     let dropped = i64_sat(dropped_total);
+    // An empty batch (the agent's heartbeat) marks the node seen, not its evidence changed.
+    let pending = with_records || dropped > previous.unwrap_or(0);
     sqlx::query(
         "INSERT INTO nodes (node_id, spool_dropped_total, late_stored_at)
          VALUES ($1, $2, CASE WHEN $3 <= now() - $4 * interval '1 second' THEN now() END)
          ON CONFLICT (node_id) DO UPDATE
-            SET last_seen = now(), evidence_pending = true,
+            SET last_seen = now(), evidence_pending = nodes.evidence_pending OR $5,
                 batch_interval_seconds = least(1800, greatest(EXTRACT(EPOCH FROM now() - nodes.last_seen)::float8,
                                                              coalesce(nodes.batch_interval_seconds, 0) * 0.9)),
                 late_stored_at = coalesce(EXCLUDED.late_stored_at, nodes.late_stored_at),
@@ -176,6 +179,7 @@ async fn upsert_node_seen(
     .bind(dropped)
     .bind(oldest_evidence)
     .bind(LATE_AFTER.as_secs_f64())
+    .bind(pending)
     .execute(&mut **tx)
     .await?;
     let previous = previous.unwrap_or(0);

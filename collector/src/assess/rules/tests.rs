@@ -136,7 +136,11 @@ fn corrupting_holds_until_enough_verified_probes() {
     i.pairs = vec![pair("mlx5_1", 2, 0)];
     i.workload_recent =
         vec![ProbeVerdict::Ok, ProbeVerdict::Ok, ProbeVerdict::SilentCorruption, ProbeVerdict::SilentCorruption];
-    let prev = Some(Previous { status: GpuStatus::Corrupting, layer: Some(railguard_schema::Layer::Fabric) });
+    let prev = Some(Previous {
+        status: GpuStatus::Corrupting,
+        layer: Some(railguard_schema::Layer::Fabric),
+        began_in_window: false,
+    });
     let a = assess(&i, prev, &RulesConfig::default());
     assert_eq!(a.status, GpuStatus::Corrupting);
     assert!(a.reasons[0].contains("2 so far"), "{:?}", a.reasons);
@@ -378,7 +382,7 @@ fn silent_corruption_by_the_nic_in_host_memory_escalates_on_a_gpudirect_node() {
     assert!(a.reasons[0].contains("silent corruption (the NIC's DMA, host memory)"), "{}", a.reasons[0]);
     // Host-memory probes after it do not lift it: recovery counts probes in the KV memory.
     i.workload_recent_nic = vec![ProbeVerdict::Ok; 5];
-    let prev = Some(Previous { status: GpuStatus::Corrupting, layer: Some(Layer::Fabric) });
+    let prev = Some(Previous { status: GpuStatus::Corrupting, layer: Some(Layer::Fabric), began_in_window: false });
     assert_eq!(assess(&i, prev, &RulesConfig::default()).status, GpuStatus::Corrupting);
 }
 
@@ -466,6 +470,29 @@ fn mismatches_from_a_source_that_corrupts_other_gpus_too_are_the_other_ends() {
         "{}",
         remote.reason
     );
+    // Marked corrupting when only this GPU had reported them: released once they read as the
+    // other end's, when everything since is in the window and no probe of the pair failed...
+    let mut p = pair("mlx5_3", 5, 0);
+    p.inline = InlineCounts {
+        ok: 30,
+        mismatch: 2,
+        mismatch_nic: 2,
+        mismatch_remote: 2,
+        remotes: vec!["prefill-7 (wrong bytes on 4 GPUs)".into()],
+        ..Default::default()
+    };
+    let mut i = inline_gpu(vec![p]);
+    i.workload_recent = vec![ProbeVerdict::Ok; 1];
+    i.workload_recent_nic = vec![ProbeVerdict::Ok; 1];
+    let held = |began_in_window| {
+        let prev = Previous { status: GpuStatus::Corrupting, layer: Some(Layer::Fabric), began_in_window };
+        assess(&i, Some(prev), &RulesConfig::default())
+    };
+    let a = held(true);
+    assert_eq!(a.status, GpuStatus::Ok, "{:?}", a.findings);
+    assert!(a.reasons.iter().any(|r| r.contains("no longer held corrupting")), "{:?}", a.reasons);
+    // ... and held when part of what marked it may have left the window.
+    assert_eq!(held(false).status, GpuStatus::Corrupting);
     // Part of them from elsewhere: that part is this pair's.
     let a = with(1);
     assert_eq!((a.status, a.layer), (GpuStatus::Corrupting, Some(Layer::Fabric)), "{:?}", a.findings);
@@ -599,7 +626,7 @@ fn only_the_hardware_of_the_gpus_own_path_marks_it() {
         assert!(a.status > GpuStatus::Ok && a.layer == Some(layer), "{kind:?}: {:?} {:?}", a.status, a.findings);
     }
     // A corrupting status that rested on the engine is not held by the hysteresis.
-    let prev = Some(Previous { status: GpuStatus::Corrupting, layer: Some(Layer::Engine) });
+    let prev = Some(Previous { status: GpuStatus::Corrupting, layer: Some(Layer::Engine), began_in_window: false });
     i.signals.clear();
     i.workload_recent = vec![ProbeVerdict::Ok];
     assert_eq!(assess(&i, prev, &RulesConfig::default()).status, GpuStatus::Ok);
