@@ -221,3 +221,42 @@ async fn each_finding_names_its_layer_and_only_hardware_marks_a_gpu() {
     assert_ne!(d.reason, "Verified", "{}", d.message);
     assert!(d.message.contains("on the simulated fabric"), "{}", d.message);
 }
+
+/// One assignment of pins: the agent's `topo` on the seed node and the collector, given that node's
+/// topology and probes, recommend the same NIC for every GPU (both spread them with
+/// `railguard_schema::pins`), and the agent says how to set one per tensor-parallel rank.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_and_the_collector_pin_each_gpu_to_the_same_nic() {
+    let pg = TestPg::start().await;
+    let c = railguard_e2e::scripted::scripted_fleet(&pg).await;
+    let dir = tempfile::tempdir().unwrap();
+    fixture::seed_kvm_guest().write(dir.path()).unwrap();
+    let out = std::process::Command::new(bin("railguard-agent"))
+        .args(["topo", "--sysfs-root"])
+        .arg(dir.path().join("sys"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut agent = std::collections::BTreeMap::new();
+    let mut current = None;
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix("GPU")
+            && let Some((g, _)) = rest.split_once(' ')
+            && let Ok(g) = g.parse::<u32>()
+        {
+            current = Some(g);
+        }
+        if let (Some(g), Some(rest)) = (current, l.strip_prefix("→ pin UCX_NET_DEVICES=")) {
+            agent.insert(g, rest.split(':').next().unwrap().to_owned());
+        }
+    }
+    assert_eq!(agent.len(), 8, "{text}");
+    assert!(text.contains("export UCX_NET_DEVICES=${NICS[$LOCAL_RANK]}:1"), "the per-rank form: {text}");
+    wait::until("every seed-auto GPU pinned", Duration::from_secs(60), || {
+        let pins: std::collections::BTreeMap<u32, String> =
+            (0..8u32).filter_map(|g| Some((g, gpu(&c, "seed-auto", g)["pin"]["nic"].as_str()?.to_owned()))).collect();
+        if pins == agent { Ok(()) } else { Err(format!("collector {pins:?}, agent {agent:?}")) }
+    });
+}

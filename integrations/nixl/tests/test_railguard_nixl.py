@@ -18,6 +18,15 @@ from railguard_nixl.digest import MIX64, MUL64, BlockError, digest_blocks, keys,
 from railguard_nixl.manifest import Manifest, ManifestDamaged, ManifestError  # noqa: E402
 
 
+def until(condition, what: str, timeout: float = 30.0):
+    """Polls ``condition`` until it holds; fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
 class Digests(unittest.TestCase):
     def setUp(self):
         self.rng = np.random.default_rng(7)
@@ -316,14 +325,11 @@ class Reporting(unittest.TestCase):
     def test_without_an_agent_nothing_blocks_or_raises(self):
         r = rn.Reporter("/nonexistent/railguard/inline.sock", flush_interval=0.01, max_queue=100)
         c = rn.Check(request="r", status="ok", blocks=1, bytes=8)
-        t = time.perf_counter()
+        # add() only appends: with no agent, the queue keeps the newest 100 and counts the rest.
         for _ in range(1000):
             r.add(c)
-        per_add = (time.perf_counter() - t) / 1000
-        self.assertLess(per_add, 0.001, "add() must be a queue append")
-        time.sleep(0.1)
-        self.assertIn("No such file", r.last_error)
         self.assertEqual((r.added, len(r._queue)), (1000, 100))
+        until(lambda: "No such file" in r.last_error, "the sender's connection error")
         self.assertGreaterEqual(r.dropped, 900)
         self.assertFalse(r.flush(0.2))
 
