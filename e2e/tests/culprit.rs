@@ -8,6 +8,8 @@
 //!   that sent wrong bytes to no other destination are the other end's, naming that source; a
 //!   GPU with wrong bytes from a source of its own is its own path's (`corrupting`);
 //!   the source is named fleet-wide (API, /metrics, `report`);
+//! - a simulated device's in-line mismatches, moved by a real NIC's DMA, are marked as
+//!   simulation, and its clean transfers prove nothing of the GPU;
 //! - a node that sent no topology has no `ok` GPU (`unknown`, with the reason);
 //! - a node whose evidence is all simulated is not `Verified` in its Kubernetes condition.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
@@ -24,6 +26,19 @@ use serde_json::Value;
 /// The workload's transfers on GPU `gpu` through NIC `mlx5_<gpu>`: `mismatch` of them wrong, each
 /// from `remote`, moved by `path`, made by `engine`.
 fn inline(gpu: u32, mismatch: u64, remote: &str, path: DataPath, engine: Option<EngineIdentity>) -> wire::Record {
+    inline_on(gpu, mismatch, remote, path, engine, false)
+}
+
+/// As [`inline`], for a simulated device (`simulated`: a real NIC moving the host memory that
+/// stands in for the GPU's, or the simulated fabric).
+fn inline_on(
+    gpu: u32,
+    mismatch: u64,
+    remote: &str,
+    path: DataPath,
+    engine: Option<EngineIdentity>,
+    simulated: bool,
+) -> wire::Record {
     let at = Utc::now() - chrono::Duration::seconds(5);
     let failures = (0..mismatch)
         .map(|k| InlineFailure {
@@ -63,7 +78,7 @@ fn inline(gpu: u32, mismatch: u64, remote: &str, path: DataPath, engine: Option<
             failures,
             failures_omitted: 0,
             transfers_mismatch_misplaced: 0,
-            simulated: false,
+            simulated,
             engine,
         }),
     }
@@ -103,6 +118,9 @@ async fn each_finding_names_its_layer_and_only_hardware_marks_a_gpu() {
     // The engine: three transfers on eng's GPU2 arrive wrong, moved by a host copy.
     let mut eng = healthy();
     eng.push(inline(2, 3, "prefill-0", DataPath::HostCopy, Some(vllm)));
+    // A simulated device whose (host) memory a real NIC moved: its mismatches are marked as
+    // simulation, and its clean transfers prove nothing of the GPU.
+    eng.push(inline_on(5, 2, "prefill-5", DataPath::NicDma, None, true));
     send(&c, "eng", eng).await;
     // The other end: prefill-7 sends wrong bytes to GPUs 0 and 1 of dec-a and dec-b, through
     // their own NICs; dec-a's GPU2 gets wrong bytes from prefill-9 alone (its own source).
@@ -144,6 +162,24 @@ async fn each_finding_names_its_layer_and_only_hardware_marks_a_gpu() {
     let (_, metrics) = c.get("/metrics", None);
     assert!(
         metrics.contains("railguard_engine_kv_mismatches{engine=\"vllm\",version=\"0.33.0\",connector=\"RailguardNixlConnector\",settings=\"enable_prefix_caching=true\"} 3"),
+        "{metrics}"
+    );
+
+    // The simulated device's: a fabric finding marked as simulation; nothing of it proven.
+    let g5 = gpu(&c, "eng", 5);
+    assert!(
+        g5["findings"].as_array().unwrap().iter().any(|f| f["layer"] == "fabric"
+            && f["reason"].as_str().is_some_and(|r| r.contains("(simulated: reported for a simulated GPU"))),
+        "{g5}"
+    );
+    let node = json(&c, "/api/v1/nodes/eng");
+    let pair = node["inline"].as_array().unwrap().iter().find(|p| p["gpu"] == 5).unwrap();
+    assert_eq!((pair["ok"].as_i64(), pair["ok_nic"].as_i64()), (Some(40), Some(0)), "{pair}");
+    let (_, metrics) = c.get("/metrics", None);
+    assert!(
+        metrics.contains(
+            r#"railguard_gpu_info{node="eng",gpu="5",workload_nic="mlx5_5",verification="simulated",path="simulated""#
+        ),
         "{metrics}"
     );
 

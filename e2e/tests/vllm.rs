@@ -56,7 +56,7 @@ fn the_vllm_connector_tests_pass_against_the_real_vllm_package() {
     assert!(out.status.success(), "{err}");
     // Nothing skipped: vLLM and torch are both there, so every test ran.
     assert!(err.contains("OK") && !err.contains("skipped"), "{err}");
-    assert!(err.contains("Ran 16 tests"), "{err}");
+    assert!(err.contains("Ran 17 tests"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

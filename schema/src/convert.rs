@@ -512,9 +512,11 @@ impl TryFrom<wire::InlineReport> for InlineReport {
             process: text("inline.process", r.process)?,
             memory: r.memory.try_into()?,
             path: match (r.path.try_into()?, r.simulated) {
-                // The simulated fabric stands in for a simulated device's NIC only; a simulated
-                // device has no NIC to DMA, and another device does not run on it.
-                (DataPath::Simulated, false) | (DataPath::NicDma, true) | (DataPath::OtherDevice, _) => {
+                // The simulated fabric stands in for a simulated device's NIC only, and another
+                // device does not run on it. (A real NIC may move a simulated device's host
+                // memory: `nic_dma`, marked simulated, which the collector never counts as a GPU's
+                // proof.)
+                (DataPath::Simulated, false) | (DataPath::OtherDevice, _) => {
                     return Err(WireError::OutOfRange { field: "inline.path", value: r.path.into() });
                 }
                 (p, _) => p,
@@ -1384,7 +1386,8 @@ mod tests {
         let sim = |path: wire::DataPath, simulated| wire::InlineReport { path: path as i32, simulated, ..w.clone() };
         assert!(InlineReport::try_from(sim(wire::DataPath::Simulated, true)).is_ok());
         assert!(InlineReport::try_from(sim(wire::DataPath::HostCopy, true)).is_ok());
-        for (path, simulated) in [(wire::DataPath::Simulated, false), (wire::DataPath::NicDma, true)] {
+        assert!(InlineReport::try_from(sim(wire::DataPath::NicDma, true)).is_ok(), "a real NIC moving host memory");
+        for (path, simulated) in [(wire::DataPath::Simulated, false), (wire::DataPath::OtherDevice, true)] {
             assert!(matches!(
                 InlineReport::try_from(sim(path, simulated)).unwrap_err(),
                 WireError::OutOfRange { field: "inline.path", .. }

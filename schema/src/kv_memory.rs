@@ -37,15 +37,19 @@ impl KvMemory {
         }
     }
 
-    /// From the node's GPUDirect registration path as the agent reports it
-    /// (`nvidia-peermem`, `dma-buf`, `none`, `unknown`), and whether the workload was seen
-    /// registering GPU memory itself (in-line reports from VRAM). A path the agent could not
-    /// tell (`unknown`, or anything else) is held to GPU memory: the stronger proof.
-    pub fn of(gpudirect: &str, workload_registers_vram: bool) -> KvMemoryWhy {
+    /// The one rule, for preflight and the collector alike: from the node's GPUDirect
+    /// registration path as the agent reports it (`nvidia-peermem`, `dma-buf`, `none`,
+    /// `unknown`), and whether the workload's own transfers were seen moved by its NIC's DMA into
+    /// GPU memory (in-line reports: a GPUDirect path exists whatever the facts say; preflight,
+    /// which runs before any, passes false). A path the agent could not tell (`unknown`, or
+    /// anything else) is held to GPU memory: the stronger proof.
+    pub fn of(gpudirect: &str, nic_dma_into_vram_seen: bool) -> KvMemoryWhy {
         let (memory, why) = match gpudirect {
-            _ if workload_registers_vram => {
-                (KvMemory::Gpu, "the workload registers GPU memory with NIXL (its in-line reports)".to_owned())
-            }
+            _ if nic_dma_into_vram_seen => (
+                KvMemory::Gpu,
+                "the workload's own transfers were moved by its NIC's DMA into GPU memory (its in-line reports)"
+                    .to_owned(),
+            ),
             "nvidia-peermem" | "dma-buf" => (KvMemory::Gpu, format!("the node has a GPUDirect path ({gpudirect})")),
             "none" => {
                 (KvMemory::Host, "the node has no GPUDirect path: KV blocks stage through host memory".to_owned())
@@ -97,7 +101,7 @@ mod tests {
             );
         }
         assert_eq!(KvMemory::of("none", false).memory, KvMemory::Host);
-        assert_eq!(KvMemory::of("none", true).memory, KvMemory::Gpu, "the workload's own registrations win");
+        assert_eq!(KvMemory::of("none", true).memory, KvMemory::Gpu, "its NIC seen moving KV into GPU memory wins");
         assert!(Memory::ALL.iter().all(|m| KvMemory::Host.verified_by(*m)));
     }
 }

@@ -14,8 +14,10 @@
 //! - Path: `nic_dma` only when the process holds queue pairs on that NIC; otherwise the bytes
 //!   went through sockets or shared memory (`host_copy`), and the report proves nothing about
 //!   the pair's NIC path (its mismatches still count: the workload received them). A simulated
-//!   device (the demo, the tests) is `simulated` where its process sets [`SIM_NIC_DMA`] (the
-//!   simulated fabric standing in for the NIC's DMA), else `host_copy`; never `nic_dma`.
+//!   device (the demo, the tests) is `nic_dma` only where a real NIC's queue pair moved its
+//!   (host) memory, and its report is marked simulated, so it proves nothing of a GPU; else
+//!   `simulated` where its process sets [`SIM_NIC_DMA`] (the simulated fabric standing in for
+//!   the NIC's DMA), else `host_copy`.
 
 use railguard_schema::{Bdf, DataPath, TopologySnapshot};
 
@@ -220,10 +222,15 @@ pub fn attribute(
     // these bytes went (a QP left in RESET, or one in ERR).
     let ready = mine.iter().any(|q| q.device == nic && q.kind == Some(IB_QPT_RC) && q.state == IB_QPS_RTS);
     let path = if simulated_device {
-        // A simulated GPU has no NIC to DMA it. Where its process asks for it, the simulated
+        // A simulated GPU's memory is host memory. A real NIC may still move it by DMA (its RC
+        // queue pair ready on that NIC): `nic_dma`, carried as a simulated device's report, so
+        // it proves nothing of a GPU. Otherwise, where its process asks for it, the simulated
         // fabric stands in for the NIC's DMA (the demo's remote fault); the report says so and
         // proves nothing. Only a device the agent was told is simulated takes this.
-        if !nic.is_empty() && env_var(&env, SIM_NIC_DMA) == Some("1") {
+        if !nic.is_empty() && ready {
+            how.push(format!("{nic}'s DMA is real (an RC queue pair in RTS); the GPU is simulated (host memory)"));
+            DataPath::NicDma
+        } else if !nic.is_empty() && env_var(&env, SIM_NIC_DMA) == Some("1") {
             how.push(format!("the simulated fabric stands in for {nic}'s DMA ({SIM_NIC_DMA}=1)"));
             DataPath::Simulated
         } else {
@@ -322,12 +329,18 @@ mod tests {
     }
 
     #[test]
-    fn a_simulated_device_is_never_nic_dma_and_the_simulated_fabric_stands_in_only_when_asked() {
+    fn a_simulated_device_is_marked_so_and_the_simulated_fabric_stands_in_only_when_asked() {
         let sim = Ok(vec![HeldGpu { index: 1, minor: 1, simulated: true }]);
-        // Real queue pairs on its NIC prove nothing of a simulated GPU.
+        // A real NIC's ready RC queue pair moved the simulated GPU's (host) memory: its DMA,
+        // on a report marked as a simulated device's (the collector counts it as no GPU's proof).
         let (_d, p) = proc_with(&["CUDA_VISIBLE_DEVICES=1"]);
         let a = attribute(&p, &snapshot(), 77, 0, &sim, &Ok(vec![qp("mlx5_1", 77)])).unwrap();
-        assert_eq!((a.path, a.simulated_device), (DataPath::HostCopy, true), "{}", a.how);
+        assert_eq!((a.path, a.simulated_device), (DataPath::NicDma, true), "{}", a.how);
+        assert!(a.how.contains("the GPU is simulated (host memory)"), "{}", a.how);
+        // A queue pair not ready to send moved nothing: a host copy.
+        let reset = Qp { state: 0, ..qp("mlx5_1", 77) };
+        let a = attribute(&p, &snapshot(), 77, 0, &sim, &Ok(vec![reset])).unwrap();
+        assert_eq!(a.path, DataPath::HostCopy, "{}", a.how);
         let (_d, p) = proc_with(&["CUDA_VISIBLE_DEVICES=1", "RAILGUARD_SIM_NIC_DMA=1"]);
         let a = attribute(&p, &snapshot(), 77, 0, &sim, &Ok(vec![])).unwrap();
         assert_eq!((a.nic.as_str(), a.path), ("mlx5_1", DataPath::Simulated));

@@ -86,9 +86,10 @@ async fn read_inputs(
     laps.lap(Step::Inline);
     for input in inputs.values_mut() {
         input.pairs.sort_by(|a, b| a.nic.cmp(&b.nic));
-        // A workload seen registering GPU memory moves its KV cache there, whatever the node's
-        // GPUDirect path says.
-        if input.pairs.iter().any(|p| p.inline.in_gpu_memory > 0) {
+        // The node's GPUDirect path decides (the rule preflight applies too); a workload whose
+        // own transfers were moved by its NIC's DMA into GPU memory shows a path the node's
+        // facts missed, and that evidence wins. VRAM staged through host memory does not.
+        if input.pairs.iter().any(|p| p.inline.nic_into_gpu_memory > 0) {
             input.kv = railguard_schema::KvMemory::of("", true);
         }
     }
@@ -326,13 +327,13 @@ pub(super) async fn load_inline(
     let rows: Vec<InlineSums> = sqlx::query_as(
         "SELECT node_id, gpu_index, nic,
                 least(sum(transfers_ok), 4611686018427387904)::bigint AS ok,
-                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0), 4611686018427387904)::bigint AS ok_nic,
-                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0), 4611686018427387904)::bigint AS ok_gpu,
+                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND NOT simulated), 0), 4611686018427387904)::bigint AS ok_nic,
+                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda' AND NOT simulated), 0), 4611686018427387904)::bigint AS ok_gpu,
                 least(sum(transfers_mismatch), 4611686018427387904)::bigint AS mismatch,
                 least(coalesce(sum(transfers_mismatch) FILTER (WHERE path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_nic,
-                least(coalesce(sum(transfers_mismatch) FILTER (WHERE path = 'simulated' AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_simulated,
+                least(coalesce(sum(transfers_mismatch) FILTER (WHERE simulated AND path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_simulated,
                 least(coalesce(sum(transfers_mismatch_misplaced) FILTER (WHERE path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_misplaced,
-                least(coalesce(sum(transfers_ok + transfers_mismatch + transfers_error) FILTER (WHERE memory = 'cuda'), 0), 4611686018427387904)::bigint AS in_gpu,
+                least(coalesce(sum(transfers_ok + transfers_mismatch + transfers_error) FILTER (WHERE memory = 'cuda' AND path = 'nic_dma' AND nic <> '' AND NOT simulated), 0), 4611686018427387904)::bigint AS in_gpu,
                 least(sum(transfers_error), 4611686018427387904)::bigint AS error,
                 coalesce(jsonb_agg(DISTINCT engine) FILTER (WHERE (transfers_mismatch > 0 AND path = 'host_copy'
                                                                    OR transfers_mismatch_misplaced > 0)
@@ -396,7 +397,7 @@ pub(super) async fn load_inline(
             mismatch_nic: n(mismatch_nic),
             mismatch_misplaced: n(mismatch_misplaced).min(n(mismatch_nic)),
             mismatch_simulated: n(mismatch_simulated).min(n(mismatch_nic)),
-            in_gpu_memory: n(in_gpu),
+            nic_into_gpu_memory: n(in_gpu),
             error: n(error),
             failures: Vec::new(),
             engines: engines.iter().map(railguard_schema::EngineIdentity::label).collect(),

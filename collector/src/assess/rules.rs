@@ -333,10 +333,11 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
         let by_nic = i.mismatch_nic - misplaced - remote;
         let engine =
             if i.engines.is_empty() { "an engine that did not name itself".to_owned() } else { i.engines.join(", ") };
-        // The simulated fabric stood in for the NIC's DMA (a simulated device): the same layers,
-        // marked as simulation, proving nothing of hardware.
+        // Reported for a simulated device (the simulated fabric stood in for the NIC's DMA, or a
+        // real NIC moved the host memory standing in for the GPU's): the same layers, marked as
+        // simulation, proving nothing of a GPU.
         let (by, sim) = if i.mismatch_simulated > 0 && i.mismatch_simulated >= i.mismatch_nic {
-            (DataPath::Simulated, " (simulated: the simulated fabric stood in for the NIC's DMA)")
+            (DataPath::Simulated, " (simulated: reported for a simulated GPU, proving nothing of hardware)")
         } else {
             (DataPath::NicDma, "")
         };

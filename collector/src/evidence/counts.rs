@@ -64,8 +64,9 @@ pub struct InlineCounts {
     /// Of the NIC-moved mismatches, those on a simulated device where the simulated fabric stood
     /// in for the NIC's DMA (the demo, the tests): nothing happened on hardware.
     pub mismatch_simulated: u64,
-    /// Transfers (any outcome) into GPU memory: the workload registers its KV cache there.
-    pub in_gpu_memory: u64,
+    /// Transfers (any outcome) moved by the pair's NIC's DMA into GPU memory: the node has a
+    /// GPUDirect path, whatever its facts say.
+    pub nic_into_gpu_memory: u64,
     /// NIXL reported an error.
     pub error: u64,
     /// The latest failed transfers, in words ("req-17: 8 of 32 blocks differ, the first bad block starts at byte 786432").

@@ -13,7 +13,7 @@ blocks of another time or place are the engine's too. See docs/inline-verificati
 """
 
 from .digest import ALGORITHM, MIX64, MUL64, BlockError, digest_blocks
-from .manifest import Manifest, ManifestDamaged, ManifestError
+from .manifest import Manifest, ManifestDamaged, ManifestError, ManifestUnkeyed, load_key
 from .report import Reporter, default_reporter, engine_identity
 from .verify import DIAGNOSES, Check, check, diagnose, fingerprint, manifest_for, wait_and_check
 
@@ -27,6 +27,7 @@ __all__ = [
     "Manifest",
     "ManifestDamaged",
     "ManifestError",
+    "ManifestUnkeyed",
     "Reporter",
     "check",
     "default_reporter",
@@ -34,6 +35,7 @@ __all__ = [
     "digest_blocks",
     "engine_identity",
     "fingerprint",
+    "load_key",
     "manifest_for",
     "wait_and_check",
 ]

@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 
 from .digest import ALGORITHM, BlockError, digest_blocks
-from .manifest import Manifest, ManifestError
+from .manifest import Manifest, ManifestDamaged, ManifestError, ManifestUnkeyed
 
 
 @dataclass
@@ -139,13 +139,16 @@ def check(
     device: Optional[int] = None,
     transfer_error: Optional[str] = None,
     before=None,
+    key: Optional[bytes] = None,
 ) -> Check:
     """Destination side, after NIXL said DONE (or ERR: pass ``transfer_error``).
 
     ``manifest``: a :class:`Manifest` or its encoding (bytes, or base64 text). ``blocks``: the
     destination blocks in the manifest's order (the same forms :func:`digest_blocks` takes).
     ``before``: their :func:`fingerprint` taken before the READ was posted; with it, a bad block
-    the READ never wrote is told apart (``untouched``) from one it wrote wrong.
+    the READ never wrote is told apart (``untouched``) from one it wrote wrong. ``key``: the
+    deployment's manifest key (:func:`~railguard_nixl.manifest.load_key`): only manifests tagged
+    with it are checked, any other is "not checkable" (an error, never a mismatch).
     The outcome is returned and, with a ``reporter`` (or the process's default one, when the
     agent's socket exists), sent to the node's agent without waiting for it.
     """
@@ -161,9 +164,11 @@ def check(
         return c
 
     try:
-        man = manifest if isinstance(manifest, Manifest) else Manifest.decode(manifest)
+        man = manifest if isinstance(manifest, Manifest) else Manifest.decode(manifest, key=key)
+    except (ManifestDamaged, ManifestUnkeyed) as e:
+        return error(str(e))
     except ManifestError as e:
-        return error(str(e) if "damaged" in str(e) else f"manifest: {e}")
+        return error(f"manifest: {e}")
     if len(man) == 0:
         # Nothing verified is not verified.
         return error("nothing to verify: the manifest names no block", man)
@@ -263,7 +268,7 @@ def _report(c: Check, reporter) -> None:
 
 
 def wait_and_check(agent, handle, manifest, blocks, *, remote: str = "", reporter=None, timeout: float = 30.0,
-                   memory: Optional[str] = None, device: Optional[int] = None) -> Check:
+                   memory: Optional[str] = None, device: Optional[int] = None, key: Optional[bytes] = None) -> Check:
     """Polls a posted NIXL transfer (``agent.check_xfer_state``) until DONE or ERR, then checks
     the destination blocks against the manifest: the hook a connector calls where it would
     otherwise mark the request's KV as received."""
@@ -272,9 +277,9 @@ def wait_and_check(agent, handle, manifest, blocks, *, remote: str = "", reporte
     while state == "PROC":
         if time.monotonic() > deadline:
             return check(manifest, blocks, remote=remote, reporter=reporter, memory=memory, device=device,
-                         transfer_error=f"no completion within {timeout} s")
+                         transfer_error=f"no completion within {timeout} s", key=key)
         state = agent.check_xfer_state(handle)
     if state != "DONE":
         return check(manifest, blocks, remote=remote, reporter=reporter, memory=memory, device=device,
-                     transfer_error=f"NIXL transfer state {state}")
-    return check(manifest, blocks, remote=remote, reporter=reporter, memory=memory, device=device)
+                     transfer_error=f"NIXL transfer state {state}", key=key)
+    return check(manifest, blocks, remote=remote, reporter=reporter, memory=memory, device=device, key=key)

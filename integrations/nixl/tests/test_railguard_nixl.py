@@ -182,6 +182,40 @@ class Manifests(unittest.TestCase):
         c = rn.check(good[: len(good) - 3], src.copy(), reporter=r)
         self.assertEqual((c.status, "manifest damaged" in c.error), ("error", True), c.error)
 
+    def test_keyed_manifests_and_what_a_key_refuses(self):
+        from railguard_nixl.manifest import ManifestUnkeyed, size_for
+
+        src = np.random.default_rng(4).integers(0, 256, (6, 512), dtype=np.uint8)
+        m = rn.manifest_for("req-k", src)
+        key, other = b"deployment-key-0123456789", b"somebody-else-0123456789"
+        text = m.to_text(key)
+        got = Manifest.decode(text, key=key)
+        self.assertTrue(np.array_equal(got.digests, m.digests))
+        self.assertEqual(rn.check(text, src.copy(), reporter=_Null(), key=key).status, "ok")
+        # Made with another key, unkeyed where a key is required, keyed where none is: not
+        # checkable (an error), never a mismatch, even when the blocks differ.
+        bad = src.copy()
+        bad[2] ^= 1
+        for manifest, k, why in ((m.to_text(other), key, "does not match this deployment's key"),
+                                 (m.to_text(), key, "not keyed"), (text, None, "this side has no key")):
+            with self.assertRaises(ManifestUnkeyed):
+                Manifest.decode(manifest, key=k)
+            c = rn.check(manifest, bad, reporter=_Null(), key=k)
+            self.assertEqual(c.status, "error", why)
+            self.assertIn(why, c.error)
+        # A tag flipped on the way: not this deployment's.
+        raw = bytearray(m.encode(key))
+        raw[-1] ^= 1
+        with self.assertRaises(ManifestUnkeyed):
+            Manifest.decode(bytes(raw), key=key)
+        self.assertIn("not checkable", rn.check(bytes(raw), src, reporter=_Null(), key=key).error)
+        # Sizes: refused by length before anything is decoded.
+        with self.assertRaisesRegex(ManifestError, "characters"):
+            Manifest.decode("A" * (64 << 20))
+        with self.assertRaisesRegex(ManifestError, "at most"):
+            Manifest.decode(text, key=key, blocks=2)
+        self.assertLessEqual(len(m.encode(key)), size_for(6))
+
     def test_version_1_manifests_are_still_checked(self):
         src = np.random.default_rng(3).integers(0, 256, (4, 64), dtype=np.uint8)
         d, lengths = digest_blocks(src, MUL64)

@@ -30,7 +30,7 @@ class VllmConnector(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.fail = scenarios(["clean", "race", "corrupt", "untouched", "misdirected", "swapped", "no-manifest",
-                              "damaged-manifest"])
+                              "damaged-manifest", "keyed", "foreign-key"])
         cls.recompute = scenarios(["corrupt"], "--policy", "recompute", "--connector-name", "RailguardNixlConnector")
 
     def test_loaded_by_vllms_factory_and_a_clean_transfer_decodes(self):
@@ -75,6 +75,16 @@ class VllmConnector(unittest.TestCase):
         self.assertEqual(s["checks"][0]["status"], "mismatch", s)
         self.assertEqual(s["failed_recving"], ["d-1"], s)
         self.assertEqual((s["finish"], s["tokens"]), ("length", 4), s)
+
+    def test_keyed_manifests_verify_and_a_foreign_one_is_not_checkable_never_a_mismatch(self):
+        s = self.fail["keyed"]
+        self.assertEqual([c["status"] for c in s["checks"]], ["ok"], s)
+        self.assertEqual((s["finish"], s["tokens"]), ("length", 4), s)
+        s = self.fail["foreign-key"]
+        [c] = s["checks"]
+        self.assertEqual(c["status"], "error", s)
+        self.assertIn("not checkable: the manifest's tag does not match this deployment's key", c["error"], s)
+        self.assertEqual(s["finish"], "error", "fail policy: an unverifiable request is not served")
 
     def test_no_manifest_and_a_damaged_manifest_fail_closed_as_errors(self):
         for mode, why in (("no-manifest", "nothing to verify"), ("damaged-manifest", "manifest damaged")):

@@ -12,7 +12,7 @@ seeded random bytes (prefill) or leaves them alone (decode), and sampled tokens 
 The KV cache lives in host memory (``kv_buffer_device: cpu``, NIXL ``DRAM``).
 
 Run as a script for one scenario (``--mode clean|race|corrupt|untouched|misdirected|swapped|
-no-manifest|damaged-manifest``, several separated by commas); it prints one
+no-manifest|damaged-manifest|keyed|foreign-key``, several separated by commas); it prints one
 JSON summary line. ``tests/test_vllm.py`` runs every scenario.
 """
 
@@ -229,7 +229,17 @@ def request(req_id: str, tokens: int, params: dict, max_tokens: int):
     return r
 
 
-MODES = ("clean", "race", "corrupt", "untouched", "misdirected", "swapped", "no-manifest", "damaged-manifest")
+MODES = ("clean", "race", "corrupt", "untouched", "misdirected", "swapped", "no-manifest", "damaged-manifest",
+         "keyed", "foreign-key")
+
+
+def _key_file(text: str) -> str:
+    """A manifest key file (mode 600) holding ``text``."""
+    fd, path = tempfile.mkstemp(prefix="railguard-key-")
+    os.write(fd, text.encode())
+    os.close(fd)
+    os.chmod(path, 0o600)
+    return path
 
 
 def _flip_sign_bits(engine: Engine, block: int) -> None:
@@ -251,11 +261,19 @@ def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, pol
     model = model_dir()
     init_dist(vllm_config(model, "kv_producer"))
     extra = {"railguard_socket": socket_path} if socket_path else {}
+    # Keyed manifests: both sides share the deployment's key ("keyed"), or the prefill side tags
+    # its manifests with a key of another deployment ("foreign-key").
+    prefill_extra, decode_extra = dict(extra), dict(extra)
+    if mode in ("keyed", "foreign-key"):
+        decode_extra["railguard_manifest_key_file"] = _key_file("this-deployment-0123456789abcdef")
+        prefill_extra["railguard_manifest_key_file"] = (
+            decode_extra["railguard_manifest_key_file"] if mode == "keyed" else _key_file("another-deployment-0123456789")
+        )
     # The prefill side's handshake port, free now (vLLM's default, 5600, may be taken by another
     # test); its scheduler reads it when it is made.
     os.environ["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(free_port())
-    p = Engine("prefill", "kv_producer", model, extra, connector=connector)
-    d = Engine("decode", "kv_consumer", model, extra, policy=policy, connector=connector)
+    p = Engine("prefill", "kv_producer", model, prefill_extra, connector=connector)
+    d = Engine("decode", "kv_consumer", model, decode_extra, policy=policy, connector=connector)
     p.serve_handshakes()
     loaded = type(p.scheduler.connector).__module__ + "." + type(p.scheduler.connector).__name__
 
@@ -385,7 +403,7 @@ def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, pol
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", default="clean",
-                    help="clean, race, corrupt, untouched, misdirected, swapped, no-manifest or damaged-manifest; several separated by commas run in turn")
+                    help="clean, race, corrupt, untouched, misdirected, swapped, no-manifest, damaged-manifest, keyed or foreign-key; several separated by commas run in turn")
     ap.add_argument("--policy", choices=["fail", "recompute"], default="fail")
     ap.add_argument("--socket", default=os.environ.get("RAILGUARD_INLINE_SOCKET"))
     ap.add_argument("--connector-name", default=CONNECTOR_NAME,

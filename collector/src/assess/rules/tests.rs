@@ -507,7 +507,11 @@ fn a_simulated_devices_inline_mismatch_takes_the_same_layers_marked_simulated() 
     i.workload_recent = vec![ProbeVerdict::Ok; 5];
     let a = assess(&i, None, &RulesConfig::default());
     assert_eq!((a.status, a.layer, a.path), (GpuStatus::Corrupting, Some(Layer::Fabric), Some(DataPath::Simulated)));
-    assert!(a.reasons[0].contains("(simulated: the simulated fabric stood in for the NIC's DMA)"), "{}", a.reasons[0]);
+    assert!(
+        a.reasons[0].contains("(simulated: reported for a simulated GPU, proving nothing of hardware)"),
+        "{}",
+        a.reasons[0]
+    );
 }
 
 #[test]

@@ -256,8 +256,8 @@ pub async fn inline_pairs(
     sqlx::query_as(
         "SELECT gpu_index AS gpu, nic,
                 sum(transfers_ok)::bigint AS ok,
-                coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> ''), 0)::bigint AS ok_nic,
-                coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda'), 0)::bigint
+                coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND NOT simulated), 0)::bigint AS ok_nic,
+                coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda' AND NOT simulated), 0)::bigint
                     AS ok_gpu_memory,
                 sum(transfers_mismatch)::bigint AS mismatch, sum(transfers_error)::bigint AS error,
                 sum(bytes_verified)::bigint AS bytes_verified, max(observed_at) AS latest_at,

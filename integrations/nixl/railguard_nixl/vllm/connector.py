@@ -24,6 +24,10 @@ Settings (``kv_connector_extra_config``):
   engine starts under ``"fail"``, and makes every request unverified under ``"allow"``.
 * ``railguard_socket``: the agent's socket (default ``$RAILGUARD_INLINE_SOCKET``, else
   ``/run/railguard/inline.sock``).
+* ``railguard_manifest_key_file``: a secret file (mode 600) every prefill and decode instance of
+  the deployment shares: prefill sides tag their manifests with it, decode sides take only
+  manifests so tagged (any other request is "not checkable", never a mismatch on the decode
+  GPU). Read at engine start; a missing or open file stops the engine with the reason.
 * ``railguard_allow_untested_vllm``: ``true`` to run on a vLLM release this connector was not
   tested with (see :data:`TESTED_VLLM`).
 """
@@ -45,7 +49,7 @@ import collections
 import numpy as np
 
 from ..digest import ALGORITHM, BlockError
-from ..manifest import Manifest, ManifestError
+from ..manifest import Manifest, ManifestDamaged, ManifestError, ManifestUnkeyed, load_key
 from ..report import Reporter, default_reporter, engine_identity
 from ..verify import Check, compare
 from .carrier import KEY, DigestPlan, Expectation, ManifestBatch, Outbox
@@ -96,6 +100,8 @@ class Settings:
     # Why no request of this engine can be verified (a setting that rewrites received blocks,
     # allowed by railguard_unverifiable='allow'); empty: they can be.
     unverifiable: str = ""
+    # The deployment's manifest key (railguard_manifest_key_file); None: manifests are unkeyed.
+    manifest_key: bytes | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, kv_transfer_config) -> "Settings":
@@ -121,7 +127,15 @@ class Settings:
                     "railguard_unverifiable='allow' to serve these requests unverified (each reported as not checkable)."
                 )
             logger.warning("railguard: %s; every request is served unverified (railguard_unverifiable='allow')", unverifiable)
-        return cls(fail_unverifiable=mode == "fail", socket=get("railguard_socket", None), unverifiable=unverifiable)
+        key_file = get("railguard_manifest_key_file", None)
+        key = None
+        if key_file:
+            try:
+                key = load_key(str(key_file))
+            except ManifestError as e:
+                raise UnverifiableConfig(f"railguard_manifest_key_file: {e}") from None
+        return cls(fail_unverifiable=mode == "fail", socket=get("railguard_socket", None), unverifiable=unverifiable,
+                   manifest_key=key)
 
 
 # vLLM settings that change which bytes land in which KV block (read where vLLM keeps them; a
@@ -242,7 +256,7 @@ class RailguardPullWorker(NixlPullConnectorWorker):
                 )[0]
                 digests, lengths = self._rg_regions.digests(physical)
                 name = f"{req_id}|tp{self.tp_rank}pp{self._rg_pp_rank}|{self._rg_regions.layout()}"
-                text = Manifest(request=name, digests=digests, lengths=lengths).to_text()
+                text = Manifest(request=name, digests=digests, lengths=lengths).to_text(self._rg_settings.manifest_key)
                 self._rg_made.setdefault(req_id, {})[rank_key(self.tp_rank, self._rg_pp_rank)] = text
             except (RegionError, BlockError, ManifestError) as e:
                 self._rg_made_errors[req_id] = f"prefill could not digest: {e}"
@@ -390,9 +404,11 @@ class RailguardPullWorker(NixlPullConnectorWorker):
                     f"{self._rg_pp_rank} (the request carries ranks {', '.join(sorted(exp.manifests))})"
                 )
             try:
-                man = Manifest.decode(text)
+                man = Manifest.decode(text, key=self._rg_settings.manifest_key, blocks=len(read.remote_all))
+            except (ManifestDamaged, ManifestUnkeyed) as e:
+                return fail(str(e))
             except ManifestError as e:
-                return fail(str(e) if "damaged" in str(e) else f"manifest: {e}")
+                return fail(f"manifest: {e}")
             name, _, rest = man.request.partition("|")
             rank, _, layout = rest.partition("|")
             if name != exp.remote_request_id:
