@@ -127,7 +127,12 @@ async fn main() {
     let addr = listener.local_addr().unwrap();
     let store = Store::new(pool.clone());
     tokio::spawn(serve_grpc(
-        listener,
+        railguard_collector::conns::accept(
+            listener,
+            railguard_collector::conns::ConnLimits::GRPC_DEFAULT,
+            Arc::default(),
+            "agent",
+        ),
         store.clone(),
         Arc::new(creds),
         Arc::default(),

@@ -8,6 +8,7 @@
 //! background work (retention, Kubernetes node conditions) on the replica that leads. [`state`] is what the process knows of itself, for /metrics.
 
 pub mod assess;
+pub mod conns;
 pub mod evidence;
 #[cfg(feature = "analysis")]
 pub mod export;

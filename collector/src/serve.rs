@@ -53,6 +53,10 @@ pub struct ServeConfig {
     pub database_read_url: Option<String>,
     /// Keep a condition on each Kubernetes Node (and opt-in taints/cordons); None: off.
     pub k8s_nodes: Option<crate::tasks::k8s_nodes::NodeConditionConfig>,
+    /// What connections to the agents' port may hold.
+    pub grpc_conns: crate::conns::ConnLimits,
+    /// What connections to the HTTP side may hold.
+    pub http_conns: crate::conns::ConnLimits,
 }
 
 pub use crate::tls::{GrpcTls, HttpTls};
@@ -79,6 +83,8 @@ impl ServeConfig {
             dashboard_url: None,
             database_read_url: None,
             k8s_nodes: None,
+            grpc_conns: crate::conns::ConnLimits::GRPC_DEFAULT,
+            http_conns: crate::conns::ConnLimits::HTTP_DEFAULT,
         }
     }
 }
@@ -125,6 +131,8 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             Some(url) => pg::connect_read(url.parse().context("--database-read-url is not a valid Postgres URL")?),
             None => pg::connect_read(read_options.clone()),
         };
+        // Every connection the listeners may admit, the database pools and the process's own files.
+        crate::conns::raise_fd_limit((cfg.grpc_conns.max + cfg.http_conns.max) as u64 + 1024);
         let listener =
             TcpListener::bind(cfg.grpc_listen).await.with_context(|| format!("binding {}", cfg.grpc_listen))?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -181,6 +189,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                     })),
                     readers: crate::http::readers::permits(),
                 };
+                let conns = state.state.http_conns.clone();
                 let app = crate::http::app(state);
                 let mut rx = stop_rx.clone();
                 let stopped = async move {
@@ -188,7 +197,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                 };
                 Some(match &cfg.http_tls {
                     Some(t) => {
-                        let https = crate::tls::HttpsListener::new(l, t.server_config()?)?;
+                        let https = crate::tls::HttpsListener::new(l, t.server_config()?, cfg.http_conns, conns)?;
                         tracing::info!(https = %local, cert = %t.cert.display(), "API and metrics serving over TLS");
                         tokio::spawn(async move { axum::serve(https, app).with_graceful_shutdown(stopped).await })
                     }
@@ -200,6 +209,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                             );
                         }
                         tracing::info!(http = %local, "API and metrics serving");
+                        let l = crate::conns::PlainListener::new(l, cfg.http_conns, conns)?;
                         tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(stopped).await })
                     }
                 })
@@ -220,8 +230,9 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                 None
             }
         };
+        let accepted = crate::conns::accept(listener, cfg.grpc_conns, state.grpc_conns.clone(), "agent");
         let grpc =
-            serve_grpc(listener, store, Arc::new(creds), state.ingest.clone(), state.urgent.clone(), tls, async move {
+            serve_grpc(accepted, store, Arc::new(creds), state.ingest.clone(), state.urgent.clone(), tls, async move {
                 let _ = rx.changed().await;
             })
             .await;
@@ -238,9 +249,10 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     result
 }
 
-/// Serves the ingest gRPC service on `listener` until `shutdown` resolves.
+/// Serves the ingest gRPC service on the connections `accepted` admits until `shutdown`
+/// resolves.
 pub async fn serve_grpc(
-    listener: TcpListener,
+    accepted: tokio_stream::wrappers::ReceiverStream<crate::conns::Limited<tokio::net::TcpStream>>,
     store: Store,
     creds: Arc<Credentials>,
     stats: Arc<IngestStats>,
@@ -257,11 +269,11 @@ pub async fn serve_grpc(
     match tls {
         // Handshakes outside tonic, so the certificate can be reloaded (crate::tls).
         Some(config) => {
-            router.serve_with_incoming_shutdown(crate::tls::incoming(listener, config, "agent"), shutdown).await
+            router.serve_with_incoming_shutdown(crate::tls::incoming(accepted, config, "agent"), shutdown).await
         }
         None => {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            router.serve_with_incoming_shutdown(incoming, shutdown).await
+            use tokio_stream::StreamExt;
+            router.serve_with_incoming_shutdown(accepted.map(Ok::<_, std::io::Error>), shutdown).await
         }
     }
     .context("gRPC server")

@@ -17,6 +17,9 @@ pub struct CollectorState {
     pub urgent: Arc<UrgentNodes>,
     pub assessment: Arc<PassStats>,
     pub leads: Arc<Leads>,
+    /// Connections to the agents' gRPC port and to the HTTP side.
+    pub grpc_conns: Arc<crate::conns::ConnStats>,
+    pub http_conns: Arc<crate::conns::ConnStats>,
     /// The Kubernetes node-condition controller's counts, when it runs.
     pub k8s: OnceLock<Arc<crate::tasks::k8s_nodes::ControllerStats>>,
 }

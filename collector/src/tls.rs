@@ -11,7 +11,10 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::server::TlsStream;
+
+use crate::conns::{ConnLimits, ConnStats, Limited, accept};
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::server::danger::ClientCertVerifier;
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
@@ -108,19 +111,24 @@ impl HttpTls {
 /// axum serves each finished one.
 pub struct HttpsListener {
     local: std::net::SocketAddr,
-    streams:
-        tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>>,
+    streams: tokio_stream::wrappers::ReceiverStream<std::io::Result<TlsStream<Limited<TcpStream>>>>,
 }
 
 impl HttpsListener {
-    pub fn new(listener: TcpListener, config: rustls::ServerConfig) -> std::io::Result<Self> {
+    /// Over `listener`'s connections as `limits` admits them (counted in `stats`).
+    pub fn new(
+        listener: TcpListener,
+        config: rustls::ServerConfig,
+        limits: ConnLimits,
+        stats: Arc<ConnStats>,
+    ) -> std::io::Result<Self> {
         let local = listener.local_addr()?;
-        Ok(HttpsListener { local, streams: incoming(listener, config, "HTTP") })
+        Ok(HttpsListener { local, streams: incoming(accept(listener, limits, stats, "HTTP"), config, "HTTP") })
     }
 }
 
 impl axum::serve::Listener for HttpsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Io = TlsStream<Limited<TcpStream>>;
     type Addr = std::net::SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -128,7 +136,7 @@ impl axum::serve::Listener for HttpsListener {
         loop {
             match self.streams.next().await {
                 Some(Ok(s)) => {
-                    let peer = s.get_ref().0.peer_addr().unwrap_or(self.local);
+                    let peer = s.get_ref().0.get_ref().peer_addr().unwrap_or(self.local);
                     return (s, peer);
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "an HTTPS connection failed"),
@@ -278,32 +286,30 @@ pub fn certificate_names_node(cert: &CertificateDer<'_>, node: &str) -> Result<(
     ee.verify_is_valid_for_subject_name(&name).map_err(|_| CertificateNodeError::OtherNode(node.to_owned()))
 }
 
-/// Accepts TCP connections on `listener` and hands each finished TLS handshake to the stream
-/// returned; handshakes run concurrently (one slow or hostile client delays no one) and give
-/// up after 10 s. The accept loop ends when the returned stream is dropped.
+/// Takes the connections `accepted` admits ([`crate::conns::accept`]) and hands each finished
+/// TLS handshake to the stream returned; handshakes run concurrently (one slow or hostile client
+/// delays no one) and give up after 10 s. The loop ends when the returned stream is dropped.
 pub fn incoming(
-    listener: TcpListener,
+    mut accepted: tokio_stream::wrappers::ReceiverStream<Limited<TcpStream>>,
     config: rustls::ServerConfig,
     side: &'static str,
-) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>> {
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<TlsStream<Limited<TcpStream>>>> {
+    use tokio_stream::StreamExt;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
         loop {
-            let (tcp, peer) = tokio::select! {
-                r = listener.accept() => match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, side, "accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
+            let tcp = tokio::select! {
+                c = accepted.next() => match c {
+                    Some(c) => c,
+                    None => return,
                 },
                 () = tx.closed() => return,
             };
-            let _ = tcp.set_nodelay(true);
+            let peer = tcp.get_ref().peer_addr().ok();
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
+                let peer = peer.map(|p| p.to_string()).unwrap_or_default();
                 match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
                     Ok(Ok(s)) => {
                         let _ = tx.send(Ok(s)).await;

@@ -121,3 +121,80 @@ async fn late_data_after_retention_is_refused_by_itself_and_the_collector_keeps_
     assert!(refused >= 1, "counted: {metrics}");
     assert_eq!(collector.get("/healthz", None).0, 200);
 }
+
+/// Status changes past the rollup tier go, except each GPU's status at the cut; the fleet series
+/// reads only each GPU's status as its period opens and the changes within it, and says the same
+/// before and after the pruning.
+#[tokio::test(flavor = "multi_thread")]
+async fn old_status_changes_go_but_each_gpus_status_at_the_cut_stays_and_the_series_is_unchanged() {
+    use railguard_collector::store::read::fleet_status_series;
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone()).with_retention(30);
+    sqlx::query(
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons)
+         VALUES ('n1', 0, 'corrupting', now(), now(), 'mlx5_0', 'none', '[]'),
+                ('n1', 1, 'ok', now(), now(), 'mlx5_1', 'none', '[]'),
+                ('n2', 0, 'at_risk', now(), now(), 'mlx5_0', 'none', '[]')",
+    )
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    // n1 GPU0: corrupting 400 days ago, ok 390, corrupting 380 (and since); GPU1: corrupting 500
+    // days ago, ok 5 days ago; n2 GPU0: at risk for 450 days.
+    for (node, gpu, days, to) in [
+        ("n1", 0, 400, "corrupting"),
+        ("n1", 0, 390, "ok"),
+        ("n1", 0, 380, "corrupting"),
+        ("n1", 1, 500, "corrupting"),
+        ("n1", 1, 5, "ok"),
+        ("n2", 0, 450, "at_risk"),
+    ] {
+        sqlx::query(
+            "INSERT INTO gpu_status_changes (node_id, gpu_index, at, to_status, reasons)
+             VALUES ($1, $2, now() - make_interval(days => $3), $4::gpu_status_kind, '[]')",
+        )
+        .bind(node)
+        .bind(gpu)
+        .bind(days)
+        .bind(to)
+        .execute(&pg.pool)
+        .await
+        .unwrap();
+    }
+    let now = Utc::now();
+    let series = async || {
+        fleet_status_series(&pg.pool, now - chrono::Duration::days(30), now, 4)
+            .await
+            .unwrap()
+            .iter()
+            .map(|p| (p.corrupting, p.at_risk))
+            .collect::<Vec<_>>()
+    };
+    // 30 days ago: n1's two GPUs corrupting, n2's at risk; 5 days ago GPU1 turned ok.
+    let before = series().await;
+    assert_eq!(before, [(2, 1), (2, 1), (2, 1), (1, 1)]);
+    let grid = async || {
+        railguard_collector::store::read::grid_at(&pg.pool, now - chrono::Duration::days(30))
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| format!("{}/{} {:?}", c.node, c.gpu, c.status))
+            .collect::<Vec<_>>()
+    };
+    let grid_before = grid().await;
+    assert_eq!(grid_before.len(), 3, "{grid_before:?}");
+    store.drop_expired().await.unwrap();
+    let left: Vec<(String, i32, i64)> =
+        sqlx::query_as("SELECT node_id, gpu_index, count(*) FROM gpu_status_changes GROUP BY 1, 2 ORDER BY 1, 2")
+            .fetch_all(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        left,
+        [("n1".to_owned(), 0, 1), ("n1".to_owned(), 1, 2), ("n2".to_owned(), 0, 1)],
+        "before the 366-day cut only each GPU's newest change stays"
+    );
+    assert_eq!(series().await, before, "the series is the same from what is kept");
+    assert_eq!(grid().await, grid_before, "and so is the fleet as it was");
+    assert_eq!(store.prune_status_changes(now).await.unwrap(), 1, "a later cut removes what it reaches, and only that");
+}

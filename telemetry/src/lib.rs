@@ -1,8 +1,10 @@
 //! railguard-telemetry: what both binaries share about running as a service — logs to stderr
 //! always, traces and metrics over OTLP (gRPC) when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and
-//! the shutdown signal, and how a secret file is read ([`secret`]).
+//! the shutdown signal, how a secret file is read ([`secret`]), and how connection slots are
+//! shared among peers ([`slots`]).
 
 pub mod secret;
+pub mod slots;
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;

@@ -102,7 +102,7 @@ pub struct RunArgs {
     /// as far as the workloads that report need).
     #[arg(long, default_value = "660", value_parser = parse_mode)]
     inline_socket_mode: u32,
-    /// Close an in-line connection that sends no complete message for this many seconds.
+    /// Close an in-line connection that sends no valid message for this many seconds.
     #[arg(long, default_value_t = InlineConfig::DEFAULT_IDLE_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     inline_idle_secs: u64,

@@ -1,8 +1,8 @@
-//! How much one sender may put through the in-line endpoint: token buckets per sender process.
+//! How much one sender may put through the in-line endpoint: token buckets per sender.
 //!
-//! Every spooled record costs an fsync and a place in the bounded spool, so one process must not
-//! be able to turn a burst of messages into thousands of records. Each sender (by its pid, as
-//! SO_PEERCRED gives it) has two buckets: results parsed and reports spooled. A bucket holds at
+//! Every spooled record costs an fsync and a place in the bounded spool, so one sender must not
+//! be able to turn a burst of messages into thousands of records. Each sender (its uid and
+//! control groups, [`SenderKey`]: a fork shares its parent's buckets) has two buckets: results parsed and reports spooled. A bucket holds at
 //! most its burst and refills at its rate; what does not fit is refused and counted, and the
 //! sender is told so in its answer. Buckets of processes not heard from for a while are dropped,
 //! so the table stays as small as the set of live senders.
@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::sender::SenderKey;
 
 /// A bucket's size and refill rate.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -66,7 +68,7 @@ const FORGET_AFTER: Duration = Duration::from_secs(600);
 #[derive(Debug)]
 pub struct Limiter {
     limits: SenderLimits,
-    senders: Mutex<HashMap<u32, (Bucket, Bucket)>>,
+    senders: Mutex<HashMap<SenderKey, (Bucket, Bucket)>>,
 }
 
 impl Limiter {
@@ -74,9 +76,9 @@ impl Limiter {
         Limiter { limits, senders: Mutex::new(HashMap::new()) }
     }
 
-    /// Whether `pid` may have `n` results parsed now (all or none).
-    pub fn results(&self, pid: u32, n: u64, now: Instant) -> bool {
-        self.with(pid, now, |results, _, l| {
+    /// Whether `sender` may have `n` results parsed now (all or none).
+    pub fn results(&self, sender: &SenderKey, n: u64, now: Instant) -> bool {
+        self.with(sender, now, |results, _, l| {
             let got = results.take(l.results, n, now);
             if got < n {
                 // All or none: a refused message takes nothing.
@@ -88,18 +90,24 @@ impl Limiter {
         })
     }
 
-    /// How many of `n` reports `pid` may spool now.
-    pub fn reports(&self, pid: u32, n: u64, now: Instant) -> u64 {
-        self.with(pid, now, |_, reports, l| reports.take(l.reports, n, now))
+    /// How many of `n` reports `sender` may spool now.
+    pub fn reports(&self, sender: &SenderKey, n: u64, now: Instant) -> u64 {
+        self.with(sender, now, |_, reports, l| reports.take(l.reports, n, now))
     }
 
-    fn with<R>(&self, pid: u32, now: Instant, f: impl FnOnce(&mut Bucket, &mut Bucket, SenderLimits) -> R) -> R {
+    fn with<R>(
+        &self,
+        sender: &SenderKey,
+        now: Instant,
+        f: impl FnOnce(&mut Bucket, &mut Bucket, SenderLimits) -> R,
+    ) -> R {
         let mut m = self.senders.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if m.len() > 4096 {
             m.retain(|_, (a, b)| now.saturating_duration_since(a.at.max(b.at)) < FORGET_AFTER);
         }
         let l = self.limits;
-        let (a, b) = m.entry(pid).or_insert_with(|| (Bucket::full(l.results, now), Bucket::full(l.reports, now)));
+        let (a, b) =
+            m.entry(sender.clone()).or_insert_with(|| (Bucket::full(l.results, now), Bucket::full(l.reports, now)));
         f(a, b, l)
     }
 }
@@ -108,6 +116,10 @@ impl Limiter {
 mod tests {
     use super::*;
 
+    fn k(uid: u32) -> SenderKey {
+        SenderKey { uid, cgroup: "0::/pod".into() }
+    }
+
     const SMALL: SenderLimits =
         SenderLimits { results: Rate { burst: 100.0, per_sec: 10.0 }, reports: Rate { burst: 4.0, per_sec: 1.0 } };
 
@@ -115,21 +127,21 @@ mod tests {
     fn a_sender_gets_its_burst_then_its_rate_and_others_are_untouched() {
         let l = Limiter::new(SMALL);
         let t0 = Instant::now();
-        assert_eq!(l.reports(7, 10, t0), 4, "the burst");
-        assert_eq!(l.reports(7, 1, t0), 0, "empty");
-        assert_eq!(l.reports(8, 3, t0), 3, "another sender has its own bucket");
-        assert_eq!(l.reports(7, 5, t0 + Duration::from_millis(2500)), 2, "refilled at 1/s");
-        assert_eq!(l.reports(7, 10, t0 + Duration::from_secs(3600)), 4, "never more than the burst");
+        assert_eq!(l.reports(&k(7), 10, t0), 4, "the burst");
+        assert_eq!(l.reports(&k(7), 1, t0), 0, "empty");
+        assert_eq!(l.reports(&k(8), 3, t0), 3, "another sender has its own bucket");
+        assert_eq!(l.reports(&k(7), 5, t0 + Duration::from_millis(2500)), 2, "refilled at 1/s");
+        assert_eq!(l.reports(&k(7), 10, t0 + Duration::from_secs(3600)), 4, "never more than the burst");
     }
 
     #[test]
     fn results_are_taken_all_or_none() {
         let l = Limiter::new(SMALL);
         let t0 = Instant::now();
-        assert!(l.results(7, 60, t0));
-        assert!(!l.results(7, 60, t0), "40 left: a message of 60 is refused whole");
-        assert!(l.results(7, 40, t0), "and took nothing");
-        assert!(!l.results(7, 1, t0));
-        assert!(l.results(7, 10, t0 + Duration::from_secs(1)));
+        assert!(l.results(&k(7), 60, t0));
+        assert!(!l.results(&k(7), 60, t0), "40 left: a message of 60 is refused whole");
+        assert!(l.results(&k(7), 40, t0), "and took nothing");
+        assert!(!l.results(&k(7), 1, t0));
+        assert!(l.results(&k(7), 10, t0 + Duration::from_secs(1)));
     }
 }

@@ -4,7 +4,8 @@
 //! directory. The agent knows the sender by its credentials (SO_PEERCRED), takes a result only
 //! for a GPU the process holds open ([`holds`]), attributes GPU and NIC through the process's
 //! environment and its RDMA queue pairs ([`attribute`]), bounds what one sender may cost
-//! ([`limit`]), and spools one [`InlineReport`] per GPU per message ([`server`]).
+//! ([`limit`], per [`sender`]: its uid and control groups, never its pid), and spools one
+//! [`InlineReport`] per GPU per message ([`server`]).
 //!
 //! The protocol (version 1): newline-delimited JSON, one message per line, at most
 //! [`MAX_LINE`] bytes:
@@ -27,6 +28,7 @@
 pub mod attribute;
 pub mod holds;
 pub mod limit;
+pub mod sender;
 pub mod server;
 
 use std::collections::BTreeMap;

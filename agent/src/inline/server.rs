@@ -9,10 +9,12 @@
 //! holds; keep the mode as narrow as the workloads allow. In Kubernetes the directory is a
 //! hostPath shared with the workload pods (deploy/kubernetes).
 //!
-//! What one sender can cost the node is bounded:
-//! - at most [`MAX_CONNECTIONS`] connections at once, each closed after
-//!   [`InlineConfig::idle_timeout`] without a complete line (a silent or trickling peer holds
-//!   no slot for long);
+//! What one sender (its uid and control groups, [`super::sender`]; a fork is the same sender)
+//! can cost the node is bounded:
+//! - connection slots ([`Slots`]): at most [`MAX_CONNECTIONS`] at once, [`MAX_PER_SENDER`] of
+//!   them one sender's, the last [`RESERVED_FOR_NEW`] for senders holding none; each connection
+//!   closed after [`InlineConfig::idle_timeout`] without a valid message (a silent, trickling
+//!   or garbage-sending peer holds no slot for long);
 //! - results and spooled reports per sender by token buckets ([`super::limit`]);
 //! - in-line reports fill the spool only up to its in-line ceiling (half of it), so they can
 //!   never keep the agent's probes, signals and topology out.
@@ -35,6 +37,8 @@ use railguard_schema::{InlineReport, RecordBody};
 use super::attribute::{Attribution, QpTable, attribute};
 use super::holds::{DeviceFiles, held_gpus};
 use super::limit::{Limiter, SenderLimits};
+pub use super::sender::{MAX_CONNECTIONS, MAX_PER_SENDER, RESERVED_FOR_NEW};
+use super::sender::{SLOT_LIMITS, SenderKey, Slots, refusal};
 use super::{Batch, MAX_LINE, group, parse_line};
 use crate::metrics::InlineRefusal;
 use crate::said_once::SaidOnce;
@@ -43,15 +47,12 @@ use crate::stop::Stop;
 use crate::topology::SysRoot;
 use crate::topology::shared::SharedTopology;
 
-/// Connections served at once; more are answered with an error and closed.
-pub const MAX_CONNECTIONS: usize = 64;
-
 #[derive(Debug, Clone)]
 pub struct InlineConfig {
     pub socket: PathBuf,
     /// Permission bits of the socket file.
     pub mode: u32,
-    /// A connection with no complete line for this long is closed.
+    /// A connection with no valid message for this long is closed.
     pub idle_timeout: Duration,
     /// Where the driver's GPU list is read (`driver/nvidia/gpus` under it): the topology's /proc.
     pub driver_proc: PathBuf,
@@ -164,16 +165,11 @@ pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopolo
         stats: InlineStats::default(),
         limiter: Limiter::new(cfg.limits),
     });
-    let active = Arc::new(AtomicUsize::new(0));
+    let slots = Slots::new(SLOT_LIMITS);
     let mut threads = Vec::new();
     while !stop.is_stopped() {
         match listener.accept() {
             Ok((mut conn, _)) => {
-                if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                    shared.stats.refuse(InlineRefusal::TooManyConnections, 1);
-                    let _ = conn.write_all(b"{\"error\": \"too many connections to the agent's in-line endpoint\"}\n");
-                    continue;
-                }
                 let (pid, uid) = match peer_cred(&conn) {
                     Ok(c) => c,
                     Err(e) => {
@@ -181,12 +177,24 @@ pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopolo
                         continue;
                     }
                 };
-                tracing::debug!(pid, uid, "in-line endpoint: a workload connected");
-                active.fetch_add(1, Ordering::Relaxed);
-                let (shared, active) = (shared.clone(), active.clone());
+                let sender = SenderKey::of(Path::new("/proc"), pid, uid);
+                let slot = match slots.take(&sender) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        shared.stats.refuse(InlineRefusal::TooManyConnections, 1);
+                        let _ = conn.set_nonblocking(false);
+                        let _ = conn.set_write_timeout(Some(Duration::from_millis(100)));
+                        let _ =
+                            conn.write_all((serde_json::json!({ "error": refusal(e) }).to_string() + "\n").as_bytes());
+                        tracing::debug!(pid, sender = %sender.describe(), why = e.label(), "in-line endpoint: a connection turned away");
+                        continue;
+                    }
+                };
+                tracing::debug!(pid, sender = %sender.describe(), "in-line endpoint: a workload connected");
+                let shared = shared.clone();
                 threads.push(std::thread::spawn(move || {
-                    connection(conn, pid, &shared);
-                    active.fetch_sub(1, Ordering::Relaxed);
+                    connection(conn, pid, &sender, &shared);
+                    drop(slot);
                 }));
                 threads.retain(|t| !t.is_finished());
             }
@@ -229,7 +237,7 @@ fn qp_table() -> QpTable {
     t
 }
 
-fn connection(conn: UnixStream, pid: u32, shared: &Shared) {
+fn connection(conn: UnixStream, pid: u32, sender: &SenderKey, shared: &Shared) {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_millis(250)));
     let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
@@ -241,13 +249,14 @@ fn connection(conn: UnixStream, pid: u32, shared: &Shared) {
     let proc_ = SysRoot::new("/proc");
     let driver = SysRoot::new(&shared.cfg.driver_proc);
     let mut said = SaidOnce::default();
-    let mut last_line = Instant::now();
+    // Only a valid message keeps the connection: a stream of refused lines is as idle as silence.
+    let mut last_valid = Instant::now();
     loop {
-        if last_line.elapsed() >= shared.cfg.idle_timeout {
+        if last_valid.elapsed() >= shared.cfg.idle_timeout {
             shared.stats.refuse(InlineRefusal::IdleTimeout, 1);
             let _ = writer.write_all(
                 format!(
-                    "{{\"error\": \"no complete message for {} s; connection closed\"}}\n",
+                    "{{\"error\": \"no valid message for {} s; connection closed\"}}\n",
                     shared.cfg.idle_timeout.as_secs()
                 )
                 .as_bytes(),
@@ -276,8 +285,10 @@ fn connection(conn: UnixStream, pid: u32, shared: &Shared) {
             }
             Err(_) => return,
         }
-        last_line = Instant::now();
-        let reply = handle_line(&line, pid, &proc_, &driver, shared, &mut said);
+        let (reply, valid) = handle_line(&line, pid, sender, &proc_, &driver, shared, &mut said);
+        if valid {
+            last_valid = Instant::now();
+        }
         line.clear();
         if writer.write_all(reply.as_bytes()).is_err() {
             return;
@@ -285,14 +296,17 @@ fn connection(conn: UnixStream, pid: u32, shared: &Shared) {
     }
 }
 
+/// The answer to one line, and whether it was a valid message (parsed, within the sender's
+/// rate, with at least one result that was not refused for its form).
 fn handle_line(
     line: &[u8],
     pid: u32,
+    sender: &SenderKey,
     proc_: &SysRoot,
     driver: &SysRoot,
     shared: &Shared,
     said: &mut SaidOnce,
-) -> String {
+) -> (String, bool) {
     let stats = &shared.stats;
     stats.messages.fetch_add(1, Ordering::Relaxed);
     let refuse_all = |why: InlineRefusal, e: String, said: &mut SaidOnce| {
@@ -300,14 +314,14 @@ fn handle_line(
         if said.first(&e) {
             tracing::warn!(pid, error = %e, "in-line endpoint: message refused");
         }
-        serde_json::json!({ "error": e }).to_string() + "\n"
+        (serde_json::json!({ "error": e }).to_string() + "\n", false)
     };
     let super::Parsed { outcomes, refused, engine } = match parse_line(line.trim_ascii(), Utc::now()) {
         Ok(r) => r,
         Err(e) => return refuse_all(InlineRefusal::Invalid, e.to_string(), said),
     };
     let results = (outcomes.len() + refused.len()) as u64;
-    if !shared.limiter.results(pid, results, Instant::now()) {
+    if !shared.limiter.results(sender, results, Instant::now()) {
         return refuse_all(
             InlineRefusal::RateLimited,
             format!("{results} results over this sender's rate limit; send them again later"),
@@ -329,7 +343,7 @@ fn handle_line(
         let snapshot = &snapshot.snapshot;
         let qps = qp_table();
         let held = held_gpus(Path::new("/proc"), driver, pid, &shared.cfg.devices, snapshot);
-        let mut allowed = shared.limiter.reports(pid, batches.len() as u64, Instant::now());
+        let mut allowed = shared.limiter.reports(sender, batches.len() as u64, Instant::now());
         for b in batches {
             let n = b.results();
             let a = match attribute(proc_, snapshot, pid, b.device, &held, &qps) {
@@ -395,7 +409,8 @@ fn handle_line(
         }
     }
     stats.results.fetch_add(accepted, Ordering::Relaxed);
-    serde_json::json!({ "accepted": accepted, "rejected": rejected, "errors": errors }).to_string() + "\n"
+    let valid = refused.len() < results as usize;
+    (serde_json::json!({ "accepted": accepted, "rejected": rejected, "errors": errors }).to_string() + "\n", valid)
 }
 
 /// The record of one batch of `pid`'s results for one (device, memory), as attributed.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use railguard_collector::assess::AssessConfig;
+use railguard_collector::conns::ConnLimits;
 use railguard_collector::http::dashboard_url::DashboardUrl;
 use railguard_collector::ingest::k8s::K8sTokenConfig;
 use railguard_collector::tasks::k8s_devices::{DeviceTaintApi, DeviceTaintConfig, DeviceTaintEffect};
@@ -91,6 +92,27 @@ pub struct ServeArgs {
     /// --http-listen address, with the host's name where it listens on every address.
     #[arg(long, env = "RAILGUARD_DASHBOARD_URL", value_parser = DashboardUrl::parse)]
     dashboard_url: Option<DashboardUrl>,
+    /// Connections the agents' gRPC port holds at once; more are closed at accept (the open-file
+    /// limit is raised to its hard limit at start, and a warning says when that is too low).
+    #[arg(long, default_value_t = ConnLimits::GRPC_DEFAULT.max, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(16..=4_000_000))]
+    grpc_max_connections: usize,
+    /// Connections one address may hold on the gRPC port (agents behind one NAT share one).
+    #[arg(long, default_value_t = ConnLimits::GRPC_DEFAULT.per_peer, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4_000_000))]
+    grpc_max_connections_per_peer: usize,
+    /// Close a gRPC connection that moves no byte for this many seconds (agents send at least a
+    /// heartbeat a minute).
+    #[arg(long, default_value_t = ConnLimits::GRPC_DEFAULT.idle.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    grpc_idle_secs: u64,
+    /// Connections the HTTP side (API, dashboard, /metrics) holds at once; more are closed at
+    /// accept, and the last eighth is kept for addresses holding none.
+    #[arg(long, default_value_t = ConnLimits::HTTP_DEFAULT.max, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(16..=4_000_000))]
+    http_max_connections: usize,
+    /// Connections one address may hold on the HTTP side.
+    #[arg(long, default_value_t = ConnLimits::HTTP_DEFAULT.per_peer, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4_000_000))]
+    http_max_connections_per_peer: usize,
+    /// Close an HTTP connection that moves no byte for this many seconds.
+    #[arg(long, default_value_t = ConnLimits::HTTP_DEFAULT.idle.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    http_idle_secs: u64,
     /// TLS on the agent link: the certificate chain (PEM) the gRPC listener presents, re-read
     /// when it (or the key) changes. Without it, plaintext needs --insecure.
     #[arg(long, env = "RAILGUARD_TLS_CERT", requires = "tls_key")]
@@ -209,6 +231,16 @@ impl ServeArgs {
         cfg.http_allowed_hosts = railguard_collector::http::host::AllowedHosts::from_flags(&self.http_allowed_host);
         cfg.dashboard_url = self.dashboard_url;
         cfg.database_read_url = self.database_read_url;
+        cfg.grpc_conns = ConnLimits {
+            max: self.grpc_max_connections,
+            per_peer: self.grpc_max_connections_per_peer,
+            idle: Duration::from_secs(self.grpc_idle_secs),
+        };
+        cfg.http_conns = ConnLimits {
+            max: self.http_max_connections,
+            per_peer: self.http_max_connections_per_peer,
+            idle: Duration::from_secs(self.http_idle_secs),
+        };
         cfg.tls = match (self.tls_cert, self.tls_key) {
             (Some(cert), Some(key)) => {
                 Some(railguard_collector::serve::GrpcTls { cert, key, client_ca: self.tls_client_ca })

@@ -27,6 +27,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     assessment(&mut out, &s).await?;
     patterns(&mut out, &s.facts);
     process(&mut out, &s);
+    connections(&mut out, &s);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }
 
@@ -361,6 +362,34 @@ fn patterns(out: &mut String, facts: &crate::patterns::Facts) {
         out,
         "# HELP {name} Nodes whose evidence in a kept pattern period was read again in full by a moving read because ingest stored some of it late (nodes.late_stored_at), since this collector started.\n# TYPE {name} counter\n{name} {late}"
     );
+}
+
+/// Connections to each listener: open, refused for want of a slot, closed for silence.
+fn connections(out: &mut String, s: &AppState) {
+    let listeners = [("grpc", s.state.grpc_conns.counts()), ("http", s.state.http_conns.counts())];
+    let _ = writeln!(
+        out,
+        "# HELP railguard_connections_open Connections open to each listener (grpc: the agents' port; http: the API, dashboard and /metrics).\n# TYPE railguard_connections_open gauge"
+    );
+    for (l, c) in &listeners {
+        let _ = writeln!(out, "railguard_connections_open{{listener=\"{l}\"}} {}", c.open);
+    }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_connections_refused_total Connections closed at accept for want of a slot (why: full, the listener's limit; per_peer, the address's; reserved, the last slots kept for addresses holding none).\n# TYPE railguard_connections_refused_total counter"
+    );
+    for (l, c) in &listeners {
+        for (why, n) in [("full", c.refused_full), ("per_peer", c.refused_per_peer), ("reserved", c.refused_reserved)] {
+            let _ = writeln!(out, "railguard_connections_refused_total{{listener=\"{l}\",why=\"{why}\"}} {n}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_connections_idle_closed_total Connections closed for moving no byte for the listener's idle limit.\n# TYPE railguard_connections_idle_closed_total counter"
+    );
+    for (l, c) in &listeners {
+        let _ = writeln!(out, "railguard_connections_idle_closed_total{{listener=\"{l}\"}} {}", c.idle_closed);
+    }
 }
 
 /// This process: the tasks it leads, the agents' clocks it saw, the Kubernetes controller.

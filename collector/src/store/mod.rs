@@ -81,7 +81,8 @@ impl Store {
     /// for a tier, lands in a partition that goes at the next pass; were the cache not told, it
     /// would claim a partition that no longer exists). Topology snapshots received before the
     /// window go too (with their GPUs, NICs and paths), except each node's latest, which is what
-    /// the node is until it sends another. Returns the dropped tables.
+    /// the node is until it sends another; GPU status changes past the rollup tier go, except
+    /// each GPU's status at the cut ([`Store::prune_status_changes`]). Returns the dropped tables.
     pub async fn drop_expired(&self) -> Result<Vec<String>, sqlx::Error> {
         let Some(days) = self.retention_days else { return Ok(Vec::new()) };
         let today = chrono::Utc::now();
@@ -116,7 +117,41 @@ impl Store {
         if pruned > 0 {
             tracing::info!(snapshots = pruned, "topology snapshots past retention removed (each node's latest kept)");
         }
+        let changes =
+            self.prune_status_changes(today - chrono::Duration::days(i64::from(self.tiers.rollup_days))).await?;
+        if changes > 0 {
+            tracing::info!(changes, "GPU status changes past retention removed (each GPU's status at the cut kept)");
+        }
         Ok(dropped)
+    }
+
+    /// Removes GPU status changes before `cut` (the rollup tier's reach: as far back as a GPU's
+    /// history is shown), except each GPU's newest before it: what the GPU was when the kept
+    /// history begins. In batches, so no delete holds its locks for long. Returns the rows removed.
+    pub async fn prune_status_changes(&self, cut: chrono::DateTime<chrono::Utc>) -> Result<u64, sqlx::Error> {
+        const BATCH: i64 = 10_000;
+        let mut removed = 0;
+        loop {
+            let n = sqlx::query(
+                "DELETE FROM gpu_status_changes
+                 WHERE (node_id, id) IN (
+                     SELECT c.node_id, c.id FROM gpu_status_changes c
+                     WHERE c.at < $1
+                       AND EXISTS (SELECT 1 FROM gpu_status_changes n
+                                   WHERE n.node_id = c.node_id AND n.gpu_index = c.gpu_index
+                                     AND n.at < $1 AND (n.at, n.id) > (c.at, c.id))
+                     LIMIT $2)",
+            )
+            .bind(cut)
+            .bind(BATCH)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            removed += n;
+            if n < BATCH as u64 {
+                return Ok(removed);
+            }
+        }
     }
 
     /// Ensures the partition of `table` holding `day` (its day, or its month).

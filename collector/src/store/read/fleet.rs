@@ -197,7 +197,8 @@ pub async fn grid_now(pool: &PgPool) -> Result<Vec<GridCell>, sqlx::Error> {
 }
 
 /// Every GPU's status as it was at `at` (its latest status change at or before then): the
-/// fleet as the on-call engineer would have seen it. GPUs first assessed later are absent.
+/// fleet as the on-call engineer would have seen it. GPUs first assessed later are absent. One
+/// index probe per GPU, however long the history.
 pub async fn grid_at(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<GridCell>, sqlx::Error> {
     sqlx::query_as(
         "WITH snap AS (SELECT DISTINCT ON (node_id) node_id, record_id, hypervisor FROM topology_snapshots
@@ -206,8 +207,11 @@ pub async fn grid_at(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<GridCell>, 
                 NULL::text AS workload_nic, NULL::gpu_verification AS verification,
                 coalesce(c.reasons->>0, '') AS reason, coalesce(t.hypervisor, '') AS hypervisor,
                 coalesce(g.name, '') AS gpu_model
-         FROM (SELECT DISTINCT ON (node_id, gpu_index) * FROM gpu_status_changes
-               WHERE at <= $1 ORDER BY node_id, gpu_index, at DESC) c
+         FROM (SELECT g.node_id, g.gpu_index, l.to_status, l.at, l.reasons
+               FROM gpu_status g
+               CROSS JOIN LATERAL (SELECT to_status, at, reasons FROM gpu_status_changes x
+                                   WHERE x.node_id = g.node_id AND x.gpu_index = g.gpu_index AND x.at <= $1
+                                   ORDER BY x.at DESC, x.id DESC LIMIT 1) l) c
          LEFT JOIN snap t ON t.node_id = c.node_id
          LEFT JOIN topology_gpus g ON g.node_id = t.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = c.gpu_index
          ORDER BY c.node_id, c.gpu_index",

@@ -4,7 +4,9 @@
 //!
 //! A point of the fleet series counts the GPUs whose newest status change at or before that
 //! moment put them in the status: the status history is the record of when statuses held, so
-//! the series agrees with the grid's `?at=` at every point.
+//! the series agrees with the grid's `?at=` at every point. It reads each GPU's status as the
+//! period opens and the changes within it, never the history before: its cost follows the
+//! fleet and the period, not how long the history is.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -39,11 +41,23 @@ pub async fn fleet_status_series(
         "WITH pts AS (
             SELECT $1::timestamptz + (k * $3::bigint) * interval '1 millisecond' AS t
             FROM generate_series(0, $4::bigint - 1) k
+         ), opening AS (
+            -- Each GPU's status as the period opens: its newest change at or before then, one
+            -- index probe per GPU, however long the history before it.
+            SELECT g.node_id, g.gpu_index, c.to_status, c.at, c.id
+            FROM gpu_status g
+            CROSS JOIN LATERAL (SELECT to_status, at, id FROM gpu_status_changes c
+                                WHERE c.node_id = g.node_id AND c.gpu_index = g.gpu_index AND c.at <= $1
+                                ORDER BY c.at DESC, c.id DESC LIMIT 1) c
+         ), changes AS (
+            SELECT node_id, gpu_index, to_status, at, id FROM opening
+            UNION ALL
+            SELECT node_id, gpu_index, to_status, at, id FROM gpu_status_changes WHERE at > $1 AND at <= $2
          ), spans AS (
             -- Each change holds from its time to the GPU's next change.
             SELECT to_status, at AS start,
                    lead(at) OVER (PARTITION BY node_id, gpu_index ORDER BY at, id) AS stop
-            FROM gpu_status_changes WHERE at <= $2
+            FROM changes
          )
          SELECT p.t AS at,
                 count(*) FILTER (WHERE s.to_status = 'corrupting') AS corrupting,
