@@ -12,8 +12,12 @@
 //! Every pass lists railguard's rules, creates the missing ones and deletes the ones whose GPU
 //! is no longer corrupting. New rules pass a circuit breaker of their own: never more than
 //! `max_share` of the GPUs railguard assesses tainted at once, at most `max_new` GPUs newly
-//! tainted per `rate_window` (a GPU flapping is charged once a window). Lifting a rule is never
-//! held back. The API version (`v1`, GA in Kubernetes 1.37; `v1beta2` in 1.36; `v1alpha3` in
+//! tainted per `rate_window` (a GPU flapping is charged once a window). The window's slots are
+//! shared fairly: candidates are taken one per node in turn (every node's first before any
+//! node's second), and one node takes at most half the window's slots (at least one), so a node
+//! of flapping GPUs cannot spend the budget a corruption elsewhere needs. A create the API
+//! refuses gives its slot back, and a GPU whose pool name (the node id, by default) is not a DNS
+//! subdomain is left untainted with the reason, never sent. Lifting a rule is never held back. The API version (`v1`, GA in Kubernetes 1.37; `v1beta2` in 1.36; `v1alpha3` in
 //! 1.33–1.35 behind its feature gate) is configured to match the cluster.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -134,8 +138,21 @@ pub struct ExistingRule {
 /// One request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeviceAction {
-    Create { name: String, body: Value },
+    Create { name: String, body: Value, gpu: GpuRef },
     Delete { name: String },
+}
+
+/// Whether `s` is a DNS subdomain (RFC 1123), as Kubernetes requires of a DRA pool's name.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && !s.is_empty()
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
 }
 
 /// The rule's name: `railguard-<node, as a DNS label>-gpu<index>-<digest of the node id>`.
@@ -191,6 +208,13 @@ pub struct DeviceBreaker {
     pub open: Option<String>,
 }
 
+impl DeviceBreaker {
+    /// Gives back `g`'s slot: its rule was not made (the API refused it).
+    pub fn uncharge(&mut self, g: &GpuRef) {
+        self.recent.retain(|(_, c)| c != g);
+    }
+}
+
 /// What to do: a rule for each corrupting GPU (through the breaker), none for the others.
 pub fn plan(
     existing: &[ExistingRule],
@@ -216,11 +240,32 @@ pub fn plan(
         }
     }
     let cap = (cfg.max_share * assessed_gpus as f64).floor() as usize;
-    for (g, why) in corrupting {
-        if have.contains(g) {
+    let per_node = (cfg.max_new / 2).max(1);
+    // One node's candidates at a time: every node's first before any node's second.
+    let mut turn: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut candidates: Vec<(usize, &GpuRef, &String)> = corrupting
+        .iter()
+        .filter(|(g, _)| !have.contains(g))
+        .map(|(g, why)| {
+            let k = turn.entry(g.node.as_str()).or_insert(0);
+            *k += 1;
+            (*k, g, why)
+        })
+        .collect();
+    candidates.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    for (_, g, why) in candidates {
+        let pool = cfg.pool.replace("{node}", &g.node);
+        if !is_dns_subdomain(&pool) {
+            breaker.open = Some(format!(
+                "GPU{} of {} left untainted: its pool name {:?} is not a DNS subdomain (set --k8s-device-pool to the name the DRA driver uses)",
+                g.gpu,
+                g.node.escape_debug(),
+                pool.escape_debug().to_string()
+            ));
             continue;
         }
         let charged = breaker.recent.iter().any(|(_, c)| c == g);
+        let nodes_new = breaker.recent.iter().filter(|(_, c)| c.node == g.node).count();
         let refused = if kept + 1 > cap {
             Some(format!(
                 "{kept} of {assessed_gpus} GPUs already tainted by railguard (limit {:.0} %): GPU{} of {} left untainted",
@@ -237,6 +282,14 @@ pub fn plan(
                 g.gpu,
                 g.node
             ))
+        } else if !charged && nodes_new >= per_node {
+            Some(format!(
+                "{nodes_new} GPUs of {} newly tainted in the last {} s (a node takes at most {per_node} of the {} slots): GPU{} left untainted",
+                g.node,
+                cfg.rate_window.as_secs(),
+                cfg.max_new,
+                g.gpu
+            ))
         } else {
             None
         };
@@ -248,7 +301,7 @@ pub fn plan(
             breaker.recent.push_back((at, g.clone()));
         }
         kept += 1;
-        actions.push(DeviceAction::Create { name: rule_name(g), body: rule_body(cfg, g, why) });
+        actions.push(DeviceAction::Create { name: rule_name(g), body: rule_body(cfg, g, why), gpu: g.clone() });
     }
     actions
 }
@@ -305,6 +358,9 @@ pub async fn reconcile_once(
                 stats.device_rule_changes.fetch_add(1, Relaxed);
             }
             Err(e) => {
+                if let DeviceAction::Create { gpu, .. } = a {
+                    breaker.uncharge(gpu);
+                }
                 stats.device_errors.fetch_add(1, Relaxed);
                 tracing::warn!(error = %e, action = ?a, "a device taint rule request failed; the next pass tries again");
             }
@@ -356,10 +412,56 @@ mod tests {
     }
 
     #[test]
+    fn a_node_of_flapping_gpus_cannot_spend_the_budget_a_corruption_elsewhere_needs() {
+        let cfg = DeviceTaintConfig { max_share: 0.5, max_new: 5, ..Default::default() };
+        let now = Instant::now();
+        // A node of 8 flapping GPUs and, named after it, a real corruption on another node.
+        let mut bad: BTreeMap<GpuRef, String> = (0..8).map(|i| (g("a-flappy", i), String::new())).collect();
+        bad.insert(g("b-real", 3), String::new());
+        let mut b = DeviceBreaker::default();
+        let made: Vec<GpuRef> = plan(&[], &bad, 64, &cfg, &mut b, now)
+            .into_iter()
+            .filter_map(|a| match a {
+                DeviceAction::Create { gpu, .. } => Some(gpu),
+                DeviceAction::Delete { .. } => None,
+            })
+            .collect();
+        assert!(made.contains(&g("b-real", 3)), "{made:?}");
+        assert_eq!(made.iter().filter(|g| g.node == "a-flappy").count(), 2, "half of 5 slots: {made:?}");
+        assert!(b.open.as_deref().unwrap().contains("a node takes at most 2"), "{:?}", b.open);
+        // A refused create gives its slot back; the next pass makes it.
+        b.uncharge(&g("b-real", 3));
+        let existing: Vec<ExistingRule> = made
+            .iter()
+            .filter(|x| x.node == "a-flappy")
+            .map(|x| ExistingRule { name: rule_name(x), gpu: Some(x.clone()) })
+            .collect();
+        let again = plan(&existing, &bad, 64, &cfg, &mut b, now);
+        assert!(
+            again.iter().any(|a| matches!(a, DeviceAction::Create { gpu, .. } if *gpu == g("b-real", 3))),
+            "{again:?}"
+        );
+    }
+
+    #[test]
+    fn a_pool_that_is_not_a_dns_subdomain_is_never_sent() {
+        let cfg = DeviceTaintConfig { max_share: 1.0, max_new: 5, ..Default::default() };
+        let bad: BTreeMap<GpuRef, String> =
+            ["Node_A", "a..b", "-lead", "ok-node.example"].iter().map(|n| (g(n, 0), String::new())).collect();
+        let mut b = DeviceBreaker::default();
+        let a = plan(&[], &bad, 16, &cfg, &mut b, Instant::now());
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert!(matches!(&a[0], DeviceAction::Create { gpu, .. } if gpu.node == "ok-node.example"));
+        assert_eq!(b.recent.len(), 1, "the names never sent spent no slot");
+        assert!(b.open.as_deref().unwrap().contains("not a DNS subdomain"), "{:?}", b.open);
+    }
+
+    #[test]
     fn the_breaker_bounds_the_share_and_the_rate() {
         let cfg = DeviceTaintConfig { max_share: 0.25, max_new: 2, ..Default::default() };
         let now = Instant::now();
-        let bad: BTreeMap<GpuRef, String> = (0..8).map(|i| (g("n", i), String::new())).collect();
+        // One GPU on each of 8 nodes (a node's own share of the window is its own test).
+        let bad: BTreeMap<GpuRef, String> = (0..8).map(|i| (g(&format!("n{i}"), 0), String::new())).collect();
         // A quarter of 8 GPUs: 2, and the rate allows 2: two rules, the breaker open.
         let mut b = DeviceBreaker::default();
         let a = plan(&[], &bad, 8, &cfg, &mut b, now);
@@ -372,8 +474,9 @@ mod tests {
         assert!(b.open.as_deref().unwrap().contains("newly tainted"), "{:?}", b.open);
         // ...and lets more through once the window has passed.
         let later = now + cfg.rate_window + Duration::from_secs(1);
-        let existing: Vec<ExistingRule> =
-            (0..2).map(|i| ExistingRule { name: rule_name(&g("n", i)), gpu: Some(g("n", i)) }).collect();
+        let existing: Vec<ExistingRule> = (0..2)
+            .map(|i| ExistingRule { name: rule_name(&g(&format!("n{i}"), 0)), gpu: Some(g(&format!("n{i}"), 0)) })
+            .collect();
         assert_eq!(plan(&existing, &bad, 80, &cfg, &mut b, later).len(), 2);
     }
 }
