@@ -20,10 +20,21 @@ fn label(v: &str) -> String {
 pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let mut out = String::new();
     ingest(&mut out, &s.state.ingest);
-    gpus(&mut out, &s.pool).await?;
-    engines(&mut out, &s).await?;
-    sources(&mut out, &s).await?;
-    nodes(&mut out, &s.pool, &s.state.ingest).await?;
+    // The fleet's state (per GPU, per node, per engine and source) is the database's, the same
+    // from every replica: only the one leading the assessment exports it, so a Prometheus that
+    // scrapes every replica holds one series per GPU and its alerts' joins and counts hold.
+    if s.state.leads.assessment.load(Ordering::Relaxed) {
+        gpus(&mut out, &s.pool).await?;
+        engines(&mut out, &s).await?;
+        sources(&mut out, &s).await?;
+        nodes(&mut out, &s.pool).await?;
+    } else {
+        let _ = writeln!(
+            out,
+            "# railguard: the per-GPU, per-node, engine and source series come from the collector leading the assessment (railguard_leader{{task=\"assessment\"}} 1); this one does not lead it."
+        );
+    }
+    quarantined(&mut out, &s.state.ingest);
     assessment(&mut out, &s).await?;
     patterns(&mut out, &s.facts);
     process(&mut out, &s);
@@ -183,7 +194,7 @@ async fn sources(out: &mut String, s: &AppState) -> Result<(), ApiError> {
 }
 
 /// Each node's agent: last seen, its spool's drops and quarantined pieces.
-async fn nodes(out: &mut String, pool: &sqlx::PgPool, st: &crate::ingest::IngestStats) -> Result<(), ApiError> {
+async fn nodes(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
     let lag = crate::store::read::node_lags(pool).await?;
     let _ = writeln!(
         out,
@@ -208,6 +219,11 @@ async fn nodes(out: &mut String, pool: &sqlx::PgPool, st: &crate::ingest::Ingest
     for crate::store::read::NodeLag { node_id: node, spool_dropped_total: dropped, .. } in &lag {
         let _ = writeln!(out, "railguard_agent_spool_dropped_total{{node=\"{}\"}} {dropped}", label(node));
     }
+    Ok(())
+}
+
+/// Spool quarantines the agents reported to this collector (its own count, on every replica).
+fn quarantined(out: &mut String, st: &crate::ingest::IngestStats) {
     let _ = writeln!(
         out,
         "# HELP railguard_agent_spool_quarantined_total Pieces of an agent's spool it could not decode and kept in quarantine (agent_spool_quarantine signals received by this collector since it started).\n# TYPE railguard_agent_spool_quarantined_total counter"
@@ -217,7 +233,6 @@ async fn nodes(out: &mut String, pool: &sqlx::PgPool, st: &crate::ingest::Ingest
             let _ = writeln!(out, "railguard_agent_spool_quarantined_total{{node=\"{}\"}} {n}", label(node));
         }
     }
-    Ok(())
 }
 
 /// The fleet's assessment: its age, this collector's passes, the nodes it could not assess.
