@@ -103,7 +103,7 @@ async fn query_reads_the_collectors_api_from_anywhere() {
         .sum();
     assert_eq!(bad, 4, "{hourly}");
 
-    // An unknown node: exit 1, the node and the URL named.
+    // An unknown node: exit 2, the node and the URL named.
     for args in [&["gpus", "--node", "nope"][..], &["history", "nope", "0"][..]] {
         let mut a = args.to_vec();
         a.extend(["--collector", &url]);
@@ -112,6 +112,11 @@ async fn query_reads_the_collectors_api_from_anywhere() {
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains("nope") && err.contains(&url), "{err}");
     }
+    // A GPU the node does not have: exit 2 and which, never an empty history.
+    let (out, _d) = query(&["history", "seed-auto", "12", "--collector", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no GPU12 on node \"seed-auto\""), "{err}");
     // A bad status is refused before any request.
     let (out, _d) = query(&["gpus", "--status", "broken", "--collector", &url]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("broken"), "{out:?}");

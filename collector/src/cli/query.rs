@@ -2,9 +2,9 @@
 //! through the collector's API (`--collector URL`: from any host that reaches it, with no
 //! database access) or straight from its database (on the collector's host).
 //!
-//! Both readings print the same rows: the API's. A node the collector does not know is an
-//! error (exit 1) in both, never an empty table; so is an unreachable collector or database,
-//! named.
+//! Both readings print the same rows: the API's. A node (or, for `history`, a GPU) the
+//! collector does not know is an error (exit 2) in both, never an empty table; so is an
+//! unreachable collector or database, named.
 
 use std::path::PathBuf;
 
@@ -147,8 +147,9 @@ impl QueryArgs {
             QueryWhat::History { node, gpu, range, limit, bucket } => {
                 let node = params::node(node)?;
                 let gpu = params::gpu(gpu)?;
-                // The node must exist: the history of a node never heard from is a mistake.
-                api.get(&format!("/api/v1/nodes/{}", encode(node.as_str()))).await?;
+                // The node and its GPU must exist: the history of one never heard from is a
+                // mistake (the API's 404 names which).
+                api.get(&format!("/api/v1/nodes/{}/gpus/{gpu}", encode(node.as_str()))).await?;
                 let bucket = bucket.as_deref().map(|b| format!("&bucket={}", encode(b))).unwrap_or_default();
                 let q = format!("since={}{}&limit={limit}{bucket}", encode(&range.since), until(range));
                 let path = format!("/api/v1/nodes/{}/gpus/{gpu}/history?{q}", encode(node.as_str()));
@@ -191,6 +192,13 @@ impl QueryArgs {
                 let node = params::node(node)?;
                 known_node(&pool, node.as_str()).await?;
                 let gpu = params::gpu(gpu)?;
+                if read::node_gpus(&pool, node.as_str(), Some(gpu)).await?.is_empty() {
+                    anyhow::bail!(
+                        "no GPU{gpu} on node \"{}\" in this collector's database (see `railguard-collector query gpus --node {}`)",
+                        node.as_str(),
+                        node.as_str()
+                    );
+                }
                 let (since, until) = range.range()?;
                 let bucket = params::bucket(bucket.as_deref(), since, until)?;
                 let period = read::Period { since, until, limit: i64::from(*limit) };

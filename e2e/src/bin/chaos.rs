@@ -502,9 +502,15 @@ async fn main() -> std::process::ExitCode {
     {
         let sock = ctx.dir.path().join("inline.sock");
         let dev = ctx.dir.path().join("node/dev");
+        // The flood's senders are pods of their own: each runs as a uid of its own (a sender is
+        // its uid and control group), so the directories on the way and the socket let them in.
+        std::fs::set_permissions(ctx.dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("the chaos directory's mode");
         let extra: Vec<String> = [
             "--inline-socket",
             sock.to_str().unwrap(),
+            "--inline-socket-mode",
+            "666",
             "--simulated-gpu-devices",
             dev.to_str().unwrap(),
             "--spool-max-bytes",
@@ -744,7 +750,9 @@ struct Flood {
 }
 
 /// `senders` processes, each holding the simulated GPU device file `device` open, each sending
-/// `messages` one-result messages (an errored transfer with a 1000-byte error) to `socket`.
+/// `messages` one-result messages (an errored transfer with a 1000-byte error) to `socket`. Each
+/// runs as a uid of its own, as the processes of separate pods are separate senders to the agent
+/// (the system's Python: the test's own environment is not theirs to read).
 fn inline_flood(socket: &Path, device: &Path, senders: usize, messages: usize) -> Flood {
     const CLIENT: &str = r#"
 import json, socket, sys
@@ -766,11 +774,13 @@ for line in sys.stdin.buffer:
         })
         .collect();
     let children: Vec<_> = (0..senders)
-        .map(|_| {
-            let mut c = Command::new("sh")
+        .map(|i| {
+            let mut c = Command::new("sh");
+            std::os::unix::process::CommandExt::uid(&mut c, 61_000 + i as u32);
+            let mut c = c
                 .args(["-c", r#"exec 9<"$0" && exec "$1" -c "$2" "$3""#])
                 .arg(device)
-                .arg(railguard_e2e::nixl_python())
+                .arg("/usr/bin/python3")
                 .arg(CLIENT)
                 .arg(socket)
                 .env("CUDA_VISIBLE_DEVICES", "3")
