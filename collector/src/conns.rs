@@ -179,6 +179,24 @@ impl<T> Limited<T> {
     }
 }
 
+impl<T: AsyncWrite + Unpin> Limited<T> {
+    /// A write's outcome: bytes written count as activity; a write that cannot go on waits no
+    /// longer than the idle limit (a peer that reads nothing holds the slot no longer than a
+    /// silent one).
+    fn written(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        match r {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.last = Instant::now();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending => self.poll_idle(cx),
+            other => other,
+        }
+    }
+}
+
 impl<T> Drop for Limited<T> {
     fn drop(&mut self) {
         self.stats.open.fetch_sub(1, Ordering::Relaxed);
@@ -203,17 +221,8 @@ impl<T: AsyncRead + Unpin> AsyncRead for Limited<T> {
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Limited<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.io).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    self.last = Instant::now();
-                }
-                Poll::Ready(Ok(n))
-            }
-            // A peer that reads nothing holds the slot no longer than a silent one.
-            Poll::Pending => self.poll_idle(cx),
-            other => other,
-        }
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.written(cx, r)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -232,16 +241,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Limited<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.io).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    self.last = Instant::now();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending => self.poll_idle(cx),
-            other => other,
-        }
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.written(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {
