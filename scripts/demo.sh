@@ -19,7 +19,7 @@ grpc="127.0.0.1:${RAILGUARD_DEMO_GRPC_PORT:-7700}"
 http="127.0.0.1:${RAILGUARD_DEMO_HTTP_PORT:-7701}"
 
 nodes=("$(hostname | tr -c 'A-Za-z0-9._\n-' '-')" sim-seed-kvm-auto sim-seed-kvm-pinned sim-bare-metal-healthy sim-engine-race
-  sim-decode-a sim-decode-b)
+  sim-decode-a sim-decode-b sim-prefill)
 # Tokens and the credentials file are secrets: owner-only (0600).
 umask 077
 : >"$state/credentials"
@@ -60,6 +60,7 @@ done
 "$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/engine" 2>/dev/null
 "$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/decode-a" 2>/dev/null
 "$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/decode-b" 2>/dev/null
+"$bin/railguard-agent" sim-fixture dgx-h100 --out "$state/sim/prefill" 2>/dev/null
 # The simulated fabric's physical model, the same for every simulated node (bare metal too): in a
 # guest without a vIOMMU, a NIC's DMA read of GPU memory whose PCIe route turns inside a switch
 # is rejected untranslated, and the stack reports success. Which pairs that hits is decided from
@@ -110,12 +111,26 @@ fi
 # prefill source ("sim-prefill-7"): its NIC's DMA read of its GPU memory is rejected for every
 # fourth block, which arrives untouched while NIXL says DONE. The simulated fabric stands in for
 # the decode NICs' DMA (RAILGUARD_SIM_NIC_DMA=1 on a simulated device): both GPUs name the source
-# as the other end (remote), and neither is marked, pinned or tainted for it.
+# as the other end (remote), and neither is marked, pinned or tainted for it. The source runs on
+# sim-prefill's GPU3: a process holding its device file announces "sim-prefill-7" to that node's
+# agent (examples/announce_source.py), so the finding names the pair sim-prefill GPU3 and its
+# NIC, attested by sim-prefill itself.
 for side in a b; do
   agent "sim-decode-$side" --sysfs-root "$state/sim/decode-$side/sys" "${probing[@]}" --faults "$state/sim/model.json" \
     --inline-socket "$state/sim/decode-$side/inline.sock" --inline-socket-mode 600 \
     --simulated-gpu-devices "$state/sim/decode-$side/dev"
 done
+prefill_sock="$state/sim/prefill/inline.sock"
+agent sim-prefill --sysfs-root "$state/sim/prefill/sys" "${probing[@]}" --faults "$state/sim/model.json" \
+  --inline-socket "$prefill_sock" --inline-socket-mode 600 --simulated-gpu-devices "$state/sim/prefill/dev"
+if [ -x "$nixl_py" ]; then
+  setsid bash -c 'while :; do
+      [ -S "$1" ] && CUDA_VISIBLE_DEVICES=3 RAILGUARD_INLINE_SOCKET="$1" \
+        sh -c '\''exec 9<"$0" && exec "$1" "$2" --worker sim-prefill-7 --device 0'\'' "$2" "$3" "$4" >/dev/null 2>&1
+      sleep 60
+    done' _ "$prefill_sock" "$state/sim/prefill/dev/nvidia3" "$nixl_py" "$root/integrations/nixl/examples/announce_source.py" &
+  pids+=($!)
+fi
 if [ -x "$nixl_py" ]; then
   setsid bash -c 'while :; do
       for side in a b; do
@@ -192,7 +207,7 @@ What is modelled: SIMULATED nodes (no GPU, no RDMA NIC: fixture trees and the si
   the NIC to pin — from the probes, on each node's own tree. Two faults that are no GPU's: an
   engine that reuses KV blocks under a READ (sim-engine-race: an engine finding, "kv_race"), and
   a bad prefill source feeding GPU1 of sim-decode-a and sim-decode-b (a remote finding naming
-  sim-prefill-7; /api/v1/sources). Simulated evidence is marked simulated everywhere, and the
+  sim-prefill-7 on sim-prefill's GPU3, attested by that node; /api/v1/sources). Simulated evidence is marked simulated everywhere, and the
   alerts count it unproven (no hardware was exercised).
 
 GPUs that are not ok (railguard-collector query gpus --status corrupting,at_risk,watch):

@@ -121,12 +121,26 @@ function enginesSection(e) {
 }
 
 // Source findings over the day: the other end of the transfers, never the destinations'.
+// Where a source runs: the GPU/NIC pair its own node's agent attested, a link to that GPU; else
+// "unattested", with what its manifests claimed (the source's own word).
+function sourceEnd(x) {
+  const end = x.end || {};
+  if (end.attestation === "attested") {
+    const gpu = `GPU${esc(end.gpu)}${end.gpu_bdf ? " (" + esc(end.gpu_bdf) + ")" : ""}`;
+    return `<a href="#/node/${encodeURIComponent(end.node)}/gpu/${encodeURIComponent(end.gpu)}">${esc(end.node)} ${gpu}</a>` +
+      ` through ${end.nic ? esc(end.nic) : "an unattributed NIC"} <span class="mark attested">attested</span>`;
+  }
+  const why = end.attestation === "disputed" ? `unattested: announced by ${esc(end.announced_by)} nodes` : "unattested";
+  const claim = x.claim ? [x.claim.node && `node ${esc(x.claim.node)}`, x.claim.gpu_bdf && `GPU ${esc(x.claim.gpu_bdf)}`, x.claim.nic && `through ${esc(x.claim.nic)}`].filter(Boolean).join(" ") : "";
+  return `<span class="mark unverified">${why}</span>${claim ? ` its manifests claim ${claim}` : ""}`;
+}
+
 function sourcesSection(e) {
   if (!e || !e.sources.length) return "";
-  const rows = e.sources.map(x => `<tr data-source="${esc(x.source)}"><td>${esc(x.source)}${x.simulated ? ' <span class="mark sim">simulated</span>' : ""}</td><td>${x.gpus}</td><td>${x.nodes}</td><td>${x.exclusive_gpus}</td><td>${x.mismatches}</td><td>${esc(ago(x.last_at))}</td></tr>`).join("");
+  const rows = e.sources.map(x => `<tr data-source="${esc(x.source)}"><td>${esc(x.source)}${x.simulated ? ' <span class="mark sim">simulated</span>' : ""}</td><td class="source-end">${sourceEnd(x)}</td><td>${x.gpus}</td><td>${x.nodes}</td><td>${x.exclusive_gpus}</td><td>${x.mismatches}</td><td>${esc(ago(x.last_at))}</td></tr>`).join("");
   return `<h2>Sources <span class="muted">the day to ${esc(new Date(e.until).toISOString())}</span></h2>
-    <p class="muted" id="sources-note">Sources (the prefill engines the failures name) whose KV blocks arrived with wrong bytes on several GPUs through those GPUs' own NICs: the source's GPU or NIC is the common end, so the GPUs that got wrong bytes from it alone are not marked, pinned or tainted (<a href="https://github.com/railguard/railguard/blob/main/docs/runbook-alerts.md#railguardsourcecorruptskv">runbook</a>).</p>
-    <table id="sources"><tr><th>source</th><th>GPUs</th><th>nodes</th><th>from it alone</th><th>failed transfers</th><th>last</th></tr>${rows}</table>`;
+    <p class="muted" id="sources-note">Sources (by the name the failures give them; where one node's agent attested the GPU and NIC that serve it, that pair) whose KV blocks arrived with wrong bytes on several GPUs through those GPUs' own NICs: the source's GPU or NIC is the common end, so the GPUs that got wrong bytes from it alone are not marked, pinned or tainted (<a href="https://github.com/railguard/railguard/blob/main/docs/runbook-alerts.md#railguardsourcecorruptskv">runbook</a>).</p>
+    <table id="sources"><tr><th>source</th><th>where (its node's word)</th><th>GPUs</th><th>nodes</th><th>from it alone</th><th>failed transfers</th><th>last</th></tr>${rows}</table>`;
 }
 
 async function fleet() {

@@ -53,6 +53,7 @@ fn inline_on(
             at,
             bytes: 1 << 20,
             diagnosis: None,
+            source: None,
         })
         .collect();
     Record {
@@ -193,7 +194,9 @@ async fn each_finding_names_its_layer_and_only_hardware_marks_a_gpu() {
             .filter(|(node, g)| {
                 gpu(&c, node, *g)["findings"].as_array().into_iter().flatten().any(|f| {
                     f["layer"] == "remote"
-                        && f["reason"].as_str().is_some_and(|r| r.contains("prefill-7 (wrong bytes on 4 GPUs)"))
+                        && f["reason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("prefill-7 (unattested): wrong bytes on 4 GPUs"))
                 })
             })
             .count();
@@ -215,7 +218,7 @@ async fn each_finding_names_its_layer_and_only_hardware_marks_a_gpu() {
     assert_eq!(sources["sources"].as_array().unwrap().len(), 1, "prefill-9 reached one GPU: no pattern: {sources}");
     let (_, metrics) = c.get("/metrics", None);
     assert!(
-        metrics.contains(r#"railguard_source_kv_mismatch_gpus{source="prefill-7",simulated="false"} 4"#),
+        metrics.contains(r#"railguard_source_kv_mismatch_gpus{source="prefill-7",attested="false",source_node="",source_gpu="",source_nic="",simulated="false"} 4"#),
         "{metrics}"
     );
     let out = std::process::Command::new(bin("railguard-collector"))
@@ -226,7 +229,9 @@ async fn each_finding_names_its_layer_and_only_hardware_marks_a_gpu() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(
-        text.contains("prefill-7: wrong bytes on 4 GPUs of 2 nodes, through their own NICs (4 from no other source)"),
+        text.contains(
+            "prefill-7 (unattested): wrong bytes on 4 GPUs of 2 nodes, through their own NICs (4 from no other source)"
+        ),
         "{text}"
     );
     assert!(
@@ -295,4 +300,161 @@ async fn the_agent_and_the_collector_pin_each_gpu_to_the_same_nic() {
             (0..8u32).filter_map(|g| Some((g, gpu(&c, "seed-auto", g)["pin"]["nic"].as_str()?.to_owned()))).collect();
         if pins == agent { Ok(()) } else { Err(format!("collector {pins:?}, agent {agent:?}")) }
     });
+}
+
+/// `rec` (an in-line report) with every failure claiming `claim` as its source end.
+fn claiming(mut rec: wire::Record, claim: wire::SourceClaim) -> wire::Record {
+    if let Some(wire::record::Body::Inline(i)) = &mut rec.body {
+        for f in &mut i.failures {
+            f.source = Some(claim.clone());
+        }
+    }
+    rec
+}
+
+/// `worker` announced by its node's agent on GPU `gpu` through `mlx5_<gpu>`.
+fn announced(worker: &str, gpu: u32) -> wire::Record {
+    Record {
+        id: RecordId::random(),
+        observed_at: Utc::now() - chrono::Duration::seconds(30),
+        body: RecordBody::SourceWorker(SourceWorker {
+            worker: worker.into(),
+            gpu,
+            gpu_bdf: Some(format!("0000:{:02x}:00.0", 0x18 + gpu).parse().unwrap()),
+            gpu_uuid: format!("GPU-{gpu}"),
+            nic: format!("mlx5_{gpu}"),
+            nic_bdf: None,
+            pid: 4343,
+            process: "vllm".into(),
+            path: DataPath::NicDma,
+            attribution: "test".into(),
+            simulated: false,
+            engine: None,
+        }),
+    }
+    .into()
+}
+
+fn source<'a>(sources: &'a Value, name: &str) -> &'a Value {
+    sources["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == name)
+        .unwrap_or_else(|| panic!("no source {name}: {sources}"))
+}
+
+/// Both ends: a source is named by the GPU/NIC pair its own node's agent attested. A
+/// destination's failures naming it resolve to that pair whatever the source's manifests claim;
+/// two names on one pair are one source; a name no node announced is shown by its name with its
+/// manifests' claim, unattested; and no node can take a source over: one that announces a name
+/// another node announced makes it disputed, naming neither.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_is_named_by_the_pair_its_own_node_attests_and_no_node_can_take_it_over() {
+    let pg = TestPg::start().await;
+    let nodes = ["pre-a", "pre-b", "dec-c", "dec-d"];
+    let c = CollectorProc::start_with(&pg.url(), &nodes, &[]);
+    let spec = json(&c, "/api/v1/openapi.json");
+    send(
+        &c,
+        "pre-a",
+        vec![announced("prefill-8|tp0pp0", 3), announced("prefill-8b|tp0pp0", 3), announced("prefill-9|tp0pp0", 1)],
+    )
+    .await;
+    send(&c, "pre-b", vec![announced("prefill-9|tp0pp0", 2)]).await;
+    // The source's manifests lie about where it is: they name dec-c's GPU0.
+    let lie = wire::SourceClaim { node: "dec-c".into(), gpu_bdf: "0000:18:00.0".into(), nic: "mlx5_0".into() };
+    let elsewhere = wire::SourceClaim { node: "pre-z".into(), gpu_bdf: String::new(), nic: "mlx5_9".into() };
+    for node in ["dec-c", "dec-d"] {
+        let mut recs = healthy();
+        for g in [0, 1] {
+            recs.push(claiming(inline(g, 2, "prefill-8|tp0pp0/req", DataPath::NicDma, None), lie.clone()));
+        }
+        recs.push(inline(2, 1, "prefill-9|tp0pp0/req", DataPath::NicDma, None));
+        recs.push(claiming(inline(4, 1, "prefill-10/req", DataPath::NicDma, None), elsewhere.clone()));
+        if node == "dec-d" {
+            recs.push(inline(6, 1, "prefill-8b|tp0pp0/req", DataPath::NicDma, None));
+        }
+        send(&c, node, recs).await;
+    }
+
+    let sources = json(&c, "/api/v1/sources?since=1h");
+    railguard_e2e::openapi::check(&spec, "/api/v1/sources", 200, &sources).unwrap_or_else(|e| panic!("{e}"));
+    // Attested: pre-a's GPU3 through mlx5_3, under both its names; the lie is not shown.
+    let s8 = source(&sources, "prefill-8b|tp0pp0");
+    assert_eq!(
+        (
+            s8["end"]["attestation"].as_str(),
+            s8["end"]["node"].as_str(),
+            s8["end"]["gpu"].as_u64(),
+            s8["end"]["nic"].as_str()
+        ),
+        (Some("attested"), Some("pre-a"), Some(3), Some("mlx5_3")),
+        "{sources}"
+    );
+    assert_eq!(
+        (s8["names"].as_i64(), s8["gpus"].as_i64(), s8["nodes"].as_i64()),
+        (Some(2), Some(5), Some(2)),
+        "{sources}"
+    );
+    assert!(s8["claim"].is_null(), "an attested source's claim is not its evidence: {sources}");
+    assert!(
+        s8["reason"].as_str().unwrap().starts_with("node pre-a GPU3 (0000:1b:00.0) through mlx5_3, attested"),
+        "{sources}"
+    );
+    // Disputed: two nodes announced prefill-9; neither is named.
+    let s9 = source(&sources, "prefill-9|tp0pp0");
+    assert_eq!(
+        (s9["end"]["attestation"].as_str(), s9["end"]["announced_by"].as_i64()),
+        (Some("disputed"), Some(2)),
+        "{sources}"
+    );
+    assert!(s9["end"]["node"].is_null(), "{sources}");
+    // Unannounced: its name, and what its manifests claimed, as their word.
+    let s10 = source(&sources, "prefill-10");
+    assert_eq!(
+        (s10["end"]["attestation"].as_str(), s10["claim"]["node"].as_str()),
+        (Some("unannounced"), Some("pre-z")),
+        "{sources}"
+    );
+    assert!(
+        s10["reason"]
+            .as_str()
+            .unwrap()
+            .contains("its manifests claim node pre-z through mlx5_9 (the source's own word)"),
+        "{sources}"
+    );
+
+    // Each destination's remote finding names the attested pair, and none is marked for it.
+    wait::until("dec-c GPU0's remote finding names pre-a's pair", Duration::from_secs(60), || {
+        let v = gpu(&c, "dec-c", 0);
+        let named = v["findings"].as_array().into_iter().flatten().any(|f| {
+            f["layer"] == "remote"
+                && f["reason"].as_str().is_some_and(|r| {
+                    r.contains("node pre-a GPU3 (0000:1b:00.0) through mlx5_3, attested (prefill-8")
+                        && r.contains("wrong bytes on 5 GPUs")
+                })
+        });
+        if named { Ok(()) } else { Err(v) }
+    });
+    for (node, g) in [("dec-c", 0), ("dec-c", 1), ("dec-d", 6)] {
+        let v = gpu(&c, node, g);
+        assert_ne!(v["status"], "corrupting", "{node} GPU{g}: {v}");
+        assert!(v["pin"].is_null(), "{node} GPU{g}: {v}");
+    }
+    let (_, metrics) = c.get("/metrics", None);
+    assert!(
+        metrics.contains(r#"railguard_source_kv_mismatch_gpus{source="prefill-8b|tp0pp0",attested="true",source_node="pre-a",source_gpu="3",source_nic="mlx5_3",simulated="false"} 5"#),
+        "{metrics}"
+    );
+
+    // dec-c announces pre-a's name as its own: the name is disputed, and dec-c is not named.
+    send(&c, "dec-c", vec![announced("prefill-8|tp0pp0", 0)]).await;
+    let sources = json(&c, "/api/v1/sources?since=1h");
+    let s8 = source(&sources, "prefill-8|tp0pp0");
+    assert_eq!(s8["end"]["attestation"].as_str(), Some("disputed"), "{sources}");
+    assert!(
+        !sources["sources"].as_array().unwrap().iter().any(|s| s["end"]["node"] == "dec-c"),
+        "a node cannot take a source over: {sources}"
+    );
 }

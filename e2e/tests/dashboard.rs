@@ -411,6 +411,7 @@ async fn hostile_names_reasons_and_links_run_no_script() {
                         corrupt: 2,
                         ..Default::default()
                     }),
+                    source: None,
                 }],
                 failures_omitted: 0,
                 transfers_mismatch_misplaced: 0,

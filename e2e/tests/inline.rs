@@ -442,3 +442,90 @@ fn the_python_library_tests_pass() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("OK"), "{err}");
 }
+
+/// A source announces itself to its node's agent only on a GPU it holds: the agent answers with
+/// what it attributed (this node, the GPU, its NIC) and the collector keeps it, written by this
+/// node. A claim on another GPU is refused and said why; a malformed name is refused; a result's
+/// malformed source claim is dropped, never the result.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_announces_itself_only_on_a_gpu_it_holds() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path().join("node");
+    let socket = dir.path().join("run/inline.sock");
+    let flags = ["--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500", "--inline-socket-mode", "600"];
+    let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
+    args.extend(["--inline-socket".as_ref(), socket.as_os_str()]);
+    let _agent = seed_agent(&collector, dir.path(), &args);
+    wait_for_socket(&socket);
+
+    let serves = |device: u32, worker: &str| {
+        serde_json::json!({"v": 1, "results": [], "serves": [{"device": device, "worker": worker}]}).to_string()
+    };
+    let at = chrono::Utc::now().timestamp_nanos_opt().unwrap();
+    let with_claim = |request: &str, claim: serde_json::Value| {
+        serde_json::json!({"v": 1, "results": [{"device": 0, "memory": "vram", "request": request,
+            "remote": "prefill-8|tp0pp0/r", "status": "mismatch", "blocks": 8, "bytes": 8192, "bad_blocks": 1,
+            "bad_block_indices": [3], "at_ns": at, "source": claim}]})
+        .to_string()
+    };
+    let env = [("NVIDIA_VISIBLE_DEVICES", "5")];
+    let answers = send_as(
+        &node,
+        &socket,
+        &env,
+        Some(5),
+        &[
+            serves(0, "prefill-8|tp0pp0"),
+            serves(1, "prefill-8|tp1pp0"),
+            serves(0, "bad\u{1b}[2Jname"),
+            with_claim("claimed", serde_json::json!({"node": "pre-z", "gpu": "0000:1b:00.0", "nic": "mlx5_9"})),
+            with_claim("mangled", serde_json::json!({"node": "pre z<script>", "gpu": "GPU3"})),
+        ],
+    );
+    let a = &answers[0]["attested"][0];
+    assert_eq!(answers[0]["accepted"].as_u64(), Some(1), "{answers:?}");
+    assert_eq!(
+        (a["worker"].as_str(), a["node"].as_str(), a["gpu"].as_u64()),
+        (Some("prefill-8|tp0pp0"), Some("node-a"), Some(5)),
+        "{a}"
+    );
+    assert!(a["gpu_bdf"].as_str().is_some_and(|b| !b.is_empty()), "{a}");
+    // Device 1 of a process that holds only GPU5 (its device 0): refused, said why.
+    assert_eq!((answers[1]["accepted"].as_u64(), answers[1]["rejected"].as_u64()), (Some(0), Some(1)), "{answers:?}");
+    assert!(answers[1]["errors"][0].as_str().unwrap().starts_with("source prefill-8|tp1pp0: device 1"), "{answers:?}");
+    assert!(answers[1].get("attested").is_none(), "{answers:?}");
+    assert!(answers[2]["errors"][0].as_str().unwrap().contains("serves 0:"), "{answers:?}");
+    // Both results are kept; the malformed claim is dropped from its result.
+    assert_eq!((answers[3]["accepted"].as_u64(), answers[4]["accepted"].as_u64()), (Some(1), Some(1)), "{answers:?}");
+
+    let pool = pg.pool.clone();
+    let row: (String, i32, String) =
+        wait::until_async("the source worker in Postgres", Duration::from_secs(60), async || {
+            sqlx::query_as("SELECT node_id, gpu_index, worker FROM source_workers")
+                .fetch_optional(&pool)
+                .await
+                .unwrap()
+                .ok_or("none yet")
+        })
+        .await;
+    assert_eq!(row, ("node-a".to_owned(), 5, "prefill-8|tp0pp0".to_owned()));
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM source_workers").fetch_one(&pg.pool).await.unwrap();
+    assert_eq!(n, 1, "the refused announcements stored nothing");
+    let failures: Vec<String> = wait::until_async("both results in Postgres", Duration::from_secs(60), async || {
+        let f: Vec<String> = sqlx::query_scalar(
+            "SELECT x.value::text FROM inline_reports r, jsonb_array_elements(r.failures) x ORDER BY x.value->>'request'",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        if f.len() == 2 { Ok(f) } else { Err(format!("{f:?}")) }
+    })
+    .await;
+    assert!(
+        failures[0].contains(r#""source": {"nic": "mlx5_9", "node": "pre-z", "gpu_bdf": "0000:1b:00.0"}"#),
+        "{failures:?}"
+    );
+    assert!(failures[1].contains("mangled") && !failures[1].contains("source"), "{failures:?}");
+}

@@ -90,6 +90,7 @@ fn inline(gpu: u32, ok: u64, mismatch: u64, ago_s: i64) -> wire::Record {
             at,
             bytes: 1 << 20,
             diagnosis: None,
+            source: None,
         })
         .into_iter()
         .collect();

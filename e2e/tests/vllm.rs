@@ -117,6 +117,29 @@ async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_
         serde_json::json!({"untouched": 0, "stale": 0, "misdirected": 0, "swapped": 0, "corrupt": 1})
     );
     assert_eq!(rows[1], (5, "mlx5_5".into(), "host_copy".into(), 1, 0, 0));
+    // Both ends: the prefill worker announced itself to this node's agent at KV registration
+    // (GPU3, the device its process holds), its manifest carried that attestation as its claim,
+    // and the decode side's failure names the worker and passes the claim on.
+    let workers: Vec<(String, i32)> =
+        wait::until_async("the prefill worker announced", Duration::from_secs(60), async || {
+            let w: Vec<(String, i32)> =
+                sqlx::query_as("SELECT worker, gpu_index FROM source_workers WHERE node_id = 'node-a' ORDER BY worker")
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+            if w.is_empty() { Err("none yet") } else { Ok(w) }
+        })
+        .await;
+    let race_worker = workers.iter().find(|w| w.1 == 3).unwrap_or_else(|| panic!("{workers:?}"));
+    assert!(race_worker.0.ends_with("|tp0pp0"), "{workers:?}");
+    let (remote, claim): (String, serde_json::Value) = sqlx::query_as(
+        "SELECT failures->0->>'remote', failures->0->'source' FROM inline_reports WHERE node_id = 'node-a' AND gpu_index = 3",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(remote.starts_with(&format!("{}/", race_worker.0)), "{remote} names {workers:?}");
+    assert_eq!((claim["node"].as_str(), claim["nic"].as_str()), (Some("node-a"), Some("mlx5_3")), "{claim}");
     // vLLM moved the torn blocks by a host copy: the engine's fault (vllm#52234), named by the
     // connector; GPU3 is not marked for it.
     let (status, findings, layer) = wait::until_async("GPU3's engine finding", Duration::from_secs(60), async || {

@@ -203,6 +203,7 @@ impl TryFrom<wire::Record> for Record {
             wire::record::Body::Inline(i) => RecordBody::Inline(i.try_into()?),
             wire::record::Body::Summary(p) => RecordBody::Summary(p.try_into()?),
             wire::record::Body::Summaries(p) => RecordBody::Summaries(p.try_into()?),
+            wire::record::Body::SourceWorker(w) => RecordBody::SourceWorker(w.try_into()?),
         };
         Ok(Record { id: RecordId(id), observed_at, body })
     }
@@ -220,6 +221,7 @@ impl From<Record> for wire::Record {
                 RecordBody::Inline(i) => wire::record::Body::Inline(i.into()),
                 RecordBody::Summary(p) => wire::record::Body::Summary(p.into()),
                 RecordBody::Summaries(p) => wire::record::Body::Summaries(p.into()),
+                RecordBody::SourceWorker(w) => wire::record::Body::SourceWorker(w.into()),
             }),
         }
     }
@@ -494,6 +496,7 @@ impl TryFrom<wire::InlineReport> for InlineReport {
                     at: timestamp_from_unix_ns(f.at_unix_ns)?,
                     bytes,
                     diagnosis,
+                    source: f.source.map(SourceClaim::try_from).transpose()?,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -542,6 +545,94 @@ impl TryFrom<wire::InlineReport> for InlineReport {
             },
             simulated: r.simulated,
         })
+    }
+}
+
+impl TryFrom<wire::SourceClaim> for SourceClaim {
+    type Error = WireError;
+    fn try_from(c: wire::SourceClaim) -> Result<Self, WireError> {
+        if !c.node.is_empty() {
+            crate::NodeId::new(&c.node).map_err(|_| WireError::BadName {
+                field: "inline.failures.source.node",
+                value: c.node.chars().take(MAX_NAME_LEN).collect(),
+            })?;
+        }
+        Ok(SourceClaim {
+            node: c.node,
+            gpu_bdf: opt_bdf("inline.failures.source.gpu_bdf", &c.gpu_bdf)?,
+            nic: opt_name("inline.failures.source.nic", c.nic)?,
+        })
+    }
+}
+
+impl From<SourceClaim> for wire::SourceClaim {
+    fn from(c: SourceClaim) -> Self {
+        wire::SourceClaim { node: c.node, gpu_bdf: opt_string(c.gpu_bdf), nic: c.nic }
+    }
+}
+
+/// A source worker's name: non-empty free text of at most [`MAX_WORKER_LEN`] bytes.
+pub fn worker_name(field: &'static str, s: String) -> Result<String, WireError> {
+    use crate::source::MAX_WORKER_LEN;
+    if s.trim().is_empty() {
+        return Err(WireError::Missing(field));
+    }
+    if s.len() > MAX_WORKER_LEN {
+        return Err(WireError::TooLong { field, len: s.len(), limit: MAX_WORKER_LEN });
+    }
+    text(field, s)
+}
+
+impl TryFrom<wire::SourceWorker> for SourceWorker {
+    type Error = WireError;
+    fn try_from(w: wire::SourceWorker) -> Result<Self, WireError> {
+        let simulated = w.simulated;
+        Ok(SourceWorker {
+            worker: worker_name("source_worker.worker", w.worker)?,
+            gpu: gpu_index("source_worker.gpu_index", w.gpu_index)?,
+            gpu_bdf: opt_bdf("source_worker.gpu_bdf", &w.gpu_bdf)?,
+            gpu_uuid: if w.gpu_uuid.len() > MAX_NAME_LEN {
+                return Err(WireError::TooLong {
+                    field: "source_worker.gpu_uuid",
+                    len: w.gpu_uuid.len(),
+                    limit: MAX_NAME_LEN,
+                });
+            } else {
+                text("source_worker.gpu_uuid", w.gpu_uuid)?
+            },
+            nic: opt_name("source_worker.nic", w.nic)?,
+            nic_bdf: opt_bdf("source_worker.nic_bdf", &w.nic_bdf)?,
+            pid: w.pid,
+            process: text("source_worker.process", w.process)?,
+            path: match (w.path.try_into()?, simulated) {
+                (DataPath::Simulated, false) | (DataPath::OtherDevice, _) => {
+                    return Err(WireError::OutOfRange { field: "source_worker.path", value: w.path.into() });
+                }
+                (p, _) => p,
+            },
+            attribution: text("source_worker.attribution", w.attribution)?,
+            simulated,
+            engine: w.engine.map(EngineIdentity::try_from).transpose()?,
+        })
+    }
+}
+
+impl From<SourceWorker> for wire::SourceWorker {
+    fn from(w: SourceWorker) -> Self {
+        wire::SourceWorker {
+            worker: w.worker,
+            gpu_index: w.gpu,
+            gpu_bdf: opt_string(w.gpu_bdf),
+            gpu_uuid: w.gpu_uuid,
+            nic: w.nic,
+            nic_bdf: opt_string(w.nic_bdf),
+            pid: w.pid,
+            process: w.process,
+            path: w.path.into(),
+            attribution: w.attribution,
+            simulated: w.simulated,
+            engine: w.engine.map(Into::into),
+        }
     }
 }
 
@@ -630,6 +721,7 @@ impl From<InlineReport> for wire::InlineReport {
                         swapped: d.swapped,
                         corrupt: d.corrupt,
                     }),
+                    source: f.source.map(Into::into),
                 })
                 .collect(),
             failures_omitted: r.failures_omitted,
@@ -1137,6 +1229,11 @@ mod tests {
                 at,
                 bytes: 1 << 20,
                 diagnosis: Some(BlockDiagnosis { stale: 6, swapped: 2, ..BlockDiagnosis::default() }),
+                source: Some(SourceClaim {
+                    node: "pre-a".into(),
+                    gpu_bdf: Some("0000:1b:00.0".parse().unwrap()),
+                    nic: "mlx5_0".into(),
+                }),
             }],
             failures_omitted: 0,
             transfers_mismatch_misplaced: 1,
@@ -1148,6 +1245,44 @@ mod tests {
                 settings: [("enable_prefix_caching".to_owned(), "true".to_owned())].into(),
             }),
         }
+    }
+
+    #[test]
+    fn a_source_worker_round_trips_and_its_name_and_claims_are_held_to_bounds() {
+        let w = SourceWorker {
+            worker: "prefill-8|tp0pp0".into(),
+            gpu: 3,
+            gpu_bdf: Some("0000:1b:00.0".parse().unwrap()),
+            gpu_uuid: "GPU-3".into(),
+            nic: "mlx5_0".into(),
+            nic_bdf: None,
+            pid: 7,
+            process: "vllm".into(),
+            path: DataPath::NicDma,
+            attribution: "CUDA_VISIBLE_DEVICES=3".into(),
+            simulated: false,
+            engine: None,
+        };
+        let wire: wire::SourceWorker = w.clone().into();
+        assert_eq!(SourceWorker::try_from(wire.clone()).unwrap(), w);
+        for (bad, field) in [
+            (wire::SourceWorker { worker: " ".into(), ..wire.clone() }, "source_worker.worker"),
+            (wire::SourceWorker { worker: "x".repeat(257), ..wire.clone() }, "source_worker.worker"),
+            (wire::SourceWorker { worker: "a\u{1b}[2J".into(), ..wire.clone() }, "source_worker.worker"),
+            (wire::SourceWorker { gpu_index: MAX_GPUS_PER_NODE, ..wire.clone() }, "source_worker.gpu_index"),
+            (wire::SourceWorker { nic: "mlx5 0".into(), ..wire.clone() }, "source_worker.nic"),
+            // The simulated fabric stands in for a simulated device only.
+            (wire::SourceWorker { path: wire::DataPath::Simulated as i32, ..wire.clone() }, "source_worker.path"),
+        ] {
+            let e = SourceWorker::try_from(bad).unwrap_err();
+            assert!(e.to_string().contains(field), "{field}: {e}");
+        }
+        // A claim naming what is not a node, a PCI address or a NIC is refused.
+        let claim = wire::SourceClaim { node: "pre-a".into(), gpu_bdf: "0000:1b:00.0".into(), nic: "mlx5_0".into() };
+        assert!(SourceClaim::try_from(claim.clone()).is_ok());
+        assert!(SourceClaim::try_from(wire::SourceClaim { node: "pre a".into(), ..claim.clone() }).is_err());
+        assert!(SourceClaim::try_from(wire::SourceClaim { gpu_bdf: "GPU3".into(), ..claim.clone() }).is_err());
+        assert!(SourceClaim::try_from(wire::SourceClaim { nic: "<b>".into(), ..claim }).is_err());
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct InlineFailure {
     /// The bad blocks by what they held (a mismatch; None: the library did not tell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<BlockDiagnosis>,
+    /// The source end as the manifest named it: the prefill side's own word, unattested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<crate::SourceClaim>,
 }
 
 /// What the destination held in a mismatched transfer's bad blocks, by kind, as the workload's

@@ -16,6 +16,7 @@ pub mod pins;
 pub mod probe;
 pub mod record;
 pub mod signal;
+pub mod source;
 pub mod topology;
 
 pub use bdf::{Bdf, BdfParseError};
@@ -30,6 +31,7 @@ pub use probe::{
 };
 pub use record::{NodeId, NodeIdError, Record, RecordBody, RecordId};
 pub use signal::{SignalEvent, SignalKind, SignalSource};
+pub use source::{SourceClaim, SourceWorker};
 pub use topology::{Gpu, GpuRisk, HostFacts, Nic, NicPort, PairPath, RiskLevel, TopologySnapshot, Tristate};
 
 /// Generated protobuf messages and the `Ingest` gRPC service (package `railguard.v1`).

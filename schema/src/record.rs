@@ -85,6 +85,8 @@ pub enum RecordBody {
     Summary(ProbeSummary),
     /// The summaries of the pairs whose windows the agent closed together.
     Summaries(ProbeSummarySet),
+    /// A KV source the workload serves as, attributed by this node's agent.
+    SourceWorker(crate::SourceWorker),
 }
 
 impl RecordBody {
@@ -96,6 +98,7 @@ impl RecordBody {
             RecordBody::Inline(_) => "inline",
             RecordBody::Summary(_) => "summary",
             RecordBody::Summaries(_) => "summaries",
+            RecordBody::SourceWorker(_) => "source_worker",
         }
     }
 }

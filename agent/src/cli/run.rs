@@ -132,7 +132,7 @@ impl RunArgs {
         }
         let summary_window = Duration::from_secs(self.probe_summary_secs);
         let summary_phase = railguard_agent::probe::compact::Compactor::phase_for(node_id.as_str(), summary_window);
-        let mut shipper = ShipperConfig::new(self.collector, node_id, token);
+        let mut shipper = ShipperConfig::new(self.collector, node_id.clone(), token);
         shipper.token_file = Some(self.token_file);
         shipper.tls = railguard_agent::shipper::AgentTls {
             ca_file: self.ca_file,
@@ -148,6 +148,7 @@ impl RunArgs {
             idle_timeout: Duration::from_secs(self.inline_idle_secs),
             driver_proc: topology_proc.root().to_owned(),
             devices: DeviceFiles { simulated: self.simulated_gpu_devices.clone() },
+            node: node_id.as_str().to_owned(),
             ..InlineConfig::new(self.inline_socket.clone(), self.inline_socket_mode)
         });
         let cfg = AgentConfig {

@@ -21,9 +21,21 @@
 //! `stale`, `misdirected`, `swapped`, `corrupt` (see [`BlockDiagnosis`]); at most `bad_blocks`
 //! in all.
 //!
-//! The agent answers each line with one line: `{"accepted": N, "rejected": M, "errors": [...]}`.
-//! A result that does not validate is named in `errors` and not stored; the rest of the
-//! message is.
+//! `source` (optional): the source end as the transfer's manifest named it —
+//! `{"node": "pre-a", "gpu": "0000:1b:00.0", "nic": "mlx5_0"}` — the prefill side's own word,
+//! kept as its claim ([`SourceClaim`]).
+//!
+//! A source announces itself in `serves`: `{"v": 1, "results": [], "serves": [{"device": 0,
+//! "worker": "engine-7|tp0pp0"}]}` — the name destinations' failures will name it by (`remote`
+//! before its first `/`) and the CUDA device it serves blocks from. The agent attributes the
+//! device as it attributes results (the process must hold the GPU) and spools a
+//! [`railguard_schema::SourceWorker`]: the collector resolves destinations' failures through it,
+//! so the source pair is named by the node that holds it.
+//!
+//! The agent answers each line with one line: `{"accepted": N, "rejected": M, "errors": [...]}`,
+//! and for `serves`, `"attested": [{"worker", "node", "gpu", "gpu_bdf", "gpu_uuid", "nic",
+//! "path", "simulated"}]` (what the source may put in its manifests as its claim). A result that
+//! does not validate is named in `errors` and not stored; the rest of the message is.
 
 pub mod attribute;
 pub mod holds;
@@ -35,7 +47,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 use railguard_schema::inline::{MAX_BAD_BLOCK_INDICES, MAX_INLINE_FAILURES};
-use railguard_schema::{BlockDiagnosis, EngineIdentity, InlineFailure, Memory};
+use railguard_schema::{BlockDiagnosis, EngineIdentity, InlineFailure, Memory, SourceClaim};
 use serde::Deserialize;
 
 /// Longest line (message) the agent reads.
@@ -46,6 +58,8 @@ pub const MAX_RESULTS: usize = 10_000;
 const MAX_NAME: usize = 256;
 /// Longest error text kept.
 const MAX_ERROR: usize = 1024;
+/// Most source workers one message announces.
+pub const MAX_SERVES: usize = 64;
 
 /// One message from the library.
 #[derive(Debug, Deserialize)]
@@ -57,14 +71,45 @@ pub struct Message {
     /// matter), as its connector names itself.
     #[serde(default)]
     pub engine: Option<serde_json::Value>,
+    /// The source workers the process serves as (see the module's protocol).
+    #[serde(default)]
+    pub serves: Vec<serde_json::Value>,
 }
 
-/// A message's validated results, the ones refused (and why), and the engine it names.
+/// A message's validated results, the ones refused (and why), the engine it names and the
+/// source workers it announces.
 #[derive(Debug)]
 pub struct Parsed {
     pub outcomes: Vec<Outcome>,
     pub refused: Vec<RefusedError>,
     pub engine: Option<EngineIdentity>,
+    pub serves: Vec<Serves>,
+}
+
+/// A source worker the sending process serves as, on its CUDA device `device`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Serves {
+    pub device: u32,
+    pub worker: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireServes {
+    device: u32,
+    worker: String,
+}
+
+/// The source end as a result's manifest named it, as the library sends it.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct WireClaim {
+    #[serde(default)]
+    pub node: String,
+    #[serde(default)]
+    pub gpu: String,
+    #[serde(default)]
+    pub nic: String,
 }
 
 /// One transfer's outcome, as the library sends it.
@@ -94,6 +139,9 @@ pub struct WireResult {
     /// A mismatch's bad blocks by what they held (see [`BlockDiagnosis`]).
     #[serde(default)]
     pub diagnosis: Option<WireDiagnosis>,
+    /// The source end as the manifest named it.
+    #[serde(default)]
+    pub source: Option<WireClaim>,
 }
 
 /// A mismatch's bad blocks by what they held, as the library sends them.
@@ -128,6 +176,7 @@ pub struct Outcome {
     pub error: String,
     pub at: DateTime<Utc>,
     pub diagnosis: Option<BlockDiagnosis>,
+    pub source: Option<SourceClaim>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +197,10 @@ pub enum RefusedError {
     TooMany(usize),
     #[error("engine: {0}")]
     Engine(String),
+    #[error("{0} source workers in one message (limit {MAX_SERVES})")]
+    TooManyServes(usize),
+    #[error("serves {index}: {why}")]
+    Serves { index: usize, why: String },
     #[error("result {index}: {why}")]
     Result { index: usize, why: InvalidResult },
 }
@@ -201,8 +254,25 @@ pub fn parse_line(line: &[u8], now: DateTime<Utc>) -> Result<Parsed, RefusedErro
     if msg.results.len() > MAX_RESULTS {
         return Err(RefusedError::TooMany(msg.results.len()));
     }
+    if msg.serves.len() > MAX_SERVES {
+        return Err(RefusedError::TooManyServes(msg.serves.len()));
+    }
     let mut ok = Vec::with_capacity(msg.results.len());
     let mut refused = Vec::new();
+    let mut serves = Vec::with_capacity(msg.serves.len());
+    for (index, v) in msg.serves.into_iter().enumerate() {
+        let checked = serde_json::from_value::<WireServes>(v).map_err(|e| e.to_string()).and_then(|w| {
+            if w.device >= railguard_schema::limits::MAX_GPUS_PER_NODE {
+                return Err(InvalidResult::Device(w.device).to_string());
+            }
+            let worker = railguard_schema::convert::worker_name("worker", w.worker).map_err(|e| e.to_string())?;
+            Ok(Serves { device: w.device, worker })
+        });
+        match checked {
+            Ok(s) => serves.push(s),
+            Err(why) => refused.push(RefusedError::Serves { index, why }),
+        }
+    }
     for (index, v) in msg.results.into_iter().enumerate() {
         match serde_json::from_value::<WireResult>(v)
             .map_err(|e| InvalidResult::Json(e.to_string()))
@@ -212,7 +282,7 @@ pub fn parse_line(line: &[u8], now: DateTime<Utc>) -> Result<Parsed, RefusedErro
             Err(why) => refused.push(RefusedError::Result { index, why }),
         }
     }
-    Ok(Parsed { outcomes: ok, refused, engine })
+    Ok(Parsed { outcomes: ok, refused, engine, serves })
 }
 
 fn name(field: &'static str, s: String, max: usize) -> Result<String, InvalidResult> {
@@ -266,6 +336,11 @@ fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, InvalidResult>
     {
         return Err(InvalidResult::Diagnosis { diagnosed: d.blocks(), bad: r.bad_blocks });
     }
+    // The source's own word, passed on by the destination: one that does not validate is dropped,
+    // never the result it came with.
+    let source = r.source.and_then(|c| {
+        SourceClaim::try_from(railguard_schema::wire::SourceClaim { node: c.node, gpu_bdf: c.gpu, nic: c.nic }).ok()
+    });
     let at = Utc.timestamp_nanos(r.at_ns);
     let earliest = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC);
     if at < earliest || at > now + chrono::TimeDelta::days(1) {
@@ -285,6 +360,7 @@ fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, InvalidResult>
         error: name("error", r.error, MAX_ERROR)?,
         at,
         diagnosis,
+        source,
     })
 }
 
@@ -364,6 +440,7 @@ pub fn group(outcomes: Vec<Outcome>) -> Vec<Batch> {
             at: o.at,
             bytes: o.bytes,
             diagnosis: o.diagnosis,
+            source: o.source,
         });
     }
     out.into_values().collect()
@@ -377,6 +454,36 @@ mod tests {
         format!(r#"{{"v": 1, "results": [{results}]}}"#).into_bytes()
     }
     const AT: i64 = 1_790_000_000_000_000_000;
+
+    #[test]
+    fn sources_announced_and_claimed_are_held_to_the_collectors_bounds() {
+        let msg = format!(
+            r#"{{"v": 1, "results": [{{"device": 0, "memory": "vram", "request": "r", "remote": "p|tp0pp0/r", "status": "mismatch",
+                "blocks": 8, "bytes": 8, "bad_blocks": 1, "at_ns": {AT}, "source": {{"node": "pre-a", "gpu": "0000:1b:00.0", "nic": "mlx5_0"}}}},
+               {{"device": 0, "memory": "vram", "request": "s", "status": "error", "blocks": 8, "bytes": 8, "at_ns": {AT},
+                "source": {{"node": "pre a", "gpu": "GPU3"}}}}],
+              "serves": [{{"device": 1, "worker": "p|tp0pp0"}}, {{"device": 9999, "worker": "q"}}, {{"device": 0, "worker": ""}}]}}"#
+        );
+        let p = parse_line(msg.as_bytes(), Utc::now()).unwrap();
+        assert_eq!(p.serves, vec![Serves { device: 1, worker: "p|tp0pp0".into() }]);
+        assert!(
+            matches!(&p.refused[..], [RefusedError::Serves { index: 1, .. }, RefusedError::Serves { index: 2, .. }]),
+            "{:?}",
+            p.refused
+        );
+        // A claim that does not validate is dropped; its result is kept.
+        assert_eq!(p.outcomes.len(), 2);
+        assert_eq!(
+            p.outcomes[0].source.as_ref().map(|c| c.words()).as_deref(),
+            Some("node pre-a GPU 0000:1b:00.0 through mlx5_0")
+        );
+        assert_eq!(p.outcomes[1].source, None);
+        let many = format!(
+            r#"{{"v": 1, "results": [], "serves": [{}]}}"#,
+            vec![r#"{"device": 0, "worker": "w"}"#; MAX_SERVES + 1].join(",")
+        );
+        assert!(matches!(parse_line(many.as_bytes(), Utc::now()), Err(RefusedError::TooManyServes(_))));
+    }
 
     #[test]
     fn the_engine_a_message_names_is_kept_within_the_collectors_bounds() {

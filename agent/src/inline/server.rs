@@ -32,14 +32,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use railguard_schema::{InlineReport, RecordBody};
+use railguard_schema::{InlineReport, RecordBody, SourceWorker};
 
 use super::attribute::{Attribution, QpTable, attribute};
 use super::holds::{DeviceFiles, held_gpus};
 use super::limit::{Limiter, SenderLimits};
 pub use super::sender::{MAX_CONNECTIONS, MAX_PER_SENDER, RESERVED_FOR_NEW};
 use super::sender::{SLOT_LIMITS, SenderKey, Slots, refusal};
-use super::{Batch, MAX_LINE, group, parse_line};
+use super::{Batch, MAX_LINE, Serves, group, parse_line};
 use crate::metrics::InlineRefusal;
 use crate::said_once::SaidOnce;
 use crate::spool::SpoolHandle;
@@ -59,6 +59,8 @@ pub struct InlineConfig {
     /// Which open files count as GPU device files.
     pub devices: DeviceFiles,
     pub limits: SenderLimits,
+    /// This node's id: what a source's attestation names (see [`super`]'s `serves`).
+    pub node: String,
 }
 
 impl InlineConfig {
@@ -75,6 +77,7 @@ impl InlineConfig {
             driver_proc: PathBuf::from("/proc"),
             devices: DeviceFiles::default(),
             limits: SenderLimits::DEFAULT,
+            node: String::new(),
         }
     }
 }
@@ -316,11 +319,11 @@ fn handle_line(
         }
         (serde_json::json!({ "error": e }).to_string() + "\n", false)
     };
-    let super::Parsed { outcomes, refused, engine } = match parse_line(line.trim_ascii(), Utc::now()) {
+    let super::Parsed { outcomes, refused, engine, serves } = match parse_line(line.trim_ascii(), Utc::now()) {
         Ok(r) => r,
         Err(e) => return refuse_all(InlineRefusal::Invalid, e.to_string(), said),
     };
-    let results = (outcomes.len() + refused.len()) as u64;
+    let results = (outcomes.len() + refused.len() + serves.len()) as u64;
     if !shared.limiter.results(sender, results, Instant::now()) {
         return refuse_all(
             InlineRefusal::RateLimited,
@@ -338,6 +341,13 @@ fn handle_line(
     let mut errors: Vec<String> = refused.iter().map(ToString::to_string).collect();
     let batches = group(outcomes);
     let mut accepted = 0;
+    let mut attested = Vec::new();
+    if !serves.is_empty() {
+        let (n, answers) = announce(serves, pid, sender, proc_, driver, shared, engine.clone(), &mut errors, said);
+        accepted += n;
+        rejected += answers.refused;
+        attested = answers.attested;
+    }
     if !batches.is_empty() {
         let snapshot = shared.topology.current();
         let snapshot = &snapshot.snapshot;
@@ -410,7 +420,106 @@ fn handle_line(
     }
     stats.results.fetch_add(accepted, Ordering::Relaxed);
     let valid = refused.len() < results as usize;
-    (serde_json::json!({ "accepted": accepted, "rejected": rejected, "errors": errors }).to_string() + "\n", valid)
+    let mut answer = serde_json::json!({ "accepted": accepted, "rejected": rejected, "errors": errors });
+    if !attested.is_empty() {
+        answer["attested"] = serde_json::Value::Array(attested);
+    }
+    (answer.to_string() + "\n", valid)
+}
+
+/// What announcing a message's source workers came to.
+struct Announced {
+    refused: usize,
+    /// Per worker spooled: the attribution as the source may quote it.
+    attested: Vec<serde_json::Value>,
+}
+
+/// Attributes and spools each source worker the sender announces (a GPU it holds, as results
+/// are); the count accepted, and the answer's `attested`.
+#[allow(clippy::too_many_arguments)] // one line's context, as handle_line holds it
+fn announce(
+    serves: Vec<Serves>,
+    pid: u32,
+    sender: &SenderKey,
+    proc_: &SysRoot,
+    driver: &SysRoot,
+    shared: &Shared,
+    engine: Option<railguard_schema::EngineIdentity>,
+    errors: &mut Vec<String>,
+    said: &mut SaidOnce,
+) -> (usize, Announced) {
+    let stats = &shared.stats;
+    let snapshot = shared.topology.current();
+    let snapshot = &snapshot.snapshot;
+    let qps = qp_table();
+    let held = held_gpus(Path::new("/proc"), driver, pid, &shared.cfg.devices, snapshot);
+    let mut allowed = shared.limiter.reports(sender, serves.len() as u64, Instant::now());
+    let mut out = Announced { refused: 0, attested: Vec::new() };
+    let mut accepted = 0;
+    for s in serves {
+        let a = match attribute(proc_, snapshot, pid, s.device, &held, &qps) {
+            Ok(a) => a,
+            Err(e) => {
+                stats.refuse(InlineRefusal::UnbackedGpu, 1);
+                if said.first(&e.to_string()) {
+                    tracing::warn!(pid, error = %e, "in-line endpoint: a source on a GPU the sender does not hold refused");
+                }
+                out.refused += 1;
+                errors.push(format!("source {}: {e}", s.worker));
+                continue;
+            }
+        };
+        if allowed == 0 {
+            stats.refuse(InlineRefusal::RateLimited, 1);
+            out.refused += 1;
+            errors.push(format!("source {}: over this sender's report rate; announce it again later", s.worker));
+            continue;
+        }
+        allowed -= 1;
+        let uuid = snapshot.gpus.iter().find(|g| g.index == a.gpu).map(|g| g.uuid.clone()).unwrap_or_default();
+        let answer = serde_json::json!({
+            "worker": s.worker,
+            "node": shared.cfg.node,
+            "gpu": a.gpu,
+            "gpu_bdf": a.gpu_bdf.map(|b| b.to_string()).unwrap_or_default(),
+            "gpu_uuid": uuid,
+            "nic": a.nic,
+            "path": a.path.as_str(),
+            "simulated": a.simulated_device,
+        });
+        let record = SourceWorker {
+            worker: s.worker,
+            gpu: a.gpu,
+            gpu_bdf: a.gpu_bdf,
+            gpu_uuid: uuid,
+            nic: a.nic,
+            nic_bdf: a.nic_bdf,
+            pid,
+            process: a.process,
+            path: a.path,
+            attribution: a.how,
+            simulated: a.simulated_device,
+            engine: engine.clone(),
+        };
+        match shared.spool.append_inline(RecordBody::SourceWorker(record)) {
+            Ok(o) if o.appended == 1 => {
+                accepted += 1;
+                out.attested.push(answer);
+            }
+            Ok(_) => {
+                stats.refuse(InlineRefusal::SpoolShareFull, 1);
+                out.refused += 1;
+                errors.push("a source: the agent's spool has no room left for in-line reports".to_owned());
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "spooling a source worker failed");
+                stats.refuse(InlineRefusal::SpoolShareFull, 1);
+                out.refused += 1;
+                errors.push(format!("the agent could not spool the source: {e}"));
+            }
+        }
+    }
+    (accepted, out)
 }
 
 /// The record of one batch of `pid`'s results for one (device, memory), as attributed.

@@ -408,13 +408,16 @@ pub(super) async fn load_inline(
     // sent wrong bytes to two or more GPUs, fleet-wide, while this GPU got wrong bytes from that
     // source alone, are the source's. (One GPU getting wrong bytes from several sources is its
     // own, whatever the sources.)
-    let remote: Vec<(String, i32, String, String, i64, i64)> =
+    let remote: Vec<RemoteRow> =
         sqlx::query_as(REMOTE_MISMATCHES).bind(filter).bind(since).bind(now).fetch_all(&mut *conn).await?;
-    for (node, gpu, nic, source, n, dests) in remote {
-        let Some(gpu) = stored_gpu(gpu) else { continue };
-        if let Some(p) = inputs.get_mut(&GpuKey { node, gpu }).and_then(|i| i.pairs.iter_mut().find(|p| p.nic == nic)) {
-            p.inline.mismatch_remote = p.inline.mismatch_remote.saturating_add(u64::try_from(n).unwrap_or(0));
-            p.inline.remotes.push(format!("{source} (wrong bytes on {dests} GPUs)"));
+    for r in remote {
+        let Some(gpu) = stored_gpu(r.gpu_index) else { continue };
+        let label = format!("{}: wrong bytes on {} GPUs", crate::store::read::source_label(&r.end()), r.dests);
+        if let Some(p) =
+            inputs.get_mut(&GpuKey { node: r.node_id, gpu }).and_then(|i| i.pairs.iter_mut().find(|p| p.nic == r.nic))
+        {
+            p.inline.mismatch_remote = p.inline.mismatch_remote.saturating_add(u64::try_from(r.n).unwrap_or(0));
+            p.inline.remotes.push(label);
         }
     }
     // The latest three failed transfers per pair, in words.
@@ -450,33 +453,53 @@ pub(super) async fn load_inline(
     Ok(())
 }
 
+/// One destination pair's mismatches from one source (`REMOTE_MISMATCHES`).
+#[derive(sqlx::FromRow)]
+struct RemoteRow {
+    node_id: String,
+    gpu_index: i32,
+    nic: String,
+    n: i64,
+    dests: i64,
+    source: String,
+    end_node: Option<String>,
+    end_gpu: Option<i32>,
+    end_gpu_bdf: Option<String>,
+    end_nic: Option<String>,
+    announced_by: i64,
+}
+
+impl RemoteRow {
+    fn end(&self) -> crate::store::read::SourceEnd {
+        crate::store::read::SourceEnd::of(
+            self.source.clone(),
+            self.announced_by,
+            self.end_node.clone(),
+            self.end_gpu,
+            self.end_gpu_bdf.clone(),
+            self.end_nic.clone(),
+        )
+    }
+}
+
 /// Per destination pair (`$1`: its nodes, or NULL), the NIC-moved mismatches in `$2..$3` from
 /// each source that sent wrong bytes to two or more GPUs of the fleet, where the destination
-/// got wrong bytes from no other source: (node, GPU, NIC, source, mismatches, the source's GPUs).
-/// A failure's `remote` is `<source>[/<request>]` (vLLM's connector: the prefill engine, then
-/// its request): the source is what precedes the first `/`.
+/// got wrong bytes from no other source. A source is counted by its `source_key`
+/// (`inline_source_failures`): the GPU/NIC pair its own node attested, else its name.
 const REMOTE_MISMATCHES: &str = "WITH f AS (
-        SELECT r.node_id, r.gpu_index, r.nic, r.path, split_part(x.value->>'remote', '/', 1) AS remote
-        FROM inline_reports r, jsonb_array_elements(r.failures) x
-        WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.transfers_mismatch > 0 AND r.gpu_index IS NOT NULL
-          AND x.value->>'mismatch' = 'true' AND split_part(coalesce(x.value->>'remote', ''), '/', 1) <> ''
-          -- A misplaced failure (every bad block another time's or place's content) is the
-          -- engine's, whichever end: not counted for either.
-          AND NOT (coalesce((x.value #>> '{diagnosis,untouched}')::bigint, 0)
-                   + coalesce((x.value #>> '{diagnosis,corrupt}')::bigint, 0) = 0
-                   AND coalesce((x.value #>> '{diagnosis,stale}')::bigint, 0)
-                       + coalesce((x.value #>> '{diagnosis,misdirected}')::bigint, 0)
-                       + coalesce((x.value #>> '{diagnosis,swapped}')::bigint, 0) > 0)
+        SELECT * FROM inline_source_failures WHERE observed_at > $2 AND observed_at <= $3
      ), dest AS (
-        SELECT node_id, gpu_index, count(DISTINCT remote) AS sources FROM f GROUP BY 1, 2
+        SELECT node_id, gpu_index, count(DISTINCT source_key) AS sources FROM f GROUP BY 1, 2
      ), src AS (
-        SELECT remote, count(DISTINCT (node_id, gpu_index)) AS dests FROM f GROUP BY 1
+        SELECT source_key, count(DISTINCT (node_id, gpu_index)) AS dests FROM f GROUP BY 1
      )
-     SELECT f.node_id, f.gpu_index, f.nic, f.remote, count(*)::bigint AS n, src.dests
-     FROM f JOIN src USING (remote) JOIN dest USING (node_id, gpu_index)
+     SELECT f.node_id, f.gpu_index, f.nic, count(*)::bigint AS n, src.dests, min(f.source) AS source,
+            min(f.end_node) AS end_node, min(f.end_gpu) AS end_gpu, min(f.end_gpu_bdf) AS end_gpu_bdf,
+            min(f.end_nic) AS end_nic, max(f.announced_by) AS announced_by
+     FROM f JOIN src USING (source_key) JOIN dest USING (node_id, gpu_index)
      WHERE f.path IN ('nic_dma', 'simulated') AND src.dests >= 2 AND dest.sources = 1
        AND ($1::text[] IS NULL OR f.node_id = ANY($1))
-     GROUP BY f.node_id, f.gpu_index, f.nic, f.remote, src.dests";
+     GROUP BY f.node_id, f.gpu_index, f.nic, f.source_key, src.dests";
 
 /// One failed in-line transfer in words, for a reason line.
 pub fn describe_failure(f: &railguard_schema::InlineFailure) -> String {

@@ -61,13 +61,10 @@ pub async fn shared_source_nodes(
     let Some(since) = since else { return Ok(Vec::new()) };
     sqlx::query_scalar(
         "WITH f AS (
-            SELECT r.node_id, split_part(x.value->>'remote', '/', 1) AS source
-            FROM inline_reports r, jsonb_array_elements(r.failures) x
-            WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.transfers_mismatch > 0
-              AND x.value->>'mismatch' = 'true' AND split_part(coalesce(x.value->>'remote', ''), '/', 1) <> ''
+            SELECT node_id, source_key FROM inline_source_failures WHERE observed_at > $2 AND observed_at <= $3
          )
          SELECT DISTINCT node_id FROM f
-         WHERE source IN (SELECT source FROM f WHERE node_id = ANY($1)) AND NOT node_id = ANY($1)
+         WHERE source_key IN (SELECT source_key FROM f WHERE node_id = ANY($1)) AND NOT node_id = ANY($1)
          ORDER BY node_id",
     )
     .bind(nodes)

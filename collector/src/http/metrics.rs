@@ -178,14 +178,18 @@ async fn sources(out: &mut String, s: &AppState) -> Result<(), ApiError> {
     let found = crate::store::read::source_findings(&s.pool, since, until, 100).await?;
     let _ = writeln!(
         out,
-        "# HELP railguard_source_kv_mismatch_gpus GPUs that got wrong bytes in the assessment window, through their own NICs, from one source (the prefill engine their failures name) that sent wrong bytes to two or more GPUs: the other end's fault, not theirs (simulated: the demo's simulated fabric).
+        "# HELP railguard_source_kv_mismatch_gpus GPUs that got wrong bytes in the assessment window, through their own NICs, from one source (the name their failures give it) that sent wrong bytes to two or more GPUs: the other end's fault, not theirs. attested: the source's own node announced it, and source_node/source_gpu/source_nic are that node's GPU and NIC (else empty: unattested). simulated: the demo's simulated fabric.
 # TYPE railguard_source_kv_mismatch_gpus gauge"
     );
     for f in &found {
         let _ = writeln!(
             out,
-            "railguard_source_kv_mismatch_gpus{{source=\"{}\",simulated=\"{}\"}} {}",
+            "railguard_source_kv_mismatch_gpus{{source=\"{}\",attested=\"{}\",source_node=\"{}\",source_gpu=\"{}\",source_nic=\"{}\",simulated=\"{}\"}} {}",
             label(&f.source),
+            f.end.attestation == crate::store::read::Attestation::Attested,
+            label(f.end.node.as_deref().unwrap_or("")),
+            f.end.gpu.map(|g| g.to_string()).unwrap_or_default(),
+            label(f.end.nic.as_deref().unwrap_or("")),
             f.simulated,
             f.gpus
         );

@@ -29,7 +29,7 @@ pub fn settle(records: &mut [Record]) -> u64 {
                     settle_one(&mut s.path, &s.lanes, &s.nic);
                 }
             }
-            RecordBody::Topology(_) | RecordBody::Signal(_) | RecordBody::Inline(_) => {}
+            RecordBody::Topology(_) | RecordBody::Signal(_) | RecordBody::Inline(_) | RecordBody::SourceWorker(_) => {}
         }
     }
     disputed

@@ -87,6 +87,7 @@ impl Store {
         let mut inline = Vec::new();
         let mut summaries = Vec::new();
         let mut sets = Vec::new();
+        let mut sources = Vec::new();
         for r in records {
             match r.body {
                 RecordBody::Probe(p) => probes.push((r.id.0, r.observed_at, p)),
@@ -95,10 +96,16 @@ impl Store {
                 RecordBody::Inline(i) => inline.push((r.id.0, r.observed_at, i)),
                 RecordBody::Summary(s) => summaries.push((r.id.0, s)),
                 RecordBody::Summaries(s) => sets.push((r.id.0, s)),
+                RecordBody::SourceWorker(w) => sources.push((r.id.0, r.observed_at, w)),
             }
         }
-        let total =
-            (probes.len() + signals.len() + topologies.len() + inline.len() + summaries.len() + sets.len()) as u64;
+        let total = (probes.len()
+            + signals.len()
+            + topologies.len()
+            + inline.len()
+            + summaries.len()
+            + sets.len()
+            + sources.len()) as u64;
 
         let days =
             |ts: &mut dyn Iterator<Item = &DateTime<Utc>>| ts.map(|t| t.date_naive()).collect::<BTreeSet<NaiveDate>>();
@@ -140,6 +147,7 @@ impl Store {
         stored += insert_inline(&mut tx, node, inline).await?;
         stored += insert_summaries(&mut tx, node, summaries).await?;
         stored += insert_summary_sets(&mut tx, node, sets).await?;
+        stored += upsert_source_workers(&mut tx, node, sources).await?;
         for (id, at, t) in topologies {
             stored += insert_topology(&mut tx, node, id, at, t).await?;
         }
@@ -203,6 +211,63 @@ async fn upsert_node_seen(
         insert_signals(tx, node, vec![(id, Utc::now(), event)]).await?;
     }
     Ok(())
+}
+
+/// Most source workers one node keeps: past it, its oldest announcements go.
+pub const MAX_SOURCE_WORKERS_PER_NODE: i64 = 1024;
+
+/// Source workers: each the latest announcement of its name by this node (a re-sent record, or
+/// an older one arriving late, changes nothing). A node keeps at most
+/// [`MAX_SOURCE_WORKERS_PER_NODE`].
+async fn upsert_source_workers(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &NodeId,
+    workers: Vec<(Uuid, DateTime<Utc>, railguard_schema::SourceWorker)>,
+) -> Result<u64, StoreError> {
+    if workers.is_empty() {
+        return Ok(0);
+    }
+    let mut stored = 0;
+    for (id, at, w) in workers {
+        let res = sqlx::query(
+            "INSERT INTO source_workers (worker, node_id, observed_at, record_id, gpu_index, gpu_bdf, gpu_uuid, nic,
+                nic_bdf, pid, process, path, attribution, simulated, engine)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+             ON CONFLICT (worker, node_id) DO UPDATE SET observed_at = EXCLUDED.observed_at,
+                record_id = EXCLUDED.record_id, gpu_index = EXCLUDED.gpu_index, gpu_bdf = EXCLUDED.gpu_bdf,
+                gpu_uuid = EXCLUDED.gpu_uuid, nic = EXCLUDED.nic, nic_bdf = EXCLUDED.nic_bdf, pid = EXCLUDED.pid,
+                process = EXCLUDED.process, path = EXCLUDED.path, attribution = EXCLUDED.attribution,
+                simulated = EXCLUDED.simulated, engine = EXCLUDED.engine
+             WHERE source_workers.observed_at < EXCLUDED.observed_at",
+        )
+        .bind(&w.worker)
+        .bind(node.as_str())
+        .bind(at)
+        .bind(id)
+        .bind(i32_sat(w.gpu))
+        .bind(w.gpu_bdf.map(|b| b.to_string()))
+        .bind(&w.gpu_uuid)
+        .bind(&w.nic)
+        .bind(w.nic_bdf.map(|b| b.to_string()))
+        .bind(i64::from(w.pid))
+        .bind(&w.process)
+        .bind(w.path.as_str())
+        .bind(&w.attribution)
+        .bind(w.simulated)
+        .bind(w.engine.as_ref().map(sqlx::types::Json))
+        .execute(&mut **tx)
+        .await?;
+        stored += res.rows_affected();
+    }
+    sqlx::query(
+        "DELETE FROM source_workers WHERE node_id = $1 AND worker NOT IN
+            (SELECT worker FROM source_workers WHERE node_id = $1 ORDER BY observed_at DESC, worker LIMIT $2)",
+    )
+    .bind(node.as_str())
+    .bind(MAX_SOURCE_WORKERS_PER_NODE)
+    .execute(&mut **tx)
+    .await?;
+    Ok(stored)
 }
 
 /// In-line reports: few per node per second at most (the agent batches), so one statement each.

@@ -82,7 +82,8 @@ impl Store {
     /// would claim a partition that no longer exists). Topology snapshots received before the
     /// window go too (with their GPUs, NICs and paths), except each node's latest, which is what
     /// the node is until it sends another; GPU status changes past the rollup tier go, except
-    /// each GPU's status at the cut ([`Store::prune_status_changes`]). Returns the dropped tables.
+    /// each GPU's status at the cut ([`Store::prune_status_changes`]); source workers not
+    /// announced within the window go. Returns the dropped tables.
     pub async fn drop_expired(&self) -> Result<Vec<String>, sqlx::Error> {
         let Some(days) = self.retention_days else { return Ok(Vec::new()) };
         let today = chrono::Utc::now();
@@ -116,6 +117,14 @@ impl Store {
         .rows_affected();
         if pruned > 0 {
             tracing::info!(snapshots = pruned, "topology snapshots past retention removed (each node's latest kept)");
+        }
+        let workers = sqlx::query("DELETE FROM source_workers WHERE observed_at < $1")
+            .bind(keep_from)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if workers > 0 {
+            tracing::info!(workers, "source workers not announced within retention removed");
         }
         let changes =
             self.prune_status_changes(today - chrono::Duration::days(i64::from(self.tiers.rollup_days))).await?;

@@ -53,9 +53,14 @@ class Reporter:
         # the ones after (the agent's reports then name no engine).
         self.engine = engine
         self._engine_refused = False
-        # A result's diagnosis, refused the same way by an agent older than that field: those
-        # results go again without it, and later ones are sent without it.
-        self._diagnosis_refused = False
+        # A result's optional fields (diagnosis, source), refused the same way by an agent older
+        # than the field: those results go again without it, and later ones are sent without it.
+        self._refused_fields: set[str] = set()
+        # The KV sources this process serves as (worker -> CUDA device), announced again every
+        # announce_interval seconds so the collector keeps them (see announce).
+        self._serving: dict[str, int] = {}
+        self.announce_interval = 600.0
+        self._next_announce = 0.0
         self._last_answer: Optional[dict] = None
         self.flush_interval = flush_interval
         self.max_batch = max_batch
@@ -104,6 +109,64 @@ class Reporter:
             time.sleep(0.01)
         return False
 
+    def announce(self, worker: str, device: int, timeout: Optional[float] = None) -> Optional[dict]:
+        """Announces this process as the KV source ``worker`` (the name destinations' failures
+        will give it: the NIXL engine, ``|tp<rank>pp<rank>`` for one vLLM worker) on its CUDA
+        device ``device``. The agent attributes the GPU the process holds and the NIC its
+        transfers use, tells the collector (which then names this source by that pair), and
+        answers with the attribution, returned here: ``{"worker", "node", "gpu", "gpu_bdf",
+        "gpu_uuid", "nic", "path", "simulated"}``, what the source may put in its manifests as its
+        claim (:meth:`claim`). None when no agent answered or it refused (why: ``last_error``).
+        Announced again from the sending thread every ``announce_interval`` seconds."""
+        worker, device = str(worker), int(device)
+        with self._cond:
+            self._serving[worker] = device
+            self._next_announce = time.monotonic() + self.announce_interval
+        return self._announce_now({worker: device}, timeout).get(worker)
+
+    def _announce_now(self, serving: dict, timeout: Optional[float] = None) -> dict:
+        """One message announcing ``serving`` over a connection of its own (the sending thread's
+        answers stay in order); the agent's attestations by worker."""
+        message = {"v": 1, "results": [], "serves": [{"device": d, "worker": w} for w, d in serving.items()]}
+        if self.engine is not None and not self._engine_refused:
+            message["engine"] = self.engine
+        buf = b""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(timeout or self.timeout)
+                s.connect(self.socket_path)
+                s.sendall((json.dumps(message, separators=(",", ":")) + "\n").encode())
+                while b"\n" not in buf and len(buf) < 1 << 20:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+        except OSError as e:
+            self.last_error = f"announcing to the agent at {self.socket_path}: {e}"
+            return {}
+        try:
+            a = json.loads(buf.split(b"\n", 1)[0])
+        except ValueError:
+            self.last_error = "the agent's answer to an announcement is not JSON"
+            return {}
+        if not isinstance(a, dict):
+            return {}
+        if "error" in a:
+            self.last_error = str(a["error"])[:500]
+            return {}
+        if a.get("errors"):
+            self.last_error = "; ".join(map(str, a["errors"]))[:500]
+        return {x["worker"]: x for x in a.get("attested", []) or [] if isinstance(x, dict) and "worker" in x}
+
+    @staticmethod
+    def claim(attested: Optional[dict]) -> dict:
+        """The source end a manifest claims, from :meth:`announce`'s answer: ``{"node", "gpu",
+        "nic"}``, or empty where no agent attested it (the destination then reports no claim, and
+        the collector shows the source unattested)."""
+        if not attested:
+            return {}
+        return {k: str(attested.get(f)) for k, f in (("node", "node"), ("gpu", "gpu_bdf"), ("nic", "nic")) if attested.get(f)}
+
     def close(self, timeout: float = 2.0) -> None:
         self.flush(timeout)
         with self._cond:
@@ -115,6 +178,11 @@ class Reporter:
 
     def _run(self) -> None:
         while True:
+            if self._serving and time.monotonic() >= self._next_announce:
+                with self._cond:
+                    serving = dict(self._serving)
+                    self._next_announce = time.monotonic() + self.announce_interval
+                self._announce_now(serving)
             with self._cond:
                 if not self._queue and not self._closed:
                     self._cond.wait(self.flush_interval)
@@ -175,8 +243,8 @@ class Reporter:
         if not self._connect():
             return False
         with_engine = self.engine is not None and not self._engine_refused
-        if self._diagnosis_refused:
-            batch = [_without_diagnosis(x) for x in batch]
+        if self._refused_fields:
+            batch = [_without(x, self._refused_fields) for x in batch]
         message = {"v": 1, "results": batch}
         if with_engine:
             message["engine"] = self.engine
@@ -197,15 +265,17 @@ class Reporter:
             self._engine_refused = True
             return self._send(batch)
         again = []
+        newly = set()
         for e in (self._last_answer or {}).get("errors", []) or []:
-            m = re.match(r"result (\d+): .*unknown field `diagnosis`", str(e))
-            if m and int(m.group(1)) < len(batch):
-                again.append(_without_diagnosis(batch[int(m.group(1))]))
-        if again and not self._diagnosis_refused:
-            # Not counted as refused: they go again, without their diagnosis.
+            m = re.match(r"result (\d+): .*unknown field `(diagnosis|source)`", str(e))
+            if m and int(m.group(1)) < len(batch) and m.group(2) not in self._refused_fields:
+                newly.add(m.group(2))
+                again.append(int(m.group(1)))
+        if again:
+            # Not counted as refused: they go again, without the fields this agent does not know.
             self.rejected -= len(again)
-            self._diagnosis_refused = True
-            return self._send(again)
+            self._refused_fields |= newly
+            return self._send([_without(batch[i], self._refused_fields) for i in again])
         return True
 
     def _read_answers(self, block: bool) -> None:
@@ -246,8 +316,8 @@ class Reporter:
                 self.last_error = "; ".join(a.get("errors", []))[:500]
 
 
-def _without_diagnosis(item: dict) -> dict:
-    return {k: v for k, v in item.items() if k != "diagnosis"}
+def _without(item: dict, fields: set) -> dict:
+    return {k: v for k, v in item.items() if k not in fields}
 
 
 _default: Optional[Reporter] = None

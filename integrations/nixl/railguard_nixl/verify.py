@@ -32,6 +32,9 @@ class Check:
     at_ns: int = 0
     # A mismatch's bad blocks by what they held (see :func:`diagnose`); empty: not told apart.
     diagnosis: dict = field(default_factory=dict)
+    # The source end as the manifest claimed it ({"node", "gpu", "nic"}: the source's own word,
+    # see :meth:`railguard_nixl.report.Reporter.announce`); empty: none came.
+    source: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -54,6 +57,8 @@ class Check:
             "at_ns": int(self.at_ns or time.time_ns()),
             **({"diagnosis": {k: int(v) for k, v in self.diagnosis.items() if v}}
                if self.status == "mismatch" and any(self.diagnosis.values()) else {}),
+            **({"source": {k: str(self.source[k]) for k in ("node", "gpu", "nic") if self.source.get(k)}}
+               if self.status != "ok" and any(self.source.get(k) for k in ("node", "gpu", "nic")) else {}),
         }
 
 
@@ -199,20 +204,23 @@ def compare(
     untouched=None,
     earlier=None,
     known=None,
+    source=None,
 ) -> Check:
     """Destination side, with the destination's digests already computed (by
     :func:`digest_blocks`, or by a connector that reads its blocks where they live). The outcome
     is reported like :func:`check`'s; a mismatch carries its :func:`diagnose` (``untouched``,
-    ``earlier`` and ``known`` as that takes them)."""
+    ``earlier`` and ``known`` as that takes them); a failure carries ``source``, the source end
+    the manifest claimed."""
+    source = dict(source or {})
     if len(man) == 0:
         c = Check(request=man.request, status="error", blocks=0, bytes=0, remote=remote, memory=memory,
-                  device=device, error="nothing to verify: the manifest names no block")
+                  device=device, error="nothing to verify: the manifest names no block", source=source)
         _report(c, reporter)
         return c
     if digests.size != len(man) or not np.array_equal(lengths, man.lengths):
         c = Check(
             request=man.request, status="error", blocks=len(man), bytes=man.bytes, remote=remote,
-            memory=memory, device=device,
+            memory=memory, device=device, source=source,
             error=f"destination has {digests.size} blocks of {int(lengths.sum())} bytes; the manifest "
             f"{len(man)} of {man.bytes}",
         )
@@ -237,6 +245,7 @@ def compare(
         memory=memory,
         device=device,
         diagnosis=diagnosis,
+        source=source,
     )
     _report(c, reporter)
     return c

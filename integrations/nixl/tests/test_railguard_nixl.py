@@ -347,6 +347,42 @@ class Diagnoses(unittest.TestCase):
             r.close()
 
 
+    def test_an_agent_that_knows_neither_diagnosis_nor_source_still_gets_every_result(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "inline.sock")
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            srv.bind(path)
+            srv.listen(1)
+            got = []
+
+            def old_agent():
+                conn, _ = srv.accept()
+                for line in conn.makefile("rb"):
+                    msg = json.loads(line)
+                    # serde names the first unknown field of a result.
+                    errors, kept = [], []
+                    for i, x in enumerate(msg["results"]):
+                        unknown = [k for k in ("diagnosis", "source") if k in x]
+                        if unknown:
+                            errors.append(f"result {i}: not a result: unknown field `{unknown[0]}`, expected one of `device`")
+                        else:
+                            kept.append(x)
+                    got.extend(kept)
+                    answer = {"accepted": len(kept), "rejected": len(errors), "errors": errors}
+                    conn.sendall(json.dumps(answer).encode() + b"\n")
+
+            threading.Thread(target=old_agent, daemon=True).start()
+            r = rn.Reporter(path, flush_interval=0.01)
+            claim = {"node": "pre-a", "gpu": "0000:1b:00.0", "nic": "mlx5_0"}
+            r.add(rn.Check(request="ok", status="ok", blocks=1, bytes=8, source=claim))
+            r.add(rn.Check(request="bad", status="mismatch", blocks=2, bytes=16, bad_blocks=[1],
+                           diagnosis={"untouched": 1}, source=claim))
+            self.assertTrue(r.flush(5))
+            self.assertEqual(sorted(x["request"] for x in got), ["bad", "ok"])
+            self.assertEqual((r.accepted, r.rejected), (2, 0))
+            r.close()
+
+
 class _Null:
     def __init__(self):
         self.got = []
@@ -400,6 +436,63 @@ class Reporting(unittest.TestCase):
                                                    "settings": {"enable_prefix_caching": "True"}} for e in engines), engines)
             self.assertIn("refused", r.last_error)
             r.close()
+
+
+class Sources(unittest.TestCase):
+    def test_a_source_announces_itself_and_its_claim_is_what_the_agent_attested(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "inline.sock")
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            srv.bind(path)
+            srv.listen(8)
+            announced = []
+
+            def agent():
+                while True:
+                    conn, _ = srv.accept()
+                    for line in conn.makefile("rb"):
+                        msg = json.loads(line)
+                        attested = []
+                        for x in msg.get("serves", []):
+                            announced.append(x)
+                            if x["device"] == 0:
+                                attested.append({"worker": x["worker"], "node": "pre-a", "gpu": 3,
+                                                 "gpu_bdf": "0000:1b:00.0", "gpu_uuid": "GPU-3", "nic": "mlx5_0",
+                                                 "path": "nic_dma", "simulated": False})
+                        errors = [] if attested else [f"source {x['worker']}: device 1: not held" for x in msg.get("serves", [])]
+                        answer = {"accepted": len(attested), "rejected": len(errors), "errors": errors}
+                        if attested:
+                            answer["attested"] = attested
+                        conn.sendall(json.dumps(answer).encode() + b"\n")
+                        break
+                    conn.close()
+
+            threading.Thread(target=agent, daemon=True).start()
+            r = rn.Reporter(path, flush_interval=0.01)
+            a = r.announce("prefill-8|tp0pp0", 0)
+            self.assertEqual((a["node"], a["gpu_bdf"], a["nic"]), ("pre-a", "0000:1b:00.0", "mlx5_0"))
+            self.assertEqual(rn.Reporter.claim(a), {"node": "pre-a", "gpu": "0000:1b:00.0", "nic": "mlx5_0"})
+            # Refused: None, and why.
+            self.assertIsNone(r.announce("prefill-8|tp1pp0", 1))
+            self.assertIn("not held", r.last_error)
+            self.assertEqual(rn.Reporter.claim(None), {})
+            # Announced again from the sending thread, so the collector keeps it.
+            r.announce_interval = 0.05
+            r._next_announce = 0.0
+            until(lambda: sum(1 for x in announced if x["worker"] == "prefill-8|tp0pp0") >= 2, "a second announcement")
+            r.close()
+        # No agent: None, without raising.
+        r = rn.Reporter("/nonexistent/railguard/inline.sock", flush_interval=0.01)
+        self.assertIsNone(r.announce("prefill-8|tp0pp0", 0, timeout=0.2))
+        self.assertIn("announcing", r.last_error)
+        r.close()
+
+    def test_a_failure_carries_the_claimed_source_and_an_ok_does_not(self):
+        claim = {"node": "pre-a", "gpu": "0000:1b:00.0", "nic": "mlx5_0"}
+        bad = rn.Check(request="r", status="mismatch", blocks=2, bytes=16, bad_blocks=[1], source=claim).to_wire()
+        self.assertEqual(bad["source"], claim)
+        self.assertNotIn("source", rn.Check(request="r", status="ok", blocks=1, bytes=8, source=claim).to_wire())
+        self.assertNotIn("source", rn.Check(request="r", status="error", blocks=1, bytes=8).to_wire())
 
 
 class EngineIdentity(unittest.TestCase):

@@ -455,7 +455,7 @@ fn mismatches_from_a_source_that_corrupts_other_gpus_too_are_the_other_ends() {
             mismatch: 2,
             mismatch_nic: 2,
             mismatch_remote,
-            remotes: vec!["prefill-7 (wrong bytes on 4 GPUs)".into()],
+            remotes: vec!["prefill-7 (unattested): wrong bytes on 4 GPUs".into()],
             ..Default::default()
         };
         let mut i = inline_gpu(vec![p]);
@@ -466,7 +466,7 @@ fn mismatches_from_a_source_that_corrupts_other_gpus_too_are_the_other_ends() {
     assert_eq!((a.status, a.layer, a.recommendation.as_ref()), (GpuStatus::Ok, None, None), "{:?}", a.findings);
     let remote = a.findings.iter().find(|f| f.layer == Layer::Remote).expect("a remote finding");
     assert!(
-        remote.reason.contains("prefill-7 (wrong bytes on 4 GPUs)") && remote.reason.contains("not GPU3"),
+        remote.reason.contains("prefill-7 (unattested): wrong bytes on 4 GPUs") && remote.reason.contains("not GPU3"),
         "{}",
         remote.reason
     );
@@ -478,7 +478,7 @@ fn mismatches_from_a_source_that_corrupts_other_gpus_too_are_the_other_ends() {
         mismatch: 2,
         mismatch_nic: 2,
         mismatch_remote: 2,
-        remotes: vec!["prefill-7 (wrong bytes on 4 GPUs)".into()],
+        remotes: vec!["prefill-7 (unattested): wrong bytes on 4 GPUs".into()],
         ..Default::default()
     };
     let mut i = inline_gpu(vec![p]);

@@ -1,20 +1,114 @@
-//! Source findings: the other end of KV transfers. A source (the prefill engine a decode side's
-//! failure names, by its NIXL engine id) that sent wrong bytes, through the destinations' own
-//! NICs, to two or more GPUs of the fleet is implicated: its GPU or NIC, not theirs. Each
-//! destination that got wrong bytes from that source alone carries a `remote` finding and is not
-//! marked for it; these rows name the source, fleet-wide.
+//! Source findings: the other end of KV transfers. A source (what a destination's failures name
+//! it by: the remote NIXL engine, `|tp<rank>pp<rank>` for one vLLM worker) that sent wrong bytes,
+//! through the destinations' own NICs, to two or more GPUs of the fleet is implicated: its GPU or
+//! NIC, not theirs. Each destination that got wrong bytes from that source alone carries a
+//! `remote` finding and is not marked for it; these rows name the source, fleet-wide.
+//!
+//! A source is named by the GPU/NIC pair its own node's agent attested when it announced itself
+//! (`source_workers`, written only by that node): neither a destination nor the source's manifest
+//! can place it on another node's GPU. A name no node announced, or one two nodes announced, is
+//! shown by its name, unattested, with what its manifests claimed.
 
 use chrono::{DateTime, Utc};
+use railguard_schema::SourceClaim;
 use serde::Serialize;
 use sqlx::PgPool;
 use utoipa::ToSchema;
 
+/// Whether a source's own node attested where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Attestation {
+    /// One node's agent announced the name, with the GPU the process holds and its NIC.
+    Attested,
+    /// No node's agent announced it (no railguard agent there, or a library that does not say).
+    Unannounced,
+    /// Two or more nodes announced it: nobody's word is taken.
+    Disputed,
+}
+
+/// Where a source name resolves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct SourceEnd {
+    /// The name the destinations' failures give it.
+    pub name: String,
+    pub attestation: Attestation,
+    /// The nodes that announced the name.
+    pub announced_by: i64,
+    /// Attested only: the node, its GPU (index and PCI address) and the NIC its transfers use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_bdf: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nic: Option<String>,
+}
+
+impl SourceEnd {
+    /// The end `name` resolves to, from `railguard_source_end`'s columns.
+    pub fn of(
+        name: String,
+        announced_by: i64,
+        node: Option<String>,
+        gpu: Option<i32>,
+        gpu_bdf: Option<String>,
+        nic: Option<String>,
+    ) -> SourceEnd {
+        if announced_by == 1 {
+            SourceEnd {
+                name,
+                attestation: Attestation::Attested,
+                announced_by,
+                node,
+                gpu: gpu.and_then(|g| u32::try_from(g).ok()),
+                gpu_bdf,
+                nic: nic.filter(|n| !n.is_empty()),
+            }
+        } else {
+            let attestation = if announced_by == 0 { Attestation::Unannounced } else { Attestation::Disputed };
+            SourceEnd { name, attestation, announced_by, node: None, gpu: None, gpu_bdf: None, nic: None }
+        }
+    }
+}
+
+/// A source in words: "node pre-a GPU3 (0000:1b:00.0) through mlx5_0, attested (prefill-7|tp0pp0)",
+/// "prefill-7 (unattested)", "prefill-7 (unattested: announced by 2 nodes)".
+pub fn source_label(end: &SourceEnd) -> String {
+    match end.attestation {
+        Attestation::Attested => {
+            let mut s = format!("node {}", end.node.as_deref().unwrap_or("?"));
+            if let Some(g) = end.gpu {
+                s.push_str(&format!(" GPU{g}"));
+            }
+            if let Some(b) = &end.gpu_bdf {
+                s.push_str(&format!(" ({b})"));
+            }
+            match &end.nic {
+                Some(n) => s.push_str(&format!(" through {n}")),
+                None => s.push_str(" (its NIC unattributed)"),
+            }
+            format!("{s}, attested ({})", end.name)
+        }
+        Attestation::Unannounced => format!("{} (unattested)", end.name),
+        Attestation::Disputed => format!("{} (unattested: announced by {} nodes)", end.name, end.announced_by),
+    }
+}
+
 /// One source's wrong bytes in a period, fleet-wide.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct SourceFinding {
-    /// The source as the destinations' failures name it: the remote NIXL engine (what precedes
-    /// the first `/` of a failure's `remote`). Its GPU and NIC are not attested by it.
+    /// The source as the destinations' failures name it (the first name, where several names
+    /// resolve to one attested pair).
     pub source: String,
+    /// Where it is: the pair its own node attested, or why that is not known.
+    pub end: SourceEnd,
+    /// Names resolving to this source (a restarted engine on the same GPU and NIC: more than one).
+    pub names: i64,
+    /// Unattested only: the source end its latest manifest claimed (the prefill side's own word).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim: Option<SourceClaim>,
     /// Always `remote`: the layer this finding implicates.
     pub layer: railguard_schema::Layer,
     /// Failed transfers from it (the failures the destinations listed; a report keeps at most
@@ -35,8 +129,9 @@ pub struct SourceFinding {
 }
 
 /// The sources that sent wrong bytes to two or more GPUs in `since..=until`, most GPUs first (at
-/// most `limit`). A failure whose every bad block held whole blocks of another time or place
-/// (misplaced) is the engine's and not counted.
+/// most `limit`), each counted by its `source_key` (`inline_source_failures`). A failure whose
+/// every bad block held whole blocks of another time or place (misplaced) is the engine's and not
+/// counted.
 pub async fn source_findings(
     pool: &PgPool,
     since: DateTime<Utc>,
@@ -46,6 +141,7 @@ pub async fn source_findings(
     #[derive(sqlx::FromRow)]
     struct Row {
         source: String,
+        names: i64,
         mismatches: i64,
         gpus: i64,
         nodes: i64,
@@ -53,30 +149,30 @@ pub async fn source_findings(
         simulated: bool,
         first_at: DateTime<Utc>,
         last_at: DateTime<Utc>,
+        end_node: Option<String>,
+        end_gpu: Option<i32>,
+        end_gpu_bdf: Option<String>,
+        end_nic: Option<String>,
+        announced_by: i64,
+        claim: Option<sqlx::types::Json<serde_json::Value>>,
     }
     let rows: Vec<Row> = sqlx::query_as(
         "WITH f AS (
-            SELECT r.node_id, r.gpu_index, r.simulated, (x.value->>'at')::timestamptz AS at,
-                   split_part(x.value->>'remote', '/', 1) AS source
-            FROM inline_reports r, jsonb_array_elements(r.failures) x
-            WHERE r.observed_at >= $1 AND r.observed_at <= $2 AND r.transfers_mismatch > 0 AND r.gpu_index IS NOT NULL
-              AND r.path IN ('nic_dma', 'simulated') AND x.value->>'mismatch' = 'true'
-              AND split_part(coalesce(x.value->>'remote', ''), '/', 1) <> ''
-              AND NOT (coalesce((x.value #>> '{diagnosis,untouched}')::bigint, 0)
-                       + coalesce((x.value #>> '{diagnosis,corrupt}')::bigint, 0) = 0
-                       AND coalesce((x.value #>> '{diagnosis,stale}')::bigint, 0)
-                           + coalesce((x.value #>> '{diagnosis,misdirected}')::bigint, 0)
-                           + coalesce((x.value #>> '{diagnosis,swapped}')::bigint, 0) > 0)
+            SELECT * FROM inline_source_failures
+            WHERE observed_at >= $1 AND observed_at <= $2 AND path IN ('nic_dma', 'simulated')
          ), dest AS (
-            SELECT node_id, gpu_index, count(DISTINCT source) AS sources FROM f GROUP BY 1, 2
+            SELECT node_id, gpu_index, count(DISTINCT source_key) AS sources FROM f GROUP BY 1, 2
          )
-         SELECT f.source, count(*)::bigint AS mismatches, count(DISTINCT (f.node_id, f.gpu_index)) AS gpus,
-                count(DISTINCT f.node_id) AS nodes,
+         SELECT min(f.source) AS source, count(DISTINCT f.source) AS names, count(*)::bigint AS mismatches,
+                count(DISTINCT (f.node_id, f.gpu_index)) AS gpus, count(DISTINCT f.node_id) AS nodes,
                 count(DISTINCT (f.node_id, f.gpu_index)) FILTER (WHERE dest.sources = 1) AS exclusive_gpus,
-                bool_and(f.simulated) AS simulated, min(f.at) AS first_at, max(f.at) AS last_at
+                bool_and(f.simulated) AS simulated, min(f.at) AS first_at, max(f.at) AS last_at,
+                min(f.end_node) AS end_node, min(f.end_gpu) AS end_gpu, min(f.end_gpu_bdf) AS end_gpu_bdf,
+                min(f.end_nic) AS end_nic, max(f.announced_by) AS announced_by,
+                (array_agg(f.claim ORDER BY f.at DESC) FILTER (WHERE f.claim IS NOT NULL))[1] AS claim
          FROM f JOIN dest USING (node_id, gpu_index)
-         GROUP BY f.source HAVING count(DISTINCT (f.node_id, f.gpu_index)) >= 2
-         ORDER BY gpus DESC, mismatches DESC, f.source LIMIT $3",
+         GROUP BY f.source_key HAVING count(DISTINCT (f.node_id, f.gpu_index)) >= 2
+         ORDER BY gpus DESC, mismatches DESC, f.source_key LIMIT $3",
     )
     .bind(since)
     .bind(until)
@@ -86,10 +182,19 @@ pub async fn source_findings(
     Ok(rows
         .into_iter()
         .map(|r| {
+            let end = SourceEnd::of(r.source.clone(), r.announced_by, r.end_node, r.end_gpu, r.end_gpu_bdf, r.end_nic);
+            // A stored claim that no longer decodes is shown as none (it was validated at ingest).
+            let claim = (end.attestation != Attestation::Attested)
+                .then(|| r.claim.and_then(|c| serde_json::from_value::<SourceClaim>(c.0).ok()))
+                .flatten();
             let plural = |n: i64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+            let claimed = claim
+                .as_ref()
+                .map(|c| format!("; its manifests claim {} (the source's own word)", c.words()))
+                .unwrap_or_default();
             let reason = format!(
-                "{}: wrong bytes on {} of {}, through their own NICs ({} from no other source){}: the source's GPU or NIC is implicated, not theirs",
-                r.source,
+                "{}: wrong bytes on {} of {}, through their own NICs ({} from no other source){}: the source's GPU or NIC is implicated, not theirs{claimed}",
+                source_label(&end),
                 plural(r.gpus, "GPU", "GPUs"),
                 plural(r.nodes, "node", "nodes"),
                 r.exclusive_gpus,
@@ -97,6 +202,9 @@ pub async fn source_findings(
             );
             SourceFinding {
                 source: r.source,
+                end,
+                names: r.names,
+                claim,
                 layer: railguard_schema::Layer::Remote,
                 mismatches: r.mismatches,
                 gpus: r.gpus,
@@ -109,4 +217,31 @@ pub async fn source_findings(
             }
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_is_named_by_its_attested_pair_or_as_unattested() {
+        let end = SourceEnd::of(
+            "prefill-7|tp0pp0".into(),
+            1,
+            Some("pre-a".into()),
+            Some(3),
+            Some("0000:1b:00.0".into()),
+            Some("mlx5_0".into()),
+        );
+        assert_eq!(source_label(&end), "node pre-a GPU3 (0000:1b:00.0) through mlx5_0, attested (prefill-7|tp0pp0)");
+        let none = SourceEnd::of("prefill-7".into(), 0, None, None, None, None);
+        assert_eq!(
+            (none.attestation, source_label(&none).as_str()),
+            (Attestation::Unannounced, "prefill-7 (unattested)")
+        );
+        // Two nodes announcing one name: neither's word is taken, whatever the columns say.
+        let two = SourceEnd::of("prefill-7".into(), 2, Some("pre-a".into()), Some(3), None, Some("mlx5_0".into()));
+        assert_eq!((two.attestation, two.node.as_deref()), (Attestation::Disputed, None));
+        assert_eq!(source_label(&two), "prefill-7 (unattested: announced by 2 nodes)");
+    }
 }

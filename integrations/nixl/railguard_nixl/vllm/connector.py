@@ -34,6 +34,7 @@ Settings (``kv_connector_extra_config``):
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,6 +196,17 @@ def rank_key(tp_rank: int, pp_rank: int) -> str:
     return str(tp_rank) if pp_rank == 0 else f"{tp_rank}.pp{pp_rank}"
 
 
+# Beside a rank's manifest, under its key plus this suffix: the source end the prefill worker
+# claims (its agent's attestation, see Reporter.announce), as JSON. The source's own word.
+CLAIM_SUFFIX = "@source"
+
+
+def worker_name(engine_id: str, tp_rank: int, pp_rank: int) -> str:
+    """The name a prefill worker announces itself by and decode workers' failures give it: the
+    engine, then the rank (``"<engine>|tp0pp0"``)."""
+    return f"{engine_id}|tp{tp_rank}pp{pp_rank}"
+
+
 def _pp_rank() -> int:
     try:
         from vllm.distributed.parallel_state import get_pp_group
@@ -231,6 +243,8 @@ class RailguardPullWorker(NixlPullConnectorWorker):
         self._rg_engine = engine_of(vllm_config, vllm_config.kv_transfer_config)
         self._rg_reporter = Reporter(settings.socket, engine=self._rg_engine) if settings.socket else None
         self.rg_checks: list[Check] = []  # the last outcomes, newest last (bounded)
+        # What this worker's manifests claim about it as a source (its agent's attestation).
+        self._rg_claim = ""
 
     # ---- registration ----
 
@@ -241,7 +255,21 @@ class RailguardPullWorker(NixlPullConnectorWorker):
         except RegionError as e:
             self._rg_regions_error = f"KV registration not readable: {e}"
             logger.error("railguard: %s; every transfer will be unverifiable", self._rg_regions_error)
+        self._rg_announce()
 
+    def _rg_announce(self) -> None:
+        """Announces this worker to the node's agent as the source its decode peers will name,
+        and keeps the agent's attestation as what its manifests claim."""
+        r = self._rg_reporter_or_default()
+        if r is None or self._rg_regions is None:
+            return
+        worker = worker_name(self.engine_id, self.tp_rank, self._rg_pp_rank)
+        attested = r.announce(worker, self._rg_regions.device)
+        claim = Reporter.claim(attested)
+        self._rg_claim = json.dumps(claim, separators=(",", ":")) if claim else ""
+        if attested is None:
+            logger.warning("railguard: the node's agent did not attest this worker as source %s (%s); decode "
+                           "sides will show it unattested", worker, r.last_error or "no answer")
     # ---- prefill side ----
 
     def rg_digest(self, plan: DigestPlan | None) -> None:
@@ -257,7 +285,10 @@ class RailguardPullWorker(NixlPullConnectorWorker):
                 digests, lengths = self._rg_regions.digests(physical)
                 name = f"{req_id}|tp{self.tp_rank}pp{self._rg_pp_rank}|{self._rg_regions.layout()}"
                 text = Manifest(request=name, digests=digests, lengths=lengths).to_text(self._rg_settings.manifest_key)
-                self._rg_made.setdefault(req_id, {})[rank_key(self.tp_rank, self._rg_pp_rank)] = text
+                made = self._rg_made.setdefault(req_id, {})
+                made[rank_key(self.tp_rank, self._rg_pp_rank)] = text
+                if self._rg_claim:
+                    made[rank_key(self.tp_rank, self._rg_pp_rank) + CLAIM_SUFFIX] = self._rg_claim
             except (RegionError, BlockError, ManifestError) as e:
                 self._rg_made_errors[req_id] = f"prefill could not digest: {e}"
 
@@ -375,13 +406,24 @@ class RailguardPullWorker(NixlPullConnectorWorker):
 
         def fail(why: str) -> Check:
             c = Check(request=req_id, status="error", blocks=0, bytes=0, error=why, remote=remote,
-                      memory=memory, device=device)
+                      memory=memory, device=device, source=claim)
             self._rg_report(c)
             return c
 
+        mine = rank_key(self.tp_rank, self._rg_pp_rank)
+        claim: dict = {}
         if exp is not None:
-            # The source as the agent's reports name it: the prefill engine and its request.
-            remote = f"{exp.remote_engine_id}/{exp.remote_request_id}" if exp.remote_engine_id else exp.remote_request_id
+            # The source as the agent's reports name it: the prefill worker of this rank (the name
+            # it announced itself by), then its request.
+            remote = (f"{worker_name(exp.remote_engine_id, self.tp_rank, self._rg_pp_rank)}/{exp.remote_request_id}"
+                      if exp.remote_engine_id else exp.remote_request_id)
+            text = exp.manifests.get(mine + CLAIM_SUFFIX) or "{}"
+            try:
+                claim = json.loads(text) if len(text) <= 1024 else {}
+            except ValueError:
+                claim = {}
+            if not isinstance(claim, dict):
+                claim = {}
         if pending.unverifiable:
             return fail(pending.unverifiable)
         if pending.unrecorded:
@@ -393,7 +435,6 @@ class RailguardPullWorker(NixlPullConnectorWorker):
             return fail(self._rg_regions_error or "KV caches not registered")
         if exp is None or not exp.manifests:
             return fail(exp.why_missing if exp and exp.why_missing else "nothing to verify: no manifest came with the request")
-        mine = rank_key(self.tp_rank, self._rg_pp_rank)
         engine = exp.remote_engine_id or ""
         local, want, sources, before = [], [], [], []
         for read in pending.reads:
@@ -401,7 +442,8 @@ class RailguardPullWorker(NixlPullConnectorWorker):
             if text is None:
                 return fail(
                     f"not checkable: no manifest for tensor-parallel rank {self.tp_rank}, pipeline rank "
-                    f"{self._rg_pp_rank} (the request carries ranks {', '.join(sorted(exp.manifests))})"
+                    f"{self._rg_pp_rank} (the request carries ranks "
+                    f"{', '.join(sorted(k for k in exp.manifests if not k.endswith(CLAIM_SUFFIX)))})"
                 )
             try:
                 man = Manifest.decode(text, key=self._rg_settings.manifest_key, blocks=len(read.remote_all))
@@ -447,7 +489,8 @@ class RailguardPullWorker(NixlPullConnectorWorker):
         untouched = (np.concatenate(before) == after) & np.array(had, bool)
         earlier = {i: self._rg_history.get(src, ()) for i, src in enumerate(sources)}
         check = compare(expected, digests, lengths, remote=remote, reporter=self._rg_reporter_or_default(),
-                        memory=memory, device=device, untouched=untouched, earlier=earlier, known=self._rg_known)
+                        memory=memory, device=device, untouched=untouched, earlier=earlier, known=self._rg_known,
+                        source=claim)
         self._rg_remember(sources, expected.digests)
         return check
 
