@@ -413,3 +413,44 @@ fn topo_names_a_host_without_gpus_and_a_wrong_sysfs_root() {
     assert_ne!(code, Some(0));
     assert!(stderr.contains("is not a sysfs tree") && stderr.contains("bus/pci/devices is missing"), "{stderr}");
 }
+
+/// Two real processes on GPU3 select different NICs (one pinned to mlx5_1, one on UCX's
+/// auto-selection, the PIX mlx5_3): the agent probes both pairs as the workload's, never one
+/// picked silently.
+#[test]
+fn two_workloads_on_one_gpu_have_both_their_pairs_probed() {
+    use railguard_testkit::{ProcNamespace, Spawn, wait};
+    let seed = Seed::new();
+    let ns = ProcNamespace::start();
+    let workload = |pin: Option<&str>| {
+        let mut s = Spawn::new("python3")
+            .args(["-c", "import ctypes, time; ctypes.CDLL('libucp.so.0'); time.sleep(60)"])
+            .env("CUDA_VISIBLE_DEVICES", "3");
+        s = match pin {
+            Some(pin) => s.env("UCX_NET_DEVICES", pin),
+            None => s.env_remove("UCX_NET_DEVICES"),
+        };
+        ns.spawn(s)
+    };
+    let _pinned = workload(Some("mlx5_1:1"));
+    let _auto = workload(None);
+    let probed = wait::until("both workloads' pairs probed", std::time::Duration::from_secs(60), || {
+        let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+            .args(["probe", "--fabric", "sim", "--gpu", "3", "--nic", "auto", "--bytes", "64K", "--json"])
+            .arg("--discover-workloads")
+            .arg("--proc-root")
+            .arg(ns.proc_root())
+            .arg("--sysfs-root")
+            .arg(seed.dir.path().join("node/sys"))
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut pairs: Vec<(String, String)> = results(&out)
+            .iter()
+            .map(|r| (r["nic"].as_str().unwrap_or("").to_owned(), r["selection"].as_str().unwrap_or("").to_owned()))
+            .collect();
+        pairs.sort();
+        if pairs.len() == 2 { Ok(pairs) } else { Err(out) }
+    });
+    assert_eq!(probed, [("mlx5_1".to_owned(), "pinned".to_owned()), ("mlx5_3".to_owned(), "predicted".to_owned())]);
+}

@@ -328,3 +328,43 @@ fn an_unreadable_gpu_keeps_its_place_and_no_other_takes_its_index() {
     assert_eq!((t.gpus[0].gpu.bdf, t.gpus[1].gpu.bdf), (gpu0, gpu1), "GPU1 is still GPU1");
     assert!(t.warnings.iter().any(|w| w.contains(&format!("GPU at {gpu0} is unreadable"))), "{:?}", t.warnings);
 }
+
+/// Two workloads on one GPU that select different NICs: the lowest pid's is the GPU's predicted
+/// NIC; the other's is kept beside it (risk, reasons, the wire record), and both pairs are probed
+/// as a workload's, never one picked silently.
+#[test]
+fn two_workloads_selecting_different_nics_for_one_gpu_are_both_judged_and_probed() {
+    use railguard_agent::probe::pairs::{NicSelection, select_pairs};
+    use railguard_agent::topology::WorkloadSelection;
+    use railguard_schema::PairSelection;
+    let (_d, t) = discover(&fixture::seed_kvm_guest());
+    // GPU1: process 100 pinned to mlx5_2 (PHB, safe), process 205 on auto-selection (mlx5_1, PIX).
+    let mut policy = SelectionPolicy::default();
+    policy.per_gpu.insert(
+        1,
+        vec![
+            WorkloadSelection { pid: 100, ucx: NetDevices::parse("mlx5_2:1"), nccl: None },
+            WorkloadSelection { pid: 205, ucx: NetDevices::Auto, nccl: None },
+        ],
+    );
+    let others = t.other_workloads(1, &policy);
+    assert_eq!(others.iter().map(|o| (o.pid, o.nic.as_str())).collect::<Vec<_>>(), [(205, "mlx5_1")]);
+    let a = assess_gpu(&t, 1, &policy);
+    assert_eq!(a.prediction.predicted_nic.as_deref(), Some("mlx5_2"));
+    assert_eq!(a.other_workload_nics, ["mlx5_1"]);
+    assert_eq!(a.level, RiskLevel::High, "the other workload's PIX pair is the GPU's risk too: {:?}", a.reasons);
+    assert!(
+        a.reasons.iter().any(|r| r.contains("process 205 also uses GPU1 and selects mlx5_1 (PIX")),
+        "{:?}",
+        a.reasons
+    );
+    assert_eq!(a.clone().into_wire().other_workload_nics, ["mlx5_1"]);
+    let pairs = select_pairs(&t, &policy, &[1], &NicSelection::Workload).unwrap();
+    assert_eq!(
+        pairs.iter().map(|p| (p.nic.as_str(), p.selection)).collect::<Vec<_>>(),
+        [("mlx5_1", PairSelection::Predicted), ("mlx5_2", PairSelection::Pinned)]
+    );
+    // One workload, or two selecting the same NIC: nothing beside the predicted one.
+    policy.per_gpu.get_mut(&1).unwrap()[1].ucx = NetDevices::parse("mlx5_2:1");
+    assert!(t.other_workloads(1, &policy).is_empty());
+}

@@ -42,17 +42,24 @@ fn wait_for_socket(socket: &std::path::Path) {
     });
 }
 
+/// The seed node's agent under `dir`, probing and signals off, serving its in-line socket (mode
+/// 0600) at `dir/run/inline.sock`, once that accepts connections.
+fn inline_agent(collector: &CollectorProc, dir: &std::path::Path) -> (KillOnDrop, std::path::PathBuf) {
+    let socket = dir.join("run/inline.sock");
+    let flags = ["--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500", "--inline-socket-mode", "600"];
+    let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
+    args.extend(["--inline-socket".as_ref(), socket.as_os_str()]);
+    let agent = seed_agent(collector, dir, &args);
+    wait_for_socket(&socket);
+    (agent, socket)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transfers_never_alarm() {
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("run/inline.sock");
-    let flags = ["--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500", "--inline-socket-mode", "600"];
-    let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
-    args.extend(["--inline-socket".as_ref(), socket.as_os_str()]);
-    let _agent = seed_agent(&collector, dir.path(), &args);
-    wait_for_socket(&socket);
+    let (_agent, socket) = inline_agent(&collector, dir.path());
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o600);
 
@@ -453,12 +460,7 @@ async fn a_source_announces_itself_only_on_a_gpu_it_holds() {
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
     let node = dir.path().join("node");
-    let socket = dir.path().join("run/inline.sock");
-    let flags = ["--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500", "--inline-socket-mode", "600"];
-    let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
-    args.extend(["--inline-socket".as_ref(), socket.as_os_str()]);
-    let _agent = seed_agent(&collector, dir.path(), &args);
-    wait_for_socket(&socket);
+    let (_agent, socket) = inline_agent(&collector, dir.path());
 
     let serves = |device: u32, worker: &str| {
         serde_json::json!({"v": 1, "results": [], "serves": [{"device": device, "worker": worker}]}).to_string()

@@ -873,6 +873,16 @@ impl TryFrom<wire::TopologySnapshot> for TopologySnapshot {
                         .into_iter()
                         .map(|s| own_nic("risk.safe_nics", s))
                         .collect::<Result<_, _>>()?,
+                    // A workload's selection, like predicted_nic: a name, not necessarily one
+                    // of this node's NICs.
+                    other_workload_nics: at_most_entries(
+                        "risk.other_workload_nics",
+                        r.other_workload_nics,
+                        MAX_NICS_PER_NODE,
+                    )?
+                    .into_iter()
+                    .map(|s| name("risk.other_workload_nics", s))
+                    .collect::<Result<_, _>>()?,
                 })
             })
             .collect::<Result<_, WireError>>()?;
@@ -947,6 +957,7 @@ impl From<TopologySnapshot> for wire::TopologySnapshot {
                     predicted_nic: r.predicted_nic.unwrap_or_default(),
                     pinned: r.pinned,
                     safe_nics: r.safe_nics,
+                    other_workload_nics: r.other_workload_nics,
                 })
                 .collect(),
             warnings: t.warnings,
@@ -1348,6 +1359,7 @@ mod tests {
                 predicted_nic: format!("mlx5_{i}"),
                 pinned: false,
                 safe_nics: vec!["mlx5_0".into(), "mlx5_4".into()],
+                other_workload_nics: vec![],
             })
             .collect();
         wire::TopologySnapshot {

@@ -92,6 +92,10 @@ pub struct GpuRisk {
     pub pinned: bool,
     /// NICs whose path crosses the root complex on the GPU's NUMA node, best first.
     pub safe_nics: Vec<String>,
+    /// NICs that other workloads on this GPU select (processes whose selection differs from the
+    /// one `predicted_nic` follows): each such pair is probed and judged as a workload's too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_workload_nics: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -44,13 +44,14 @@ for line in sys.stdin:
 pub struct Spawn {
     argv: Vec<String>,
     env: Vec<(String, String)>,
+    unset: Vec<String>,
     stdout: Option<PathBuf>,
 }
 
 impl Spawn {
     /// `program`, with the test's own environment.
     pub fn new(program: impl Into<String>) -> Self {
-        Self { argv: vec![program.into()], env: Vec::new(), stdout: None }
+        Self { argv: vec![program.into()], env: Vec::new(), unset: Vec::new(), stdout: None }
     }
 
     pub fn arg(mut self, a: impl AsRef<std::ffi::OsStr>) -> Self {
@@ -68,6 +69,12 @@ impl Spawn {
     /// Sets `key` in its environment (over the test's own).
     pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Self {
         self.env.push((key.to_owned(), value.as_ref().to_string_lossy().into_owned()));
+        self
+    }
+
+    /// Leaves `key` out of its environment (whatever the test's own holds).
+    pub fn env_remove(mut self, key: &str) -> Self {
+        self.unset.push(key.to_owned());
         self
     }
 
@@ -129,6 +136,9 @@ impl ProcNamespace {
     pub fn spawn(&self, s: Spawn) -> NsProcess {
         let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
         env.extend(s.env);
+        for k in &s.unset {
+            env.remove(k);
+        }
         let req = serde_json::json!({
             "op": "spawn",
             "argv": s.argv,

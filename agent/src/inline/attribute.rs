@@ -305,6 +305,7 @@ mod tests {
                     predicted_nic: Some(format!("mlx5_{i}")),
                     pinned: false,
                     safe_nics: vec![],
+                    other_workload_nics: vec![],
                 })
                 .collect(),
             warnings: vec![],

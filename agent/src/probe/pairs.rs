@@ -67,9 +67,17 @@ pub fn select_pairs(
             continue;
         }
         let pred = topo.predict(gi, policy);
-        let workload_sel = if pred.pinned { PairSelection::Pinned } else { PairSelection::Predicted };
+        let others = topo.other_workloads(gi, policy);
         for (ni, n) in topo.nics.iter().enumerate() {
-            let is_workload = pred.predicted_nic.as_deref() == Some(n.nic.name.as_str());
+            // The GPU's workload's NIC, or another workload's on this GPU: both are probed as a
+            // workload's pair.
+            let workload = if pred.predicted_nic.as_deref() == Some(n.nic.name.as_str()) {
+                Some(pred.pinned)
+            } else {
+                others.iter().find(|o| o.nic == n.nic.name).map(|o| o.prediction.pinned)
+            };
+            let is_workload = workload.is_some();
+            let workload_sel = if workload == Some(true) { PairSelection::Pinned } else { PairSelection::Predicted };
             let wanted = match nic {
                 NicSelection::All => true,
                 NicSelection::Workload => is_workload,

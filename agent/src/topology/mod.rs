@@ -67,8 +67,20 @@ fn nplace(n: &rdma::RdmaDevice) -> Place<'_> {
 pub struct SelectionPolicy {
     pub ucx: NetDevices,
     pub nccl: Option<IbHca>,
-    /// GPU index → the selection of the workload process using it.
-    pub per_gpu: BTreeMap<u32, WorkloadSelection>,
+    /// GPU index → the distinct selections of the workload processes using it, the lowest
+    /// pid's first.
+    pub per_gpu: BTreeMap<u32, Vec<WorkloadSelection>>,
+}
+
+/// Another workload on a GPU, selecting another NIC than the GPU's predicted one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherWorkload {
+    pub pid: u32,
+    /// The NIC its selection lands on.
+    pub nic: String,
+    /// Its UCX selection in words (`mlx5_5:1`, `auto`).
+    pub selection: String,
+    pub prediction: Prediction,
 }
 
 /// One workload process's NIC selection.
@@ -140,14 +152,35 @@ impl Topology {
     }
 
     /// The NIC this GPU's workload will use under `policy` (its own workload's selection, when
-    /// a running one was found).
+    /// a running one was found: the lowest pid's where several select differently).
     pub fn predict(&self, gpu: usize, policy: &SelectionPolicy) -> Prediction {
-        let nics: Vec<(&str, PathClass)> =
-            self.nics.iter().enumerate().map(|(n, d)| (d.nic.name.as_str(), self.gpu_nic[gpu][n])).collect();
-        match self.gpus.get(gpu).and_then(|g| policy.per_gpu.get(&g.gpu.index)) {
+        let nics = self.nic_classes(gpu);
+        match self.gpus.get(gpu).and_then(|g| policy.per_gpu.get(&g.gpu.index)).and_then(|w| w.first()) {
             Some(w) => predict::predict(&nics, &w.ucx, w.nccl.as_ref()),
             None => predict::predict(&nics, &policy.ucx, policy.nccl.as_ref()),
         }
+    }
+
+    /// The other workloads on this GPU whose selection lands on a NIC other than
+    /// [`Topology::predict`]'s: each NIC once, by the lowest pid selecting it.
+    pub fn other_workloads(&self, gpu: usize, policy: &SelectionPolicy) -> Vec<OtherWorkload> {
+        let nics = self.nic_classes(gpu);
+        let primary = self.predict(gpu, policy).predicted_nic;
+        let mut out: Vec<OtherWorkload> = Vec::new();
+        let Some(all) = self.gpus.get(gpu).and_then(|g| policy.per_gpu.get(&g.gpu.index)) else { return out };
+        for w in all.iter().skip(1) {
+            let prediction = predict::predict(&nics, &w.ucx, w.nccl.as_ref());
+            let Some(nic) = prediction.predicted_nic.clone() else { continue };
+            if Some(&nic) == primary.as_ref() || out.iter().any(|o| o.nic == nic) {
+                continue;
+            }
+            out.push(OtherWorkload { pid: w.pid, nic, selection: w.ucx.describe(), prediction });
+        }
+        out
+    }
+
+    fn nic_classes(&self, gpu: usize) -> Vec<(&str, PathClass)> {
+        self.nics.iter().enumerate().map(|(n, d)| (d.nic.name.as_str(), self.gpu_nic[gpu][n])).collect()
     }
 
     /// Label of a GPU pair: `NV#` when NVLink joins them, else the PCIe class.

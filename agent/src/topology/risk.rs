@@ -144,6 +144,9 @@ pub struct GpuAssessment {
     #[serde(flatten)]
     pub prediction: Prediction,
     pub safe_nics: Vec<String>,
+    /// NICs other workloads on this GPU select (see [`super::Topology::other_workloads`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_workload_nics: Vec<String>,
 }
 
 impl GpuAssessment {
@@ -156,6 +159,7 @@ impl GpuAssessment {
             predicted_nic: self.prediction.predicted_nic,
             pinned: self.prediction.pinned,
             safe_nics: self.safe_nics,
+            other_workload_nics: self.other_workload_nics,
         }
     }
 }
@@ -197,6 +201,29 @@ pub fn assess_gpu(topo: &Topology, g: usize, policy: &SelectionPolicy) -> GpuAss
             RiskLevel::Low
         }
     };
+    // Other workloads on this GPU that select another NIC: their pairs are the GPU's risk too.
+    let others = topo.other_workloads(g, policy);
+    let mut level = level;
+    for o in &others {
+        let Some(n) = topo.nic_index(&o.nic) else {
+            reasons.push(format!(
+                "process {} also uses GPU{} with UCX_NET_DEVICES={}, which names no RDMA NIC of this node",
+                o.pid, gpu.index, o.selection
+            ));
+            continue;
+        };
+        reasons.push(format!(
+            "process {} also uses GPU{} and selects {} ({}, UCX_NET_DEVICES={}): that pair is probed and judged as a workload's too",
+            o.pid,
+            gpu.index,
+            o.nic,
+            topo.gpu_nic[g][n].label(),
+            o.selection
+        ));
+        let r = pair_risk(topo, g, n);
+        reasons.extend(r.reasons);
+        level = level.max(r.level);
+    }
     let mut safe: Vec<(PathClass, &str)> = topo
         .nics
         .iter()
@@ -211,6 +238,7 @@ pub fn assess_gpu(topo: &Topology, g: usize, policy: &SelectionPolicy) -> GpuAss
         reasons,
         prediction,
         safe_nics: safe.into_iter().map(|s| s.1.to_owned()).collect(),
+        other_workload_nics: others.into_iter().map(|o| o.nic).collect(),
     }
 }
 

@@ -114,28 +114,31 @@ pub fn gpus_of(w: &Workload, uuids: &[(u32, String)]) -> Vec<u32> {
     }
 }
 
-/// What each GPU's workload selects: GPU index → (pid, UCX selection, NCCL selection). A GPU
-/// claimed by several workloads keeps the lowest pid's, and the others are returned as notes.
+/// What each GPU's workloads select: GPU index → every distinct selection of the processes
+/// using it, the lowest pid's first (the one the GPU's predicted NIC follows). A GPU claimed by
+/// workloads that select differently keeps them all (each pair is probed and judged), and says
+/// so in a note.
 pub fn per_gpu(
     workloads: &[Workload],
     uuids: &[(u32, String)],
-) -> (BTreeMap<u32, super::WorkloadSelection>, Vec<String>) {
-    let mut map: BTreeMap<u32, super::WorkloadSelection> = BTreeMap::new();
+) -> (BTreeMap<u32, Vec<super::WorkloadSelection>>, Vec<String>) {
+    let mut map: BTreeMap<u32, Vec<super::WorkloadSelection>> = BTreeMap::new();
     let mut notes = Vec::new();
     let mut sorted: Vec<&Workload> = workloads.iter().collect();
     sorted.sort_by_key(|w| w.pid);
     for w in sorted {
         for g in gpus_of(w, uuids) {
-            match map.get(&g) {
-                Some(first) if first.ucx != w.ucx || first.nccl != w.nccl => notes.push(format!(
-                    "GPU{g} is used by processes {} and {} with different NIC selections; probing {}'s",
-                    first.pid, w.pid, first.pid
-                )),
-                Some(_) => {}
-                None => {
-                    map.insert(g, super::WorkloadSelection { pid: w.pid, ucx: w.ucx.clone(), nccl: w.nccl.clone() });
-                }
+            let kept = map.entry(g).or_default();
+            if kept.iter().any(|k| k.ucx == w.ucx && k.nccl == w.nccl) {
+                continue;
             }
+            if let Some(first) = kept.first() {
+                notes.push(format!(
+                    "GPU{g} is used by processes {} and {} with different NIC selections: each one's NIC is probed and judged",
+                    first.pid, w.pid
+                ));
+            }
+            kept.push(super::WorkloadSelection { pid: w.pid, ucx: w.ucx.clone(), nccl: w.nccl.clone() });
         }
     }
     (map, notes)
@@ -165,10 +168,14 @@ mod tests {
             (0..8).map(|i| (i, if i == 4 { "GPU-aaaa".into() } else { String::new() })).collect();
         assert_eq!(gpus_of(&ws[1], &uuids), [4, 5], "a UUID and an index");
         let (map, notes) = per_gpu(&ws, &uuids);
-        assert_eq!(map[&3].pid, 100);
-        assert_eq!(map[&3].ucx, NetDevices::parse("mlx5_1:1"));
-        assert_eq!(map[&4].ucx, NetDevices::Auto);
+        // GPU3: both workloads kept, the lowest pid first.
+        assert_eq!(map[&3].iter().map(|w| w.pid).collect::<Vec<_>>(), [100, 103]);
+        assert_eq!(map[&3][0].ucx, NetDevices::parse("mlx5_1:1"));
+        assert_eq!(map[&3][1].ucx, NetDevices::parse("mlx5_2:1"));
+        assert_eq!(map[&4].len(), 1);
+        assert_eq!(map[&4][0].ucx, NetDevices::Auto);
         assert_eq!(notes.len(), 1, "GPU3 claimed twice with different pins: {notes:?}");
+        assert!(notes[0].contains("processes 100 and 103"), "{notes:?}");
         assert!(!map.contains_key(&0));
     }
 }

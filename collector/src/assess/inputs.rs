@@ -160,6 +160,7 @@ async fn read_topologies(
                     structural: Some(r.level),
                     structural_reasons: r.reasons,
                     workload_nic: r.predicted_nic,
+                    other_workload_nics: r.other_workload_nics,
                     pinned: r.pinned,
                     safe_nics: r.safe_nics,
                     nic_paths: nic_paths(&paths, r.gpu, &node_nics),
@@ -285,10 +286,12 @@ async fn read_signals(
         }
     }
     for input in inputs.values_mut() {
-        if let Some(nic) = &input.workload_nic
-            && let Some(v) = by_nic.get(&(input.node.clone(), nic.clone()))
-        {
-            input.signals.extend(v.iter().cloned());
+        // The NICs the GPU's workloads use: their signals are the GPU's evidence too.
+        let nics: Vec<String> = input.workload_nic.iter().chain(&input.other_workload_nics).cloned().collect();
+        for nic in nics {
+            if let Some(v) = by_nic.get(&(input.node.clone(), nic)) {
+                input.signals.extend(v.iter().cloned());
+            }
         }
     }
     Ok(())

@@ -59,6 +59,9 @@ pub struct GpuInput {
     pub structural_reasons: Vec<String>,
     /// The NIC the workload uses (predicted or pinned), from the latest topology.
     pub workload_nic: Option<String>,
+    /// NICs other workloads on this GPU select (from the latest topology): their pairs are
+    /// judged as a workload's, not as pairs nobody uses.
+    pub other_workload_nics: Vec<String>,
     pub pinned: bool,
     /// NICs through the root complex on the GPU's NUMA node, best first.
     pub safe_nics: Vec<String>,
@@ -195,6 +198,9 @@ pub fn assess(input: &GpuInput, previous: Option<Previous>, cfg: &RulesConfig) -
     if let Some(p) = workload {
         workload_probes(input, p, cfg, &mut f);
     }
+    for p in input.pairs.iter().filter(|p| input.other_workload_nics.contains(&p.nic)) {
+        other_workload_probes(input, p, cfg, &mut f);
+    }
     inline(input, cfg, &mut f);
     unverified(input, workload, cfg, &mut f);
     other_pairs(input, cfg, &mut f);
@@ -267,21 +273,43 @@ fn structural(input: &GpuInput, f: &mut Findings) {
 
 /// The workload pair's trusted probes: silent corruption, failures, a transient failure.
 fn workload_probes(input: &GpuInput, p: &PairCounts, cfg: &RulesConfig, f: &mut Findings) {
+    let counted =
+        if input.workload_recent_nic.is_empty() { &input.workload_recent } else { &input.workload_recent_nic };
+    let recent_silent = counted.iter().take(5).filter(|v| **v == ProbeVerdict::SilentCorruption).count() as u32;
+    let whose = format!("the NIC its workload uses{}", if input.pinned { ", pinned" } else { "" });
+    judge_workload_pair(input, p, cfg, recent_silent, &whose, f);
+}
+
+/// A pair another workload on this GPU uses: judged as the workload's pair. Its latest verdicts
+/// are not read apart, so "still failing" is that at least half its probes in the window were
+/// silent corruption.
+fn other_workload_probes(input: &GpuInput, p: &PairCounts, cfg: &RulesConfig, f: &mut Findings) {
+    let recent_silent =
+        if u64::from(p.silent_corruption) * 2 >= u64::from(p.total()) { cfg.corrupting_after.min(5) } else { 0 };
+    judge_workload_pair(input, p, cfg, recent_silent, "the NIC another workload on this GPU uses", f);
+}
+
+/// A workload's pair by its probes in the window: `recent_silent` of its latest verdicts were
+/// silent corruption; `whose` says whose NIC it is.
+fn judge_workload_pair(
+    input: &GpuInput,
+    p: &PairCounts,
+    cfg: &RulesConfig,
+    recent_silent: u32,
+    whose: &str,
+    f: &mut Findings,
+) {
     let (g, w, nic) = (input.gpu, &cfg.window_label, &p.nic);
     let path = if p.simulated { DataPath::Simulated } else { DataPath::NicDma };
     let how = p.verification().describe();
     let diag = p.diagnosis.map(|d| format!(", receiver found {d}")).unwrap_or_default();
-    let counted =
-        if input.workload_recent_nic.is_empty() { &input.workload_recent } else { &input.workload_recent_nic };
-    let recent_silent = counted.iter().take(5).filter(|v| **v == ProbeVerdict::SilentCorruption).count() as u32;
     if p.silent_corruption >= cfg.corrupting_after && recent_silent >= cfg.corrupting_after.min(5) {
         f.raise_by(
             Layer::Fabric,
             GpuStatus::Corrupting,
             path,
             format!(
-                "GPU{g} via {nic} (the NIC its workload uses{}): {} of {} probes in the last {w} were silent corruption ({how}) — the transport said success{diag}",
-                if input.pinned { ", pinned" } else { "" },
+                "GPU{g} via {nic} ({whose}): {} of {} probes in the last {w} were silent corruption ({how}) — the transport said success{diag}",
                 p.silent_corruption,
                 p.total()
             ),
@@ -322,6 +350,7 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
         let nic = if p.nic.is_empty() { "an unattributed NIC".to_owned() } else { p.nic.clone() };
         let which = match &input.workload_nic {
             Some(w) if *w == p.nic => " (the NIC its workload uses)",
+            _ if input.other_workload_nics.contains(&p.nic) => " (the NIC another workload on this GPU uses)",
             _ => "",
         };
         let examples = if i.failures.is_empty() { String::new() } else { format!(": {}", i.failures.join("; ")) };
@@ -479,7 +508,9 @@ fn unverified(input: &GpuInput, workload: Option<&PairCounts>, cfg: &RulesConfig
 
 /// Pairs the workload does not use: worth knowing before anyone re-pins.
 fn other_pairs(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
-    for p in input.pairs.iter().filter(|p| Some(&p.nic) != input.workload_nic.as_ref() && p.bad() > 0) {
+    for p in input.pairs.iter().filter(|p| {
+        Some(&p.nic) != input.workload_nic.as_ref() && !input.other_workload_nics.contains(&p.nic) && p.bad() > 0
+    }) {
         f.raise(
             Layer::Fabric,
             GpuStatus::Watch,

@@ -33,6 +33,7 @@ fn seed_gpu(g: u32, workload: &str, structural: RiskLevel) -> GpuInput {
         structural: Some(structural),
         structural_reasons: vec!["GPU↔NIC is PIX in a VM without vIOMMU".into()],
         workload_nic: Some(workload.into()),
+        other_workload_nics: vec![],
         pinned: workload == "mlx5_0" && g != 0,
         safe_nics: safe,
         nic_paths: Default::default(),
@@ -59,6 +60,35 @@ fn seed_gpu(g: u32, workload: &str, structural: RiskLevel) -> GpuInput {
         topology_gap: None,
         workload_recent_nic: vec![],
     }
+}
+
+/// A pair another workload on the GPU uses is judged as a workload's: its silent corruption makes
+/// the GPU `corrupting` (fabric), where a pair nobody uses only calls for `watch`.
+#[test]
+fn another_workloads_failing_pair_marks_the_gpu_as_its_own_workloads_would() {
+    // GPU1, its workload pinned to mlx5_0 (clean); its PIX pair mlx5_1 fails every probe. (No
+    // structural risk, so what the probes call for shows.)
+    let mut input = seed_gpu(1, "mlx5_0", RiskLevel::None);
+    input.pairs[1] = pair("mlx5_1", 0, 4);
+    let cfg = RulesConfig::default();
+    let alone = assess(&input, None, &cfg);
+    assert_eq!(alone.status, GpuStatus::Watch, "{:?}", alone.reasons);
+    assert!(alone.reasons.iter().any(|r| r.contains("GPU1↔mlx5_1 (not used by the workload)")), "{:?}", alone.reasons);
+    input.other_workload_nics = vec!["mlx5_1".into()];
+    let shared = assess(&input, None, &cfg);
+    assert_eq!((shared.status, shared.layer), (GpuStatus::Corrupting, Some(Layer::Fabric)), "{:?}", shared.reasons);
+    assert!(
+        shared.reasons[0].contains("GPU1 via mlx5_1 (the NIC another workload on this GPU uses): 4 of 4 probes"),
+        "{:?}",
+        shared.reasons
+    );
+    assert!(!shared.reasons.iter().any(|r| r.contains("not used by the workload")), "{:?}", shared.reasons);
+    // The pin moves off both: never to the other workload's failing NIC.
+    let pin = shared.recommendation.map(|p| p.to_string()).unwrap_or_default();
+    assert!(!pin.contains("mlx5_1") && !pin.is_empty(), "{pin}");
+    // Half or fewer of its probes silent: at risk, not corrupting (not known to be failing now).
+    input.pairs[1] = pair("mlx5_1", 4, 3);
+    assert_eq!(assess(&input, None, &cfg).status, GpuStatus::AtRisk);
 }
 
 #[test]
