@@ -42,6 +42,37 @@ pub fn probe_rec(gpu: u32, nic: &str, verdict: ProbeVerdict, selection: PairSele
     .into()
 }
 
+/// A probe of `gpu` on `nic` as an agent of real hardware sends it: what carried it, in which
+/// memory, on which lanes.
+pub fn probe_at(gpu: u32, nic: &str, path: DataPath, memory: Memory, lanes: &[&str], ago_s: i64) -> wire::Record {
+    let mut p = probe(0);
+    p.gpu = gpu;
+    p.nic = nic.into();
+    p.verdict = ProbeVerdict::Ok;
+    p.diagnosis = Diagnosis::None;
+    p.first_bad_offset = None;
+    p.bad_chunks = 0;
+    p.selection = PairSelection::Predicted;
+    p.transport = Transport::Verbs;
+    p.simulated = false;
+    p.path = path;
+    p.memory = memory;
+    p.lanes = lanes.iter().map(|l| (*l).to_owned()).collect();
+    Record {
+        id: RecordId::random(),
+        observed_at: Utc::now() - chrono::Duration::seconds(ago_s),
+        body: RecordBody::Probe(p),
+    }
+    .into()
+}
+
+/// `n` probes of GPU `gpu` through its own NIC `mlx5_<gpu>` in `memory`, the newest `ago_s` back.
+pub fn own_at(gpu: u32, memory: Memory, n: i64, ago_s: i64) -> Vec<wire::Record> {
+    let nic = format!("mlx5_{gpu}");
+    let lane = format!("rc_mlx5/{nic}:1");
+    (0..n).map(|k| probe_at(gpu, &nic, DataPath::NicDma, memory, &[&lane], ago_s + k)).collect()
+}
+
 /// The probe stream of an 8-GPU node whose PIX pairs reject DMA, with `workload(g)` the NIC
 /// each GPU's workload uses: 4 probes of that pair, 1 of every other pair.
 pub fn seed_probes(workload: impl Fn(u32) -> String, selection: PairSelection) -> Vec<wire::Record> {

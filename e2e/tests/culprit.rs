@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use railguard_agent::topology::fixture;
-use railguard_e2e::scripted::{json, probe_rec, send, topo_rec, topology};
+use railguard_e2e::scripted::{json, own_at, probe_rec, send, topo_rec, topology};
 use railguard_e2e::*;
 use railguard_schema::*;
 use serde_json::Value;
@@ -456,5 +456,34 @@ async fn a_source_is_named_by_the_pair_its_own_node_attests_and_no_node_can_take
     assert!(
         !sources["sources"].as_array().unwrap().iter().any(|s| s["end"]["node"] == "dec-c"),
         "a node cannot take a source over: {sources}"
+    );
+
+    // A source whose own node proves its pair clean is nobody's excuse: pre-a's GPU5 is `ok`,
+    // proven by its own probes through mlx5_5 in GPU memory, and serves prefill-11. Two
+    // destinations' mismatches from it stay theirs, however many report it.
+    let mut recs = vec![topo_rec(topology(&fixture::dgx_h100_like(), None)), announced("prefill-11|tp0pp0", 5)];
+    recs.extend(own_at(5, Memory::Cuda, 5, 1));
+    send(&c, "pre-a", recs).await;
+    wait::until("pre-a GPU5 ok and proven", Duration::from_secs(60), || {
+        let (_, body) = c.get("/api/v1/nodes/pre-a/gpus/5", None);
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        if v["status"]["status"] == "ok" && v["status"]["proven"] == true { Ok(()) } else { Err(body) }
+    });
+    for node in ["dec-c", "dec-d"] {
+        send(&c, node, vec![inline(7, 2, "prefill-11|tp0pp0/req", DataPath::NicDma, None)]).await;
+    }
+    wait::until("dec-c GPU7 judged on its own path", Duration::from_secs(60), || {
+        let v = gpu(&c, "dec-c", 7);
+        if v["status"] == "corrupting" { Ok(()) } else { Err(v) }
+    });
+    for node in ["dec-c", "dec-d"] {
+        let v = gpu(&c, node, 7);
+        assert_eq!((v["status"].as_str(), v["layer"].as_str()), (Some("corrupting"), Some("fabric")), "{node}: {v}");
+        assert!(!layers(&v).contains(&"remote".to_owned()), "{node}: {v}");
+    }
+    let sources = json(&c, "/api/v1/sources?since=1h");
+    assert!(
+        !sources["sources"].as_array().unwrap().iter().any(|s| s["source"] == "prefill-11|tp0pp0"),
+        "a source proven clean by its own node is not listed: {sources}"
     );
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use railguard_agent::topology::fixture;
 use railguard_collector::evidence::Class;
-use railguard_e2e::scripted::{json, send, topo_rec, topology};
+use railguard_e2e::scripted::{json, own_at, probe_at, send, topo_rec, topology};
 use railguard_e2e::*;
 use railguard_schema::*;
 use serde_json::Value;
@@ -37,37 +37,6 @@ async fn the_sql_standing_is_the_rust_rule_on_every_input() {
         }
     }
     assert_eq!(checked, DataPath::ALL.len() * Memory::ALL.len() * 2);
-}
-
-/// A probe of `gpu` on `nic` as an agent of real hardware sends it: what carried it, in which
-/// memory, on which lanes.
-fn probe_at(gpu: u32, nic: &str, path: DataPath, memory: Memory, lanes: &[&str], ago_s: i64) -> wire::Record {
-    let mut p = probe(0);
-    p.gpu = gpu;
-    p.nic = nic.into();
-    p.verdict = ProbeVerdict::Ok;
-    p.diagnosis = Diagnosis::None;
-    p.first_bad_offset = None;
-    p.bad_chunks = 0;
-    p.selection = PairSelection::Predicted;
-    p.transport = Transport::Verbs;
-    p.simulated = false;
-    p.path = path;
-    p.memory = memory;
-    p.lanes = lanes.iter().map(|l| (*l).to_owned()).collect();
-    Record {
-        id: RecordId::random(),
-        observed_at: Utc::now() - chrono::Duration::seconds(ago_s),
-        body: RecordBody::Probe(p),
-    }
-    .into()
-}
-
-/// `n` probes of GPU `gpu` through its own NIC `mlx5_<gpu>` in `memory`, the newest `ago_s` back.
-fn own_at(gpu: u32, memory: Memory, n: i64, ago_s: i64) -> Vec<wire::Record> {
-    let nic = format!("mlx5_{gpu}");
-    let lane = format!("rc_mlx5/{nic}:1");
-    (0..n).map(|k| probe_at(gpu, &nic, DataPath::NicDma, memory, &[&lane], ago_s + k)).collect()
 }
 
 fn own(gpu: u32, memory: Memory, n: i64) -> Vec<wire::Record> {

@@ -488,7 +488,8 @@ impl RemoteRow {
 /// Per destination pair (`$1`: its nodes, or NULL), the NIC-moved mismatches in `$2..$3` from
 /// each source that sent wrong bytes to two or more GPUs of the fleet, where the destination
 /// got wrong bytes from no other source. A source is counted by its `source_key`
-/// (`inline_source_failures`): the GPU/NIC pair its own node attested, else its name.
+/// (`inline_source_failures`): the GPU/NIC pair its own node attested, else its name. A source
+/// whose own node proves that pair clean (`end_proven_clean`) is never the one to blame.
 const REMOTE_MISMATCHES: &str = "WITH f AS (
         SELECT * FROM inline_source_failures WHERE observed_at > $2 AND observed_at <= $3
      ), dest AS (
@@ -500,7 +501,7 @@ const REMOTE_MISMATCHES: &str = "WITH f AS (
             min(f.end_node) AS end_node, min(f.end_gpu) AS end_gpu, min(f.end_gpu_bdf) AS end_gpu_bdf,
             min(f.end_nic) AS end_nic, max(f.announced_by) AS announced_by
      FROM f JOIN src USING (source_key) JOIN dest USING (node_id, gpu_index)
-     WHERE f.path IN ('nic_dma', 'simulated') AND src.dests >= 2 AND dest.sources = 1
+     WHERE f.path IN ('nic_dma', 'simulated') AND src.dests >= 2 AND dest.sources = 1 AND NOT f.end_proven_clean
        AND ($1::text[] IS NULL OR f.node_id = ANY($1))
      GROUP BY f.node_id, f.gpu_index, f.nic, f.source_key, src.dests";
 

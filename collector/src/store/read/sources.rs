@@ -7,7 +7,9 @@
 //! A source is named by the GPU/NIC pair its own node's agent attested when it announced itself
 //! (`source_workers`, written only by that node): neither a destination nor the source's manifest
 //! can place it on another node's GPU. A name no node announced, or one two nodes announced, is
-//! shown by its name, unattested, with what its manifests claimed.
+//! shown by its name, unattested, with what its manifests claimed. A source whose own node
+//! proves its pair clean (`ok`, proven by its own probes) is nobody's excuse: its destinations'
+//! mismatches stay theirs, however many nodes report it.
 
 use chrono::{DateTime, Utc};
 use railguard_schema::SourceClaim;
@@ -131,7 +133,7 @@ pub struct SourceFinding {
 /// The sources that sent wrong bytes to two or more GPUs in `since..=until`, most GPUs first (at
 /// most `limit`), each counted by its `source_key` (`inline_source_failures`). A failure whose
 /// every bad block held whole blocks of another time or place (misplaced) is the engine's and not
-/// counted.
+/// counted; a source whose own node proves its pair clean (`end_proven_clean`) is not listed.
 pub async fn source_findings(
     pool: &PgPool,
     since: DateTime<Utc>,
@@ -171,7 +173,8 @@ pub async fn source_findings(
                 min(f.end_nic) AS end_nic, max(f.announced_by) AS announced_by,
                 (array_agg(f.claim ORDER BY f.at DESC) FILTER (WHERE f.claim IS NOT NULL))[1] AS claim
          FROM f JOIN dest USING (node_id, gpu_index)
-         GROUP BY f.source_key HAVING count(DISTINCT (f.node_id, f.gpu_index)) >= 2
+         GROUP BY f.source_key
+         HAVING count(DISTINCT (f.node_id, f.gpu_index)) >= 2 AND NOT bool_or(f.end_proven_clean)
          ORDER BY gpus DESC, mismatches DESC, f.source_key LIMIT $3",
     )
     .bind(since)
