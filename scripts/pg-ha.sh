@@ -4,7 +4,8 @@
 # the primary and a synchronous standby), and HAProxy routing a read-write port to the primary
 # and a read-only port to the replicas by Patroni's REST health checks.
 #
-#   scripts/pg-ha.sh up DIR      start everything under DIR; prints write_url=… and read_url=…
+#   scripts/pg-ha.sh up DIR      start everything under DIR; prints write_url=…, read_url=… (the
+#                                collector's own role, no password in them) and password_file=…
 #                                (all or nothing: when it fails, what it started is stopped)
 #   scripts/pg-ha.sh status DIR  prints leader=<member> pid=<its postmaster's pid>
 #   scripts/pg-ha.sh switchover DIR   a planned switchover (patronictl) to a synchronous standby
@@ -14,7 +15,7 @@
 #                                restores the newest backup and the archived WAL up to TIME
 #                                (any form Postgres reads, e.g. 2026-12-04 10:00:00+00; default:
 #                                all of it) into TO/data, starts it as a lone server and prints
-#                                restored_url=…
+#                                restored_url=… and password_file=…
 #   scripts/pg-ha.sh down DIR    stops everything it started
 #
 # Every member archives its WAL with pgBackRest (archive_command, stanza "railguard") into the
@@ -22,7 +23,11 @@
 #
 # Ports: PGHA_PORT_BASE (default 25400) + 0/1 etcd, +10..12 Postgres, +20..22 Patroni REST,
 # +30 read-write, +31 read-only, +40 a restored server. The passwords are generated into
-# DIR/secrets (0600). Run as root, Postgres runs as RAILGUARD_PG_USER (default railguard-pg, made by scripts/setup.sh).
+# DIR/secrets (0600) and never put in an argument (argv is readable by every local user): the
+# collector's role (railguard_collector, owner of the database, pg_monitor; not the superuser),
+# Patroni's REST API (its unsafe endpoints take basic auth; patronictl reads it from the member's
+# config), etcd (authentication on; Patroni logs in as its root user), the superuser and the
+# replication user. Run as root, Postgres runs as RAILGUARD_PG_USER (default railguard-pg, made by scripts/setup.sh).
 # The same layout for real hosts: docs/ha-postgres.md.
 set -euo pipefail
 
@@ -161,7 +166,8 @@ restore() {
   echo $! >"$dir/pids/restored"
   for _ in $(seq 1 240); do
     if [ "$(PGPASSWORD=$su "$bindir/psql" -h 127.0.0.1 -p $port -U railguard -d railguard -Atc 'SELECT pg_is_in_recovery()' 2>/dev/null)" = f ]; then
-      echo "restored_url=postgresql://railguard:$su@127.0.0.1:$port/railguard"
+      echo "restored_url=postgresql://railguard_collector@127.0.0.1:$port/railguard"
+      echo "password_file=$dir/secrets/collector"
       return 0
     fi
     sleep 0.5
@@ -184,10 +190,18 @@ down() {
     sleep 0.25
   done
   for f in "$dir"/pids/*; do kill -9 "$(cat "$f")" 2>/dev/null || true; done
+  # A postmaster Patroni left behind is stopped by pg_ctl as the Postgres user: never a pid read
+  # from a file that user can write, signalled as root.
   for m in "${members[@]}"; do
-    [ -f "$dir/$m/data/postmaster.pid" ] && kill -9 "$(head -1 "$dir/$m/data/postmaster.pid")" 2>/dev/null || true
+    if [ -f "$dir/$m/data/postmaster.pid" ]; then
+      (as_pg "$bindir/pg_ctl" -D "$dir/$m/data" -m immediate -w -t 10 stop) >/dev/null 2>&1 || true
+    fi
   done
   rm -rf "$dir/pids"
+}
+
+etcd_call() { # etcd v3 JSON gateway PATH, the request on stdin; fails on an error answer
+  curl -fsS -X POST "http://127.0.0.1:$base/v3/$1" -H 'Content-Type: application/json' --data-binary @- >/dev/null 2>&1
 }
 
 secret() { # name → a password kept in DIR/secrets/name (0600)
@@ -213,9 +227,12 @@ up() {
   chmod 700 "$dir/secrets" "$dir/backup"
   [ "$(id -u)" = 0 ] && chown "$pg_user:" "$dir/backup"
   dir=$(cd "$dir" && pwd)
-  local su rep
+  local su rep rest etcd_pw coll
   su=$(secret superuser)
   rep=$(secret replication)
+  rest=$(secret restapi)
+  etcd_pw=$(secret etcd)
+  coll=$(secret collector)
 
   etcd --name e0 --data-dir "$dir/etcd" \
     --listen-client-urls "http://127.0.0.1:$base" --advertise-client-urls "http://127.0.0.1:$base" \
@@ -223,6 +240,13 @@ up() {
     --initial-cluster "e0=http://127.0.0.1:$((base + 1))" >"$dir/logs/etcd.log" 2>&1 &
   echo $! >"$dir/pids/etcd"
   for _ in $(seq 1 40); do curl -fsS "http://127.0.0.1:$base/health" >/dev/null 2>&1 && break; sleep 0.25; done
+  # Authentication on: a root user (Patroni's), over etcd's JSON gateway with the password on
+  # stdin. An etcd that already has it on (a DIR brought up before) refuses the first call.
+  if printf '{"name":"root","password":"%s"}' "$etcd_pw" | etcd_call auth/user/add; then
+    printf '{"name":"root"}' | etcd_call auth/role/add
+    printf '{"user":"root","role":"root"}' | etcd_call auth/user/grant
+    printf '{}' | etcd_call auth/enable
+  fi
 
   for i in 0 1 2; do
     local m=${members[$i]}
@@ -236,8 +260,13 @@ name: $m
 restapi:
   listen: 127.0.0.1:$((base + 20 + i))
   connect_address: 127.0.0.1:$((base + 20 + i))
+  authentication:
+    username: patroni
+    password: "$rest"
 etcd3:
   hosts: 127.0.0.1:$base
+  username: root
+  password: "$etcd_pw"
 bootstrap:
   dcs:
     ttl: 10
@@ -342,14 +371,25 @@ ok = roles.count("leader") == 1 and roles.count("sync_standby") == 1 and len(m) 
 sys.exit(0 if ok else 1)'; then
       # psql over the write port answers too.
       if PGPASSWORD=$su "$bindir/psql" -h 127.0.0.1 -p $((base + 30)) -U railguard -d postgres -Atc 'SELECT 1' >/dev/null 2>&1; then
+        # The collector's own role (its password on psql's stdin), owner of its database.
+        printf "DO \$\$ BEGIN
+                  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'railguard_collector') THEN
+                    CREATE ROLE railguard_collector LOGIN;
+                  END IF;
+                END \$\$;
+                ALTER ROLE railguard_collector PASSWORD '%s';
+                GRANT pg_monitor TO railguard_collector;\n" "$coll" |
+          PGPASSWORD=$su "$bindir/psql" -h 127.0.0.1 -p $((base + 30)) -U railguard -d postgres -v ON_ERROR_STOP=1 -qf - >/dev/null
         PGPASSWORD=$su "$bindir/psql" -h 127.0.0.1 -p $((base + 30)) -U railguard -d postgres -Atc \
           "SELECT 1 FROM pg_database WHERE datname = 'railguard'" | grep -q 1 ||
-          PGPASSWORD=$su "$bindir/psql" -h 127.0.0.1 -p $((base + 30)) -U railguard -d postgres -qc 'CREATE DATABASE railguard'
+          PGPASSWORD=$su "$bindir/psql" -h 127.0.0.1 -p $((base + 30)) -U railguard -d postgres -qc \
+            'CREATE DATABASE railguard OWNER railguard_collector'
         # The archive's stanza, so the primary's WAL is kept from here on.
         backrest "$dir/$(leader_name)/pgbackrest.conf" stanza-create >"$dir/logs/stanza-create.log" 2>&1 ||
           { echo "pg-ha: pgbackrest stanza-create failed:" >&2; cat "$dir/logs/stanza-create.log" >&2; return 1; }
-        echo "write_url=postgresql://railguard:$su@127.0.0.1:$((base + 30))/railguard"
-        echo "read_url=postgresql://railguard:$su@127.0.0.1:$((base + 31))/railguard"
+        echo "write_url=postgresql://railguard_collector@127.0.0.1:$((base + 30))/railguard"
+        echo "read_url=postgresql://railguard_collector@127.0.0.1:$((base + 31))/railguard"
+        echo "password_file=$dir/secrets/collector"
         trap - EXIT INT TERM
         return 0
       fi

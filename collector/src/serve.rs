@@ -51,6 +51,9 @@ pub struct ServeConfig {
     pub dashboard_url: Option<crate::http::dashboard_url::DashboardUrl>,
     /// A replica for the reads (API, dashboard, /metrics); None: the database written to.
     pub database_read_url: Option<String>,
+    /// The password for `database` (a URL) and `database_read_url`, from a file; None: the
+    /// URL's own, or libpq's PGPASSFILE.
+    pub database_password: Option<pg::DbPassword>,
     /// Keep a condition on each Kubernetes Node (and opt-in taints/cordons); None: off.
     pub k8s_nodes: Option<crate::tasks::k8s_nodes::NodeConditionConfig>,
     /// What connections to the agents' port may hold.
@@ -82,6 +85,7 @@ impl ServeConfig {
             http_allowed_hosts: Default::default(),
             dashboard_url: None,
             database_read_url: None,
+            database_password: None,
             k8s_nodes: None,
             grpc_conns: crate::conns::ConnLimits::GRPC_DEFAULT,
             http_conns: crate::conns::ConnLimits::HTTP_DEFAULT,
@@ -106,8 +110,20 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             cfg.credentials.display()
         );
     }
+    if pg::password_in_args(std::env::args().skip(1)) {
+        tracing::warn!(
+            "the database password is on this process's command line, readable by every local user \
+             (/proc/PID/cmdline): give the URL without it, and --database-password-file or PGPASSFILE"
+        );
+    }
+    let with_password = |o: sqlx::postgres::PgConnectOptions| match &cfg.database_password {
+        Some(p) => p.apply(o),
+        None => o,
+    };
     let (opts, cluster) = match &cfg.database {
-        DatabaseConfig::Url(url) => (url.parse().context("DATABASE_URL is not a valid Postgres URL")?, None),
+        DatabaseConfig::Url(url) => {
+            (with_password(url.parse().context("DATABASE_URL is not a valid Postgres URL")?), None)
+        }
         DatabaseConfig::Private { data_dir } => {
             let dir = data_dir.join("postgres");
             let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&dir, true)).await??;
@@ -128,7 +144,9 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         }
         // Reads (API, dashboard, /metrics): a pool of their own, off a replica when one is given.
         let read_pool = match &cfg.database_read_url {
-            Some(url) => pg::connect_read(url.parse().context("--database-read-url is not a valid Postgres URL")?),
+            Some(url) => {
+                pg::connect_read(with_password(url.parse().context("--database-read-url is not a valid Postgres URL")?))
+            }
             None => pg::connect_read(read_options.clone()),
         };
         // Every connection the listeners may admit, the database pools and the process's own files.

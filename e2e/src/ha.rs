@@ -47,6 +47,8 @@ pub struct Ha {
     pub write_url: String,
     /// Through HAProxy to the replicas.
     pub read_url: String,
+    /// The collector role's password (the URLs carry none).
+    pub password_file: String,
 }
 
 impl Ha {
@@ -61,10 +63,47 @@ impl Ha {
         let running = Running { cluster: cluster.clone(), base };
         let out = pg_ha(&["up", &cluster], base);
         let field = |k: &str| out.lines().find_map(|l| l.strip_prefix(k)).unwrap().to_owned();
-        let ha = Ha { write_url: field("write_url="), read_url: field("read_url="), running, _dir: dir, cluster };
-        remember_secret(std::fs::read_to_string(format!("{}/secrets/superuser", ha.cluster)).unwrap().trim());
-        remember_secret(std::fs::read_to_string(format!("{}/secrets/replication", ha.cluster)).unwrap().trim());
+        let ha = Ha {
+            write_url: field("write_url="),
+            read_url: field("read_url="),
+            password_file: field("password_file="),
+            running,
+            _dir: dir,
+            cluster,
+        };
+        for s in ha.secrets() {
+            remember_secret(&s);
+        }
         ha
+    }
+
+    /// Every password of the cluster (`DIR/secrets`).
+    pub fn secrets(&self) -> Vec<String> {
+        ["superuser", "replication", "restapi", "etcd", "collector"]
+            .iter()
+            .map(|n| std::fs::read_to_string(format!("{}/secrets/{n}", self.cluster)).unwrap().trim().to_owned())
+            .collect()
+    }
+
+    /// Member `i`'s Patroni REST port.
+    pub fn rest_port(&self, i: u16) -> u16 {
+        self.running.base + 20 + i
+    }
+
+    /// etcd's client port.
+    pub fn etcd_port(&self) -> u16 {
+        self.running.base
+    }
+
+    /// The collector's flag for its password: `--database-password-file FILE`.
+    pub fn password_args(&self) -> [&str; 2] {
+        ["--database-password-file", &self.password_file]
+    }
+
+    /// Connection options for `url` (one of this cluster's) with the collector role's password.
+    pub fn options(&self, url: &str) -> sqlx::postgres::PgConnectOptions {
+        let pw = std::fs::read_to_string(&self.password_file).unwrap();
+        url.parse::<sqlx::postgres::PgConnectOptions>().unwrap().password(pw.trim())
     }
 
     /// `pg-ha.sh <args[0]> DIR <args[1..]>`; its standard output.

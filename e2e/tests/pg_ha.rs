@@ -103,11 +103,12 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
     let ha = Ha::up();
     // Writes through the primary's port, reads (API, dashboard, /metrics) off a replica; two
     // collectors, as two replicas of the collector run.
-    let read = ["--database-read-url", ha.read_url.as_str()];
+    let [pw_flag, pw_file] = ha.password_args();
+    let read = ["--database-read-url", ha.read_url.as_str(), pw_flag, pw_file];
     let a = CollectorProc::start_with(&ha.write_url, &["ha-node"], &read);
     let b = CollectorProc::start_with(&ha.write_url, &["ha-node"], &read);
     // Commits are synchronous.
-    let pool = sqlx::PgPool::connect(&ha.write_url).await.unwrap();
+    let pool = sqlx::PgPool::connect_with(ha.options(&ha.write_url)).await.unwrap();
     let (commit, standbys): (String, String) =
         sqlx::query_as("SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names')")
             .fetch_one(&pool)
@@ -115,7 +116,28 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
             .unwrap();
     assert_eq!(commit, "on");
     assert!(!standbys.is_empty(), "Patroni's synchronous mode names a standby");
+    // No open doors: the collector's role is its own, not the superuser; no password of the
+    // cluster is in any process's argv (the collectors', Patroni's, etcd's, HAProxy's); Patroni's
+    // REST API refuses an unauthenticated change; etcd refuses an unauthenticated read.
+    let (role, superuser): (String, bool) =
+        sqlx::query_as("SELECT current_user::text, rolsuper FROM pg_roles WHERE rolname = current_user")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((role.as_str(), superuser), ("railguard_collector", false));
     pool.close().await;
+    let secrets = ha.secrets();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        for s in &secrets {
+            assert!(!cmdline.contains(s.as_str()), "a cluster password in the argv of pid {:?}", entry.file_name());
+        }
+    }
+    let (code, _) = http_json(ha.rest_port(0), "PATCH", "/config", r#"{"synchronous_mode": false}"#);
+    assert_eq!(code, 401, "Patroni's REST API took an unauthenticated change");
+    let (code, body) = http_json(ha.etcd_port(), "POST", "/v3/kv/range", r#"{"key": "Lw=="}"#);
+    assert_ne!(code, 200, "etcd answered an unauthenticated read: {body}");
 
     // A collector told to write to a standby refuses to start, and says why.
     let dir = tempfile::tempdir().unwrap();
@@ -124,6 +146,7 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
         .args(["serve", "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--credentials"])
         .arg(dir.path().join("credentials"))
         .env("DATABASE_URL", &ha.read_url)
+        .env("DATABASE_PASSWORD_FILE", &ha.password_file)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -194,7 +217,7 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
     assert!(second_reads.failed.is_empty(), "reads not answered during the switchover: {second_reads:?}");
 
     // Every acknowledged id is on the new primary, once.
-    let pool = sqlx::PgPool::connect(&ha.write_url).await.unwrap();
+    let pool = sqlx::PgPool::connect_with(ha.options(&ha.write_url)).await.unwrap();
     let (rows, distinct, present): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*), count(DISTINCT record_id),
                 count(*) FILTER (WHERE record_id::text = ANY($1))
@@ -232,7 +255,7 @@ fn sums(rows: &[Value]) -> (i64, i64) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_point_in_time_restore_serves_a_gpus_year() {
     let ha = Ha::up();
-    let pool = railguard_collector::pg::connect_and_migrate(ha.write_url.parse().unwrap(), 4).await.unwrap();
+    let pool = railguard_collector::pg::connect_and_migrate(ha.options(&ha.write_url), 4).await.unwrap();
     let store = Store::new(pool.clone()).with_tiers(Tiers { summary_days: 400, rollup_days: 400 });
     let node = NodeId::new("node-a").unwrap();
     // A year of GPU 3 through mlx5_3: 10 ok probes a month for twelve months, a silent
@@ -271,7 +294,7 @@ async fn a_point_in_time_restore_serves_a_gpus_year() {
 
     let restored = ha.run(&["restore", &format!("{}/restored", ha.cluster), &target]);
     let url = restored.lines().find_map(|l| l.strip_prefix("restored_url=")).unwrap().to_owned();
-    let c = CollectorProc::start(&url);
+    let c = CollectorProc::start_with(&url, &[], &ha.password_args());
     let (code, body) = c.get("/api/v1/nodes/node-a/gpus/3/history?since=365d", None);
     assert_eq!(code, 200, "{body}");
     let h: Value = serde_json::from_str(&body).unwrap();

@@ -76,6 +76,11 @@ pub struct DbArgs {
     /// the collector (needs the PostgreSQL server binaries installed).
     #[arg(long, env = "DATABASE_URL", global = true)]
     database_url: Option<String>,
+    /// File holding the database password (owner-only), for --database-url and
+    /// --database-read-url given without one: a URL given as an argument is readable by every
+    /// local user in /proc/PID/cmdline. Unset: the URL's own, or libpq's PGPASSFILE (~/.pgpass).
+    #[arg(long, env = "DATABASE_PASSWORD_FILE", global = true)]
+    database_password_file: Option<PathBuf>,
     /// Directory for the private Postgres cluster (when --database-url is unset).
     #[arg(long, env = "RAILGUARD_DATA_DIR", default_value = ".railguard/collector", global = true)]
     data_dir: PathBuf,
@@ -93,6 +98,15 @@ pub struct ReadDbArgs {
 }
 
 impl DbArgs {
+    /// The password from --database-password-file, when given.
+    pub fn password(&self) -> anyhow::Result<Option<railguard_collector::pg::DbPassword>> {
+        self.database_password_file
+            .as_deref()
+            .map(railguard_collector::pg::DbPassword::from_file)
+            .transpose()
+            .context("--database-password-file")
+    }
+
     pub fn config(&self) -> DatabaseConfig {
         match &self.database_url {
             Some(url) => DatabaseConfig::Url(url.clone()),
@@ -106,7 +120,14 @@ impl ReadDbArgs {
     /// started only with --start-database; one that does not exist is an error.
     pub async fn connect(&self) -> anyhow::Result<sqlx::PgPool> {
         let opts = match self.db.config() {
-            DatabaseConfig::Url(url) => url.parse().context("DATABASE_URL is not a valid Postgres URL")?,
+            DatabaseConfig::Url(url) => {
+                let opts: sqlx::postgres::PgConnectOptions =
+                    url.parse().context("DATABASE_URL is not a valid Postgres URL")?;
+                match self.db.password()? {
+                    Some(p) => p.apply(opts),
+                    None => opts,
+                }
+            }
             DatabaseConfig::Private { data_dir } => {
                 let dir = data_dir.join("postgres");
                 // Never a new cluster: an empty one would answer every question with nothing.

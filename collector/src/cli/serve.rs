@@ -185,6 +185,7 @@ pub struct ServeArgs {
 impl ServeArgs {
     pub async fn run(self) -> anyhow::Result<()> {
         let mut cfg = ServeConfig::new(self.grpc_listen, self.db.config(), self.credentials);
+        cfg.database_password = self.db.password()?;
         cfg.http_listen = Some(self.http_listen);
         cfg.k8s = self.k8s_jwks.map(|jwks| K8sTokenConfig {
             jwks,

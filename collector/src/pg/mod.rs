@@ -3,9 +3,11 @@
 mod cluster;
 pub mod durability;
 mod lost;
+mod password;
 
 pub use cluster::{ClusterError, DATABASE_NAME, PG_USER, PrivateCluster, find_bindir};
 pub use lost::is_connection_lost;
+pub use password::{DbPassword, password_in_args};
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
