@@ -137,6 +137,9 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         }
     };
     let read_options = opts.clone();
+    if let Some(why) = pg::unverified_link(&opts) {
+        tracing::warn!("{why}");
+    }
     let result = async {
         let pool = pg::connect_and_migrate(opts, 16).await.context("connecting to Postgres and migrating")?;
         if cluster.is_none() {

@@ -6,17 +6,50 @@
 
 use std::process::Command;
 
-use crate::{free_port, remember_secret};
+use crate::remember_secret;
 
 fn pg_ha(args: &[&str], base: u16) -> String {
+    try_pg_ha(args, base).unwrap_or_else(|e| panic!("pg-ha.sh {args:?}: {e}"))
+}
+
+/// `pg-ha.sh` with `args` on the ports from `base`: its standard output, or its standard error.
+fn try_pg_ha(args: &[&str], base: u16) -> Result<String, String> {
     let out = Command::new("bash")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pg-ha.sh"))
         .args(args)
         .env("PGHA_PORT_BASE", base.to_string())
         .output()
         .unwrap();
-    assert!(out.status.success(), "pg-ha.sh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    if out.status.success() {
+        Ok(String::from_utf8(out.stdout).unwrap())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// How many ports from its base a cluster takes (`pg-ha.sh`: +0 to +40).
+const PORTS: u16 = 41;
+
+/// A base for [`PORTS`] ports that are free now, below the kernel's range for ephemeral ports
+/// (where every test's own connections and `127.0.0.1:0` listeners land, so a range there can be
+/// taken by one of them before the cluster binds it), picked at random so concurrent clusters
+/// seldom try the same one.
+fn free_port_range() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let ephemeral_low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.saturating_sub(PORTS).max(10_001));
+    for _ in 0..1000 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let base = low + (h.finish() % u64::from(high - low)) as u16;
+        if (base..base + PORTS).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no {PORTS} free ports in a row between {low} and {high}");
 }
 
 /// `pg-ha.sh down` when dropped: held from before `up` runs, so a failed start (a panic in `up`
@@ -58,10 +91,22 @@ impl Ha {
         // Postgres runs as an unprivileged user when tests run as root: let it in.
         std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let cluster = dir.path().join("c").display().to_string();
-        // A port range of our own: the 41 ports below a free one.
-        let base = free_port().saturating_sub(50).max(20_000);
-        let running = Running { cluster: cluster.clone(), base };
-        let out = pg_ha(&["up", &cluster], base);
+        // A port range of our own. Free when picked, a port may still be taken before the cluster
+        // binds it: then `up` stops what it started and says so, and another range is tried.
+        let mut attempt = 0;
+        let (running, out) = loop {
+            let base = free_port_range();
+            let running = Running { cluster: cluster.clone(), base };
+            match try_pg_ha(&["up", &cluster], base) {
+                Ok(out) => break (running, out),
+                Err(e) if e.to_lowercase().contains("address already in use") && attempt < 3 => {
+                    attempt += 1;
+                    drop(running);
+                    let _ = std::fs::remove_dir_all(&cluster);
+                }
+                Err(e) => panic!("pg-ha.sh up {cluster}: {e}"),
+            }
+        };
         let field = |k: &str| out.lines().find_map(|l| l.strip_prefix(k)).unwrap().to_owned();
         let ha = Ha {
             write_url: field("write_url="),

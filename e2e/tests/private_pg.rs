@@ -130,3 +130,110 @@ fn the_collectors_log_holds_no_password_and_no_token() {
         assert!(!text.contains(secret), "a secret reached the log: {secret}");
     }
 }
+
+/// The collector over verified TLS to Postgres (rustls in sqlx), as its own role would reach a
+/// database on another machine: a server with a certificate from the test's own CA, listening on
+/// TCP and refusing every connection that is not TLS. With `sslmode=verify-full` and that CA the
+/// collector starts, stores a batch, and its connections are encrypted; given another CA it
+/// refuses to start and says why; without TLS the server turns it away.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_collector_reaches_postgres_over_verified_tls() {
+    use std::os::unix::fs::MetadataExt;
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+    let pg = TestPg::start().await;
+    pg.pool.close().await;
+    let data = pg.cluster.data_dir().to_path_buf();
+    let owner = std::fs::metadata(&data).unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    certs::server_and_client(certs.path());
+    certs::ca(certs.path(), "other-ca");
+    for (from, to) in [("server.pem", "server.crt"), ("server.key", "server.key")] {
+        let dst = data.join(to);
+        std::fs::copy(certs.path().join(from), &dst).unwrap();
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o600)).unwrap();
+        nix::unistd::chown(&dst, Some(owner.uid().into()), Some(owner.gid().into())).unwrap();
+    }
+    // TCP on a port of its own (the socket moves with it); TLS only, and scram over it.
+    let port = free_port();
+    let mut conf = std::fs::OpenOptions::new().append(true).open(data.join("postgresql.auto.conf")).unwrap();
+    std::io::Write::write_all(
+        &mut conf,
+        format!(
+            "listen_addresses = '127.0.0.1'\nport = {port}\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    // First match wins: these come before initdb's own lines.
+    let hba = std::fs::read_to_string(data.join("pg_hba.conf")).unwrap();
+    std::fs::write(
+        data.join("pg_hba.conf"),
+        format!("hostnossl all all 127.0.0.1/32 reject\nhostssl all all 127.0.0.1/32 scram-sha-256\n{hba}"),
+    )
+    .unwrap();
+    pg.cluster.restart().unwrap();
+
+    let ca = certs.path().join("ca.pem").display().to_string();
+    let url = |mode: &str, root: &str| {
+        format!("postgresql://railguard@127.0.0.1:{port}/railguard?sslmode={mode}&sslrootcert={root}")
+    };
+    let password = pg.cluster.password_file().display().to_string();
+    let c =
+        CollectorProc::start_with(&url("verify-full", &ca), &["tls-node"], &["--database-password-file", &password]);
+    railguard_e2e::scripted::send(
+        &c,
+        "tls-node",
+        vec![railguard_e2e::scripted::topo_rec(railguard_e2e::scripted::topology(
+            &railguard_agent::topology::fixture::seed_kvm_guest(),
+            None,
+        ))],
+    )
+    .await;
+    let pw = std::fs::read_to_string(&password).unwrap();
+    let opts: sqlx::postgres::PgConnectOptions = url("verify-full", &ca).parse().unwrap();
+    let mut conn = sqlx::PgConnection::connect_with(&opts.password(pw.trim())).await.unwrap();
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM topology_snapshots WHERE node_id = 'tls-node'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stored, 1);
+    let (all, encrypted): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+         WHERE a.datname = 'railguard' AND a.backend_type = 'client backend'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert!(all >= 2 && encrypted == all, "{encrypted} of {all} connections encrypted");
+
+    // Another CA: the collector does not start, and says it could not verify the server.
+    let refused = |mode: &str, root: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        write_secret(&dir.path().join("credentials"), format!("tls-node {}\n", token_for("tls-node")));
+        let log = dir.path().join("stderr");
+        let mut child = Command::new(bin("railguard-collector"))
+            .args(["serve", "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .arg("--credentials")
+            .arg(dir.path().join("credentials"))
+            .args(["--database-password-file", &password])
+            .env("DATABASE_URL", url(mode, root))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let st = wait::until("the collector to give up", Duration::from_secs(60), || match child.try_wait() {
+            Ok(Some(st)) => Ok(st),
+            _ => Err(std::fs::read_to_string(&log).unwrap_or_default()),
+        });
+        let err = std::fs::read_to_string(&log).unwrap();
+        assert!(!st.success(), "started: {err}");
+        err
+    };
+    let other = certs.path().join("other-ca.pem").display().to_string();
+    let err = refused("verify-full", &other);
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    // No TLS: the server turns it away.
+    let err = refused("disable", &ca);
+    assert!(err.contains("no encryption") || err.contains("pg_hba.conf rejects"), "{err}");
+}

@@ -208,8 +208,16 @@ mod tests {
         let mut pids = listed();
         pids.sort_unstable();
         assert_eq!(pids, [1, p.pid], "only the launcher and its child");
-        let env = std::fs::read(ns.proc_root().join(format!("{}/environ", p.pid))).unwrap();
-        assert!(env.split(|b| *b == 0).any(|v| v == b"MARK=ns-test"));
+        // Its environment as given: read once the kernel has set it up (the launcher hears of the
+        // exec a moment before the new image's environment is in place).
+        crate::wait::until("the spawned process's environment", Duration::from_secs(10), || {
+            let env = std::fs::read(ns.proc_root().join(format!("{}/environ", p.pid))).unwrap_or_default();
+            if env.split(|b| *b == 0).any(|v| v == b"MARK=ns-test") {
+                Ok(())
+            } else {
+                Err(String::from_utf8_lossy(&env).into_owned())
+            }
+        });
         ns.kill(p);
         assert!(!listed().contains(&p.pid), "killed and reaped");
     }

@@ -17,6 +17,9 @@ pub fn is_connection_lost(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|c| sqlstate_is_lost(&c)),
+        // The server's side of a new connection went away while TLS was being negotiated (a
+        // member stopping behind the proxy): its answer to the SSLRequest is not 'S' or 'N'.
+        sqlx::Error::Protocol(m) => m.starts_with("unexpected response from SSLRequest"),
         _ => false,
     }
 }
@@ -40,6 +43,7 @@ mod tests {
         assert!(!is_connection_lost(&sqlx::Error::PoolTimedOut), "busy, not lost: never repeated");
         assert!(!is_connection_lost(&sqlx::Error::RowNotFound));
         assert!(!is_connection_lost(&sqlx::Error::Protocol("bad".into())));
+        assert!(is_connection_lost(&sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into())));
         for lost in ["08006", "08001", "57P01", "57P03", "40001", "25006"] {
             assert!(sqlstate_is_lost(lost), "{lost}");
         }

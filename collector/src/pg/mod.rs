@@ -2,10 +2,12 @@
 
 mod cluster;
 pub mod durability;
+mod link;
 mod lost;
 mod password;
 
 pub use cluster::{ClusterError, DATABASE_NAME, PG_USER, PrivateCluster, find_bindir};
+pub use link::unverified_link;
 pub use lost::is_connection_lost;
 pub use password::{DbPassword, password_in_args};
 

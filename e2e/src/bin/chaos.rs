@@ -603,7 +603,7 @@ async fn main() -> std::process::ExitCode {
 /// The first record of `nodes` stored by a transaction that began after `at`, polled through
 /// the write port until one is (or `limit` passes): how long after `at` it was stored.
 async fn first_stored_after(
-    write_url: &str,
+    write: &sqlx::postgres::PgConnectOptions,
     nodes: &[&str],
     at: chrono::DateTime<chrono::Utc>,
     limit: Duration,
@@ -611,7 +611,7 @@ async fn first_stored_after(
     let t = Instant::now();
     while t.elapsed() < limit {
         let first = async {
-            let pool = sqlx::PgPool::connect(write_url).await?;
+            let pool = sqlx::PgPool::connect_with(write.clone()).await?;
             let first: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
                 "SELECT min(received_at) FROM probe_results WHERE node_id = ANY($1) AND received_at > $2",
             )
@@ -680,7 +680,13 @@ async fn ha_faults(ctx: &Ctx, short: bool) -> Vec<Outcome> {
     }
     let ha = tokio::task::block_in_place(railguard_e2e::ha::Ha::up);
     let nodes = ["chaos-ha-1", "chaos-ha-2", "chaos-ha-3", "chaos-ha-4"];
-    let collector = CollectorProc::start_with(&ha.write_url, &nodes, &["--database-read-url", ha.read_url.as_str()]);
+    let [pw_flag, pw_file] = ha.password_args();
+    let collector = CollectorProc::start_with(
+        &ha.write_url,
+        &nodes,
+        &["--database-read-url", ha.read_url.as_str(), pw_flag, pw_file],
+    );
+    let write = ha.options(&ha.write_url);
     let url = collector.url();
     let load = Duration::from_secs(if short { 3 } else { 10 });
     let after = Duration::from_secs(if short { 3 } else { 10 });
@@ -706,12 +712,12 @@ async fn ha_faults(ctx: &Ctx, short: bool) -> Vec<Outcome> {
             }
         });
         let at = did.as_ref().map_or(began, |d| d.1);
-        let first = first_stored_after(&ha.write_url, pair, at, Duration::from_secs(120)).await;
+        let first = first_stored_after(&write, pair, at, Duration::from_secs(120)).await;
         pause(after);
         let seen = reads.finish();
         let (answered, unanswered) = (seen.answered, seen.failed.len());
         let (promoted, _) = tokio::task::block_in_place(|| ha.leader());
-        let pool = sqlx::PgPool::connect(&ha.write_url).await.unwrap();
+        let pool = sqlx::PgPool::connect_with(write.clone()).await.unwrap();
         let stalled = longest_pause(&pool, pair, began - chrono::TimeDelta::seconds(2)).await;
         let note = format!(
             "{}; {promoted} leads; {}ingest paused {:.1} s at most; API reads through the replicas' port {answered} answered, {unanswered} not",
