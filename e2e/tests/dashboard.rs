@@ -436,6 +436,29 @@ async fn hostile_names_reasons_and_links_run_no_script() {
         }
         records.push(one.clone().into());
     }
+    // The hostile name (up to its first `/`, as failures name a source) is a source this node
+    // announced: the fleet page links its attested GPU.
+    records.push(
+        railguard_schema::Record {
+            id: railguard_schema::RecordId::random(),
+            observed_at: at,
+            body: railguard_schema::RecordBody::SourceWorker(railguard_schema::SourceWorker {
+                worker: evil("source").split('/').next().unwrap().to_owned(),
+                gpu: 5,
+                gpu_bdf: None,
+                gpu_uuid: "GPU-<b>5</b>".into(),
+                nic: t.nics[5].name.clone(),
+                nic_bdf: None,
+                pid: 4343,
+                process: evil("process"),
+                path: railguard_schema::DataPath::NicDma,
+                attribution: evil("attribution"),
+                simulated: false,
+                engine: None,
+            }),
+        }
+        .into(),
+    );
     send(&c, "hostile", records).await;
     wait::until("the hostile node's 8 GPUs assessed", std::time::Duration::from_secs(60), || {
         let st = statuses(&c, "hostile");
@@ -484,6 +507,9 @@ async fn hostile_names_reasons_and_links_run_no_script() {
         assert!(b.text("#engines").contains("an engine that did not name itself"), "{}", b.text("#engines"));
         let sources = b.text("#sources");
         assert!(sources.contains("<img src=x onerror=\"window.__pwned='source'\">"), "{sources}");
+        assert!(sources.contains(&format!("hostile GPU5 through {} attested", t.nics[5].name)), "{sources}");
+        let link = b.execute("return document.querySelector('#sources .source-end a').getAttribute('href');");
+        assert_eq!(link.as_str(), Some("#/node/hostile/gpu/5"), "the attested GPU is a link to it");
         assert!(b.execute("return window.__pwned || null;").is_null());
         // Shown as text: the markup is visible, not interpreted.
         b.go(&format!("{base}#/node/hostile/gpu/0"));
