@@ -49,6 +49,8 @@ pub struct ServeConfig {
     pub http_allowed_hosts: crate::http::host::AllowedHosts,
     /// The dashboard's address as people reach it (None: the listener's own).
     pub dashboard_url: Option<crate::http::dashboard_url::DashboardUrl>,
+    /// Where the runbooks the alerts link to are (None: this repository's `docs/`).
+    pub runbook_url: Option<crate::http::dashboard_url::DashboardUrl>,
     /// A replica for the reads (API, dashboard, /metrics); None: the database written to.
     pub database_read_url: Option<String>,
     /// The password for `database` (a URL) and `database_read_url`, from a file; None: the
@@ -84,6 +86,7 @@ impl ServeConfig {
             http_tls: None,
             http_allowed_hosts: Default::default(),
             dashboard_url: None,
+            runbook_url: None,
             database_read_url: None,
             database_password: None,
             k8s_nodes: None,
@@ -208,6 +211,11 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                             hostname.as_deref().map(str::trim),
                         )
                     })),
+                    runbook_url: Arc::new(
+                        cfg.runbook_url
+                            .clone()
+                            .unwrap_or_else(crate::http::dashboard_url::DashboardUrl::runbooks_default),
+                    ),
                     readers: crate::http::readers::permits(),
                 };
                 let conns = state.state.http_conns.clone();

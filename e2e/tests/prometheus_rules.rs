@@ -52,10 +52,17 @@ fn every_alert_links_a_runbook_section_that_exists() {
                 .trim_matches('"')
                 .to_owned()
         };
+        // The runbooks' base is the collector's (railguard_collector_info's runbook_url: by
+        // default this repository's docs/), then the file and section.
         let url = field("runbook_url:");
-        let rest = url.strip_prefix(&format!("{repo}/blob/main/")).unwrap_or_else(|| panic!("{name}: {url}"));
+        let rest = url
+            .strip_prefix(
+                r#"{{ with query \"railguard_collector_info\" }}{{ . | first | label \"runbook_url\" }}{{ end }}"#,
+            )
+            .unwrap_or_else(|| panic!("{name}: {url}"));
         let (file, anchor) = rest.split_once('#').unwrap_or((rest, ""));
-        let doc = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{name}: {file}: {e}"));
+        let file = format!("docs/{file}");
+        let doc = std::fs::read_to_string(root.join(&file)).unwrap_or_else(|e| panic!("{name}: {file}: {e}"));
         if !anchor.is_empty() {
             // GitHub's anchors: a heading, lower-cased, spaces as dashes, punctuation dropped.
             let slugs: Vec<String> = doc
@@ -75,6 +82,11 @@ fn every_alert_links_a_runbook_section_that_exists() {
         assert!(dashboard.contains("railguard_collector_info") && dashboard.contains("#/"), "{name}: {dashboard}");
     }
     assert_eq!(alerts, 10);
+    assert_eq!(
+        railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default().as_str(),
+        format!("{repo}/blob/main/docs/"),
+        "the collector's default runbook base is this repository's docs/"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -107,11 +119,14 @@ async fn the_collectors_metrics_follow_prometheus_conventions() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
     let pg = TestPg::start().await;
-    let collector = CollectorProc::start(&pg.url());
+    // The runbooks where this deployment keeps them (an internal copy of docs/).
+    const RUNBOOKS: &str = "https://runbooks.example/railguard/";
+    let collector = CollectorProc::start_with(&pg.url(), &[], &["--runbook-url", RUNBOOKS]);
     // A second replica on the same database, as the shipped deployment runs two; Prometheus
     // scrapes both, and each alert still fires once per GPU. Both link the same dashboard.
     let dashboard = format!("http://127.0.0.1:{}/", collector.http_port);
-    let replica = CollectorProc::start_with(&pg.url(), &[], &["--dashboard-url", &dashboard]);
+    let replica =
+        CollectorProc::start_with(&pg.url(), &[], &["--dashboard-url", &dashboard, "--runbook-url", RUNBOOKS]);
     let dir = tempfile::tempdir().unwrap();
     let faults = dir.path().join("faults.json");
     std::fs::write(&faults, SEED_MODEL).unwrap();
@@ -202,7 +217,7 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
     assert_eq!(a["annotations"]["dashboard"], page.as_str(), "{a}");
     assert_eq!(collector.get("/", None).0, 200);
     assert_eq!(collector.get("/api/v1/nodes/node-a/gpus/3", None).0, 200);
-    assert!(a["annotations"]["runbook_url"].as_str().unwrap().ends_with("/docs/runbook-corrupting-gpu.md"), "{a}");
+    assert_eq!(a["annotations"]["runbook_url"], format!("{RUNBOOKS}runbook-corrupting-gpu.md").as_str(), "{a}");
     let d = a["annotations"]["description"].as_str().unwrap();
     assert!(d.starts_with("On the simulated fabric (no hardware exercised)"), "{d}");
     assert!(d.contains(&format!("set UCX_NET_DEVICES={pin}:1 for its process (verified by simulated only)")), "{d}");

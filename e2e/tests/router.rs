@@ -46,6 +46,7 @@ async fn every_endpoint_answers_as_its_document_says_in_process() {
         dashboard_url: Arc::new(
             railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
         ),
+        runbook_url: Arc::new(railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default()),
         readers: railguard_collector::http::readers::permits(),
     };
     let (code, spec) = get(&state, "/api/v1/openapi.json").await;

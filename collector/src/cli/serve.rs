@@ -92,6 +92,11 @@ pub struct ServeArgs {
     /// --http-listen address, with the host's name where it listens on every address.
     #[arg(long, env = "RAILGUARD_DASHBOARD_URL", value_parser = DashboardUrl::parse)]
     dashboard_url: Option<DashboardUrl>,
+    /// Where the runbooks are (a copy of this repository's docs/ on an internal site, a fork),
+    /// for the link every alert carries to its section (`railguard_collector_info`'s
+    /// `runbook_url`); default: this repository's docs/ on GitHub.
+    #[arg(long, env = "RAILGUARD_RUNBOOK_URL", value_parser = DashboardUrl::parse)]
+    runbook_url: Option<DashboardUrl>,
     /// Connections the agents' gRPC port holds at once; more are closed at accept (the open-file
     /// limit is raised to its hard limit at start, and a warning says when that is too low).
     #[arg(long, default_value_t = ConnLimits::GRPC_DEFAULT.max, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(16..=4_000_000))]
@@ -231,6 +236,7 @@ impl ServeArgs {
             .map(|(cert, key)| railguard_collector::serve::HttpTls { cert, key });
         cfg.http_allowed_hosts = railguard_collector::http::host::AllowedHosts::from_flags(&self.http_allowed_host);
         cfg.dashboard_url = self.dashboard_url;
+        cfg.runbook_url = self.runbook_url;
         cfg.database_read_url = self.database_read_url;
         cfg.grpc_conns = ConnLimits {
             max: self.grpc_max_connections,

@@ -6,6 +6,10 @@
 //! address. It is published as a label of `railguard_collector_info`, where the alert rules read
 //! it (Prometheus' `query` template function), so an alert links straight to its GPU's page.
 //!
+//! The runbooks' base address is a value of the same kind (`serve --runbook-url`, published
+//! beside it: the rules link each alert to its section under it), defaulting to this
+//! repository's `docs/` ([`DashboardUrl::runbooks_default`]).
+//!
 //! A value is an `http` or `https` URL of printable ASCII without quotes, angle brackets,
 //! backslashes or spaces, ending in `/`: it lands in a metric label and in Alertmanager's
 //! templates, where any of those would break out of the value.
@@ -44,6 +48,11 @@ impl DashboardUrl {
             url.push('/');
         }
         Ok(DashboardUrl(url))
+    }
+
+    /// Where the runbooks are when no one says: this repository's `docs/` on its main branch.
+    pub fn runbooks_default() -> DashboardUrl {
+        DashboardUrl(concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/").to_owned())
     }
 
     /// The listener's own address: `hostname` stands in for an unspecified IP (`0.0.0.0`, `::`).

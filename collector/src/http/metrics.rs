@@ -416,9 +416,10 @@ fn process(out: &mut String, s: &AppState) {
     let st = &*s.state.ingest;
     let _ = writeln!(
         out,
-        "# HELP railguard_collector_info This collector: its version and the dashboard's address as people reach it (the alert rules link to a GPU's page through it); always 1.\n# TYPE railguard_collector_info gauge\nrailguard_collector_info{{version=\"{}\",dashboard_url=\"{}\"}} 1",
+        "# HELP railguard_collector_info This collector: its version, the dashboard's address as people reach it and where the runbooks are (the alert rules link to a GPU's page and to the alert's runbook section through them); always 1.\n# TYPE railguard_collector_info gauge\nrailguard_collector_info{{version=\"{}\",dashboard_url=\"{}\",runbook_url=\"{}\"}} 1",
         env!("CARGO_PKG_VERSION"),
-        label(s.dashboard_url.as_str())
+        label(s.dashboard_url.as_str()),
+        label(s.runbook_url.as_str())
     );
     let _ = writeln!(
         out,

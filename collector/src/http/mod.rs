@@ -42,6 +42,8 @@ pub struct AppState {
     pub allowed_hosts: Arc<host::AllowedHosts>,
     /// The dashboard's address as people reach it, for the links alerts carry.
     pub dashboard_url: Arc<dashboard_url::DashboardUrl>,
+    /// The runbooks' base address (`railguard_collector_info`'s `runbook_url`).
+    pub runbook_url: Arc<dashboard_url::DashboardUrl>,
     /// Permits of concurrent reads ([`readers`]).
     pub readers: Arc<tokio::sync::Semaphore>,
 }
