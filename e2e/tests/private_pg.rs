@@ -212,17 +212,20 @@ async fn the_collector_reaches_postgres_over_verified_tls() {
         let dir = tempfile::tempdir().unwrap();
         write_secret(&dir.path().join("credentials"), format!("tls-node {}\n", token_for("tls-node")));
         let log = dir.path().join("stderr");
-        let mut child = Command::new(bin("railguard-collector"))
-            .args(["serve", "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
-            .arg("--credentials")
-            .arg(dir.path().join("credentials"))
-            .args(["--database-password-file", &password])
-            .env("DATABASE_URL", url(mode, root))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let st = wait::until("the collector to give up", Duration::from_secs(60), || match child.try_wait() {
+        // Killed if the test fails before it exits: no collector outlives the test.
+        let mut child = KillOnDrop(
+            Command::new(bin("railguard-collector"))
+                .args(["serve", "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+                .arg("--credentials")
+                .arg(dir.path().join("credentials"))
+                .args(["--database-password-file", &password])
+                .env("DATABASE_URL", url(mode, root))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let st = wait::until("the collector to give up", Duration::from_secs(60), || match child.0.try_wait() {
             Ok(Some(st)) => Ok(st),
             _ => Err(std::fs::read_to_string(&log).unwrap_or_default()),
         });
