@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use railguard_schema::{InlineReport, RecordBody, SourceWorker};
 
-use super::attribute::{Attribution, QpTable, attribute};
-use super::holds::{DeviceFiles, held_gpus};
+use super::attribute::{Attribution, QpTable, Unbacked, attribute};
+use super::holds::{DeviceFiles, HeldGpu, HoldError, held_gpus};
 use super::limit::{Limiter, SenderLimits};
 pub use super::sender::{MAX_CONNECTIONS, MAX_PER_SENDER, RESERVED_FOR_NEW};
 use super::sender::{SLOT_LIMITS, SenderKey, Slots, refusal};
@@ -342,21 +342,24 @@ fn handle_line(
     let batches = group(outcomes);
     let mut accepted = 0;
     let mut attested = Vec::new();
-    if !serves.is_empty() {
-        let (n, answers) = announce(serves, pid, sender, proc_, driver, shared, engine.clone(), &mut errors, said);
-        accepted += n;
-        rejected += answers.refused;
-        attested = answers.attested;
-    }
-    if !batches.is_empty() {
-        let snapshot = shared.topology.current();
-        let snapshot = &snapshot.snapshot;
-        let qps = qp_table();
-        let held = held_gpus(Path::new("/proc"), driver, pid, &shared.cfg.devices, snapshot);
-        let mut allowed = shared.limiter.reports(sender, batches.len() as u64, Instant::now());
+    if !serves.is_empty() || !batches.is_empty() {
+        let topology = shared.topology.current();
+        let view = SenderView {
+            pid,
+            proc_,
+            snapshot: &topology.snapshot,
+            qps: qp_table(),
+            held: held_gpus(Path::new("/proc"), driver, pid, &shared.cfg.devices, &topology.snapshot),
+        };
+        // One budget for the line's records: its sources first, then its reports.
+        let mut allowed = shared.limiter.reports(sender, (serves.len() + batches.len()) as u64, Instant::now());
+        let announced = announce(serves, &view, &mut allowed, shared, engine.clone(), &mut errors, said);
+        accepted += announced.accepted;
+        rejected += announced.refused;
+        attested = announced.attested;
         for b in batches {
             let n = b.results();
-            let a = match attribute(proc_, snapshot, pid, b.device, &held, &qps) {
+            let a = match view.attribute(b.device) {
                 Ok(a) => a,
                 Err(e) => {
                     stats.refuse(InlineRefusal::UnbackedGpu, n);
@@ -394,26 +397,17 @@ fn handle_line(
             );
             let mismatched = report.transfers_mismatch;
             let nic = report.nic.clone();
-            match shared.spool.append_inline(RecordBody::Inline(report)) {
-                Ok(o) if o.appended == 1 => {
+            match spool(shared, RecordBody::Inline(report), n) {
+                Ok(()) => {
                     accepted += n;
                     stats.reports.fetch_add(1, Ordering::Relaxed);
                     if mismatched > 0 {
                         tracing::warn!(pid, gpu, nic = %nic, mismatched, "in-line verification: the workload received wrong bytes");
                     }
                 }
-                Ok(_) => {
-                    stats.refuse(InlineRefusal::SpoolShareFull, n);
+                Err(why) => {
                     rejected += n;
-                    errors.push(format!(
-                        "{n} result(s) for GPU{gpu}: the agent's spool has no room left for in-line reports (counted as dropped)"
-                    ));
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "spooling an in-line report failed");
-                    stats.refuse(InlineRefusal::SpoolShareFull, n);
-                    rejected += n;
-                    errors.push(format!("the agent could not spool the report: {e}"));
+                    errors.push(format!("{n} result(s) for GPU{gpu}: {why}"));
                 }
             }
         }
@@ -427,56 +421,82 @@ fn handle_line(
     (answer.to_string() + "\n", valid)
 }
 
+/// What attributing one line's results and sources reads, once for the line: the node's
+/// topology, the RDMA queue pairs, and the GPUs the sender holds open.
+struct SenderView<'a> {
+    pid: u32,
+    proc_: &'a SysRoot,
+    snapshot: &'a railguard_schema::TopologySnapshot,
+    qps: QpTable,
+    held: Result<Vec<HeldGpu>, HoldError>,
+}
+
+impl SenderView<'_> {
+    /// The node's GPU and NIC behind the sender's CUDA device `device`, if it holds that GPU.
+    fn attribute(&self, device: u32) -> Result<Attribution, Unbacked> {
+        attribute(self.proc_, self.snapshot, self.pid, device, &self.held, &self.qps)
+    }
+}
+
+/// Spools one in-line record; where it cannot, counts the `n` results it stood for as refused
+/// and says why.
+fn spool(shared: &Shared, body: RecordBody, n: usize) -> Result<(), String> {
+    match shared.spool.append_inline(body) {
+        Ok(o) if o.appended == 1 => Ok(()),
+        Ok(_) => {
+            shared.stats.refuse(InlineRefusal::SpoolShareFull, n);
+            Err("the agent's spool has no room left for in-line reports (counted as dropped)".to_owned())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "spooling an in-line record failed");
+            shared.stats.refuse(InlineRefusal::SpoolShareFull, n);
+            Err(format!("the agent could not spool it: {e}"))
+        }
+    }
+}
+
 /// What announcing a message's source workers came to.
 struct Announced {
+    accepted: usize,
     refused: usize,
     /// Per worker spooled: the attribution as the source may quote it.
     attested: Vec<serde_json::Value>,
 }
 
-/// Attributes and spools each source worker the sender announces (a GPU it holds, as results
-/// are); the count accepted, and the answer's `attested`.
-#[allow(clippy::too_many_arguments)] // one line's context, as handle_line holds it
+/// Attributes and spools each source worker the sender announces (on a GPU it holds, as results
+/// are), each taking one of the line's `allowed` records.
 fn announce(
     serves: Vec<Serves>,
-    pid: u32,
-    sender: &SenderKey,
-    proc_: &SysRoot,
-    driver: &SysRoot,
+    view: &SenderView<'_>,
+    allowed: &mut u64,
     shared: &Shared,
     engine: Option<railguard_schema::EngineIdentity>,
     errors: &mut Vec<String>,
     said: &mut SaidOnce,
-) -> (usize, Announced) {
+) -> Announced {
     let stats = &shared.stats;
-    let snapshot = shared.topology.current();
-    let snapshot = &snapshot.snapshot;
-    let qps = qp_table();
-    let held = held_gpus(Path::new("/proc"), driver, pid, &shared.cfg.devices, snapshot);
-    let mut allowed = shared.limiter.reports(sender, serves.len() as u64, Instant::now());
-    let mut out = Announced { refused: 0, attested: Vec::new() };
-    let mut accepted = 0;
+    let mut out = Announced { accepted: 0, refused: 0, attested: Vec::new() };
     for s in serves {
-        let a = match attribute(proc_, snapshot, pid, s.device, &held, &qps) {
+        let a = match view.attribute(s.device) {
             Ok(a) => a,
             Err(e) => {
                 stats.refuse(InlineRefusal::UnbackedGpu, 1);
                 if said.first(&e.to_string()) {
-                    tracing::warn!(pid, error = %e, "in-line endpoint: a source on a GPU the sender does not hold refused");
+                    tracing::warn!(pid = view.pid, error = %e, "in-line endpoint: a source on a GPU the sender does not hold refused");
                 }
                 out.refused += 1;
                 errors.push(format!("source {}: {e}", s.worker));
                 continue;
             }
         };
-        if allowed == 0 {
+        if *allowed == 0 {
             stats.refuse(InlineRefusal::RateLimited, 1);
             out.refused += 1;
             errors.push(format!("source {}: over this sender's report rate; announce it again later", s.worker));
             continue;
         }
-        allowed -= 1;
-        let uuid = snapshot.gpus.iter().find(|g| g.index == a.gpu).map(|g| g.uuid.clone()).unwrap_or_default();
+        *allowed -= 1;
+        let uuid = view.snapshot.gpus.iter().find(|g| g.index == a.gpu).map(|g| g.uuid.clone()).unwrap_or_default();
         let answer = serde_json::json!({
             "worker": s.worker,
             "node": shared.cfg.node,
@@ -487,6 +507,7 @@ fn announce(
             "path": a.path.as_str(),
             "simulated": a.simulated_device,
         });
+        let worker = s.worker.clone();
         let record = SourceWorker {
             worker: s.worker,
             gpu: a.gpu,
@@ -494,32 +515,25 @@ fn announce(
             gpu_uuid: uuid,
             nic: a.nic,
             nic_bdf: a.nic_bdf,
-            pid,
+            pid: view.pid,
             process: a.process,
             path: a.path,
             attribution: a.how,
             simulated: a.simulated_device,
             engine: engine.clone(),
         };
-        match shared.spool.append_inline(RecordBody::SourceWorker(record)) {
-            Ok(o) if o.appended == 1 => {
-                accepted += 1;
+        match spool(shared, RecordBody::SourceWorker(record), 1) {
+            Ok(()) => {
+                out.accepted += 1;
                 out.attested.push(answer);
             }
-            Ok(_) => {
-                stats.refuse(InlineRefusal::SpoolShareFull, 1);
+            Err(why) => {
                 out.refused += 1;
-                errors.push("a source: the agent's spool has no room left for in-line reports".to_owned());
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "spooling a source worker failed");
-                stats.refuse(InlineRefusal::SpoolShareFull, 1);
-                out.refused += 1;
-                errors.push(format!("the agent could not spool the source: {e}"));
+                errors.push(format!("source {worker}: {why}"));
             }
         }
     }
-    (accepted, out)
+    out
 }
 
 /// The record of one batch of `pid`'s results for one (device, memory), as attributed.
