@@ -326,52 +326,68 @@ fn preflight_over_a_transport_that_exercises_no_nic_is_not_verified() {
     );
 }
 
+/// A real process on GPU `gpu` that maps UCX (Debian's libucp), pinned by `UCX_NET_DEVICES=pin`
+/// or, with None, on UCX's auto-selection (whatever the test's own environment says).
+fn ucx_workload(ns: &railguard_testkit::ProcNamespace, gpu: &str, pin: Option<&str>) -> railguard_testkit::NsProcess {
+    let s = railguard_testkit::Spawn::new("python3")
+        .args(["-c", "import ctypes, time; ctypes.CDLL('libucp.so.0'); time.sleep(60)"])
+        .env("CUDA_VISIBLE_DEVICES", gpu);
+    ns.spawn(match pin {
+        Some(pin) => s.env("UCX_NET_DEVICES", pin),
+        None => s.env_remove("UCX_NET_DEVICES"),
+    })
+}
+
+/// One probe of GPU `gpu`'s workload pairs (`--nic auto`) on the seed node, its workloads
+/// discovered in `ns`: the (NIC, selection) of each result, and the whole output.
+fn probe_workload_pairs(
+    seed: &Seed,
+    ns: &railguard_testkit::ProcNamespace,
+    gpu: &str,
+) -> (Vec<(String, String)>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
+        .args(["probe", "--fabric", "sim", "--gpu", gpu, "--nic", "auto", "--bytes", "64K", "--json"])
+        .arg("--discover-workloads")
+        .arg("--proc-root")
+        .arg(ns.proc_root())
+        .arg("--sysfs-root")
+        .arg(seed.dir.path().join("node/sys"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let pairs = results(&out)
+        .iter()
+        .map(|r| (r["nic"].as_str().unwrap_or("").to_owned(), r["selection"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    (pairs, out)
+}
+
 /// A real process that maps UCX (Debian's libucp) with its own UCX_NET_DEVICES pin and GPU:
 /// the agent probes the pair that process uses, and a new pin moves it. The process runs in a
 /// process tree of the test's own, so no other process on the machine is a workload here.
 #[test]
 fn the_probed_pair_follows_a_running_workloads_pin() {
-    use railguard_testkit::{ProcNamespace, Spawn, wait};
+    use railguard_testkit::{ProcNamespace, wait};
     let seed = Seed::new();
     let ns = ProcNamespace::start();
-    let workload = |pin: &str| {
-        ns.spawn(
-            Spawn::new("python3")
-                .args(["-c", "import ctypes, time; ctypes.CDLL('libucp.so.0'); time.sleep(60)"])
-                .env("UCX_NET_DEVICES", pin)
-                .env("CUDA_VISIBLE_DEVICES", "3"),
-        )
-    };
     // Once the process has mapped the library: the pair GPU3's workload uses, by its pin.
     let probe_gpu3 = |pin: &str| {
         wait::until(&format!("GPU3's workload pin {pin}"), std::time::Duration::from_secs(60), || {
-            let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
-                .args(["probe", "--fabric", "sim", "--gpu", "3", "--nic", "auto", "--bytes", "64K", "--json"])
-                .arg("--discover-workloads")
-                .arg("--proc-root")
-                .arg(ns.proc_root())
-                .arg("--sysfs-root")
-                .arg(seed.dir.path().join("node/sys"))
-                .output()
-                .unwrap();
-            let out = String::from_utf8_lossy(&out.stdout).into_owned();
-            let r = results(&out);
-            match r.first() {
-                Some(r) if r["selection"] == "pinned" && r["nic"] == pin => {
-                    Ok((r["nic"].as_str().unwrap().to_owned(), r["selection"].as_str().unwrap().to_owned()))
-                }
+            let (pairs, out) = probe_workload_pairs(&seed, &ns, "3");
+            match pairs.first() {
+                Some((nic, selection)) if selection == "pinned" && nic == pin => Ok((nic.clone(), selection.clone())),
                 _ => Err(out),
             }
         })
     };
-    let first = workload("mlx5_1:1");
+    let first = ucx_workload(&ns, "3", Some("mlx5_1:1"));
     assert_eq!(
         probe_gpu3("mlx5_1"),
         ("mlx5_1".to_owned(), "pinned".to_owned()),
         "not the auto-selected PIX NIC mlx5_3"
     );
     ns.kill(first);
-    let _second = workload("mlx5_2:1");
+    let _second = ucx_workload(&ns, "3", Some("mlx5_2:1"));
     assert_eq!(probe_gpu3("mlx5_2").0, "mlx5_2", "the pin moved, so did the pair");
 }
 
@@ -419,36 +435,13 @@ fn topo_names_a_host_without_gpus_and_a_wrong_sysfs_root() {
 /// picked silently.
 #[test]
 fn two_workloads_on_one_gpu_have_both_their_pairs_probed() {
-    use railguard_testkit::{ProcNamespace, Spawn, wait};
+    use railguard_testkit::{ProcNamespace, wait};
     let seed = Seed::new();
     let ns = ProcNamespace::start();
-    let workload = |pin: Option<&str>| {
-        let mut s = Spawn::new("python3")
-            .args(["-c", "import ctypes, time; ctypes.CDLL('libucp.so.0'); time.sleep(60)"])
-            .env("CUDA_VISIBLE_DEVICES", "3");
-        s = match pin {
-            Some(pin) => s.env("UCX_NET_DEVICES", pin),
-            None => s.env_remove("UCX_NET_DEVICES"),
-        };
-        ns.spawn(s)
-    };
-    let _pinned = workload(Some("mlx5_1:1"));
-    let _auto = workload(None);
+    let _pinned = ucx_workload(&ns, "3", Some("mlx5_1:1"));
+    let _auto = ucx_workload(&ns, "3", None);
     let probed = wait::until("both workloads' pairs probed", std::time::Duration::from_secs(60), || {
-        let out = Command::new(env!("CARGO_BIN_EXE_railguard-agent"))
-            .args(["probe", "--fabric", "sim", "--gpu", "3", "--nic", "auto", "--bytes", "64K", "--json"])
-            .arg("--discover-workloads")
-            .arg("--proc-root")
-            .arg(ns.proc_root())
-            .arg("--sysfs-root")
-            .arg(seed.dir.path().join("node/sys"))
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&out.stdout).into_owned();
-        let mut pairs: Vec<(String, String)> = results(&out)
-            .iter()
-            .map(|r| (r["nic"].as_str().unwrap_or("").to_owned(), r["selection"].as_str().unwrap_or("").to_owned()))
-            .collect();
+        let (mut pairs, out) = probe_workload_pairs(&seed, &ns, "3");
         pairs.sort();
         if pairs.len() == 2 { Ok(pairs) } else { Err(out) }
     });

@@ -27,6 +27,30 @@ def until(condition, what: str, timeout: float = 30.0):
         time.sleep(0.01)
 
 
+def fake_agent(path: str, answer) -> socket.socket:
+    """An agent stand-in on the Unix socket ``path``: every line of every connection is answered
+    with ``answer(message)`` (a dict), for as long as the test runs."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(8)
+
+    def serve(conn):
+        with conn:
+            for line in conn.makefile("rb"):
+                conn.sendall(json.dumps(answer(json.loads(line))).encode() + b"\n")
+
+    def accept():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv
+
+
 class Digests(unittest.TestCase):
     def setUp(self):
         self.rng = np.random.default_rng(7)
@@ -318,28 +342,21 @@ class Diagnoses(unittest.TestCase):
     def test_an_agent_that_knows_neither_diagnosis_nor_source_still_gets_every_result(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "inline.sock")
-            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            srv.bind(path)
-            srv.listen(1)
             got = []
 
-            def old_agent():
-                conn, _ = srv.accept()
-                for line in conn.makefile("rb"):
-                    msg = json.loads(line)
-                    # serde names the first unknown field of a result.
-                    errors, kept = [], []
-                    for i, x in enumerate(msg["results"]):
-                        unknown = [k for k in ("diagnosis", "source") if k in x]
-                        if unknown:
-                            errors.append(f"result {i}: not a result: unknown field `{unknown[0]}`, expected one of `device`")
-                        else:
-                            kept.append(x)
-                    got.extend(kept)
-                    answer = {"accepted": len(kept), "rejected": len(errors), "errors": errors}
-                    conn.sendall(json.dumps(answer).encode() + b"\n")
+            def old_agent(msg):
+                # serde names the first unknown field of a result.
+                errors, kept = [], []
+                for i, x in enumerate(msg["results"]):
+                    unknown = [k for k in ("diagnosis", "source") if k in x]
+                    if unknown:
+                        errors.append(f"result {i}: not a result: unknown field `{unknown[0]}`, expected one of `device`")
+                    else:
+                        kept.append(x)
+                got.extend(kept)
+                return {"accepted": len(kept), "rejected": len(errors), "errors": errors}
 
-            threading.Thread(target=old_agent, daemon=True).start()
+            fake_agent(path, old_agent)
             r = rn.Reporter(path, flush_interval=0.01)
             claim = {"node": "pre-a", "gpu": "0000:1b:00.0", "nic": "mlx5_0"}
             r.add(rn.Check(request="ok", status="ok", blocks=1, bytes=8, source=claim))
@@ -379,24 +396,17 @@ class Reporting(unittest.TestCase):
     def test_batches_reach_a_listening_agent_and_its_answers_are_counted(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "inline.sock")
-            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            srv.bind(path)
-            srv.listen(1)
             got = []
             engines = []
 
-            def agent():
-                conn, _ = srv.accept()
-                f = conn.makefile("rb")
-                for line in f:
-                    msg = json.loads(line)
-                    engines.append(msg.get("engine"))
-                    got.extend(msg["results"])
-                    bad = sum(1 for x in msg["results"] if x["status"] == "error")
-                    conn.sendall(json.dumps({"accepted": len(msg["results"]) - bad, "rejected": bad,
-                                             "errors": ["result 0: refused"] if bad else []}).encode() + b"\n")
+            def agent(msg):
+                engines.append(msg.get("engine"))
+                got.extend(msg["results"])
+                bad = sum(1 for x in msg["results"] if x["status"] == "error")
+                return {"accepted": len(msg["results"]) - bad, "rejected": bad,
+                        "errors": ["result 0: refused"] if bad else []}
 
-            threading.Thread(target=agent, daemon=True).start()
+            fake_agent(path, agent)
             engine = rn.engine_identity("vllm", "0.33.0", "RailguardNixlConnector", enable_prefix_caching=True)
             r = rn.Reporter(path, engine=engine, flush_interval=0.01)
             for i in range(25):
@@ -415,32 +425,23 @@ class Sources(unittest.TestCase):
     def test_a_source_announces_itself_and_its_claim_is_what_the_agent_attested(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "inline.sock")
-            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            srv.bind(path)
-            srv.listen(8)
             announced = []
 
-            def agent():
-                while True:
-                    conn, _ = srv.accept()
-                    for line in conn.makefile("rb"):
-                        msg = json.loads(line)
-                        attested = []
-                        for x in msg.get("serves", []):
-                            announced.append(x)
-                            if x["device"] == 0:
-                                attested.append({"worker": x["worker"], "node": "pre-a", "gpu": 3,
-                                                 "gpu_bdf": "0000:1b:00.0", "gpu_uuid": "GPU-3", "nic": "mlx5_0",
-                                                 "path": "nic_dma", "simulated": False})
-                        errors = [] if attested else [f"source {x['worker']}: device 1: not held" for x in msg.get("serves", [])]
-                        answer = {"accepted": len(attested), "rejected": len(errors), "errors": errors}
-                        if attested:
-                            answer["attested"] = attested
-                        conn.sendall(json.dumps(answer).encode() + b"\n")
-                        break
-                    conn.close()
+            def agent(msg):
+                attested = []
+                for x in msg.get("serves", []):
+                    announced.append(x)
+                    if x["device"] == 0:
+                        attested.append({"worker": x["worker"], "node": "pre-a", "gpu": 3,
+                                         "gpu_bdf": "0000:1b:00.0", "gpu_uuid": "GPU-3", "nic": "mlx5_0",
+                                         "path": "nic_dma", "simulated": False})
+                errors = [] if attested else [f"source {x['worker']}: device 1: not held" for x in msg.get("serves", [])]
+                answer = {"accepted": len(attested), "rejected": len(errors), "errors": errors}
+                if attested:
+                    answer["attested"] = attested
+                return answer
 
-            threading.Thread(target=agent, daemon=True).start()
+            fake_agent(path, agent)
             r = rn.Reporter(path, flush_interval=0.01)
             a = r.announce("prefill-8|tp0pp0", 0)
             self.assertEqual((a["node"], a["gpu_bdf"], a["nic"]), ("pre-a", "0000:1b:00.0", "mlx5_0"))
@@ -472,23 +473,15 @@ class EngineIdentity(unittest.TestCase):
     def test_an_agent_that_does_not_know_the_engine_field_still_gets_every_result(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "inline.sock")
-            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            srv.bind(path)
-            srv.listen(1)
             got = []
 
-            def old_agent():
-                conn, _ = srv.accept()
-                for line in conn.makefile("rb"):
-                    msg = json.loads(line)
-                    if "engine" in msg:
-                        answer = {"error": "not a JSON message {\"v\": 1, \"results\": [...]}: unknown field `engine`, expected `v` or `results`"}
-                    else:
-                        got.extend(msg["results"])
-                        answer = {"accepted": len(msg["results"]), "rejected": 0, "errors": []}
-                    conn.sendall(json.dumps(answer).encode() + b"\n")
+            def old_agent(msg):
+                if "engine" in msg:
+                    return {"error": "not a JSON message {\"v\": 1, \"results\": [...]}: unknown field `engine`, expected `v` or `results`"}
+                got.extend(msg["results"])
+                return {"accepted": len(msg["results"]), "rejected": 0, "errors": []}
 
-            threading.Thread(target=old_agent, daemon=True).start()
+            fake_agent(path, old_agent)
             r = rn.Reporter(path, engine=rn.engine_identity("vllm", "0.33.0"), flush_interval=0.01)
             for i in range(10):
                 r.add(rn.Check(request=f"r{i}", status="ok", blocks=1, bytes=8))
