@@ -11,6 +11,17 @@ bash scripts/setup.sh
 export PATH="$PATH:${XDG_CACHE_HOME:-$HOME/.cache}/railguard/tools/bin"
 # A missing clang or UCX is a build error here, not a warning: the tests must run the real thing.
 export RAILGUARD_REQUIRE_NATIVE=1
+# A run from a clean clone gains nothing from incremental compilation, which about doubles the
+# size of target/; a developer who wants it back sets CARGO_INCREMENTAL=1.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
+# A full run writes about 10 GiB under target/; a full disk shows up as a linker crash deep in
+# the build, so say it first, in words.
+free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ -n "$free_kib" ] && [ "$free_kib" -lt $((12 * 1024 * 1024)) ]; then
+  echo "warning: $((free_kib / 1024 / 1024)) GiB free on this file system; a clean build and test" \
+       "run needs about 12 GiB under target/ (cargo clean in other checkouts frees it)" >&2
+fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
