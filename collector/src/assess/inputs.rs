@@ -3,7 +3,15 @@
 //! in-line counts and failures; signals; and the workload pair's latest verdicts. A node whose
 //! stored rows could not be read as ingest stored them is noted ([`super::Damage`]), not counted.
 
-use super::*;
+use super::{GpuInput, GpuKey, SignalCount, rules};
+use crate::evidence::{Damage, InlineCounts, PairCounts, RECENT_VERDICTS, stored_gpu};
+use crate::steps::{Laps, Step, Steps};
+use chrono::{DateTime, Utc};
+use railguard_schema::{GpuRisk, SignalKind};
+use sqlx::PgPool;
+use sqlx::types::Json;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 /// What a pass reads of its nodes: every GPU's inputs, the nodes whose stored rows could not
 /// be read as ingest stored them ([`Damage`]), and the time each statement took.

@@ -13,25 +13,18 @@ mod spread;
 mod timing;
 mod write;
 
-pub use inputs::*;
-pub use run::*;
-pub use schedule::*;
-pub use timing::*;
-pub use write::*;
+pub use inputs::{Inputs, TOPOLOGY_READ, describe_failure, load_inputs};
+pub use run::{assess_pass, run_periodic, run_urgent};
+pub use schedule::{PassBudget, Sweep, changed_nodes, due_nodes, shared_source_nodes};
+use schedule::{bound_pass, claim_pending, cold_start, mark_assessed, predecessor};
+pub use timing::{KindStats, Pass, PassCounters, PassStats, Phases};
+pub use write::{Assessed, assess_and_store};
 
 pub use isolate::{Damage, Isolated, IsolationStats, stats as isolation_stats, stored_gpu};
 
-pub(crate) use crate::evidence::RECENT_VERDICTS;
-pub(crate) use crate::steps::Laps;
 pub use crate::steps::{Step, Steps};
 
-use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
-
-use chrono::{DateTime, Utc};
-use railguard_schema::{GpuRisk, RiskLevel, SignalKind};
-use sqlx::PgPool;
-use sqlx::types::Json;
 
 pub use rules::{
     Assessment, Finding, GpuInput, GpuStatus, InlineCounts, PairCounts, Previous, RulesConfig, SignalCount,

@@ -1,7 +1,13 @@
 //! The assessment's tasks: a pass ([`assess_pass`]), the leader's periodic passes
 //! ([`run_periodic`]) and the urgent task that assesses failing nodes at once ([`run_urgent`]).
 
-use super::*;
+use super::{
+    AssessConfig, Pass, PassBudget, PassStats, Phases, Sweep, assess_and_store, bound_pass, changed_nodes,
+    claim_pending, cold_start, due_nodes, isolate, predecessor, shared_source_nodes,
+};
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use std::time::Duration;
 
 /// One pass at `now`: the whole fleet when `prev` is None, else only [`changed_nodes`] since
 /// `prev` and the nodes `sweep` finds due ([`due_nodes`]), at most `bound` of them (None: all;

@@ -2,7 +2,10 @@
 //! ([`changed_nodes`]), the rolling sweep's share ([`Sweep`]), bounded by the measured cost per
 //! node ([`PassBudget`]); and where a new leader goes on from ([`predecessor`]).
 
-use super::*;
+use super::AssessConfig;
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use std::time::Duration;
 
 /// The nodes that may assess differently at `now` than at `prev` (the previous pass's `now`):
 /// those with a batch stored since they were last claimed (claimed here: their flag is cleared),

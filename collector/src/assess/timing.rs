@@ -1,7 +1,9 @@
 //! What a pass covered and how long each part took, and the passes a collector ran, for logs
 //! and `/metrics`.
 
-use super::*;
+use crate::steps::Steps;
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// What an assessment pass covered.
 #[derive(Debug, Clone, Default)]

@@ -2,9 +2,18 @@
 //! changed is written — current statuses, the fleet page's counts, the history of changes, the
 //! nodes' assessed marks — under one lock, never over a status made from newer evidence.
 
-use super::*;
+use super::{
+    AssessConfig, Assessment, GpuInput, GpuKey, Inputs, Phases, Previous, isolate, load_inputs, mark_assessed, rules,
+};
+use crate::status::{GpuStatus, Verification};
+use crate::steps::{Laps, Step};
+use chrono::{DateTime, Utc};
 use railguard_schema::DataPath;
+use railguard_schema::RiskLevel;
 use rules::Pin;
+use sqlx::PgPool;
+use sqlx::types::Json;
+use std::collections::HashMap;
 
 /// What one assessment did: the GPUs it assessed, and where its time went (the read and write
 /// phases; the caller adds the time it spent choosing the nodes).

@@ -2,7 +2,11 @@
 //! bytes), counts that add up and take away exactly; the trust policy decides, once a node's
 //! every record is in, which classes prove the pair ([`WindowEvidence::into_pairs`]).
 
-use super::*;
+use super::{Class, InlineCounts, PairCounts};
+use chrono::{DateTime, Utc};
+use railguard_schema::{Diagnosis, ProbeVerdict};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 
 /// One of a workload pair's latest records: when, what it said, how many probes it stands for,
 /// and what it can stand for (the recovery streak counts only what could make the GPU `ok`).

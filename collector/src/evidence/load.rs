@@ -2,7 +2,12 @@
 //! the arrays they are stored as, the pair-hour rollups for rolled hours, and the workload pairs'
 //! latest verdicts ranked from both.
 
-use super::*;
+use super::{Class, Evidence, RecentVerdict, WindowEvidence, first_lane, trust};
+use chrono::{DateTime, Utc};
+use railguard_schema::{Diagnosis, ProbeVerdict};
+use sqlx::types::Json;
+use std::collections::HashMap;
+use tokio_stream::StreamExt;
 
 /// The workload NIC of each GPU, per node: the pairs whose latest verdicts are ranked.
 pub(crate) type WorkloadPairs = HashMap<String, Vec<(i32, String)>>;

@@ -38,23 +38,18 @@ mod rolled;
 pub mod trust;
 
 pub use accumulate::RecentVerdict;
-pub(crate) use accumulate::*;
+pub(crate) use accumulate::{Evidence, NodeAcc, Recent, WindowEvidence, first_lane, step};
 pub use counts::{InlineCounts, PairCounts};
 pub use damage::{Damage, stored_gpu};
-pub(crate) use lean::*;
-pub(crate) use load::*;
-pub use period::*;
-pub use rolled::*;
+pub(crate) use lean::{LeanNodes, Nics, keep_last, lean, move_on, trusted_of};
+pub(crate) use load::{Hours, WorkloadPairs, load, load_around, load_period, load_split, read_rolled};
+pub use period::{KEPT_PERIODS, LeanPeriod, PeriodCache, PeriodReads, SEAL_AFTER, TrustedPair};
+pub(crate) use period::{MAX_NICS, period_pairs};
+pub(crate) use rolled::load_period_rolled_cached;
+pub use rolled::{KEPT_ROLLED, RolledCache, RolledReads};
 pub use trust::{Class, Standing};
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
-
 use crate::steps::{Laps, Step};
-use chrono::{DateTime, Utc};
-use railguard_schema::{Diagnosis, ProbeVerdict};
-use sqlx::types::Json;
-use tokio_stream::StreamExt;
 
 /// The workload pair's latest verdicts the hysteresis looks at.
 pub(crate) const RECENT_VERDICTS: usize = 10;

@@ -1,7 +1,12 @@
 //! The pattern finder's relative periods kept between reads (`since=15m` read again a minute
 //! later moves by a minute's evidence, not a period's).
 
-use super::*;
+use super::{
+    LeanNodes, Nics, RolledCache, WindowEvidence, WorkloadPairs, keep_last, lean, load_period,
+    load_period_rolled_cached, load_split, move_on, trusted_of,
+};
+use crate::steps::Laps;
+use chrono::{DateTime, Utc};
 
 /// How many relative periods the pattern finder keeps (the dashboard's, the API's default, and
 /// two more); the one read least recently goes first.
@@ -199,8 +204,6 @@ pub(crate) async fn load_period_cached<'a>(
     let kept = periods.last().map(|p| (&p.nodes, &*nics));
     Ok(LeanPeriod { kept, newest, nics: Nics::default() })
 }
-
-pub use crate::store::LATE_AFTER;
 
 /// Every pair's probe evidence observed in (`since`, `until`], counted as a pass counts it
 /// under the trust policy (no in-line counts): the pattern finder's pairs. The

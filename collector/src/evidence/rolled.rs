@@ -1,7 +1,12 @@
 //! The pattern finder's rolled-up hours kept between reads (`since=1d`): the settled hours'
 //! sum kept, the hours a roll-up may still change read each time.
 
-use super::*;
+use super::{
+    Hours, LeanNodes, LeanPeriod, MAX_NICS, Nics, WindowEvidence, keep_last, lean, load_around, load_period, move_on,
+    read_rolled,
+};
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
 
 /// How many lengths of periods with rolled-up hours in them the pattern finder keeps (a day and
 /// a week, say); the one read least recently goes first.

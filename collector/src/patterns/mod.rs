@@ -31,6 +31,9 @@
 mod explain;
 mod facts;
 
-pub use explain::*;
+pub use explain::{
+    ATTRIBUTES, Factor, GPUDIRECT_MODES, HYPERVISORS, NODE_FAILING_CAP, NODE_HEALTHY_CAP, PAIR_WEIGHT, PairFacts,
+    Pairs, UNRECOGNISED, Weight, canonical, explain, node_weights,
+};
 pub use facts::Facts;
 pub use facts::load;

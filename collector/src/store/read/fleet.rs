@@ -7,7 +7,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use utoipa::ToSchema;
 
-use super::*;
+use super::GpuStatusRow;
 
 /// GPUs counted by status, and those whose workload pair's NIC path is unverified.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]

@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
-use super::*;
+use super::StatusChange;
 
 /// A GPU's current status, its evidence and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]

@@ -7,7 +7,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use utoipa::ToSchema;
 
-use super::*;
+use super::Period;
 
 /// How finely [`gpu_hourly`] groups a GPU's history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]

@@ -40,10 +40,16 @@ mod node;
 mod series;
 mod sources;
 
-pub use engines::*;
-pub use fleet::*;
-pub use gpu::*;
-pub use history::*;
-pub use node::*;
-pub use series::*;
-pub use sources::*;
+pub use engines::{EngineFinding, UNNAMED_ENGINE, engine_findings};
+pub use fleet::{
+    FleetPage, FleetSummary, FleetTotals, GpuInfo, GpuStatusOnly, GridCell, NodeLag, NodeSummary, StatusChange,
+    StatusCounts, all_statuses, fleet, gpu_infos, gpus, grid_at, grid_now, last_assessment, node_lags,
+};
+pub use gpu::{GpuStatusRow, Period, PinDetail, ProbeRow, SignalRow, gpu_probes, gpu_signals, gpu_status_changes};
+pub use history::{Bucket, FailureRow, HistoryBucket, failures, gpu_hourly};
+pub use node::{
+    HostView, InlineRow, NodeInfo, PairRow, TopologyGpu, TopologyNic, TopologyPath, TopologyView, WindowCounts,
+    inline_pairs, node, node_gpus, pairs, topology,
+};
+pub use series::{MAX_POINTS, NicBucket, StatusPoint, fleet_status_series, node_nic_series};
+pub use sources::{Attestation, SourceEnd, SourceFinding, source_findings, source_label};

@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
-use super::*;
+use super::{Bucket, Period, gpu_hourly};
 
 /// At most this many points in a fleet series (evenly spaced over the period).
 pub const MAX_POINTS: u32 = 240;
