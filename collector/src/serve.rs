@@ -185,7 +185,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             let client = kube::Client::try_default()
                 .await
                 .context("--k8s-node-conditions: no Kubernetes API configuration (in-cluster or KUBECONFIG)")?;
-            let k = Arc::new(crate::tasks::k8s_nodes::ControllerStats::default());
+            let k = Arc::new(crate::tasks::k8s_controller::ControllerStats::default());
             let _ = state.k8s.set(k.clone());
             tracing::info!(taint = k8s.taint, cordon = k8s.cordon, "keeping the RailguardKVTransfer node condition");
             tokio::spawn(crate::tasks::k8s_nodes::run_periodic(client, pool.clone(), k8s, k, stop_rx.clone()));

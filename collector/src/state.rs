@@ -21,5 +21,5 @@ pub struct CollectorState {
     pub grpc_conns: Arc<crate::conns::ConnStats>,
     pub http_conns: Arc<crate::conns::ConnStats>,
     /// The Kubernetes node-condition controller's counts, when it runs.
-    pub k8s: OnceLock<Arc<crate::tasks::k8s_nodes::ControllerStats>>,
+    pub k8s: OnceLock<Arc<crate::tasks::k8s_controller::ControllerStats>>,
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // test support: a failed setup should fail the test loudly
 
 pub mod ha;
+pub mod modules;
 pub mod needs;
 pub mod openapi;
 pub mod png;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use railguard_collector::tasks::k8s_nodes::{ControllerStats, NodeConditionConfig, run_periodic};
+use railguard_collector::tasks::k8s_controller::ControllerStats;
+use railguard_collector::tasks::k8s_nodes::{NodeConditionConfig, run_periodic};
 use railguard_e2e::*;
 
 /// A mock API server that answers every list with one node and every patch with it; counts requests.
@@ -127,7 +128,7 @@ async fn each_corrupting_gpu_alone_gets_a_device_taint_rule_valid_for_its_api_ve
         let listed = serde_json::json!({"apiVersion": format!("resource.k8s.io/{}", api.version()), "kind": "DeviceTaintRuleList",
             "metadata": {}, "items": [rule_body(&cfg, &recovered, "earlier")]});
         let (client, seen) = mock_rules(listed);
-        let stats = railguard_collector::tasks::k8s_nodes::ControllerStats::default();
+        let stats = railguard_collector::tasks::k8s_controller::ControllerStats::default();
         let actions = reconcile_once(&client, &rows, &cfg, &mut DeviceBreaker::default(), &stats).await.unwrap();
         assert_eq!(actions.len(), 2, "{actions:?}");
         assert_eq!(stats.device_rule_changes.load(Ordering::Relaxed), 2, "both requests counted");

@@ -4,7 +4,7 @@
 //!
 //! Each rule selects one device of the DRA driver that publishes the GPUs (`gpu.nvidia.com`:
 //! one pool per node, named after the node, devices `gpu-0`, `gpu-1`, …; both configurable) and
-//! carries the taint [`super::k8s_nodes::TAINT_KEY`] with `NoSchedule` (or `NoExecute`, which
+//! carries the taint [`super::k8s_controller::TAINT_KEY`] with `NoSchedule` (or `NoExecute`, which
 //! evicts the pods using the GPU). Rules are railguard's own (label
 //! [`MANAGED_BY`]), named from the node and GPU index with a digest of the node id, so two node
 //! ids that differ only in case or punctuation never share one.
@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use crate::status::GpuStatus;
 use crate::store::read::GpuStatusRow;
 
-use super::k8s_nodes::TAINT_KEY;
+use super::k8s_controller::{ControllerStats, TAINT_KEY};
 
 /// The label on every rule railguard made (the only ones it lists, changes or deletes).
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "railguard-collector");
@@ -320,7 +320,7 @@ pub async fn reconcile_once(
     rows: &[GpuStatusRow],
     cfg: &DeviceTaintConfig,
     breaker: &mut DeviceBreaker,
-    stats: &super::k8s_nodes::ControllerStats,
+    stats: &ControllerStats,
 ) -> Result<Vec<DeviceAction>, kube::Error> {
     use std::sync::atomic::Ordering::Relaxed;
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &cfg.api.resource());

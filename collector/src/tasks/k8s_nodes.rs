@@ -34,11 +34,11 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use super::k8s_controller::{ControllerStats, TAINT_KEY};
 use crate::status::GpuStatus;
 use crate::store::read::GpuStatusRow;
 
 pub const CONDITION: &str = "RailguardKVTransfer";
-pub const TAINT_KEY: &str = "railguard.io/kv-transfer-corrupting";
 pub const CORDON_ANNOTATION: &str = "railguard.io/cordoned";
 /// A condition unchanged this long is patched again, so its heartbeat shows railguard is alive.
 pub const HEARTBEAT: Duration = Duration::from_secs(300);
@@ -385,22 +385,6 @@ fn node_patch(o: &Observed, taint: bool, cordon: bool, what: &'static str) -> Ac
         metadata["annotations"] = json!({CORDON_ANNOTATION: null});
     }
     Action::Node { node: o.name.clone(), body: json!({"metadata": metadata, "spec": spec}), what }
-}
-
-/// Counts for /metrics.
-#[derive(Debug, Default)]
-pub struct ControllerStats {
-    /// Rounds of the loop: leadership checked, and acted on when held.
-    pub rounds: std::sync::atomic::AtomicU64,
-    pub patches: std::sync::atomic::AtomicU64,
-    pub errors: std::sync::atomic::AtomicU64,
-    pub breaker_open: std::sync::atomic::AtomicBool,
-    /// DeviceTaintRules created or deleted ([`super::k8s_devices`]).
-    pub device_rule_changes: std::sync::atomic::AtomicU64,
-    /// Failed DeviceTaintRule requests (lists, creations, deletions).
-    pub device_errors: std::sync::atomic::AtomicU64,
-    /// 1 while the device-taint breaker refuses new rules.
-    pub device_breaker_open: std::sync::atomic::AtomicBool,
 }
 
 /// One pass: list the nodes, plan, apply. Returns the actions made.

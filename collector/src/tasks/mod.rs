@@ -1,9 +1,11 @@
 //! The collector's fleet-wide background work, each done by one replica at a time when several
 //! share one Postgres: [`leader`] decides which (a session-level advisory lock per task),
 //! [`retention`] rolls up passed hours and drops expired partitions, [`k8s_nodes`] keeps the
-//! Kubernetes node conditions (and, opt-in, taints and cordons) in step with the GPU verdicts.
+//! Kubernetes node conditions (and, opt-in, taints and cordons) in step with the GPU verdicts,
+//! [`k8s_devices`] the opt-in per-device taints; both share [`k8s_controller`].
 //! The assessment's own periodic and urgent tasks live with it, in [`crate::assess`].
 
+pub mod k8s_controller;
 pub mod k8s_devices;
 pub mod k8s_nodes;
 pub mod leader;

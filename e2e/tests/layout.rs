@@ -1,0 +1,93 @@
+//! The shape of the code: no two sibling modules of any crate reach each other
+//! ([`railguard_e2e::modules`]), and the check itself resolves paths the way rustc does.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use railguard_e2e::modules::{Crate, Cycle};
+
+fn cycles_of(root: &Path) -> Vec<Cycle> {
+    Crate::read(root).unwrap_or_else(|e| panic!("{e}")).cycles()
+}
+
+#[test]
+fn no_crate_of_the_workspace_has_a_module_cycle() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut found = Vec::new();
+    let mut modules = 0;
+    for krate in ["agent", "collector", "schema", "telemetry", "testkit", "e2e"] {
+        let root = workspace.join(krate).join("src/lib.rs");
+        let read = Crate::read(&root).unwrap_or_else(|e| panic!("{e}"));
+        modules += read.modules.len();
+        found.extend(read.cycles().into_iter().map(|c| format!("{krate}: {c}")));
+    }
+    assert!(modules > 150, "the walk found only {modules} modules: it no longer follows `mod` declarations");
+    assert!(found.is_empty(), "module cycles:\n{}", found.join("\n"));
+}
+
+/// A fixture crate: `tasks.rs` (not `mod.rs`) declares `a` and `b`, which live in `tasks/`.
+fn fixture(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn super_in_a_child_of_a_file_that_is_not_mod_rs_is_that_file() {
+    let dir = fixture(&[
+        ("src/lib.rs", "mod tasks;\npub fn top() {}\n"),
+        ("src/tasks.rs", "mod a;\nmod b;\npub use a::A;\n"),
+        ("src/tasks/a.rs", "use super::b::B;\npub struct A(B);\n"),
+        ("src/tasks/b.rs", "pub struct B;\npub fn f() { super::a::A(B); }\n"),
+    ]);
+    let cycles = cycles_of(&dir.path().join("src/lib.rs"));
+    assert_eq!(cycles.len(), 1, "{cycles:?}");
+    assert_eq!(cycles[0].room, vec!["tasks".to_string()]);
+    assert_eq!(cycles[0].members, ["a", "b"]);
+    assert!(cycles[0].evidence.iter().any(|e| e.ends_with("a.rs:1 names tasks::b")), "{:?}", cycles[0].evidence);
+    assert!(cycles[0].evidence.iter().any(|e| e.ends_with("b.rs:2 names tasks::a")), "{:?}", cycles[0].evidence);
+}
+
+#[test]
+fn a_third_module_breaks_the_cycle_and_tests_comments_and_strings_do_not_count() {
+    let dir = fixture(&[
+        ("src/lib.rs", "pub mod tasks;\n"),
+        ("src/tasks/mod.rs", "mod a;\nmod b;\nmod shared;\n"),
+        ("src/tasks/shared.rs", "pub const KEY: &str = \"super::a::x\";\n"),
+        ("src/tasks/a.rs", "use super::shared::KEY;\npub fn go() { super::b::run(KEY) }\n"),
+        (
+            "src/tasks/b.rs",
+            "use super::shared::{self, KEY as K};\n// super::a::go()\n/* crate::tasks::a */\n\
+             pub fn run(_: &str) { let _ = r#\"super::a\"#; let _ = '\"'; let _ = shared::KEY; }\n\
+             #[cfg(test)]\nmod tests {\n    use super::super::a;\n}\n",
+        ),
+    ]);
+    let cycles = cycles_of(&dir.path().join("src/lib.rs"));
+    assert!(cycles.is_empty(), "{cycles:?}");
+}
+
+#[test]
+fn a_child_and_its_parent_are_no_cycle_but_crate_paths_across_rooms_are() {
+    let dir = fixture(&[
+        ("src/lib.rs", "mod store;\nmod assess;\n"),
+        ("src/store/mod.rs", "mod read;\npub use read::Row;\npub fn open() {}\n"),
+        ("src/store/read.rs", "pub struct Row;\npub fn f() { super::open(); crate::assess::rules::decide(); }\n"),
+        ("src/assess/mod.rs", "pub mod rules;\n"),
+        ("src/assess/rules.rs", "use crate::store::Row;\npub fn decide() -> Option<Row> { None }\n"),
+    ]);
+    let cycles = cycles_of(&dir.path().join("src/lib.rs"));
+    assert_eq!(cycles.len(), 1, "{cycles:?}");
+    assert!(cycles[0].room.is_empty());
+    assert_eq!(cycles[0].members, ["assess", "store"]);
+}
+
+#[test]
+fn a_declared_module_without_a_file_is_a_clear_error() {
+    let dir = fixture(&[("src/lib.rs", "mod gone;\n")]);
+    let err = Crate::read(&dir.path().join("src/lib.rs")).unwrap_err().to_string();
+    assert!(err.contains("module `gone` is declared") && err.contains("gone.rs"), "{err}");
+}
