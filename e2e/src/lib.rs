@@ -7,6 +7,7 @@ pub mod modules;
 pub mod needs;
 pub mod openapi;
 pub mod png;
+pub mod schema;
 pub mod scripted;
 
 /// The one way tests wait ([`wait::until`]), and a process tree of a test's own.
