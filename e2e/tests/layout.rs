@@ -91,3 +91,45 @@ fn a_declared_module_without_a_file_is_a_clear_error() {
     let err = Crate::read(&dir.path().join("src/lib.rs")).unwrap_err().to_string();
     assert!(err.contains("module `gone` is declared") && err.contains("gone.rs"), "{err}");
 }
+
+/// ARCHITECTURE.md's record path: each step's file exists and is named once, and every room of
+/// the agent and the collector appears in the map.
+#[test]
+fn architecture_names_files_that_exist_and_every_room() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let text = std::fs::read_to_string(workspace.join("ARCHITECTURE.md")).unwrap();
+    let path_section = text.split("## The record path").nth(1).unwrap().split("\n## ").next().unwrap();
+    let mut files = Vec::new();
+    for row in path_section.lines().filter(|l| l.starts_with("| ") && l.contains(". ")) {
+        let last = row.trim_end_matches('|').rsplit('|').next().unwrap();
+        let file = last.split('`').nth(1).unwrap_or_else(|| panic!("no file in {row}"));
+        assert!(workspace.join(file).is_file(), "ARCHITECTURE.md names {file}, which does not exist");
+        assert!(!files.contains(&file), "{file} is named twice in the record path");
+        files.push(file);
+    }
+    assert!(files.len() >= 15, "the record path names only {} files", files.len());
+    let lines: Vec<&str> = text.lines().collect();
+    let mut missing = Vec::new();
+    for krate in ["agent", "collector"] {
+        let src = workspace.join(krate).join("src");
+        for entry in std::fs::read_dir(&src).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name == "lib.rs" || name == "main.rs" {
+                continue;
+            }
+            let full = format!("{krate}/src/{name}");
+            let named = if name.ends_with(".rs") {
+                lines.iter().any(|l| {
+                    l.contains(&full) || (l.contains(&format!("`{name}`")) && l.contains(&format!("`{krate}/src/")))
+                })
+            } else {
+                text.contains(&format!("{full}/"))
+            };
+            if !named {
+                missing.push(full);
+            }
+        }
+    }
+    assert!(missing.is_empty(), "rooms ARCHITECTURE.md does not name: {missing:?}");
+    assert!(lines.len() <= 250, "ARCHITECTURE.md is {} lines: move detail into docs/design/", lines.len());
+}

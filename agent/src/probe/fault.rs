@@ -1,4 +1,4 @@
-//! Faults: the simulated fabric's fault file (a stable contract, ARCHITECTURE.md) and the self-test's
+//! Faults: the simulated fabric's fault file (a stable contract, docs/design/contracts.md) and the self-test's
 //! injections, applied to a probe on its way through a transport.
 
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! `topo` output: a matrix like `nvidia-smi topo -m` with a risk column, and the JSON report
-//! of `topo --json`'s stable contract (ARCHITECTURE.md, "Contracts").
+//! of `topo --json`'s stable contract (docs/design/contracts.md).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -9,7 +9,7 @@ use crate::status::Verification;
 
 /// Probe verdict counts for one GPU/NIC pair inside the window.
 ///
-/// The trust policy (ARCHITECTURE.md, "Trust"): `ok`, the failure counts and `ok_gpu_memory`
+/// The trust policy (docs/design/trust.md): `ok`, the failure counts and `ok_gpu_memory`
 /// count only probes that exercised the pair's NIC (`path = nic_dma`), or the simulated fabric on
 /// a node whose whole fabric is simulated. Probes that exercised no NIC are `unproven_*`: they
 /// catch a broken engine or host, never verify the pair. Injected faults are not here at all.
