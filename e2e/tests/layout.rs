@@ -133,3 +133,44 @@ fn architecture_names_files_that_exist_and_every_room() {
     assert!(missing.is_empty(), "rooms ARCHITECTURE.md does not name: {missing:?}");
     assert!(lines.len() <= 250, "ARCHITECTURE.md is {} lines: move detail into docs/design/", lines.len());
 }
+
+/// Every relative link of the project's Markdown reaches a file that exists, so moving a note
+/// cannot leave a reader at a dead end.
+#[test]
+fn every_relative_link_in_the_docs_reaches_a_file() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut pages = Vec::new();
+    let mut todo = vec![workspace.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if path.is_dir() {
+                if !name.starts_with('.') && !["target", "node_modules", "__pycache__"].contains(&name.as_str()) {
+                    todo.push(path);
+                }
+            } else if name.ends_with(".md") {
+                pages.push(path);
+            }
+        }
+    }
+    assert!(pages.len() > 10, "found only {} Markdown pages", pages.len());
+    let mut dead = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            for link in line.split("](").skip(1) {
+                let Some(target) = link.split(')').next() else { continue };
+                let target = target.split('#').next().unwrap().trim();
+                if target.is_empty() || target.contains("://") || target.starts_with("mailto:") || target.contains(' ')
+                {
+                    continue;
+                }
+                if !page.parent().unwrap().join(target).exists() {
+                    dead.push(format!("{}:{}: {target}", page.strip_prefix(workspace).unwrap().display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(dead.is_empty(), "links to nothing:\n{}", dead.join("\n"));
+}
