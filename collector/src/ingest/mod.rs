@@ -1,22 +1,27 @@
-//! The gRPC ingest service: authenticate, validate the whole batch, store it in one
-//! transaction, acknowledge after commit.
+//! The gRPC ingest service: authenticate ([`auth`], [`k8s`]), then each batch as a pipeline of
+//! named steps ([`IngestService::push_batch_inner`] states the order once): validate the whole
+//! batch ([`validate`]), store it in one transaction, count what was stored ([`tally`]);
+//! acknowledge after commit.
 
 pub mod auth;
 pub mod carrier;
 pub mod clock;
 pub mod k8s;
+mod tally;
+mod validate;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use railguard_schema::limits::{MAX_BATCH_RECORDS, MAX_MESSAGE_BYTES, MAX_SPOOL_DROPPED};
+use railguard_schema::NodeId;
+use railguard_schema::limits::{MAX_BATCH_RECORDS, MAX_MESSAGE_BYTES};
 use railguard_schema::wire::ingest_server::{Ingest, IngestServer};
 use railguard_schema::wire::{self, BatchAck, RecordBatch, RegisterRequest, RegisterResponse};
-use railguard_schema::{NodeId, Record, WireError};
 use tonic::{Request, Response, Status};
 
 use crate::store::{Store, StoreError};
 use auth::{AuthenticatedNode, Credentials};
+use tally::Tally;
 
 /// Counters the collector exports about its own ingest.
 /// (node, GPU label, NIC label, verdict, what carried the bytes). The GPU and NIC labels are the
@@ -199,13 +204,6 @@ fn writer<T>(req: &Request<T>, claimed: &str) -> Result<NodeId, Status> {
     Ok(node)
 }
 
-fn invalid(i: usize, id: &str, e: WireError) -> Status {
-    Status::invalid_argument(format!(
-        "record {i} (id {:?}): {e}; nothing of this batch was stored",
-        id.chars().take(64).collect::<String>()
-    ))
-}
-
 fn store_status(e: StoreError) -> Status {
     // Logged in full here; the agent gets a retryable status without internals.
     tracing::error!(error = %e, "storing a batch failed");
@@ -239,139 +237,31 @@ impl Ingest for IngestService {
 }
 
 impl IngestService {
-    /// One batch, in the order that is ingest's invariant: bounds, then every record validated
-    /// and its carrier settled before the database is touched (a batch is stored whole or not at
-    /// all), then one transaction, then what was stored counted (only once: a batch with
-    /// duplicates was counted when it first arrived). Kept as one function so that order reads
-    /// top to bottom.
+    /// One batch, in the order that is ingest's invariant, enforced here and nowhere else:
+    /// 1. every record validated and its carrier settled before the database is touched
+    ///    ([`validate`]): a batch is stored whole or not at all;
+    /// 2. one transaction ([`Store::ingest`]), acknowledged only after it commits;
+    /// 3. what was stored counted ([`tally`]), once.
     async fn push_batch_inner(&self, node: NodeId, batch: RecordBatch) -> Result<Response<BatchAck>, Status> {
-        if batch.records.len() > MAX_BATCH_RECORDS {
-            self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);
-            return Err(Status::invalid_argument(format!(
-                "batch has {} records; the limit is {MAX_BATCH_RECORDS}",
-                batch.records.len()
-            )));
-        }
-        if batch.spool_dropped_total > MAX_SPOOL_DROPPED {
-            self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);
-            return Err(Status::invalid_argument(format!(
-                "spool_dropped_total {} is beyond any spool (limit {MAX_SPOOL_DROPPED}); nothing of this batch was stored",
-                batch.spool_dropped_total
-            )));
-        }
-        // Read before validation: records dated too far ahead are refused there, and this is
-        // how the node's operator learns why.
+        // Read before validation, which refuses records dated too far ahead: this is how the
+        // node's operator learns why.
         if let Some(ahead) = clock::lead_secs(batch.records.iter().map(|r| r.observed_at_unix_ns), chrono::Utc::now()) {
             self.stats.clock_ahead.observe(node.as_str(), ahead);
         }
-        // Validate everything before touching the database: a batch is stored whole or not at all.
-        let keep_from = self.store.keep_from();
-        let mut records = Vec::with_capacity(batch.records.len());
-        for (i, r) in batch.records.into_iter().enumerate() {
-            let id = r.id.clone();
-            match Record::try_from(r) {
-                // Older than the history kept: its day's partition is (or will be) dropped. Refused
-                // by itself, so the agent sets it aside instead of retrying the batch forever.
-                Ok(rec) if keep_from.is_some_and(|k| rec.observed_at.date_naive() < k) => {
-                    self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);
-                    self.stats.batches_too_old.fetch_add(1, Ordering::Relaxed);
-                    return Err(Status::invalid_argument(format!(
-                        "record {i} ({id}): observed_at {} is older than the {}-day retention window (history is kept from {}): refused",
-                        rec.observed_at,
-                        self.store.retention_days().unwrap_or(0),
-                        keep_from.map(|k| k.to_string()).unwrap_or_default()
-                    )));
-                }
-                Ok(rec) => records.push(rec),
-                Err(e) => {
-                    self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);
-                    return Err(invalid(i, &id, e));
-                }
+        let kept = validate::Kept { from: self.store.keep_from(), days: self.store.retention_days() };
+        let valid = validate::batch(batch, kept).map_err(|refused| {
+            self.stats.batches_rejected.fetch_add(1, Ordering::Relaxed);
+            if refused.too_old {
+                self.stats.batches_too_old.fetch_add(1, Ordering::Relaxed);
             }
-        }
-        // What carried each probe, as the collector judges it from the lanes.
-        let disputed = carrier::settle(&mut records);
-        // Injected faults are self-test history, not evidence: they are stored, not counted.
-        // Probes, not records: a summary of n ok probes counts n.
-        let ok = railguard_schema::ProbeVerdict::Ok.as_str();
-        let summary = |s: &railguard_schema::ProbeSummary| {
-            (s.injected == railguard_schema::Injected::None)
-                .then(|| ((s.gpu, s.nic.clone(), ok, s.path), u64::from(s.probes)))
-        };
-        let verdict_keys: Vec<(VerdictPair, u64)> = records
-            .iter()
-            .flat_map(|r| match &r.body {
-                railguard_schema::RecordBody::Probe(p) if p.is_evidence() => {
-                    vec![((p.gpu, p.nic.clone(), p.verdict.as_str(), p.path), 1)]
-                }
-                railguard_schema::RecordBody::Summary(s) => summary(s).into_iter().collect(),
-                railguard_schema::RecordBody::Summaries(set) => set.summaries.iter().filter_map(summary).collect(),
-                _ => Vec::new(),
-            })
-            .collect();
-        // A failure that is evidence: assess this node now, not at the next period.
-        let urgent = records.iter().any(|r| match &r.body {
-            railguard_schema::RecordBody::Probe(p) => {
-                p.is_evidence() && p.verdict != railguard_schema::ProbeVerdict::Ok
-            }
-            railguard_schema::RecordBody::Inline(i) => i.transfers_mismatch > 0,
-            _ => false,
-        });
-        let quarantined = records
-            .iter()
-            .filter(|r| {
-                matches!(&r.body, railguard_schema::RecordBody::Signal(e) if e.kind == railguard_schema::SignalKind::AgentSpoolQuarantine)
-            })
-            .count() as u64;
-        let topology = records.iter().rev().find_map(|r| match &r.body {
-            railguard_schema::RecordBody::Topology(t) => Some(t.clone()),
-            _ => None,
-        });
-        let outcome = match self.store.ingest(&node, records, batch.spool_dropped_total).await {
-            Ok(o) => o,
-            Err(e) => {
-                self.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
-                return Err(store_status(e));
-            }
-        };
-        self.stats.batches_committed.fetch_add(1, Ordering::Relaxed);
-        if urgent && outcome.stored > 0 {
-            self.urgent.push(node.as_str());
-        }
-        if let Some(t) = &topology
-            && let Ok(mut d) = self.stats.devices.lock()
-        {
-            d.insert(node.to_string(), KnownDevices::of(t));
-        }
-        // A batch with duplicates was (partly) counted when it first arrived.
-        if outcome.duplicates == 0
-            && disputed > 0
-            && let Ok(mut d) = self.stats.paths_disputed.lock()
-        {
-            tracing::info!(
-                node = %node,
-                disputed,
-                "probe records claimed the pair's NIC's DMA while their lanes name another device (or none): stored as other_device"
-            );
-            *d.entry(node.to_string()).or_default() += disputed;
-        }
-        if outcome.duplicates == 0
-            && quarantined > 0
-            && let Ok(mut q) = self.stats.quarantined.lock()
-        {
-            *q.entry(node.to_string()).or_default() += quarantined;
-        }
-        if outcome.duplicates == 0 && !verdict_keys.is_empty() {
-            let known = self.known_devices(&node).await;
-            for (k, n) in verdict_keys {
-                self.stats.count_verdict(node.as_str(), &known, k, n);
-            }
-        }
-        self.stats.records_stored.fetch_add(outcome.stored, Ordering::Relaxed);
-        otel_counters().records.add(outcome.stored, &[opentelemetry::KeyValue::new("result", "stored")]);
-        otel_counters().records.add(outcome.duplicates, &[opentelemetry::KeyValue::new("result", "duplicate")]);
-        otel_counters().batches.add(1, &[opentelemetry::KeyValue::new("result", "committed")]);
-        self.stats.records_duplicate.fetch_add(outcome.duplicates, Ordering::Relaxed);
+            refused.status
+        })?;
+        let tally = Tally::of(&valid.records, valid.disputed);
+        let outcome = self.store.ingest(&node, valid.records, valid.spool_dropped_total).await.map_err(|e| {
+            self.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
+            store_status(e)
+        })?;
+        self.count(&node, tally, &outcome).await;
         Ok(Response::new(wire::BatchAck {
             stored: u32::try_from(outcome.stored).unwrap_or(u32::MAX),
             duplicates: u32::try_from(outcome.duplicates).unwrap_or(u32::MAX),
