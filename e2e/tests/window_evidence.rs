@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use railguard_agent::topology::fixture;
 use railguard_collector::assess::{AssessConfig, PairCounts, load_inputs};
-use railguard_collector::evidence::{PeriodReads, RolledReads};
+use railguard_collector::patterns::{PeriodReads, RolledReads};
 use railguard_collector::patterns;
 use railguard_collector::store::Store;
 use railguard_e2e::scripted::*;

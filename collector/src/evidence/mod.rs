@@ -25,28 +25,21 @@
 
 //!
 //! Rooms: [`counts`] (what a pair's evidence says, for the rules), [`accumulate`] (reading
-//! into counts, the trust policy), [`load`] (the SQL), [`lean`], [`period`] and [`rolled`] (the
-//! pattern finder's compact form and caches), [`damage`] (rows no ingest would accept).
+//! into counts, the trust policy), [`load`] (the SQL), [`damage`] (rows no ingest would
+//! accept). The pattern finder's compact form and its caches between reads live with it, in
+//! [`crate::patterns`].
 
 mod accumulate;
 pub mod counts;
 pub mod damage;
-mod lean;
 mod load;
-mod period;
-mod rolled;
 pub mod trust;
 
 pub use accumulate::RecentVerdict;
 pub(crate) use accumulate::{Evidence, NodeAcc, Recent, WindowEvidence, first_lane, step};
 pub use counts::{InlineCounts, PairCounts};
 pub use damage::{Damage, stored_gpu};
-pub(crate) use lean::{LeanNodes, Nics, keep_last, lean, move_on, trusted_of};
 pub(crate) use load::{Hours, WorkloadPairs, load, load_around, load_period, load_split, read_rolled};
-pub use period::{KEPT_PERIODS, LeanPeriod, PeriodCache, PeriodReads, SEAL_AFTER, TrustedPair};
-pub(crate) use period::{MAX_NICS, period_pairs};
-pub(crate) use rolled::load_period_rolled_cached;
-pub use rolled::{KEPT_ROLLED, RolledCache, RolledReads};
 pub use trust::{Class, Standing};
 
 use crate::steps::{Laps, Step};

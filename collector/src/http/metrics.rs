@@ -354,16 +354,16 @@ async fn assessment(out: &mut String, s: &AppState) -> Result<(), ApiError> {
 
 /// How the pattern finder's reads were answered.
 fn patterns(out: &mut String, facts: &crate::patterns::Facts) {
-    let crate::evidence::PeriodReads { moved, whole, late_nodes: late } = facts.periods_answered();
+    let crate::patterns::PeriodReads { moved, whole, late_nodes: late } = facts.periods_answered();
     let name = "railguard_patterns_period_reads_total";
     let _ = writeln!(
         out,
         "# HELP {name} Reads of /api/v1/patterns by this collector over a period longer than {seal} s with no rolled-up hour in it, by how the period's evidence was read since this collector started: moved (the period kept from the read of its length before, moved on by the evidence that left it and became old enough to keep, its newest {seal} s read again) or whole (read in full: the first read of its length, one that does not move forward from the kept one, or one after the kept periods were dropped).\n# TYPE {name} counter",
-        seal = crate::evidence::SEAL_AFTER.as_secs()
+        seal = crate::patterns::SEAL_AFTER.as_secs()
     );
     let _ = writeln!(out, "{name}{{how=\"moved\"}} {moved}");
     let _ = writeln!(out, "{name}{{how=\"whole\"}} {whole}");
-    let crate::evidence::RolledReads { moved, whole, hours_read: hours } = facts.rolled_answered();
+    let crate::patterns::RolledReads { moved, whole, hours_read: hours } = facts.rolled_answered();
     let name = "railguard_patterns_rolled_reads_total";
     let _ = writeln!(
         out,

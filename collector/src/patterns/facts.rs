@@ -1,8 +1,8 @@
 //! One read of the fleet's pairs over a period ([`load`]): their evidence counted as a pass
 //! counts it, across the storage tiers, joined to their nodes' facts and grouped for
 //! [`super::explain`]. Each node's facts from its latest topology snapshot are kept between
-//! reads ([`Facts`]), with the period caches the reads move on ([`crate::evidence::PeriodCache`],
-//! [`crate::evidence::RolledCache`]).
+//! reads ([`Facts`]), with the period caches the reads move on ([`crate::patterns::PeriodCache`],
+//! [`crate::patterns::RolledCache`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -13,7 +13,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::explain::{N, NONE, Pairs, Values, canonical};
-use crate::evidence::{PeriodReads, RolledReads, TrustedPair};
+use super::period::{PeriodReads, TrustedPair, period_pairs};
+use super::rolled::RolledReads;
 
 /// What a node's latest topology says of its pairs, as value ids of [`Facts`].
 struct NodeFacts {
@@ -43,17 +44,17 @@ struct Known {
 /// joining every pair to its node's snapshot, GPU and path in SQL would be most of a read's
 /// cost at fleet scale (docs/scaling.md). About 1 KiB a node. With them, the evidence of the periods read
 /// again and again (the dashboard's 15 minutes), kept between reads
-/// ([`crate::evidence::PeriodCache`]): one read of such a period at a time, each moving it on
+/// ([`crate::patterns::PeriodCache`]): one read of such a period at a time, each moving it on
 /// from the one before.
 #[derive(Default)]
 pub struct Facts {
     known: Mutex<Known>,
-    periods: tokio::sync::Mutex<crate::evidence::PeriodCache>,
+    periods: tokio::sync::Mutex<crate::patterns::PeriodCache>,
     /// The settled rolled-up hours of the periods with some (a day, a week), kept between reads
-    /// ([`crate::evidence::RolledCache`]); a lock of its own, so that a day's read does not hold
+    /// ([`crate::patterns::RolledCache`]); a lock of its own, so that a day's read does not hold
     /// up the dashboard's 15 minutes.
-    rolled: tokio::sync::Mutex<crate::evidence::RolledCache>,
-    /// [`crate::evidence::PeriodCache::answered`] and [`crate::evidence::RolledCache::answered`] as
+    rolled: tokio::sync::Mutex<crate::patterns::RolledCache>,
+    /// [`crate::patterns::PeriodCache::answered`] and [`crate::patterns::RolledCache::answered`] as
     /// of the latest read that went through each, for `/metrics` (which must not wait behind a
     /// read holding a cache).
     answered: Mutex<PeriodReads>,
@@ -242,7 +243,7 @@ async fn rolled_hours(
 /// a year), the rest from the evidence itself.
 ///
 /// A period of up to an hour or two is kept in `facts` between reads and moved on by the next
-/// read of its length ([`crate::evidence::PeriodCache`]); that relies on `until` being no later
+/// read of its length ([`crate::patterns::PeriodCache`]); that relies on `until` being no later
 /// than the clock (the API clamps it): evidence observed inside the kept part and stored after
 /// the read is then stored late, which marks its node to be read again.
 pub async fn load(
@@ -269,15 +270,8 @@ pub async fn load(
     if rolled.is_some() {
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *tx).await?;
     }
-    let evidence = crate::evidence::period_pairs(
-        &mut tx,
-        since,
-        until,
-        rolled,
-        periods.as_deref_mut(),
-        kept_rolled.as_deref_mut(),
-    )
-    .await?;
+    let evidence =
+        period_pairs(&mut tx, since, until, rolled, periods.as_deref_mut(), kept_rolled.as_deref_mut()).await?;
     // The workload's own transfers, verified in-line through the pair's NIC (or failed there:
     // a host copy, or whole blocks of another time or place, are the engine's, not the pair's).
     let inline: Vec<(String, i32, String, bool)> = sqlx::query_as(

@@ -26,10 +26,15 @@
 
 //!
 //! Rooms: [`explain`] (pure: the attributes, their grouping and the explanation), [`facts`]
-//! (one read of a period's pairs, with each node's facts kept between reads).
+//! (one read of a period's pairs, with each node's facts kept between reads), [`lean`] (the
+//! compact form a period's evidence is kept in), [`period`] and [`rolled`] (the periods kept
+//! between reads, without and with rolled-up hours).
 
 mod explain;
 mod facts;
+mod lean;
+mod period;
+mod rolled;
 
 pub use explain::{
     ATTRIBUTES, Factor, GPUDIRECT_MODES, HYPERVISORS, NODE_FAILING_CAP, NODE_HEALTHY_CAP, PAIR_WEIGHT, PairFacts,
@@ -37,3 +42,5 @@ pub use explain::{
 };
 pub use facts::Facts;
 pub use facts::load;
+pub use period::{KEPT_PERIODS, LeanPeriod, PeriodCache, PeriodReads, SEAL_AFTER, TrustedPair};
+pub use rolled::{KEPT_ROLLED, RolledCache, RolledReads};

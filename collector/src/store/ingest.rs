@@ -29,7 +29,7 @@ pub enum StoreError {
 
 /// Evidence stored this long after it was observed marks its node's `late_stored_at`
 /// (migration 0028): the pattern finder's kept periods read such a node again
-/// ([`crate::evidence::PeriodCache`]).
+/// ([`crate::patterns::PeriodCache`]).
 pub const LATE_AFTER: std::time::Duration = std::time::Duration::from_secs(90);
 
 /// What a committed batch did.

@@ -41,7 +41,7 @@ impl Store {
         let hour = hour_of(hour);
         self.ensure_partition(HistoryTable::ProbeRollupSets, hour.date_naive()).await?;
         // The rows and the hour's mark in one transaction: a reader that keeps rolled hours
-        // between reads (`evidence::RolledCache`) sees an hour's `rolled_at` change exactly when its
+        // between reads (`patterns::RolledCache`) sees an hour's `rolled_at` change exactly when its
         // rows do.
         let mut tx = self.pool.begin().await?;
         let pairs: i64 = sqlx::query_scalar(

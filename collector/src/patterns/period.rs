@@ -1,11 +1,11 @@
 //! The pattern finder's relative periods kept between reads (`since=15m` read again a minute
 //! later moves by a minute's evidence, not a period's).
 
-use super::{
-    LeanNodes, Nics, RolledCache, WindowEvidence, WorkloadPairs, keep_last, lean, load_period,
-    load_period_rolled_cached, load_split, move_on, trusted_of,
-};
+use super::lean::{LeanNodes, Nics, keep_last, lean, move_on, trusted_of};
+use super::rolled::{RolledCache, load_period_rolled_cached};
+use crate::evidence::{WindowEvidence, WorkloadPairs, load_period, load_split};
 use crate::steps::Laps;
+
 use chrono::{DateTime, Utc};
 
 /// How many relative periods the pattern finder keeps (the dashboard's, the API's default, and
@@ -134,7 +134,7 @@ pub(crate) async fn load_period_cached<'a>(
     since: DateTime<Utc>,
     until: DateTime<Utc>,
     cache: &'a mut PeriodCache,
-    laps: &mut super::Laps<'_>,
+    laps: &mut Laps<'_>,
 ) -> Result<LeanPeriod<'a>, sqlx::Error> {
     let none = WorkloadPairs::new();
     let seal = chrono::TimeDelta::from_std(SEAL_AFTER).ok().and_then(|d| until.checked_sub_signed(d));

@@ -1,10 +1,9 @@
 //! The pattern finder's rolled-up hours kept between reads (`since=1d`): the settled hours'
 //! sum kept, the hours a roll-up may still change read each time.
 
-use super::{
-    Hours, LeanNodes, LeanPeriod, MAX_NICS, Nics, WindowEvidence, keep_last, lean, load_around, load_period, move_on,
-    read_rolled,
-};
+use super::lean::{LeanNodes, Nics, keep_last, lean, move_on};
+use super::period::{LeanPeriod, MAX_NICS};
+use crate::evidence::{Hours, WindowEvidence, load_around, load_period, read_rolled};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
@@ -97,7 +96,7 @@ pub(crate) async fn load_period_rolled_cached<'a>(
     until: DateTime<Utc>,
     (from, to): Hours,
     cache: &'a mut RolledCache,
-    laps: &mut super::Laps<'_>,
+    laps: &mut crate::steps::Laps<'_>,
 ) -> Result<LeanPeriod<'a>, sqlx::Error> {
     let hour = chrono::TimeDelta::hours(1);
     if cache.nics.names.len() > MAX_NICS {
@@ -178,7 +177,7 @@ pub(crate) async fn load_period_rolled_cached<'a>(
     // The hours a pass may still roll again: read each time.
     read_rolled(conn, (settled_end, to), &mut rest).await?;
     cache.hours_read += hours_in((settled_end, to));
-    laps.lap(super::Step::SummarySets);
+    laps.lap(crate::steps::Step::SummarySets);
     keep_last(&mut cache.kept, KEPT_ROLLED, |k| k.used, period);
     let newest = lean(rest, &mut cache.nics);
     let RolledCache { kept, nics, .. } = cache;

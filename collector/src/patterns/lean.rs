@@ -1,7 +1,7 @@
 //! The pattern finder's compact form of a node's evidence: per pair only what its trust
 //! decision needs, so a fleet's period fits in memory between reads.
 
-use super::{Class, NodeAcc, WindowEvidence, step};
+use crate::evidence::{Class, NodeAcc, WindowEvidence, step};
 use std::collections::HashMap;
 
 /// One pair's records and failed probes per [`Class`] of path: all the pattern finder's trust
