@@ -13,7 +13,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::explain::{N, NONE, Pairs, Values, canonical};
-use super::period::{PeriodReads, TrustedPair, period_pairs};
+use super::lean::TrustedPair;
+use super::period::{PeriodReads, period_pairs};
 use super::rolled::RolledReads;
 
 /// What a node's latest topology says of its pairs, as value ids of [`Facts`].

@@ -1,5 +1,7 @@
 //! The pattern finder's compact form of a node's evidence: per pair only what its trust
-//! decision needs, so a fleet's period fits in memory between reads.
+//! decision needs, so a fleet's period fits in memory between reads; and a period's pairs in
+//! that form ([`LeanPeriod`]), whichever way they were read ([`super::period`],
+//! [`super::rolled`]).
 
 use crate::evidence::{Class, NodeAcc, WindowEvidence, step};
 use std::collections::HashMap;
@@ -141,4 +143,57 @@ pub(crate) fn keep_last<T>(kept: &mut Vec<T>, max: usize, used: impl Fn(&T) -> u
         kept.swap_remove(i);
     }
     kept.push(item);
+}
+
+/// NIC names the kept periods number before they start over (a fleet has a few dozen).
+pub(crate) const MAX_NICS: usize = 65_536;
+
+/// A pair with trusted evidence in a period, as the pattern finder reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrustedPair<'a> {
+    pub node: &'a str,
+    pub gpu: i32,
+    pub nic: &'a str,
+    /// A trusted probe of the pair failed.
+    pub failed: bool,
+    /// The trusted probes include the simulated fabric's.
+    pub simulated: bool,
+}
+
+/// A period's pairs as the pattern finder reads them: the kept part (through the cache, while
+/// it is held) and the rest.
+pub struct LeanPeriod<'a> {
+    pub(crate) kept: Option<(&'a LeanNodes, &'a Nics)>,
+    pub(crate) newest: LeanNodes,
+    /// NIC numbers of `newest` when nothing is kept.
+    pub(crate) nics: Nics,
+}
+
+impl LeanPeriod<'_> {
+    /// The period read whole, nothing kept.
+    pub(crate) fn of(ev: WindowEvidence) -> LeanPeriod<'static> {
+        let mut nics = Nics::default();
+        let newest = lean(ev, &mut nics);
+        LeanPeriod { kept: None, newest, nics }
+    }
+
+    /// The nodes with evidence (a node may show twice: kept and newest).
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.kept.into_iter().flat_map(|(k, _)| k.keys()).chain(self.newest.keys()).map(String::as_str)
+    }
+
+    /// Each pair with trusted evidence, node by node in name order (the pairs
+    /// [`WindowEvidence::into_pairs`] of the period read whole counts as proven).
+    pub fn for_each_trusted(&self, mut f: impl FnMut(TrustedPair<'_>)) {
+        let mut names: Vec<&str> = self.nodes().collect();
+        names.sort_unstable();
+        names.dedup();
+        let nics = self.kept.map_or(&self.nics, |(_, n)| n);
+        for node in names {
+            let kept = self.kept.and_then(|(k, _)| k.get(node));
+            trusted_of(kept, self.newest.get(node), nics, |gpu, nic, failed, simulated| {
+                f(TrustedPair { node, gpu, nic, failed, simulated })
+            });
+        }
+    }
 }

@@ -42,5 +42,6 @@ pub use explain::{
 };
 pub use facts::Facts;
 pub use facts::load;
-pub use period::{KEPT_PERIODS, LeanPeriod, PeriodCache, PeriodReads, SEAL_AFTER, TrustedPair};
+pub use lean::{LeanPeriod, TrustedPair};
+pub use period::{KEPT_PERIODS, PeriodCache, PeriodReads, SEAL_AFTER};
 pub use rolled::{KEPT_ROLLED, RolledCache, RolledReads};

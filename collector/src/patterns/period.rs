@@ -1,9 +1,9 @@
 //! The pattern finder's relative periods kept between reads (`since=15m` read again a minute
 //! later moves by a minute's evidence, not a period's).
 
-use super::lean::{LeanNodes, Nics, keep_last, lean, move_on, trusted_of};
+use super::lean::{LeanNodes, LeanPeriod, MAX_NICS, Nics, keep_last, lean, move_on};
 use super::rolled::{RolledCache, load_period_rolled_cached};
-use crate::evidence::{WindowEvidence, WorkloadPairs, load_period, load_split};
+use crate::evidence::{WorkloadPairs, load_period, load_split};
 use crate::steps::Laps;
 
 use chrono::{DateTime, Utc};
@@ -11,9 +11,6 @@ use chrono::{DateTime, Utc};
 /// How many relative periods the pattern finder keeps (the dashboard's, the API's default, and
 /// two more); the one read least recently goes first.
 pub const KEPT_PERIODS: usize = 4;
-
-/// NIC names the kept periods number before they start over (a fleet has a few dozen).
-pub(crate) const MAX_NICS: usize = 65_536;
 
 /// Nodes marked late this long before the read that sealed a period are read again in full: an
 /// ingest transaction that began before that read and committed after it marked its node at its
@@ -75,56 +72,6 @@ impl PeriodCache {
 
     pub fn is_empty(&self) -> bool {
         self.periods.is_empty()
-    }
-}
-
-/// A pair with trusted evidence in a period, as the pattern finder reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TrustedPair<'a> {
-    pub node: &'a str,
-    pub gpu: i32,
-    pub nic: &'a str,
-    /// A trusted probe of the pair failed.
-    pub failed: bool,
-    /// The trusted probes include the simulated fabric's.
-    pub simulated: bool,
-}
-
-/// A period's pairs as the pattern finder reads them: the kept part (through the cache, while
-/// it is held) and the rest.
-pub struct LeanPeriod<'a> {
-    pub(crate) kept: Option<(&'a LeanNodes, &'a Nics)>,
-    pub(crate) newest: LeanNodes,
-    /// NIC numbers of `newest` when nothing is kept.
-    pub(crate) nics: Nics,
-}
-
-impl LeanPeriod<'_> {
-    /// The period read whole, nothing kept.
-    pub(crate) fn of(ev: WindowEvidence) -> LeanPeriod<'static> {
-        let mut nics = Nics::default();
-        let newest = lean(ev, &mut nics);
-        LeanPeriod { kept: None, newest, nics }
-    }
-
-    /// The nodes with evidence (a node may show twice: kept and newest).
-    pub fn nodes(&self) -> impl Iterator<Item = &str> {
-        self.kept.into_iter().flat_map(|(k, _)| k.keys()).chain(self.newest.keys()).map(String::as_str)
-    }
-
-    /// Each pair with trusted evidence, node by node in name order (the pairs
-    /// [`WindowEvidence::into_pairs`] of the period read whole counts as proven).
-    pub fn for_each_trusted(&self, mut f: impl FnMut(TrustedPair<'_>)) {
-        let mut names: Vec<&str> = self.nodes().collect();
-        names.sort_unstable();
-        names.dedup();
-        let nics = self.kept.map_or(&self.nics, |(_, n)| n);
-        for node in names {
-            let kept = self.kept.and_then(|(k, _)| k.get(node));
-            trusted_of(kept, self.newest.get(node), nics, |gpu, nic, failed, simulated| {
-                f(TrustedPair { node, gpu, nic, failed, simulated })
-            });
-        }
     }
 }
 

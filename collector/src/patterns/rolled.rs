@@ -1,8 +1,8 @@
 //! The pattern finder's rolled-up hours kept between reads (`since=1d`): the settled hours'
 //! sum kept, the hours a roll-up may still change read each time.
 
-use super::lean::{LeanNodes, Nics, keep_last, lean, move_on};
-use super::period::{LeanPeriod, MAX_NICS};
+use super::lean::{LeanNodes, LeanPeriod, MAX_NICS, Nics, keep_last, lean, move_on};
+
 use crate::evidence::{Hours, WindowEvidence, load_around, load_period, read_rolled};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
