@@ -16,7 +16,7 @@ mod write;
 pub use inputs::{Inputs, TOPOLOGY_READ, describe_failure, load_inputs};
 pub use run::{assess_pass, run_periodic, run_urgent};
 pub use schedule::{PassBudget, Sweep, changed_nodes, due_nodes, shared_source_nodes};
-use schedule::{bound_pass, claim_pending, cold_start, mark_assessed, predecessor};
+use schedule::{bound_pass, cold_start, mark_assessed, predecessor};
 pub use timing::{KindStats, Pass, PassCounters, PassStats, Phases};
 pub use write::{Assessed, assess_and_store};
 

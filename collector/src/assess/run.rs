@@ -2,9 +2,10 @@
 //! ([`run_periodic`]) and the urgent task that assesses failing nodes at once ([`run_urgent`]).
 
 use super::{
-    AssessConfig, Pass, PassBudget, PassStats, Phases, Sweep, assess_and_store, bound_pass, changed_nodes,
-    claim_pending, cold_start, due_nodes, isolate, predecessor, shared_source_nodes,
+    AssessConfig, Pass, PassBudget, PassStats, Phases, Sweep, assess_and_store, bound_pass, changed_nodes, cold_start,
+    due_nodes, isolate, predecessor, shared_source_nodes,
 };
+use crate::store::schedule;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use std::time::Duration;
@@ -25,7 +26,7 @@ pub async fn assess_pass(
     let Some(prev) = prev else {
         // Everything is assessed now: no node stays pending (a batch stored after the claim
         // marks its node again).
-        claim_pending(pool).await?;
+        schedule::claim_pending(pool).await?;
         let select = started.elapsed();
         let a = assess_and_store(pool, None, cfg, now).await?;
         let nodes = a.assessments.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
@@ -65,10 +66,7 @@ pub async fn assess_pass(
             phases: Phases { select, ..a.phases },
         }),
         Err(e) => {
-            let _ = sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1)")
-                .bind(&nodes)
-                .execute(pool)
-                .await;
+            let _ = schedule::mark_pending(pool, Some(&nodes)).await;
             Err(e)
         }
     }
@@ -158,14 +156,7 @@ pub async fn run_periodic(
                     prev = Some(now);
                     stats.record(&pass, took);
                     pass.warn_if_slow(if pass.full { "full" } else { "changed" }, took);
-                    if let Err(e) = sqlx::query(
-                        "INSERT INTO assessment_runs (id, finished_at, holder) VALUES (1, now(), $1)
-                         ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, holder = EXCLUDED.holder",
-                    )
-                    .bind(&me)
-                    .execute(&pool)
-                    .await
-                    {
+                    if let Err(e) = schedule::record_pass(&pool, &me).await {
                         tracing::warn!(error = %e, "recording the assessment pass failed");
                     }
                     tracing::debug!(

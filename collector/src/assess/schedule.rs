@@ -3,6 +3,7 @@
 //! node ([`PassBudget`]); and where a new leader goes on from ([`predecessor`]).
 
 use super::AssessConfig;
+use crate::store::schedule;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use std::time::Duration;
@@ -22,7 +23,7 @@ pub async fn changed_nodes(
     // pass reads after this claim: no evidence is claimed before it is visible. A batch still in
     // flight is claimed by this pass (if its node was pending already, the claim waits for its
     // row) or by the next (`e2e/tests/incremental.rs`).
-    let mut nodes = claim_pending(pool).await?;
+    let mut nodes = schedule::claim_pending(pool).await?;
     // Evidence dated between the passes enters the window by time alone when it was stored
     // ahead of its date (an agent clock running fast); evidence dated one window before them
     // leaves it.
@@ -31,17 +32,7 @@ pub async fn changed_nodes(
         slices.push((from, to));
     }
     for (from, to) in slices.into_iter().filter(|(f, t)| f < t) {
-        let dated: Vec<String> = sqlx::query_scalar(
-            "SELECT node_id FROM probe_results WHERE observed_at > $1 AND observed_at <= $2
-             UNION SELECT node_id FROM probe_summaries WHERE observed_at > $1 AND observed_at <= $2
-             UNION SELECT node_id FROM probe_summary_sets WHERE observed_at > $1 AND observed_at <= $2
-             UNION SELECT node_id FROM signal_events WHERE observed_at > $1 AND observed_at <= $2
-             UNION SELECT node_id FROM inline_reports WHERE observed_at > $1 AND observed_at <= $2",
-        )
-        .bind(from)
-        .bind(to)
-        .fetch_all(pool)
-        .await?;
+        let dated = schedule::nodes_with_evidence_dated(pool, from, to).await?;
         nodes.extend(dated);
     }
     nodes.sort_unstable();
@@ -62,26 +53,7 @@ pub async fn shared_source_nodes(
 ) -> Result<Vec<String>, sqlx::Error> {
     let since = chrono::TimeDelta::from_std(window).ok().and_then(|w| now.checked_sub_signed(w));
     let Some(since) = since else { return Ok(Vec::new()) };
-    sqlx::query_scalar(
-        "WITH f AS (
-            SELECT node_id, source_key FROM inline_source_failures WHERE observed_at > $2 AND observed_at <= $3
-         )
-         SELECT DISTINCT node_id FROM f
-         WHERE source_key IN (SELECT source_key FROM f WHERE node_id = ANY($1)) AND NOT node_id = ANY($1)
-         ORDER BY node_id",
-    )
-    .bind(nodes)
-    .bind(since)
-    .bind(now)
-    .fetch_all(pool)
-    .await
-}
-
-/// Clears the flag of every node with a batch stored since its last claim; returns them.
-pub(super) async fn claim_pending(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("UPDATE nodes SET evidence_pending = false WHERE evidence_pending RETURNING node_id")
-        .fetch_all(pool)
-        .await
+    schedule::nodes_sharing_a_source(pool, nodes, since, now).await
 }
 
 /// The rolling sweep's share of a pass: the nodes no assessment has covered for `period`
@@ -110,15 +82,7 @@ impl Sweep {
 pub async fn due_nodes(pool: &PgPool, sweep: Sweep, now: DateTime<Utc>) -> Result<Vec<String>, sqlx::Error> {
     let before = chrono::TimeDelta::from_std(sweep.period).ok().and_then(|p| now.checked_sub_signed(p));
     let Some(before) = before else { return Ok(Vec::new()) };
-    sqlx::query_scalar(
-        "SELECT node_id FROM nodes WHERE assessed_at IS NULL OR assessed_at <= $1
-         ORDER BY assessed_at NULLS FIRST, node_id
-         LIMIT (SELECT ceil(count(*) / $2::float8)::bigint FROM nodes)",
-    )
-    .bind(before)
-    .bind(f64::from(sweep.of.max(1)))
-    .fetch_all(pool)
-    .await
+    schedule::assessed_before(pool, before, sweep.of).await
 }
 
 /// Marks `nodes` (every node: None) assessed at `now`, for the sweep. After the assessment has
@@ -126,26 +90,7 @@ pub async fn due_nodes(pool: &PgPool, sweep: Sweep, now: DateTime<Utc>) -> Resul
 /// updates, for the whole write. A mark lost (the collector died in between) only makes the sweep
 /// assess the node again.
 pub(super) async fn mark_assessed(pool: &PgPool, nodes: Option<&[String]>, now: DateTime<Utc>) {
-    // Two statements, not `$1 IS NULL OR …`: a cached generic plan of that could not use the
-    // primary key for a few nodes.
-    let r = match nodes {
-        Some(nodes) => {
-            sqlx::query(
-                "UPDATE nodes SET assessed_at = $2
-                 WHERE node_id = ANY($1) AND (assessed_at IS NULL OR assessed_at < $2)",
-            )
-            .bind(nodes)
-            .bind(now)
-            .execute(pool)
-            .await
-        }
-        None => {
-            sqlx::query("UPDATE nodes SET assessed_at = $1 WHERE assessed_at IS NULL OR assessed_at < $1")
-                .bind(now)
-                .execute(pool)
-                .await
-        }
-    };
+    let r = schedule::mark_assessed(pool, nodes, now).await;
     if let Err(e) = r {
         tracing::warn!(error = %e, "marking nodes assessed failed; the sweep will assess them again");
     }
@@ -233,19 +178,10 @@ pub(super) async fn bound_pass(
     nodes: Vec<String>,
     max: usize,
 ) -> Result<(Vec<String>, Vec<String>), sqlx::Error> {
-    let mut taken: Vec<String> = sqlx::query_scalar(
-        "SELECT node_id FROM nodes WHERE node_id = ANY($1) ORDER BY assessed_at NULLS FIRST, node_id LIMIT $2",
-    )
-    .bind(&nodes)
-    .bind(i64::try_from(max).unwrap_or(i64::MAX))
-    .fetch_all(pool)
-    .await?;
+    let mut taken = schedule::assessed_longest_ago(pool, &nodes, max).await?;
     taken.sort_unstable();
     let left: Vec<String> = nodes.into_iter().filter(|n| taken.binary_search(n).is_err()).collect();
-    sqlx::query("UPDATE nodes SET evidence_pending = true WHERE node_id = ANY($1) AND NOT evidence_pending")
-        .bind(&left)
-        .execute(pool)
-        .await?;
+    schedule::mark_pending(pool, Some(&left)).await?;
     Ok((taken, left))
 }
 
@@ -253,11 +189,11 @@ pub(super) async fn bound_pass(
 /// pending (the passes that follow take them, `max` at a time, those assessed longest ago first)
 /// and says so; false (nothing marked) for a fleet one pass may take whole.
 pub(super) async fn cold_start(pool: &PgPool, max: usize) -> Result<bool, sqlx::Error> {
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM nodes").fetch_one(pool).await?;
+    let n = schedule::node_count(pool).await?;
     if usize::try_from(n).unwrap_or(usize::MAX) <= max {
         return Ok(false);
     }
-    sqlx::query("UPDATE nodes SET evidence_pending = true WHERE NOT evidence_pending").execute(pool).await?;
+    schedule::mark_pending(pool, None).await?;
     Ok(true)
 }
 

@@ -5,6 +5,7 @@ mod ingest;
 mod partitions;
 pub mod read;
 pub mod rollup;
+pub mod schedule;
 
 pub use ingest::{IngestOutcome, LATE_AFTER, StoreError};
 pub use partitions::{ANALYZE_MIN_CHANGES, HistoryTable, analyze_new_partitions};
