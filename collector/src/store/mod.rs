@@ -6,6 +6,7 @@ mod partitions;
 pub mod read;
 pub mod rollup;
 pub mod schedule;
+pub mod statuses;
 
 pub use ingest::{IngestOutcome, LATE_AFTER, StoreError};
 pub use partitions::{ANALYZE_MIN_CHANGES, HistoryTable, analyze_new_partitions};
