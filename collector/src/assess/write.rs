@@ -62,7 +62,7 @@ pub async fn assess_and_store(
     // One assessment writes at a time, fleet-wide: the previous statuses are read under the
     // same lock, so a change is recorded once.
     let mut tx = pool.begin().await?;
-    let rows = statuses::lock_and_read_current(&mut tx, nodes).await?;
+    let rows = statuses::lock_and_read_current(&mut tx, crate::tasks::leader::ASSESSMENT ^ 1, nodes).await?;
     let current: HashMap<GpuKey, CurrentRow> = rows
         .into_iter()
         .filter_map(|r| Some((GpuKey::new(r.node_id.clone(), u32::try_from(r.gpu_index).ok()?), r)))

@@ -62,17 +62,15 @@ pub struct ChangeColumns {
     pub reasons: Vec<serde_json::Value>,
 }
 
-/// Takes the lock every assessment writes under (one at a time, fleet-wide: several collector
-/// replicas, a full pass and a node assessed at once), then reads the current rows of `nodes`
-/// (every node: None) under it, so a change is recorded once.
+/// Takes `lock`, the transaction-level advisory lock every assessment writes under (one at a
+/// time, fleet-wide: several collector replicas, a full pass and a node assessed at once), then
+/// reads the current rows of `nodes` (every node: None) under it, so a change is recorded once.
 pub async fn lock_and_read_current(
     tx: &mut sqlx::PgConnection,
+    lock: i64,
     nodes: Option<&[String]>,
 ) -> Result<Vec<CurrentRow>, sqlx::Error> {
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(crate::tasks::leader::ASSESSMENT ^ 1)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(lock).execute(&mut *tx).await?;
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
     sqlx::query_as(
         "SELECT node_id, gpu_index, status, workload_nic, structural_risk, reasons, recommendation, verification,
