@@ -16,6 +16,13 @@ const Charts = (() => {
     while (live.length) live.pop().destroy();
   }
 
+  // The plots drawn inside `el` (a panel about to be redrawn).
+  function destroyIn(el) {
+    for (let i = live.length - 1; i >= 0; i--) {
+      if (el.contains(live[i].root)) live.splice(i, 1)[0].destroy();
+    }
+  }
+
   function mount(el, opts, data) {
     if (!el || typeof uPlot === "undefined") return null;
     const width = Math.max(320, Math.floor(el.clientWidth || 900) - 12);
@@ -29,6 +36,11 @@ const Charts = (() => {
     live.push(u);
     return u;
   }
+
+  // A line that holds its value until the next point (a status, a count).
+  const step = (label, color) => ({
+    label, stroke: color, width: 2, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false },
+  });
 
   const pointsOnly = (label, color) => ({
     label, stroke: color, fill: color, paths: () => null,
@@ -45,10 +57,16 @@ const Charts = (() => {
     const sim = ps.length && ps.every(p => p.path === "simulated") ? " (simulated fabric)" : "";
     return mount(el, {
       height: Math.max(120, 36 * nics.length + 60),
-      scales: { x: { time: true, range: () => [secs(since), secs(until)] }, y: { range: () => [-0.5, nics.length - 0.5] } },
+      scales: {
+        x: { time: true, range: () => [secs(since), secs(until)] },
+        y: { range: () => [-0.5, nics.length - 0.5] },
+      },
       axes: [{}, {
         size: 110, splits: () => nics.map((_, i) => i),
-        values: (u, splits) => splits.map(v => { const i = nics.length - 1 - v; return i === 0 ? `${nics[0]} ★` : (nics[i] || ""); }),
+        values: (u, splits) => splits.map(v => {
+          const i = nics.length - 1 - v;
+          return i === 0 ? `${nics[0]} ★` : (nics[i] || "");
+        }),
       }],
       series: [{}, pointsOnly(`ok${sim}`, COLOR.ok), pointsOnly(`silent corruption${sim}`, COLOR.silent),
         pointsOnly(`reported failure or timeout${sim}`, COLOR.failed)],
@@ -91,9 +109,15 @@ const Charts = (() => {
     const ys = [first, ...cs.map(c => level(c.to)), cs.length ? level(cs[cs.length - 1].to) : level(current)];
     return mount(el, {
       height: 180,
-      scales: { x: { time: true, range: () => [secs(since), secs(until)] }, y: { range: () => [-0.5, SEVERITY.length - 0.5] } },
-      axes: [{}, { size: 110, splits: () => SEVERITY.map((_, i) => i), values: (u, splits) => splits.map(v => (SEVERITY[v] || "").replace("_", " ")) }],
-      series: [{}, { label: "status", stroke: COLOR.line, width: 2, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }],
+      scales: {
+        x: { time: true, range: () => [secs(since), secs(until)] },
+        y: { range: () => [-0.5, SEVERITY.length - 0.5] },
+      },
+      axes: [{}, {
+        size: 110, splits: () => SEVERITY.map((_, i) => i),
+        values: (u, splits) => splits.map(v => (SEVERITY[v] || "").replace("_", " ")),
+      }],
+      series: [{}, step("status", COLOR.line)],
       hooks: { draw: [marksHook(marks)] },
       legend: { show: true },
     }, [xs, ys]);
@@ -106,8 +130,7 @@ const Charts = (() => {
       height: 180,
       scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
       series: [{},
-        { label: "corrupting GPUs", stroke: COLOR.silent, width: 2, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } },
-        { label: "at-risk GPUs", stroke: COLOR.failed, width: 2, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }],
+        step("corrupting GPUs", COLOR.silent), step("at-risk GPUs", COLOR.failed)],
       legend: { show: true },
     }, [xs, points.map(p => p.corrupting), points.map(p => p.at_risk)]);
   }
@@ -117,15 +140,20 @@ const Charts = (() => {
     const nics = [...new Set(buckets.map(b => b.nic))].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
     const starts = [...new Set(buckets.map(b => secs(b.start)))].sort((a, b) => a - b);
     const at = new Map(buckets.map(b => [`${secs(b.start)}/${b.nic}`, b]));
-    const rate = (nic) => starts.map(t => { const b = at.get(`${t}/${nic}`); return b && b.ok + b.failed ? (100 * b.failed) / (b.ok + b.failed) : null; });
+    const rate = (nic) => starts.map(t => {
+      const b = at.get(`${t}/${nic}`);
+      return b && b.ok + b.failed ? (100 * b.failed) / (b.ok + b.failed) : null;
+    });
     return mount(el, {
       height: 200,
       scales: { x: { time: true }, y: { range: () => [0, 100] } },
       axes: [{}, { values: (u, splits) => splits.map(v => `${v} %`) }],
-      series: [{}, ...nics.map((n, i) => ({ label: n, stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: false, points: { show: true, size: 6 } }))],
+      series: [{}, ...nics.map((n, i) => ({
+        label: n, stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: false, points: { show: true, size: 6 },
+      }))],
       legend: { show: true },
     }, [starts, ...nics.map(rate)]);
   }
 
-  return { destroyAll, verdicts, status, fleet, nicRates };
+  return { destroyAll, destroyIn, verdicts, status, fleet, nicRates };
 })();

@@ -293,6 +293,12 @@ async fn clicking_drills_down_from_fleet_to_node_to_gpu() {
     tokio::task::block_in_place(|| {
         let b = Browser::start();
         b.go(&format!("http://127.0.0.1:{}/", c.http_port));
+        // A refresh redraws only what changed: the grid of an unchanged fleet is the same element
+        // after it (the page's own refresh, run now).
+        b.find("#grid .cell");
+        let kept = "document.getElementById('grid').dataset.kept = '1'; \
+                    return render().then(() => document.getElementById('grid').dataset.kept || 'redrawn');";
+        assert_eq!(b.execute(kept), "1");
         b.click("a[href=\"#/node/seed-pinned\"]");
         b.find("#matrix");
         assert!(b.url().ends_with("#/node/seed-pinned"), "{}", b.url());
@@ -302,6 +308,10 @@ async fn clicking_drills_down_from_fleet_to_node_to_gpu() {
         let pin = b.text("#pin");
         assert_eq!(pin, "UCX_NET_DEVICES=mlx5_1:1 (verified on the simulated fabric, not on hardware)");
         assert!(b.text("#evidence").contains("GPU0 via mlx5_0"));
+        // The same on a GPU's page: the pairs table survives a refresh.
+        let kept = "document.querySelector('[data-panel=pairs] table').dataset.kept = '1'; \
+                    return render().then(() => document.querySelector('[data-panel=pairs] table').dataset.kept || 'redrawn');";
+        assert_eq!(b.execute(kept), "1");
         // The crumb leads back up.
         b.click("#crumbs a[href=\"#/node/seed-pinned\"]");
         b.find("#matrix");

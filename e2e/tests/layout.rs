@@ -174,3 +174,19 @@ fn every_relative_link_in_the_docs_reaches_a_file() {
     }
     assert!(dead.is_empty(), "links to nothing:\n{}", dead.join("\n"));
 }
+
+/// The dashboard's scripts read without scrolling sideways: no line over 120 characters.
+#[test]
+fn no_dashboard_script_line_is_over_120_characters() {
+    let web = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("web");
+    let mut long = Vec::new();
+    for name in ["app.js", "charts.js"] {
+        let text = std::fs::read_to_string(web.join(name)).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.chars().count() > 120 {
+                long.push(format!("web/{name}:{} ({} characters)", n + 1, line.chars().count()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "lines over 120 characters:\n{}", long.join("\n"));
+}
