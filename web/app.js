@@ -10,7 +10,11 @@ const view = document.getElementById("view");
 const crumbs = document.getElementById("crumbs");
 const live = document.getElementById("live");
 const token = new URLSearchParams(location.search).get("token");
-const RUNBOOK = "https://github.com/railguard/railguard/blob/main/docs/runbook-alerts.md";
+// Where the runbooks are: the collector's `serve --runbook-url` (read once from /api/v1/info),
+// this repository's docs/ until it is known.
+let runbooks = "https://github.com/railguard/railguard/blob/main/docs/";
+let infoRead = null;
+const runbook = (anchor) => esc(`${runbooks}runbook-alerts.md#${anchor}`);
 
 function esc(s) {
   const map = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
@@ -319,7 +323,7 @@ function enginesPanel(e) {
   return `<h2>Engines <span class="muted">the day to ${esc(iso(e.until))}</span></h2>
     <p class="muted" id="engines-note">KV blocks that arrived with wrong bytes by a host copy, or holding whole source
     blocks of another time or place: the serving engine moved or mislaid them, no GPU or NIC did, so no GPU is marked,
-    pinned or tainted for them (<a href="${RUNBOOK}#railguardenginecorruptskv">runbook</a>).</p>
+    pinned or tainted for them (<a href="${runbook("railguardenginecorruptskv")}">runbook</a>).</p>
     ${table("engines", ["engine", "mismatches", "host copy / misplaced", "GPUs", "nodes", "last"], rows)}`;
 }
 
@@ -356,7 +360,7 @@ function sourcesPanel(e) {
     <p class="muted" id="sources-note">Sources (by the name the failures give them; where one node's agent attested the
     GPU and NIC that serve it, that pair) whose KV blocks arrived with wrong bytes on several GPUs through those GPUs'
     own NICs: the source's GPU or NIC is the common end, so the GPUs that got wrong bytes from it alone are not marked,
-    pinned or tainted (<a href="${RUNBOOK}#railguardsourcecorruptskv">runbook</a>).</p>
+    pinned or tainted (<a href="${runbook("railguardsourcecorruptskv")}">runbook</a>).</p>
     ${table("sources", heads, rows)}`;
 }
 
@@ -874,6 +878,9 @@ function evidenceMarkdown(name, idx, g) {
 }
 
 async function render() {
+  // What this collector says of itself, once (again after a failed read).
+  infoRead ||= api("/api/v1/info").then(i => { runbooks = i.runbook_url; }).catch(() => { infoRead = null; });
+  await infoRead;
   const [path, qs] = location.hash.replace(/^#\/?/, "").split("?");
   const parts = path.split("/").map(decodeURIComponent);
   try {

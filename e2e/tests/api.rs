@@ -260,6 +260,7 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
     // and enum value right, on a fleet where every kind of row exists.
     let spec = json(&c, "/api/v1/openapi.json");
     for path in [
+        "/api/v1/info",
         "/api/v1/fleet",
         "/api/v1/gpus",
         "/api/v1/gpus?status=corrupting,at_risk&limit=5",
@@ -284,6 +285,10 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         let body: Value = serde_json::from_str(&body).unwrap();
         openapi::check(&spec, path, code, &body).unwrap_or_else(|e| panic!("{e}"));
     }
+    // This collector, as /metrics' railguard_collector_info says it: the default runbooks.
+    let info = json(&c, "/api/v1/info");
+    assert_eq!(info["runbook_url"], "https://github.com/railguard/railguard/blob/main/docs/", "{info}");
+    assert!(info["dashboard_url"].as_str().is_some_and(|u| u.starts_with("http://") && u.ends_with('/')), "{info}");
     // The series: the fleet's nine corrupting GPUs at the last point; each seed NIC's probes.
     let fs = json(&c, "/api/v1/fleet/series?since=1h");
     let last = fs["points"].as_array().unwrap().last().unwrap().clone();

@@ -324,7 +324,7 @@ async fn clicking_drills_down_from_fleet_to_node_to_gpu() {
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_names_reasons_and_links_run_no_script() {
     let pg = TestPg::start().await;
-    let c = CollectorProc::start_with(&pg.url(), &["hostile"], &[]);
+    let c = CollectorProc::start_with(&pg.url(), &["hostile"], &["--runbook-url", "https://runbooks.example/rg/"]);
     let evil =
         |tag: &str| format!("<img src=x onerror=\"window.__pwned='{tag}'\"><script>window.__pwned='{tag}'</script>");
     let mut t = topology(&railguard_agent::topology::fixture::dgx_h100_like(), None);
@@ -520,6 +520,13 @@ async fn hostile_names_reasons_and_links_run_no_script() {
         assert!(sources.contains(&format!("hostile GPU5 through {} attested", t.nics[5].name)), "{sources}");
         let link = b.execute("return document.querySelector('#sources .source-end a').getAttribute('href');");
         assert_eq!(link.as_str(), Some("#/node/hostile/gpu/5"), "the attested GPU is a link to it");
+        // The findings' runbook links point under the collector's `--runbook-url`, as its alerts do.
+        for (section, anchor) in
+            [("engines-note", "railguardenginecorruptskv"), ("sources-note", "railguardsourcecorruptskv")]
+        {
+            let href = b.execute(&format!("return document.querySelector('#{section} a').getAttribute('href');"));
+            assert_eq!(href.as_str(), Some(format!("https://runbooks.example/rg/runbook-alerts.md#{anchor}").as_str()));
+        }
         assert!(b.execute("return window.__pwned || null;").is_null());
         // Shown as text: the markup is visible, not interpreted.
         b.go(&format!("{base}#/node/hostile/gpu/0"));

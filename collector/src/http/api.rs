@@ -98,6 +98,33 @@ pub struct FleetQuery {
     after: Option<String>,
 }
 
+/// `GET /api/v1/info`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Info {
+    /// This collector's version.
+    pub version: String,
+    /// The dashboard's address as people reach it (`serve --dashboard-url`), ending in `/`.
+    pub dashboard_url: String,
+    /// Where the runbooks are (`serve --runbook-url`), ending in `/`: the dashboard's runbook
+    /// links, like the alerts', point under it.
+    pub runbook_url: String,
+}
+
+/// This collector: its version, the dashboard's address and where the runbooks are (the same
+/// values `railguard_collector_info` carries). Reads no database.
+#[utoipa::path(get, path = "/api/v1/info", tag = "fleet",
+    responses(
+        (status = 200, description = "This collector", body = Info),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    ))]
+pub async fn info(State(s): State<AppState>) -> Json<Info> {
+    Json(Info {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        dashboard_url: s.dashboard_url.as_str().to_owned(),
+        runbook_url: s.runbook_url.as_str().to_owned(),
+    })
+}
+
 /// Every node (or a page of them) with its GPUs counted by status (worst first), the fleet's
 /// totals, and the status changes of the last hour.
 #[utoipa::path(get, path = "/api/v1/fleet", tag = "fleet",

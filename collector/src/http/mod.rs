@@ -69,6 +69,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
 
 pub fn app(state: AppState) -> Router {
     let api = Router::new()
+        .route("/api/v1/info", get(api::info))
         .route("/api/v1/fleet", get(api::fleet))
         .route("/api/v1/nodes/{node}", get(api::node))
         .route("/api/v1/nodes/{node}/gpus/{gpu}", get(api::gpu))

@@ -20,6 +20,7 @@ use super::{api, series};
             or wrong token."
     ),
     paths(
+        api::info,
         api::fleet,
         api::node,
         api::gpu,
