@@ -48,7 +48,7 @@ async fn one_nodes_topology_read_uses_the_node_first_keys() {
     let paths: i64 = sqlx::query_scalar("SELECT count(*) FROM topology_paths").fetch_one(&pg.pool).await.unwrap();
     assert!(paths > 30_000, "a fleet's worth of paths: {paths}");
 
-    let read = railguard_collector::assess::TOPOLOGY_READ;
+    let read = railguard_collector::store::pass_inputs::TOPOLOGY_READ;
     let scans = scanned(&pg, read, &["node-7"]).await;
     assert!(
         !scans.iter().any(|r| r.starts_with("topology_nics") || r.starts_with("topology_paths")),

@@ -6,8 +6,9 @@
 use super::{GpuInput, GpuKey, SignalCount, rules};
 use crate::evidence::{Damage, InlineCounts, PairCounts, RECENT_VERDICTS, stored_gpu};
 use crate::steps::{Laps, Step, Steps};
+use crate::store::pass_inputs;
 use chrono::{DateTime, Utc};
-use railguard_schema::{GpuRisk, SignalKind};
+use railguard_schema::GpuRisk;
 use sqlx::PgPool;
 use sqlx::types::Json;
 use std::collections::{BTreeMap, HashMap};
@@ -48,12 +49,9 @@ async fn read_inputs(
         .and_then(|w| now.checked_sub_signed(w))
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
-    // Every query below serves the whole fleet (`$1` NULL) and a few nodes alike; a cached generic
-    // plan cannot use the node-first indexes for `($1 IS NULL OR node_id = ANY($1))`, so each
-    // query is planned for its own parameters (a pass over a few hundred nodes then reads only
-    // their rows).
-    let mut tx = pool.begin().await?;
-    sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan").execute(&mut *tx).await?;
+    // Every query below serves the whole fleet and a few nodes alike, each planned for its own
+    // parameters ([`pass_inputs::begin`]).
+    let mut tx = pass_inputs::begin(pool).await?;
 
     let (mut inputs, with_topology) = read_topologies(&mut tx, &filter, &mut damage).await?;
     // What the latest topologies list; every other GPU with evidence has a gap, said below.
@@ -120,16 +118,6 @@ async fn read_inputs(
 /// Each node's latest topology: per GPU its structural risk, workload NIC and safe NICs. The
 /// risks were validated at ingest; a node whose row no longer decodes is damaged, not a node
 /// without risks (and not a pass that fails for every node).
-/// The pass's read of its nodes' latest topologies (`$1`: the nodes, or NULL for all): each
-/// child table is reached by its key, node first, so one node's read costs the same whatever
-/// the fleet's size (`e2e/tests/plans.rs` checks the plan).
-pub const TOPOLOGY_READ: &str = "SELECT t.node_id, t.risks, t.gpudirect,
-        coalesce((SELECT array_agg(n.name ORDER BY n.name) FROM topology_nics n
-                  WHERE n.node_id = t.node_id AND n.snapshot_id = t.record_id), '{}'),
-        coalesce((SELECT jsonb_agg(jsonb_build_array(p.a, p.b, p.class)) FROM topology_paths p
-                  WHERE p.node_id = t.node_id AND p.snapshot_id = t.record_id AND p.a LIKE 'GPU%'), '[]')
- FROM latest_topology t WHERE ($1::text[] IS NULL OR t.node_id = ANY($1))";
-
 async fn read_topologies(
     tx: &mut sqlx::PgConnection,
     filter: &Option<Vec<String>>,
@@ -137,9 +125,14 @@ async fn read_topologies(
 ) -> Result<(BTreeMap<GpuKey, GpuInput>, std::collections::HashSet<String>), sqlx::Error> {
     let mut inputs = BTreeMap::new();
     let mut with_topology = std::collections::HashSet::new();
-    type TopoRow = (String, Json<serde_json::Value>, String, Vec<String>, Json<Vec<(String, String, String)>>);
-    let topo: Vec<TopoRow> = sqlx::query_as(TOPOLOGY_READ).bind(filter).fetch_all(&mut *tx).await?;
-    for (node, Json(risks), gpudirect, node_nics, Json(paths)) in topo {
+    for row in pass_inputs::topologies(tx, filter).await? {
+        let pass_inputs::TopologyRow {
+            node_id: node,
+            risks: Json(risks),
+            gpudirect,
+            nics: node_nics,
+            paths: Json(paths),
+        } = row;
         with_topology.insert(node.clone());
         let kv = railguard_schema::KvMemory::of(&gpudirect, false);
         let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
@@ -242,34 +235,9 @@ async fn read_signals(
     inputs: &mut BTreeMap<GpuKey, GpuInput>,
     damage: &mut Damage,
 ) -> Result<(), sqlx::Error> {
-    /// Signals of one kind (and Xid) on one GPU or NIC, counted, with the latest summary.
-    #[derive(sqlx::FromRow)]
-    struct SignalGroup {
-        node_id: String,
-        gpu_index: Option<i32>,
-        nic: String,
-        kind: SignalKind,
-        xid: Option<String>,
-        count: i64,
-        summary: String,
-    }
-    let signals: Vec<SignalGroup> = sqlx::query_as(
-        "SELECT node_id, gpu_index, nic, kind, attrs->>'xid' AS xid, count(*) AS count,
-                (array_agg(summary ORDER BY observed_at DESC))[1] AS summary
-         FROM signal_events
-         WHERE observed_at > $2 AND observed_at <= $3 AND kind NOT IN ('agent_spool_drops', 'agent_spool_quarantine')
-           -- events from a library a non-root user could have written: kept and shown, never evidence
-           AND attrs->>'untrusted' IS NULL
-           AND ($1::text[] IS NULL OR node_id = ANY($1))
-         GROUP BY node_id, gpu_index, nic, kind, attrs->>'xid'",
-    )
-    .bind(filter)
-    .bind(since)
-    .bind(now)
-    .fetch_all(&mut *tx)
-    .await?;
+    let signals = pass_inputs::signal_groups(tx, filter, since, now).await?;
     let mut by_nic: HashMap<(String, String), Vec<SignalCount>> = HashMap::new();
-    for SignalGroup { node_id: node, gpu_index: gpu, nic, kind, xid, count, summary } in signals {
+    for pass_inputs::SignalGroup { node_id: node, gpu_index: gpu, nic, kind, xid, count, summary } in signals {
         let s = SignalCount {
             kind,
             count: u32::try_from(count).unwrap_or(u32::MAX),
@@ -316,51 +284,9 @@ pub(super) async fn load_inline(
     inputs: &mut BTreeMap<GpuKey, GpuInput>,
     damage: &mut Damage,
 ) -> Result<(), sqlx::Error> {
-    /// One pair's in-line counts in the window.
-    #[derive(sqlx::FromRow)]
-    struct InlineSums {
-        node_id: String,
-        gpu_index: i32,
-        nic: String,
-        ok: i64,
-        ok_nic: i64,
-        ok_gpu: i64,
-        mismatch: i64,
-        mismatch_nic: i64,
-        mismatch_simulated: i64,
-        mismatch_misplaced: i64,
-        in_gpu: i64,
-        error: i64,
-        engines: Json<serde_json::Value>,
-    }
-    // Sums are numeric in SQL; each is capped where it becomes a bigint (2^62), so no stored
-    // count, however large, fails the read for every node.
-    let rows: Vec<InlineSums> = sqlx::query_as(
-        "SELECT node_id, gpu_index, nic,
-                least(sum(transfers_ok), 4611686018427387904)::bigint AS ok,
-                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND NOT simulated), 0), 4611686018427387904)::bigint AS ok_nic,
-                least(coalesce(sum(transfers_ok) FILTER (WHERE path = 'nic_dma' AND nic <> '' AND memory = 'cuda' AND NOT simulated), 0), 4611686018427387904)::bigint AS ok_gpu,
-                least(sum(transfers_mismatch), 4611686018427387904)::bigint AS mismatch,
-                least(coalesce(sum(transfers_mismatch) FILTER (WHERE path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_nic,
-                least(coalesce(sum(transfers_mismatch) FILTER (WHERE simulated AND path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_simulated,
-                least(coalesce(sum(transfers_mismatch_misplaced) FILTER (WHERE path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_misplaced,
-                least(coalesce(sum(transfers_ok + transfers_mismatch + transfers_error) FILTER (WHERE memory = 'cuda' AND path = 'nic_dma' AND nic <> '' AND NOT simulated), 0), 4611686018427387904)::bigint AS in_gpu,
-                least(sum(transfers_error), 4611686018427387904)::bigint AS error,
-                coalesce(jsonb_agg(DISTINCT engine) FILTER (WHERE (transfers_mismatch > 0 AND path = 'host_copy'
-                                                                   OR transfers_mismatch_misplaced > 0)
-                                                            AND engine IS NOT NULL), '[]') AS engines
-         FROM inline_reports
-         WHERE observed_at > $2 AND observed_at <= $3 AND gpu_index IS NOT NULL
-           AND ($1::text[] IS NULL OR node_id = ANY($1))
-         GROUP BY node_id, gpu_index, nic",
-    )
-    .bind(filter)
-    .bind(since)
-    .bind(now)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows = pass_inputs::inline_sums(conn, filter, since, now).await?;
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
-    for InlineSums {
+    for pass_inputs::InlineSums {
         node_id: node,
         gpu_index: gpu,
         nic,
@@ -419,8 +345,7 @@ pub(super) async fn load_inline(
     // sent wrong bytes to two or more GPUs, fleet-wide, while this GPU got wrong bytes from that
     // source alone, are the source's. (One GPU getting wrong bytes from several sources is its
     // own, whatever the sources.)
-    let remote: Vec<RemoteRow> =
-        sqlx::query_as(REMOTE_MISMATCHES).bind(filter).bind(since).bind(now).fetch_all(&mut *conn).await?;
+    let remote = pass_inputs::remote_mismatches(conn, filter, since, now).await?;
     for r in remote {
         let Some(gpu) = stored_gpu(r.gpu_index) else { continue };
         let label = format!("{}: wrong bytes on {} GPUs", crate::store::read::source_label(&r.end()), r.dests);
@@ -432,23 +357,8 @@ pub(super) async fn load_inline(
         }
     }
     // The latest three failed transfers per pair, in words.
-    let failures: Vec<(String, i32, String, Json<serde_json::Value>)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, nic, f FROM (
-            SELECT r.node_id, r.gpu_index, r.nic, f.value AS f,
-                   row_number() OVER (PARTITION BY r.node_id, r.gpu_index, r.nic
-                                      ORDER BY r.observed_at DESC, f.ordinality DESC) AS rn
-            FROM inline_reports r, jsonb_array_elements(r.failures) WITH ORDINALITY AS f(value, ordinality)
-            WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.gpu_index IS NOT NULL
-              AND (r.transfers_mismatch > 0 OR r.transfers_error > 0)
-              AND ($1::text[] IS NULL OR r.node_id = ANY($1))
-         ) x WHERE rn <= 3 ORDER BY node_id, gpu_index, nic, rn",
-    )
-    .bind(filter)
-    .bind(since)
-    .bind(now)
-    .fetch_all(&mut *conn)
-    .await?;
-    for (node, gpu, nic, Json(f)) in failures {
+    let failures = pass_inputs::latest_inline_failures(conn, filter, since, now).await?;
+    for pass_inputs::FailureRow { node_id: node, gpu_index: gpu, nic, f: Json(f) } in failures {
         let Some(gpu) = stored_gpu(gpu) else { continue };
         let f: railguard_schema::InlineFailure = match serde_json::from_value(f) {
             Ok(f) => f,
@@ -463,55 +373,6 @@ pub(super) async fn load_inline(
     }
     Ok(())
 }
-
-/// One destination pair's mismatches from one source (`REMOTE_MISMATCHES`).
-#[derive(sqlx::FromRow)]
-struct RemoteRow {
-    node_id: String,
-    gpu_index: i32,
-    nic: String,
-    n: i64,
-    dests: i64,
-    source: String,
-    end_node: Option<String>,
-    end_gpu: Option<i32>,
-    end_gpu_bdf: Option<String>,
-    end_nic: Option<String>,
-    announced_by: i64,
-}
-
-impl RemoteRow {
-    fn end(&self) -> crate::store::read::SourceEnd {
-        crate::store::read::SourceEnd::of(
-            self.source.clone(),
-            self.announced_by,
-            self.end_node.clone(),
-            self.end_gpu,
-            self.end_gpu_bdf.clone(),
-            self.end_nic.clone(),
-        )
-    }
-}
-
-/// Per destination pair (`$1`: its nodes, or NULL), the NIC-moved mismatches in `$2..$3` from
-/// each source that sent wrong bytes to two or more GPUs of the fleet, where the destination
-/// got wrong bytes from no other source. A source is counted by its `source_key`
-/// (`inline_source_failures`): the GPU/NIC pair its own node attested, else its name. A source
-/// whose own node proves that pair clean (`end_proven_clean`) is never the one to blame.
-const REMOTE_MISMATCHES: &str = "WITH f AS (
-        SELECT * FROM inline_source_failures WHERE observed_at > $2 AND observed_at <= $3
-     ), dest AS (
-        SELECT node_id, gpu_index, count(DISTINCT source_key) AS sources FROM f GROUP BY 1, 2
-     ), src AS (
-        SELECT source_key, count(DISTINCT (node_id, gpu_index)) AS dests FROM f GROUP BY 1
-     )
-     SELECT f.node_id, f.gpu_index, f.nic, count(*)::bigint AS n, src.dests, min(f.source) AS source,
-            min(f.end_node) AS end_node, min(f.end_gpu) AS end_gpu, min(f.end_gpu_bdf) AS end_gpu_bdf,
-            min(f.end_nic) AS end_nic, max(f.announced_by) AS announced_by
-     FROM f JOIN src USING (source_key) JOIN dest USING (node_id, gpu_index)
-     WHERE f.path IN ('nic_dma', 'simulated') AND src.dests >= 2 AND dest.sources = 1 AND NOT f.end_proven_clean
-       AND ($1::text[] IS NULL OR f.node_id = ANY($1))
-     GROUP BY f.node_id, f.gpu_index, f.nic, f.source_key, src.dests";
 
 /// One failed in-line transfer in words, for a reason line.
 pub fn describe_failure(f: &railguard_schema::InlineFailure) -> String {

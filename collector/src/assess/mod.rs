@@ -13,7 +13,7 @@ mod spread;
 mod timing;
 mod write;
 
-pub use inputs::{Inputs, TOPOLOGY_READ, describe_failure, load_inputs};
+pub use inputs::{Inputs, describe_failure, load_inputs};
 pub use run::{assess_pass, run_periodic, run_urgent};
 pub use schedule::{PassBudget, Sweep, changed_nodes, due_nodes, shared_source_nodes};
 use schedule::{bound_pass, cold_start, mark_assessed, predecessor};

@@ -42,7 +42,7 @@ pub async fn changed_nodes(
 
 /// The nodes outside `nodes` whose GPUs got wrong bytes, in the window ending at `now`, from a
 /// source that sent wrong bytes to a GPU of `nodes` too. Whether a mismatch is the other end's
-/// depends on every destination of its source, fleet-wide (`REMOTE_MISMATCHES`): a pass that
+/// depends on every destination of its source, fleet-wide (`store::pass_inputs::REMOTE_MISMATCHES`): a pass that
 /// assesses one destination assesses them all, or a destination assessed before the source's
 /// second destination reported would keep the blame on its own GPU. Sorted.
 pub async fn shared_source_nodes(

@@ -3,6 +3,7 @@
 
 mod ingest;
 mod partitions;
+pub mod pass_inputs;
 pub mod read;
 pub mod rollup;
 pub mod schedule;
