@@ -8,8 +8,15 @@
 //! /openid/v1/jwks`, saved to a file), the issuer, audience, expiry and the service account,
 //! and the node named in the token is the only node that agent may write as. No secret is
 //! distributed, and a compromised node holds nothing that lets it write as another.
+//!
+//! The cluster rotates its signing keys; the key set file (a ConfigMap, refreshed from
+//! `/openid/v1/jwks`) is read again when it changes: checked at most once a second, and at once
+//! for a token whose key the set does not hold. A changed file that does not load is reported
+//! and the keys held are kept.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -48,9 +55,22 @@ struct Key {
     key: DecodingKey,
 }
 
+/// How often the key set file is looked at for a change, at most (besides a token whose key
+/// the set does not hold).
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// The key set file as last read: its modification time and length, and the keys it held.
+struct Held {
+    stamp: Option<(SystemTime, u64)>,
+    checked: Option<Instant>,
+    keys: Arc<Vec<Key>>,
+}
+
 /// Verifies agents' service-account tokens.
 pub struct K8sTokens {
-    keys: Vec<Key>,
+    /// The key set file, read again when it changes (None: keys given once, as text).
+    path: Option<PathBuf>,
+    held: Mutex<Held>,
     issuer: String,
     audience: String,
     subject: String,
@@ -59,7 +79,7 @@ pub struct K8sTokens {
 impl std::fmt::Debug for K8sTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("K8sTokens")
-            .field("keys", &self.keys.len())
+            .field("keys", &self.keys(false).len())
             .field("issuer", &self.issuer)
             .field("audience", &self.audience)
             .field("subject", &self.subject)
@@ -84,49 +104,115 @@ struct Named {
 }
 
 impl K8sTokens {
+    /// The verifier of `cfg`, its keys read from `cfg.jwks` now and again whenever it changes.
     pub fn load(cfg: &K8sTokenConfig) -> Result<Self, K8sConfigError> {
-        let text = std::fs::read_to_string(&cfg.jwks)
-            .map_err(|source| K8sConfigError::Io { path: cfg.jwks.clone(), source })?;
-        Self::parse(&text, &cfg.jwks, cfg)
+        let stamp = stamp(&cfg.jwks);
+        let keys = read_keys(&cfg.jwks)?;
+        let mut tokens = Self::with_keys(keys, cfg);
+        tokens.path = Some(cfg.jwks.clone());
+        tokens.held.get_mut().unwrap_or_else(PoisonError::into_inner).stamp = stamp;
+        Ok(tokens)
     }
 
+    /// The verifier of `cfg` with the keys of `text` (`path` names it in errors), never reread.
     pub fn parse(text: &str, path: &Path, cfg: &K8sTokenConfig) -> Result<Self, K8sConfigError> {
-        let set: JwkSet = serde_json::from_str(text)
-            .map_err(|e| K8sConfigError::Parse { path: path.into(), reason: e.to_string() })?;
-        let mut keys = Vec::new();
-        for jwk in &set.keys {
-            // Only signature algorithms a cluster uses for service-account tokens.
-            let alg = match &jwk.algorithm {
-                AlgorithmParameters::RSA(_) => Algorithm::RS256,
-                AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => Algorithm::ES256,
-                AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P384 => Algorithm::ES384,
-                _ => continue,
-            };
-            let Ok(key) = DecodingKey::from_jwk(jwk) else { continue };
-            keys.push(Key { kid: jwk.common.key_id.clone(), alg, key });
-        }
-        if keys.is_empty() {
-            return Err(K8sConfigError::NoKeys(path.into()));
-        }
+        Ok(Self::with_keys(parse_keys(text, path)?, cfg))
+    }
+
+    fn with_keys(keys: Vec<Key>, cfg: &K8sTokenConfig) -> Self {
         let (ns, name) = cfg.service_account.split_once(':').unwrap_or(("railguard", cfg.service_account.as_str()));
-        Ok(K8sTokens {
-            keys,
+        K8sTokens {
+            path: None,
+            held: Mutex::new(Held { stamp: None, checked: None, keys: Arc::new(keys) }),
             issuer: cfg.issuer.clone(),
             audience: cfg.audience.clone(),
             subject: format!("system:serviceaccount:{ns}:{name}"),
-        })
+        }
     }
 
+    /// The keys held, read again first if the file changed (looked at no more than once every
+    /// [`RECHECK`] unless `now`).
+    fn keys(&self, now: bool) -> Arc<Vec<Key>> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(path) = &self.path else { return held.keys.clone() };
+        if !now && held.checked.is_some_and(|c| c.elapsed() < RECHECK) {
+            return held.keys.clone();
+        }
+        held.checked = Some(Instant::now());
+        let stamp = stamp(path);
+        if stamp == held.stamp {
+            return held.keys.clone();
+        }
+        held.stamp = stamp;
+        match read_keys(path) {
+            Ok(keys) => {
+                tracing::info!(path = %path.display(), keys = keys.len(), "service-account key set reloaded");
+                held.keys = Arc::new(keys);
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "the changed service-account key set does not load; keeping the keys held"
+            ),
+        }
+        held.keys.clone()
+    }
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+fn read_keys(path: &Path) -> Result<Vec<Key>, K8sConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| K8sConfigError::Io { path: path.to_owned(), source })?;
+    parse_keys(&text, path)
+}
+
+/// The signing keys of a JSON Web Key Set: only the algorithms a cluster signs service-account
+/// tokens with.
+fn parse_keys(text: &str, path: &Path) -> Result<Vec<Key>, K8sConfigError> {
+    let set: JwkSet =
+        serde_json::from_str(text).map_err(|e| K8sConfigError::Parse { path: path.into(), reason: e.to_string() })?;
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        let alg = match &jwk.algorithm {
+            AlgorithmParameters::RSA(_) => Algorithm::RS256,
+            AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => Algorithm::ES256,
+            AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P384 => Algorithm::ES384,
+            _ => continue,
+        };
+        let Ok(key) = DecodingKey::from_jwk(jwk) else { continue };
+        keys.push(Key { kid: jwk.common.key_id.clone(), alg, key });
+    }
+    if keys.is_empty() {
+        return Err(K8sConfigError::NoKeys(path.into()));
+    }
+    Ok(keys)
+}
+
+impl K8sTokens {
     /// Whether `token` has a JWT's shape (three base64url parts): only those are checked here.
     pub fn looks_like_jwt(token: &str) -> bool {
         token.split('.').count() == 3 && token.starts_with("eyJ")
     }
 
-    /// The node the token's pod runs on, or why the token is refused.
+    /// The node the token's pod runs on, or why the token is refused. A token whose key the set
+    /// does not hold makes the set be looked at again at once (the cluster may have rotated).
     pub fn verify(&self, token: &str) -> Result<NodeId, TokenRefused> {
+        let keys = self.keys(false);
+        match self.verify_with(&keys, token) {
+            Err(TokenRefused::NoKey { .. }) if self.path.is_some() => {
+                let fresh = self.keys(true);
+                self.verify_with(&fresh, token)
+            }
+            result => result,
+        }
+    }
+
+    fn verify_with(&self, keys: &[Key], token: &str) -> Result<NodeId, TokenRefused> {
         let header = jsonwebtoken::decode_header(token).map_err(TokenRefused::Malformed)?;
         let candidates: Vec<&Key> =
-            self.keys.iter().filter(|k| k.alg == header.alg && (header.kid.is_none() || k.kid == header.kid)).collect();
+            keys.iter().filter(|k| k.alg == header.alg && (header.kid.is_none() || k.kid == header.kid)).collect();
         if candidates.is_empty() {
             return Err(TokenRefused::NoKey { alg: header.alg, kid: header.kid });
         }
@@ -186,8 +272,14 @@ mod tests {
         }
     }
 
+    const OTHER_JWKS: &str = include_str!("../../tests/fixtures/k8s-sa-other-jwks.json");
+
     /// A token as the kubelet would project it for the agent pod on `node`.
     pub fn token(node: Option<&str>, edit: impl FnOnce(&mut serde_json::Value), key: &[u8]) -> String {
+        token_with_kid(node, edit, key, "test-key-1")
+    }
+
+    fn token_with_kid(node: Option<&str>, edit: impl FnOnce(&mut serde_json::Value), key: &[u8], kid: &str) -> String {
         let now = chrono::Utc::now().timestamp();
         let mut claims = serde_json::json!({
             "aud": ["railguard"], "exp": now + 3600, "iat": now, "nbf": now,
@@ -201,7 +293,7 @@ mod tests {
         }
         edit(&mut claims);
         let mut h = Header::new(Algorithm::RS256);
-        h.kid = Some("test-key-1".into());
+        h.kid = Some(kid.into());
         jsonwebtoken::encode(&h, &claims, &EncodingKey::from_rsa_pem(key).unwrap()).unwrap()
     }
 
@@ -254,6 +346,47 @@ mod tests {
         let eight: Vec<String> = token(Some("gpu-node-8"), |_| {}, KEY).split('.').map(str::to_owned).collect();
         let spliced = format!("{}.{}.{}", seven[0], eight[1], seven[2]);
         assert!(invalid(K::InvalidSignature)(&v.verify(&spliced).unwrap_err()));
+    }
+
+    /// Writes `text` as the key set file, dated `secs` after the epoch (a change is its date and
+    /// length, so each write is dated apart).
+    fn write_set(path: &Path, text: &str, secs: u64) {
+        std::fs::write(path, text).unwrap();
+        let f = std::fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs)).unwrap();
+    }
+
+    #[test]
+    fn a_rotated_key_set_is_read_again_and_a_bad_one_keeps_the_keys_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jwks.json");
+        write_set(&path, JWKS, 1_000);
+        let v = K8sTokens::load(&K8sTokenConfig { jwks: path.clone(), ..cfg() }).unwrap();
+        let old = token(Some("gpu-node-1"), |_| {}, KEY);
+        let new = token_with_kid(Some("gpu-node-2"), |_| {}, OTHER_KEY, "test-key-2");
+        assert_eq!(v.verify(&old).unwrap().as_str(), "gpu-node-1");
+        assert!(matches!(v.verify(&new), Err(TokenRefused::NoKey { .. })));
+        // The cluster adds its new key: a token signed with it is verified at once (its key was
+        // unknown, so the set is looked at without waiting), the old key still holds.
+        let both = serde_json::json!({"keys": [
+            serde_json::from_str::<serde_json::Value>(JWKS).unwrap()["keys"][0],
+            serde_json::from_str::<serde_json::Value>(OTHER_JWKS).unwrap()["keys"][0],
+        ]});
+        write_set(&path, &both.to_string(), 2_000);
+        assert_eq!(v.verify(&new).unwrap().as_str(), "gpu-node-2");
+        assert_eq!(v.verify(&old).unwrap().as_str(), "gpu-node-1");
+        // A token of a key nobody holds makes the set be looked at at once, each time.
+        let stranger = || token_with_kid(Some("x"), |_| {}, OTHER_KEY, "unknown");
+        // A file that does not load (a half-written ConfigMap, say) keeps the keys held.
+        write_set(&path, "{\"keys\": [", 3_000);
+        assert!(matches!(v.verify(&stranger()), Err(TokenRefused::NoKey { .. })));
+        assert_eq!(v.verify(&new).unwrap().as_str(), "gpu-node-2");
+        assert_eq!(v.verify(&old).unwrap().as_str(), "gpu-node-1");
+        // The old key retired: its tokens are refused once the set is looked at again.
+        write_set(&path, OTHER_JWKS, 4_000);
+        assert!(matches!(v.verify(&stranger()), Err(TokenRefused::NoKey { .. })));
+        assert!(matches!(v.verify(&old), Err(TokenRefused::NoKey { .. })), "the retired key still verifies");
+        assert_eq!(v.verify(&new).unwrap().as_str(), "gpu-node-2");
     }
 
     #[test]
