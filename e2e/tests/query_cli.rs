@@ -18,6 +18,7 @@ fn query(args: &[&str]) -> (Output, tempfile::TempDir) {
         .env_remove("DATABASE_URL")
         .env_remove("RAILGUARD_DATA_DIR")
         .env_remove("RAILGUARD_API_TOKEN_FILE")
+        .env_remove("COLUMNS")
         .current_dir(elsewhere.path())
         .output()
         .unwrap();
@@ -65,22 +66,21 @@ async fn query_reads_the_collectors_api_from_anywhere() {
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        [
-            "node",
-            "gpu",
-            "status",
-            "verification",
-            "workload_nic",
-            "recommendation",
-            "changed_at",
-            "assessed_at",
-            "reasons"
-        ],
+        ["node", "gpu", "status", "verification", "workload_nic", "recommendation", "changed_at", "reasons"],
         "{table}"
     );
+    // It fits a terminal of 120 columns: the reasons cut at a word, said so.
+    assert!(table.lines().all(|l| l.chars().count() <= 120), "{table}");
+    assert!(table.lines().skip(1).all(|l| l.ends_with('…')), "the reasons are cut: {table}");
     let (out, _d) = query(&["gpus", "--status", "corrupting", "--collector", &url, "-o", "wide"]);
     let wide = ok(&out);
-    assert!(wide.lines().next().unwrap().contains("pin_verified"), "{wide}");
+    // Wide: the table's columns first, in order, then every other; an object's fields as columns;
+    // nothing cut.
+    let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(&header[..3], ["node", "gpu", "status"], "{wide}");
+    assert!(header.contains(&"pin_verified") && header.contains(&"assessed_at"), "{wide}");
+    assert!(header.iter().any(|h| h.starts_with("pin.")), "the pin's fields are columns: {wide}");
+    assert!(!wide.contains('…'), "{wide}");
 
     // Nodes, with their counts as columns; failures; a GPU's history.
     let (out, _d) = query(&["nodes", "--collector", &url, "-o", "json"]);

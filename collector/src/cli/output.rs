@@ -1,6 +1,7 @@
 //! How the reading commands print what they read (`-o table|wide|json|yaml`).
 //!
-//! `table` shows the columns a person scans (per question); `wide` every column; `json` the
+//! `table` shows the columns a person scans (per question), fitted to the terminal; `wide`
+//! every column, those first, nothing cut ([`table`]); `json` the
 //! rows as the API returns them; `yaml` the same in YAML (block style, every string
 //! double-quoted, so a node named `no` or `1e3` stays a string).
 
@@ -28,7 +29,7 @@ pub fn print(rows: &Value, format: OutputFormat, columns: &[&str]) -> anyhow::Re
     match format {
         OutputFormat::Json => println!("{}", terminal::json_safe(serde_json::to_string_pretty(rows)?)),
         OutputFormat::Yaml => print!("{}", terminal::json_safe(yaml(rows))),
-        OutputFormat::Wide => table::print_value(rows),
+        OutputFormat::Wide => table::print_wide(rows, columns),
         OutputFormat::Table => match (rows.as_array(), columns_of(rows, columns)) {
             (Some(arr), Some(cols)) => table::print_columns(arr, &cols),
             _ => table::print_value(rows),

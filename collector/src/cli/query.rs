@@ -87,17 +87,8 @@ enum QueryWhat {
 }
 
 /// The columns `-o table` shows per question (`-o wide`: all of them).
-const GPU_COLUMNS: &[&str] = &[
-    "node",
-    "gpu",
-    "status",
-    "verification",
-    "workload_nic",
-    "recommendation",
-    "changed_at",
-    "assessed_at",
-    "reasons",
-];
+const GPU_COLUMNS: &[&str] =
+    &["node", "gpu", "status", "verification", "workload_nic", "recommendation", "changed_at", "reasons"];
 const NODE_COLUMNS: &[&str] =
     &["node", "worst", "gpus", "corrupting", "at_risk", "unknown", "watch", "ok", "unverified", "last_seen"];
 const FAILURE_COLUMNS: &[&str] =
