@@ -12,6 +12,8 @@ use polars::prelude::*;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
+use crate::store::read;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error("database: {0}")]
@@ -49,63 +51,10 @@ fn datetime(name: &str, ts: &[DateTime<Utc>]) -> PolarsResult<Column> {
     Column::new(name.into(), micros(ts)).cast(&DataType::Datetime(TimeUnit::Microseconds, None))
 }
 
-/// A probe record (or an agent's summary of ok probes) as exported.
-#[derive(sqlx::FromRow)]
-struct ProbeExportRow {
-    node_id: String,
-    observed_at: DateTime<Utc>,
-    gpu_index: i32,
-    nic: String,
-    transport: String,
-    reported: String,
-    verdict: String,
-    diagnosis: String,
-    bytes: i64,
-    bad_chunks: i32,
-    chunks: i32,
-    simulated: bool,
-    path: String,
-    memory: String,
-    injected: String,
-    probes: i32,
-}
-
-/// A signal as exported.
-#[derive(sqlx::FromRow)]
-struct SignalExportRow {
-    node_id: String,
-    observed_at: DateTime<Utc>,
-    source: String,
-    kind: String,
-    bdf: Option<String>,
-    gpu_index: Option<i32>,
-    nic: String,
-    summary: String,
-}
-
-/// A status change as exported, with its first reason.
-#[derive(sqlx::FromRow)]
-struct ChangeExportRow {
-    node_id: String,
-    gpu_index: i32,
-    at: DateTime<Utc>,
-    from_status: Option<String>,
-    to_status: String,
-    reason: Option<String>,
-}
-
 /// Probe results between `since` and `until` as a DataFrame, with their provenance (path,
 /// memory, injected fault): full probes and the agents' summaries of ok probes (`probes` > 1).
 pub async fn probes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> Result<DataFrame, ExportError> {
-    let rows: Vec<ProbeExportRow> = sqlx::query_as(
-        "SELECT node_id, observed_at, gpu_index, nic, transport, reported, verdict, diagnosis, bytes, bad_chunks, chunks,
-                simulated, path, memory, injected, probes
-         FROM probe_evidence WHERE observed_at >= $1 AND observed_at <= $2 ORDER BY observed_at",
-    )
-    .bind(since)
-    .bind(until)
-    .fetch_all(pool)
-    .await?;
+    let rows = read::export_probes(pool, since, until).await?;
     let at: Vec<DateTime<Utc>> = rows.iter().map(|r| r.observed_at).collect();
     Ok(DataFrame::new_infer_height(vec![
         Column::new("node_id".into(), rows.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>()),
@@ -129,14 +78,7 @@ pub async fn probes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -
 }
 
 async fn signals(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> Result<DataFrame, ExportError> {
-    let rows: Vec<SignalExportRow> = sqlx::query_as(
-        "SELECT node_id, observed_at, source, kind, bdf, gpu_index, nic, summary
-         FROM signal_events WHERE observed_at >= $1 AND observed_at <= $2 ORDER BY observed_at",
-    )
-    .bind(since)
-    .bind(until)
-    .fetch_all(pool)
-    .await?;
+    let rows = read::export_signals(pool, since, until).await?;
     let at: Vec<DateTime<Utc>> = rows.iter().map(|r| r.observed_at).collect();
     Ok(DataFrame::new_infer_height(vec![
         Column::new("node_id".into(), rows.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>()),
@@ -151,14 +93,7 @@ async fn signals(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> R
 }
 
 async fn status_changes(pool: &PgPool, since: DateTime<Utc>, until: DateTime<Utc>) -> Result<DataFrame, ExportError> {
-    let rows: Vec<ChangeExportRow> = sqlx::query_as(
-        "SELECT node_id, gpu_index, at, from_status::text, to_status::text, reasons->>0 AS reason
-         FROM gpu_status_changes WHERE at >= $1 AND at <= $2 ORDER BY at",
-    )
-    .bind(since)
-    .bind(until)
-    .fetch_all(pool)
-    .await?;
+    let rows = read::export_status_changes(pool, since, until).await?;
     let at: Vec<DateTime<Utc>> = rows.iter().map(|r| r.at).collect();
     Ok(DataFrame::new_infer_height(vec![
         Column::new("node_id".into(), rows.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>()),

@@ -1,7 +1,12 @@
-//! The history store: idempotent, transactional writes of agent records into Postgres
-//! ([`Store::ingest`]), and every read of them ([`read`]).
+//! The history store, and every SQL statement of the collector but the pattern finder's period
+//! reads, the evidence loader's streams and the database's own set-up ([`crate::pg`]):
+//! idempotent, transactional writes of agent records ([`Store::ingest`]), partitions and
+//! rollups, the assessment's schedule ([`schedule`]), reads ([`pass_inputs`]) and writes
+//! ([`statuses`]), the leaders' locks ([`locks`]), and every read the API, the CLI and /metrics
+//! make ([`read`]).
 
 mod ingest;
+pub mod locks;
 mod partitions;
 pub mod pass_inputs;
 pub mod read;

@@ -3,6 +3,7 @@
 //! session-level advisory lock, on a connection of its own. When that connection or its process
 //! dies, Postgres releases the lock and another replica takes it at its next check.
 
+use crate::store::locks;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
@@ -29,7 +30,7 @@ impl Leadership {
     /// it (nobody holds it).
     pub async fn check(&mut self) -> bool {
         if let Some(mut c) = self.conn.take() {
-            match sqlx::query("SELECT 1").execute(&mut *c).await {
+            match locks::answers(&mut c).await {
                 Ok(_) => {
                     self.conn = Some(c);
                     return true;
@@ -38,7 +39,7 @@ impl Leadership {
             }
         }
         let Ok(mut c) = self.pool.acquire().await else { return false };
-        match sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)").bind(self.key).fetch_one(&mut *c).await {
+        match locks::try_lock(&mut c, self.key).await {
             Ok(true) => {
                 tracing::info!(task = self.what, "this collector leads");
                 // Closed, never returned to the pool: the lock must not outlive its holder.
@@ -53,7 +54,7 @@ impl Leadership {
     /// Gives the lock up now (shutdown), so another replica need not wait for the connection to die.
     pub async fn release(&mut self) {
         if let Some(mut c) = self.conn.take() {
-            let _ = sqlx::query("SELECT pg_advisory_unlock($1)").bind(self.key).execute(&mut *c).await;
+            let _ = locks::unlock(&mut c, self.key).await;
         }
     }
 }

@@ -5,8 +5,10 @@
 //! Status order lives in Postgres (`gpu_status_kind`'s declaration order: worst last); enums are
 //! decoded into the domain types, and a row that does not decode is an error, never a default.
 //!
-//! Rooms: [`engines`] (engine findings, fleet-wide), [`sources`] (the other end's findings, fleet-wide), [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status and
-//! records), [`history`] (across the storage tiers), [`series`] (time series for the plots).
+//! Rooms: [`engines`] (engine findings, fleet-wide), [`sources`] (the other end's findings,
+//! fleet-wide), [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status
+//! and records), [`history`] (across the storage tiers), [`series`] (time series for the plots),
+//! [`export`] (a period's records as `export` writes them out).
 
 // SQL fragments shared by several queries, as macros so every query stays one compile-time
 // string (`concat!`): nothing is assembled at run time.
@@ -33,6 +35,7 @@ macro_rules! gpu_status_columns {
 }
 
 mod engines;
+mod export;
 mod fleet;
 mod gpu;
 mod history;
@@ -41,6 +44,9 @@ mod series;
 mod sources;
 
 pub use engines::{EngineFinding, UNNAMED_ENGINE, engine_findings};
+pub use export::{
+    ChangeExportRow, ProbeExportRow, SignalExportRow, export_probes, export_signals, export_status_changes,
+};
 pub use fleet::{
     FleetPage, FleetSummary, FleetTotals, GpuInfo, GpuStatusOnly, GridCell, NodeLag, NodeSummary, StatusChange,
     StatusCounts, all_statuses, fleet, gpu_infos, gpus, grid_at, grid_now, last_assessment, node_lags,
