@@ -180,7 +180,8 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no collector database under"), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no collector database under") && err.contains("--collector http://"), "{out:?}");
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "nothing created where it ran");
 
     // Export (Parquet and CSV) and the fleet report, from the CLI.

@@ -133,6 +133,7 @@ async fn an_unreachable_collector_and_a_missing_token_are_named() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(&format!("cannot reach the collector at {url}/api/v1/gpus")), "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "refused at once, not after a timeout");
+    assert!(err.contains("nothing listens there"), "the likely mistake named: {err}");
     let (out, _d) = query(&["gpus", "--collector", "127.0.0.1:7701"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not an http:// or https:// URL"), "{out:?}");
 
@@ -149,6 +150,16 @@ async fn an_unreachable_collector_and_a_missing_token_are_named() {
     let (out, _d) = query(&["nodes", "--collector", &url, "--token-file", tok.to_str().unwrap(), "-o", "json"]);
     assert_eq!(ok(&out).trim(), "[]");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("api-secret"), "the token is never printed");
+    // The likely mistakes, named: the agents' gRPC port for the API's, https:// to a plain listener.
+    let grpc = format!("http://127.0.0.1:{}", c.port);
+    let (out, _d) = query(&["nodes", "--collector", &grpc]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is that the agents' gRPC port?"), "{err}");
+    let tls = format!("https://127.0.0.1:{}", c.http_port);
+    let (out, _d) = query(&["nodes", "--collector", &tls]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("it does not speak TLS there: give http://"), "{err}");
 }
 
 /// A hostile or broken server: escape sequences in its rows and errors reach the terminal as

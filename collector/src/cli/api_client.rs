@@ -37,7 +37,7 @@ pub enum ApiClientError {
     },
     #[error("{path}: no certificate in it could be used ({reason})")]
     Ca { path: PathBuf, reason: String },
-    #[error("cannot reach the collector at {url}: {reason}")]
+    #[error("cannot reach the collector at {url}: {reason}{}", hint(url, reason))]
     Unreachable { url: String, reason: String },
     #[error("the collector at {url} did not answer within {} s", TIMEOUT.as_secs())]
     Timeout { url: String },
@@ -156,6 +156,25 @@ impl ApiClient {
             404 => Err(ApiClientError::NotFound { url, message: message() }),
             s => Err(ApiClientError::Status { url, status: s, message: message() }),
         }
+    }
+}
+
+/// The likely mistake behind a failed request, in words: the agents' gRPC port given for the
+/// API's, TLS spoken to a plain listener or plain HTTP to a TLS one, nothing listening.
+fn hint(url: &str, reason: &str) -> &'static str {
+    let r = reason.to_ascii_lowercase();
+    if r.contains("invalidcontenttype") || r.contains("corrupt message") || r.contains("wrong version number") {
+        "\n  (it does not speak TLS there: give http:// instead of https://)"
+    } else if r.contains("unexpected message") || r.contains("http2") || r.contains("frame") {
+        "\n  (is that the agents' gRPC port? the API is on the collector's --http-listen port, 7701 by default)"
+    } else if url.starts_with("http://")
+        && (r.contains("connection closed before message completed") || r.contains("connection reset"))
+    {
+        "\n  (if the collector serves HTTPS there, give https:// and --ca-file)"
+    } else if r.contains("connection refused") {
+        "\n  (nothing listens there: is the collector running, and is that its --http-listen port?)"
+    } else {
+        ""
     }
 }
 

@@ -150,7 +150,10 @@ impl QueryArgs {
     }
 
     async fn in_database(&self) -> anyhow::Result<(Value, &'static [&'static str])> {
-        let pool = self.db.connect().await?;
+        // No database here: the collector may run elsewhere, and its API answers the same.
+        let pool = self.db.connect().await.map_err(|e| {
+            anyhow::anyhow!("{e:#}\n  (or ask a running collector's API: --collector http://HOST:7701)")
+        })?;
         Ok(match &self.what {
             QueryWhat::Failures { range } => {
                 let (since, until) = range.range()?;
