@@ -16,6 +16,7 @@ use super::explain::{N, NONE, Pairs, Values, canonical};
 use super::lean::TrustedPair;
 use super::period::{PeriodReads, period_pairs};
 use super::rolled::RolledReads;
+use crate::store::read::patterns::{self, HostRow};
 
 /// What a node's latest topology says of its pairs, as value ids of [`Facts`].
 struct NodeFacts {
@@ -71,12 +72,9 @@ impl std::fmt::Debug for Facts {
 /// Nodes whose facts one statement fetches.
 const FACTS_CHUNK: usize = 2000;
 
-/// A node's facts as read: (snapshot, virtualized, hypervisor, viommu, gpudirect, driver, risks;
-/// the risks validated at ingest, as the assessment reads them).
-type HostRow = (String, Uuid, String, String, String, String, String, Json<Vec<railguard_schema::GpuRisk>>);
-
-/// What [`Facts::fetch`] reads: the snapshots, their GPUs (node, index, name) and their GPU/NIC
-/// paths (node, a, b, class).
+/// What [`Facts::fetch`] reads: the snapshots' host facts ([`HostRow`]; the risks validated at
+/// ingest, as the assessment reads them), their GPUs (node, index, name) and their GPU/NIC paths
+/// (node, a, b, class).
 type Fetched = (Vec<HostRow>, Vec<(String, i32, String)>, Vec<(String, String, String, String)>);
 
 impl Facts {
@@ -114,41 +112,9 @@ impl Facts {
         for chunk in stale.chunks(FACTS_CHUNK) {
             let nodes: Vec<&str> = chunk.iter().map(|(n, _)| n.as_str()).collect();
             let snaps: Vec<Uuid> = chunk.iter().map(|(_, s)| *s).collect();
-            hosts.extend(
-                sqlx::query_as::<_, HostRow>(
-                    "SELECT s.node_id, s.record_id, s.virtualized, s.hypervisor, s.viommu, s.gpudirect,
-                            s.driver_version, s.risks
-                     FROM unnest($1::text[], $2::uuid[]) AS k(node_id, record_id)
-                     JOIN topology_snapshots s USING (node_id, record_id)",
-                )
-                .bind(&nodes)
-                .bind(&snaps)
-                .fetch_all(&mut *conn)
-                .await?,
-            );
-            gpus.extend(
-                sqlx::query_as::<_, (String, i32, String)>(
-                    "SELECT g.node_id, g.gpu_index, g.name
-                     FROM unnest($1::text[], $2::uuid[]) AS k(node_id, snapshot_id)
-                     JOIN topology_gpus g USING (node_id, snapshot_id)",
-                )
-                .bind(&nodes)
-                .bind(&snaps)
-                .fetch_all(&mut *conn)
-                .await?,
-            );
-            paths.extend(
-                sqlx::query_as::<_, (String, String, String, String)>(
-                    "SELECT p.node_id, p.a, p.b, p.class
-                     FROM unnest($1::text[], $2::uuid[]) AS k(node_id, snapshot_id)
-                     JOIN topology_paths p USING (node_id, snapshot_id)
-                     WHERE p.a LIKE 'GPU%' AND p.b NOT LIKE 'GPU%'",
-                )
-                .bind(&nodes)
-                .bind(&snaps)
-                .fetch_all(&mut *conn)
-                .await?,
-            );
+            hosts.extend(patterns::snapshot_hosts(conn, &nodes, &snaps).await?);
+            gpus.extend(patterns::snapshot_gpus(conn, &nodes, &snaps).await?);
+            paths.extend(patterns::snapshot_gpu_paths(conn, &nodes, &snaps).await?);
         }
         Ok((hosts, gpus, paths))
     }
@@ -213,12 +179,7 @@ async fn rolled_hours(
     if first >= end {
         return Ok(None);
     }
-    let hours: Vec<DateTime<Utc>> =
-        sqlx::query_scalar("SELECT hour FROM rollup_hours WHERE hour >= $1 AND hour < $2 ORDER BY hour")
-            .bind(first)
-            .bind(end)
-            .fetch_all(&mut *conn)
-            .await?;
+    let hours = patterns::rolled_hours(conn, first, end).await?;
     let mut best: Option<(DateTime<Utc>, DateTime<Utc>)> = None;
     let mut run: Option<(DateTime<Utc>, DateTime<Utc>)> = None;
     for h in hours {
@@ -269,29 +230,18 @@ pub async fn load(
     };
     let mut tx = pool.begin().await?;
     if rolled.is_some() {
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *tx).await?;
+        patterns::repeatable_read(&mut tx).await?;
     }
     let evidence =
         period_pairs(&mut tx, since, until, rolled, periods.as_deref_mut(), kept_rolled.as_deref_mut()).await?;
     // The workload's own transfers, verified in-line through the pair's NIC (or failed there:
     // a host copy, or whole blocks of another time or place, are the engine's, not the pair's).
-    let inline: Vec<(String, i32, String, bool)> = sqlx::query_as(
-        "SELECT node_id, gpu_index, nic, sum(transfers_mismatch - transfers_mismatch_misplaced) > 0 AS failed
-         FROM inline_reports
-         WHERE observed_at > $1 AND observed_at <= $2 AND gpu_index IS NOT NULL AND nic <> '' AND path = 'nic_dma'
-           AND NOT simulated
-         GROUP BY 1, 2, 3",
-    )
-    .bind(since)
-    .bind(until)
-    .fetch_all(&mut *tx)
-    .await?;
+    let inline = patterns::inline_pairs(&mut tx, since, until).await?;
     let mut inline: HashMap<(String, i32, String), bool> =
         inline.into_iter().map(|(node, gpu, nic, failed)| ((node, gpu, nic), failed)).collect();
 
     // The nodes' latest snapshots; the facts of those not known as they are now.
-    let latest: Vec<(String, Uuid)> =
-        sqlx::query_as("SELECT node_id, record_id FROM latest_topology").fetch_all(&mut *tx).await?;
+    let latest = patterns::latest_snapshots(&mut tx).await?;
     let stale: Vec<(String, Uuid)> = {
         let with_evidence: HashSet<&str> = evidence.nodes().chain(inline.keys().map(|k| k.0.as_str())).collect();
         let known = facts.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

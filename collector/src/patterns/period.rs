@@ -5,6 +5,7 @@ use super::lean::{LeanNodes, LeanPeriod, MAX_NICS, Nics, keep_last, lean, move_o
 use super::rolled::{RolledCache, load_period_rolled_cached};
 use crate::evidence::{WorkloadPairs, load_period, load_split};
 use crate::steps::Laps;
+use crate::store::read::patterns;
 
 use chrono::{DateTime, Utc};
 
@@ -90,7 +91,7 @@ pub(crate) async fn load_period_cached<'a>(
         let (ev, _) = load_split(conn, &None, [(since, until), (until, until)], until, &none, true, laps).await?;
         return Ok(LeanPeriod::of(ev));
     };
-    let read_at: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&mut *conn).await?;
+    let read_at = patterns::now(conn).await?;
     if cache.nics.names.len() > MAX_NICS {
         // NIC names come from the agents; names that left every period are never forgotten
         // one by one, so past a bound everything kept is: the next reads are whole.
@@ -108,17 +109,14 @@ pub(crate) async fn load_period_cached<'a>(
     let (period, newest) = match movable {
         Some(mut k) => {
             let (from, kept_seal) = k.range;
-            let late: Vec<String> = sqlx::query_scalar("SELECT node_id FROM nodes WHERE late_stored_at > $1")
-                .bind(k.read_at - LATE_MARGIN)
-                .fetch_all(&mut *conn)
-                .await?;
+            let late = patterns::late_nodes(conn, k.read_at - LATE_MARGIN).await?;
             // What left the period and what became old enough to keep, split where the kept
             // part ended (what left ends before it), through the BRIN indexes on `observed_at`
             // (as the assessment's slices).
-            sqlx::query("SET LOCAL enable_indexscan = off").execute(&mut *conn).await?;
+            patterns::index_scans(conn, false).await?;
             let (gone, added) =
                 load_split(conn, &None, [(from, since), (kept_seal, seal)], kept_seal, &none, true, laps).await?;
-            sqlx::query("SET LOCAL enable_indexscan = on").execute(&mut *conn).await?;
+            patterns::index_scans(conn, true).await?;
             move_on(&mut k.nodes, &gone, &added, &mut cache.nics);
             if !late.is_empty() {
                 cache.late += late.len() as u64;

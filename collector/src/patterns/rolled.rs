@@ -4,6 +4,7 @@
 use super::lean::{LeanNodes, LeanPeriod, MAX_NICS, Nics, keep_last, lean, move_on};
 
 use crate::evidence::{Hours, WindowEvidence, load_around, load_period, read_rolled};
+use crate::store::read::patterns;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
@@ -110,15 +111,8 @@ pub(crate) async fn load_period_rolled_cached<'a>(
     // The marks of the period's rolled hours and of the kept ones, as this snapshot has them.
     let (lo, hi) = kept.as_ref().and_then(KeptRolled::span).map_or((from, to), |(a, b)| (a.min(from), b.max(to)));
     let marks: BTreeMap<DateTime<Utc>, DateTime<Utc>> =
-        sqlx::query_as("SELECT hour, rolled_at FROM rollup_hours WHERE hour >= $1 AND hour < $2")
-            .bind(lo)
-            .bind(hi)
-            .fetch_all(&mut *conn)
-            .await?
-            .into_iter()
-            .collect();
-    let newest: Option<DateTime<Utc>> =
-        sqlx::query_scalar("SELECT max(hour) FROM rollup_hours").fetch_one(&mut *conn).await?;
+        patterns::rollup_marks(conn, lo, hi).await?.into_iter().collect();
+    let newest = patterns::newest_rolled_hour(conn).await?;
     // The hours the leader's next pass may roll again are read each time; those before are kept.
     let reroll = chrono::TimeDelta::hours(crate::store::rollup::REROLL_HOURS);
     let settled_end = newest.map_or(from, |n| n - reroll).clamp(from, to);

@@ -1,5 +1,5 @@
-//! The history store, and every SQL statement of the collector but the pattern finder's period
-//! reads, the evidence loader's streams and the database's own set-up ([`crate::pg`]):
+//! The history store, and every SQL statement of the collector but the evidence loader's
+//! streams ([`crate::evidence`]) and the database's own set-up ([`crate::pg`]):
 //! idempotent, transactional writes of agent records ([`Store::ingest`]), partitions and
 //! rollups, the assessment's schedule ([`schedule`]), reads ([`pass_inputs`]) and writes
 //! ([`statuses`]), the leaders' locks ([`locks`]), and every read the API, the CLI and /metrics

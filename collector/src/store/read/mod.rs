@@ -8,7 +8,8 @@
 //! Rooms: [`engines`] (engine findings, fleet-wide), [`sources`] (the other end's findings,
 //! fleet-wide), [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status
 //! and records), [`history`] (across the storage tiers), [`series`] (time series for the plots),
-//! [`export`] (a period's records as `export` writes them out).
+//! [`export`] (a period's records as `export` writes them out), [`patterns`] (what the pattern
+//! finder reads besides the evidence).
 
 // SQL fragments shared by several queries, as macros so every query stays one compile-time
 // string (`concat!`): nothing is assembled at run time.
@@ -40,6 +41,7 @@ mod fleet;
 mod gpu;
 mod history;
 mod node;
+pub mod patterns;
 mod series;
 mod sources;
 
