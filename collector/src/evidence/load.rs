@@ -3,9 +3,9 @@
 //! latest verdicts ranked from both.
 
 use super::{Class, Evidence, RecentVerdict, WindowEvidence, first_lane, trust};
+use crate::store::evidence_rows;
 use chrono::{DateTime, Utc};
 use railguard_schema::{Diagnosis, ProbeVerdict};
-use sqlx::types::Json;
 use std::collections::HashMap;
 use tokio_stream::StreamExt;
 
@@ -105,17 +105,7 @@ pub(crate) async fn read_rolled(
     // it. The same counts as a row at a time (each element's probes summed, its records the
     // rows that had any), at 10,000 nodes a day's 240,000 rows of 64 elements instead of 15
     // million element-by-element records.
-    let mut rows = sqlx::query(
-        "SELECT node_id, gpu_index, nic, path, memory, injected, transport, ok, silent_corruption, reported_failure, timeout
-         FROM probe_rollup_sets WHERE hour >= $1 AND hour < $2
-         UNION ALL
-         SELECT node_id, ARRAY[gpu_index], ARRAY[nic], ARRAY[path], ARRAY[memory], ARRAY[injected], ARRAY[transport],
-                ARRAY[ok], ARRAY[silent_corruption], ARRAY[reported_failure], ARRAY[timeout]
-         FROM probe_rollups WHERE hour >= $1 AND hour < $2",
-    )
-    .bind(from)
-    .bind(to)
-    .fetch(&mut *conn);
+    let mut rows = evidence_rows::rollups(conn, from, to);
     let mut runs: HashMap<String, RolledRun> = HashMap::new();
     let mut key = Vec::new();
     while let Some(row) = rows.next().await {
@@ -289,41 +279,8 @@ async fn read_grouped(
     split: DateTime<Utc>,
     (ev, late): (&mut WindowEvidence, &mut WindowEvidence),
 ) -> Result<(), sqlx::Error> {
-    #[derive(sqlx::FromRow)]
-    struct Group {
-        node_id: String,
-        gpu_index: i32,
-        nic: String,
-        path: String,
-        memory: String,
-        verdict: ProbeVerdict,
-        diagnosis: Diagnosis,
-        transport: String,
-        first_lane: Option<String>,
-        probes: i64,
-        records: i64,
-        after: bool,
-    }
-    let [(a0, b0), (a1, b1)] = ranges;
     // Streamed: a rolling start's first minute is a row for each of every pair's first probes.
-    let mut groups = sqlx::query_as::<_, Group>(
-        "SELECT node_id, gpu_index, nic, path, memory, verdict, diagnosis,
-                -- what carried it, read only where the path proves nothing (see `via`)
-                CASE WHEN path = 'nic_dma' THEN '' ELSE transport END AS transport,
-                CASE WHEN path = 'nic_dma' THEN NULL ELSE lanes->>0 END AS first_lane,
-                sum(probes)::bigint AS probes, count(*) AS records, observed_at > $6 AS after
-         FROM probe_row_evidence
-         WHERE ((observed_at > $2 AND observed_at <= $3) OR (observed_at > $4 AND observed_at <= $5))
-           AND injected = 'none' AND ($1::text[] IS NULL OR node_id = ANY($1))
-         GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 12",
-    )
-    .bind(filter)
-    .bind(a0)
-    .bind(b0)
-    .bind(a1)
-    .bind(b1)
-    .bind(split)
-    .fetch(&mut *conn);
+    let mut groups = evidence_rows::grouped(conn, filter, ranges, split);
     let u = |v: i64| u64::try_from(v).unwrap_or(0);
     while let Some(g) = groups.next().await {
         let g = g?;
@@ -367,42 +324,9 @@ async fn read_recent(
     workload: &(dyn Workloads + Sync),
     (ev, late): (&mut WindowEvidence, &mut WindowEvidence),
 ) -> Result<(), sqlx::Error> {
-    let [(a0, b0), (a1, b1)] = ranges;
-    /// One of a pair's latest records on a path that may verify it.
-    #[derive(sqlx::FromRow)]
-    struct Latest {
-        node_id: String,
-        gpu_index: i32,
-        nic: String,
-        observed_at: DateTime<Utc>,
-        verdict: ProbeVerdict,
-        probes: i32,
-        path: String,
-        memory: String,
-    }
-    let recent: Vec<Latest> = if workload.none() {
-        Vec::new()
-    } else {
-        sqlx::query_as(
-            "SELECT node_id, gpu_index, nic, observed_at, verdict, probes, path, memory FROM (
-            SELECT e.node_id, e.gpu_index, e.nic, e.observed_at, e.verdict, e.probes, e.path, e.memory,
-                   row_number() OVER (PARTITION BY e.node_id, e.gpu_index, e.nic, e.path, e.memory = 'cuda'
-                                      ORDER BY e.observed_at DESC) AS rn
-            FROM probe_row_evidence e
-            WHERE ((e.observed_at > $2 AND e.observed_at <= $3) OR (e.observed_at > $4 AND e.observed_at <= $5))
-              AND ($1::text[] IS NULL OR e.node_id = ANY($1))
-              AND e.injected = 'none' AND e.path IN ('nic_dma', 'simulated')
-         ) r WHERE rn <= $6",
-        )
-        .bind(filter)
-        .bind(a0)
-        .bind(b0)
-        .bind(a1)
-        .bind(b1)
-        .bind(i64::try_from(super::RECENT_VERDICTS).unwrap_or(10))
-        .fetch_all(&mut *conn)
-        .await?
-    };
+    let per_class = i64::try_from(super::RECENT_VERDICTS).unwrap_or(10);
+    let recent =
+        if workload.none() { Vec::new() } else { evidence_rows::latest(conn, filter, ranges, per_class).await? };
     for r in recent {
         if is_workload(workload, &r.node_id, r.gpu_index, &r.nic) {
             let part = if r.observed_at > split { &mut *late } else { &mut *ev };
@@ -432,35 +356,8 @@ async fn read_sets(
     lean: bool,
     (ev, late): (&mut WindowEvidence, &mut WindowEvidence),
 ) -> Result<(), sqlx::Error> {
-    let [(a0, b0), (a1, b1)] = ranges;
     let u = |v: i64| u64::try_from(v).unwrap_or(0);
-    type SetRow = (
-        String,
-        DateTime<Utc>,
-        Vec<i32>,
-        Vec<String>,
-        Vec<String>,
-        Vec<String>,
-        Vec<String>,
-        Vec<String>,
-        Vec<Json<serde_json::Value>>,
-        Vec<i32>,
-    );
-    let mut sets = sqlx::query_as::<_, SetRow>(
-        "SELECT node_id, observed_at, gpu_index, nic, path,
-                CASE WHEN $6 THEN '{}' ELSE memory END, injected,
-                CASE WHEN $6 THEN '{}' ELSE transport END, CASE WHEN $6 THEN '{}' ELSE lanes END, probes
-         FROM probe_summary_sets
-         WHERE ((observed_at > $2 AND observed_at <= $3) OR (observed_at > $4 AND observed_at <= $5))
-           AND ($1::text[] IS NULL OR node_id = ANY($1))",
-    )
-    .bind(filter)
-    .bind(a0)
-    .bind(b0)
-    .bind(a1)
-    .bind(b1)
-    .bind(lean)
-    .fetch(&mut *conn);
+    let mut sets = evidence_rows::sets(conn, filter, ranges, lean);
     while let Some(row) = sets.next().await {
         let (node_id, at, gpus, nics, paths, memories, injected, transports, lanes, probes) = row?;
         let wl = workload.of(&node_id);

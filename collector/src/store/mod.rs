@@ -1,10 +1,11 @@
-//! The history store, and every SQL statement of the collector but the evidence loader's
-//! streams ([`crate::evidence`]) and the database's own set-up ([`crate::pg`]):
-//! idempotent, transactional writes of agent records ([`Store::ingest`]), partitions and
-//! rollups, the assessment's schedule ([`schedule`]), reads ([`pass_inputs`]) and writes
-//! ([`statuses`]), the leaders' locks ([`locks`]), and every read the API, the CLI and /metrics
-//! make ([`read`]).
+//! The history store, and every SQL statement of the collector but the database's own set-up
+//! ([`crate::pg`]): idempotent, transactional writes of agent records ([`Store::ingest`]),
+//! partitions and rollups, the probe evidence's rows as the window's loader streams them
+//! ([`evidence_rows`]), the assessment's schedule ([`schedule`]), reads ([`pass_inputs`]) and
+//! writes ([`statuses`]), the leaders' locks ([`locks`]), and every read the API, the CLI,
+//! /metrics and the pattern finder make ([`read`]).
 
+pub mod evidence_rows;
 mod ingest;
 pub mod locks;
 mod partitions;
