@@ -25,9 +25,9 @@
 
 //!
 //! Rooms: [`counts`] (what a pair's evidence says, for the rules), [`accumulate`] (reading
-//! into counts, the trust policy), [`load`] (the SQL), [`damage`] (rows no ingest would
-//! accept). The pattern finder's compact form and its caches between reads live with it, in
-//! [`crate::patterns`].
+//! into counts, the trust policy), [`load`] (adding up the rows the store streams,
+//! [`crate::store::evidence_rows`]), [`damage`] (rows no ingest would accept). The pattern
+//! finder's compact form and its caches between reads live with it, in [`crate::patterns`].
 
 mod accumulate;
 pub mod counts;
