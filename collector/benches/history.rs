@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use chrono::{Duration, Utc};
 use railguard_collector::assess::{AssessConfig, assess_and_store};
-use railguard_collector::pg::{PrivateCluster, connect_and_migrate};
+use railguard_collector::store::pg::{PrivateCluster, connect_and_migrate};
 use railguard_collector::store::read;
 use railguard_collector::store::rollup::hour_of;
 

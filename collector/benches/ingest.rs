@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use railguard_collector::ingest::auth::Credentials;
-use railguard_collector::pg::{PrivateCluster, connect_and_migrate};
 use railguard_collector::serve::serve_grpc;
 use railguard_collector::store::Store;
+use railguard_collector::store::pg::{PrivateCluster, connect_and_migrate};
 use railguard_schema::wire::ingest_client::IngestClient;
 use railguard_schema::wire::{self, RecordBatch};
 use railguard_schema::*;

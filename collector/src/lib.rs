@@ -15,7 +15,6 @@ pub mod export;
 pub mod http;
 pub mod ingest;
 pub mod patterns;
-pub mod pg;
 pub mod serve;
 pub mod state;
 pub mod status;

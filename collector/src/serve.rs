@@ -13,9 +13,9 @@ use crate::assess::AssessConfig;
 use crate::http::AppState;
 use crate::ingest::auth::Credentials;
 use crate::ingest::{IngestService, IngestStats};
-use crate::pg::{self, PrivateCluster};
 use crate::state::CollectorState;
 use crate::store::Store;
+use crate::store::pg::{self, PrivateCluster};
 
 #[derive(Debug, Clone)]
 pub enum DatabaseConfig {

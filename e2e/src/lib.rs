@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use chrono::Utc;
-use railguard_collector::pg::PrivateCluster;
+use railguard_collector::store::pg::PrivateCluster;
 use railguard_schema::*;
 use sqlx::PgPool;
 
@@ -47,7 +47,8 @@ impl TestPg {
             remember_secret(password.trim());
         }
         cluster.create_database("railguard").await.unwrap();
-        let pool = railguard_collector::pg::connect_and_migrate(cluster.connect_options("railguard"), 4).await.unwrap();
+        let pool =
+            railguard_collector::store::pg::connect_and_migrate(cluster.connect_options("railguard"), 4).await.unwrap();
         TestPg { cluster: started.keep(), pool, _dir: dir }
     }
 

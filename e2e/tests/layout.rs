@@ -190,3 +190,34 @@ fn no_dashboard_script_line_is_over_120_characters() {
     }
     assert!(long.is_empty(), "lines over 120 characters:\n{}", long.join("\n"));
 }
+
+/// The database behind one wall: no statement of the collector outside `collector/src/store/`.
+#[test]
+fn every_sql_statement_of_the_collector_is_in_the_store() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("collector/src");
+    let mut outside = Vec::new();
+    let mut inside = 0;
+    let mut todo = vec![src.clone()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let statements =
+                ["sqlx::query", "query_as(", "query_as::<", "query_scalar(", "query_scalar::<", "raw_sql("]
+                    .iter()
+                    .map(|s| text.matches(s).count())
+                    .sum::<usize>();
+            if path.starts_with(src.join("store")) {
+                inside += statements;
+            } else if statements > 0 {
+                outside.push(format!("{} ({statements})", path.strip_prefix(&src).unwrap().display()));
+            }
+        }
+    }
+    assert!(inside > 100, "found only {inside} statements in the store: the check no longer sees them");
+    assert!(outside.is_empty(), "SQL outside collector/src/store/: {outside:?}");
+}

@@ -37,7 +37,7 @@ async fn the_private_cluster_is_its_own_users_alone() {
     let pg = TestPg::start().await;
     let data = pg.cluster.data_dir().to_path_buf();
     let owner = nix::unistd::User::from_uid(std::fs::metadata(&data).unwrap().uid().into()).unwrap().unwrap();
-    assert_eq!(owner.name, railguard_collector::pg::PG_USER);
+    assert_eq!(owner.name, railguard_collector::store::pg::PG_USER);
     assert_eq!(std::fs::metadata(&data).unwrap().permissions().mode() & 0o777, 0o700);
     // The postmaster runs as that user.
     let pid: u32 =

@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
 use railguard_collector::DatabaseConfig;
 use railguard_collector::http::params;
-use railguard_collector::pg::{self, PrivateCluster};
+use railguard_collector::store::pg::{self, PrivateCluster};
 
 /// railguard's central service: ingests agent records into Postgres, assesses every GPU, and
 /// serves the read-only API and metrics.
@@ -99,10 +99,10 @@ pub struct ReadDbArgs {
 
 impl DbArgs {
     /// The password from --database-password-file, when given.
-    pub fn password(&self) -> anyhow::Result<Option<railguard_collector::pg::DbPassword>> {
+    pub fn password(&self) -> anyhow::Result<Option<railguard_collector::store::pg::DbPassword>> {
         self.database_password_file
             .as_deref()
-            .map(railguard_collector::pg::DbPassword::from_file)
+            .map(railguard_collector::store::pg::DbPassword::from_file)
             .transpose()
             .context("--database-password-file")
     }

@@ -167,7 +167,7 @@ pub async fn node(State(s): State<AppState>, Path(node): Path<String>) -> ApiRes
         gpus: read::node_gpus(&s.pool, node.as_str(), None).await?,
         pairs: read::pairs(&s.pool, node.as_str(), None, s.window_minutes).await?,
         inline: read::inline_pairs(&s.pool, node.as_str(), None, s.window_minutes).await?,
-        replica_lag_seconds: crate::pg::replica_lag_seconds(&s.pool).await?,
+        replica_lag_seconds: crate::store::pg::replica_lag_seconds(&s.pool).await?,
     }))
 }
 
@@ -192,7 +192,7 @@ pub async fn gpu(State(s): State<AppState>, Path((node, gpu)): Path<(String, Str
         pairs: read::pairs(&s.pool, node.as_str(), Some(gpu), s.window_minutes).await?,
         inline: read::inline_pairs(&s.pool, node.as_str(), Some(gpu), s.window_minutes).await?,
         signals_last_day: read::gpu_signals(&s.pool, node.as_str(), gpu, day).await?,
-        replica_lag_seconds: crate::pg::replica_lag_seconds(&s.pool).await?,
+        replica_lag_seconds: crate::store::pg::replica_lag_seconds(&s.pool).await?,
     }))
 }
 
@@ -454,7 +454,7 @@ pub async fn grid(State(s): State<AppState>, params::ApiQuery(q): params::ApiQue
     match q.at.as_deref().filter(|a| !a.is_empty()) {
         Some(at) => {
             let at = params::parse_time("at", at, Utc::now())?;
-            let replica_lag_seconds = crate::pg::replica_lag_seconds(&s.pool).await?;
+            let replica_lag_seconds = crate::store::pg::replica_lag_seconds(&s.pool).await?;
             Ok(Json(Grid {
                 at,
                 historical: true,
@@ -466,7 +466,7 @@ pub async fn grid(State(s): State<AppState>, params::ApiQuery(q): params::ApiQue
         None => {
             let cells = read::grid_now(&s.pool).await?;
             let assessed_at = read::last_assessment(&s.pool).await?;
-            let replica_lag_seconds = crate::pg::replica_lag_seconds(&s.pool).await?;
+            let replica_lag_seconds = crate::store::pg::replica_lag_seconds(&s.pool).await?;
             Ok(Json(Grid { at: Utc::now(), historical: false, assessed_at, replica_lag_seconds, cells }))
         }
     }

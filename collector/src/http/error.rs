@@ -34,7 +34,7 @@ pub struct ConnectionLost;
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::Database(e) = &self
-            && crate::pg::is_connection_lost(e)
+            && crate::store::pg::is_connection_lost(e)
         {
             tracing::warn!(error = %e, "the database connection was lost; the read may be retried");
             let mut resp = (

@@ -1,6 +1,6 @@
 //! A cap on concurrent reads: the API and /metrics take a permit each, and a request that finds
 //! none is answered 503 with `Retry-After` at once rather than queued. With the readers' pool
-//! bounded too ([`crate::pg::READ_CONNECTIONS`]), no number of readers can take ingest's or the
+//! bounded too ([`crate::store::pg::READ_CONNECTIONS`]), no number of readers can take ingest's or the
 //! assessment's connections, or make a read wait behind a thousand others.
 
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use super::error::ErrorBody;
 
 /// Reads in flight at most: the readers' pool's connections, twice over (a read holds one only
 /// while its statements run).
-pub const MAX_CONCURRENT_READS: usize = 2 * crate::pg::READ_CONNECTIONS as usize;
+pub const MAX_CONCURRENT_READS: usize = 2 * crate::store::pg::READ_CONNECTIONS as usize;
 
 /// The permits, shared by every route that reads.
 pub fn permits() -> Arc<tokio::sync::Semaphore> {

@@ -1,5 +1,6 @@
-//! The history store, and every SQL statement of the collector but the database's own set-up
-//! ([`crate::pg`]): idempotent, transactional writes of agent records ([`Store::ingest`]),
+//! The history store, and every SQL statement of the collector: the database itself ([`pg`]:
+//! connecting, migrating, the private cluster), idempotent, transactional writes of agent
+//! records ([`Store::ingest`]),
 //! partitions and rollups, the probe evidence's rows as the window's loader streams them
 //! ([`evidence_rows`]), the assessment's schedule ([`schedule`]), reads ([`pass_inputs`]) and
 //! writes ([`statuses`]), the leaders' locks ([`locks`]), and every read the API, the CLI,
@@ -10,6 +11,7 @@ mod ingest;
 pub mod locks;
 mod partitions;
 pub mod pass_inputs;
+pub mod pg;
 pub mod read;
 pub mod rollup;
 pub mod schedule;
