@@ -155,7 +155,7 @@ async fn an_unreachable_collector_and_a_missing_token_are_named() {
     let (out, _d) = query(&["nodes", "--collector", &grpc]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("is that the agents' gRPC port?"), "{err}");
+    assert!(err.contains("that is an HTTP/2 listener, likely the agents' gRPC port"), "{err}");
     let tls = format!("https://127.0.0.1:{}", c.http_port);
     let (out, _d) = query(&["nodes", "--collector", &tls]);
     let err = String::from_utf8_lossy(&out.stderr);

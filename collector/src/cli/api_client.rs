@@ -37,8 +37,8 @@ pub enum ApiClientError {
     },
     #[error("{path}: no certificate in it could be used ({reason})")]
     Ca { path: PathBuf, reason: String },
-    #[error("cannot reach the collector at {url}: {reason}{}", hint(url, reason))]
-    Unreachable { url: String, reason: String },
+    #[error("cannot reach the collector at {url}: {reason}{hint}")]
+    Unreachable { url: String, reason: String, hint: &'static str },
     #[error("the collector at {url} did not answer within {} s", TIMEOUT.as_secs())]
     Timeout { url: String },
     #[error("the collector at {url} refused the request (401): give --token-file with its API token")]
@@ -107,6 +107,7 @@ impl ApiClient {
             None => builder.with_provider_and_native_roots(provider).map_err(|e| ApiClientError::Unreachable {
                 url: base.to_owned(),
                 reason: format!("no system CA certificates ({e}); give --ca-file"),
+                hint: "",
             })?,
         };
         let https = builder.https_or_http().enable_http1().build();
@@ -123,17 +124,24 @@ impl ApiClient {
         }
         let req = req.body(Empty::new()).map_err(|_| ApiClientError::BadUrl(url.clone()))?;
         let answer = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| ApiClientError::Unreachable { url: url.clone(), reason: error_chain(&e) })?;
+            let resp = match self.client.request(req).await {
+                Ok(resp) => resp,
+                Err(e) => {
+                    let reason = error_chain(&e);
+                    let hint = match self.listener().await {
+                        Some(kind) => kind.hint(),
+                        None => hint(&url, &reason),
+                    };
+                    return Err(ApiClientError::Unreachable { url: url.clone(), reason, hint });
+                }
+            };
             let status = resp.status();
             let body = http_body_util::Limited::new(resp.into_body(), MAX_BODY).collect().await.map_err(|e| {
                 if e.is::<http_body_util::LengthLimitError>() {
                     ApiClientError::TooLarge { url: url.clone() }
                 } else {
-                    ApiClientError::Unreachable { url: url.clone(), reason: error_chain(&*e) }
+                    let reason = error_chain(&*e);
+                    ApiClientError::Unreachable { hint: hint(&url, &reason), url: url.clone(), reason }
                 }
             })?;
             Ok::<_, ApiClientError>((status, body.to_bytes()))
@@ -159,13 +167,70 @@ impl ApiClient {
     }
 }
 
+/// What a plain `http://` address answers an HTTP/1.1 request with, when it is not HTTP/1.1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listener {
+    /// An HTTP/2-only server (the agents' gRPC listener): it opens with a SETTINGS frame.
+    Http2,
+    /// A TLS server: it answers plaintext with a TLS alert record.
+    Tls,
+}
+
+impl Listener {
+    fn hint(self) -> &'static str {
+        match self {
+            Listener::Http2 => {
+                "\n  (that is an HTTP/2 listener, likely the agents' gRPC port: the API is on the collector's \
+                 --http-listen port, 7701 by default)"
+            }
+            Listener::Tls => "\n  (it speaks TLS there: give https:// and --ca-file)",
+        }
+    }
+
+    /// From the first bytes a server sent.
+    fn of(first: &[u8]) -> Option<Listener> {
+        match first {
+            // A frame header: 3 bytes of length, then type 4 (SETTINGS) or 7 (GOAWAY).
+            [_, _, _, 4 | 7, ..] if !first.starts_with(b"HTTP/") => Some(Listener::Http2),
+            // A TLS record of type 21 (alert), version 3.x.
+            [21, 3, ..] => Some(Listener::Tls),
+            _ => None,
+        }
+    }
+}
+
+impl ApiClient {
+    /// For a plain `http://` collector address: sends an HTTP/1.1 request on a connection of its
+    /// own and reads what comes back first (within a second), to tell an HTTP/2-only or TLS
+    /// listener from an HTTP one.
+    async fn listener(&self) -> Option<Listener> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let authority = self.base.strip_prefix("http://")?.split(['/', '?', '#']).next()?.to_owned();
+        let probe = async {
+            let mut conn = tokio::net::TcpStream::connect(&authority).await.ok()?;
+            let request = format!("GET /healthz HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+            conn.write_all(request.as_bytes()).await.ok()?;
+            let mut first = [0u8; 16];
+            let n = conn.read(&mut first).await.ok()?;
+            Listener::of(&first[..n])
+        };
+        tokio::time::timeout(Duration::from_secs(1), probe).await.ok().flatten()
+    }
+}
+
 /// The likely mistake behind a failed request, in words: the agents' gRPC port given for the
 /// API's, TLS spoken to a plain listener or plain HTTP to a TLS one, nothing listening.
 fn hint(url: &str, reason: &str) -> &'static str {
     let r = reason.to_ascii_lowercase();
     if r.contains("invalidcontenttype") || r.contains("corrupt message") || r.contains("wrong version number") {
         "\n  (it does not speak TLS there: give http:// instead of https://)"
-    } else if r.contains("unexpected message") || r.contains("http2") || r.contains("frame") {
+    } else if r.contains("unexpected message")
+        || r.contains("connection was not ready")
+        || r.contains("http2")
+        || r.contains("frame")
+    {
+        // An HTTP/2-only server (the agents' gRPC listener) answers an HTTP/1.1 request with a
+        // frame and a close, which reads as one of these, depending on timing.
         "\n  (is that the agents' gRPC port? the API is on the collector's --http-listen port, 7701 by default)"
     } else if url.starts_with("http://")
         && (r.contains("connection closed before message completed") || r.contains("connection reset"))
@@ -201,4 +266,21 @@ pub fn encode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_is_told_by_its_first_bytes() {
+        // An HTTP/2 server's SETTINGS (length 18) and GOAWAY frames; a TLS alert record.
+        assert_eq!(Listener::of(&[0, 0, 18, 4, 0, 0, 0, 0, 0]), Some(Listener::Http2));
+        assert_eq!(Listener::of(&[0, 0, 8, 7, 0, 0, 0, 0, 0]), Some(Listener::Http2));
+        assert_eq!(Listener::of(&[21, 3, 3, 0, 2, 2, 50]), Some(Listener::Tls));
+        // HTTP/1.1 and anything else: not told apart here.
+        assert_eq!(Listener::of(b"HTTP/1.1 400 Bad Request"), None);
+        assert_eq!(Listener::of(b""), None);
+        assert_eq!(Listener::of(b"SSH-2.0"), None);
+    }
 }
