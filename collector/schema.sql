@@ -146,26 +146,6 @@ CREATE TABLE probe_rollup_sets (
     rolled_at timestamp with time zone NOT NULL DEFAULT now()
 ) PARTITION BY RANGE (hour);
 
-CREATE TABLE probe_rollups (
-    node_id text NOT NULL,
-    hour timestamp with time zone NOT NULL,
-    gpu_index integer NOT NULL,
-    nic text NOT NULL,
-    transport text NOT NULL,
-    memory text NOT NULL,
-    path text NOT NULL,
-    injected text NOT NULL,
-    simulated boolean NOT NULL,
-    ok bigint NOT NULL,
-    silent_corruption bigint NOT NULL,
-    reported_failure bigint NOT NULL,
-    timeout bigint NOT NULL,
-    bytes bigint NOT NULL,
-    first_failure timestamp with time zone,
-    last_failure timestamp with time zone,
-    rolled_at timestamp with time zone NOT NULL DEFAULT now()
-) PARTITION BY RANGE (hour);
-
 CREATE TABLE probe_rollups_daily (
     node_id text NOT NULL,
     day timestamp with time zone NOT NULL,
@@ -185,29 +165,6 @@ CREATE TABLE probe_rollups_daily (
     last_failure timestamp with time zone,
     rolled_at timestamp with time zone NOT NULL DEFAULT now()
 ) PARTITION BY RANGE (day);
-
-CREATE TABLE probe_summaries (
-    node_id text NOT NULL,
-    observed_at timestamp with time zone NOT NULL,
-    record_id uuid NOT NULL,
-    first_at timestamp with time zone NOT NULL,
-    gpu_index integer NOT NULL,
-    nic text NOT NULL,
-    transport text NOT NULL,
-    memory text NOT NULL,
-    path text NOT NULL,
-    injected text NOT NULL,
-    simulated boolean NOT NULL,
-    selection text NOT NULL,
-    lanes jsonb NOT NULL,
-    probes integer NOT NULL,
-    bytes bigint NOT NULL,
-    duration_min_ns bigint NOT NULL,
-    duration_median_ns bigint NOT NULL,
-    duration_max_ns bigint NOT NULL,
-    gpu_bdf text,
-    nic_bdf text
-) PARTITION BY RANGE (observed_at);
 
 CREATE TABLE probe_summary_sets (
     node_id text NOT NULL,
@@ -335,12 +292,7 @@ ALTER TABLE probe_results ADD CONSTRAINT probe_results_path_check CHECK ((path =
 ALTER TABLE probe_results ADD CONSTRAINT probe_results_pkey PRIMARY KEY (node_id, observed_at, record_id);
 ALTER TABLE probe_rollup_sets ADD CONSTRAINT probe_rollup_sets_check CHECK (((cardinality(nic) = cardinality(gpu_index)) AND (cardinality(transport) = cardinality(gpu_index)) AND (cardinality(memory) = cardinality(gpu_index)) AND (cardinality(path) = cardinality(gpu_index)) AND (cardinality(injected) = cardinality(gpu_index)) AND (cardinality(simulated) = cardinality(gpu_index)) AND (cardinality(ok) = cardinality(gpu_index)) AND (cardinality(silent_corruption) = cardinality(gpu_index)) AND (cardinality(reported_failure) = cardinality(gpu_index)) AND (cardinality(timeout) = cardinality(gpu_index)) AND (cardinality(bytes) = cardinality(gpu_index)) AND (cardinality(first_failure) = cardinality(gpu_index)) AND (cardinality(last_failure) = cardinality(gpu_index))));
 ALTER TABLE probe_rollup_sets ADD CONSTRAINT probe_rollup_sets_pkey PRIMARY KEY (node_id, hour);
-ALTER TABLE probe_rollups ADD CONSTRAINT probe_rollups_pkey PRIMARY KEY (node_id, gpu_index, hour, nic, transport, memory, path, injected, simulated);
 ALTER TABLE probe_rollups_daily ADD CONSTRAINT probe_rollups_daily_pkey PRIMARY KEY (node_id, gpu_index, day, nic, transport, memory, path, injected, simulated);
-ALTER TABLE probe_summaries ADD CONSTRAINT probe_summaries_memory_check CHECK ((memory = ANY (ARRAY['host'::text, 'cuda'::text, 'cuda_staged'::text])));
-ALTER TABLE probe_summaries ADD CONSTRAINT probe_summaries_path_check CHECK ((path = ANY (ARRAY['nic_dma'::text, 'host_copy'::text, 'simulated'::text, 'other_device'::text])));
-ALTER TABLE probe_summaries ADD CONSTRAINT probe_summaries_pkey PRIMARY KEY (node_id, observed_at, record_id);
-ALTER TABLE probe_summaries ADD CONSTRAINT probe_summaries_probes_check CHECK ((probes > 0));
 ALTER TABLE probe_summary_sets ADD CONSTRAINT probe_summary_sets_check CHECK (((cardinality(nic) = cardinality(gpu_index)) AND (cardinality(transport) = cardinality(gpu_index)) AND (cardinality(memory) = cardinality(gpu_index)) AND (cardinality(path) = cardinality(gpu_index)) AND (cardinality(injected) = cardinality(gpu_index)) AND (cardinality(simulated) = cardinality(gpu_index)) AND (cardinality(selection) = cardinality(gpu_index)) AND (cardinality(lanes) = cardinality(gpu_index)) AND (cardinality(probes) = cardinality(gpu_index)) AND (cardinality(bytes) = cardinality(gpu_index)) AND (cardinality(duration_min_ns) = cardinality(gpu_index)) AND (cardinality(duration_median_ns) = cardinality(gpu_index)) AND (cardinality(duration_max_ns) = cardinality(gpu_index)) AND (cardinality(first_before_us) = cardinality(gpu_index)) AND (cardinality(last_before_us) = cardinality(gpu_index)) AND (cardinality(gpu_bdf) = cardinality(gpu_index)) AND (cardinality(nic_bdf) = cardinality(gpu_index))));
 ALTER TABLE probe_summary_sets ADD CONSTRAINT probe_summary_sets_gpu_index_check CHECK (((cardinality(gpu_index) >= 1) AND (cardinality(gpu_index) <= 1024)));
 ALTER TABLE probe_summary_sets ADD CONSTRAINT probe_summary_sets_memory_check CHECK ((memory <@ ARRAY['host'::text, 'cuda'::text, 'cuda_staged'::text]));
@@ -368,7 +320,6 @@ CREATE INDEX probe_results_failed_time ON ONLY public.probe_results USING btree 
 CREATE INDEX probe_results_gpu_time ON ONLY public.probe_results USING btree (node_id, gpu_index, observed_at DESC);
 CREATE INDEX probe_results_time ON ONLY public.probe_results USING brin (observed_at);
 CREATE INDEX probe_rollup_sets_hour ON ONLY public.probe_rollup_sets USING brin (hour);
-CREATE INDEX probe_summaries_time ON ONLY public.probe_summaries USING brin (observed_at);
 CREATE INDEX probe_summary_sets_time ON ONLY public.probe_summary_sets USING brin (observed_at);
 CREATE INDEX signal_events_node_time ON ONLY public.signal_events USING btree (node_id, observed_at DESC);
 CREATE INDEX signal_events_time ON ONLY public.signal_events USING brin (observed_at);
@@ -422,24 +373,6 @@ CREATE VIEW latest_topology AS
   ORDER BY topology_snapshots.node_id, topology_snapshots.received_at DESC, topology_snapshots.observed_at DESC;
 
 CREATE VIEW pair_hours AS
- SELECT probe_rollups.node_id,
-    probe_rollups.hour,
-    probe_rollups.gpu_index,
-    probe_rollups.nic,
-    probe_rollups.transport,
-    probe_rollups.memory,
-    probe_rollups.path,
-    probe_rollups.injected,
-    probe_rollups.simulated,
-    probe_rollups.ok,
-    probe_rollups.silent_corruption,
-    probe_rollups.reported_failure,
-    probe_rollups.timeout,
-    probe_rollups.bytes,
-    probe_rollups.first_failure,
-    probe_rollups.last_failure
-   FROM probe_rollups
-UNION ALL
  SELECT s.node_id,
     s.hour,
     m.gpu_index,
@@ -486,32 +419,6 @@ CREATE VIEW probe_evidence AS
     probe_results.observed_at AS last_at
    FROM probe_results
 UNION ALL
- SELECT probe_summaries.node_id,
-    probe_summaries.observed_at,
-    probe_summaries.first_at,
-    probe_summaries.gpu_index,
-    probe_summaries.nic,
-    probe_summaries.transport,
-    probe_summaries.memory,
-    probe_summaries.path,
-    probe_summaries.injected,
-    probe_summaries.simulated,
-    probe_summaries.selection,
-    probe_summaries.lanes,
-    'ok'::text AS verdict,
-    'none'::text AS diagnosis,
-    'success'::text AS reported,
-    probe_summaries.bytes,
-    0 AS bad_chunks,
-    0 AS chunks,
-    NULL::bigint AS first_bad_offset,
-    ''::text AS receiver_detail,
-    probe_summaries.duration_median_ns AS duration_ns,
-    probe_summaries.probes,
-    true AS summary,
-    probe_summaries.observed_at AS last_at
-   FROM probe_summaries
-UNION ALL
  SELECT s.node_id,
     s.observed_at,
     s.observed_at - m.first_before_us::double precision * '00:00:00.000001'::interval AS first_at,
@@ -552,21 +459,7 @@ CREATE VIEW probe_row_evidence AS
     probe_results.verdict,
     probe_results.diagnosis,
     1 AS probes
-   FROM probe_results
-UNION ALL
- SELECT probe_summaries.node_id,
-    probe_summaries.observed_at,
-    probe_summaries.gpu_index,
-    probe_summaries.nic,
-    probe_summaries.transport,
-    probe_summaries.memory,
-    probe_summaries.path,
-    probe_summaries.injected,
-    probe_summaries.lanes,
-    'ok'::text AS verdict,
-    'none'::text AS diagnosis,
-    probe_summaries.probes
-   FROM probe_summaries;
+   FROM probe_results;
 
 CREATE OR REPLACE FUNCTION public.railguard_analyze_new_partitions(min_changes bigint)
  RETURNS SETOF text

@@ -35,6 +35,11 @@ pub struct TestPg {
 
 impl TestPg {
     pub async fn start() -> TestPg {
+        TestPg::start_at(None).await
+    }
+
+    /// A cluster whose database has the migrations up to `version` applied (all when None).
+    pub async fn start_at(version: Option<i64>) -> TestPg {
         let dir = tempfile::Builder::new().prefix("railguard-pg-").tempdir().unwrap();
         // Postgres runs as an unprivileged user when tests run as root: let it in.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -47,8 +52,15 @@ impl TestPg {
             remember_secret(password.trim());
         }
         cluster.create_database("railguard").await.unwrap();
-        let pool =
-            railguard_collector::store::pg::connect_and_migrate(cluster.connect_options("railguard"), 4).await.unwrap();
+        let opts = cluster.connect_options("railguard");
+        let pool = match version {
+            None => railguard_collector::store::pg::connect_and_migrate(opts, 4).await.unwrap(),
+            Some(v) => {
+                let pool = sqlx::postgres::PgPoolOptions::new().max_connections(4).connect_with(opts).await.unwrap();
+                railguard_collector::store::pg::MIGRATOR.run_to(v, &pool).await.unwrap();
+                pool
+            }
+        };
         TestPg { cluster: started.keep(), pool, _dir: dir }
     }
 
@@ -59,7 +71,6 @@ impl TestPg {
     pub async fn count(&self, table: &str) -> i64 {
         let sql = match table {
             "probe_results" => "SELECT count(*) FROM probe_results",
-            "probe_summaries" => "SELECT count(*) FROM probe_summaries",
             "probe_summary_sets" => "SELECT count(*) FROM probe_summary_sets",
             "signal_events" => "SELECT count(*) FROM signal_events",
             "topology_snapshots" => "SELECT count(*) FROM topology_snapshots",
@@ -76,7 +87,6 @@ impl TestPg {
         sqlx::query_as(
             "SELECT count(*), count(DISTINCT record_id) FROM (
                 SELECT record_id FROM probe_results UNION ALL
-                SELECT record_id FROM probe_summaries UNION ALL
                 SELECT record_id FROM probe_summary_sets UNION ALL
                 SELECT record_id FROM signal_events WHERE kind <> 'agent_spool_drops' UNION ALL
                 SELECT record_id FROM topology_snapshots) r",

@@ -178,13 +178,17 @@ pub async fn scripted_fleet(pg: &TestPg) -> CollectorProc {
     c
 }
 
-/// An agent's summary of `probes` ok probes of GPU `gpu` through `nic`, the last at `last_at`.
+/// An agent's summary of `probes` ok probes of GPU `gpu` through `nic`, the last at `last_at`,
+/// as the agent sends it: a set of one summary.
 pub fn summary(gpu: u32, nic: &str, probes: u32, last_at: DateTime<Utc>) -> Record {
+    let summaries = vec![pair_summary(gpu, nic, probes, last_at)];
+    Record { id: RecordId::random(), observed_at: last_at, body: RecordBody::Summaries(ProbeSummarySet { summaries }) }
+}
+
+/// The summary of `probes` ok probes of GPU `gpu` through `nic`, the last at `last_at`.
+pub fn pair_summary(gpu: u32, nic: &str, probes: u32, last_at: DateTime<Utc>) -> ProbeSummary {
     let p = probe(0);
-    Record {
-        id: RecordId::random(),
-        observed_at: last_at,
-        body: RecordBody::Summary(ProbeSummary {
+    ProbeSummary {
             gpu,
             gpu_bdf: p.gpu_bdf,
             nic: nic.into(),
@@ -203,7 +207,6 @@ pub fn summary(gpu: u32, nic: &str, probes: u32, last_at: DateTime<Utc>) -> Reco
             duration_max_ns: 3,
             first_at: last_at - chrono::TimeDelta::minutes(4),
             last_at,
-        }),
     }
 }
 

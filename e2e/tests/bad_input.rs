@@ -119,6 +119,15 @@ async fn bad_requests_get_clear_errors_and_store_nothing() {
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("record 50") && err.message().contains("probe verdict"), "{err:?}");
 
+    // A single summary (agents from before summary sets): refused, naming the agent to run.
+    let mut recs = records(3);
+    let s = railguard_e2e::scripted::pair_summary(3, "mlx5_3", 4, chrono::Utc::now());
+    recs[2].body = Some(wire::record::Body::Summary(s.into()));
+    let err = client.push_batch(with_token(batch("node-a", recs), TOKEN_A)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    let m = err.message();
+    assert!(m.contains("record 2") && m.contains("`summary`") && m.contains("railguard-agent 0.1.0"), "{err:?}");
+
     // Empty id, impossible timestamp, NUL in text.
     let mut recs = records(3);
     recs[1].id.clear();

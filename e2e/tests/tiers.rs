@@ -7,7 +7,7 @@ use chrono::{DateTime, Duration, DurationRound, TimeDelta, Utc};
 use railguard_agent::topology::fixture;
 use railguard_collector::store::rollup::hour_of;
 use railguard_collector::store::{Store, Tiers};
-use railguard_e2e::scripted::{failure, summary, topo_rec, topology};
+use railguard_e2e::scripted::{failure, pair_summary, summary, topo_rec, topology};
 use railguard_e2e::*;
 use railguard_schema::*;
 use serde_json::Value;
@@ -17,10 +17,7 @@ fn set(pairs: &[(u32, &str, u32)], last_at: DateTime<Utc>) -> Record {
     let summaries = pairs
         .iter()
         .enumerate()
-        .map(|(i, (gpu, nic, probes))| match summary(*gpu, nic, *probes, last_at - Duration::seconds(i as i64)).body {
-            RecordBody::Summary(s) => s,
-            _ => unreachable!(),
-        })
+        .map(|(i, (gpu, nic, probes))| pair_summary(*gpu, nic, *probes, last_at - Duration::seconds(i as i64)))
         .collect();
     Record { id: RecordId::random(), observed_at: last_at, body: RecordBody::Summaries(ProbeSummarySet { summaries }) }
 }
@@ -66,13 +63,9 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
     .await
     .unwrap();
     assert_eq!(rolled, (36, 3), "each summary counted as its 12 probes, each failure once");
-    // Stored as one row per node-hour (three hours with evidence), none per pair.
-    let stored: (i64, i64) =
-        sqlx::query_as("SELECT (SELECT count(*) FROM probe_rollup_sets), (SELECT count(*) FROM probe_rollups)")
-            .fetch_one(&pg.pool)
-            .await
-            .unwrap();
-    assert_eq!(stored, (3, 0));
+    // Stored as one row per node-hour (three hours with evidence).
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_rollup_sets").fetch_one(&pg.pool).await.unwrap();
+    assert_eq!(stored, 3);
     // The passed days are rolled up from their hours too.
     assert!(pass.days >= 5 && pass.day_rows >= 1, "{pass:?}");
     let daily: (i64, i64) = sqlx::query_as(
@@ -108,31 +101,15 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
     // Retention per tier: the summaries of five days ago go (2-day tier); the full probes stay
     // (30 days); the rollups stay (a year).
     let dropped = store.drop_expired().await.unwrap();
-    assert!(dropped.iter().any(|d| d.starts_with("probe_summaries_")), "{dropped:?}");
-    assert!(dropped.iter().all(|d| d.starts_with("probe_summaries_")), "only the summary tier is past: {dropped:?}");
-    let old_summaries: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_summaries WHERE observed_at < $1")
+    assert!(dropped.iter().any(|d| d.starts_with("probe_summary_sets_")), "{dropped:?}");
+    let only_summaries = dropped.iter().all(|d| d.starts_with("probe_summary_sets_"));
+    assert!(only_summaries, "only the summary tier is past: {dropped:?}");
+    let old_summaries: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_summary_sets WHERE observed_at < $1")
         .bind(now - Duration::days(2))
         .fetch_one(&pg.pool)
         .await
         .unwrap();
     assert_eq!(old_summaries, 0);
-
-    // A pair-hour rolled before node-hour rows (a per-pair row of `probe_rollups`) still counts.
-    let legacy = old - Duration::hours(2);
-    sqlx::query("SELECT railguard_ensure_partition('probe_rollups'::regclass, $1, 'month')")
-        .bind(legacy.date_naive())
-        .execute(&pg.pool)
-        .await
-        .unwrap();
-    sqlx::query(
-        "INSERT INTO probe_rollups (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated, ok,
-             silent_corruption, reported_failure, timeout, bytes)
-         VALUES ('node-a', $1, 3, 'mlx5_3', 'sim', 'host', 'simulated', 'none', true, 11, 0, 0, 0, 0)",
-    )
-    .bind(legacy)
-    .execute(&pg.pool)
-    .await
-    .unwrap();
 
     // The history still says what those hours' probes said, from the rollups; this hour is live.
     let c = CollectorProc::start(&pg.url());
@@ -141,7 +118,6 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
     let h: Value = serde_json::from_str(&body).unwrap();
     let rows = h["hourly"].as_array().unwrap();
     assert_eq!(sums(rows, "rollup", old, old + Duration::hours(3)), (36, 3), "{rows:?}");
-    assert_eq!(sums(rows, "rollup", legacy, legacy + Duration::hours(1)), (11, 0), "{rows:?}");
     assert_eq!(sums(rows, "live", this_hour, this_hour + Duration::hours(1)), (7, 0), "{rows:?}");
     assert_eq!(sums(rows, "rollup", last_hour, this_hour), (5, 0));
     let newest: DateTime<Utc> = rows[0]["start"].as_str().unwrap().parse().unwrap();
@@ -213,9 +189,7 @@ async fn history_is_keyed_node_first_and_ids_are_per_node() {
             "inline_reports",
             "probe_results",
             "probe_rollup_sets",
-            "probe_rollups",
             "probe_rollups_daily",
-            "probe_summaries",
             "probe_summary_sets",
             "signal_events",
             "topology_gpus",
@@ -258,7 +232,6 @@ async fn a_summary_set_is_one_row_read_as_its_summaries() {
     let again = store.ingest(&a, vec![rec], 0).await.unwrap();
     assert_eq!((again.stored, again.duplicates), (0, 1), "a resend is a duplicate");
     assert_eq!(pg.count("probe_summary_sets").await, 1);
-    assert_eq!(pg.count("probe_summaries").await, 0);
 
     let rows: Vec<(i32, String, i32, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>, bool)> = sqlx::query_as(
         "SELECT gpu_index, nic, probes, observed_at, first_at, last_at, summary FROM probe_evidence
@@ -289,4 +262,119 @@ async fn a_summary_set_is_one_row_read_as_its_summaries() {
     assert!(probes.iter().all(|p| p["summary"] == true), "{body}");
     let at: DateTime<Utc> = probes[1]["at"].as_str().unwrap().parse().unwrap();
     assert_eq!(at, last - Duration::seconds(1), "a summary's own last probe: {body}");
+}
+
+/// Migration 0042 folds what was stored in the two retired layouts (single summaries, per-pair
+/// rollups) into the set tables: every sum a reader takes is the same after it, a node-hour
+/// rolled both ways keeps every pair of both, and the retired tables are gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_retired_layouts_fold_into_sets_and_every_sum_stays() {
+    let pg = TestPg::start_at(Some(41)).await;
+    let hour = (Utc::now() - Duration::hours(3)).duration_trunc(TimeDelta::hours(1)).unwrap();
+    let at = hour + Duration::minutes(20);
+    for (table, span) in
+        [("probe_summaries", "day"), ("probe_summary_sets", "day"), ("probe_rollups", "month"), ("probe_rollup_sets", "month")]
+    {
+        for day in [(hour - Duration::hours(1)).date_naive(), at.date_naive()] {
+            sqlx::query("SELECT railguard_ensure_partition($1::regclass, $2, $3)")
+                .bind(table)
+                .bind(day)
+                .bind(span)
+                .execute(&pg.pool)
+                .await
+                .unwrap();
+        }
+    }
+    // Two single summaries as agents before sets sent them, and a set.
+    sqlx::query(
+        "INSERT INTO probe_summaries (node_id, observed_at, record_id, first_at, gpu_index, nic, transport, memory,
+             path, injected, simulated, selection, lanes, probes, bytes, duration_min_ns, duration_median_ns,
+             duration_max_ns, gpu_bdf, nic_bdf)
+         VALUES ('node-a', $1, gen_random_uuid(), $1 - interval '4 minutes 1.5 seconds', 3, 'mlx5_3', 'sim', 'host',
+                 'simulated', 'none', true, 'predicted', '[]', 12, 12582912, 1, 2, 3, '0000:3b:00.0', NULL),
+                ('node-a', $1 + interval '1 minute', gen_random_uuid(), $1 - interval '2 minutes', 0, 'mlx5_0',
+                 'sim', 'host', 'simulated', 'none', true, 'predicted', '[]', 5, 5242880, 1, 2, 3, NULL, NULL)",
+    )
+    .bind(at)
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    let store = Store::new(pg.pool.clone());
+    let node = NodeId::new("node-a").unwrap();
+    store.ingest(&node, vec![summary(3, "mlx5_3", 7, at + Duration::minutes(2))], 0).await.unwrap();
+    // Per-pair rollups of two hours, and a node-hour set for one of them (the hour sets began).
+    sqlx::query(
+        "INSERT INTO probe_rollups (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated, ok,
+             silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
+         VALUES ('node-a', $1, 3, 'mlx5_3', 'sim', 'host', 'simulated', 'none', true, 11, 1, 0, 0, 0, $1, $1),
+                ('node-a', $1, 3, 'mlx5_0', 'sim', 'host', 'simulated', 'none', true, 6, 0, 0, 0, 0, NULL, NULL),
+                ('node-a', $1 - interval '1 hour', 3, 'mlx5_3', 'sim', 'host', 'simulated', 'none', true, 4, 0, 0,
+                 0, 0, NULL, NULL)",
+    )
+    .bind(hour)
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO probe_rollup_sets (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated,
+             ok, silent_corruption, reported_failure, timeout, bytes, first_failure, last_failure)
+         VALUES ('node-a', $1, '{0}', '{mlx5_0}', '{sim}', '{host}', '{simulated}', '{none}', '{t}', '{9}', '{0}',
+                 '{0}', '{0}', '{0}', '{NULL}', '{NULL}')",
+    )
+    .bind(hour)
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+
+    type Evidence = Vec<(i32, String, i64, DateTime<Utc>, DateTime<Utc>)>;
+    type Hours = Vec<(DateTime<Utc>, i32, String, i64, i64, Option<DateTime<Utc>>)>;
+    let read = async || -> (Evidence, Hours) {
+        let evidence: Evidence = sqlx::query_as(
+            "SELECT gpu_index, nic, sum(probes)::bigint, min(first_at), max(last_at) FROM probe_evidence
+             GROUP BY 1, 2 ORDER BY 1, 2",
+        )
+        .fetch_all(&pg.pool)
+        .await
+        .unwrap();
+        let hours: Hours = sqlx::query_as(
+            "SELECT hour, gpu_index, nic, sum(ok)::bigint, sum(silent_corruption)::bigint, max(first_failure)
+             FROM pair_hours GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        )
+        .fetch_all(&pg.pool)
+        .await
+        .unwrap();
+        (evidence, hours)
+    };
+    let (evidence, hours) = read().await;
+    assert_eq!(evidence.iter().map(|e| e.2).sum::<i64>(), 24, "{evidence:?}");
+    assert_eq!(hours.len(), 4, "{hours:?}");
+    let single_ids: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT record_id FROM probe_summaries ORDER BY 1").fetch_all(&pg.pool).await.unwrap();
+
+    railguard_collector::store::pg::MIGRATOR.run(&pg.pool).await.unwrap();
+
+    let (evidence_after, hours_after) = read().await;
+    assert_eq!(evidence_after, evidence, "every summary counts as before, its first and last probe kept");
+    assert_eq!(hours_after, hours, "every pair-hour counts as before");
+    let gone: (Option<String>, Option<String>) =
+        sqlx::query_as("SELECT to_regclass('probe_summaries')::text, to_regclass('probe_rollups')::text")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(gone, (None, None));
+    // The single summaries keep their record ids (a resend is still a duplicate), as sets of one.
+    let folded: Vec<(uuid::Uuid, i32)> = sqlx::query_as(
+        "SELECT record_id, cardinality(gpu_index) FROM probe_summary_sets WHERE record_id = ANY($1) ORDER BY 1",
+    )
+    .bind(&single_ids)
+    .fetch_all(&pg.pool)
+    .await
+    .unwrap();
+    assert_eq!(folded, single_ids.iter().map(|id| (*id, 1)).collect::<Vec<_>>());
+    let merged: i32 = sqlx::query_scalar("SELECT cardinality(gpu_index) FROM probe_rollup_sets WHERE hour = $1")
+        .bind(hour)
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert_eq!(merged, 3, "the hour rolled both ways keeps the set's pair and both per-pair rows");
 }

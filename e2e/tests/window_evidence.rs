@@ -2,8 +2,8 @@
 //! SQL; summary sets added up by the collector as rows of arrays, collector/src/assess/window.rs).
 //! What it yields must be what one query over every record and summary (`probe_evidence`)
 //! defines: the query the collector ran before, kept here as the reference, on random evidence
-//! of every provenance (paths, memory, injected faults, transports and lanes, single summaries and
-//! sets, evidence before the window), for the whole fleet and for a few nodes.
+//! of every provenance (paths, memory, injected faults, transports and lanes, sets of one summary
+//! and of many, evidence before the window), for the whole fleet and for a few nodes.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use std::collections::BTreeMap;
@@ -149,7 +149,7 @@ fn injected(rng: &mut StdRng) -> Injected {
     }
 }
 
-/// A node's random evidence: full probes (every verdict), single summaries and summary sets,
+/// A node's random evidence: full probes (every verdict), sets of one summary and of many,
 /// each at its own time (ties in time would leave the latest verdicts' order to chance), some
 /// of it before the window.
 fn evidence(rng: &mut StdRng, node: usize, now: DateTime<Utc>) -> Vec<Record> {
@@ -164,8 +164,8 @@ fn evidence(rng: &mut StdRng, node: usize, now: DateTime<Utc>) -> Vec<Record> {
     evidence_at(rng, node, (160, 6, 4), &mut at)
 }
 
-/// A node's random evidence as [`evidence`] makes it: `n.0` full probes, `n.1` single summaries
-/// and `n.2` summary sets, each at the time `at` picks.
+/// A node's random evidence as [`evidence`] makes it: `n.0` full probes, `n.1` sets of one
+/// summary and `n.2` sets of many, each at the time `at` picks.
 fn evidence_at(
     rng: &mut StdRng,
     node: usize,
@@ -236,7 +236,8 @@ fn evidence_at(
         let last_at = at(rng);
         let (gpu, nic) = (rng.random_range(0..8), format!("mlx5_{}", rng.random_range(0..8)));
         let s = summary(rng, gpu, nic, last_at, simulated_probes);
-        out.push(Record { id: RecordId::random(), observed_at: last_at, body: RecordBody::Summary(s) });
+        let set = ProbeSummarySet { summaries: vec![s] };
+        out.push(Record { id: RecordId::random(), observed_at: last_at, body: RecordBody::Summaries(set) });
     }
     for _ in 0..n.2 {
         let last_at = at(rng);
@@ -279,7 +280,7 @@ async fn a_pass_reads_the_window_as_one_query_over_every_record_would() {
         store.ingest(&node, records, 0).await.unwrap();
     }
     let sets: i64 = pg.count("probe_summary_sets").await;
-    assert_eq!(sets, 40, "every node's sets stored");
+    assert_eq!(sets, 100, "every node's sets stored (6 of one summary, 4 of many, a node)");
 
     for nodes in [None, Some(&names[2..7])] {
         let (want_pairs, want_recent) = reference(&pg, nodes, since, now).await;
@@ -583,11 +584,10 @@ async fn the_pattern_finder_reads_rolled_hours_from_the_rollups() {
     let first = railguard_collector::store::rollup::hour_of(since) + Duration::hours(1);
     for (table, delete) in [
         ("probe_results", "DELETE FROM probe_results WHERE observed_at >= $1 AND observed_at < $2"),
-        ("probe_summaries", "DELETE FROM probe_summaries WHERE observed_at >= $1 AND observed_at < $2"),
         ("probe_summary_sets", "DELETE FROM probe_summary_sets WHERE observed_at >= $1 AND observed_at < $2"),
     ] {
         let gone = sqlx::query(delete).bind(first).bind(until).execute(&pg.pool).await.unwrap().rows_affected();
-        assert!(gone > 0 || table == "probe_summaries", "{table}");
+        assert!(gone > 0, "{table}");
     }
     check(patterns::load(&pg.pool, &facts, since, now).await.unwrap(), "the rolled hours' evidence gone");
     // Without the rollups marked, the same read finds less (the evidence is gone): the hours did

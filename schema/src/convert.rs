@@ -54,6 +54,10 @@ pub enum WireError {
     TooMany { field: &'static str, count: usize, max: usize },
     #[error("{what} {value:?} appears twice in one topology snapshot")]
     Duplicate { what: &'static str, value: String },
+    #[error(
+        "a record of kind `{kind}` is no longer accepted: agents send `{instead}` records since railguard-agent {since}; upgrade this node's agent (nothing of this batch was stored)"
+    )]
+    Retired { kind: &'static str, instead: &'static str, since: &'static str },
     #[error(transparent)]
     NodeId(#[from] NodeIdError),
 }
@@ -201,7 +205,13 @@ impl TryFrom<wire::Record> for Record {
             wire::record::Body::Signal(s) => RecordBody::Signal(s.try_into()?),
             wire::record::Body::Topology(t) => RecordBody::Topology(t.try_into()?),
             wire::record::Body::Inline(i) => RecordBody::Inline(i.try_into()?),
-            wire::record::Body::Summary(p) => RecordBody::Summary(p.try_into()?),
+            wire::record::Body::Summary(_) => {
+                return Err(WireError::Retired {
+                    kind: "summary",
+                    instead: "summaries",
+                    since: crate::limits::SUMMARY_SETS_SINCE,
+                });
+            }
             wire::record::Body::Summaries(p) => RecordBody::Summaries(p.try_into()?),
             wire::record::Body::SourceWorker(w) => RecordBody::SourceWorker(w.try_into()?),
         };
@@ -219,7 +229,6 @@ impl From<Record> for wire::Record {
                 RecordBody::Signal(s) => wire::record::Body::Signal(s.into()),
                 RecordBody::Topology(t) => wire::record::Body::Topology(t.into()),
                 RecordBody::Inline(i) => wire::record::Body::Inline(i.into()),
-                RecordBody::Summary(p) => wire::record::Body::Summary(p.into()),
                 RecordBody::Summaries(p) => wire::record::Body::Summaries(p.into()),
                 RecordBody::SourceWorker(w) => wire::record::Body::SourceWorker(w.into()),
             }),
@@ -1150,8 +1159,18 @@ mod tests {
         let s = summary();
         let w: wire::ProbeSummary = s.clone().into();
         assert_eq!(ProbeSummary::try_from(w.clone()).unwrap(), s);
-        let rec = Record { id: RecordId::random(), observed_at: s.last_at, body: RecordBody::Summary(s) };
+        let set = ProbeSummarySet { summaries: vec![s.clone()] };
+        let rec = Record { id: RecordId::random(), observed_at: s.last_at, body: RecordBody::Summaries(set) };
         assert_eq!(Record::try_from(wire::Record::from(rec.clone())).unwrap(), rec);
+        // A single summary (agents from before summary sets) is refused, naming the agent to run.
+        let single = wire::Record {
+            id: rec.id.to_string(),
+            observed_at_unix_ns: w.last_at_unix_ns,
+            body: Some(wire::record::Body::Summary(w.clone())),
+        };
+        let e = Record::try_from(single).unwrap_err();
+        assert!(matches!(e, WireError::Retired { kind: "summary", .. }), "{e:?}");
+        assert!(e.to_string().contains("upgrade this node's agent"), "{e}");
 
         let bad = wire::ProbeSummary { probes: 0, ..w.clone() };
         assert_eq!(

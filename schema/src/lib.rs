@@ -73,6 +73,9 @@ pub mod limits {
     /// Transfers, bytes or blocks one in-line report may count. Sums of a window's reports
     /// stay far inside 64 bits: 5,000 records a batch at this bound is below 2^53.
     pub const MAX_INLINE_COUNT: u64 = 1 << 40;
+    /// The agent release from which probe summaries travel only as sets (`summaries` records);
+    /// a single `summary` record is refused, naming it.
+    pub const SUMMARY_SETS_SINCE: &str = "0.1.0";
     /// A node's spool-dropped total: 2^40 records dropped is not a spool any agent has.
     pub const MAX_SPOOL_DROPPED: u64 = 1 << 40;
     /// How far ahead of the collector's clock a record may be dated: clocks drift by seconds,

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::limits::MAX_NODE_ID_LEN;
-use crate::{InlineReport, ProbeResult, ProbeSummary, ProbeSummarySet, SignalEvent, TopologySnapshot};
+use crate::{InlineReport, ProbeResult, ProbeSummarySet, SignalEvent, TopologySnapshot};
 
 /// A node's identity: what its credential is bound to. 1–128 characters of
 /// `[A-Za-z0-9._-]`, so it is safe in file names, URLs and metric labels.
@@ -81,8 +81,6 @@ pub enum RecordBody {
     Topology(TopologySnapshot),
     /// The workload's own transfers, verified in-line (railguard's NIXL library).
     Inline(InlineReport),
-    /// The ok probes of one pair over a window, compacted by an agent from before summary sets.
-    Summary(ProbeSummary),
     /// The summaries of the pairs whose windows the agent closed together.
     Summaries(ProbeSummarySet),
     /// A KV source the workload serves as, attributed by this node's agent.
@@ -96,7 +94,6 @@ impl RecordBody {
             RecordBody::Signal(_) => "signal",
             RecordBody::Topology(_) => "topology",
             RecordBody::Inline(_) => "inline",
-            RecordBody::Summary(_) => "summary",
             RecordBody::Summaries(_) => "summaries",
             RecordBody::SourceWorker(_) => "source_worker",
         }

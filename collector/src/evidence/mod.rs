@@ -1,5 +1,5 @@
-//! The window's probe evidence per GPU/NIC pair: what a pass and the pattern finder read. Records stored a row each (full
-//! probes, the single summaries of older agents) are grouped in SQL; summary sets are read as
+//! The window's probe evidence per GPU/NIC pair: what a pass and the pattern finder read. Full probes, stored a row each,
+//! are grouped in SQL; summary sets are read as
 //! the rows of arrays they are stored as and added up here, a set at a time as they stream in:
 //! unnesting every set's summaries into rows and grouping them in SQL, or ranking the workload
 //! pairs' latest verdicts through the same unnest, costs an order of magnitude more of a pass

@@ -23,7 +23,6 @@ pub fn settle(records: &mut [Record]) -> u64 {
     for r in records {
         match &mut r.body {
             RecordBody::Probe(p) => settle_one(&mut p.path, &p.lanes, &p.nic),
-            RecordBody::Summary(s) => settle_one(&mut s.path, &s.lanes, &s.nic),
             RecordBody::Summaries(set) => {
                 for s in &mut set.summaries {
                     settle_one(&mut s.path, &s.lanes, &s.nic);

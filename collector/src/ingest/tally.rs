@@ -37,7 +37,6 @@ impl Tally {
                 RecordBody::Probe(p) if p.is_evidence() => {
                     vec![((p.gpu, p.nic.clone(), p.verdict.as_str(), p.path), 1)]
                 }
-                RecordBody::Summary(s) => summary(s).into_iter().collect(),
                 RecordBody::Summaries(set) => set.summaries.iter().filter_map(summary).collect(),
                 _ => Vec::new(),
             })

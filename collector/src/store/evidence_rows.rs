@@ -147,8 +147,7 @@ pub fn sets<'c>(
 
 /// The pair-hour rollups of the hours `[from, to)`, a row per node-hour of arrays (node, then
 /// per element GPU, NIC, path, memory, injected fault, transport, and the ok, silent
-/// corruption, reported failure and timeout counts); the per-pair rows rolled before sets read
-/// as rows of one element. Raw rows: the loader compares their layouts as they came.
+/// corruption, reported failure and timeout counts). Raw rows: the loader compares their layouts as they came.
 pub fn rollups<'c>(
     conn: &'c mut PgConnection,
     from: DateTime<Utc>,
@@ -156,11 +155,7 @@ pub fn rollups<'c>(
 ) -> BoxStream<'c, Result<sqlx::postgres::PgRow, sqlx::Error>> {
     sqlx::query(
         "SELECT node_id, gpu_index, nic, path, memory, injected, transport, ok, silent_corruption, reported_failure, timeout
-         FROM probe_rollup_sets WHERE hour >= $1 AND hour < $2
-         UNION ALL
-         SELECT node_id, ARRAY[gpu_index], ARRAY[nic], ARRAY[path], ARRAY[memory], ARRAY[injected], ARRAY[transport],
-                ARRAY[ok], ARRAY[silent_corruption], ARRAY[reported_failure], ARRAY[timeout]
-         FROM probe_rollups WHERE hour >= $1 AND hour < $2",
+         FROM probe_rollup_sets WHERE hour >= $1 AND hour < $2",
     )
     .bind(from)
     .bind(to)

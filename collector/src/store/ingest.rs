@@ -85,7 +85,6 @@ impl Store {
         let mut signals = Vec::new();
         let mut topologies = Vec::new();
         let mut inline = Vec::new();
-        let mut summaries = Vec::new();
         let mut sets = Vec::new();
         let mut sources = Vec::new();
         for r in records {
@@ -94,7 +93,6 @@ impl Store {
                 RecordBody::Signal(s) => signals.push((r.id.0, r.observed_at, s)),
                 RecordBody::Topology(t) => topologies.push((r.id.0, r.observed_at, t)),
                 RecordBody::Inline(i) => inline.push((r.id.0, r.observed_at, i)),
-                RecordBody::Summary(s) => summaries.push((r.id.0, s)),
                 RecordBody::Summaries(s) => sets.push((r.id.0, s)),
                 RecordBody::SourceWorker(w) => sources.push((r.id.0, r.observed_at, w)),
             }
@@ -103,7 +101,6 @@ impl Store {
             + signals.len()
             + topologies.len()
             + inline.len()
-            + summaries.len()
             + sets.len()
             + sources.len()) as u64;
 
@@ -111,9 +108,6 @@ impl Store {
             |ts: &mut dyn Iterator<Item = &DateTime<Utc>>| ts.map(|t| t.date_naive()).collect::<BTreeSet<NaiveDate>>();
         for day in days(&mut probes.iter().map(|p| &p.1)) {
             self.partitions.ensure(&self.pool, HistoryTable::ProbeResults, day).await?;
-        }
-        for day in days(&mut summaries.iter().map(|s| &s.1.last_at)) {
-            self.partitions.ensure(&self.pool, HistoryTable::ProbeSummaries, day).await?;
         }
         let set_dates: Vec<DateTime<Utc>> = sets.iter().filter_map(|(_, s)| s.last_at()).collect();
         for day in days(&mut set_dates.iter()) {
@@ -136,7 +130,6 @@ impl Store {
         let oldest = probes
             .iter()
             .map(|p| p.1)
-            .chain(summaries.iter().map(|s| s.1.last_at))
             .chain(set_dates.iter().copied())
             .min();
         let mut tx = self.pool.begin().await?;
@@ -145,7 +138,6 @@ impl Store {
         stored += insert_probes(&mut tx, node, probes).await?;
         stored += insert_signals(&mut tx, node, signals).await?;
         stored += insert_inline(&mut tx, node, inline).await?;
-        stored += insert_summaries(&mut tx, node, summaries).await?;
         stored += insert_summary_sets(&mut tx, node, sets).await?;
         stored += upsert_source_workers(&mut tx, node, sources).await?;
         for (id, at, t) in topologies {
@@ -320,8 +312,7 @@ async fn insert_inline(
     Ok(stored)
 }
 
-/// A summary's columns as bound arrays (one element per summary): what a single summary's row
-/// and a set's row store alike.
+/// A set's summaries' columns as bound arrays (one element per summary).
 struct SummaryColumns {
     gpu: Vec<i32>,
     nic: Vec<String>,
@@ -387,38 +378,6 @@ impl SummaryColumns {
             .bind(self.gpu_bdf)
             .bind(self.nic_bdf)
     }
-}
-
-/// Single summaries of ok probes (agents before summary sets), one statement per batch. A
-/// summary is dated by its last probe (the record's own observation time is when the agent
-/// closed it).
-async fn insert_summaries(
-    tx: &mut Transaction<'_, Postgres>,
-    node: &NodeId,
-    summaries: Vec<(Uuid, ProbeSummary)>,
-) -> Result<u64, StoreError> {
-    if summaries.is_empty() {
-        return Ok(0);
-    }
-    let ids = col(&summaries, |(id, _)| *id);
-    let at = col(&summaries, |(_, s)| s.last_at);
-    let first_at = col(&summaries, |(_, s)| s.first_at);
-    let all: Vec<&ProbeSummary> = summaries.iter().map(|(_, s)| s).collect();
-    let q = sqlx::query(
-        "INSERT INTO probe_summaries (node_id, observed_at, record_id, first_at, gpu_index, nic, transport, memory,
-             path, injected, simulated, selection, lanes, probes, bytes, duration_min_ns, duration_median_ns,
-             duration_max_ns, gpu_bdf, nic_bdf)
-         SELECT $1, u.* FROM UNNEST($2::timestamptz[], $3::uuid[], $4::timestamptz[], $5::int[], $6::text[],
-                     $7::text[], $8::text[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::jsonb[],
-                     $14::int[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::text[], $20::text[]) AS u
-         ON CONFLICT (node_id, observed_at, record_id) DO NOTHING",
-    )
-    .bind(node.as_str())
-    .bind(at)
-    .bind(ids)
-    .bind(first_at);
-    let res = SummaryColumns::of(&all).bind(q).execute(&mut **tx).await?;
-    Ok(res.rows_affected())
 }
 
 /// Summary sets, one row (and one statement) per set: each column an array with an element per

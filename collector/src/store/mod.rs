@@ -101,8 +101,8 @@ impl Store {
         let mut dropped = Vec::new();
         for table in HistoryTable::ALL {
             let keep = match table {
-                HistoryTable::ProbeSummaries | HistoryTable::ProbeSummarySets => self.tiers.summary_days,
-                HistoryTable::ProbeRollups | HistoryTable::ProbeRollupSets | HistoryTable::ProbeRollupsDaily => {
+                HistoryTable::ProbeSummarySets => self.tiers.summary_days,
+                HistoryTable::ProbeRollupSets | HistoryTable::ProbeRollupsDaily => {
                     self.tiers.rollup_days
                 }
                 _ => days,

@@ -22,29 +22,25 @@ pub enum HistoryTable {
     ProbeResults,
     SignalEvents,
     InlineReports,
-    ProbeSummaries,
     ProbeSummarySets,
-    ProbeRollups,
     ProbeRollupSets,
     ProbeRollupsDaily,
 }
 
 impl HistoryTable {
     /// Every partitioned history table.
-    pub const ALL: [HistoryTable; 8] = [
+    pub const ALL: [HistoryTable; 6] = [
         HistoryTable::ProbeResults,
         HistoryTable::SignalEvents,
         HistoryTable::InlineReports,
-        HistoryTable::ProbeSummaries,
         HistoryTable::ProbeSummarySets,
-        HistoryTable::ProbeRollups,
         HistoryTable::ProbeRollupSets,
         HistoryTable::ProbeRollupsDaily,
     ];
 
     /// Rollups are partitioned by month (kept a year), the rest by day.
     pub fn monthly(self) -> bool {
-        matches!(self, HistoryTable::ProbeRollups | HistoryTable::ProbeRollupSets | HistoryTable::ProbeRollupsDaily)
+        matches!(self, HistoryTable::ProbeRollupSets | HistoryTable::ProbeRollupsDaily)
     }
 
     /// The span of one partition, as the partition functions name it (`day` or `month`).
@@ -62,9 +58,7 @@ impl HistoryTable {
             HistoryTable::ProbeResults => "probe_results",
             HistoryTable::SignalEvents => "signal_events",
             HistoryTable::InlineReports => "inline_reports",
-            HistoryTable::ProbeSummaries => "probe_summaries",
             HistoryTable::ProbeSummarySets => "probe_summary_sets",
-            HistoryTable::ProbeRollups => "probe_rollups",
             HistoryTable::ProbeRollupSets => "probe_rollup_sets",
             HistoryTable::ProbeRollupsDaily => "probe_rollups_daily",
         }
@@ -141,10 +135,10 @@ mod tests {
         for day in [d(1), d(2), d(3)] {
             c.known.lock().unwrap().insert((HistoryTable::ProbeResults, day));
         }
-        c.known.lock().unwrap().insert((HistoryTable::ProbeRollups, d(1)));
+        c.known.lock().unwrap().insert((HistoryTable::ProbeRollupSets, d(1)));
         c.forget_before(HistoryTable::ProbeResults, d(3));
         assert!(!c.knows(HistoryTable::ProbeResults, d(1)) && !c.knows(HistoryTable::ProbeResults, d(2)));
         assert!(c.knows(HistoryTable::ProbeResults, d(3)));
-        assert!(c.knows(HistoryTable::ProbeRollups, d(1)), "another table's days are its own");
+        assert!(c.knows(HistoryTable::ProbeRollupSets, d(1)), "another table's days are its own");
     }
 }

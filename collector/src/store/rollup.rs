@@ -135,7 +135,7 @@ impl Store {
             Some(f) => Some(hour_of(f)),
             None => {
                 let newest: Option<DateTime<Utc>> = sqlx::query_scalar(
-                    "SELECT greatest((SELECT max(hour) FROM probe_rollups), (SELECT max(hour) FROM probe_rollup_sets))",
+                    "SELECT max(hour) FROM probe_rollup_sets",
                 )
                 .fetch_one(&self.pool)
                 .await?;
@@ -143,7 +143,6 @@ impl Store {
                     Some(h) => Some(h - TimeDelta::hours(REROLL_HOURS)),
                     None => sqlx::query_scalar::<_, Option<DateTime<Utc>>>(
                         "SELECT least((SELECT min(observed_at) FROM probe_results),
-                                      (SELECT min(observed_at) FROM probe_summaries),
                                       (SELECT min(observed_at) FROM probe_summary_sets))",
                     )
                     .fetch_one(&self.pool)

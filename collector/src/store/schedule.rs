@@ -25,7 +25,6 @@ pub async fn nodes_with_evidence_dated(
 ) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT node_id FROM probe_results WHERE observed_at > $1 AND observed_at <= $2
-         UNION SELECT node_id FROM probe_summaries WHERE observed_at > $1 AND observed_at <= $2
          UNION SELECT node_id FROM probe_summary_sets WHERE observed_at > $1 AND observed_at <= $2
          UNION SELECT node_id FROM signal_events WHERE observed_at > $1 AND observed_at <= $2
          UNION SELECT node_id FROM inline_reports WHERE observed_at > $1 AND observed_at <= $2",

@@ -229,7 +229,6 @@ async fn stored_of(pool: &sqlx::PgPool, node: &str) -> (u64, u64, u64) {
     let (n, distinct): (i64, i64) = sqlx::query_as(
         "SELECT count(*), count(DISTINCT record_id) FROM (
             SELECT record_id FROM probe_results WHERE node_id = $1 UNION ALL
-            SELECT record_id FROM probe_summaries WHERE node_id = $1 UNION ALL
             SELECT record_id FROM probe_summary_sets WHERE node_id = $1 UNION ALL
             SELECT record_id FROM signal_events WHERE node_id = $1 AND kind <> 'agent_spool_drops' UNION ALL
             SELECT record_id FROM topology_snapshots WHERE node_id = $1 UNION ALL

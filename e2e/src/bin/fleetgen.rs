@@ -764,17 +764,15 @@ fn latest_passes(metrics: &str) -> Vec<PassSample> {
         .collect()
 }
 
-/// Bytes (tables, indexes and TOAST, every day partition) and rows (full probes, summary rows:
-/// sets and single summaries, and the summaries in them) of the probe history.
+/// Bytes (tables, indexes and TOAST, every day partition) and rows (full probes, summary sets,
+/// and the summaries in them) of the probe history.
 async fn history_size(pool: &sqlx::PgPool) -> (i64, (i64, i64, i64)) {
     sqlx::query_as::<_, (i64, i64, i64, i64)>(
         "SELECT (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
-                 WHERE i.inhparent IN ('probe_results'::regclass, 'probe_summaries'::regclass,
-                                       'probe_summary_sets'::regclass)),
+                 WHERE i.inhparent IN ('probe_results'::regclass, 'probe_summary_sets'::regclass)),
                 (SELECT count(*) FROM probe_results),
-                (SELECT count(*) FROM probe_summaries) + (SELECT count(*) FROM probe_summary_sets),
-                (SELECT count(*) FROM probe_summaries)
-                + (SELECT coalesce(sum(cardinality(gpu_index)), 0) FROM probe_summary_sets)::bigint",
+                (SELECT count(*) FROM probe_summary_sets),
+                (SELECT coalesce(sum(cardinality(gpu_index)), 0) FROM probe_summary_sets)::bigint",
     )
     .fetch_one(pool)
     .await

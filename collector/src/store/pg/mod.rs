@@ -51,9 +51,14 @@ pub async fn connect_and_migrate(opts: PgConnectOptions, max_connections: u32) -
     if read_only == "on" {
         return Err(WriteDbError::ReadOnly { why: "default_transaction_read_only is on" });
     }
-    sqlx::migrate!("../migrations").run(&pool).await.map_err(WriteDbError::Migrate)?;
+    MIGRATOR.run(&pool).await.map_err(WriteDbError::Migrate)?;
     Ok(pool)
 }
+
+/// The schema's migrations (`migrations/`), compiled in: applied in order by
+/// [`connect_and_migrate`]; a test may stop at an earlier version (`run_to`) to check what a
+/// later one does to data stored before it.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// Connections of the readers' pool (the API, the dashboard, /metrics): apart from, and fewer
 /// than, ingest's and the assessment's, so readers cannot take a writer's connection.

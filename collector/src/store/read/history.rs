@@ -72,23 +72,13 @@ pub async fn gpu_hourly(
             FROM probe_rollups_daily WHERE $6 = 'day' AND node_id = $1 AND gpu_index = $2
          ), rolled AS (
             -- A node-hour row means the hour was rolled for every GPU of the node.
-            SELECT greatest(
-                       (SELECT max(hour) FROM probe_rollups WHERE node_id = $1 AND gpu_index = $2),
-                       (SELECT max(hour) FROM probe_rollup_sets WHERE node_id = $1)
-                   ) + interval '1 hour' AS upto
+            SELECT (SELECT max(hour) FROM probe_rollup_sets WHERE node_id = $1) + interval '1 hour' AS upto
          ), h AS (
             SELECT day AS hour, nic, path, memory, simulated, ok, silent_corruption, reported_failure, timeout, bytes,
                    first_failure, last_failure, 'rollup' AS tier
             FROM probe_rollups_daily
             WHERE $6 = 'day' AND node_id = $1 AND gpu_index = $2 AND injected = 'none'
               AND day >= date_trunc('day', $3::timestamptz, 'UTC') AND day <= $4
-            UNION ALL
-            SELECT hour, nic, path, memory, simulated, ok, silent_corruption, reported_failure, timeout, bytes,
-                   first_failure, last_failure, 'rollup' AS tier
-            FROM probe_rollups, days
-            WHERE node_id = $1 AND gpu_index = $2 AND injected = 'none'
-              AND hour >= greatest(date_trunc('hour', $3::timestamptz, 'UTC'), coalesce(days.upto, '-infinity'))
-              AND hour <= $4
             UNION ALL
             -- Node-hour rows (not the view pair_hours: the bound from `days` must reach the
             -- index on (node_id, hour), which it does not through the view's union).
