@@ -165,7 +165,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             let _ = stop_tx.send(true);
         });
         let state: Arc<CollectorState> = Arc::default();
-        tokio::spawn(crate::assess::run_periodic(
+        tokio::spawn(crate::tasks::assessment::run_periodic(
             pool.clone(),
             cfg.assess.clone(),
             cfg.assess_every,
@@ -173,7 +173,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             state.leads.clone(),
             stop_rx.clone(),
         ));
-        tokio::spawn(crate::assess::run_urgent(
+        tokio::spawn(crate::tasks::assessment::run_urgent(
             pool.clone(),
             cfg.assess.clone(),
             state.urgent.clone(),

@@ -272,9 +272,12 @@ async fn the_retired_layouts_fold_into_sets_and_every_sum_stays() {
     let pg = TestPg::start_at(Some(41)).await;
     let hour = (Utc::now() - Duration::hours(3)).duration_trunc(TimeDelta::hours(1)).unwrap();
     let at = hour + Duration::minutes(20);
-    for (table, span) in
-        [("probe_summaries", "day"), ("probe_summary_sets", "day"), ("probe_rollups", "month"), ("probe_rollup_sets", "month")]
-    {
+    for (table, span) in [
+        ("probe_summaries", "day"),
+        ("probe_summary_sets", "day"),
+        ("probe_rollups", "month"),
+        ("probe_rollup_sets", "month"),
+    ] {
         for day in [(hour - Duration::hours(1)).date_naive(), at.date_naive()] {
             sqlx::query("SELECT railguard_ensure_partition($1::regclass, $2, $3)")
                 .bind(table)

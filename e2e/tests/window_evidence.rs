@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use railguard_agent::topology::fixture;
-use railguard_collector::assess::{AssessConfig, PairCounts, load_inputs};
+use railguard_collector::assess::{AssessConfig, PairCounts};
+use railguard_collector::evidence::load_inputs;
 use railguard_collector::patterns;
 use railguard_collector::patterns::{PeriodReads, RolledReads};
 use railguard_collector::store::Store;

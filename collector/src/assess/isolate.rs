@@ -22,8 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::FutureExt;
 
-use super::GpuKey;
-use super::rules::{self, Assessment, GpuInput, GpuStatus, Previous, RulesConfig, Verification};
+use railguard_schema::RiskLevel;
+
+use super::rules;
+use crate::model::{Assessment, GpuInput, GpuKey, GpuStatus, Previous, RulesConfig, Verification};
 
 pub use crate::evidence::{Damage, stored_gpu};
 
@@ -37,7 +39,7 @@ pub fn unassessed(input: &GpuInput, why: &str) -> Assessment {
         status: GpuStatus::Unknown,
         // Stored rows ingest would refuse: the node's store (or a bug), not its hardware.
         layer: Some(railguard_schema::Layer::Undetermined),
-        findings: vec![crate::status::Finding {
+        findings: vec![crate::model::Finding {
             layer: railguard_schema::Layer::Undetermined,
             calls_for: GpuStatus::Unknown,
             reason: reason.clone(),
@@ -68,6 +70,27 @@ impl Isolated {
         match self {
             Isolated::Damaged => "damaged_row",
             Isolated::Panicked => "panic",
+        }
+    }
+}
+
+/// A damaged node's stored GPUs (`stored`: each GPU's stored workload NIC and structural risk)
+/// turn unknown too where nothing else of theirs was read.
+pub fn add_damaged<'a>(
+    inputs: &mut BTreeMap<GpuKey, GpuInput>,
+    damage: &Damage,
+    stored: impl Iterator<Item = (&'a GpuKey, &'a Option<String>, Option<RiskLevel>)>,
+) {
+    for (key, workload_nic, structural) in stored {
+        if damage.of(&key.node).is_some() && !inputs.contains_key(key) {
+            let input = GpuInput {
+                node: key.node.clone(),
+                gpu: key.gpu,
+                workload_nic: workload_nic.clone(),
+                structural,
+                ..Default::default()
+            };
+            inputs.insert(key.clone(), input);
         }
     }
 }

@@ -1,35 +1,43 @@
-//! Assessment: per GPU, is it ok, to watch, at risk, or corrupting — from structural risk
-//! (topology records), active evidence (probe verdicts in a sliding window), passive evidence
-//! (signals attributed to the GPU or its NIC) and which NIC its workload uses. Status changes
-//! are stored as history. Rules live in [`rules`]; this module loads their inputs.
+//! Assessment: per GPU, is it ok, to watch, at risk, unknown, or corrupting — from structural
+//! risk (topology records), active evidence (probe verdicts in a sliding window), passive
+//! evidence (signals attributed to the GPU or its NIC), the workload's own in-line checks and
+//! which NIC its workload uses.
+//!
+//! Constraints:
+//! - Decisions are made on plain values ([`crate::model`]) and can be read and tested without a
+//!   database: the rules ([`rules`], one GPU at a time; [`spread`], a node's pins), one node's
+//!   inputs never stopping another's ([`isolate`]), what changed ([`changes`]), how many nodes a
+//!   pass takes ([`schedule`]).
+//! - One file meets the database: [`pass`] chooses a pass's nodes, reads their inputs
+//!   ([`crate::evidence::load_inputs`]), decides, and writes what changed under one lock, never
+//!   over a status made from newer evidence than its own.
+//! - When passes run (the leader's periodic pass, failing nodes at once) is the tasks' business
+//!   (`crate::tasks::assessment`).
+//!
+//! Operation: choose → read → decide → write, timed per step ([`timing`]).
 
-mod inputs;
-mod isolate;
-pub mod pin;
+mod changes;
+pub mod isolate;
+mod pass;
 pub mod rules;
-mod run;
 mod schedule;
 mod spread;
 mod timing;
-mod write;
-
-pub use inputs::{Inputs, describe_failure, load_inputs};
-pub use run::{assess_pass, run_periodic, run_urgent};
-pub use schedule::{PassBudget, Sweep, changed_nodes, due_nodes, shared_source_nodes};
-use schedule::{bound_pass, cold_start, mark_assessed, predecessor};
-pub use timing::{KindStats, Pass, PassCounters, PassStats, Phases};
-pub use write::{Assessed, assess_and_store};
 
 pub use isolate::{Damage, Isolated, IsolationStats, stats as isolation_stats, stored_gpu};
+pub use pass::{
+    Assessed, assess_and_store, assess_pass, changed_nodes, cold_start, due_nodes, predecessor, shared_source_nodes,
+};
+pub use schedule::{PassBudget, Sweep};
+pub use timing::{KindStats, Pass, PassCounters, PassStats, Phases};
 
+pub use crate::model::{
+    Assessment, Finding, GpuInput, GpuKey, GpuStatus, InlineCounts, PairCounts, Previous, RulesConfig, SignalCount,
+    TopologyGap, Verification,
+};
 pub use crate::steps::{Step, Steps};
 
 use std::time::Duration;
-
-pub use rules::{
-    Assessment, Finding, GpuInput, GpuStatus, InlineCounts, PairCounts, Previous, RulesConfig, SignalCount,
-    TopologyGap, Verification,
-};
 
 #[derive(Debug, Clone)]
 pub struct AssessConfig {
@@ -54,7 +62,7 @@ pub struct AssessConfig {
 
 impl AssessConfig {
     /// The default sliding window of evidence (`serve --window-minutes`).
-    pub const DEFAULT_WINDOW: Duration = Duration::from_secs(15 * 60);
+    pub const DEFAULT_WINDOW: Duration = RulesConfig::DEFAULT_WINDOW;
     /// The default period between fleet assessments (`serve --assess-every-secs`).
     pub const DEFAULT_EVERY: Duration = Duration::from_secs(10);
     /// The default longest time a node goes unassessed (`serve --full-assess-every-secs`).
@@ -72,7 +80,7 @@ impl AssessConfig {
 
     /// A window of evidence; the reasons name it ("in the last 15 min").
     pub fn with_window(window: Duration) -> Self {
-        let rules = RulesConfig { window_label: rules::window_label(window), ..RulesConfig::default() };
+        let rules = RulesConfig { window_label: crate::model::window_label(window), ..RulesConfig::default() };
         AssessConfig {
             window,
             rules,
@@ -86,20 +94,6 @@ impl AssessConfig {
 impl Default for AssessConfig {
     fn default() -> Self {
         AssessConfig::with_window(Self::DEFAULT_WINDOW)
-    }
-}
-
-/// One GPU of the fleet: its node and index. Orders by node first, so a map of these holds a
-/// node's GPUs together (the rules run a node at a time).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct GpuKey {
-    pub node: String,
-    pub gpu: u32,
-}
-
-impl GpuKey {
-    pub fn new(node: impl Into<String>, gpu: u32) -> Self {
-        GpuKey { node: node.into(), gpu }
     }
 }
 

@@ -1,60 +1,9 @@
-//! Which nodes a pass takes: those with new evidence or evidence entering or leaving the window
-//! ([`changed_nodes`]), the rolling sweep's share ([`Sweep`]), bounded by the measured cost per
-//! node ([`PassBudget`]); and where a new leader goes on from ([`predecessor`]).
+//! How many nodes a pass takes, decided on plain values: the rolling sweep's share ([`Sweep`])
+//! and the bound by the measured cost per node ([`PassBudget`]). The pass reads the nodes they
+//! select ([`super::pass`]).
 
 use super::AssessConfig;
-use crate::store::schedule;
-use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use std::time::Duration;
-
-/// The nodes that may assess differently at `now` than at `prev` (the previous pass's `now`):
-/// those with a batch stored since they were last claimed (claimed here: their flag is cleared),
-/// and those with evidence entering or leaving the window between the two passes by its date.
-/// Sorted, no duplicates.
-pub async fn changed_nodes(
-    pool: &PgPool,
-    window: Duration,
-    prev: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> Result<Vec<String>, sqlx::Error> {
-    let w = chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
-    // A flag is cleared only once committed, and it commits with its batch's evidence, which the
-    // pass reads after this claim: no evidence is claimed before it is visible. A batch still in
-    // flight is claimed by this pass (if its node was pending already, the claim waits for its
-    // row) or by the next (`e2e/tests/incremental.rs`).
-    let mut nodes = schedule::claim_pending(pool).await?;
-    // Evidence dated between the passes enters the window by time alone when it was stored
-    // ahead of its date (an agent clock running fast); evidence dated one window before them
-    // leaves it.
-    let mut slices = vec![(prev, now)];
-    if let (Some(from), Some(to)) = (prev.checked_sub_signed(w), now.checked_sub_signed(w)) {
-        slices.push((from, to));
-    }
-    for (from, to) in slices.into_iter().filter(|(f, t)| f < t) {
-        let dated = schedule::nodes_with_evidence_dated(pool, from, to).await?;
-        nodes.extend(dated);
-    }
-    nodes.sort_unstable();
-    nodes.dedup();
-    Ok(nodes)
-}
-
-/// The nodes outside `nodes` whose GPUs got wrong bytes, in the window ending at `now`, from a
-/// source that sent wrong bytes to a GPU of `nodes` too. Whether a mismatch is the other end's
-/// depends on every destination of its source, fleet-wide (`store::pass_inputs::REMOTE_MISMATCHES`): a pass that
-/// assesses one destination assesses them all, or a destination assessed before the source's
-/// second destination reported would keep the blame on its own GPU. Sorted.
-pub async fn shared_source_nodes(
-    pool: &PgPool,
-    nodes: &[String],
-    window: Duration,
-    now: DateTime<Utc>,
-) -> Result<Vec<String>, sqlx::Error> {
-    let since = chrono::TimeDelta::from_std(window).ok().and_then(|w| now.checked_sub_signed(w));
-    let Some(since) = since else { return Ok(Vec::new()) };
-    schedule::nodes_sharing_a_source(pool, nodes, since, now).await
-}
 
 /// The rolling sweep's share of a pass: the nodes no assessment has covered for `period`
 /// (`nodes.assessed_at`, written by every assessment), oldest first, at most one `of`-th of the
@@ -77,32 +26,13 @@ impl Sweep {
     }
 }
 
-/// The nodes `sweep` takes at `now`: not assessed since `now - sweep.period` (or never), oldest
-/// first, at most one `sweep.of`-th of the fleet (rounded up), in that order.
-pub async fn due_nodes(pool: &PgPool, sweep: Sweep, now: DateTime<Utc>) -> Result<Vec<String>, sqlx::Error> {
-    let before = chrono::TimeDelta::from_std(sweep.period).ok().and_then(|p| now.checked_sub_signed(p));
-    let Some(before) = before else { return Ok(Vec::new()) };
-    schedule::assessed_before(pool, before, sweep.of).await
-}
-
-/// Marks `nodes` (every node: None) assessed at `now`, for the sweep. After the assessment has
-/// committed, not in its transaction: it would hold the nodes' rows, which every stored batch
-/// updates, for the whole write. A mark lost (the collector died in between) only makes the sweep
-/// assess the node again.
-pub(super) async fn mark_assessed(pool: &PgPool, nodes: Option<&[String]>, now: DateTime<Utc>) {
-    let r = schedule::mark_assessed(pool, nodes, now).await;
-    if let Err(e) = r {
-        tracing::warn!(error = %e, "marking nodes assessed failed; the sweep will assess them again");
-    }
-}
-
 /// The bound on a periodic pass's nodes: as many as [`AssessConfig::pass_budget`] allows at the
 /// cost per node the leader measured on its own recent passes, at most
 /// [`AssessConfig::max_nodes`]. A pass's time is then bounded by time, not by a count chosen for
 /// one machine: a rolling start's nodes (each with its first statuses to write) cost more than a
 /// steady fleet's, and a collector sharing its cores with a burst of ingest runs slower. The
 /// nodes past it wait for the next pass, which follows sooner ([`PassBudget::next_after`]); a
-/// node whose batch brought a failure is assessed at once whatever the bound ([`run_urgent`]).
+/// node whose batch brought a failure is assessed at once whatever the bound (`crate::tasks::assessment::run_urgent`).
 #[derive(Debug, Clone, Copy)]
 pub struct PassBudget {
     budget: Duration,
@@ -168,52 +98,4 @@ impl PassBudget {
         }
         (took + took.max(Self::CATCH_UP_GAP)).min(every.max(took))
     }
-}
-
-/// The `max` of `nodes` (sorted) assessed longest ago (never first), and the rest, which are
-/// marked pending so that the next pass takes them (before the nodes this one assesses: they
-/// are then the ones assessed longest ago). Both sorted.
-pub(super) async fn bound_pass(
-    pool: &PgPool,
-    nodes: Vec<String>,
-    max: usize,
-) -> Result<(Vec<String>, Vec<String>), sqlx::Error> {
-    let mut taken = schedule::assessed_longest_ago(pool, &nodes, max).await?;
-    taken.sort_unstable();
-    let left: Vec<String> = nodes.into_iter().filter(|n| taken.binary_search(n).is_err()).collect();
-    schedule::mark_pending(pool, Some(&left)).await?;
-    Ok((taken, left))
-}
-
-/// A leader with no pass to go on from, over a fleet of more than `max` nodes: marks every node
-/// pending (the passes that follow take them, `max` at a time, those assessed longest ago first)
-/// and says so; false (nothing marked) for a fleet one pass may take whole.
-pub(super) async fn cold_start(pool: &PgPool, max: usize) -> Result<bool, sqlx::Error> {
-    let n = schedule::node_count(pool).await?;
-    if usize::try_from(n).unwrap_or(usize::MAX) <= max {
-        return Ok(false);
-    }
-    schedule::mark_pending(pool, None).await?;
-    Ok(true)
-}
-
-/// Where a collector that has just taken the lead goes on from: its predecessor's last pass,
-/// when it finished less than a window ago (widened by two periods and a minute: the record
-/// holds when the pass finished, not the evidence time it read up to, and a wider slice only
-/// adds nodes). None (a pass over the whole fleet) when there is none or it is older: the
-/// evidence that left the window since is not known any more. Nodes the predecessor claimed
-/// and never wrote (it died mid-pass) are met again by the sweep (they are not marked assessed), by their
-/// next batch at once, and by [`run_urgent`] at once for a failure.
-pub(super) async fn predecessor(pool: &PgPool, cfg: &AssessConfig, every: Duration) -> Option<DateTime<Utc>> {
-    let last = match crate::store::read::last_assessment(pool).await {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!(error = %e, "reading the last assessment pass failed; passing over the whole fleet");
-            None
-        }
-    };
-    let margin = chrono::TimeDelta::from_std(every.saturating_mul(2).saturating_add(Duration::from_secs(60))).ok()?;
-    let window = chrono::TimeDelta::from_std(cfg.window).ok()?;
-    let from = last? - margin;
-    (Utc::now() - from < window).then_some(from)
 }

@@ -14,13 +14,14 @@
 use railguard_schema::PathClass;
 use railguard_schema::pins::PinRequest;
 
-use super::pin::Pin;
-use super::rules::{self, Assessment, GpuInput};
+use super::rules;
+use crate::model::Pin;
+use crate::model::{Assessment, GpuInput};
 
 /// Re-assigns the pins of one node's assessments (`node`: the same GPUs' inputs, in the same
 /// order) so that they spread over the safe NICs, and states each move's path cost.
 pub fn spread(node: &[&GpuInput], out: &mut [Assessment]) {
-    let candidates: Vec<Vec<(String, super::pin::PinEvidence)>> = node
+    let candidates: Vec<Vec<(String, crate::model::PinEvidence)>> = node
         .iter()
         .zip(out.iter())
         .map(|(input, a)| if a.recommendation.is_some() { rules::pin_candidates(input) } else { Vec::new() })
@@ -56,8 +57,8 @@ pub fn spread(node: &[&GpuInput], out: &mut [Assessment]) {
 }
 
 /// Evidence tiers, strongest first (the order [`rules::pin_candidates`] lists them in).
-fn tier(e: super::pin::PinEvidence) -> u8 {
-    use super::pin::PinEvidence::*;
+fn tier(e: crate::model::PinEvidence) -> u8 {
+    use crate::model::PinEvidence::*;
     match e {
         GpuMemory => 0,
         HostMemory | Simulated => 1,

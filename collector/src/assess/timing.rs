@@ -29,7 +29,7 @@ impl Pass {
     /// A pass slower than this logs a warning with where its time went.
     pub const SLOW: Duration = Duration::from_secs(1);
 
-    pub(super) fn warn_if_slow(&self, kind: &'static str, took: Duration) {
+    pub fn warn_if_slow(&self, kind: &'static str, took: Duration) {
         if took >= Self::SLOW {
             let p = &self.phases;
             tracing::warn!(
@@ -55,7 +55,7 @@ pub struct Phases {
     /// Finding the nodes: claiming the pending ones, the window's edges, the sweep's due nodes,
     /// the bound.
     pub select: Duration,
-    /// Reading their evidence ([`load_inputs`]).
+    /// Reading their evidence ([`crate::evidence::load_inputs`]).
     pub read: Duration,
     /// The rules, and writing what changed: the statuses read under the write lock, the status
     /// rows, the fleet page's rows, the history of changes, the nodes' assessed marks.

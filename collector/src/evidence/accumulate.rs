@@ -2,7 +2,8 @@
 //! bytes), counts that add up and take away exactly; the trust policy decides, once a node's
 //! every record is in, which classes prove the pair ([`WindowEvidence::into_pairs`]).
 
-use super::{Class, InlineCounts, PairCounts};
+use super::Class;
+use crate::model::{InlineCounts, PairCounts};
 use chrono::{DateTime, Utc};
 use railguard_schema::{Diagnosis, ProbeVerdict};
 use std::borrow::Cow;

@@ -24,21 +24,21 @@
 //! the window) is simulated. Injected faults are not evidence at all.
 
 //!
-//! Rooms: [`counts`] (what a pair's evidence says, for the rules), [`accumulate`] (reading
-//! into counts, the trust policy), [`load`] (adding up the rows the store streams,
+//! Rooms: [`accumulate`] (reading into a pair's counts, [`crate::model::PairCounts`], under the
+//! trust policy), [`load`] (adding up the rows the store streams,
 //! [`crate::store::evidence_rows`]), [`damage`] (rows no ingest would accept). The pattern
 //! finder's compact form and its caches between reads live with it, in [`crate::patterns`].
 
 mod accumulate;
-pub mod counts;
 pub mod damage;
+mod inputs;
 mod load;
 pub mod trust;
 
 pub use accumulate::RecentVerdict;
 pub(crate) use accumulate::{Evidence, NodeAcc, Recent, WindowEvidence, first_lane, step};
-pub use counts::{InlineCounts, PairCounts};
 pub use damage::{Damage, stored_gpu};
+pub use inputs::{Inputs, describe_failure, load_inputs};
 pub(crate) use load::{Hours, WorkloadPairs, load, load_around, load_period, load_split, read_rolled};
 pub use trust::{Class, Standing};
 

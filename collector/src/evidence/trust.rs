@@ -19,7 +19,7 @@
 
 use railguard_schema::{DataPath, Memory};
 
-pub use crate::status::Standing;
+pub use crate::model::Standing;
 
 /// What one record shows, before the node's other records are known (whether the node's
 /// evidence is all simulated decides what a simulated record stands for).

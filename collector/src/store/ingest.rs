@@ -97,12 +97,8 @@ impl Store {
                 RecordBody::SourceWorker(w) => sources.push((r.id.0, r.observed_at, w)),
             }
         }
-        let total = (probes.len()
-            + signals.len()
-            + topologies.len()
-            + inline.len()
-            + sets.len()
-            + sources.len()) as u64;
+        let total =
+            (probes.len() + signals.len() + topologies.len() + inline.len() + sets.len() + sources.len()) as u64;
 
         let days =
             |ts: &mut dyn Iterator<Item = &DateTime<Utc>>| ts.map(|t| t.date_naive()).collect::<BTreeSet<NaiveDate>>();
@@ -127,11 +123,7 @@ impl Store {
 
         // The oldest probe evidence of the batch: stored long after it was observed, it makes the
         // assessment read its node's window again (migration 0026).
-        let oldest = probes
-            .iter()
-            .map(|p| p.1)
-            .chain(set_dates.iter().copied())
-            .min();
+        let oldest = probes.iter().map(|p| p.1).chain(set_dates.iter().copied()).min();
         let mut tx = self.pool.begin().await?;
         upsert_node_seen(&mut tx, node, spool_dropped_total, oldest, total > 0).await?;
         let mut stored = 0;

@@ -4,6 +4,14 @@
 
 use sqlx::PgConnection;
 
+/// Advisory lock keys (bound parameters; any collector of this project uses the same). A
+/// session-level lock per fleet-wide task decides who leads it.
+pub const ASSESSMENT: i64 = 0x7261_696c_6173_7365; // "railasse"
+pub const RETENTION: i64 = 0x7261_696c_7265_746e; // "railretn"
+pub const K8S_NODES: i64 = 0x7261_696c_6b38_736e; // "railk8sn"
+/// The transaction-level lock every assessment writes under, whichever replica and task runs it.
+pub const ASSESSMENT_WRITE: i64 = ASSESSMENT ^ 1;
+
 /// Whether the connection still answers (a held lock is held as long as it does).
 pub async fn answers(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT 1").execute(conn).await?;

@@ -102,9 +102,7 @@ impl Store {
         for table in HistoryTable::ALL {
             let keep = match table {
                 HistoryTable::ProbeSummarySets => self.tiers.summary_days,
-                HistoryTable::ProbeRollupSets | HistoryTable::ProbeRollupsDaily => {
-                    self.tiers.rollup_days
-                }
+                HistoryTable::ProbeRollupSets | HistoryTable::ProbeRollupsDaily => self.tiers.rollup_days,
                 _ => days,
             };
             let keep_from = (today - chrono::Duration::days(i64::from(keep))).date_naive();

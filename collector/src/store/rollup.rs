@@ -134,11 +134,8 @@ impl Store {
         let from = match from {
             Some(f) => Some(hour_of(f)),
             None => {
-                let newest: Option<DateTime<Utc>> = sqlx::query_scalar(
-                    "SELECT max(hour) FROM probe_rollup_sets",
-                )
-                .fetch_one(&self.pool)
-                .await?;
+                let newest: Option<DateTime<Utc>> =
+                    sqlx::query_scalar("SELECT max(hour) FROM probe_rollup_sets").fetch_one(&self.pool).await?;
                 match newest {
                     Some(h) => Some(h - TimeDelta::hours(REROLL_HOURS)),
                     None => sqlx::query_scalar::<_, Option<DateTime<Utc>>>(

@@ -4,7 +4,7 @@
 //! counts of the nodes written ([`refresh_node_status`]). What changed is the assessment's
 //! decision ([`crate::assess`]); these only store it.
 
-use crate::status::{GpuStatus, Verification};
+use crate::model::{GpuStatus, Verification};
 use chrono::{DateTime, Utc};
 use railguard_schema::RiskLevel;
 use sqlx::types::Json;
@@ -62,15 +62,15 @@ pub struct ChangeColumns {
     pub reasons: Vec<serde_json::Value>,
 }
 
-/// Takes `lock`, the transaction-level advisory lock every assessment writes under (one at a
-/// time, fleet-wide: several collector replicas, a full pass and a node assessed at once), then
+/// Takes [`super::locks::ASSESSMENT_WRITE`], the transaction-level advisory lock every assessment
+/// writes under (one at a time, fleet-wide: several collector replicas, a full pass and a node
+/// assessed at once), then
 /// reads the current rows of `nodes` (every node: None) under it, so a change is recorded once.
 pub async fn lock_and_read_current(
     tx: &mut sqlx::PgConnection,
-    lock: i64,
     nodes: Option<&[String]>,
 ) -> Result<Vec<CurrentRow>, sqlx::Error> {
-    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(lock).execute(&mut *tx).await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(super::locks::ASSESSMENT_WRITE).execute(&mut *tx).await?;
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
     sqlx::query_as(
         "SELECT node_id, gpu_index, status, workload_nic, structural_risk, reasons, recommendation, verification,

@@ -27,7 +27,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostP
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::status::GpuStatus;
+use crate::model::GpuStatus;
 use crate::store::read::GpuStatusRow;
 
 use super::k8s_controller::{ControllerStats, TAINT_KEY};

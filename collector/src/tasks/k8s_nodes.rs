@@ -35,7 +35,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::k8s_controller::{ControllerStats, TAINT_KEY};
-use crate::status::GpuStatus;
+use crate::model::GpuStatus;
 use crate::store::read::GpuStatusRow;
 
 pub const CONDITION: &str = "RailguardKVTransfer";
@@ -160,12 +160,12 @@ fn unproven_message(rows: &[&GpuStatusRow]) -> String {
     let mut by: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     for r in rows.iter().filter(|r| !r.proven) {
         let what = match r.verification {
-            crate::status::Verification::Simulated => "on the simulated fabric (no hardware exercised)",
-            crate::status::Verification::HostMemory => "on NIC DMA in host memory (their KV memory on this node)",
-            crate::status::Verification::Unproven => "on transfers that exercised no NIC (host copies)",
-            crate::status::Verification::NoRdma => "with no RDMA NIC in use",
-            crate::status::Verification::Unprobed => "on no probe",
-            crate::status::Verification::GpuMemory => "on NIC DMA in GPU memory, not proven",
+            crate::model::Verification::Simulated => "on the simulated fabric (no hardware exercised)",
+            crate::model::Verification::HostMemory => "on NIC DMA in host memory (their KV memory on this node)",
+            crate::model::Verification::Unproven => "on transfers that exercised no NIC (host copies)",
+            crate::model::Verification::NoRdma => "with no RDMA NIC in use",
+            crate::model::Verification::Unprobed => "on no probe",
+            crate::model::Verification::GpuMemory => "on NIC DMA in GPU memory, not proven",
         };
         *by.entry(what).or_default() += 1;
     }

@@ -7,10 +7,7 @@ use crate::store::locks;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
-/// Advisory lock keys (bound parameters; any collector of this project uses the same).
-pub const ASSESSMENT: i64 = 0x7261_696c_6173_7365; // "railasse"
-pub const RETENTION: i64 = 0x7261_696c_7265_746e; // "railretn"
-pub const K8S_NODES: i64 = 0x7261_696c_6b38_736e; // "railk8sn"
+pub use crate::store::locks::{ASSESSMENT, K8S_NODES, RETENTION};
 
 /// A task's leadership, checked before each round of its work.
 #[derive(Debug)]

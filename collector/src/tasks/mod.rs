@@ -3,8 +3,10 @@
 //! [`retention`] rolls up passed hours and drops expired partitions, [`k8s_nodes`] keeps the
 //! Kubernetes node conditions (and, opt-in, taints and cordons) in step with the GPU verdicts,
 //! [`k8s_devices`] the opt-in per-device taints; both share [`k8s_controller`].
-//! The assessment's own periodic and urgent tasks live with it, in [`crate::assess`].
+//! [`assessment`] runs the assessment's passes: the leader's periodic ones, and failing nodes'
+//! at once on every replica.
 
+pub mod assessment;
 pub mod k8s_controller;
 pub mod k8s_devices;
 pub mod k8s_nodes;

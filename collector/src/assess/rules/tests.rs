@@ -1,4 +1,5 @@
 use super::*;
+use crate::model::{InlineCounts, SignalCount};
 use railguard_schema::{Diagnosis, KvMemory};
 
 /// A pair probed through its NIC in GPU memory: `ok` verified, `silent` silent corruptions.

@@ -1,6 +1,7 @@
 use super::*;
-use crate::assess::rules::{PairCounts, RulesConfig, assess};
-use crate::status::GpuStatus;
+use crate::assess::rules::assess;
+use crate::model::GpuStatus;
+use crate::model::{PairCounts, RulesConfig};
 use railguard_schema::{KvMemory, ProbeVerdict, RiskLevel};
 
 /// The seed node under auto-selection: GPU i ↔ mlx5_i is PIX and fails; GPUs 0–3 and NICs 0–3

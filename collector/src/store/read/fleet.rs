@@ -1,7 +1,7 @@
 //! The fleet as a whole: its nodes ranked worst first and totals, the GPUs to act on, the
 //! fleet grid now or at a past instant, and the per-GPU facts `/metrics` labels its series with.
 
-use crate::status::{GpuStatus, Verification};
+use crate::model::{GpuStatus, Verification};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;

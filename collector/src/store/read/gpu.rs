@@ -1,7 +1,7 @@
 //! One GPU: its current status row, and its probes, signals and status changes in a period,
 //! newest first.
 
-use crate::status::{GpuStatus, Verification};
+use crate::model::{GpuStatus, Verification};
 use chrono::{DateTime, Utc};
 use railguard_schema::{
     DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeVerdict, Reported, RiskLevel, SignalKind, SignalSource,
@@ -41,7 +41,7 @@ pub struct GpuStatusRow {
     /// `engine`, `remote`, `undetermined`) and the status it calls for, most important first.
     /// Only the hardware layers of the GPU's own path (fabric, nic, gpu) set its status.
     #[sqlx(json)]
-    pub findings: Vec<crate::status::Finding>,
+    pub findings: Vec<crate::model::Finding>,
     /// The layer the status rests on; null when nothing is against the GPU.
     pub layer: Option<railguard_schema::Layer>,
     /// `UCX_NET_DEVICES=...` for the GPU's process, when it should move.
@@ -73,7 +73,7 @@ pub struct PinDetail {
     /// The pinned NIC was verified on hardware in the memory the GPU's KV cache moves in.
     pub verified: bool,
     /// What the pinned NIC's good verdicts were proven in.
-    pub evidence: crate::status::PinEvidence,
+    pub evidence: crate::model::PinEvidence,
     /// The path class GPU→pinned NIC: what the transfers take after the move.
     #[schema(value_type = Option<String>)]
     pub path_class: Option<railguard_schema::PathClass>,

@@ -137,7 +137,7 @@ pub struct FailureRow {
     /// that exercised no NIC of the pair (`unproven`: the engine or the host, not the pair). A
     /// pair with failures of several standings has a row for each.
     #[schema(value_type = String, example = "nic_gpu_memory")]
-    pub standing: crate::status::Standing,
+    pub standing: crate::model::Standing,
     pub failures: i64,
     pub silent_corruption: i64,
     pub reported_failure: i64,

@@ -164,7 +164,7 @@ pub struct WindowCounts {
     pub unproven_bad: i64,
     /// The strongest evidence about the pair in the window.
     #[schema(value_type = String, example = "nic_gpu_memory")]
-    pub standing: crate::status::Standing,
+    pub standing: crate::model::Standing,
 }
 
 /// One GPU/NIC pair: its latest verdict and the window's counts (pairs probed in the last day).

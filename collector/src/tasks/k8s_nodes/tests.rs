@@ -1,5 +1,5 @@
 use super::*;
-use crate::status::Verification;
+use crate::model::Verification;
 
 fn row(node: &str, gpu: i32, status: GpuStatus, age_s: i64) -> GpuStatusRow {
     GpuStatusRow {

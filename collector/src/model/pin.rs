@@ -12,7 +12,7 @@ use std::fmt;
 use railguard_schema::KvMemory;
 use serde::Serialize;
 
-pub use crate::status::PinEvidence;
+use super::status::PinEvidence;
 
 /// What a pin's sentence adds after it, if anything.
 fn qualifier(e: PinEvidence) -> Option<&'static str> {

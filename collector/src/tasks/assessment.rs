@@ -1,76 +1,15 @@
-//! The assessment's tasks: a pass ([`assess_pass`]), the leader's periodic passes
-//! ([`run_periodic`]) and the urgent task that assesses failing nodes at once ([`run_urgent`]).
+//! The assessment's tasks: the leader's periodic passes ([`run_periodic`]) and the urgent task
+//! that assesses failing nodes at once, on every replica ([`run_urgent`]). Each runs
+//! [`crate::assess`]'s passes; this file decides only when.
 
-use super::{
-    AssessConfig, Pass, PassBudget, PassStats, Phases, Sweep, assess_and_store, bound_pass, changed_nodes, cold_start,
-    due_nodes, isolate, predecessor, shared_source_nodes,
+use crate::assess::{
+    AssessConfig, Pass, PassBudget, PassStats, Sweep, assess_and_store, assess_pass, cold_start, isolate, predecessor,
+    shared_source_nodes,
 };
 use crate::store::schedule;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use std::time::Duration;
-
-/// One pass at `now`: the whole fleet when `prev` is None, else only [`changed_nodes`] since
-/// `prev` and the nodes `sweep` finds due ([`due_nodes`]), at most `bound` of them (None: all;
-/// the rest left pending for the next pass, [`AssessConfig::max_nodes`]). Nodes claimed by a pass
-/// that then fails are marked pending again.
-pub async fn assess_pass(
-    pool: &PgPool,
-    cfg: &AssessConfig,
-    prev: Option<DateTime<Utc>>,
-    now: DateTime<Utc>,
-    sweep: Option<Sweep>,
-    bound: Option<usize>,
-) -> Result<Pass, sqlx::Error> {
-    let started = std::time::Instant::now();
-    let Some(prev) = prev else {
-        // Everything is assessed now: no node stays pending (a batch stored after the claim
-        // marks its node again).
-        schedule::claim_pending(pool).await?;
-        let select = started.elapsed();
-        let a = assess_and_store(pool, None, cfg, now).await?;
-        let nodes = a.assessments.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
-        let phases = Phases { select, ..a.phases };
-        return Ok(Pass { full: true, nodes, gpus: a.assessments.len(), phases, ..Pass::default() });
-    };
-    let changed = changed_nodes(pool, cfg.window, prev, now).await?;
-    let mut nodes = changed.clone();
-    if let Some(sweep) = sweep {
-        nodes.extend(due_nodes(pool, sweep, now).await?);
-        nodes.sort_unstable();
-        nodes.dedup();
-    }
-    if nodes.is_empty() {
-        return Ok(Pass { phases: Phases { select: started.elapsed(), ..Phases::default() }, ..Pass::default() });
-    }
-    let mut deferred = 0;
-    if let Some(max) = bound.filter(|max| nodes.len() > *max) {
-        let left;
-        (nodes, left) = bound_pass(pool, nodes, max).await?;
-        deferred = left.iter().filter(|n| changed.binary_search(n).is_ok()).count();
-    }
-    // `changed` is sorted (changed_nodes), `nodes` too.
-    let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
-    let linked = shared_source_nodes(pool, &nodes, cfg.window, now).await?;
-    nodes.extend(linked);
-    nodes.sort_unstable();
-    let select = started.elapsed();
-    match assess_and_store(pool, Some(&nodes), cfg, now).await {
-        Ok(a) => Ok(Pass {
-            full: false,
-            nodes: nodes.len(),
-            swept,
-            deferred,
-            bound,
-            gpus: a.assessments.len(),
-            phases: Phases { select, ..a.phases },
-        }),
-        Err(e) => {
-            let _ = schedule::mark_pending(pool, Some(&nodes)).await;
-            Err(e)
-        }
-    }
-}
 
 /// Assesses the fleet every `every` until `shutdown`, on the collector that leads (several
 /// replicas share one Postgres). Each pass takes the nodes with new evidence or evidence entering
@@ -87,13 +26,12 @@ pub async fn run_periodic(
     cfg: AssessConfig,
     every: Duration,
     stats: std::sync::Arc<PassStats>,
-    leads_flag: std::sync::Arc<crate::tasks::leader::Leads>,
+    leads_flag: std::sync::Arc<super::leader::Leads>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     let mut shutdown = shutdown;
-    let mut leader =
-        crate::tasks::leader::Leadership::new(pool.clone(), crate::tasks::leader::ASSESSMENT, "fleet assessment");
+    let mut leader = super::leader::Leadership::new(pool.clone(), super::leader::ASSESSMENT, "fleet assessment");
     let me = format!("{}:{}", railguard_telemetry::hostname(), std::process::id());
     // The previous pass's evidence time; None: not leading, or the last pass failed.
     let mut prev: Option<DateTime<Utc>> = None;

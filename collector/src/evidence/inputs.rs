@@ -1,10 +1,12 @@
-//! A pass's inputs: per GPU, its latest topology's structural risk, workload NIC and safe
+//! A pass's read: per GPU, its latest topology's structural risk, workload NIC and safe
 //! NICs; its pairs' probe evidence in the window under the trust policy ([`crate::evidence`]);
 //! in-line counts and failures; signals; and the workload pair's latest verdicts. A node whose
-//! stored rows could not be read as ingest stored them is noted ([`super::Damage`]), not counted.
+//! stored rows could not be read as ingest stored them is noted ([`Damage`]), not counted. Every
+//! statement is the store's ([`crate::store::pass_inputs`], [`crate::store::evidence_rows`]);
+//! this file shapes what they return into the rules' values ([`crate::model`]).
 
-use super::{GpuInput, GpuKey, SignalCount, rules};
-use crate::evidence::{Damage, InlineCounts, PairCounts, RECENT_VERDICTS, stored_gpu};
+use super::{Damage, RECENT_VERDICTS, stored_gpu};
+use crate::model::{GpuInput, GpuKey, InlineCounts, PairCounts, SignalCount};
 use crate::steps::{Laps, Step, Steps};
 use crate::store::pass_inputs;
 use chrono::{DateTime, Utc};
@@ -103,9 +105,9 @@ async fn read_inputs(
     add_recent(recent, &all_simulated, &mut inputs);
     for (key, input) in inputs.iter_mut().filter(|(k, _)| !listed.contains(*k)) {
         input.topology_gap = Some(if with_topology.contains(&key.node) {
-            rules::TopologyGap::NotListed
+            crate::model::TopologyGap::NotListed
         } else {
-            rules::TopologyGap::NoTopology
+            crate::model::TopologyGap::NoTopology
         });
     }
 

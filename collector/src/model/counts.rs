@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use railguard_schema::Diagnosis;
 
-use crate::status::Verification;
+use super::status::Verification;
 
 /// Probe verdict counts for one GPU/NIC pair inside the window.
 ///
