@@ -9,7 +9,6 @@
 const view = document.getElementById("view");
 const crumbs = document.getElementById("crumbs");
 const live = document.getElementById("live");
-const token = new URLSearchParams(location.search).get("token");
 // Where the runbooks are: the collector's `serve --runbook-url` (read once from /api/v1/info),
 // this repository's docs/ until it is known.
 let runbooks = "https://github.com/railguard/railguard/blob/main/docs/";
@@ -24,8 +23,12 @@ function badge(s) {
   const name = esc((s || "unknown").replace("_", " "));
   return `<span class="badge s-${esc(s || "unknown")}" data-status="${esc(s)}">${name}</span>`;
 }
+// A read of the API. The session cookie (HttpOnly: never seen here) goes with it; a 401 means
+// the collector wants a sign-in (signIn()), never a token in the URL.
+class SignInNeeded extends Error {}
 async function api(path) {
-  const r = await fetch(path, { headers: token ? { Authorization: "Bearer " + token } : {} });
+  const r = await fetch(path, { credentials: "same-origin" });
+  if (r.status === 401) throw new SignInNeeded("sign in to read this collector");
   if (!r.ok) throw new Error(`${path}: ${r.status} ${(await r.json().catch(() => ({}))).error || ""}`);
   return r.json();
 }
@@ -879,7 +882,10 @@ function evidenceMarkdown(name, idx, g) {
 
 async function render() {
   // What this collector says of itself, once (again after a failed read).
-  infoRead ||= api("/api/v1/info").then(i => { runbooks = i.runbook_url; }).catch(() => { infoRead = null; });
+  infoRead ||= api("/api/v1/info").then(i => {
+    runbooks = i.runbook_url;
+    document.getElementById("signout").hidden = !i.signed_in;
+  }).catch(() => { infoRead = null; });
   await infoRead;
   const [path, qs] = location.hash.replace(/^#\/?/, "").split("?");
   const parts = path.split("/").map(decodeURIComponent);
@@ -892,10 +898,29 @@ async function render() {
     document.body.dataset.ready = "1";
   } catch (e) {
     live.classList.add("stale");
-    enter("error");
-    view.innerHTML = `<p class="error">${esc(e.message)}</p>`;
+    if (e instanceof SignInNeeded) signIn();
+    else {
+      enter("error");
+      view.innerHTML = `<p class="error">${esc(e.message)}</p>`;
+    }
     document.body.dataset.ready = "1";
   }
+}
+
+// The collector's API token, exchanged once for a session cookie (POST /signin); the browser
+// then comes back to the page it was on, hash and all. A form being typed into is left alone.
+function signIn() {
+  if (page === "signin") return;
+  enter("signin");
+  const failed = new URLSearchParams(location.search).get("signin") === "failed";
+  view.innerHTML = `<form id="signin" method="post" action="/signin">
+    <h2>Sign in</h2>
+    <p class="muted">This collector asks for its API token (<code>serve --api-token-file</code>).</p>
+    ${failed ? '<p class="error" id="signin-failed">That token was not accepted.</p>' : ""}
+    <label>API token <input type="password" name="token" autocomplete="current-password" required></label>
+    <input type="hidden" name="next" value="${esc("/" + location.hash)}">
+    <button type="submit">Sign in</button>
+  </form>`;
 }
 window.addEventListener("hashchange", render);
 render();

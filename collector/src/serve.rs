@@ -200,6 +200,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                     pool: read_pool.clone(),
                     state: state.clone(),
                     api_token: cfg.api_token.as_deref().map(Arc::from),
+                    secure_cookies: cfg.http_tls.is_some(),
                     window_minutes: i32::try_from(cfg.assess.window.as_secs() / 60).unwrap_or(i32::MAX).max(1),
                     facts: Arc::default(),
                     allowed_hosts: Arc::new(cfg.http_allowed_hosts.clone()),

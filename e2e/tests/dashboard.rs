@@ -714,3 +714,113 @@ async fn the_plots_show_a_failing_pair_over_time_and_the_pin() {
     assert!(corrupting[3..=10].iter().all(|&n| n == 1), "{series}");
     assert_eq!(&corrupting[11..], &[0, 0], "after the pin it is no longer corrupting: {series}");
 }
+
+/// One raw HTTP/1.1 exchange with the collector (it closes the connection): the whole response.
+fn exchange(port: u16, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn form_post(port: u16, path: &str, origin: &str, body: &str, cookie: &str) -> String {
+    exchange(
+        port,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: {origin}\r\n{cookie}\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+fn header<'a>(response: &'a str, name: &str) -> Option<&'a str> {
+    let head = response.split("\r\n\r\n").next()?;
+    head.lines().find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim()))
+}
+
+/// With an API token set, the dashboard asks for it in a form and keeps a session cookie
+/// (HttpOnly, SameSite=Strict, holding no token); no URL ever carries the token, an alert's link
+/// to a GPU's page lands there after sign-in, and signing out ends the session. A form posted
+/// from another site, a forged cookie and a wrong token are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn sign_in_keeps_the_token_out_of_urls_and_the_link_lands_on_its_gpu() {
+    const TOKEN: &str = "dashboard-reader-0123456789";
+    let pg = TestPg::start().await;
+    let d = tempfile::tempdir().unwrap();
+    let tok = d.path().join("api-token");
+    write_secret(&tok, &format!("{TOKEN}\n"));
+    let c = CollectorProc::start_with(&pg.url(), &["seed-auto"], &["--api-token-file", tok.to_str().unwrap()]);
+    let seed = railguard_agent::topology::fixture::seed_kvm_guest();
+    send(&c, "seed-auto", vec![topo_rec(topology(&seed, None))]).await;
+    send(&c, "seed-auto", seed_probes(|g| format!("mlx5_{g}"), railguard_schema::PairSelection::Predicted)).await;
+    wait::until("seed-auto's GPU3 assessed", std::time::Duration::from_secs(60), || {
+        match c.get("/api/v1/nodes/seed-auto/gpus/3", Some(TOKEN)) {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("{code} {body}")),
+        }
+    });
+    let port = c.http_port;
+    let origin = format!("http://127.0.0.1:{port}");
+
+    // Without a browser: the cookie, its flags, what it opens, and what is refused.
+    let ok = form_post(port, "/signin", &origin, &format!("token={TOKEN}&next=%2F%23%2Fnode%2Fseed-auto"), "");
+    assert!(ok.starts_with("HTTP/1.1 303"), "{ok}");
+    assert_eq!(header(&ok, "location"), Some("/#/node/seed-auto"));
+    let set = header(&ok, "set-cookie").unwrap();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Path=/"), "{set}");
+    assert!(!set.contains(TOKEN), "the cookie holds no token: {set}");
+    let session = set.split(';').next().unwrap().to_owned();
+    let read = |cookie: &str| {
+        let r = exchange(
+            port,
+            &format!(
+                "GET /api/v1/fleet HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+            ),
+        );
+        r.split_whitespace().nth(1).unwrap().to_owned()
+    };
+    assert_eq!(read(&session), "200");
+    let forged = format!("{}0", &session[..session.len() - 1]);
+    assert_eq!(read(&forged), "401", "an altered cookie opens nothing");
+    assert_eq!(read("railguard_session=v1.99999999999.00"), "401");
+    let elsewhere = form_post(port, "/signin", "https://evil.example", &format!("token={TOKEN}"), "");
+    assert!(elsewhere.starts_with("HTTP/1.1 403") && header(&elsewhere, "set-cookie").is_none(), "{elsewhere}");
+    let away = form_post(port, "/signin", &origin, &format!("token={TOKEN}&next=https%3A%2F%2Fevil.example%2F"), "");
+    assert_eq!(header(&away, "location"), Some("/"), "sent on only within this collector");
+    let wrong = form_post(port, "/signin", &origin, "token=nope&next=%2F%23%2Fnode%2Fseed-auto", "");
+    assert_eq!(header(&wrong, "location"), Some("/?signin=failed#/node/seed-auto"));
+    assert!(header(&wrong, "set-cookie").is_none());
+    let csp = header(&ok, "content-security-policy").unwrap();
+    assert!(csp.contains("form-action 'self'"), "{csp}");
+
+    // In Chromium: an alert's link to GPU3's page, the form, and GPU3's page after it.
+    tokio::task::block_in_place(|| {
+        let b = Browser::start();
+        let link = format!("http://127.0.0.1:{port}/#/node/seed-auto/gpu/3");
+        b.go(&link);
+        b.find("#signin input[name=token]");
+        let type_in = |text: &str| {
+            let id = b.find("#signin input[name=token]");
+            b.call("POST", &format!("/element/{id}/value"), serde_json::json!({ "text": text }));
+            b.click("#signin button[type=submit]");
+        };
+        type_in("not-the-token");
+        b.find("#signin-failed");
+        assert!(b.url().ends_with("?signin=failed#/node/seed-auto/gpu/3"), "{}", b.url());
+        type_in(TOKEN);
+        b.find("#evidence");
+        assert_eq!(b.url(), format!("http://127.0.0.1:{port}/#/node/seed-auto/gpu/3"));
+        assert_eq!(b.execute("return document.cookie"), "", "no script sees the session");
+        let history = b.execute("return performance.getEntriesByType('navigation').map(e => e.name).join(' ')");
+        assert!(!history.as_str().unwrap().contains(TOKEN), "{history}");
+        assert_eq!(b.execute("return fetch('/api/v1/fleet').then(r => r.status)"), 200);
+        // Signing out ends the session: the form again.
+        b.click("#signout button");
+        b.find("#signin input[name=token]");
+        assert_eq!(b.execute("return fetch('/api/v1/fleet').then(r => r.status)"), 401);
+    });
+}

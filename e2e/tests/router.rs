@@ -40,6 +40,7 @@ async fn every_endpoint_answers_as_its_document_says_in_process() {
         pool: pg.pool.clone(),
         state: Arc::default(),
         api_token: None,
+        secure_cookies: false,
         window_minutes: 15,
         facts: Arc::default(),
         allowed_hosts: Arc::default(),

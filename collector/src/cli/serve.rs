@@ -22,7 +22,8 @@ pub struct ServeArgs {
     /// Address for the dashboard, the JSON API, its OpenAPI document and /metrics.
     #[arg(long, env = "RAILGUARD_HTTP_LISTEN", default_value = "127.0.0.1:7701")]
     http_listen: SocketAddr,
-    /// Require this bearer token on /api/v1 (read from the file); unset: open read-only API.
+    /// Require this bearer token on /api/v1 (read from the file); the dashboard asks for it once
+    /// in a sign-in form and keeps a session cookie. Unset: open read-only API.
     #[arg(long, env = "RAILGUARD_API_TOKEN_FILE")]
     api_token_file: Option<PathBuf>,
     #[command(flatten)]

@@ -108,6 +108,9 @@ pub struct Info {
     /// Where the runbooks are (`serve --runbook-url`), ending in `/`: the dashboard's runbook
     /// links, like the alerts', point under it.
     pub runbook_url: String,
+    /// Reads need the API token or a dashboard session (`serve --api-token-file`): the dashboard
+    /// offers to sign out.
+    pub signed_in: bool,
 }
 
 /// This collector: its version, the dashboard's address and where the runbooks are (the same
@@ -122,6 +125,7 @@ pub async fn info(State(s): State<AppState>) -> Json<Info> {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         dashboard_url: s.dashboard_url.as_str().to_owned(),
         runbook_url: s.runbook_url.as_str().to_owned(),
+        signed_in: s.api_token.is_some(),
     })
 }
 

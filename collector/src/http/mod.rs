@@ -11,6 +11,7 @@ pub mod params;
 pub mod readers;
 mod retry;
 pub mod series;
+pub mod session;
 mod ui;
 
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use sqlx::PgPool;
 
 pub use error::{ApiError, ErrorBody};
@@ -32,8 +33,11 @@ pub struct AppState {
     pub pool: PgPool,
     /// What this collector knows of itself (for /metrics).
     pub state: Arc<CollectorState>,
-    /// When set, every API call needs `Authorization: Bearer <token>` (metrics stay open).
+    /// When set, every API call needs `Authorization: Bearer <token>` or the dashboard's session
+    /// cookie signed with it ([`session`]); metrics stay open.
     pub api_token: Option<Arc<str>>,
+    /// The listener is HTTPS: the session cookie is `Secure`.
+    pub secure_cookies: bool,
     /// The assessment window (the API's per-pair window counts).
     pub window_minutes: i32,
     /// The nodes' topology facts the pattern finder has read, kept between its reads.
@@ -58,7 +62,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
         header::CONTENT_SECURITY_POLICY,
         header::HeaderValue::from_static(
             "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; \
-             base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+             base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
         ),
     );
     h.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
@@ -91,6 +95,8 @@ pub fn app(state: AppState) -> Router {
         .merge(api)
         .merge(metrics)
         .route("/", get(ui::index))
+        .route("/signin", post(session::signin).layer(axum::extract::DefaultBodyLimit::max(8 << 10)))
+        .route("/signout", post(session::signout).layer(axum::extract::DefaultBodyLimit::max(1 << 10)))
         .route("/ui/{file}", get(ui::asset))
         .route("/api/v1/openapi.json", get(openapi_json))
         .route("/healthz", get(|| async { "ok" }))
@@ -106,18 +112,10 @@ async fn openapi_json() -> ([(header::HeaderName, &'static str); 1], &'static st
 }
 
 async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
-    if let Some(want) = &state.api_token {
-        let got = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        // Compare digests so the comparison time says nothing about the token.
-        use sha2::{Digest, Sha256};
-        let ok = got.is_some_and(|g| Sha256::digest(g.as_bytes()) == Sha256::digest(want.as_bytes()));
-        if !ok {
-            return Err(ApiError::Unauthorized);
-        }
+    if let Some(want) = &state.api_token
+        && !session::authorized(&req, want)
+    {
+        return Err(ApiError::Unauthorized);
     }
     Ok(next.run(req).await)
 }
