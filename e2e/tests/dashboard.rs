@@ -752,7 +752,7 @@ async fn sign_in_keeps_the_token_out_of_urls_and_the_link_lands_on_its_gpu() {
     let pg = TestPg::start().await;
     let d = tempfile::tempdir().unwrap();
     let tok = d.path().join("api-token");
-    write_secret(&tok, &format!("{TOKEN}\n"));
+    write_secret(&tok, format!("{TOKEN}\n"));
     let c = CollectorProc::start_with(&pg.url(), &["seed-auto"], &["--api-token-file", tok.to_str().unwrap()]);
     let seed = railguard_agent::topology::fixture::seed_kvm_guest();
     send(&c, "seed-auto", vec![topo_rec(topology(&seed, None))]).await;
