@@ -536,7 +536,8 @@ function matrixPanel(name, n, topo) {
 
 function nicChartPanel(nicSeries) {
   const has = nicSeries && nicSeries.buckets.length;
-  return `<h2>Failed share of each NIC's probes, per hour (every GPU of the node, the last day)</h2>` +
+  return `<h2>Failed share of each NIC's probes, per hour (every GPU of the node, the last day or since it
+    appeared)</h2>` +
     (has ? `<div class="chart" id="chart-nics"></div>` : '<p class="muted" id="chart-nics-none">no probes</p>');
 }
 
@@ -576,12 +577,18 @@ async function node(name) {
   crumbs.innerHTML = `/ <a href="${nodeHref(name)}">${esc(name)}</a>`;
   const topo = n.topology || { gpus: [], nics: [], paths: [], host: {} };
   const hasNics = nicSeries && nicSeries.buckets.length;
+  // The plot spans the last day, or from the node's first minute when it is younger (and from
+  // its first bucket's hour, which may start before that minute).
+  const until = new Date();
+  const born = new Date(Math.floor(new Date(n.node.first_seen) / 60000) * 60000);
+  const first = hasNics ? Math.min(...nicSeries.buckets.map(b => new Date(b.start).getTime())) : Infinity;
+  const since = new Date(Math.min(first, Math.max(born.getTime(), until - DAY_MS)));
   paint(view, [
     { id: "header", html: nodeHeader(name, n, topo) },
     { id: "matrix", html: matrixPanel(name, n, topo) },
     {
-      id: "nics", html: nicChartPanel(nicSeries), data: hasNics ? nicSeries.buckets : null,
-      draw: (el) => hasNics && Charts.nicRates(el.querySelector("#chart-nics"), nicSeries.buckets),
+      id: "nics", html: nicChartPanel(nicSeries), data: hasNics ? [nicSeries.buckets, iso(since)] : null,
+      draw: (el) => hasNics && Charts.nicRates(el.querySelector("#chart-nics"), nicSeries.buckets, since, until),
     },
     { id: "gpus", html: nodeGpusPanel(name, n) },
   ]);
@@ -629,17 +636,36 @@ function findingItems(s) {
     `title="${esc(LAYERS[f.layer] || f.layer)}">${esc(f.layer)}</span> ${esc(f.reason)}</li>`).join("");
 }
 
-// The GPU's reads: now, or (time travel, ?at=) the day before that time and the status then.
+// The plots' span: `range` (15m … 7d, a day by default) ending now or at the time travelled to
+// (?at=), or a custom ?from=&to= that a drag across a plot or the form sets. Kept in the URL,
+// so a view can be shared.
+const RANGES = { "15m": 15 * 60000, "1h": 3600000, "6h": 6 * 3600000, "24h": DAY_MS, "7d": 7 * DAY_MS };
+function plotSpan(query) {
+  const date = (k) => {
+    const v = query.get(k);
+    const t = v ? new Date(v) : null;
+    return t && !isNaN(t) ? t : null;
+  };
+  const [from, to] = [date("from"), date("to")];
+  if (from && to && from < to) return { since: from, until: to, key: "custom" };
+  const key = RANGES[query.get("range")] ? query.get("range") : "24h";
+  const until = date("at") || new Date();
+  return { since: new Date(until - RANGES[key]), until, key };
+}
+
+// The GPU's reads: the probes and status changes of its plots' span, and (time travel, ?at=)
+// the status at that time.
 async function readGpu(name, idx, query) {
   const atRaw = query.get("at");
   const at = atRaw && !isNaN(new Date(atRaw)) ? new Date(atRaw) : null;
-  const range = at ? `since=${q(at - DAY_MS)}&until=${q(at)}` : "since=1d";
+  const span = plotSpan(query);
+  const range = `since=${q(span.since)}&until=${q(span.until)}`;
   const base = `/api/v1/nodes/${encodeURIComponent(name)}/gpus/${idx}`;
   // Thirty days by day, across the storage tiers (rollups, then the live evidence).
   const days = at ? `since=${q(at - 30 * DAY_MS)}&until=${q(at)}` : "since=30d";
   const [g, hist, last, month] = await Promise.all([
     api(base),
-    api(`${base}/history?${range}&limit=300`),
+    api(`${base}/history?${range}&limit=1000`),
     // The status it had at that time: its newest change before then, however old.
     at ? api(`${base}/history?since=3650d&until=${q(at)}&limit=1`) : null,
     api(`${base}/history?${days}&bucket=day&limit=300`),
@@ -647,8 +673,51 @@ async function readGpu(name, idx, query) {
   let s = g.status;
   const then = at ? (last.status_changes[0] || null) : undefined;
   if (then) s = { ...s, status: then.to, since: then.at, reasons: then.reasons };
-  const until = at || new Date();
-  return { g, hist, month, s, now: g.status, at, then, until, since: new Date(until - DAY_MS) };
+  return { g, hist, month, s, now: g.status, at, then, until: span.until, since: span.since, span: span.key };
+}
+
+// The range picker: the spans, a custom from–to, and how to zoom. Times are the browser's.
+function rangePanel(name, idx, query, d) {
+  const link = (k) => {
+    const p = new URLSearchParams(query);
+    p.delete("from");
+    p.delete("to");
+    p.set("range", k);
+    const on = d.span === k ? ' class="on" aria-current="true"' : "";
+    return `<a href="${gpuHref(name, idx)}?${esc(p.toString())}" data-range="${k}"${on}>${k}</a>`;
+  };
+  const local = (t) => {
+    const z = new Date(t.getTime() - t.getTimezoneOffset() * 60000);
+    return z.toISOString().slice(0, 16);
+  };
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+  // A span ending now moves every refresh: its inputs stay empty, so the form is not redrawn
+  // under a person typing in it.
+  const custom = d.span === "custom";
+  const value = (t) => custom ? ` value="${esc(local(t))}"` : "";
+  return `<form id="range" class="range">plots: ${Object.keys(RANGES).map(link).join(" ")}
+    <label>from <input type="datetime-local" name="from" required${value(d.since)}></label>
+    <label>to <input type="datetime-local" name="to" required${value(d.until)}></label>
+    <button type="submit"${custom ? ' class="on"' : ""}>show</button>
+    <span class="muted">drag across a plot to zoom · times in ${esc(zone)} (UTC on hover)</span></form>`;
+}
+
+// The page's query with a custom span from `from` to `to` (Dates), for a zoom or the form.
+function zoomTo(name, idx, query, from, to) {
+  if (!(from < to)) return;
+  const p = new URLSearchParams(query);
+  p.delete("range");
+  p.set("from", from.toISOString());
+  p.set("to", to.toISOString());
+  location.hash = `${gpuHref(name, idx)}?${p.toString()}`;
+}
+
+function wireRange(el, name, idx, query) {
+  el.querySelector("#range").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const f = e.target;
+    zoomTo(name, idx, query, new Date(f.from.value), new Date(f.to.value));
+  });
 }
 
 // Verdicts over time per NIC: one row of ticks per pair, with its failure rate.
@@ -669,7 +738,7 @@ function perNicPanel(hist, s) {
       `<td class="rate">${Math.round(100 * bad / all)} % of ${all}</td>` +
       `<td><div class="timeline small">${ticks.join("")}</div></td></tr>`;
   });
-  return `<h2>Failure rate per NIC (the last day's probes)</h2>` +
+  return `<h2>Failure rate per NIC (the plotted span's probes)</h2>` +
     (rows.length ? table("per-nic", ["NIC", "failed", "verdicts, oldest → newest"], rows) : none("", "no probes"));
 }
 
@@ -754,12 +823,12 @@ function verdictsPanel(d, plots) {
   const chart = plots.evidence.length
     ? `<div class="chart" id="chart-verdicts" data-rows="${esc(plots.nicOrder.join(","))}"></div>`
     : '<p class="muted" id="chart-verdicts-none">no probes</p>';
-  const day = esc(iso(d.until));
-  return `<h2>Probe verdicts over the day to ${day}: one row per NIC, the workload's (★) on top</h2>${chart}`;
+  const span = `${esc(iso(d.since))} to ${esc(iso(d.until))}`;
+  return `<h2>Probe verdicts from ${span}: one row per NIC, the workload's (★) on top</h2>${chart}`;
 }
 
 function statusChartPanel(plots) {
-  return `<h2>Status over the same day, the workload NIC's changes (pins) marked</h2>
+  return `<h2>Status over the same span, the workload NIC's changes (pins) marked</h2>
     <div class="chart" id="chart-status" data-marks="${esc(plots.marks.map(m => m.label).join(";"))}"></div>`;
 }
 
@@ -838,17 +907,19 @@ async function gpu(name, idx, query) {
     `<a href="${gpuHref(name, idx)}">GPU${esc(idx)}</a>`;
   const plots = shapePlots(d);
   const range = [iso(d.since), iso(d.until)];
+  const zoom = (from, to) => zoomTo(name, idx, query, from, to);
   paint(view, [
     { id: "header", html: gpuHeader(name, idx, d) },
+    { id: "range", html: rangePanel(name, idx, query, d), draw: (el) => wireRange(el, name, idx, query) },
     {
       id: "verdicts", html: verdictsPanel(d, plots), data: [plots.evidence, range],
       draw: (el) =>
-        Charts.verdicts(el.querySelector("#chart-verdicts"), plots.evidence, plots.nicOrder, d.since, d.until),
+        Charts.verdicts(el.querySelector("#chart-verdicts"), plots.evidence, plots.nicOrder, d.since, d.until, zoom),
     },
     {
       id: "status", html: statusChartPanel(plots), data: [plots.history, d.s.status, plots.marks, range],
-      draw: (el) =>
-        Charts.status(el.querySelector("#chart-status"), plots.history, d.s.status, plots.marks, d.since, d.until),
+      draw: (el) => Charts.status(el.querySelector("#chart-status"), plots.history, d.s.status, plots.marks,
+        d.since, d.until, zoom),
     },
     { id: "evidence", html: evidencePanel(name, idx, d), draw: wireCopy },
     { id: "by-day", html: byDayPanel(d.month, d.s) },

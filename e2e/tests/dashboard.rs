@@ -610,13 +610,10 @@ const fn blue(p: [u8; 3]) -> bool {
     p[0] < 60 && p[1] > 70 && p[1] < 140 && p[2] > 160
 }
 
-/// The plots, read as pixels in Chromium's screenshots: a GPU whose auto-selected PIX pair
-/// failed for hours before it was pinned away shows that pair's row red across those hours and
-/// the pinned pair's green, the pin marked on its status over time; the node's NICs' failure
-/// rates and the fleet's corrupting GPUs over time are drawn.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_plots_show_a_failing_pair_over_time_and_the_pin() {
-    let pg = TestPg::start().await;
+/// A node whose GPU3 is pinned to mlx5_2 (its topology says so) after UCX chose mlx5_3, its PIX
+/// NIC, which failed every probe from 5 h to 1 h ago; corrupting from 5 h ago until the pin took,
+/// 35 minutes ago.
+async fn repinned(pg: &TestPg) -> CollectorProc {
     let c = CollectorProc::start_with(&pg.url(), &["repinned"], &[]);
     // Now pinned to mlx5_2 (the topology says so); before, UCX chose mlx5_3, its PIX NIC.
     send(
@@ -669,6 +666,17 @@ async fn the_plots_show_a_failing_pair_over_time_and_the_pin() {
         let st = statuses(&c, "repinned");
         if st.len() == 8 { Ok(()) } else { Err(format!("{st:?}")) }
     });
+    c
+}
+
+/// The plots, read as pixels in Chromium's screenshots: a GPU whose auto-selected PIX pair
+/// failed for hours before it was pinned away shows that pair's row red across those hours and
+/// the pinned pair's green, the pin marked on its status over time; the node's NICs' failure
+/// rates and the fleet's corrupting GPUs over time are drawn.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_plots_show_a_failing_pair_over_time_and_the_pin() {
+    let pg = TestPg::start().await;
+    let c = repinned(&pg).await;
     let base = format!("http://127.0.0.1:{}/", c.http_port);
 
     // Verdicts on a time axis, one row per NIC, the workload's (mlx5_2) on top.
@@ -823,4 +831,123 @@ async fn sign_in_keeps_the_token_out_of_urls_and_the_link_lands_on_its_gpu() {
         b.find("#signin input[name=token]");
         assert_eq!(b.execute("return fetch('/api/v1/fleet').then(r => r.status)"), 401);
     });
+}
+
+/// The x pixels of `row` (of `rows`) of a verdicts plot that are red, in a screenshot.
+fn red_xs(
+    img: &railguard_e2e::png::Image,
+    [left, top, width, height]: [usize; 4],
+    row: usize,
+    rows: usize,
+) -> Vec<usize> {
+    let band = height / rows;
+    (left..left + width).filter(|&x| (top + row * band..top + (row + 1) * band).any(|y| red(img.pixel(x, y)))).collect()
+}
+
+/// The range picker and a drag across a plot change the plotted span, kept in the URL: the
+/// pair that failed from 5 h to 1 h ago spans about a sixth of a day's plot, two thirds of a
+/// 6 h one, and two thirds again after a drag over the day's last quarter; a young node's plot
+/// starts at its first minute, not a day ago.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_range_picker_and_a_drag_change_the_plotted_span() {
+    let pg = TestPg::start().await;
+    let c = repinned(&pg).await;
+    let base = format!("http://127.0.0.1:{}/", c.http_port);
+    let span = |dom: &str, shot_name: &str| {
+        let rect = plot_rect(dom, "chart-verdicts");
+        let xs = red_xs(&shot(shot_name), rect, 3, 4);
+        assert!(!xs.is_empty(), "mlx5_3's row has red: {rect:?}");
+        (xs.last().unwrap() - xs.first().unwrap(), rect[2])
+    };
+    let day = tokio::task::block_in_place(|| browse(&format!("{base}#/node/repinned/gpu/3"), "range-day.png"));
+    assert!(day.contains("data-range=\"24h\" class=\"on\""), "a day by default");
+    let (red, width) = span(&day, "range-day.png");
+    assert!(red * 4 < width && red * 10 > width, "4 h of a day: {red} of {width} px");
+    let six = tokio::task::block_in_place(|| browse(&format!("{base}#/node/repinned/gpu/3?range=6h"), "range-6h.png"));
+    assert!(six.contains("data-range=\"6h\" class=\"on\""));
+    let (red, width) = span(&six, "range-6h.png");
+    assert!(red * 2 > width && red < width, "4 h of 6 h: {red} of {width} px");
+
+    // A drag over the day's last quarter zooms to it: a custom from–to in the URL.
+    let zoomed = tokio::task::block_in_place(|| {
+        let b = Browser::start();
+        b.go(&format!("{base}#/node/repinned/gpu/3"));
+        b.find("#chart-verdicts[data-plot]");
+        let rect = b.execute("return document.getElementById('chart-verdicts').dataset.plot");
+        let r: Vec<f64> = rect.as_str().unwrap().split(',').map(|v| v.parse().unwrap()).collect();
+        let scroll = b.execute("return window.scrollY").as_f64().unwrap();
+        let y = (r[1] - scroll + r[3] / 2.0).round() as i64;
+        let (x0, x1) = ((r[0] + r[2] * 0.75).round() as i64, (r[0] + r[2] - 2.0).round() as i64);
+        b.call(
+            "POST",
+            "/actions",
+            serde_json::json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+                "actions": [
+                    {"type": "pointerMove", "duration": 0, "origin": "viewport", "x": x0, "y": y},
+                    {"type": "pointerDown", "button": 0},
+                    {"type": "pointerMove", "duration": 250, "origin": "viewport", "x": x1, "y": y},
+                    {"type": "pointerUp", "button": 0}]}]}),
+        );
+        wait::until("the zoom in the URL", std::time::Duration::from_secs(20), || {
+            let u = b.url();
+            if u.contains("from=") && u.contains("to=") { Ok(u) } else { Err(u) }
+        })
+    });
+    let query = zoomed.split_once('?').unwrap().1;
+    let param = |k: &str| -> chrono::DateTime<chrono::Utc> {
+        let v = query.split('&').find_map(|kv| kv.strip_prefix(&format!("{k}="))).unwrap();
+        v.replace("%3A", ":").parse().unwrap()
+    };
+    let (from, to) = (param("from"), param("to"));
+    let hours = (to - from).num_minutes() as f64 / 60.0;
+    assert!((5.0..7.0).contains(&hours), "a quarter of the day: {hours} h ({zoomed})");
+    assert!((chrono::Utc::now() - to).num_minutes() < 30, "ending now: {to}");
+    let custom = tokio::task::block_in_place(|| browse(&zoomed, "range-zoomed.png"));
+    let from_input = custom.split("name=\"from\"").nth(1).and_then(|t| t.split('>').next()).unwrap_or_default();
+    assert!(from_input.contains("value=\"2"), "the form shows the custom span: {from_input}");
+    let (red, width) = span(&custom, "range-zoomed.png");
+    assert!(red * 2 > width, "4 h of the zoomed 6 h: {red} of {width} px");
+
+    // A node that appeared 40 minutes ago: its NIC plot spans from then (its first hour's bucket),
+    // not a day of nothing.
+    let node = tokio::task::block_in_place(|| browse(&format!("{base}#/node/repinned"), "range-node.png"));
+    let hours = |dom: &str| {
+        let at = dom.find("id=\"chart-nics\"").unwrap();
+        let tag = &dom[at..at + dom[at..].find('>').unwrap()];
+        let v = tag.split("data-span=\"").nth(1).unwrap();
+        let v: Vec<f64> = v[..v.find('"').unwrap()].split(',').map(|n| n.parse().unwrap()).collect();
+        (v[1] - v[0]) / 3600.0
+    };
+    let old = hours(&node);
+    assert!((5.0..7.0).contains(&old), "from the node's first evidence, 5 h ago: {old} h");
+    let young = railguard_schema::NodeId::new("young").unwrap();
+    let store = railguard_collector::store::Store::new(pg.pool.clone());
+    store.register_node(&young, "young", "test").await.unwrap();
+    let mut recs = vec![
+        railguard_schema::Record::try_from(topo_rec(topology(
+            &railguard_agent::topology::fixture::dgx_h100_like(),
+            None,
+        )))
+        .unwrap(),
+    ];
+    for m in [35i64, 20, 5] {
+        recs.push(
+            railguard_schema::Record::try_from(probe_rec(
+                0,
+                "mlx5_0",
+                railguard_schema::ProbeVerdict::Ok,
+                railguard_schema::PairSelection::Predicted,
+                m * 60,
+            ))
+            .unwrap(),
+        );
+    }
+    store.ingest(&young, recs, 0).await.unwrap();
+    sqlx::query("UPDATE nodes SET first_seen = now() - interval '40 minutes' WHERE node_id = 'young'")
+        .execute(&pg.pool)
+        .await
+        .unwrap();
+    let node = tokio::task::block_in_place(|| browse(&format!("{base}#/node/young"), "range-young.png"));
+    let young_span = hours(&node);
+    assert!((0.6..=2.0).contains(&young_span), "a first-hour node's plot spans its hour: {young_span} h");
 }
