@@ -119,3 +119,99 @@ async fn the_systemd_units_run_as_written() {
     );
     assert!(!dir.path().join("collector/postgres/postmaster.pid").exists(), "private Postgres stopped");
 }
+
+/// `kubectl kustomize DIR`, as JSON documents (through python3's yaml: no YAML crate here).
+fn kustomize(dir: &str) -> Vec<serde_json::Value> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("kubectl").arg("kustomize").arg(root.join(dir)).output().expect("kubectl (Debian's)");
+    assert!(out.status.success(), "kubectl kustomize {dir}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut py = Command::new("python3")
+        .args(["-c", "import sys, yaml, json; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    py.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+    let json = py.wait_with_output().unwrap();
+    assert!(json.status.success());
+    serde_json::from_slice(&json.stdout).unwrap()
+}
+
+fn doc<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn env_of<'a>(container: &'a serde_json::Value, name: &str) -> Option<&'a str> {
+    container["env"].as_array()?.iter().find(|e| e["name"] == name)?["value"].as_str()
+}
+
+/// The Kubernetes package: the base (`deploy/k8s`) and the example overlay
+/// (`deploy/kustomize/example`) render with `kubectl kustomize`, every built-in object is valid
+/// for Kubernetes 1.30 (kubernetes-validate, strict), and every value the overlay sets lands:
+/// image tag, replicas, the dashboard and runbook addresses and Host names as the settings the
+/// collector really reads, priorities, where agents run, the NetworkPolicy, and a ServiceMonitor
+/// that scrapes HTTPS with the collector's CA.
+#[test]
+fn the_kustomize_package_renders_validates_and_carries_its_values() {
+    let help = Command::new(bin("railguard-collector")).args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    for (dir, replicas) in [("deploy/k8s", 2), ("deploy/kustomize/example", 3)] {
+        let docs = kustomize(dir);
+        let tmp = tempfile::tempdir().unwrap();
+        let mut files = Vec::new();
+        for (i, d) in docs.iter().enumerate() {
+            if d["apiVersion"].as_str().unwrap().contains("monitoring.coreos.com") {
+                continue; // the operator's CRD: checked by its fields below
+            }
+            let f = tmp.path().join(format!("{i}.json"));
+            std::fs::write(&f, d.to_string()).unwrap();
+            files.push(f);
+        }
+        let out = Command::new("kubernetes-validate").args(["--strict", "-k", "1.30.0"]).args(&files).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{dir}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let collector = doc(&docs, "Deployment", "collector");
+        assert_eq!(collector["spec"]["replicas"], replicas, "{dir}");
+        let c = &collector["spec"]["template"]["spec"]["containers"][0];
+        assert!(c["image"].as_str().unwrap().ends_with(":0.1.0"), "{dir}: {}", c["image"]);
+        assert_eq!(c["envFrom"][0]["secretRef"]["name"], "database", "{dir}: the database URL kept");
+        for e in c["env"].as_array().unwrap() {
+            let name = e["name"].as_str().unwrap();
+            assert!(help.contains(&format!("env: {name}")), "{dir}: {name} is no setting of `serve`");
+        }
+        if dir == "deploy/kustomize/example" {
+            assert_eq!(env_of(c, "RAILGUARD_DASHBOARD_URL"), Some("https://railguard.example.com/"));
+            assert_eq!(env_of(c, "RAILGUARD_RUNBOOK_URL"), Some("https://wiki.example.com/railguard/"));
+            assert!(env_of(c, "RAILGUARD_HTTP_ALLOWED_HOSTS").unwrap().starts_with("railguard.example.com,"));
+            assert_eq!(collector["spec"]["template"]["spec"]["priorityClassName"], "system-cluster-critical");
+            let agent = &doc(&docs, "DaemonSet", "agent")["spec"]["template"]["spec"];
+            assert_eq!(agent["priorityClassName"], "system-node-critical");
+            assert_eq!(agent["nodeSelector"]["nvidia.com/gpu.present"], "true");
+            assert_eq!(agent["nodeSelector"]["node-role.example.com/inference"], "true");
+            let np = doc(&docs, "NetworkPolicy", "collector");
+            let ports: Vec<i64> = np["spec"]["ingress"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r["ports"].as_array().unwrap().iter().map(|p| p["port"].as_i64().unwrap()))
+                .collect();
+            assert_eq!(ports, [7700, 7701]);
+            let sm = doc(&docs, "ServiceMonitor", "railguard-collector");
+            let ep = &sm["spec"]["endpoints"][0];
+            assert_eq!((ep["port"].as_str(), ep["scheme"].as_str()), (Some("http"), Some("https")));
+            assert_eq!(ep["tlsConfig"]["ca"]["configMap"]["name"], "collector-ca");
+            let service = doc(&docs, "Service", "collector");
+            assert_eq!(sm["spec"]["selector"]["matchLabels"], service["metadata"]["labels"], "it selects the Service");
+        } else {
+            assert_eq!(env_of(c, "RAILGUARD_DASHBOARD_URL"), Some("https://127.0.0.1:7701/"));
+            assert!(docs.iter().all(|d| d["kind"] != "NetworkPolicy"), "the base leaves the network to the overlay");
+        }
+    }
+}
