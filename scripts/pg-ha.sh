@@ -5,7 +5,8 @@
 # and a read-only port to the replicas by Patroni's REST health checks.
 #
 #   scripts/pg-ha.sh up DIR      start everything under DIR; prints write_url=…, read_url=… (the
-#                                collector's own role, no password in them) and password_file=…
+#                                collector's own role, no password in them, verified TLS) and
+#                                password_file=…
 #                                (all or nothing: when it fails, what it started is stopped)
 #   scripts/pg-ha.sh status DIR  prints leader=<member> pid=<its postmaster's pid>
 #   scripts/pg-ha.sh switchover DIR   a planned switchover (patronictl) to a synchronous standby
@@ -28,6 +29,9 @@
 # Patroni's REST API (its unsafe endpoints take basic auth; patronictl reads it from the member's
 # config), etcd (authentication on; Patroni logs in as its root user), the superuser and the
 # replication user. Run as root, Postgres runs as RAILGUARD_PG_USER (default railguard-pg, made by scripts/setup.sh).
+# Every TCP connection to Postgres is TLS (non-TLS ones are rejected), with a server
+# certificate for 127.0.0.1 from a CA of the cluster's own (DIR/tls/ca.crt): the URLs printed ask
+# for sslmode=verify-full against it.
 # The same layout for real hosts: docs/ha-postgres.md.
 set -euo pipefail
 
@@ -166,7 +170,7 @@ restore() {
   echo $! >"$dir/pids/restored"
   for _ in $(seq 1 240); do
     if [ "$(PGPASSWORD=$su "$bindir/psql" -h 127.0.0.1 -p $port -U railguard -d railguard -Atc 'SELECT pg_is_in_recovery()' 2>/dev/null)" = f ]; then
-      echo "restored_url=postgresql://railguard_collector@127.0.0.1:$port/railguard"
+      echo "restored_url=postgresql://railguard_collector@127.0.0.1:$port/railguard?$(tls_query)"
       echo "password_file=$dir/secrets/collector"
       return 0
     fi
@@ -199,6 +203,28 @@ down() {
   done
   rm -rf "$dir/pids"
 }
+
+# DIR/tls: a CA of this cluster's own and the members' server certificate (127.0.0.1), made once.
+tls_certs() {
+  local t=$dir/tls
+  [ -s "$t/server.crt" ] && return 0
+  mkdir -p "$t"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=railguard pg-ha CA" \
+    -keyout "$t/ca.key" -out "$t/ca.crt" >"$dir/logs/tls.log" 2>&1
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$t/server.key" -out "$t/server.csr" \
+    >>"$dir/logs/tls.log" 2>&1
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$t/server.ext"
+  openssl x509 -req -in "$t/server.csr" -CA "$t/ca.crt" -CAkey "$t/ca.key" -CAcreateserial -days 3650 \
+    -extfile "$t/server.ext" -out "$t/server.crt" >>"$dir/logs/tls.log" 2>&1
+  chmod 600 "$t/ca.key" "$t/server.key"
+  chmod 644 "$t/ca.crt" "$t/server.crt"
+  chmod 755 "$t"
+  [ "$(id -u)" = 0 ] && chown "$pg_user:" "$t/server.key" "$t/server.crt"
+  return 0
+}
+
+# The query a URL of this cluster ends with: verified TLS against its CA.
+tls_query() { echo "sslmode=verify-full&sslrootcert=$dir/tls/ca.crt"; }
 
 etcd_call() { # etcd v3 JSON gateway PATH, the request on stdin; fails on an error answer
   curl -fsS -X POST "http://127.0.0.1:$base/v3/$1" -H 'Content-Type: application/json' --data-binary @- >/dev/null 2>&1
@@ -233,6 +259,7 @@ up() {
   rest=$(secret restapi)
   etcd_pw=$(secret etcd)
   coll=$(secret collector)
+  tls_certs
 
   etcd --name e0 --data-dir "$dir/etcd" \
     --listen-client-urls "http://127.0.0.1:$base" --advertise-client-urls "http://127.0.0.1:$base" \
@@ -289,11 +316,16 @@ bootstrap:
     - encoding: UTF8
     - locale: C
     - auth: scram-sha-256
+postgresql:
+  # The whole of pg_hba.conf (Patroni writes it at every start; initdb's lines are gone): TLS on
+  # every TCP connection, scram everywhere.
   pg_hba:
     - local all all scram-sha-256
-    - host replication replicator 127.0.0.1/32 scram-sha-256
-    - host all all 127.0.0.1/32 scram-sha-256
-postgresql:
+    - local replication all scram-sha-256
+    - hostssl replication replicator 127.0.0.1/32 scram-sha-256
+    - hostssl all all 127.0.0.1/32 scram-sha-256
+    - hostnossl replication all 127.0.0.1/32 reject
+    - hostnossl all all 127.0.0.1/32 reject
   listen: 127.0.0.1:$((base + 10 + i))
   connect_address: 127.0.0.1:$((base + 10 + i))
   data_dir: $dir/$m/data
@@ -308,6 +340,9 @@ postgresql:
       password: "$rep"
   parameters:
     unix_socket_directories: "$dir/$m"
+    ssl: "on"
+    ssl_cert_file: "$dir/tls/server.crt"
+    ssl_key_file: "$dir/tls/server.key"
     archive_command: "pgbackrest --config=$dir/$m/pgbackrest.conf --stanza=railguard archive-push %p"
 tags:
   nofailover: false
@@ -387,8 +422,8 @@ sys.exit(0 if ok else 1)'; then
         # The archive's stanza, so the primary's WAL is kept from here on.
         backrest "$dir/$(leader_name)/pgbackrest.conf" stanza-create >"$dir/logs/stanza-create.log" 2>&1 ||
           { echo "pg-ha: pgbackrest stanza-create failed:" >&2; cat "$dir/logs/stanza-create.log" >&2; return 1; }
-        echo "write_url=postgresql://railguard_collector@127.0.0.1:$((base + 30))/railguard"
-        echo "read_url=postgresql://railguard_collector@127.0.0.1:$((base + 31))/railguard"
+        echo "write_url=postgresql://railguard_collector@127.0.0.1:$((base + 30))/railguard?$(tls_query)"
+        echo "read_url=postgresql://railguard_collector@127.0.0.1:$((base + 31))/railguard?$(tls_query)"
         echo "password_file=$dir/secrets/collector"
         trap - EXIT INT TERM
         return 0

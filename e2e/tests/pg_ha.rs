@@ -22,6 +22,7 @@ use railguard_schema::wire::RecordBatch;
 use railguard_schema::wire::ingest_client::IngestClient;
 use railguard_schema::{NodeId, PairSelection, ProbeVerdict};
 use serde_json::Value;
+use sqlx::Connection;
 
 /// How the attempts before a batch's acknowledgement failed.
 #[derive(Debug, Default)]
@@ -125,6 +126,24 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
             .await
             .unwrap();
     assert_eq!((role.as_str(), superuser), ("railguard_collector", false));
+    // Over verified TLS (the URLs ask for verify-full against the cluster's CA), every
+    // connection of the collector's role included; a connection without TLS is turned away.
+    assert!(ha.write_url.contains("sslmode=verify-full") && ha.read_url.contains("sslmode=verify-full"));
+    wait::until_async("the collectors' connections", std::time::Duration::from_secs(30), async || {
+        let (plain, tls): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE NOT s.ssl), count(*) FILTER (WHERE s.ssl)
+             FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+             WHERE a.usename = 'railguard_collector' AND a.client_addr IS NOT NULL",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(|e| e.to_string())?;
+        if plain == 0 && tls > 1 { Ok(()) } else { Err(format!("{plain} without TLS, {tls} with")) }
+    })
+    .await;
+    let plain = ha.options(&ha.write_url).ssl_mode(sqlx::postgres::PgSslMode::Disable);
+    let refused = sqlx::PgConnection::connect_with(&plain).await.unwrap_err().to_string();
+    assert!(refused.contains("no encryption") || refused.contains("rejects"), "{refused}");
     pool.close().await;
     let secrets = ha.secrets();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
