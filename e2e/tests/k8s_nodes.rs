@@ -75,9 +75,32 @@ async fn one_collector_keeps_the_node_conditions_and_another_takes_over_when_it_
     assert_eq!(seen_a.load(Ordering::Relaxed), a2, "the stopped collector makes no more requests");
 }
 
+/// Nodes as the API lists them, each with `gpus` of `nvidia.com/gpu` capacity.
+fn node_list(gpus: &[u32]) -> serde_json::Value {
+    let items: Vec<serde_json::Value> = gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            serde_json::json!({"metadata": {"name": format!("gpu-node-{i}")},
+                "status": {"capacity": {"cpu": "64", "nvidia.com/gpu": g.to_string()}}})
+        })
+        .collect();
+    serde_json::json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items})
+}
+
 /// A mock API server for DeviceTaintRules: lists `existing`, echoes creations, confirms
-/// deletions, and records every request (method, path, body).
+/// deletions, and records every request (method, path, body). Nodes list with 8 GPUs each of
+/// two nodes.
 fn mock_rules(existing: serde_json::Value) -> (kube::Client, Arc<std::sync::Mutex<Vec<(String, String, Vec<u8>)>>>) {
+    mock_cluster(existing, node_list(&[8, 8]), serde_json::json!({"kind": "Status", "code": 404}))
+}
+
+/// [`mock_rules`] with the cluster's nodes and ResourceSlices as given.
+fn mock_cluster(
+    existing: serde_json::Value,
+    nodes: serde_json::Value,
+    slices: serde_json::Value,
+) -> (kube::Client, Arc<std::sync::Mutex<Vec<(String, String, Vec<u8>)>>>) {
     let (svc, mut handle) =
         tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -86,7 +109,16 @@ fn mock_rules(existing: serde_json::Value) -> (kube::Client, Arc<std::sync::Mute
         while let Some((req, send)) = handle.next_request().await {
             let (parts, body) = req.into_parts();
             let body = http_body_util::BodyExt::collect(body).await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+            let path = parts.uri.path().to_owned();
+            let mut status = 200;
             let answer = match parts.method.as_str() {
+                "GET" if path == "/api/v1/nodes" => serde_json::to_vec(&nodes).unwrap(),
+                "GET" if path.ends_with("/resourceslices") => {
+                    if slices["kind"] == "Status" {
+                        status = 404;
+                    }
+                    serde_json::to_vec(&slices).unwrap()
+                }
                 "GET" => serde_json::to_vec(&existing).unwrap(),
                 "POST" => body.clone(),
                 _ => {
@@ -95,10 +127,61 @@ fn mock_rules(existing: serde_json::Value) -> (kube::Client, Arc<std::sync::Mute
                 }
             };
             log.lock().unwrap().push((parts.method.to_string(), parts.uri.path().to_owned(), body));
-            send.send_response(http::Response::builder().body(kube::client::Body::from(answer)).unwrap());
+            send.send_response(
+                http::Response::builder().status(status).body(kube::client::Body::from(answer)).unwrap(),
+            );
         }
     });
     (kube::Client::new(svc, "default"), seen)
+}
+
+/// The device-taint breaker's share is of the GPUs the cluster knows (node capacity, else the DRA
+/// driver's ResourceSlices), not of the rows agents report: a node reporting 64 phantom GPUs
+/// (none of them in the cluster) does not raise the cap, and a cluster that lists no GPU gets no
+/// new taint, with the reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_device_breaker_counts_the_gpus_the_cluster_knows_not_the_agents_rows() {
+    use railguard_collector::tasks::k8s_devices::*;
+    let pg = TestPg::start().await;
+    // Two real nodes' corrupting GPUs, and a node claiming 64 healthy GPUs.
+    sqlx::query(
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons)
+         SELECT 'gpu-node-' || n, g, 'corrupting'::gpu_status_kind, now(), now(), 'mlx5_0', 'high', '[\"silent corruption\"]'::jsonb
+         FROM generate_series(0, 1) n, generate_series(0, 1) g
+         UNION ALL
+         SELECT 'phantom', g, 'ok'::gpu_status_kind, now(), now(), 'mlx5_0', 'none', '[]'::jsonb FROM generate_series(0, 63) g",
+    )
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    let rows = railguard_collector::store::read::gpus(&pg.pool, None, 1000).await.unwrap();
+    assert_eq!(rows.len(), 68);
+    let cfg = DeviceTaintConfig { max_share: 0.25, max_new: 10, ..Default::default() };
+    let empty = serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRuleList", "metadata": {}, "items": []});
+    let stats = railguard_collector::tasks::k8s_controller::ControllerStats::default();
+    // 8 GPUs in the cluster (two nodes of 4): a quarter is 2, whatever the agents' 68 rows say.
+    let (client, _) =
+        mock_cluster(empty.clone(), node_list(&[4, 4]), serde_json::json!({"kind": "Status", "code": 404}));
+    let mut breaker = DeviceBreaker::default();
+    let actions = reconcile_once(&client, &rows, &cfg, &mut breaker, &stats).await.unwrap();
+    assert_eq!(actions.len(), 2, "a quarter of the cluster's 8 GPUs: {actions:?}");
+    assert!(breaker.open.as_deref().unwrap().contains("of 8 GPUs"), "{:?}", breaker.open);
+    // No device plugin: the DRA driver's ResourceSlices count (8 devices of gpu.nvidia.com).
+    let slice = |n: usize| {
+        let devices: Vec<serde_json::Value> = (0..4).map(|i| serde_json::json!({"name": format!("gpu-{i}")})).collect();
+        serde_json::json!({"metadata": {"name": format!("s{n}")}, "spec": {"driver": "gpu.nvidia.com", "devices": devices}})
+    };
+    let slices = serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList", "metadata": {},
+        "items": [slice(0), slice(1)]});
+    let (client, _) = mock_cluster(empty.clone(), node_list(&[0, 0]), slices);
+    let actions = reconcile_once(&client, &rows, &cfg, &mut DeviceBreaker::default(), &stats).await.unwrap();
+    assert_eq!(actions.len(), 2, "from the ResourceSlices: {actions:?}");
+    // Nothing lists a GPU: nothing newly tainted, and the breaker says why.
+    let (client, _) = mock_cluster(empty, node_list(&[]), serde_json::json!({"kind": "Status", "code": 404}));
+    let mut breaker = DeviceBreaker::default();
+    let actions = reconcile_once(&client, &rows, &cfg, &mut breaker, &stats).await.unwrap();
+    assert!(actions.is_empty(), "{actions:?}");
+    assert!(breaker.open.as_deref().unwrap().contains("the cluster lists no GPUs"), "{:?}", breaker.open);
 }
 
 /// Per-GPU quarantine: a corrupting GPU gets one DeviceTaintRule selecting that device alone;

@@ -11,7 +11,8 @@
 //!
 //! Every pass lists railguard's rules, creates the missing ones and deletes the ones whose GPU
 //! is no longer corrupting. New rules pass a circuit breaker of their own: never more than
-//! `max_share` of the GPUs railguard assesses tainted at once, at most `max_new` GPUs newly
+//! `max_share` of the GPUs the cluster knows ([`super::k8s_gpus`]: node capacity, else the DRA
+//! driver's ResourceSlices; never the rows agents report) tainted at once, at most `max_new` GPUs newly
 //! tainted per `rate_window` (a GPU flapping is charged once a window). The window's slots are
 //! shared fairly: candidates are taken one per node in turn (every node's first before any
 //! node's second), and one node takes at most half the window's slots (at least one), so a node
@@ -99,7 +100,7 @@ pub struct DeviceTaintConfig {
     /// The pool a node's GPUs are in, `{node}` replaced by the node's name.
     pub pool: String,
     pub effect: DeviceTaintEffect,
-    /// Circuit breaker: at most this share of the assessed GPUs tainted at once.
+    /// Circuit breaker: at most this share of the cluster's GPUs tainted at once.
     pub max_share: f64,
     /// Circuit breaker: at most this many GPUs newly tainted per `rate_window`.
     pub max_new: usize,
@@ -336,7 +337,17 @@ pub async fn reconcile_once(
             Some(ExistingRule { name, gpu: node.zip(gpu).map(|(node, gpu)| GpuRef { node, gpu }) })
         })
         .collect();
-    let actions = plan(&existing, &corrupting(rows), rows.len(), cfg, breaker, Instant::now());
+    // The share is of the GPUs the cluster knows, not of the rows agents report.
+    let known = super::k8s_gpus::cluster_gpus(client, &cfg.driver, cfg.api.version()).await?;
+    let corrupting = corrupting(rows);
+    let actions = plan(&existing, &corrupting, known.count, cfg, breaker, Instant::now());
+    if known.count == 0 && breaker.open.is_some() {
+        breaker.open = Some(format!(
+            "the cluster lists no GPUs (no {} capacity on any node, no ResourceSlice device of {}): nothing newly tainted",
+            super::k8s_gpus::GPU_RESOURCE,
+            cfg.driver
+        ));
+    }
     stats.device_breaker_open.store(breaker.open.is_some(), Relaxed);
     if let Some(why) = &breaker.open {
         tracing::warn!(why = %why, "device taint circuit breaker open");
