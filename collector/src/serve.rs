@@ -51,6 +51,9 @@ pub struct ServeConfig {
     pub dashboard_url: Option<crate::http::dashboard_url::DashboardUrl>,
     /// Where the runbooks the alerts link to are (None: this repository's `docs/`).
     pub runbook_url: Option<crate::http::dashboard_url::DashboardUrl>,
+    /// /metrics gives each GPU its own series up to this many GPUs in the fleet; above, only
+    /// the GPUs not `ok` or not proven.
+    pub metrics_gpu_series_limit: usize,
     /// A replica for the reads (API, dashboard, /metrics); None: the database written to.
     pub database_read_url: Option<String>,
     /// The password for `database` (a URL) and `database_read_url`, from a file; None: the
@@ -67,6 +70,10 @@ pub struct ServeConfig {
 pub use crate::tls::{GrpcTls, HttpTls};
 
 impl ServeConfig {
+    /// The default of `serve --metrics-gpu-series-limit`: 10,000 GPUs' series (about 60,000
+    /// lines) stay a page Prometheus scrapes in well under a second.
+    pub const DEFAULT_METRICS_GPU_SERIES_LIMIT: usize = 10_000;
+
     /// Days of probe and signal history kept by default (`serve --retention-days`).
     pub const DEFAULT_RETENTION_DAYS: u32 = 30;
 
@@ -87,6 +94,7 @@ impl ServeConfig {
             http_allowed_hosts: Default::default(),
             dashboard_url: None,
             runbook_url: None,
+            metrics_gpu_series_limit: Self::DEFAULT_METRICS_GPU_SERIES_LIMIT,
             database_read_url: None,
             database_password: None,
             k8s_nodes: None,
@@ -201,6 +209,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                     state: state.clone(),
                     api_token: cfg.api_token.as_deref().map(Arc::from),
                     secure_cookies: cfg.http_tls.is_some(),
+                    metrics_gpu_series_limit: cfg.metrics_gpu_series_limit,
                     window_minutes: i32::try_from(cfg.assess.window.as_secs() / 60).unwrap_or(i32::MAX).max(1),
                     facts: Arc::default(),
                     allowed_hosts: Arc::new(cfg.http_allowed_hosts.clone()),

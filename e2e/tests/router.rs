@@ -41,6 +41,7 @@ async fn every_endpoint_answers_as_its_document_says_in_process() {
         state: Arc::default(),
         api_token: None,
         secure_cookies: false,
+        metrics_gpu_series_limit: 10_000,
         window_minutes: 15,
         facts: Arc::default(),
         allowed_hosts: Arc::default(),
@@ -75,4 +76,71 @@ async fn every_endpoint_answers_as_its_document_says_in_process() {
     let (_, fleet) = get(&state, "/api/v1/fleet").await;
     assert_eq!(fleet["totals"]["corrupting"], 8, "{fleet}");
     assert_eq!(fleet["nodes"][0]["worst"], "corrupting");
+}
+
+/// /metrics at fleet scale: past `--metrics-gpu-series-limit` GPUs, per-GPU series only for the
+/// GPUs not `ok` or not proven (every alert's subject); `railguard_gpus` counts every GPU.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_keep_per_gpu_series_for_the_gpus_in_trouble_past_the_limit() {
+    let pg = TestPg::start().await;
+    // 10 healthy proven GPUs, one corrupting, one ok on the simulated fabric (not proven).
+    sqlx::query(
+        "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, reasons, verification, proven)
+         SELECT 'big-' || (g / 8), g % 8, 'ok'::gpu_status_kind, now(), now(), '[]'::jsonb, 'gpu_memory'::gpu_verification, true
+         FROM generate_series(0, 9) g
+         UNION ALL SELECT 'sick', 0, 'corrupting', now(), now(), '[\"silent corruption\"]', 'gpu_memory', false
+         UNION ALL SELECT 'sim', 0, 'ok', now(), now(), '[]', 'simulated', false",
+    )
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    let metrics = async |limit: usize| -> String {
+        let state = AppState {
+            pool: pg.pool.clone(),
+            state: Arc::default(),
+            api_token: None,
+            secure_cookies: false,
+            metrics_gpu_series_limit: limit,
+            window_minutes: 15,
+            facts: Arc::default(),
+            allowed_hosts: Arc::default(),
+            dashboard_url: Arc::new(
+                railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
+            ),
+            runbook_url: Arc::new(railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default()),
+            readers: railguard_collector::http::readers::permits(),
+        };
+        state.state.leads.assessment.store(true, std::sync::atomic::Ordering::Relaxed);
+        let resp = app(state).oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        String::from_utf8(axum::body::to_bytes(resp.into_body(), 64 << 20).await.unwrap().to_vec()).unwrap()
+    };
+    // The (node, gpu) of each line of `series`, in order, once each.
+    let gpus_with = |text: &str, series: &str| {
+        let value =
+            |l: &str, k: &str| l.split(&format!("{k}=\"")).nth(1).unwrap().split('"').next().unwrap().to_owned();
+        let mut g: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{series}{{")))
+            .map(|l| format!("{}/{}", value(l, "node"), value(l, "gpu")))
+            .collect();
+        g.dedup();
+        g
+    };
+    let all = metrics(100).await;
+    assert_eq!(gpus_with(&all, "railguard_gpu_info").len(), 12, "under the limit: every GPU");
+    assert_eq!(all.lines().filter(|l| l.starts_with("railguard_gpu_status{")).count(), 12 * 5);
+    let bounded = metrics(5).await;
+    let info: Vec<String> = gpus_with(&bounded, "railguard_gpu_info");
+    assert_eq!(info, ["sick/0", "sim/0"], "past the limit: the corrupting GPU and the unproven one");
+    assert_eq!(bounded.lines().filter(|l| l.starts_with("railguard_gpu_status{")).count(), 2 * 5);
+    for text in [&all, &bounded] {
+        let counted: i64 = text
+            .lines()
+            .filter(|l| l.starts_with("railguard_gpus{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<i64>().unwrap())
+            .sum();
+        assert_eq!(counted, 12, "railguard_gpus counts every GPU");
+    }
+    assert!(bounded.contains("railguard_gpus{status=\"ok\",proven=\"true\"} 10"), "{bounded}");
 }

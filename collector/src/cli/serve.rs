@@ -98,6 +98,11 @@ pub struct ServeArgs {
     /// `runbook_url`); default: this repository's docs/ on GitHub.
     #[arg(long, env = "RAILGUARD_RUNBOOK_URL", value_parser = DashboardUrl::parse)]
     runbook_url: Option<DashboardUrl>,
+    /// /metrics gives every GPU its own railguard_gpu_status and railguard_gpu_info series while
+    /// the fleet has at most this many GPUs; above, only the GPUs not ok or not proven (every
+    /// alert's subject), and railguard_gpus counts them all.
+    #[arg(long, env = "RAILGUARD_METRICS_GPU_SERIES_LIMIT", default_value_t = ServeConfig::DEFAULT_METRICS_GPU_SERIES_LIMIT)]
+    metrics_gpu_series_limit: usize,
     /// Connections the agents' gRPC port holds at once; more are closed at accept (the open-file
     /// limit is raised to its hard limit at start, and a warning says when that is too low).
     #[arg(long, default_value_t = ConnLimits::GRPC_DEFAULT.max, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(16..=4_000_000))]
@@ -238,6 +243,7 @@ impl ServeArgs {
         cfg.http_allowed_hosts = railguard_collector::http::host::AllowedHosts::from_flags(&self.http_allowed_host);
         cfg.dashboard_url = self.dashboard_url;
         cfg.runbook_url = self.runbook_url;
+        cfg.metrics_gpu_series_limit = self.metrics_gpu_series_limit;
         cfg.database_read_url = self.database_read_url;
         cfg.grpc_conns = ConnLimits {
             max: self.grpc_max_connections,

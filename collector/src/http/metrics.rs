@@ -24,7 +24,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     // from every replica: only the one leading the assessment exports it, so a Prometheus that
     // scrapes every replica holds one series per GPU and its alerts' joins and counts hold.
     if s.state.leads.assessment.load(Ordering::Relaxed) {
-        gpus(&mut out, &s.pool).await?;
+        gpus(&mut out, &s.pool, s.metrics_gpu_series_limit).await?;
         engines(&mut out, &s).await?;
         sources(&mut out, &s).await?;
         nodes(&mut out, &s.pool).await?;
@@ -98,12 +98,24 @@ fn ingest(out: &mut String, st: &crate::ingest::IngestStats) {
     );
 }
 
-/// Each GPU's status and facts.
-async fn gpus(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
-    let rows = crate::store::read::all_statuses(pool).await?;
+/// The fleet's GPUs counted by status, and each GPU's status and facts: every GPU while the
+/// fleet has at most `limit` GPUs; above it, only the GPUs not `ok` or not proven (the subjects
+/// of every alert), so the page stays bounded by the fleet's trouble, not its size.
+async fn gpus(out: &mut String, pool: &sqlx::PgPool, limit: usize) -> Result<(), ApiError> {
+    let counts = crate::store::read::gpu_counts(pool).await?;
     let _ = writeln!(
         out,
-        "# HELP railguard_gpu_status Current status of each GPU (1 for its status).\n# TYPE railguard_gpu_status gauge"
+        "# HELP railguard_gpus GPUs of the fleet by status and by whether their workload pair was proven on hardware (every GPU, whatever railguard_gpu_status carries).\n# TYPE railguard_gpus gauge"
+    );
+    for c in &counts {
+        let _ = writeln!(out, "railguard_gpus{{status=\"{}\",proven=\"{}\"}} {}", c.status, c.proven, c.gpus);
+    }
+    let total: i64 = counts.iter().map(|c| c.gpus).sum();
+    let attention_only = usize::try_from(total).unwrap_or(usize::MAX) > limit;
+    let rows = crate::store::read::all_statuses(pool, attention_only).await?;
+    let _ = writeln!(
+        out,
+        "# HELP railguard_gpu_status Current status of each GPU (1 for its status). Every GPU while the fleet has at most --metrics-gpu-series-limit GPUs; above it, only the GPUs not ok or not proven (railguard_gpus counts them all).\n# TYPE railguard_gpu_status gauge"
     );
     for crate::store::read::GpuStatusOnly { node_id: node, gpu_index: gpu, status } in &rows {
         for st in GpuStatus::ALL {
@@ -119,7 +131,7 @@ async fn gpus(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
         out,
         "# HELP railguard_gpu_info Each GPU's workload NIC; how that pair was verified (verification: gpu_memory, host_memory, simulated, unproven, unprobed, no_rdma); what carried the evidence its status rests on (path: nic_dma, host_copy, simulated, other_device; empty when nothing moved bytes); the layer its status rests on (layer: fabric, nic, gpu, host, undetermined; empty when nothing is against it); whether its workload pair was proven on hardware, through its own NIC, in the memory its KV cache moves in (proven; simulated evidence never is); the NIC to pin instead (empty when none; always one of the node's own NICs), what that NIC was verified by (pin_evidence: gpu_memory, host_memory, simulated, unprobed) and whether that was on hardware in the memory the GPU's KV cache moves in (pin_verified); the GPU's uuid, PCI address (pci_bus_id) and model from the node's latest topology (empty when it does not say); always 1. Join on node and gpu (or on uuid with DCGM's series).\n# TYPE railguard_gpu_info gauge"
     );
-    for g in crate::store::read::gpu_infos(pool).await? {
+    for g in crate::store::read::gpu_infos(pool, attention_only).await? {
         let _ = writeln!(
             out,
             "railguard_gpu_info{{node=\"{}\",gpu=\"{}\",workload_nic=\"{}\",verification=\"{}\",path=\"{}\",layer=\"{}\",proven=\"{}\",pin=\"{}\",pin_evidence=\"{}\",pin_verified=\"{}\",uuid=\"{}\",pci_bus_id=\"{}\",model=\"{}\"}} 1",

@@ -38,6 +38,9 @@ pub struct AppState {
     pub api_token: Option<Arc<str>>,
     /// The listener is HTTPS: the session cookie is `Secure`.
     pub secure_cookies: bool,
+    /// /metrics gives every GPU its own series while the fleet has at most this many GPUs;
+    /// above, only the GPUs not `ok` or not proven (`serve --metrics-gpu-series-limit`).
+    pub metrics_gpu_series_limit: usize,
     /// The assessment window (the API's per-pair window counts).
     pub window_minutes: i32,
     /// The nodes' topology facts the pattern finder has read, kept between its reads.

@@ -230,8 +230,29 @@ pub struct GpuStatusOnly {
 }
 
 /// Every GPU's status, by node and index (for /metrics).
-pub async fn all_statuses(pool: &PgPool) -> Result<Vec<GpuStatusOnly>, sqlx::Error> {
-    sqlx::query_as("SELECT node_id, gpu_index, status FROM gpu_status ORDER BY node_id, gpu_index")
+/// Every GPU's status, or (`attention_only`) those of the GPUs not `ok` or not proven: the
+/// subjects of every alert.
+pub async fn all_statuses(pool: &PgPool, attention_only: bool) -> Result<Vec<GpuStatusOnly>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT node_id, gpu_index, status FROM gpu_status
+         WHERE NOT $1 OR status <> 'ok' OR NOT proven ORDER BY node_id, gpu_index",
+    )
+    .bind(attention_only)
+    .fetch_all(pool)
+    .await
+}
+
+/// How many GPUs hold each status, split by whether their workload pair was proven.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GpuCount {
+    pub status: GpuStatus,
+    pub proven: bool,
+    pub gpus: i64,
+}
+
+/// The fleet's GPUs counted by status and proof (one row per pair of values held).
+pub async fn gpu_counts(pool: &PgPool) -> Result<Vec<GpuCount>, sqlx::Error> {
+    sqlx::query_as("SELECT status, proven, count(*) AS gpus FROM gpu_status GROUP BY 1, 2 ORDER BY 1, 2")
         .fetch_all(pool)
         .await
 }
@@ -265,7 +286,7 @@ pub struct GpuInfo {
 }
 
 /// Per GPU: its workload NIC, how that pair was verified, the pin, and its identity (for /metrics).
-pub async fn gpu_infos(pool: &PgPool) -> Result<Vec<GpuInfo>, sqlx::Error> {
+pub async fn gpu_infos(pool: &PgPool, attention_only: bool) -> Result<Vec<GpuInfo>, sqlx::Error> {
     sqlx::query_as(
         "SELECT s.node_id, s.gpu_index, s.workload_nic, s.verification, s.pin_nic, s.pin_evidence, s.pin_verified,
                 s.evidence_path, s.proven, s.layer, coalesce(g.uuid, '') AS uuid, coalesce(g.bdf, '') AS pci_bus_id,
@@ -273,8 +294,10 @@ pub async fn gpu_infos(pool: &PgPool) -> Result<Vec<GpuInfo>, sqlx::Error> {
          FROM gpu_status s
          LEFT JOIN latest_topology t ON t.node_id = s.node_id
          LEFT JOIN topology_gpus g ON g.node_id = s.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
+         WHERE NOT $1 OR s.status <> 'ok' OR NOT s.proven
          ORDER BY s.node_id, s.gpu_index",
     )
+    .bind(attention_only)
     .fetch_all(pool)
     .await
 }
