@@ -14,6 +14,7 @@ const live = document.getElementById("live");
 let runbooks = "https://github.com/railguard/railguard/blob/main/docs/";
 let infoRead = null;
 const runbook = (anchor) => esc(`${runbooks}runbook-alerts.md#${anchor}`);
+const runbookPage = (page) => esc(`${runbooks}${page}`);
 
 function esc(s) {
   const map = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
@@ -819,6 +820,27 @@ function gpuHeader(name, idx, d) {
     ${pin}`;
 }
 
+// What to do first about a GPU its own hardware path implicates: drain, then pin, then
+// confirm (the runbook's order). Nothing for a GPU without a finding on its path.
+function firstStepsPanel(name, idx, s) {
+  const pin = s.recommendation ? `<code>${esc(s.recommendation)}</code>` : "the NIC the runbook's step 3 finds";
+  if (s.status === "corrupting") {
+    return `<div id="first-steps" class="first-steps corrupting"><h2>What to do first</h2><ol>
+      <li><b>Drain</b>: take this GPU's serving process out of rotation; its KV transfers can return wrong bytes
+        while requests succeed.</li>
+      <li><b>Pin</b>: restart that process with ${pin}.</li>
+      <li><b>Confirm</b> on ${esc(name)}: <code>railguard-agent preflight --gpu ${esc(idx)} --memory gpu</code>.</li>
+      </ol><p><a href="${runbookPage("runbook-corrupting-gpu.md")}">runbook: a GPU is corrupting</a></p></div>`;
+  }
+  if (s.status === "at_risk") {
+    return `<div id="first-steps" class="first-steps at_risk"><h2>What to do first</h2><ol>
+      <li><b>Pin</b> before it corrupts: restart this GPU's serving process with ${pin}.</li>
+      <li><b>Confirm</b> on ${esc(name)}: <code>railguard-agent preflight --gpu ${esc(idx)} --memory gpu</code>.</li>
+      </ol><p><a href="${runbook("railguardgpuatrisk")}">runbook: a GPU at risk</a></p></div>`;
+  }
+  return "";
+}
+
 function verdictsPanel(d, plots) {
   const chart = plots.evidence.length
     ? `<div class="chart" id="chart-verdicts" data-rows="${esc(plots.nicOrder.join(","))}"></div>`
@@ -910,6 +932,7 @@ async function gpu(name, idx, query) {
   const zoom = (from, to) => zoomTo(name, idx, query, from, to);
   paint(view, [
     { id: "header", html: gpuHeader(name, idx, d) },
+    { id: "first-steps", html: d.at ? "" : firstStepsPanel(name, idx, d.s) },
     { id: "range", html: rangePanel(name, idx, query, d), draw: (el) => wireRange(el, name, idx, query) },
     {
       id: "verdicts", html: verdictsPanel(d, plots), data: [plots.evidence, range],

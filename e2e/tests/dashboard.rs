@@ -308,6 +308,12 @@ async fn clicking_drills_down_from_fleet_to_node_to_gpu() {
         let pin = b.text("#pin");
         assert_eq!(pin, "UCX_NET_DEVICES=mlx5_1:1 (verified on the simulated fabric, not on hardware)");
         assert!(b.text("#evidence").contains("GPU0 via mlx5_0"));
+        // What to do first, in the runbook's order, with this GPU's pin and its runbook.
+        let steps = b.text("#first-steps");
+        assert!(steps.contains("Drain") && steps.contains("UCX_NET_DEVICES=mlx5_1:1"), "{steps}");
+        assert!(steps.contains("preflight --gpu 0 --memory gpu"), "{steps}");
+        let href = b.execute("return document.querySelector('#first-steps a').href");
+        assert!(href.as_str().unwrap().ends_with("runbook-corrupting-gpu.md"), "{href}");
         // The same on a GPU's page: the pairs table survives a refresh.
         let kept = "document.querySelector('[data-panel=pairs] table').dataset.kept = '1'; \
                     return render().then(() => document.querySelector('[data-panel=pairs] table').dataset.kept || 'redrawn');";
