@@ -594,11 +594,16 @@ fn changes_to(html: &str) -> Vec<String> {
 
 /// The plot area a chart published (`data-plot="left,top,width,height"`, CSS pixels).
 fn plot_rect(dom: &str, id: &str) -> [usize; 4] {
+    let v = chart_numbers(dom, id, "data-plot");
+    [v[0], v[1], v[2], v[3]].map(|n| n as usize)
+}
+
+/// The comma-separated numbers a chart published in `attr` (`data-plot`, `data-span`).
+fn chart_numbers(dom: &str, id: &str, attr: &str) -> Vec<f64> {
     let at = dom.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no #{id}: {dom}"));
     let tag = &dom[at..at + dom[at..].find('>').unwrap()];
-    let v = tag.split("data-plot=\"").nth(1).unwrap_or_else(|| panic!("#{id} drew no plot: {tag}"));
-    let v: Vec<usize> = v[..v.find('"').unwrap()].split(',').map(|n| n.parse().unwrap()).collect();
-    [v[0], v[1], v[2], v[3]]
+    let v = tag.split(&format!("{attr}=\"")).nth(1).unwrap_or_else(|| panic!("#{id} drew no plot: {tag}"));
+    v[..v.find('"').unwrap()].split(',').map(|n| n.parse().unwrap()).collect()
 }
 
 fn shot(name: &str) -> railguard_e2e::png::Image {
@@ -918,10 +923,7 @@ async fn the_range_picker_and_a_drag_change_the_plotted_span() {
     // not a day of nothing.
     let node = tokio::task::block_in_place(|| browse(&format!("{base}#/node/repinned"), "range-node.png"));
     let hours = |dom: &str| {
-        let at = dom.find("id=\"chart-nics\"").unwrap();
-        let tag = &dom[at..at + dom[at..].find('>').unwrap()];
-        let v = tag.split("data-span=\"").nth(1).unwrap();
-        let v: Vec<f64> = v[..v.find('"').unwrap()].split(',').map(|n| n.parse().unwrap()).collect();
+        let v = chart_numbers(dom, "chart-nics", "data-span");
         (v[1] - v[0]) / 3600.0
     };
     let old = hours(&node);

@@ -24,6 +24,25 @@ async fn get(state: &AppState, path: &str) -> (StatusCode, Value) {
     (status, serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("{path}: not JSON")))
 }
 
+/// The router's state over `pg`, open (no token), with `/metrics`' per-GPU series limit `limit`.
+fn app_state(pg: &TestPg, limit: usize) -> AppState {
+    AppState {
+        pool: pg.pool.clone(),
+        state: Arc::default(),
+        api_token: None,
+        secure_cookies: false,
+        metrics_gpu_series_limit: limit,
+        window_minutes: 15,
+        facts: Arc::default(),
+        allowed_hosts: Arc::default(),
+        dashboard_url: Arc::new(
+            railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
+        ),
+        runbook_url: Arc::new(railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default()),
+        readers: railguard_collector::http::readers::permits(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_endpoint_answers_as_its_document_says_in_process() {
     let pg = TestPg::start().await;
@@ -36,21 +55,7 @@ async fn every_endpoint_answers_as_its_document_says_in_process() {
     store.ingest(&node, records, 0).await.unwrap();
     assess_and_store(&pg.pool, None, &AssessConfig::default(), chrono::Utc::now()).await.unwrap();
 
-    let state = AppState {
-        pool: pg.pool.clone(),
-        state: Arc::default(),
-        api_token: None,
-        secure_cookies: false,
-        metrics_gpu_series_limit: 10_000,
-        window_minutes: 15,
-        facts: Arc::default(),
-        allowed_hosts: Arc::default(),
-        dashboard_url: Arc::new(
-            railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
-        ),
-        runbook_url: Arc::new(railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default()),
-        readers: railguard_collector::http::readers::permits(),
-    };
+    let state = app_state(&pg, 10_000);
     let (code, spec) = get(&state, "/api/v1/openapi.json").await;
     assert_eq!(code, StatusCode::OK);
 
@@ -95,21 +100,7 @@ async fn metrics_keep_per_gpu_series_for_the_gpus_in_trouble_past_the_limit() {
     .await
     .unwrap();
     let metrics = async |limit: usize| -> String {
-        let state = AppState {
-            pool: pg.pool.clone(),
-            state: Arc::default(),
-            api_token: None,
-            secure_cookies: false,
-            metrics_gpu_series_limit: limit,
-            window_minutes: 15,
-            facts: Arc::default(),
-            allowed_hosts: Arc::default(),
-            dashboard_url: Arc::new(
-                railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
-            ),
-            runbook_url: Arc::new(railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default()),
-            readers: railguard_collector::http::readers::permits(),
-        };
+        let state = app_state(&pg, limit);
         state.state.leads.assessment.store(true, std::sync::atomic::Ordering::Relaxed);
         let resp = app(state).oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
