@@ -18,10 +18,13 @@ fn seed() -> (tempfile::TempDir, Topology) {
 /// What `watch` prints on stderr once every source is open.
 const READY: &str = "watch: following";
 
-/// A `watch` run over the fixture node, its events on stdout and its log on stderr.
+/// A `watch` run over the fixture node, its events on stdout and its log on stderr. Its stdout
+/// is drained as it comes (the kernel log may hold many matching lines from earlier runs: a
+/// pipe left unread would fill and stop it mid-write).
 struct Watch {
     child: std::process::Child,
     stderr: std::io::BufReader<std::process::ChildStderr>,
+    stdout: std::thread::JoinHandle<Vec<u8>>,
     said: String,
 }
 
@@ -36,7 +39,14 @@ impl Watch {
             .spawn()
             .unwrap();
         let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        Watch { child, stderr, said: String::new() }
+        let mut out = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = Vec::new();
+            out.read_to_end(&mut buf).unwrap();
+            buf
+        });
+        Watch { child, stderr, stdout, said: String::new() }
     }
 
     /// Blocks until it says it follows every source (or panics with what it said instead).
@@ -60,10 +70,11 @@ impl Watch {
         let mut rest = String::new();
         self.stderr.read_to_string(&mut rest).unwrap();
         self.said.push_str(&rest);
-        let out = self.child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", self.said);
+        let status = self.child.wait().unwrap();
+        let stdout = self.stdout.join().unwrap();
+        assert!(status.success(), "{}", self.said);
         assert!(self.said.contains(READY), "watch never followed its sources: {}", self.said);
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        String::from_utf8_lossy(&stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 }
 
