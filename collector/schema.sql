@@ -68,7 +68,8 @@ CREATE TABLE inline_reports (
     failures_omitted bigint NOT NULL,
     engine jsonb,
     transfers_mismatch_misplaced bigint NOT NULL DEFAULT 0,
-    simulated boolean NOT NULL DEFAULT false
+    simulated boolean NOT NULL DEFAULT false,
+    sources_changed bigint NOT NULL DEFAULT 0
 ) PARTITION BY RANGE (observed_at);
 
 CREATE TABLE node_status (
@@ -284,6 +285,7 @@ ALTER TABLE inline_reports ADD CONSTRAINT inline_reports_memory_check CHECK ((me
 ALTER TABLE inline_reports ADD CONSTRAINT inline_reports_path_check CHECK ((path = ANY (ARRAY['nic_dma'::text, 'host_copy'::text, 'simulated'::text])));
 ALTER TABLE inline_reports ADD CONSTRAINT inline_reports_pkey PRIMARY KEY (node_id, observed_at, record_id);
 ALTER TABLE inline_reports ADD CONSTRAINT inline_reports_simulated_fabric CHECK (((path <> 'simulated'::text) OR simulated));
+ALTER TABLE inline_reports ADD CONSTRAINT inline_reports_sources_changed_check CHECK ((sources_changed >= 0));
 ALTER TABLE node_status ADD CONSTRAINT node_status_node_id_fkey FOREIGN KEY (node_id) REFERENCES nodes(node_id);
 ALTER TABLE node_status ADD CONSTRAINT node_status_pkey PRIMARY KEY (node_id);
 ALTER TABLE nodes ADD CONSTRAINT nodes_pkey PRIMARY KEY (node_id);
@@ -314,6 +316,7 @@ CREATE INDEX gpu_status_by_severity ON public.gpu_status USING btree (status DES
 CREATE INDEX gpu_status_changes_gpu_time ON public.gpu_status_changes USING btree (node_id, gpu_index, at DESC);
 CREATE INDEX gpu_status_changes_time ON public.gpu_status_changes USING btree (at DESC);
 CREATE INDEX inline_reports_gpu_time ON ONLY public.inline_reports USING btree (node_id, gpu_index, observed_at DESC);
+CREATE INDEX inline_reports_sources_changed ON ONLY public.inline_reports USING btree (observed_at) WHERE (sources_changed > 0);
 CREATE INDEX inline_reports_time ON ONLY public.inline_reports USING brin (observed_at);
 CREATE INDEX node_status_rank ON public.node_status USING btree (rank DESC, node_id);
 CREATE INDEX probe_results_failed_time ON ONLY public.probe_results USING btree (observed_at) WHERE (verdict <> 'ok'::text);
@@ -326,6 +329,18 @@ CREATE INDEX signal_events_time ON ONLY public.signal_events USING brin (observe
 CREATE INDEX source_workers_node ON public.source_workers USING btree (node_id, observed_at DESC);
 CREATE INDEX topology_snapshots_node_received ON public.topology_snapshots USING btree (node_id, received_at DESC, observed_at DESC);
 CREATE INDEX topology_snapshots_node_time ON public.topology_snapshots USING btree (node_id, observed_at DESC);
+
+CREATE VIEW inline_source_changes AS
+ SELECT r.node_id,
+    r.observed_at,
+    r.gpu_index,
+    x.value ->> 'remote'::text AS transfer,
+    split_part(x.value ->> 'remote'::text, '/'::text, 1) AS worker,
+    r.engine
+   FROM inline_reports r
+     CROSS JOIN LATERAL jsonb_array_elements(r.failures) x(value)
+     CROSS JOIN LATERAL railguard_source_end(split_part(x.value ->> 'remote'::text, '/'::text, 1)) e(node_id, gpu_index, gpu_bdf, nic, path, simulated, announced_by)
+  WHERE r.sources_changed > 0 AND (x.value ->> 'source_changed'::text) = 'true'::text AND e.announced_by = 1 AND e.node_id = r.node_id AND e.gpu_index = r.gpu_index;
 
 CREATE VIEW inline_source_failures AS
  SELECT r.node_id,
@@ -354,7 +369,7 @@ CREATE VIEW inline_source_failures AS
    FROM inline_reports r
      CROSS JOIN LATERAL jsonb_array_elements(r.failures) x(value)
      CROSS JOIN LATERAL railguard_source_end(split_part(x.value ->> 'remote'::text, '/'::text, 1)) e(node_id, gpu_index, gpu_bdf, nic, path, simulated, announced_by)
-  WHERE r.transfers_mismatch > 0 AND r.gpu_index IS NOT NULL AND (x.value ->> 'mismatch'::text) = 'true'::text AND split_part(COALESCE(x.value ->> 'remote'::text, ''::text), '/'::text, 1) <> ''::text AND NOT ((COALESCE((x.value #>> '{diagnosis,untouched}'::text[])::bigint, 0::bigint) + COALESCE((x.value #>> '{diagnosis,corrupt}'::text[])::bigint, 0::bigint)) = 0 AND (COALESCE((x.value #>> '{diagnosis,stale}'::text[])::bigint, 0::bigint) + COALESCE((x.value #>> '{diagnosis,misdirected}'::text[])::bigint, 0::bigint) + COALESCE((x.value #>> '{diagnosis,swapped}'::text[])::bigint, 0::bigint)) > 0);
+  WHERE r.transfers_mismatch > 0 AND r.gpu_index IS NOT NULL AND (x.value ->> 'mismatch'::text) = 'true'::text AND split_part(COALESCE(x.value ->> 'remote'::text, ''::text), '/'::text, 1) <> ''::text AND NOT railguard_failure_misplaced(x.value) AND NOT railguard_changed_at_source(x.value ->> 'remote'::text, r.observed_at);
 
 CREATE VIEW latest_topology AS
  SELECT DISTINCT ON (topology_snapshots.node_id) topology_snapshots.record_id,
@@ -489,6 +504,17 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.railguard_changed_at_source(named text, failed_at timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT named LIKE '%/%' AND EXISTS (
+        SELECT 1 FROM inline_source_changes c
+        WHERE c.transfer = named
+          AND c.observed_at > failed_at - interval '1 hour' AND c.observed_at <= failed_at + interval '1 hour')
+$function$;
+
 CREATE OR REPLACE FUNCTION public.railguard_drop_month_partitions_before(parent regclass, keep_from date)
  RETURNS SETOF text
  LANGUAGE sql
@@ -555,6 +581,27 @@ BEGIN
             ((first + ('1 ' || span)::interval)::timestamp AT TIME ZONE 'UTC'));
     END IF;
 END;
+$function$;
+
+CREATE OR REPLACE FUNCTION public.railguard_failure_misplaced(f jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT coalesce((f #>> '{diagnosis,untouched}')::bigint, 0) + coalesce((f #>> '{diagnosis,corrupt}')::bigint, 0) = 0
+       AND coalesce((f #>> '{diagnosis,stale}')::bigint, 0) + coalesce((f #>> '{diagnosis,misdirected}')::bigint, 0)
+           + coalesce((f #>> '{diagnosis,swapped}')::bigint, 0) + coalesce((f #>> '{diagnosis,layout}')::bigint, 0) > 0
+$function$;
+
+CREATE OR REPLACE FUNCTION public.railguard_mismatches_changed_at_source(failed jsonb, failed_at timestamp with time zone, mismatches bigint, misplaced bigint)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT CASE WHEN mismatches <= misplaced THEN 0 ELSE least(mismatches - misplaced, (
+        SELECT count(*) FROM jsonb_array_elements(failed) x
+        WHERE x.value->>'mismatch' = 'true' AND NOT railguard_failure_misplaced(x.value)
+          AND railguard_changed_at_source(x.value->>'remote', failed_at))) END
 $function$;
 
 CREATE OR REPLACE FUNCTION public.railguard_node_status_row()

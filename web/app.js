@@ -322,13 +322,15 @@ function agePanel(grid) {
 function enginesPanel(e) {
   if (!e || !e.engines.length) return "";
   const rows = e.engines.map(x => `<tr data-engine="${esc(x.label)}"><td>${esc(x.label)}</td><td>${x.mismatches}</td>` +
-    `<td>${x.by_host_copy} / ${x.misplaced}</td><td>${x.gpus}</td><td>${x.nodes}</td>` +
+    `<td>${x.by_host_copy} / ${x.misplaced} / ${x.changed_at_source}</td><td>${x.gpus}</td><td>${x.nodes}</td>` +
     `<td>${esc(ago(x.last_at))}</td></tr>`);
   return `<h2>Engines <span class="muted">the day to ${esc(iso(e.until))}</span></h2>
     <p class="muted" id="engines-note">KV blocks that arrived with wrong bytes by a host copy, or holding whole source
-    blocks of another time or place: the serving engine moved or mislaid them, no GPU or NIC did, so no GPU is marked,
+    blocks of another time or place, or the source's bytes rearranged after arrival, or blocks the source reused
+    before the READ was confirmed: the serving engine moved or mislaid them, no GPU or NIC did, so no GPU is marked,
     pinned or tainted for them (<a href="${runbook("railguardenginecorruptskv")}">runbook</a>).</p>
-    ${table("engines", ["engine", "mismatches", "host copy / misplaced", "GPUs", "nodes", "last"], rows)}`;
+    ${table("engines", ["engine", "mismatches", "host copy / misplaced / changed at source", "GPUs", "nodes", "last"],
+      rows)}`;
 }
 
 // Source findings over the day: the other end of the transfers, never the destinations'.

@@ -3,7 +3,9 @@
 //! path marks it.
 //!
 //! - an in-line mismatch moved by a host copy is the engine's: the GPU is not `corrupting`, has
-//!   no pin, and the engine is named fleet-wide (API and /metrics);
+//!   no pin, and the engine is named fleet-wide (API and /metrics); so is one moved by the GPU's
+//!   NIC whose every block holds the source's bytes rearranged (`layout`: the engine rewrote them
+//!   after arrival), and it blames no source either;
 //! - mismatches on four decode GPUs of two nodes, through their own NICs, all from one source
 //!   that sent wrong bytes to no other destination are the other end's, naming that source; a
 //!   GPU with wrong bytes from a source of its own is its own path's (`corrupting`);
@@ -54,6 +56,7 @@ fn inline_on(
             bytes: 1 << 20,
             diagnosis: None,
             source: None,
+            source_changed: false,
         })
         .collect();
     Record {
@@ -81,9 +84,23 @@ fn inline_on(
             transfers_mismatch_misplaced: 0,
             simulated,
             engine,
+            sources_changed: 0,
         }),
     }
     .into()
+}
+
+/// `w` (an in-line report) with every failure's bad blocks diagnosed `layout`: the source's bytes
+/// rearranged after arrival, as the connector tells them apart by the blocks' set digests.
+fn rearranged(w: wire::Record) -> wire::Record {
+    let mut r = Record::try_from(w).unwrap();
+    if let RecordBody::Inline(i) = &mut r.body {
+        for f in &mut i.failures {
+            f.diagnosis = Some(BlockDiagnosis { layout: f.bad_blocks, ..BlockDiagnosis::default() });
+        }
+        i.transfers_mismatch_misplaced = i.transfers_mismatch;
+    }
+    r.into()
 }
 
 /// A healthy bare-metal node's topology and ok probes of every GPU's own pair (simulated).
@@ -99,6 +116,11 @@ fn healthy() -> Vec<wire::Record> {
 
 fn gpu(c: &CollectorProc, node: &str, g: u32) -> Value {
     json(c, &format!("/api/v1/nodes/{node}/gpus/{g}"))["status"].clone()
+}
+
+/// Whether a finding of `layer` calls for more than `ok`.
+fn blames(v: &Value, layer: &str) -> bool {
+    v["findings"].as_array().into_iter().flatten().any(|f| f["layer"] == layer && f["calls_for"] != "ok")
 }
 
 fn layers(v: &Value) -> Vec<String> {
@@ -119,6 +141,16 @@ async fn each_finding_names_its_layer_and_only_hardware_marks_a_gpu() {
     // The engine: three transfers on eng's GPU2 arrive wrong, moved by a host copy.
     let mut eng = healthy();
     eng.push(inline(2, 3, "prefill-0", DataPath::HostCopy, Some(vllm)));
+    // The engine again: two transfers on eng's GPU3 moved by its NIC's DMA, every block the
+    // source's bytes rearranged (a decode engine permuting received blocks HND -> NHD), from the
+    // source that corrupts dec-a's and dec-b's blocks below: they count against neither.
+    let permuting = EngineIdentity {
+        name: "vllm".into(),
+        version: "0.33.0".into(),
+        connector: "RailguardNixlConnector".into(),
+        settings: [("enable_permute_local_kv".to_owned(), "true".to_owned())].into(),
+    };
+    eng.push(rearranged(inline(3, 2, "prefill-7", DataPath::NicDma, Some(permuting))));
     // A simulated device whose (host) memory a real NIC moved: its mismatches are marked as
     // simulation, and its clean transfers prove nothing of the GPU.
     eng.push(inline_on(5, 2, "prefill-5", DataPath::NicDma, None, true));
@@ -164,6 +196,26 @@ async fn each_finding_names_its_layer_and_only_hardware_marks_a_gpu() {
     assert!(
         metrics.contains("railguard_engine_kv_mismatches{engine=\"vllm\",version=\"0.33.0\",connector=\"RailguardNixlConnector\",settings=\"enable_prefix_caching=true\"} 3"),
         "{metrics}"
+    );
+    // Rearranged after arrival: GPU3's NIC moved the bytes, and still the engine is named, not
+    // GPU3, its NIC or the source.
+    let g3 = gpu(&c, "eng", 3);
+    assert_ne!(g3["status"], "corrupting", "{g3}");
+    assert!(g3["recommendation"].is_null() && g3["pin"].is_null(), "{g3}");
+    assert!(layers(&g3).contains(&"engine".to_owned()) && !blames(&g3, "fabric"), "{g3}");
+    assert!(
+        g3["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["reason"].as_str().is_some_and(|r| r.contains("the source's bytes rearranged after arrival"))),
+        "{g3}"
+    );
+    let e = &engines["engines"][1];
+    assert_eq!(
+        (e["label"].as_str(), e["mismatches"].as_i64(), e["misplaced"].as_i64()),
+        (Some("vllm 0.33.0 (RailguardNixlConnector; enable_permute_local_kv=true)"), Some(2), Some(2)),
+        "{engines}"
     );
 
     // The simulated device's: a fabric finding marked as simulation; nothing of it proven.
@@ -486,4 +538,81 @@ async fn a_source_is_named_by_the_pair_its_own_node_attests_and_no_node_can_take
         !sources["sources"].as_array().unwrap().iter().any(|s| s["source"] == "prefill-11|tp0pp0"),
         "a source proven clean by its own node is not listed: {sources}"
     );
+}
+
+/// `w` (an in-line report) turned into the source side's word: the blocks it lent out for
+/// `request` as worker `worker` changed before a destination's READ was confirmed.
+fn changed_at_source(w: wire::Record, worker: &str, request: &str) -> wire::Record {
+    let mut r = Record::try_from(w).unwrap();
+    if let RecordBody::Inline(i) = &mut r.body {
+        let mut f = i.failures[0].clone();
+        f.request = request.into();
+        f.remote = format!("{worker}/{request}");
+        f.mismatch = false;
+        f.source_changed = true;
+        f.bad_blocks = 1;
+        f.bad_block_indices = vec![2];
+        f.first_bad_offset = None;
+        f.error = "the source's blocks changed before the destination's READ was confirmed".into();
+        i.failures = vec![f];
+        i.transfers_mismatch = 0;
+        i.sources_changed = 1;
+    }
+    r.into()
+}
+
+/// A transfer its source's own node reports changed at the source before the READ was confirmed
+/// (vLLM's block-reuse race on the prefill side) is the engine's: the decode GPU whose NIC moved
+/// the bytes is not `corrupting` and gets no pin, though the source's word arrives after the
+/// destination's. Only the node that announced the worker, for the GPU it announced, can say so:
+/// the same claim from another node leaves the destination's own path to blame.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transfer_its_own_source_reports_changed_is_the_engines_and_no_other_node_can_say_so() {
+    let pg = TestPg::start().await;
+    let nodes = ["pre", "dec-c", "liar"];
+    let c = CollectorProc::start_with(&pg.url(), &nodes, &[]);
+    // The decode node first: GPU1 and GPU2 each got one transfer of wrong bytes from the same
+    // prefill worker, through their own NICs (`corrupt`: no diagnosis says otherwise).
+    let mut dec = healthy();
+    dec.push(inline(1, 1, "pre-engine|tp0pp0/req-1", DataPath::NicDma, None));
+    dec.push(inline(2, 1, "pre-engine|tp0pp0/req-2", DataPath::NicDma, None));
+    send(&c, "dec-c", dec).await;
+    // Two destinations of one source, and no other source: the other end's, so far.
+    wait::until("dec-c's GPUs naming their source", Duration::from_secs(60), || {
+        let named = [1, 2].iter().filter(|g| layers(&gpu(&c, "dec-c", **g)).contains(&"remote".to_owned())).count();
+        if named == 2 { Ok(()) } else { Err(named) }
+    });
+    // Then the source: its node announced the worker on GPU0 and reports req-1 changed there. A
+    // node that announced nothing claims req-2 changed.
+    let mut pre = healthy();
+    pre.push(announced("pre-engine|tp0pp0", 0));
+    pre.push(changed_at_source(inline(0, 1, "x", DataPath::NicDma, None), "pre-engine|tp0pp0", "req-1"));
+    send(&c, "pre", pre).await;
+    let mut liar = healthy();
+    liar.push(changed_at_source(inline(0, 1, "x", DataPath::NicDma, None), "pre-engine|tp0pp0", "req-2"));
+    send(&c, "liar", liar).await;
+
+    let g1 = wait::until("dec-c GPU1 the engine's by its source's word", Duration::from_secs(60), || {
+        let v = gpu(&c, "dec-c", 1);
+        if blames(&v, "engine") { Ok(v) } else { Err(v.to_string()) }
+    });
+    assert_ne!(g1["status"], "corrupting", "{g1}");
+    assert!(g1["pin"].is_null() && g1["recommendation"].is_null(), "{g1}");
+    assert!(!blames(&g1, "fabric") && !blames(&g1, "remote"), "{g1}");
+    // GPU2's transfer stays wrong bytes on its own path: the liar's word is nobody's, and with
+    // req-1 explained the source reached one GPU only, so no pattern moves the blame off it.
+    let g2 = wait::until("dec-c GPU2 its own path's", Duration::from_secs(60), || {
+        let v = gpu(&c, "dec-c", 2);
+        if v["status"] == "corrupting" { Ok(v) } else { Err(v.to_string()) }
+    });
+    assert_eq!(g2["layer"].as_str(), Some("fabric"), "{g2}");
+    // The source GPU itself is not marked for the change it reported.
+    let p0 = gpu(&c, "pre", 0);
+    assert_ne!(p0["status"], "corrupting", "{p0}");
+    assert!(!blames(&p0, "fabric"), "a source-side change is no fault of the source's path: {p0}");
+    // Fleet-wide, the change counts against the engine, once: the liar's claim does not.
+    let engines = json(&c, "/api/v1/engines?since=1h");
+    let changed: i64 =
+        engines["engines"].as_array().unwrap().iter().filter_map(|e| e["changed_at_source"].as_i64()).sum();
+    assert_eq!(changed, 1, "{engines}");
 }

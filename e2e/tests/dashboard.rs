@@ -428,11 +428,13 @@ async fn hostile_names_reasons_and_links_run_no_script() {
                         ..Default::default()
                     }),
                     source: None,
+                    source_changed: false,
                 }],
                 failures_omitted: 0,
                 transfers_mismatch_misplaced: 0,
                 simulated: false,
                 engine: None,
+                sources_changed: 0,
             }),
         }
         .into(),

@@ -60,6 +60,7 @@ fn inline(gpu: u32, ok: u64, mismatch: u64, ago_s: i64) -> wire::Record {
             bytes: 1 << 20,
             diagnosis: None,
             source: None,
+            source_changed: false,
         })
         .into_iter()
         .collect();
@@ -88,6 +89,7 @@ fn inline(gpu: u32, ok: u64, mismatch: u64, ago_s: i64) -> wire::Record {
             transfers_mismatch_misplaced: 0,
             simulated: false,
             engine: None,
+            sources_changed: 0,
         }),
     }
     .into()

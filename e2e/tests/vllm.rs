@@ -5,7 +5,9 @@
 //! "forward" writes the request's blocks (integrations/nixl/tests/vllm_pd.py says what is real).
 //!
 //! - the connector's Python tests (clean decode, the reuse race, a block corrupted on arrival,
-//!   the recompute policy, no manifest, a damaged manifest), torch's digests equal numpy's, and
+//!   the recompute policy, no manifest, a damaged manifest, vLLM's own permute of received blocks
+//!   under a setting the connector does not know: `layout`, and a block corrupted in flight under
+//!   it still `corrupt`), torch's digests equal numpy's, and
 //!   Dynamo's vLLM worker (ai-dynamo's argument parsing and PD protocol, not its runtime) hands
 //!   the connector its configuration and the decode request its manifest;
 //! - end to end with the node's agent: the race fails the request through vLLM's policy and the
@@ -56,7 +58,7 @@ fn the_vllm_connector_tests_pass_against_the_real_vllm_package() {
     assert!(out.status.success(), "{err}");
     // Nothing skipped: vLLM and torch are both there, so every test ran.
     assert!(err.contains("OK") && !err.contains("skipped"), "{err}");
-    assert!(err.contains("Ran 17 tests"), "{err}");
+    assert!(err.contains("Ran 18 tests"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -84,6 +86,12 @@ async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_
     assert_eq!(race["checks"][0]["status"], "mismatch", "{race}");
     assert_eq!(race["invalid_block_ids"].as_array().unwrap().len(), 1, "{race}");
     assert_eq!(race["reporter"]["accepted"].as_u64(), Some(1), "{race}");
+    // The prefill side found the block it lent out changed before the READ was confirmed, and
+    // said so under the name the decode side's failure gives the transfer.
+    assert_eq!(race["source_checks"][0]["status"], "source_changed", "{race}");
+    assert_eq!(race["source_checks"][0]["bad_block_indices"], serde_json::json!([2]), "{race}");
+    assert_eq!(race["source_checks"][0]["remote"], race["checks"][0]["remote"], "{race}");
+    assert_eq!(race["source_reporter"]["accepted"].as_u64(), Some(1), "{race}");
     // GPU5: a clean request decodes and is stored as verified.
     let clean = pd(&node, &socket, 5, "clean");
     assert_eq!((clean["finish"].as_str(), clean["tokens"].as_u64()), (Some("length"), Some(4)), "{clean}");
@@ -114,7 +122,7 @@ async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_
     .unwrap();
     assert_eq!(
         diagnosis,
-        serde_json::json!({"untouched": 0, "stale": 0, "misdirected": 0, "swapped": 0, "corrupt": 1})
+        serde_json::json!({"untouched": 0, "stale": 0, "misdirected": 0, "swapped": 0, "layout": 0, "corrupt": 1})
     );
     assert_eq!(rows[1], (5, "mlx5_5".into(), "host_copy".into(), 1, 0, 0));
     // Both ends: the prefill worker announced itself to this node's agent at KV registration
@@ -168,4 +176,23 @@ async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_
         (Some("vllm"), Some("0.33.0")),
         "{engines}"
     );
+    // The source's own word, taken from the node that announced the worker for the GPU it
+    // announced: the decode side's transfer changed at its source.
+    let transfer = race["checks"][0]["remote"].as_str().unwrap().to_owned();
+    let changed: Vec<(String, i32)> =
+        wait::until_async("the source's change stored and attested", Duration::from_secs(60), async || {
+            let rows: Vec<(String, i32)> =
+                sqlx::query_as("SELECT node_id, gpu_index FROM inline_source_changes WHERE transfer = $1")
+                    .bind(&transfer)
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+            if rows.is_empty() { Err(transfer.clone()) } else { Ok(rows) }
+        })
+        .await;
+    assert_eq!(changed, [("node-a".to_owned(), 3)]);
+    let engines: serde_json::Value = serde_json::from_str(&collector.get("/api/v1/engines?since=1h", None).1).unwrap();
+    let changed_at_source: i64 =
+        engines["engines"].as_array().unwrap().iter().filter_map(|e| e["changed_at_source"].as_i64()).sum();
+    assert_eq!(changed_at_source, 1, "{engines}");
 }

@@ -423,6 +423,7 @@ fn inline_report(rng: &mut StdRng, at: DateTime<Utc>) -> Record {
             transfers_mismatch_misplaced: 0,
             simulated: false,
             engine: None,
+            sources_changed: 0,
         }),
     }
 }

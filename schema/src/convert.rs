@@ -483,6 +483,7 @@ impl TryFrom<wire::InlineReport> for InlineReport {
                     stale: d.stale,
                     misdirected: d.misdirected,
                     swapped: d.swapped,
+                    layout: d.layout,
                     corrupt: d.corrupt,
                 });
                 if let Some(d) = &diagnosis
@@ -491,6 +492,16 @@ impl TryFrom<wire::InlineReport> for InlineReport {
                     return Err(WireError::OutOfRange {
                         field: "inline.failures.diagnosis",
                         value: i64::try_from(d.blocks()).unwrap_or(i64::MAX),
+                    });
+                }
+                // A source-side outcome names the transfer as destinations do and the blocks that
+                // changed; it is no mismatch and has no diagnosis.
+                if f.source_changed
+                    && (f.mismatch || diagnosis.is_some() || f.bad_blocks == 0 || !f.remote.contains('/'))
+                {
+                    return Err(WireError::OutOfRange {
+                        field: "inline.failures.source_changed",
+                        value: f.bad_blocks.into(),
                     });
                 }
                 Ok(InlineFailure {
@@ -506,6 +517,7 @@ impl TryFrom<wire::InlineReport> for InlineReport {
                     bytes,
                     diagnosis,
                     source: f.source.map(SourceClaim::try_from).transpose()?,
+                    source_changed: f.source_changed,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -553,6 +565,7 @@ impl TryFrom<wire::InlineReport> for InlineReport {
                 r.transfers_mismatch_misplaced
             },
             simulated: r.simulated,
+            sources_changed: count("inline.sources_changed", r.sources_changed)?,
         })
     }
 }
@@ -728,15 +741,18 @@ impl From<InlineReport> for wire::InlineReport {
                         stale: d.stale,
                         misdirected: d.misdirected,
                         swapped: d.swapped,
+                        layout: d.layout,
                         corrupt: d.corrupt,
                     }),
                     source: f.source.map(Into::into),
+                    source_changed: f.source_changed,
                 })
                 .collect(),
             failures_omitted: r.failures_omitted,
             engine: r.engine.map(Into::into),
             transfers_mismatch_misplaced: r.transfers_mismatch_misplaced,
             simulated: r.simulated,
+            sources_changed: r.sources_changed,
         }
     }
 }
@@ -1258,12 +1274,13 @@ mod tests {
                 error: String::new(),
                 at,
                 bytes: 1 << 20,
-                diagnosis: Some(BlockDiagnosis { stale: 6, swapped: 2, ..BlockDiagnosis::default() }),
+                diagnosis: Some(BlockDiagnosis { stale: 5, swapped: 2, layout: 1, ..BlockDiagnosis::default() }),
                 source: Some(SourceClaim {
                     node: "pre-a".into(),
                     gpu_bdf: Some("0000:1b:00.0".parse().unwrap()),
                     nic: "mlx5_0".into(),
                 }),
+                source_changed: false,
             }],
             failures_omitted: 0,
             transfers_mismatch_misplaced: 1,
@@ -1274,6 +1291,7 @@ mod tests {
                 connector: "RailguardNixlConnector".into(),
                 settings: [("enable_prefix_caching".to_owned(), "true".to_owned())].into(),
             }),
+            sources_changed: 0,
         }
     }
 
@@ -1563,6 +1581,9 @@ mod tests {
         assert!(d.misplaced() && d.words() == "6 stale, 2 swapped");
         assert!(!BlockDiagnosis { untouched: 1, ..d }.misplaced(), "one untouched block is the path's");
         assert!(!BlockDiagnosis::default().misplaced());
+        let rearranged = BlockDiagnosis { layout: 5, ..BlockDiagnosis::default() };
+        assert!(rearranged.misplaced() && rearranged.words() == "5 layout", "the engine rewrote them");
+        assert!(!BlockDiagnosis { corrupt: 1, ..rearranged }.misplaced(), "one corrupt block is the path's");
 
         let sig = |attrs: usize| wire::SignalEvent {
             source: wire::SignalSource::Kmsg as i32,

@@ -37,6 +37,11 @@ pub struct InlineFailure {
     /// The source end as the manifest named it: the prefill side's own word, unattested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<crate::SourceClaim>,
+    /// A source-side outcome: the blocks of `request` this GPU lent out changed before a
+    /// destination's READ was confirmed (`remote`: `<worker>/<request>`, as destinations name the
+    /// transfer; `bad_blocks`: those that changed). Not a transfer this GPU received.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub source_changed: bool,
 }
 
 /// What the destination held in a mismatched transfer's bad blocks, by kind, as the workload's
@@ -48,6 +53,10 @@ pub struct InlineFailure {
 ///   was read before its new content landed, or after it was reused: an engine race);
 /// - `misdirected`: another block's content; `swapped`: two blocks' contents exchanged (block
 ///   tables or descriptors wrong: the engine);
+/// - `layout`: the source's bytes rearranged (each block's set digest matches, its digest does
+///   not), one transform over the whole transfer: the engine rewrote the blocks after arrival (a
+///   layout permute, a post-processing pass), a configuration the engine's verifier cannot
+///   follow;
 /// - `corrupt`: none of those (bits the path changed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -61,20 +70,28 @@ pub struct BlockDiagnosis {
     #[serde(default)]
     pub swapped: u32,
     #[serde(default)]
+    pub layout: u32,
+    #[serde(default)]
     pub corrupt: u32,
 }
 
 impl BlockDiagnosis {
     /// Blocks diagnosed.
     pub fn blocks(&self) -> u64 {
-        [self.untouched, self.stale, self.misdirected, self.swapped, self.corrupt].iter().map(|&n| u64::from(n)).sum()
+        [self.untouched, self.stale, self.misdirected, self.swapped, self.layout, self.corrupt]
+            .iter()
+            .map(|&n| u64::from(n))
+            .sum()
     }
 
-    /// Every bad block held whole source content of another time or place: the bytes arrived as
-    /// sent, from the wrong block or the wrong moment. The engine's bookkeeping is implicated,
-    /// not the path that moved them.
+    /// Every bad block held the source's bytes of another time, place or order: they arrived as
+    /// sent, from the wrong block or moment, or the engine rearranged them after arrival. The
+    /// engine is implicated, not the path that moved them.
     pub fn misplaced(&self) -> bool {
-        self.untouched == 0 && self.corrupt == 0 && self.stale + self.misdirected + self.swapped > 0
+        self.untouched == 0
+            && self.corrupt == 0
+            && u64::from(self.stale) + u64::from(self.misdirected) + u64::from(self.swapped) + u64::from(self.layout)
+                > 0
     }
 
     /// In words: "30 untouched, 2 corrupt".
@@ -84,6 +101,7 @@ impl BlockDiagnosis {
             (self.stale, "stale"),
             (self.misdirected, "misdirected"),
             (self.swapped, "swapped"),
+            (self.layout, "layout"),
             (self.corrupt, "corrupt"),
         ]
         .iter()
@@ -179,6 +197,9 @@ pub struct InlineReport {
     /// `simulated`, the simulated fabric standing in for the NIC's DMA, or `host_copy`).
     #[serde(default)]
     pub simulated: bool,
+    /// Source-side outcomes among `failures` (`source_changed`), counted past the failures kept.
+    #[serde(default)]
+    pub sources_changed: u64,
 }
 
 impl InlineReport {

@@ -18,8 +18,14 @@
 //! ```
 //!
 //! `diagnosis` (a mismatch only, optional): its bad blocks by what they held — `untouched`,
-//! `stale`, `misdirected`, `swapped`, `corrupt` (see [`BlockDiagnosis`]); at most `bad_blocks`
-//! in all.
+//! `stale`, `misdirected`, `swapped`, `layout`, `corrupt` (see [`BlockDiagnosis`]); at most
+//! `bad_blocks` in all.
+//!
+//! `status` `source_changed` is a source-side outcome: the process, serving KV blocks as a source,
+//! found the blocks it lent out for `request` changed before a destination's READ of them was
+//! confirmed (reused while lent out: the engine's bookkeeping). `remote` names the transfer as
+//! destinations' failures do (`<worker>/<request>`), `bad_blocks` the blocks that changed. It
+//! counts in the report's `sources_changed`, never as a transfer this GPU received.
 //!
 //! `source` (optional): the source end as the transfer's manifest named it —
 //! `{"node": "pre-a", "gpu": "0000:1b:00.0", "nic": "mlx5_0"}` — the prefill side's own word,
@@ -157,6 +163,8 @@ pub struct WireDiagnosis {
     #[serde(default)]
     pub swapped: u32,
     #[serde(default)]
+    pub layout: u32,
+    #[serde(default)]
     pub corrupt: u32,
 }
 
@@ -184,6 +192,9 @@ pub enum Status {
     Ok,
     Mismatch,
     Error,
+    /// A source-side outcome: the blocks this process lent out for `request` changed before a
+    /// destination's READ of them was confirmed (`remote` names the transfer as destinations do).
+    SourceChanged,
 }
 
 /// Why a message or a result was refused.
@@ -226,6 +237,8 @@ pub enum InvalidResult {
     MismatchWithoutBadBlock,
     #[error("ok with bad blocks")]
     OkWithBadBlocks,
+    #[error("a source_changed outcome names no changed block, or no `<worker>/<request>` remote")]
+    SourceChanged,
     #[error("a diagnosis of {diagnosed} blocks for a transfer with {bad} bad blocks")]
     Diagnosis { diagnosed: u64, bad: u32 },
     #[error("at_ns {0} is impossible")]
@@ -308,6 +321,7 @@ fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, InvalidResult>
         "ok" => Status::Ok,
         "mismatch" => Status::Mismatch,
         "error" => Status::Error,
+        "source_changed" => Status::SourceChanged,
         s => return Err(InvalidResult::Status(s.to_owned())),
     };
     if r.bad_blocks > r.blocks {
@@ -321,6 +335,9 @@ fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, InvalidResult>
     }
     match status {
         Status::Mismatch if r.bad_blocks == 0 => return Err(InvalidResult::MismatchWithoutBadBlock),
+        Status::SourceChanged if r.bad_blocks == 0 || !r.remote.contains('/') => {
+            return Err(InvalidResult::SourceChanged);
+        }
         Status::Ok if r.bad_blocks > 0 => return Err(InvalidResult::OkWithBadBlocks),
         _ => {}
     }
@@ -329,6 +346,7 @@ fn validate(r: WireResult, now: DateTime<Utc>) -> Result<Outcome, InvalidResult>
         stale: d.stale,
         misdirected: d.misdirected,
         swapped: d.swapped,
+        layout: d.layout,
         corrupt: d.corrupt,
     });
     if let Some(d) = &diagnosis
@@ -374,6 +392,8 @@ pub struct Batch {
     /// Of the mismatches, those whose bad blocks were all misplaced ([`BlockDiagnosis::misplaced`]).
     pub mismatch_misplaced: u64,
     pub error: u64,
+    /// Source-side outcomes ([`Status::SourceChanged`]): not transfers this GPU received.
+    pub source_changed: u64,
     pub bytes_verified: u64,
     pub blocks_verified: u64,
     pub first_at: DateTime<Utc>,
@@ -385,7 +405,10 @@ pub struct Batch {
 impl Batch {
     /// The results this batch holds.
     pub fn results(&self) -> usize {
-        usize::try_from(self.ok.saturating_add(self.mismatch).saturating_add(self.error)).unwrap_or(usize::MAX)
+        usize::try_from(
+            self.ok.saturating_add(self.mismatch).saturating_add(self.error).saturating_add(self.source_changed),
+        )
+        .unwrap_or(usize::MAX)
     }
 }
 
@@ -400,6 +423,7 @@ pub fn group(outcomes: Vec<Outcome>) -> Vec<Batch> {
             mismatch: 0,
             mismatch_misplaced: 0,
             error: 0,
+            source_changed: 0,
             bytes_verified: 0,
             blocks_verified: 0,
             first_at: o.at,
@@ -423,6 +447,7 @@ pub fn group(outcomes: Vec<Outcome>) -> Vec<Batch> {
                 }
             }
             Status::Error => b.error += 1,
+            Status::SourceChanged => b.source_changed += 1,
         }
         if b.failures.len() >= MAX_INLINE_FAILURES {
             b.failures_omitted += 1;
@@ -441,6 +466,7 @@ pub fn group(outcomes: Vec<Outcome>) -> Vec<Batch> {
             bytes: o.bytes,
             diagnosis: o.diagnosis,
             source: o.source,
+            source_changed: o.status == Status::SourceChanged,
         });
     }
     out.into_values().collect()
@@ -534,6 +560,24 @@ mod tests {
     }
 
     #[test]
+    fn a_source_side_change_is_kept_apart_from_the_transfers_this_gpu_received() {
+        let r = |remote: &str, bad: u32| {
+            format!(
+                r#"{{"device": 0, "memory": "vram", "request": "p-1", "remote": "{remote}", "status": "source_changed",
+                    "blocks": 5, "bytes": 40960, "bad_blocks": {bad}, "bad_block_indices": [2], "at_ns": {AT}}}"#
+            )
+        };
+        let msg = [r("eng|tp0pp0/p-1", 1), r("eng|tp0pp0", 1), r("eng|tp0pp0/p-1", 0)].join(",");
+        let Parsed { outcomes, refused, .. } = parse_line(&line(&msg), Utc::now()).unwrap();
+        assert_eq!(refused.len(), 2, "no transfer name, no changed block: {refused:?}");
+        let b = &group(outcomes)[0];
+        assert_eq!((b.ok, b.mismatch, b.error, b.source_changed), (0, 0, 0, 1));
+        assert_eq!(b.results(), 1);
+        let f = &b.failures[0];
+        assert!(f.source_changed && !f.mismatch && f.remote == "eng|tp0pp0/p-1", "{f:?}");
+    }
+
+    #[test]
     fn a_mismatchs_diagnosis_is_kept_and_a_misplaced_one_counted() {
         let r = |req: &str, diagnosis: &str| {
             format!(
@@ -545,6 +589,7 @@ mod tests {
             r("stale", r#"{"stale": 6, "swapped": 2}"#),
             r("seed", r#"{"untouched": 8}"#),
             r("mixed", r#"{"stale": 4, "corrupt": 1}"#),
+            r("rearranged", r#"{"layout": 8}"#),
             r("too-many", r#"{"corrupt": 9}"#),
             r("unknown", r#"{"cosmic": 1}"#),
         ]
@@ -558,7 +603,12 @@ mod tests {
         );
         assert!(refused[1].to_string().contains("unknown field `cosmic`"), "{}", refused[1]);
         let b = &group(outcomes)[0];
-        assert_eq!((b.mismatch, b.mismatch_misplaced), (3, 1), "only the all-stale/swapped one is misplaced");
+        assert_eq!(
+            (b.mismatch, b.mismatch_misplaced),
+            (4, 2),
+            "the all-stale/swapped one and the all-layout one are misplaced"
+        );
+        assert_eq!(b.failures[3].diagnosis, Some(BlockDiagnosis { layout: 8, ..BlockDiagnosis::default() }));
         assert_eq!(b.failures[1].diagnosis, Some(BlockDiagnosis { untouched: 8, ..BlockDiagnosis::default() }));
         // Only a mismatch has a diagnosis.
         let ok = format!(

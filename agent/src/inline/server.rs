@@ -559,6 +559,7 @@ fn report_of(pid: u32, a: Attribution, b: Batch, engine: Option<railguard_schema
         failures_omitted: b.failures_omitted,
         transfers_mismatch_misplaced: b.mismatch_misplaced,
         simulated: a.simulated_device,
+        sources_changed: b.source_changed,
         engine,
     }
 }

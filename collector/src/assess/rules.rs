@@ -254,7 +254,7 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
                 GpuStatus::Corrupting,
                 by,
                 format!(
-                    "engine: {misplaced} of {} of the workload's own transfers on GPU{g} via {nic} in the last {w} arrived holding whole source blocks of another time or place (stale, misdirected or swapped: the bytes are a block's as it was sent, from the wrong block or the wrong moment) — the serving engine's block bookkeeping is implicated ({engine}), not {nic} or GPU{g}{examples}",
+                    "engine: {misplaced} of {} of the workload's own transfers on GPU{g} via {nic} in the last {w} arrived holding whole source blocks of another time or place, or the source's bytes rearranged after arrival, or blocks the source's own node reported reused before the READ was confirmed (stale, misdirected, swapped, layout or changed at the source: the bytes are a block's as it was sent, from the wrong block or the wrong moment, or rewritten by the engine) — the serving engine is implicated ({engine}), not {nic} or GPU{g}{examples}",
                     i.total()
                 ),
             );

@@ -379,6 +379,12 @@ pub(super) async fn load_inline(
 /// One failed in-line transfer in words, for a reason line.
 pub fn describe_failure(f: &railguard_schema::InlineFailure) -> String {
     let remote = if f.remote.is_empty() { String::new() } else { format!(" from {}", f.remote) };
+    if f.source_changed {
+        return format!(
+            "request {} (served as {}): {} of its {} blocks changed at this source before the destination's READ was confirmed (reused while lent out)",
+            f.request, f.remote, f.bad_blocks, f.blocks
+        );
+    }
     if f.mismatch {
         let first = f.first_bad_offset.map(|o| format!(", the first bad block starts at byte {o}")).unwrap_or_default();
         let held = f
@@ -387,6 +393,8 @@ pub fn describe_failure(f: &railguard_schema::InlineFailure) -> String {
             .map(|d| {
                 let why = if d.untouched > 0 && u64::from(d.untouched) == d.blocks() {
                     ": the READ never wrote them"
+                } else if d.layout > 0 && u64::from(d.layout) == d.blocks() {
+                    ": the source's bytes rearranged after arrival, one layout transform over the transfer"
                 } else if d.misplaced() {
                     ": whole source blocks of another time or place"
                 } else {

@@ -317,8 +317,9 @@ pub async fn failures(
 pub struct Engines {
     pub since: DateTime<Utc>,
     pub until: DateTime<Utc>,
-    /// One row per engine identity with in-line mismatches of its own (by host copy, or whole
-    /// source blocks of another time or place), most first.
+    /// One row per engine identity with in-line mismatches of its own (by host copy, whole source
+    /// blocks of another time or place, or changed at the source before the READ was confirmed),
+    /// most first.
     pub engines: Vec<read::EngineFinding>,
 }
 

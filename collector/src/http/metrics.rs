@@ -161,7 +161,7 @@ async fn engines(out: &mut String, s: &AppState) -> Result<(), ApiError> {
     let found = crate::store::read::engine_findings(&s.pool, since, until, 100).await?;
     let _ = writeln!(
         out,
-        "# HELP railguard_engine_kv_mismatches In-line KV transfers that arrived with wrong bytes by a host copy in the assessment window, by the serving engine that moved them (engine, version, connector, and its settings that matter as one label): the engine's fault, no GPU's or NIC's.\n# TYPE railguard_engine_kv_mismatches gauge"
+        "# HELP railguard_engine_kv_mismatches In-line KV transfers that arrived with wrong bytes by the engine's own doing in the assessment window (by a host copy; holding source blocks of another time or place, or rearranged after arrival; or changed at their source before the READ was confirmed), by the serving engine (engine, version, connector, and its settings that matter as one label): the engine's fault, no GPU's or NIC's.\n# TYPE railguard_engine_kv_mismatches gauge"
     );
     let _ = writeln!(
         out,

@@ -59,7 +59,8 @@ pub struct InlineCounts {
     /// simulated device, by the simulated fabric standing in for it).
     pub mismatch_nic: u64,
     /// Of those, the ones whose every bad block held whole source content of another time or
-    /// place (stale, misdirected, swapped): the engine's bookkeeping, not the path's.
+    /// place, or the source's bytes rearranged after arrival (stale, misdirected, swapped, layout):
+    /// the engine's doing, not the path's.
     pub mismatch_misplaced: u64,
     /// Of the NIC-moved mismatches, those on a simulated device where the simulated fabric stood
     /// in for the NIC's DMA (the demo, the tests): nothing happened on hardware.

@@ -104,6 +104,8 @@ pub struct InlineSums {
 
 /// Each attributed pair's in-line counts in (`since`, `until`]. Sums are numeric in SQL; each is
 /// capped where it becomes a bigint (2^62), so no stored count, however large, fails the read.
+/// `mismatch_misplaced` counts too the mismatches of transfers the source's own node reported
+/// changed at the source before the READ was confirmed (`railguard_changed_at_source`).
 pub async fn inline_sums(
     tx: &mut sqlx::PgConnection,
     filter: &Filter,
@@ -118,7 +120,12 @@ pub async fn inline_sums(
                 least(sum(transfers_mismatch), 4611686018427387904)::bigint AS mismatch,
                 least(coalesce(sum(transfers_mismatch) FILTER (WHERE path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_nic,
                 least(coalesce(sum(transfers_mismatch) FILTER (WHERE simulated AND path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_simulated,
-                least(coalesce(sum(transfers_mismatch_misplaced) FILTER (WHERE path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_misplaced,
+                least(coalesce(sum(transfers_mismatch_misplaced
+                                  + CASE WHEN transfers_mismatch > transfers_mismatch_misplaced
+                                         THEN railguard_mismatches_changed_at_source(failures, observed_at, transfers_mismatch,
+                                                                                     transfers_mismatch_misplaced)
+                                         ELSE 0 END)
+                              FILTER (WHERE path IN ('nic_dma', 'simulated') AND nic <> ''), 0), 4611686018427387904)::bigint AS mismatch_misplaced,
                 least(coalesce(sum(transfers_ok + transfers_mismatch + transfers_error) FILTER (WHERE memory = 'cuda' AND path = 'nic_dma' AND nic <> '' AND NOT simulated), 0), 4611686018427387904)::bigint AS in_gpu,
                 least(sum(transfers_error), 4611686018427387904)::bigint AS error,
                 coalesce(jsonb_agg(DISTINCT engine) FILTER (WHERE (transfers_mismatch > 0 AND path = 'host_copy'
@@ -218,6 +225,7 @@ pub async fn latest_inline_failures(
             FROM inline_reports r, jsonb_array_elements(r.failures) WITH ORDINALITY AS f(value, ordinality)
             WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.gpu_index IS NOT NULL
               AND (r.transfers_mismatch > 0 OR r.transfers_error > 0)
+              AND f.value->>'source_changed' IS DISTINCT FROM 'true'
               AND ($1::text[] IS NULL OR r.node_id = ANY($1))
          ) x WHERE rn <= 3 ORDER BY node_id, gpu_index, nic, rn",
     )

@@ -36,7 +36,8 @@ pub async fn nodes_with_evidence_dated(
 }
 
 /// The nodes outside `nodes` whose in-line failures observed in (`since`, `until`] name a
-/// source that a failure of `nodes` names too. Sorted.
+/// source that a failure of `nodes` names too, or a transfer a source of `nodes` reported changed
+/// at the source (`inline_source_changes`). Sorted.
 pub async fn nodes_sharing_a_source(
     pool: &PgPool,
     nodes: &[String],
@@ -47,8 +48,14 @@ pub async fn nodes_sharing_a_source(
         "WITH f AS (
             SELECT node_id, source_key FROM inline_source_failures WHERE observed_at > $2 AND observed_at <= $3
          )
-         SELECT DISTINCT node_id FROM f
+         SELECT node_id FROM f
          WHERE source_key IN (SELECT source_key FROM f WHERE node_id = ANY($1)) AND NOT node_id = ANY($1)
+         UNION
+         SELECT r.node_id FROM inline_reports r, jsonb_array_elements(r.failures) x
+         WHERE r.observed_at > $2 AND r.observed_at <= $3 AND r.transfers_mismatch > 0 AND NOT r.node_id = ANY($1)
+           AND x.value->>'mismatch' = 'true'
+           AND x.value->>'remote' IN (SELECT transfer FROM inline_source_changes
+                                      WHERE node_id = ANY($1) AND observed_at > $2 AND observed_at <= $3)
          ORDER BY node_id",
     )
     .bind(nodes)

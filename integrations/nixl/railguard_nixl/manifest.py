@@ -1,9 +1,16 @@
 """The digest manifest: what the source hands out with its blocks, and the destination checks
-against. Binary, little-endian, compact enough for a NIXL notification (12 bytes per block):
+against. Binary, little-endian, compact enough for a NIXL notification (20 bytes per block, 12
+for an algorithm without set digests):
 
     b"RGKV" | u8 version | u8 algorithm | u16 request length | u32 block count
     | request (UTF-8) | u32 length[n] | u64 digest[n]
+    | (algorithm ``mix64s``) u64 set digest[n]
     | (version 2) u64 check | (version 3) 32-byte HMAC-SHA256 tag
+
+The set digests (:mod:`.digest`) let the destination tell a block holding the source's bytes
+rearranged (``layout``: the engine rewrote it after arrival) from one holding wrong bytes. A
+destination older than the algorithm refuses such a manifest as "not checkable" (never a
+mismatch): upgrade destinations before sources.
 
 Version 2 ends with the manifest's own check: the ``mix64`` digest of every byte before it. A
 manifest damaged on its way (a bit flipped in a notification, a truncated text) is refused as
@@ -31,7 +38,7 @@ from typing import Optional
 
 import numpy as np
 
-from .digest import ALGORITHM, ALGORITHMS, MIX64, digest_blocks
+from .digest import ALGORITHM, ALGORITHMS, MIX64, WITH_SETS, digest_blocks
 
 MAGIC = b"RGKV"
 VERSION = 2
@@ -41,14 +48,16 @@ _CHECK = struct.Struct("<Q")
 _TAG = 32
 MAX_BLOCKS = 1 << 20
 MAX_REQUEST = 1024
+# Bytes per block: its length, its digest and its set digest.
+_PER_BLOCK = 20
 # The largest manifest there can be: the header, the longest request id, MAX_BLOCKS blocks and a tag.
-MAX_MANIFEST_BYTES = _HEAD.size + MAX_REQUEST + 12 * MAX_BLOCKS + _TAG
+MAX_MANIFEST_BYTES = _HEAD.size + MAX_REQUEST + _PER_BLOCK * MAX_BLOCKS + _TAG
 MIN_KEY_BYTES = 16
 
 
 def size_for(blocks: int, request_bytes: int = MAX_REQUEST) -> int:
     """The most bytes a manifest of ``blocks`` blocks can take (its encoding, not base64)."""
-    return _HEAD.size + request_bytes + 12 * blocks + _TAG
+    return _HEAD.size + request_bytes + _PER_BLOCK * blocks + _TAG
 
 
 def load_key(path: str) -> bytes:
@@ -93,6 +102,8 @@ class Manifest:
     lengths: np.ndarray  # uint32[n]
     algorithm: int = ALGORITHM
     version: int = VERSION
+    # uint64[n]: each block's set digest, for an algorithm that has them (see :mod:`.digest`).
+    sets: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return int(self.digests.size)
@@ -108,6 +119,11 @@ class Manifest:
             raise ManifestError(f"request id of {len(req)} bytes (limit {MAX_REQUEST})")
         if len(self) > MAX_BLOCKS:
             raise ManifestError(f"{len(self)} blocks (limit {MAX_BLOCKS})")
+        has_sets = self.sets is not None and self.sets.size == len(self)
+        if self.algorithm in WITH_SETS and len(self) and not has_sets:
+            raise ManifestError(f"algorithm {self.algorithm} needs a set digest per block")
+        if self.algorithm not in WITH_SETS and self.sets is not None:
+            raise ManifestError(f"algorithm {self.algorithm} has no set digests")
         version = KEYED_VERSION if key is not None else self.version
         head = _HEAD.pack(MAGIC, version, self.algorithm, len(req), len(self))
         body = (
@@ -115,6 +131,7 @@ class Manifest:
             + req
             + np.ascontiguousarray(self.lengths, dtype="<u4").tobytes()
             + np.ascontiguousarray(self.digests, dtype="<u8").tobytes()
+            + (np.ascontiguousarray(self.sets, dtype="<u8").tobytes() if has_sets else b"")
         )
         if key is not None:
             body += hmac.new(key, body, hashlib.sha256).digest()
@@ -160,7 +177,8 @@ class Manifest:
         if version == KEYED_VERSION and key is None:
             raise ManifestUnkeyed("not checkable: the manifest is keyed, and this side has no key")
         tail = {1: 0, 2: _CHECK.size, KEYED_VERSION: _TAG}[version]
-        want = _HEAD.size + req_len + 12 * n + tail
+        per_block = _PER_BLOCK if algorithm in WITH_SETS else 12
+        want = _HEAD.size + req_len + per_block * n + tail
         if version == KEYED_VERSION:
             # The tag first, over whatever arrived: made without this deployment's key (or
             # changed on its way), it is nobody's evidence.
@@ -190,5 +208,7 @@ class Manifest:
         off += req_len
         lengths = np.frombuffer(data, dtype="<u4", count=n, offset=off).astype(np.uint32)
         digests = np.frombuffer(data, dtype="<u8", count=n, offset=off + 4 * n).astype(np.uint64)
+        sets = (np.frombuffer(data, dtype="<u8", count=n, offset=off + 12 * n).astype(np.uint64)
+                if algorithm in WITH_SETS else None)
         return cls(request=request, digests=digests, lengths=lengths, algorithm=algorithm,
-                   version=VERSION if version == KEYED_VERSION else version)
+                   version=VERSION if version == KEYED_VERSION else version, sets=sets)

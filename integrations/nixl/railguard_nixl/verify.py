@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from .digest import ALGORITHM, BlockError, digest_blocks
+from .digest import ALGORITHM, BlockError, block_digests, digest_blocks
 from .manifest import Manifest, ManifestDamaged, ManifestError, ManifestUnkeyed
 
 
@@ -62,7 +62,7 @@ class Check:
         }
 
 
-DIAGNOSES = ("untouched", "stale", "misdirected", "swapped", "corrupt")
+DIAGNOSES = ("untouched", "stale", "misdirected", "swapped", "layout", "corrupt")
 
 
 def fingerprint(blocks) -> np.ndarray:
@@ -75,7 +75,7 @@ def fingerprint(blocks) -> np.ndarray:
 
 
 def diagnose(expected: np.ndarray, got: np.ndarray, bad, *, untouched=None, earlier=None, known=None,
-             ignore=()) -> dict:
+             ignore=(), expected_sets=None, got_sets=None) -> dict:
     """What each bad block held, by kind (how many blocks of each of :data:`DIAGNOSES`).
 
     ``expected``/``got``: the manifest's and the destination's digests (uint64[n]); ``bad``: the
@@ -83,10 +83,15 @@ def diagnose(expected: np.ndarray, got: np.ndarray, bad, *, untouched=None, earl
     held before the READ was posted. ``earlier``: position -> digests the same source block had
     in other manifests. ``known``: digest -> a name of the source block that had it (other
     requests' blocks). ``ignore``: digests too common to say where bytes came from (an all-zero
-    block's): a block holding one is ``corrupt`` unless untouched.
+    block's): a block holding one is ``corrupt`` unless untouched. ``expected_sets``/``got_sets``:
+    the blocks' set digests (uint64[n], an algorithm with them), which say whether a block holds
+    the source's 8-byte words in another order.
 
     In order: untouched; stale (the same source block at another time); swapped (blocks i and j
-    exchanged); misdirected (another block's content, of this request or a known one); corrupt.
+    exchanged); misdirected (another block's content, of this request or a known one); layout
+    (the source's words rearranged, while every block that is not all zeros differs: one
+    transform over the whole transfer, as an engine's post-processing applies; a rearrangement
+    of some blocks only is ``corrupt``); corrupt.
     """
     out = dict.fromkeys(DIAGNOSES, 0)
     ignore = {int(d) for d in ignore}
@@ -94,6 +99,7 @@ def diagnose(expected: np.ndarray, got: np.ndarray, bad, *, untouched=None, earl
     for j, d in enumerate(expected.tolist()):
         if d not in ignore:
             where.setdefault(int(d), j)
+    rest = []
     for i in (int(b) for b in bad):
         g = int(got[i])
         if untouched is not None and bool(untouched[i]):
@@ -108,7 +114,13 @@ def diagnose(expected: np.ndarray, got: np.ndarray, bad, *, untouched=None, earl
         elif known is not None and g in known:
             out["misdirected"] += 1
         else:
-            out["corrupt"] += 1
+            rest.append(i)
+    bad_set = {int(b) for b in bad}
+    # One transform over the whole transfer: every block that is not all zeros differs.
+    whole = all(i in bad_set or int(d) in ignore for i, d in enumerate(expected.tolist()))
+    for i in rest:
+        rearranged = expected_sets is not None and got_sets is not None and int(got_sets[i]) == int(expected_sets[i])
+        out["layout" if whole and rearranged else "corrupt"] += 1
     return out
 
 
@@ -116,12 +128,12 @@ def manifest_for(request: str, blocks) -> Manifest:
     """Source side: digest the blocks being handed out (before anything may reuse them).
     Raises :class:`ManifestError` for blocks that cannot be digested, or none at all."""
     try:
-        digests, lengths = digest_blocks(blocks)
+        d = block_digests(blocks)
     except BlockError as e:
         raise ManifestError(f"blocks: {e}") from None
-    if digests.size == 0:
+    if d.digests.size == 0:
         raise ManifestError("no blocks: nothing to verify")
-    return Manifest(request=request, digests=digests, lengths=lengths)
+    return Manifest(request=request, digests=d.digests, lengths=d.lengths, algorithm=ALGORITHM, sets=d.sets)
 
 
 def _memory_of(blocks) -> tuple[str, int]:
@@ -180,7 +192,7 @@ def check(
     if transfer_error is not None:
         return error(transfer_error, man)
     try:
-        digests, lengths = digest_blocks(blocks, man.algorithm)
+        digests, sets, lengths = block_digests(blocks, man.algorithm)
     except BlockError as e:
         return error(f"blocks: {e}", man)
     untouched = None
@@ -189,7 +201,7 @@ def check(
         if before.shape == digests.shape:
             untouched = before == digests
     return compare(man, digests, lengths, remote=remote, reporter=reporter, memory=memory, device=device,
-                   untouched=untouched)
+                   untouched=untouched, sets=sets)
 
 
 def compare(
@@ -205,12 +217,14 @@ def compare(
     earlier=None,
     known=None,
     source=None,
+    sets=None,
 ) -> Check:
     """Destination side, with the destination's digests already computed (by
     :func:`digest_blocks`, or by a connector that reads its blocks where they live). The outcome
     is reported like :func:`check`'s; a mismatch carries its :func:`diagnose` (``untouched``,
-    ``earlier`` and ``known`` as that takes them); a failure carries ``source``, the source end
-    the manifest claimed."""
+    ``earlier`` and ``known`` as that takes them, ``sets`` the destination's set digests to
+    compare with the manifest's); a failure carries ``source``, the source end the manifest
+    claimed."""
     source = dict(source or {})
     if len(man) == 0:
         c = Check(request=man.request, status="error", blocks=0, bytes=0, remote=remote, memory=memory,
@@ -231,9 +245,9 @@ def compare(
     diagnosis = {}
     if bad.size:
         first = int(man.lengths[: int(bad[0])].sum(dtype=np.uint64))
-        zero = {int(d) for d in zero_digests(man.lengths)}
+        zero = {int(d) for d in zero_digests(man.lengths, man.algorithm)}
         diagnosis = diagnose(man.digests, digests, bad, untouched=untouched, earlier=earlier, known=known,
-                             ignore=zero)
+                             ignore=zero, expected_sets=man.sets, got_sets=sets)
     c = Check(
         request=man.request,
         status="mismatch" if bad.size else "ok",

@@ -330,7 +330,8 @@ class Diagnoses(unittest.TestCase):
         c = rn.verify.compare(m, digests, lengths, reporter=_Null(), untouched=untouched, earlier=earlier, known=known)
         self.assertEqual(c.status, "mismatch")
         self.assertEqual(c.bad_blocks, [0, 1, 2, 3, 4, 6, 7, 8])
-        self.assertEqual(c.diagnosis, {"untouched": 1, "stale": 1, "misdirected": 2, "swapped": 2, "corrupt": 2})
+        self.assertEqual(c.diagnosis, {"untouched": 1, "stale": 1, "misdirected": 2, "swapped": 2, "layout": 0,
+                                       "corrupt": 2})
         w = c.to_wire()
         self.assertEqual(w["diagnosis"], {"untouched": 1, "stale": 1, "misdirected": 2, "swapped": 2, "corrupt": 2})
         # check() takes the fingerprint from before the READ.
@@ -338,6 +339,59 @@ class Diagnoses(unittest.TestCase):
         self.assertEqual(c.diagnosis["untouched"], 1)
         # An ok has no diagnosis on the wire.
         self.assertNotIn("diagnosis", rn.check(m, src.copy(), reporter=_Null()).to_wire())
+
+    @staticmethod
+    def _hnd_to_nhd(blocks: np.ndarray) -> np.ndarray:
+        """What a post-processing pass that permutes each received block from HND to NHD leaves:
+        fp16 blocks of 2 heads x 8 tokens x 16 values, rows of 32 bytes moved whole."""
+        return blocks.view(np.float16).reshape(-1, 2, 8, 16).transpose(0, 2, 1, 3).copy().reshape(
+            blocks.shape[0], -1).view(np.uint8)
+
+    def test_one_layout_transform_of_every_block_is_layout_not_corrupt(self):
+        rng = np.random.default_rng(11)
+        src = rng.integers(0, 256, (6, 512), dtype=np.uint8)
+        m = rn.manifest_for("req-l", src)
+        self.assertEqual((m.algorithm, m.sets.shape), (rn.MIX64S, (6,)))
+        back = rn.Manifest.decode(m.encode())
+        np.testing.assert_array_equal(back.sets, m.sets)
+        self.assertEqual(len(m.encode()), len(rn.Manifest("r", m.digests, m.lengths, rn.MIX64).encode()) + 8 * 6 + 5 - 1)
+        dst = self._hnd_to_nhd(src)
+        c = rn.check(back, dst, reporter=_Null())
+        self.assertEqual((c.status, c.bad_blocks), ("mismatch", [0, 1, 2, 3, 4, 5]))
+        self.assertEqual(c.to_wire()["diagnosis"], {"layout": 6})
+        # An all-zero block is the same in either layout: it does not break the transform's unity.
+        src[3] = 0
+        c = rn.check(rn.manifest_for("req-z", src), self._hnd_to_nhd(src), reporter=_Null())
+        self.assertEqual(c.to_wire()["diagnosis"], {"layout": 5})
+
+    def test_a_rearrangement_of_some_blocks_or_a_flip_within_one_is_corrupt(self):
+        rng = np.random.default_rng(12)
+        src = rng.integers(0, 256, (6, 512), dtype=np.uint8)
+        m = rn.manifest_for("req-p", src)
+        # One block rearranged, the others clean: no engine's transform does that; the path may.
+        dst = src.copy()
+        dst[2] = self._hnd_to_nhd(src[2:3])[0]
+        self.assertEqual(rn.check(m, dst, reporter=_Null()).to_wire()["diagnosis"], {"corrupt": 1})
+        # Every block rearranged, and the sign bits of two values flipped in one: not the source's
+        # bytes, whatever their order (two flips of bit 63 cancel in a plain sum, not here).
+        dst = self._hnd_to_nhd(src)
+        dst[4, 7] ^= 0x80
+        dst[4, 23] ^= 0x80
+        self.assertEqual(rn.check(m, dst, reporter=_Null()).to_wire()["diagnosis"], {"layout": 5, "corrupt": 1})
+        # A manifest without set digests (algorithm mix64, a source not yet upgraded) still
+        # checks; its rearranged blocks cannot be told from corrupt ones.
+        d, lengths = rn.digest_blocks(src, rn.MIX64)
+        old = rn.Manifest.decode(rn.Manifest("old", d, lengths, rn.MIX64).encode())
+        c = rn.check(old, self._hnd_to_nhd(src), reporter=_Null())
+        self.assertEqual(c.to_wire()["diagnosis"], {"corrupt": 6})
+        self.assertEqual(rn.check(old, src.copy(), reporter=_Null()).status, "ok")
+
+    def test_a_manifest_of_sets_refuses_to_be_made_without_them(self):
+        d, lengths = rn.digest_blocks(np.ones((2, 64), np.uint8))
+        with self.assertRaisesRegex(rn.ManifestError, "needs a set digest per block"):
+            rn.Manifest("r", d, lengths).encode()
+        with self.assertRaisesRegex(rn.ManifestError, "has no set digests"):
+            rn.Manifest("r", d, lengths, rn.MIX64, sets=d).encode()
 
     def test_an_agent_that_knows_neither_diagnosis_nor_source_still_gets_every_result(self):
         with tempfile.TemporaryDirectory() as d:

@@ -30,7 +30,8 @@ class VllmConnector(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.fail = scenarios(["clean", "race", "corrupt", "untouched", "misdirected", "swapped", "no-manifest",
-                              "damaged-manifest", "keyed", "foreign-key"])
+                              "damaged-manifest", "keyed", "foreign-key", "unknown-rewrite",
+                              "unknown-rewrite-corrupt"])
         cls.recompute = scenarios(["corrupt"], "--policy", "recompute", "--connector-name", "RailguardNixlConnector")
 
     def test_loaded_by_vllms_factory_and_a_clean_transfer_decodes(self):
@@ -68,6 +69,22 @@ class VllmConnector(unittest.TestCase):
             [c] = s["checks"]
             self.assertEqual((c["status"], c["bad_block_indices"], c.get("diagnosis")), ("mismatch", bad, diagnosis), s)
             self.assertEqual(s["invalid_block_ids"], sorted(s["corrupted_blocks"]), s)
+
+    def test_blocks_vllm_rearranges_after_arrival_are_layout_and_a_block_corrupted_in_flight_is_still_caught(self):
+        # vLLM's enable_permute_local_kv (prefill LBHNC, decode LBNHC) under a connector that
+        # does not know the setting rewrites blocks (as it would not know a future one): every
+        # block holds the prefill's bytes, permuted HND -> NHD inside get_transfer_results.
+        s = self.fail["unknown-rewrite"]
+        self.assertEqual(s["layouts"], ["LBHNC", "LBNHC"], s)
+        [c] = s["checks"]
+        self.assertEqual((c["status"], c["bad_blocks"], c.get("diagnosis")), ("mismatch", 5, {"layout": 5}), s)
+        self.assertEqual((s["finish"], s["tokens"]), ("error", 0), "not verified: not served under fail")
+        # A bit flipped on arrival, before vLLM permutes: that block is corrupt, the rest layout,
+        # so the transfer is the path's again.
+        s = self.fail["unknown-rewrite-corrupt"]
+        [c] = s["checks"]
+        self.assertEqual((c["status"], c.get("diagnosis")), ("mismatch", {"layout": 4, "corrupt": 1}), s)
+        self.assertIn(s["corrupted_blocks"][0], s["invalid_block_ids"], s)
 
     def test_recompute_policy_recomputes_instead_of_decoding_the_bad_kv(self):
         s = self.recompute["corrupt"]

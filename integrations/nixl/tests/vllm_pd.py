@@ -95,7 +95,8 @@ def _init_dist() -> None:
     ensure_model_parallel_initialized(1, 1)
 
 
-def vllm_config(model: str, role: str, extra: dict | None = None, policy: str = "fail", name: str = CONNECTOR_NAME):
+def vllm_config(model: str, role: str, extra: dict | None = None, policy: str = "fail", name: str = CONNECTOR_NAME,
+                transfer: dict | None = None):
     from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
 
     mc = ModelConfig(model=model, dtype="float16", seed=0, skip_tokenizer_init=True)
@@ -109,6 +110,7 @@ def vllm_config(model: str, role: str, extra: dict | None = None, policy: str = 
         kv_buffer_device="cpu",
         kv_load_failure_policy=policy,
         kv_connector_extra_config=dict(extra or {}),
+        **(transfer or {}),
     )
     return VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, kv_transfer_config=kt,
                       device_config=DeviceConfig("cpu"))
@@ -126,7 +128,7 @@ class Engine:
     ``kv_connector_module_path``) and a worker-side connector over host-memory KV caches."""
 
     def __init__(self, name: str, role: str, model: str, extra: dict | None = None, policy: str = "fail",
-                 connector: str = CONNECTOR_NAME):
+                 connector: str = CONNECTOR_NAME, transfer: dict | None = None, layout: str | None = None):
         from vllm.config import set_current_vllm_config
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
@@ -134,7 +136,10 @@ class Engine:
         from vllm.v1.structured_output import StructuredOutputManager
 
         self.name = name
-        self.config = vllm_config(model, role, extra, policy, connector)
+        self.config = vllm_config(model, role, extra, policy, connector, transfer)
+        if layout is not None:
+            # VLLM_KV_CACHE_LAYOUT's effect: this engine's KV cache in that layout.
+            self.config.cache_config.kv_cache_layout = layout
         self.config.cache_config.num_gpu_blocks = NUM_BLOCKS
         self.config.cache_config.num_gpu_blocks_override = NUM_BLOCKS
         with set_current_vllm_config(self.config):
@@ -235,7 +240,7 @@ def request(req_id: str, tokens: int, params: dict, max_tokens: int):
 
 
 MODES = ("clean", "race", "corrupt", "untouched", "misdirected", "swapped", "no-manifest", "damaged-manifest",
-         "keyed", "foreign-key")
+         "keyed", "foreign-key", "unknown-rewrite", "unknown-rewrite-corrupt")
 
 
 def _key_file(text: str) -> str:
@@ -248,14 +253,12 @@ def _key_file(text: str) -> str:
 
 
 def _flip_sign_bits(engine: Engine, block: int) -> None:
-    """What a DMA that landed bad bytes leaves: the sign bit of a few fp16 values of one layer."""
-    v = engine.block_view(block)[-1]
-    flat = v.reshape(-1) if v.is_contiguous() else None
-    if flat is None:
-        raise RuntimeError("a KV block of this layout is not contiguous")
-    b = flat.view(torch.uint8)
-    b[7] ^= 0x80
-    b[23] ^= 0x80
+    """What a DMA that landed bad bytes leaves: the sign bit of two fp16 values of one layer's
+    block (in place, whatever the layout's strides)."""
+    v = engine.block_view(block)[-1].view(torch.int16)
+    head = (0,) * (v.dim() - 1)
+    for i in (3, 11):
+        v[head + (i,)] ^= -0x8000
 
 
 def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, policy: str = "fail",
@@ -278,7 +281,23 @@ def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, pol
     # test); its scheduler reads it when it is made.
     os.environ["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(free_port())
     p = Engine("prefill", "kv_producer", model, prefill_extra, connector=connector)
-    d = Engine("decode", "kv_consumer", model, decode_extra, policy=policy, connector=connector)
+    if mode.startswith("unknown-rewrite"):
+        # vLLM's real enable_permute_local_kv (prefill LBHNC, decode LBNHC: each received block
+        # is permuted HND -> NHD in place, inside get_transfer_results) with a connector that does
+        # not know the setting rewrites blocks, as it would not know a future one: it starts, and
+        # only the digests can tell what happened to the bytes.
+        import railguard_nixl.vllm.connector as rc
+
+        known, rc._REWRITES = rc._REWRITES, ()
+        try:
+            d = Engine("decode", "kv_consumer", model, decode_extra, policy=policy, connector=connector,
+                       transfer={"enable_permute_local_kv": True}, layout="LBNHC")
+        finally:
+            rc._REWRITES = known
+        if (p.layout, d.layout) != ("LBHNC", "LBNHC"):
+            raise RuntimeError(f"layouts {p.layout}/{d.layout}: vLLM would not permute")
+    else:
+        d = Engine("decode", "kv_consumer", model, decode_extra, policy=policy, connector=connector)
     p.serve_handshakes()
     loaded = type(p.scheduler.connector).__module__ + "." + type(p.scheduler.connector).__name__
 
@@ -323,7 +342,7 @@ def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, pol
     dparams.update(do_remote_prefill=True, do_remote_decode=False)
     d.scheduler.add_request(request("d-1", prompt_tokens, dparams, max_tokens=4))
     corrupted = []
-    if mode in ("corrupt", "untouched", "misdirected", "swapped"):
+    if mode in ("corrupt", "untouched", "misdirected", "swapped", "unknown-rewrite-corrupt"):
         nixl = d.worker.connector_worker.nixl_wrapper
         real_state = nixl.check_xfer_state
 
@@ -335,8 +354,8 @@ def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, pol
             s = real_state(handle)
             if s == "DONE" and not corrupted:
                 local = d.worker.connector_worker._recving_metadata["d-1"].local_block_ids[0]
-                if mode == "corrupt":
-                    # A DMA that landed bad bytes.
+                if mode in ("corrupt", "unknown-rewrite-corrupt"):
+                    # A DMA that landed bad bytes (before vLLM's own post-processing, when it has one).
                     corrupted.append(local[1])
                     _flip_sign_bits(d, local[1])
                 elif mode == "untouched":
@@ -379,9 +398,13 @@ def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, pol
         time.sleep(0.01)
 
     checks = [c.to_wire() for c in d.worker.connector_worker.rg_checks]
+    source_checks = [c.to_wire() for c in p.worker.connector_worker.rg_source_checks]
     reporter = d.worker.connector_worker._rg_reporter
     if reporter is not None:
         reporter.flush(5.0)
+    source_reporter = p.worker.connector_worker._rg_reporter
+    if source_reporter is not None:
+        source_reporter.flush(5.0)
     summary = {
         "mode": mode,
         "connector": loaded,
@@ -393,10 +416,16 @@ def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, pol
         "corrupted_blocks": corrupted,
         "reused_remote_block": reused,
         "checks": checks,
+        "source_checks": source_checks,
         "prefill_drained": not p.scheduler.requests,
+        "layouts": [p.layout, d.layout],
         "reporter": None if reporter is None else {
             "accepted": reporter.accepted, "rejected": reporter.rejected, "dropped": reporter.dropped,
             "last_error": reporter.last_error,
+        },
+        "source_reporter": None if source_reporter is None else {
+            "accepted": source_reporter.accepted, "rejected": source_reporter.rejected,
+            "last_error": source_reporter.last_error,
         },
     }
     for e in (p, d):
@@ -408,7 +437,7 @@ def run(mode: str, socket_path: str | None = None, prompt_tokens: int = 150, pol
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", default="clean",
-                    help="clean, race, corrupt, untouched, misdirected, swapped, no-manifest, damaged-manifest, keyed or foreign-key; several separated by commas run in turn")
+                    help=f"one of {', '.join(MODES)}; several separated by commas run in turn")
     ap.add_argument("--policy", choices=["fail", "recompute"], default="fail")
     ap.add_argument("--socket", default=os.environ.get("RAILGUARD_INLINE_SOCKET"))
     ap.add_argument("--connector-name", default=CONNECTOR_NAME,

@@ -1,6 +1,7 @@
 //! Engine findings: in-line mismatches the engine itself caused — bytes moved by a host copy (no
-//! GPU or NIC carried them), or whole source blocks of another time or place (stale, misdirected,
-//! swapped: the engine's block bookkeeping) — keyed by the engine's identity across the fleet.
+//! GPU or NIC carried them), whole source blocks of another time or place (stale, misdirected,
+//! swapped: the engine's block bookkeeping), or the source's bytes rearranged after arrival
+//! (layout: the engine rewrote them) — keyed by the engine's identity across the fleet.
 //! They are never a GPU's: no status, pin, taint or quarantine rests on them.
 
 use chrono::{DateTime, Utc};
@@ -17,13 +18,19 @@ pub struct EngineFinding {
     pub label: String,
     /// Always `engine`: the layer this finding implicates.
     pub layer: railguard_schema::Layer,
-    /// Transfers that arrived wrong by the engine's doing: `by_host_copy` + `misplaced`.
+    /// Transfers that arrived wrong by the engine's doing: `by_host_copy` + `misplaced` +
+    /// `changed_at_source`.
     pub mismatches: i64,
     /// Of those, moved by a host copy.
     pub by_host_copy: i64,
-    /// Of those, moved by a NIC holding whole source blocks of another time or place.
+    /// Of those, moved by a NIC holding whole source blocks of another time or place, or the
+    /// source's bytes rearranged after arrival.
     pub misplaced: i64,
-    /// Distinct GPUs and nodes they were received on.
+    /// Of those, requests whose blocks this engine, serving them as a source, found changed
+    /// before a destination's READ was confirmed (reused while lent out), as the source's own
+    /// node reported them for the worker it announced.
+    pub changed_at_source: i64,
+    /// Distinct GPUs and nodes they were received on (or, changed at the source, served from).
     pub gpus: i64,
     pub nodes: i64,
     pub first_at: DateTime<Utc>,
@@ -35,8 +42,8 @@ pub struct EngineFinding {
 /// The label of an engine that did not name itself.
 pub const UNNAMED_ENGINE: &str = "an engine that did not name itself";
 
-/// Each engine's in-line mismatches by host copy in `since..=until`, most first (at most
-/// `limit` engines).
+/// Each engine's in-line mismatches of its own in `since..=until` (by host copy, misplaced,
+/// changed at the source), most first (at most `limit` engines).
 pub async fn engine_findings(
     pool: &PgPool,
     since: DateTime<Utc>,
@@ -48,6 +55,7 @@ pub async fn engine_findings(
         engine: Option<sqlx::types::Json<serde_json::Value>>,
         by_host_copy: i64,
         misplaced: i64,
+        changed_at_source: i64,
         gpus: i64,
         nodes: i64,
         first_at: DateTime<Utc>,
@@ -56,17 +64,24 @@ pub async fn engine_findings(
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT * FROM (
             SELECT engine,
-                   least(coalesce(sum(transfers_mismatch) FILTER (WHERE path = 'host_copy'), 0),
-                         4611686018427387904)::bigint AS by_host_copy,
-                   least(coalesce(sum(transfers_mismatch_misplaced) FILTER (WHERE path <> 'host_copy'), 0),
-                         4611686018427387904)::bigint AS misplaced,
+                   least(coalesce(sum(host_copy), 0), 4611686018427387904)::bigint AS by_host_copy,
+                   least(coalesce(sum(misplaced), 0), 4611686018427387904)::bigint AS misplaced,
+                   count(*) FILTER (WHERE changed)::bigint AS changed_at_source,
                    count(DISTINCT (node_id, gpu_index)) AS gpus, count(DISTINCT node_id) AS nodes,
                    min(first_at) AS first_at, max(last_at) AS last_at
-            FROM inline_reports
-            WHERE observed_at >= $1 AND observed_at <= $2
-              AND (transfers_mismatch > 0 AND path = 'host_copy' OR transfers_mismatch_misplaced > 0)
+            FROM (
+                SELECT engine, node_id, gpu_index, first_at, last_at, false AS changed,
+                       CASE WHEN path = 'host_copy' THEN transfers_mismatch ELSE 0 END AS host_copy,
+                       CASE WHEN path <> 'host_copy' THEN transfers_mismatch_misplaced ELSE 0 END AS misplaced
+                FROM inline_reports
+                WHERE observed_at >= $1 AND observed_at <= $2
+                  AND (transfers_mismatch > 0 AND path = 'host_copy' OR transfers_mismatch_misplaced > 0)
+                UNION ALL
+                SELECT engine, node_id, gpu_index, observed_at, observed_at, true, 0, 0
+                FROM inline_source_changes WHERE observed_at >= $1 AND observed_at <= $2
+            ) u
             GROUP BY engine
-         ) e ORDER BY by_host_copy + misplaced DESC, engine LIMIT $3",
+         ) e ORDER BY by_host_copy + misplaced + changed_at_source DESC, engine LIMIT $3",
     )
     .bind(since)
     .bind(until)
@@ -80,12 +95,20 @@ pub async fn engine_findings(
             let engine: Option<railguard_schema::EngineIdentity> =
                 r.engine.and_then(|e| serde_json::from_value(e.0).ok());
             let label = engine.as_ref().map_or_else(|| UNNAMED_ENGINE.to_owned(), |e| e.label());
-            let mismatches = r.by_host_copy.saturating_add(r.misplaced);
-            let how = match (r.by_host_copy, r.misplaced) {
-                (_, 0) => "by host copy".to_owned(),
-                (0, _) => "whole source blocks of another time or place (stale, misdirected or swapped)".to_owned(),
-                (h, m) => format!("{h} by host copy, {m} holding whole source blocks of another time or place"),
-            };
+            let mismatches = r.by_host_copy.saturating_add(r.misplaced).saturating_add(r.changed_at_source);
+            let how = [
+                (r.by_host_copy, "by host copy"),
+                (
+                    r.misplaced,
+                    "holding whole source blocks of another time or place, or rearranged after arrival (stale, misdirected, swapped or layout)",
+                ),
+                (r.changed_at_source, "changed at their source before the READ was confirmed (reused while lent out)"),
+            ]
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| if *n == mismatches { (*what).to_owned() } else { format!("{n} {what}") })
+            .collect::<Vec<_>>()
+            .join(", ");
             let reason = format!(
                 "{label}: {mismatches} in-line mismatch{} on {} GPU{} of {} node{}, {how}: the engine moved or mislaid those bytes, not a GPU or NIC",
                 if mismatches == 1 { "" } else { "es" },
@@ -101,6 +124,7 @@ pub async fn engine_findings(
                 mismatches,
                 by_host_copy: r.by_host_copy,
                 misplaced: r.misplaced,
+                changed_at_source: r.changed_at_source,
                 gpus: r.gpus,
                 nodes: r.nodes,
                 first_at: r.first_at,

@@ -49,7 +49,7 @@ import collections
 
 import numpy as np
 
-from ..digest import ALGORITHM, BlockError
+from ..digest import ALGORITHM, MIX64, BlockError
 from ..manifest import Manifest, ManifestDamaged, ManifestError, ManifestUnkeyed, load_key
 from ..report import Reporter, default_reporter, engine_identity
 from ..verify import Check, compare
@@ -57,6 +57,10 @@ from .carrier import KEY, DigestPlan, Expectation, ManifestBatch, Outbox
 from .regions import RegionError, Regions
 
 logger = logging.getLogger("railguard_nixl.vllm")
+
+# The digest algorithms a prefill side's manifest may use: this one's, and the one before it (a
+# prefill side not yet upgraded; its mismatches are not told apart by layout).
+_READS = (ALGORITHM, MIX64)
 
 # vLLM releases this connector's tests ran against (it subclasses vLLM internals).
 TESTED_VLLM = ("0.33.0",)
@@ -218,6 +222,22 @@ def _pp_rank() -> int:
 
 # Source blocks whose digests a decode worker remembers (for stale and misdirected blocks).
 HISTORY_BLOCKS = 1 << 16
+# Requests a prefill worker holds the fingerprints of until their READ is confirmed.
+SENT_REQUESTS = 1 << 14
+SOURCE_CHANGED = (
+    "the source's blocks changed before the destination's READ was confirmed: reused or rewritten while "
+    "still lent out (the engine's block bookkeeping)"
+)
+
+
+@dataclass
+class _Sent:
+    """A request's blocks as the prefill worker lent them out: physical block ids and their
+    fingerprints when the manifest was made."""
+
+    blocks: list[int]
+    fingerprints: np.ndarray
+    bytes: int
 # Digests kept per source block.
 HISTORY_DEPTH = 4
 
@@ -238,6 +258,13 @@ class RailguardPullWorker(NixlPullConnectorWorker):
         # first; and digest -> the source block that had it (bounded, least recent dropped).
         self._rg_history: collections.OrderedDict[tuple[str, int], list[int]] = collections.OrderedDict()
         self._rg_known: dict[int, tuple[str, int]] = {}
+        # Prefill side: each lent-out request's blocks until its READ is confirmed (bounded; the
+        # oldest dropped and counted), and the requests found changed by then.
+        self._rg_sent: collections.OrderedDict[str, _Sent] = collections.OrderedDict()
+        self.rg_sent_dropped = 0
+        self.rg_source_checks: list[Check] = []
+        # Whether the "blocks rearranged after arrival" explanation was logged (once per worker).
+        self._rg_layout_warned = False
         self._rg_made: dict[str, dict[str, str]] = {}
         self._rg_made_errors: dict[str, str] = {}
         self._rg_engine = engine_of(vllm_config, vllm_config.kv_transfer_config)
@@ -282,15 +309,54 @@ class RailguardPullWorker(NixlPullConnectorWorker):
                 physical = self._logical_to_kernel_block_ids(
                     [list(logical)], self._physical_blocks_per_logical_kv_block
                 )[0]
-                digests, lengths = self._rg_regions.digests(physical)
+                d = self._rg_regions.digests(physical)
+                # What the blocks hold as they are lent out: checked again when the READ is
+                # confirmed (get_transfer_results), before vLLM may free them.
+                self._rg_sent[req_id] = _Sent(list(physical), self._rg_regions.fingerprints(physical),
+                                              int(d.lengths.sum(dtype=np.uint64)))
+                self._rg_sent.move_to_end(req_id)
+                while len(self._rg_sent) > SENT_REQUESTS:
+                    self._rg_sent.popitem(last=False)
+                    self.rg_sent_dropped += 1
                 name = f"{req_id}|tp{self.tp_rank}pp{self._rg_pp_rank}|{self._rg_regions.layout()}"
-                text = Manifest(request=name, digests=digests, lengths=lengths).to_text(self._rg_settings.manifest_key)
+                text = Manifest(request=name, digests=d.digests, lengths=d.lengths, algorithm=ALGORITHM,
+                                sets=d.sets).to_text(self._rg_settings.manifest_key)
                 made = self._rg_made.setdefault(req_id, {})
                 made[rank_key(self.tp_rank, self._rg_pp_rank)] = text
                 if self._rg_claim:
                     made[rank_key(self.tp_rank, self._rg_pp_rank) + CLAIM_SUFFIX] = self._rg_claim
             except (RegionError, BlockError, ManifestError) as e:
                 self._rg_made_errors[req_id] = f"prefill could not digest: {e}"
+
+    def _rg_recheck(self, req_id: str) -> None:
+        """Prefill side, when vLLM reports a request's blocks sent (the destination's READ
+        confirmed, or the send expired): are they still what the manifest described? A block
+        that changed was reused or rewritten while a destination could still read it, and the
+        destination may have read the new bytes (vllm#52234): reported as ``source_changed``,
+        under the name destinations' failures give this request (``<worker>/<request>``), so
+        the collector makes their mismatches the engine's, not their GPUs'."""
+        sent = self._rg_sent.pop(req_id, None)
+        if sent is None or self._rg_regions is None:
+            return
+        try:
+            now = self._rg_regions.fingerprints(sent.blocks)
+        except BlockError:
+            return
+        changed = np.flatnonzero(now != sent.fingerprints)
+        if changed.size == 0:
+            return
+        c = Check(
+            request=req_id, status="source_changed", blocks=len(sent.blocks), bytes=sent.bytes,
+            bad_blocks=[int(i) for i in changed], error=SOURCE_CHANGED,
+            remote=f"{worker_name(self.engine_id, self.tp_rank, self._rg_pp_rank)}/{req_id}",
+            memory=self._rg_regions.memory, device=self._rg_regions.device,
+        )
+        self.rg_source_checks.append(c)
+        del self.rg_source_checks[:-1000]
+        logger.error("railguard: request %s: %d of its %d blocks changed before the destination's READ was "
+                     "confirmed (reused while lent out); reported as the engine's", req_id, changed.size,
+                     len(sent.blocks))
+        self._rg_report(c)
 
     def rg_take_made(self) -> ManifestBatch | None:
         if not self._rg_made and not self._rg_made_errors:
@@ -366,6 +432,8 @@ class RailguardPullWorker(NixlPullConnectorWorker):
 
     def get_transfer_results(self):
         results = super().get_transfer_results()
+        for req_id in list(results.finished_sending):
+            self._rg_recheck(req_id)
         for req_id in list(results.finished_recving):
             pending = self._rg_pending.pop(req_id, None)
             if pending is None or req_id in results.failed_recving:
@@ -381,6 +449,16 @@ class RailguardPullWorker(NixlPullConnectorWorker):
                 logger.warning("railguard: request %s not verified (%s); allowed by configuration", req_id, check.error)
                 continue
             bad = self._rg_bad_logical(pending, check)
+            if check.diagnosis.get("layout") and not self._rg_layout_warned:
+                self._rg_layout_warned = True
+                logger.error(
+                    "railguard: request %s arrived holding the prefill side's bytes rearranged (%d blocks): this "
+                    "engine rewrites received KV blocks after the READ (a layout permute or post-processing setting "
+                    "railguard does not know), so its transfers cannot be verified. It is reported as the engine's, "
+                    "not the GPU's. Run prefill and decode with one KV layout and attention backend.",
+                    req_id,
+                    check.diagnosis["layout"],
+                )
             logger.error(
                 "railguard: request %s failed its KV check (%s%s); blocks %s reported as load errors",
                 req_id,
@@ -437,6 +515,7 @@ class RailguardPullWorker(NixlPullConnectorWorker):
             return fail(exp.why_missing if exp and exp.why_missing else "nothing to verify: no manifest came with the request")
         engine = exp.remote_engine_id or ""
         local, want, sources, before = [], [], [], []
+        algorithm = ALGORITHM
         for read in pending.reads:
             text = exp.manifests.get(mine)
             if text is None:
@@ -460,8 +539,10 @@ class RailguardPullWorker(NixlPullConnectorWorker):
                     f"not checkable: the manifest is rank {rank!r}'s; this worker is tensor-parallel rank "
                     f"{self.tp_rank}, pipeline rank {self._rg_pp_rank}"
                 )
-            if man.algorithm != ALGORITHM:
-                return fail(f"not checkable: the manifest's digests are algorithm {man.algorithm}; this connector computes {ALGORITHM}")
+            if man.algorithm not in _READS:
+                return fail(f"not checkable: the manifest's digests are algorithm {man.algorithm}; this connector "
+                            f"computes {', '.join(map(str, _READS))}")
+            algorithm = man.algorithm
             if layout != regions.layout():
                 return fail("not checkable: prefill and decode register different KV layouts")
             if len(man) != len(read.remote_all):
@@ -474,23 +555,27 @@ class RailguardPullWorker(NixlPullConnectorWorker):
             local.extend(read.local)
             sources.extend((engine, int(b)) for b in read.remote)
             before.append(read.before if read.before is not None else np.full(len(read.local), -1, np.int64).view(np.uint64))
-            want.append(Manifest(request=man.request, digests=man.digests[picks], lengths=man.lengths[picks]))
+            want.append(Manifest(request=man.request, digests=man.digests[picks], lengths=man.lengths[picks],
+                                 algorithm=man.algorithm, sets=None if man.sets is None else man.sets[picks]))
         try:
-            digests, lengths = regions.digests(local)
+            got = regions.digests(local, algorithm)
             after = regions.fingerprints(local)
         except BlockError as e:
             return fail(f"blocks: {e}")
+        digests, lengths = got.digests, got.lengths
         expected = Manifest(
             request=req_id,
             digests=np.concatenate([m.digests for m in want]),
             lengths=np.concatenate([m.lengths for m in want]),
+            algorithm=algorithm,
+            sets=None if got.sets is None else np.concatenate([m.sets for m in want]),
         )
         had = [r.before is not None for r in pending.reads for _ in r.local]
         untouched = (np.concatenate(before) == after) & np.array(had, bool)
         earlier = {i: self._rg_history.get(src, ()) for i, src in enumerate(sources)}
         check = compare(expected, digests, lengths, remote=remote, reporter=self._rg_reporter_or_default(),
                         memory=memory, device=device, untouched=untouched, earlier=earlier, known=self._rg_known,
-                        source=claim)
+                        source=claim, sets=got.sets)
         self._rg_remember(sources, expected.digests)
         return check
 

@@ -8,7 +8,8 @@ the tensors that hold it, so what is digested is exactly what the READ moved: no
 vLLM's is re-derived here.
 
 A block's digest is ``mix64`` over its per-region digests (region order is the registration's
-order, which both sides share): one gather and one elementwise pass per region on the device
+order, which both sides share), its set digest the sum of its per-region set digests (a rewrite
+that rearranges words within each region's block keeps it): one gather and one elementwise pass per region on the device
 the KV cache lives on, and only the 8-byte digests come back to the host. Blocks are never
 copied to the host.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..digest import MIX64, BlockError, _digest_rows, digest_blocks
+from ..digest import ALGORITHM, MIX64, WITH_SETS, BlockDigests, BlockError, _digest_rows, block_digests, digest_blocks
 
 
 class RegionError(ValueError):
@@ -108,31 +109,37 @@ class Regions:
                 raise BlockError(f"block ids outside 0..{count - 1}")
             index = torch.as_tensor(ids, dtype=torch.long, device=region.view.device)
             rows = region.view[:, : min(sample, region.block_len)].index_select(0, index)
-            per_region[:, i] = digest_blocks(rows)[0]
+            per_region[:, i] = digest_blocks(rows, MIX64)[0]
         return _digest_rows(
             np.ascontiguousarray(per_region).view(np.uint8).reshape(len(ids), 8 * len(self._regions)),
             8 * len(self._regions),
             MIX64,
         )
 
-    def digests(self, block_ids) -> tuple[np.ndarray, np.ndarray]:
-        """Digests and byte lengths of physical blocks ``block_ids`` (uint64[n], uint32[n])."""
+    def digests(self, block_ids, algorithm: int = ALGORITHM) -> BlockDigests:
+        """Digests, set digests (an algorithm with them) and byte lengths of physical blocks
+        ``block_ids``."""
         import torch
 
         ids = [int(b) for b in block_ids]
         if not ids:
             raise BlockError("no blocks: nothing to verify")
         per_region = np.empty((len(ids), len(self._regions)), np.uint64)
+        sets = np.zeros(len(ids), np.uint64) if algorithm in WITH_SETS else None
         for i, region in enumerate(self._regions):
             count = region.view.shape[0]
             if min(ids) < 0 or max(ids) >= count:
                 raise BlockError(f"block ids outside 0..{count - 1}")
             index = torch.as_tensor(ids, dtype=torch.long, device=region.view.device)
             rows = region.view.index_select(0, index)  # a gather on the KV cache's device
-            per_region[:, i] = digest_blocks(rows)[0]
+            d = block_digests(rows, algorithm)
+            per_region[:, i] = d.digests
+            if sets is not None:
+                with np.errstate(over="ignore"):
+                    sets += d.sets
         combined = _digest_rows(
             np.ascontiguousarray(per_region).view(np.uint8).reshape(len(ids), 8 * len(self._regions)),
             8 * len(self._regions),
             MIX64,
         )
-        return combined, np.full(len(ids), self.block_bytes, np.uint32)
+        return BlockDigests(combined, sets, np.full(len(ids), self.block_bytes, np.uint32))
