@@ -1,5 +1,6 @@
 """What in-line verification costs, measured in one run so the figures are ratios on one
-machine: digest v2 (``mix64``) of a request's KV blocks against a plain copy of the same bytes
+machine: digest v3 (``mix64s``, the default: a digest and a set digest per block) and v2
+(``mix64``) of a request's KV blocks against a plain copy of the same bytes
 (numpy's), against a NIXL READ of them on ``lo`` (UCX over tcp), and on torch's path (CPU
 tensors here; GPU tensors with ``--device cuda``, against a device-to-device copy).
 
@@ -23,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
-from railguard_nixl import MIX64, MUL64, digest_blocks  # noqa: E402
+from railguard_nixl import MIX64, MIX64S, MUL64, block_digests, digest_blocks  # noqa: E402
 
 
 def best(fn, repeat: int) -> float:
@@ -87,9 +88,12 @@ def main() -> int:
         copy = best(lambda: np.copyto(dst, src), a.repeat)
         mix = best(lambda: digest_blocks(src, MIX64), a.repeat)
         mul = best(lambda: digest_blocks(src, MUL64), a.repeat)
+        sets = best(lambda: block_digests(src, MIX64S), a.repeat)
         out.update(copy_gbs=gbs(copy), mix64_gbs=gbs(mix), mul64_gbs=gbs(mul), mix64_over_copy=mix / copy,
-                   mix64_over_mul64=mix / mul)
+                   mix64_over_mul64=mix / mul, mix64s_gbs=gbs(sets), mix64s_over_copy=sets / copy,
+                   mix64s_over_mix64=sets / mix)
         print(f"numpy copy        {gbs(copy):8.2f} GB/s")
+        print(f"digest v3 mix64s  {gbs(sets):8.2f} GB/s   {sets / copy:5.2f}x a copy's time, {sets / mix:4.2f}x v2's")
         print(f"digest v2 mix64   {gbs(mix):8.2f} GB/s   {mix / copy:5.2f}x a copy's time")
         print(f"digest v1 mul64   {gbs(mul):8.2f} GB/s   (v2 takes {mix / mul:4.2f}x v1's time)")
         if not a.no_nixl:
@@ -112,11 +116,16 @@ def main() -> int:
 
         tcopy = best(lambda: (td.copy_(t), sync()), a.repeat)
         tmix = best(lambda: digest_blocks(t, MIX64), a.repeat)  # returns digests on the host: synchronises
-        out.update(torch_copy_gbs=gbs(tcopy), torch_mix64_gbs=gbs(tmix), torch_mix64_over_copy=tmix / tcopy)
+        tsets = best(lambda: block_digests(t, MIX64S), a.repeat)
+        out.update(torch_copy_gbs=gbs(tcopy), torch_mix64_gbs=gbs(tmix), torch_mix64_over_copy=tmix / tcopy,
+                   torch_mix64s_gbs=gbs(tsets), torch_mix64s_over_copy=tsets / tcopy)
         where = "GPU" if dev.type == "cuda" else "CPU"
         print(f"torch {where} copy    {gbs(tcopy):8.2f} GB/s")
         print(f"torch {where} mix64   {gbs(tmix):8.2f} GB/s   {tmix / tcopy:5.2f}x a device copy's time")
-        same = np.array_equal(digest_blocks(t, MIX64)[0], digest_blocks(src, MIX64)[0])
+        print(f"torch {where} mix64s  {gbs(tsets):8.2f} GB/s   {tsets / tcopy:5.2f}x a device copy's time")
+        got, want = block_digests(t, MIX64S), block_digests(src, MIX64S)
+        same = (np.array_equal(digest_blocks(t, MIX64)[0], digest_blocks(src, MIX64)[0])
+                and np.array_equal(got.digests, want.digests) and np.array_equal(got.sets, want.sets))
         out["torch_equals_numpy"] = bool(same)
         print(f"torch digests equal numpy's: {same}")
     elif a.device == "cuda":
