@@ -95,7 +95,10 @@ CREATE TABLE nodes (
     evidence_pending boolean NOT NULL DEFAULT true,
     assessed_at timestamp with time zone,
     late_stored_at timestamp with time zone,
-    batch_interval_seconds double precision
+    batch_interval_seconds double precision,
+    agent_activity text,
+    agent_detail text NOT NULL DEFAULT ''::text,
+    agent_state_at timestamp with time zone
 );
 
 CREATE TABLE probe_results (
@@ -288,6 +291,7 @@ ALTER TABLE inline_reports ADD CONSTRAINT inline_reports_simulated_fabric CHECK 
 ALTER TABLE inline_reports ADD CONSTRAINT inline_reports_sources_changed_check CHECK ((sources_changed >= 0));
 ALTER TABLE node_status ADD CONSTRAINT node_status_node_id_fkey FOREIGN KEY (node_id) REFERENCES nodes(node_id);
 ALTER TABLE node_status ADD CONSTRAINT node_status_pkey PRIMARY KEY (node_id);
+ALTER TABLE nodes ADD CONSTRAINT nodes_agent_activity_check CHECK ((agent_activity = ANY (ARRAY['probing'::text, 'nothing_to_probe'::text, 'passive'::text, 'degraded'::text])));
 ALTER TABLE nodes ADD CONSTRAINT nodes_pkey PRIMARY KEY (node_id);
 ALTER TABLE probe_results ADD CONSTRAINT probe_results_memory_check CHECK ((memory = ANY (ARRAY['host'::text, 'cuda'::text, 'cuda_staged'::text])));
 ALTER TABLE probe_results ADD CONSTRAINT probe_results_path_check CHECK ((path = ANY (ARRAY['nic_dma'::text, 'host_copy'::text, 'simulated'::text, 'other_device'::text])));

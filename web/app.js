@@ -202,7 +202,7 @@ let patternRead = { at: 0, value: null };
 let seriesRead = { at: 0, key: null, value: null };
 // The engines whose KV transfers arrived wrong with no GPU or NIC carrying them, and the sources
 // (the other end) that sent wrong bytes to several GPUs (the last reads).
-let enginesRead = { value: null };
+let enginesRead = { at: 0, key: null, value: null };
 let sourcesRead = { value: null };
 
 // The fleet's reads: every 5 s the fleet and the grid; the slower ones on their own clock.
@@ -212,23 +212,26 @@ async function readFleet(query) {
   const atDate = at ? new Date(at) : null;
   const until = atDate && !isNaN(atDate) ? atDate : new Date();
   const day = `since=${q(until - DAY_MS)}&until=${q(until)}`;
+  const span = plotSpan(query);
+  const spanKey = `${key}|${span.key}|${q(span.since)}|${span.key === "custom" ? q(span.until) : ""}`;
   const patternPath = atDate && !isNaN(atDate)
     ? `/api/v1/patterns?since=${q(atDate - 900000)}&until=${q(atDate)}`
     : "/api/v1/patterns?since=15m";
   const readPattern = patternRead.key !== key || Date.now() - patternRead.at >= PATTERN_EVERY_MS;
-  const readDay = seriesRead.key !== key || Date.now() - seriesRead.at >= PATTERN_EVERY_MS;
+  const readDay = enginesRead.key !== key || Date.now() - enginesRead.at >= PATTERN_EVERY_MS;
+  const readSpan = seriesRead.key !== spanKey || Date.now() - seriesRead.at >= PATTERN_EVERY_MS;
   const maybe = (read, path, kept) => read ? api(path).catch(() => null) : Promise.resolve(kept);
   const [f, grid, pat, series, engines, sources] = await Promise.all([
     api("/api/v1/fleet"),
     api(`/api/v1/grid${at ? `?at=${encodeURIComponent(at)}` : ""}`),
     maybe(readPattern, patternPath, patternRead.value),
-    maybe(readDay, `/api/v1/fleet/series?${day}`, seriesRead.value),
+    maybe(readSpan, `/api/v1/fleet/series?since=${q(span.since)}&until=${q(span.until)}`, seriesRead.value),
     maybe(readDay, `/api/v1/engines?${day}`, enginesRead.value),
     maybe(readDay, `/api/v1/sources?${day}`, sourcesRead.value),
   ]);
-  if (readDay && engines) enginesRead = { value: engines };
+  if (readDay && engines) enginesRead = { at: Date.now(), key, value: engines };
   if (readDay && sources) sourcesRead = { value: sources };
-  if (readDay && series) seriesRead = { at: Date.now(), key, value: series };
+  if (readSpan && series) seriesRead = { at: Date.now(), key: spanKey, value: series };
   // A failed read keeps the last one shown (for the same moment) and tries again in 15 s.
   if (readPattern) {
     const kept = patternRead.key === key ? patternRead.value : null;
@@ -238,7 +241,8 @@ async function readFleet(query) {
   return {
     f, grid, at,
     pattern: patternRead.key === key ? patternRead.value : null,
-    series: seriesRead.key === key ? seriesRead.value : null,
+    series: seriesRead.key === spanKey ? seriesRead.value : null,
+    span,
     engines: enginesRead.value,
     sources: sourcesRead.value,
   };
@@ -373,7 +377,7 @@ function sourcesPanel(e) {
 function seriesPanel(series, filtering) {
   if (!series) return "";
   const scope = filtering ? " (the whole fleet: the filters do not apply)" : "";
-  return `<h2>Corrupting and at-risk GPUs, the day to ${esc(iso(series.until))}${scope}</h2>` +
+  return `<h2>Corrupting and at-risk GPUs, ${esc(iso(series.since))} to ${esc(iso(series.until))}${scope}</h2>` +
     `<div class="chart" id="chart-fleet"></div>`;
 }
 
@@ -440,8 +444,13 @@ async function fleet() {
     { id: "engines", html: enginesPanel(d.engines) },
     { id: "sources", html: sourcesPanel(d.sources) },
     {
+      id: "range", html: rangePanel("#/", query, { span: d.span.key, since: d.span.since, until: d.span.until }),
+      draw: (el) => wireRange(el, "#/", query),
+    },
+    {
       id: "series", html: seriesPanel(d.series, s.filtering), data: d.series && d.series.points,
-      draw: (el) => d.series && Charts.fleet(el.querySelector("#chart-fleet"), d.series.points),
+      draw: (el) => d.series && Charts.fleet(el.querySelector("#chart-fleet"), d.series.points,
+        new Date(d.series.since), new Date(d.series.until), (from, to) => zoomTo("#/", fleetQuery(), from, to)),
     },
     { id: "grid", html: gridPanel(s.rows, d.at) },
   ];
@@ -500,7 +509,18 @@ function nodeHeader(name, n, topo) {
     `last seen ${ago(n.node.last_seen)}` +
     `${replicaLag(n.replica_lag_seconds)}</p>
     <p id="selection">Workload NIC selection now: ${esc(selection)}</p>
+    ${agentLine(n.node)}
     ${(topo.warnings || []).map(w => `<p class="warning">${esc(w)}</p>`).join("")}`;
+}
+
+// What the node's agent said it is doing with its latest batch (its heartbeat too).
+function agentLine(node) {
+  if (!node.agent_activity) return `<p id="agent-state" class="muted">agent: does not say what it is doing</p>`;
+  const cls = node.agent_activity === "degraded" ? "warning" : "muted";
+  const words = { probing: "probing", nothing_to_probe: "nothing to probe", passive: "passive", degraded: "degraded" };
+  return `<p id="agent-state" class="${cls}" data-activity="${esc(node.agent_activity)}">agent: ` +
+    `${esc(words[node.agent_activity] || node.agent_activity)} — ${esc(node.agent_detail)} ` +
+    `(${esc(ago(node.agent_state_at))})</p>`;
 }
 
 function matrixPanel(name, n, topo) {
@@ -679,15 +699,16 @@ async function readGpu(name, idx, query) {
   return { g, hist, month, s, now: g.status, at, then, until: span.until, since: span.since, span: span.key };
 }
 
-// The range picker: the spans, a custom from–to, and how to zoom. Times are the browser's.
-function rangePanel(name, idx, query, d) {
+// The range picker of the page at `href` (a GPU's, the fleet's): the spans, a custom from–to,
+// and how to zoom. Times are the browser's.
+function rangePanel(href, query, d) {
   const link = (k) => {
     const p = new URLSearchParams(query);
     p.delete("from");
     p.delete("to");
     p.set("range", k);
     const on = d.span === k ? ' class="on" aria-current="true"' : "";
-    return `<a href="${gpuHref(name, idx)}?${esc(p.toString())}" data-range="${k}"${on}>${k}</a>`;
+    return `<a href="${href}?${esc(p.toString())}" data-range="${k}"${on}>${k}</a>`;
   };
   const local = (t) => {
     const z = new Date(t.getTime() - t.getTimezoneOffset() * 60000);
@@ -705,21 +726,21 @@ function rangePanel(name, idx, query, d) {
     <span class="muted">drag across a plot to zoom · times in ${esc(zone)} (UTC on hover)</span></form>`;
 }
 
-// The page's query with a custom span from `from` to `to` (Dates), for a zoom or the form.
-function zoomTo(name, idx, query, from, to) {
+// The page at `href` with a custom span from `from` to `to` (Dates), for a zoom or the form.
+function zoomTo(href, query, from, to) {
   if (!(from < to)) return;
   const p = new URLSearchParams(query);
   p.delete("range");
   p.set("from", from.toISOString());
   p.set("to", to.toISOString());
-  location.hash = `${gpuHref(name, idx)}?${p.toString()}`;
+  location.hash = `${href}?${p.toString()}`;
 }
 
-function wireRange(el, name, idx, query) {
+function wireRange(el, href, query) {
   el.querySelector("#range").addEventListener("submit", (e) => {
     e.preventDefault();
     const f = e.target;
-    zoomTo(name, idx, query, new Date(f.from.value), new Date(f.to.value));
+    zoomTo(href, query, new Date(f.from.value), new Date(f.to.value));
   });
 }
 
@@ -931,11 +952,12 @@ async function gpu(name, idx, query) {
     `<a href="${gpuHref(name, idx)}">GPU${esc(idx)}</a>`;
   const plots = shapePlots(d);
   const range = [iso(d.since), iso(d.until)];
-  const zoom = (from, to) => zoomTo(name, idx, query, from, to);
+  const here = gpuHref(name, idx);
+  const zoom = (from, to) => zoomTo(here, query, from, to);
   paint(view, [
     { id: "header", html: gpuHeader(name, idx, d) },
     { id: "first-steps", html: d.at ? "" : firstStepsPanel(name, idx, d.s) },
-    { id: "range", html: rangePanel(name, idx, query, d), draw: (el) => wireRange(el, name, idx, query) },
+    { id: "range", html: rangePanel(here, query, d), draw: (el) => wireRange(el, here, query) },
     {
       id: "verdicts", html: verdictsPanel(d, plots), data: [plots.evidence, range],
       draw: (el) =>

@@ -146,16 +146,19 @@ const Charts = (() => {
     }, [xs, ys], zoom);
   }
 
-  // The fleet: GPUs corrupting and at risk over time.
-  function fleet(el, points) {
+  // The fleet: GPUs corrupting and at risk over time, from `since` to `until`.
+  function fleet(el, points, since, until, zoom) {
     const xs = points.map(p => secs(p.at));
     return mount(el, {
       height: 180,
-      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+      scales: {
+        x: { time: true, range: () => [secs(since), secs(until)] },
+        y: { range: (u, min, max) => [0, Math.max(1, max)] },
+      },
       series: [timeSeries,
         step("corrupting GPUs", COLOR.silent), step("at-risk GPUs", COLOR.failed)],
       legend: { show: true },
-    }, [xs, points.map(p => p.corrupting), points.map(p => p.at_risk)]);
+    }, [xs, points.map(p => p.corrupting), points.map(p => p.at_risk)], zoom);
   }
 
   // A node's NICs: the share of their probes that failed, per hour (or day).

@@ -239,10 +239,15 @@ pub struct ShipperStats {
     pub drops_reported: std::sync::atomic::AtomicU64,
 }
 
+/// What the agent is doing, given the records its spool dropped since the last batch taken.
+pub type StateOf = Box<dyn Fn(u64) -> railguard_schema::AgentState + Send + Sync>;
+
 pub struct Shipper {
     cfg: ShipperConfig,
     spool: SpoolHandle,
     client: Client,
+    /// The agent's state, sent with every batch; None: not said.
+    state_of: Option<StateOf>,
     /// Modification times of the TLS files the client was made with.
     tls_stamp: Vec<Option<std::time::SystemTime>>,
     pub stats: Arc<ShipperStats>,
@@ -255,7 +260,12 @@ impl Shipper {
         }
         let client = connect(&cfg)?;
         let tls_stamp = cfg.tls.stamp();
-        Ok(Shipper { cfg, spool, client, tls_stamp, stats: Arc::default() })
+        Ok(Shipper { cfg, spool, client, state_of: None, tls_stamp, stats: Arc::default() })
+    }
+
+    /// Sends the agent's state, as `state_of` tells it, with every batch (the heartbeat too).
+    pub fn say_state(&mut self, state_of: StateOf) {
+        self.state_of = Some(state_of);
     }
 
     /// Reconnects with the TLS files as they are now, when any of them changed since the client
@@ -322,6 +332,7 @@ impl Shipper {
                 // Moved, not copied: a retry peeks the spool again.
                 records: std::mem::take(&mut batch.records),
                 spool_dropped_total: dropped_total,
+                state: self.state_of.as_ref().map(|f| f(dropped_total.saturating_sub(reported_drops)).into()),
             };
             let result = tokio::select! {
                 _ = &mut shutdown => return Ok(()),

@@ -152,7 +152,12 @@ async fn main() {
 
     // Warm up: partitions, connections, plans.
     let warm: Vec<wire::Record> = batches(1).remove(0).into_iter().map(Into::into).collect();
-    let mut req = tonic::Request::new(RecordBatch { node_id: "bench".into(), records: warm, spool_dropped_total: 0 });
+    let mut req = tonic::Request::new(RecordBatch {
+        node_id: "bench".into(),
+        records: warm,
+        spool_dropped_total: 0,
+        state: None,
+    });
     req.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
     client.push_batch(req).await.unwrap();
     raw_copy(&pool, &[copy_text(&batches(1)[0])]).await;
@@ -162,7 +167,12 @@ async fn main() {
         batches(n_batches).into_iter().map(|b| b.into_iter().map(Into::into).collect()).collect();
     let start = Instant::now();
     for b in grpc_batches {
-        let mut req = tonic::Request::new(RecordBatch { node_id: "bench".into(), records: b, spool_dropped_total: 0 });
+        let mut req = tonic::Request::new(RecordBatch {
+            node_id: "bench".into(),
+            records: b,
+            spool_dropped_total: 0,
+            state: None,
+        });
         req.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
         let ack = client.push_batch(req).await.unwrap().into_inner();
         assert_eq!(ack.stored as usize, BATCH);

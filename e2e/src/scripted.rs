@@ -93,8 +93,12 @@ pub fn seed_probes(workload: impl Fn(u32) -> String, selection: PairSelection) -
 pub async fn send(collector: &CollectorProc, node: &str, records: Vec<wire::Record>) {
     let mut client = IngestClient::connect(collector.url()).await.unwrap();
     for chunk in records.chunks(1000) {
-        let mut req =
-            tonic::Request::new(RecordBatch { node_id: node.into(), records: chunk.to_vec(), spool_dropped_total: 0 });
+        let mut req = tonic::Request::new(RecordBatch {
+            node_id: node.into(),
+            records: chunk.to_vec(),
+            spool_dropped_total: 0,
+            state: None,
+        });
         req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(node)).parse().unwrap());
         client.push_batch(req).await.unwrap();
     }

@@ -57,7 +57,7 @@ mod bytes_codec {
 }
 
 fn batch(node: &str, records: Vec<wire::Record>) -> RecordBatch {
-    RecordBatch { node_id: node.into(), records, spool_dropped_total: 0 }
+    RecordBatch { node_id: node.into(), records, spool_dropped_total: 0, state: None }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -344,6 +344,7 @@ async fn hostile_names_reasons_and_links_run_no_script() {
                 node_id: "hostile".into(),
                 records: vec![topo_rec(named)],
                 spool_dropped_total: 0,
+                state: None,
             },
             &token_for("hostile"),
         ))
@@ -882,36 +883,8 @@ async fn the_range_picker_and_a_drag_change_the_plotted_span() {
     assert!(red * 2 > width && red < width, "4 h of 6 h: {red} of {width} px");
 
     // A drag over the day's last quarter zooms to it: a custom from–to in the URL.
-    let zoomed = tokio::task::block_in_place(|| {
-        let b = Browser::start();
-        b.go(&format!("{base}#/node/repinned/gpu/3"));
-        b.find("#chart-verdicts[data-plot]");
-        let rect = b.execute("return document.getElementById('chart-verdicts').dataset.plot");
-        let r: Vec<f64> = rect.as_str().unwrap().split(',').map(|v| v.parse().unwrap()).collect();
-        let scroll = b.execute("return window.scrollY").as_f64().unwrap();
-        let y = (r[1] - scroll + r[3] / 2.0).round() as i64;
-        let (x0, x1) = ((r[0] + r[2] * 0.75).round() as i64, (r[0] + r[2] - 2.0).round() as i64);
-        b.call(
-            "POST",
-            "/actions",
-            serde_json::json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
-                "actions": [
-                    {"type": "pointerMove", "duration": 0, "origin": "viewport", "x": x0, "y": y},
-                    {"type": "pointerDown", "button": 0},
-                    {"type": "pointerMove", "duration": 250, "origin": "viewport", "x": x1, "y": y},
-                    {"type": "pointerUp", "button": 0}]}]}),
-        );
-        wait::until("the zoom in the URL", std::time::Duration::from_secs(20), || {
-            let u = b.url();
-            if u.contains("from=") && u.contains("to=") { Ok(u) } else { Err(u) }
-        })
-    });
-    let query = zoomed.split_once('?').unwrap().1;
-    let param = |k: &str| -> chrono::DateTime<chrono::Utc> {
-        let v = query.split('&').find_map(|kv| kv.strip_prefix(&format!("{k}="))).unwrap();
-        v.replace("%3A", ":").parse().unwrap()
-    };
-    let (from, to) = (param("from"), param("to"));
+    let zoomed = drag_last_quarter(&format!("{base}#/node/repinned/gpu/3"), "chart-verdicts");
+    let (from, to) = zoomed_span(&zoomed);
     let hours = (to - from).num_minutes() as f64 / 60.0;
     assert!((5.0..7.0).contains(&hours), "a quarter of the day: {hours} h ({zoomed})");
     assert!((chrono::Utc::now() - to).num_minutes() < 30, "ending now: {to}");
@@ -960,4 +933,68 @@ async fn the_range_picker_and_a_drag_change_the_plotted_span() {
     let node = tokio::task::block_in_place(|| browse(&format!("{base}#/node/young"), "range-young.png"));
     let young_span = hours(&node);
     assert!((0.6..=2.0).contains(&young_span), "a first-hour node's plot spans its hour: {young_span} h");
+}
+
+/// Opens `url`, drags across the last quarter of chart `id`'s plot, and returns the URL the
+/// zoom leads to (with its from–to).
+fn drag_last_quarter(url: &str, id: &str) -> String {
+    tokio::task::block_in_place(|| {
+        let b = Browser::start();
+        b.go(url);
+        b.find(&format!("#{id}[data-plot]"));
+        let rect = b.execute(&format!("return document.getElementById('{id}').dataset.plot"));
+        let r: Vec<f64> = rect.as_str().unwrap().split(',').map(|v| v.parse().unwrap()).collect();
+        let scroll = b.execute("return window.scrollY").as_f64().unwrap();
+        let y = (r[1] - scroll + r[3] / 2.0).round() as i64;
+        let (x0, x1) = ((r[0] + r[2] * 0.75).round() as i64, (r[0] + r[2] - 2.0).round() as i64);
+        b.call(
+            "POST",
+            "/actions",
+            serde_json::json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+                "actions": [
+                    {"type": "pointerMove", "duration": 0, "origin": "viewport", "x": x0, "y": y},
+                    {"type": "pointerDown", "button": 0},
+                    {"type": "pointerMove", "duration": 250, "origin": "viewport", "x": x1, "y": y},
+                    {"type": "pointerUp", "button": 0}]}]}),
+        );
+        wait::until("the zoom in the URL", std::time::Duration::from_secs(20), || {
+            let u = b.url();
+            if u.contains("from=") && u.contains("to=") { Ok(u) } else { Err(u) }
+        })
+    })
+}
+
+/// The from–to of a zoomed page's URL.
+fn zoomed_span(url: &str) -> (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) {
+    let query = url.split_once('?').unwrap().1;
+    let param = |k: &str| -> chrono::DateTime<chrono::Utc> {
+        let v = query.split('&').find_map(|kv| kv.strip_prefix(&format!("{k}="))).unwrap();
+        v.replace("%3A", ":").parse().unwrap()
+    };
+    (param("from"), param("to"))
+}
+
+/// The fleet's plot has the GPU page's range picker: a day by default, a span picked from the
+/// links, a drag across it zooming to a custom from–to that the plot then spans.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleet_plot_takes_a_picked_or_dragged_span() {
+    let pg = TestPg::start().await;
+    let c = repinned(&pg).await;
+    let base = format!("http://127.0.0.1:{}/", c.http_port);
+    let hours = |dom: &str| {
+        let v = chart_numbers(dom, "chart-fleet", "data-span");
+        (v[1] - v[0]) / 3600.0
+    };
+    let day = tokio::task::block_in_place(|| browse(&format!("{base}#/"), "fleet-range-day.png"));
+    assert!(day.contains("data-range=\"24h\" class=\"on\""), "a day by default");
+    assert!((hours(&day) - 24.0).abs() < 0.1, "{}", hours(&day));
+    let six = tokio::task::block_in_place(|| browse(&format!("{base}#/?range=6h"), "fleet-range-6h.png"));
+    assert!(six.contains("data-range=\"6h\" class=\"on\""));
+    assert!((hours(&six) - 6.0).abs() < 0.1, "{}", hours(&six));
+    let zoomed = drag_last_quarter(&format!("{base}#/"), "chart-fleet");
+    let (from, to) = zoomed_span(&zoomed);
+    let picked = (to - from).num_minutes() as f64 / 60.0;
+    assert!((5.0..7.0).contains(&picked), "a quarter of the day: {picked} h ({zoomed})");
+    let custom = tokio::task::block_in_place(|| browse(&zoomed, "fleet-range-zoomed.png"));
+    assert!((hours(&custom) - picked).abs() < 0.1, "the plot spans the zoom: {} h", hours(&custom));
 }

@@ -175,4 +175,41 @@ async fn a_quiet_agent_is_seen_alive_without_marking_its_evidence_changed() {
         .await;
     assert!(!later.1, "an empty batch marks no evidence pending");
     assert_eq!(pg.count("topology_snapshots").await, 1, "nothing but the first topology was stored");
+    // And it says what it is doing: probes off.
+    let (activity, detail): (Option<String>, String) =
+        sqlx::query_as("SELECT agent_activity, agent_detail FROM nodes WHERE node_id = 'node-a'")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    assert_eq!(activity.as_deref(), Some("passive"), "{detail}");
+    assert!(detail.contains("probes off"), "{detail}");
+}
+
+/// An agent on a host with no GPU, probing on, says so with every batch, its heartbeat included:
+/// the node page, the API and /metrics read `nothing_to_probe`, not a silence.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gpu_less_agent_says_it_has_nothing_to_probe() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let mut bare = railguard_agent::topology::fixture::seed_kvm_guest();
+    bare.roots.clear();
+    let flags = ["--probe-cycle-secs", "5", "--no-signals", "--no-inline", "--heartbeat-secs", "1"];
+    let args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
+    let _agent = fixture_agent(&bare, &collector, dir.path(), &args);
+    let node = wait::until("the agent's state on the node", Duration::from_secs(60), || {
+        let (status, body) = collector.get("/api/v1/nodes/node-a", None);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if status == 200 && v["node"]["agent_activity"] == "nothing_to_probe" { Ok(v) } else { Err(body) }
+    });
+    assert_eq!(node["node"]["agent_detail"], "no GPU on this node: nothing to probe", "{node}");
+    let first = node["node"]["agent_state_at"].as_str().unwrap().to_owned();
+    // Said again by the heartbeats that follow.
+    wait::until("a later heartbeat's state", Duration::from_secs(60), || {
+        let v: serde_json::Value = serde_json::from_str(&collector.get("/api/v1/nodes/node-a", None).1).unwrap();
+        let at = v["node"]["agent_state_at"].as_str().unwrap_or_default().to_owned();
+        if at > first { Ok(()) } else { Err(at) }
+    });
+    let (_, metrics) = collector.get("/metrics", None);
+    assert!(metrics.contains(r#"railguard_agent_activity{node="node-a",activity="nothing_to_probe"} 1"#), "{metrics}");
 }

@@ -515,6 +515,7 @@ fn a_pass_bound_by_time_leaves_the_rest_to_passes_that_follow_at_once() {
                     node_id: n.clone(),
                     records: topo(),
                     spool_dropped_total: 0,
+                    state: None,
                 });
                 req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(n)).parse().unwrap());
                 client.push_batch(req).await.unwrap();

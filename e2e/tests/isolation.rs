@@ -73,7 +73,10 @@ fn summaries(gpu: u32, nic: &str, probes: u32, n: usize) -> wire::Record {
 async fn push(c: &CollectorProc, node: &str, records: Vec<wire::Record>) -> Result<(), tonic::Status> {
     let mut client = IngestClient::connect(c.url()).await.unwrap();
     client
-        .push_batch(with_token(RecordBatch { node_id: node.into(), records, spool_dropped_total: 0 }, &token_for(node)))
+        .push_batch(with_token(
+            RecordBatch { node_id: node.into(), records, spool_dropped_total: 0, state: None },
+            &token_for(node),
+        ))
         .await
         .map(|_| ())
 }
@@ -230,7 +233,7 @@ async fn ten_thousand_extreme_records_leave_every_other_node_assessed() {
             _ => unreachable!(),
         }
         let req = with_token(
-            RecordBatch { node_id: "hostile".into(), records: vec![r], spool_dropped_total: 0 },
+            RecordBatch { node_id: "hostile".into(), records: vec![r], spool_dropped_total: 0, state: None },
             &token_for("hostile"),
         );
         match client.push_batch(req).await {
@@ -274,7 +277,7 @@ async fn push_dropped(
     let mut client = IngestClient::connect(c.url()).await.unwrap();
     client
         .push_batch(with_token(
-            RecordBatch { node_id: node.into(), records, spool_dropped_total: dropped },
+            RecordBatch { node_id: node.into(), records, spool_dropped_total: dropped, state: None },
             &token_for(node),
         ))
         .await

@@ -60,7 +60,8 @@ async fn agents_write_as_the_node_their_service_account_token_names() {
 
     // The same token cannot write as another node; expired, forged or foreign tokens get nowhere.
     let mut client = IngestClient::connect(collector.url()).await.unwrap();
-    let batch = |node: &str| RecordBatch { node_id: node.into(), records: records(3), spool_dropped_total: 0 };
+    let batch =
+        |node: &str| RecordBatch { node_id: node.into(), records: records(3), spool_dropped_total: 0, state: None };
     let err = client.push_batch(with_token(batch("gpu-node-8"), &sa_token("gpu-node-7", 3600))).await.unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("gpu-node-7"), "{err:?}");

@@ -50,6 +50,7 @@ async fn push_until_acked(url: &str, node: &str, records: &[railguard_schema::wi
                 node_id: node.into(),
                 records: records.to_vec(),
                 spool_dropped_total: 0,
+                state: None,
             });
             req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(node)).parse().unwrap());
             client.push_batch(req).await.map_err(Some)

@@ -4,6 +4,7 @@
 //! Conversions from the wire are `TryFrom` and validate (see [`convert`]): a record that
 //! converts is one the collector may store.
 
+pub mod agent_state;
 pub mod bdf;
 pub mod convert;
 pub mod inline;
@@ -19,6 +20,7 @@ pub mod signal;
 pub mod source;
 pub mod topology;
 
+pub use agent_state::{AgentActivity, AgentState};
 pub use bdf::{Bdf, BdfParseError};
 pub use convert::WireError;
 pub use inline::{BlockDiagnosis, EngineIdentity, InlineFailure, InlineReport};

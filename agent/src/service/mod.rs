@@ -4,6 +4,7 @@
 //! - [`topology`]: the node's topology, read in one place and shared; changes are spooled.
 //! - [`probes`]: verified transfers over every GPU/NIC pair, each result spooled.
 //! - [`signals`]: passive evidence (eBPF, kernel log, NIC counters, NVML), attributed and spooled.
+//! - [`state`]: what the agent is doing, sent with every batch (the heartbeat too).
 //! - the [`crate::shipper`] sends what the spool holds and acknowledges it after the collector's
 //!   commit.
 //!
@@ -11,6 +12,7 @@
 
 pub mod probes;
 pub mod signals;
+pub mod state;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -89,7 +91,11 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         SharedTopology::discover(source, records, notes).map(|t| (t, probe_cfg.map(|(p, _)| p)))
     })
     .await??;
-    let shipper = Shipper::new(cfg.shipper.clone(), spool.clone())?;
+    let mut shipper = Shipper::new(cfg.shipper.clone(), spool.clone())?;
+    {
+        let (topology, cycle) = (topology.clone(), probe_cfg.as_ref().map(|p| p.cycle));
+        shipper.say_state(Box::new(move |new_drops| state::describe(&topology.current().topology, cycle, new_drops)));
+    }
 
     let mut threads = Vec::new();
     {

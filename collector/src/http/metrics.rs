@@ -235,6 +235,15 @@ async fn nodes(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
     for crate::store::read::NodeLag { node_id: node, spool_dropped_total: dropped, .. } in &lag {
         let _ = writeln!(out, "railguard_agent_spool_dropped_total{{node=\"{}\"}} {dropped}", label(node));
     }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_agent_activity What each node's agent said it is doing with its latest batch (its heartbeat too): probing, nothing_to_probe, passive (probes off) or degraded; 1 for the activity said. Absent: an agent that does not say.\n# TYPE railguard_agent_activity gauge"
+    );
+    for crate::store::read::NodeLag { node_id: node, agent_activity: activity, .. } in &lag {
+        if let Some(a) = activity {
+            let _ = writeln!(out, "railguard_agent_activity{{node=\"{}\",activity=\"{}\"}} 1", label(node), label(a));
+        }
+    }
     Ok(())
 }
 

@@ -257,11 +257,18 @@ impl IngestService {
             refused.status
         })?;
         let tally = Tally::of(&valid.records, valid.disputed);
+        let valid_state = valid.state;
         let outcome = self.store.ingest(&node, valid.records, valid.spool_dropped_total).await.map_err(|e| {
             self.stats.batches_failed.fetch_add(1, Ordering::Relaxed);
             store_status(e)
         })?;
         self.count(&node, tally, &outcome).await;
+        if let Some(state) = &valid_state {
+            // Advisory: a failure to keep it is logged, never the batch's.
+            if let Err(e) = self.store.record_agent_state(&node, state).await {
+                tracing::warn!(node = %node, error = %e, "keeping the agent's state failed");
+            }
+        }
         Ok(Response::new(wire::BatchAck {
             stored: u32::try_from(outcome.stored).unwrap_or(u32::MAX),
             duplicates: u32::try_from(outcome.duplicates).unwrap_or(u32::MAX),

@@ -15,6 +15,9 @@ pub(super) struct Validated {
     pub spool_dropped_total: u64,
     /// Probe records whose claim of the pair's NIC's DMA their lanes did not bear out.
     pub disputed: u64,
+    /// What the agent said it is doing; None: not said, or said in a form refused (the batch's
+    /// records are kept all the same).
+    pub state: Option<railguard_schema::AgentState>,
 }
 
 /// Why a batch was refused, as the agent is told, and whether it was for its age.
@@ -68,7 +71,14 @@ pub(super) fn batch(batch: RecordBatch, kept: Kept) -> Result<Validated, Refused
         }
     }
     let disputed = super::carrier::settle(&mut records);
-    Ok(Validated { records, spool_dropped_total: batch.spool_dropped_total, disputed })
+    let state = batch.state.and_then(|s| match railguard_schema::AgentState::try_from(s) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "an agent's state refused (its batch is kept)");
+            None
+        }
+    });
+    Ok(Validated { records, spool_dropped_total: batch.spool_dropped_total, disputed, state })
 }
 
 fn invalid(i: usize, id: &str, e: WireError) -> Status {

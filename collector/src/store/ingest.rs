@@ -140,6 +140,25 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Keeps what `node`'s agent said it is doing, with the time it said it.
+    pub async fn record_agent_state(
+        &self,
+        node: &NodeId,
+        state: &railguard_schema::AgentState,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE nodes SET agent_activity = $2, agent_detail = $3, agent_state_at = now() WHERE node_id = $1",
+        )
+        .bind(node.as_str())
+        .bind(state.activity.as_str())
+        .bind(&state.detail)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}
+
 /// Marks the node seen and records a higher spool-drop count (as a number on the node and as
 /// a signal event, so it shows in the node's history).
 async fn upsert_node_seen(

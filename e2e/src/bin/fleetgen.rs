@@ -197,7 +197,12 @@ async fn main() {
     for (i, n) in names.iter().enumerate() {
         let mut t = topo.clone();
         t.id = RecordId::random().to_string();
-        let mut req = tonic::Request::new(RecordBatch { node_id: n.clone(), records: vec![t], spool_dropped_total: 0 });
+        let mut req = tonic::Request::new(RecordBatch {
+            node_id: n.clone(),
+            records: vec![t],
+            spool_dropped_total: 0,
+            state: None,
+        });
         req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(n)).parse().unwrap());
         let c = channels.len();
         channels[i % c].push_batch(req).await.unwrap();
@@ -612,7 +617,12 @@ async fn push(
         bodies.into_iter().map(|body| Record { id: RecordId::random(), observed_at: now, body }.into()).collect();
     let n = recs.len() as u64;
     stats.offered.fetch_add(n, Ordering::Relaxed);
-    let mut req = tonic::Request::new(RecordBatch { node_id: node.to_owned(), records: recs, spool_dropped_total: 0 });
+    let mut req = tonic::Request::new(RecordBatch {
+        node_id: node.to_owned(),
+        records: recs,
+        spool_dropped_total: 0,
+        state: None,
+    });
     req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(node)).parse().unwrap());
     let t = Instant::now();
     match client.push_batch(req).await {

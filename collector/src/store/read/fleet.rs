@@ -311,13 +311,15 @@ pub struct NodeLag {
     /// The node's usual gap between batches (largest recent one, decaying); None before its
     /// second batch.
     pub batch_interval_seconds: Option<f64>,
+    /// What its agent last said it is doing (`probing`, …); None: not said.
+    pub agent_activity: Option<String>,
 }
 
 /// Per node: seconds since its last batch (ingest lag) and its spool's dropped total (for /metrics).
 pub async fn node_lags(pool: &PgPool) -> Result<Vec<NodeLag>, sqlx::Error> {
     sqlx::query_as(
         "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8 AS age_seconds, spool_dropped_total,
-                batch_interval_seconds
+                batch_interval_seconds, agent_activity
          FROM nodes ORDER BY node_id",
     )
     .fetch_all(pool)

@@ -18,6 +18,13 @@ pub struct NodeInfo {
     pub first_seen: DateTime<Utc>,
     pub last_seen: DateTime<Utc>,
     pub spool_dropped_total: i64,
+    /// What its agent said it is doing with its latest batch: `probing`, `nothing_to_probe`,
+    /// `passive` or `degraded`; null for an agent that does not say.
+    pub agent_activity: Option<String>,
+    /// The agent's own words on it.
+    pub agent_detail: String,
+    /// When it said it.
+    pub agent_state_at: Option<DateTime<Utc>>,
 }
 
 /// Host facts of a topology snapshot.
@@ -88,7 +95,8 @@ struct SnapshotRow {
 /// A registered node.
 pub async fn node(pool: &PgPool, node: &str) -> Result<Option<NodeInfo>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id AS node, hostname, agent_version, first_seen, last_seen, spool_dropped_total
+        "SELECT node_id AS node, hostname, agent_version, first_seen, last_seen, spool_dropped_total,
+                agent_activity, agent_detail, agent_state_at
          FROM nodes WHERE node_id = $1",
     )
     .bind(node)
