@@ -53,8 +53,9 @@ class Reporter:
         # the ones after (the agent's reports then name no engine).
         self.engine = engine
         self._engine_refused = False
-        # A result's optional fields (diagnosis, source), refused the same way by an agent older
-        # than the field: those results go again without it, and later ones are sent without it.
+        # A result's optional fields (diagnosis, source, a diagnosis's layout), refused the same
+        # way by an agent older than the field: those results go again without it, and later
+        # ones are sent without it.
         self._refused_fields: set[str] = set()
         # The KV sources this process serves as (worker -> CUDA device), announced again every
         # announce_interval seconds so the collector keeps them (see announce).
@@ -267,7 +268,7 @@ class Reporter:
         again = []
         newly = set()
         for e in (self._last_answer or {}).get("errors", []) or []:
-            m = re.match(r"result (\d+): .*unknown field `(diagnosis|source)`", str(e))
+            m = re.match(r"result (\d+): .*unknown field `(diagnosis|source|layout)`", str(e))
             if m and int(m.group(1)) < len(batch) and m.group(2) not in self._refused_fields:
                 newly.add(m.group(2))
                 again.append(int(m.group(1)))
@@ -317,7 +318,17 @@ class Reporter:
 
 
 def _without(item: dict, fields: set) -> dict:
-    return {k: v for k, v in item.items() if k not in fields}
+    """``item`` without the optional ``fields`` an older agent refuses: a result's own keys, and
+    ``layout`` inside its diagnosis (the other counts stay; fewer blocks diagnosed than bad is
+    allowed)."""
+    out = {k: v for k, v in item.items() if k not in fields}
+    if "layout" in fields and isinstance(out.get("diagnosis"), dict) and "layout" in out["diagnosis"]:
+        diagnosis = {k: v for k, v in out["diagnosis"].items() if k != "layout"}
+        if diagnosis:
+            out["diagnosis"] = diagnosis
+        else:
+            del out["diagnosis"]
+    return out
 
 
 _default: Optional[Reporter] = None

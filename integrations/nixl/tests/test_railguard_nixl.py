@@ -426,6 +426,34 @@ class Diagnoses(unittest.TestCase):
             self.assertEqual(r._refused_fields, {"diagnosis", "source"})
             r.close()
 
+    def test_an_agent_that_does_not_know_layout_gets_the_rest_of_the_diagnosis(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "inline.sock")
+            got = []
+
+            def old_agent(msg):
+                errors, kept = [], []
+                for i, x in enumerate(msg["results"]):
+                    if "layout" in x.get("diagnosis", {}):
+                        errors.append(f"result {i}: not a result: unknown field `layout`, expected one of `untouched`")
+                    else:
+                        kept.append(x)
+                got.extend(kept)
+                return {"accepted": len(kept), "rejected": len(errors), "errors": errors}
+
+            fake_agent(path, old_agent)
+            r = rn.Reporter(path, flush_interval=0.01)
+            r.add(rn.Check(request="mixed", status="mismatch", blocks=4, bytes=32, bad_blocks=[0, 1, 2],
+                           diagnosis={"layout": 2, "corrupt": 1}))
+            r.add(rn.Check(request="all", status="mismatch", blocks=4, bytes=32, bad_blocks=[0, 1, 2, 3],
+                           diagnosis={"layout": 4}))
+            self.assertTrue(r.flush(5))
+            by = {x["request"]: x for x in got}
+            self.assertEqual(by["mixed"]["diagnosis"], {"corrupt": 1})
+            self.assertNotIn("diagnosis", by["all"])
+            self.assertEqual((r.accepted, r.rejected, r._refused_fields), (2, 0, {"layout"}))
+            r.close()
+
 
 class _Null:
     def __init__(self):
