@@ -15,7 +15,7 @@ pub fn describe(topology: &Topology, probe_cycle: Option<Duration>, new_drops: u
         return state(
             AgentActivity::Degraded,
             format!(
-                "the spool dropped {new_drops} record{} since the last batch (full: the collector was unreachable longer than --spool-max-bytes holds)",
+                "the spool dropped {new_drops} record{} since the last batch (it was full: the collector unreachable longer than --spool-max-bytes holds, or its disk full)",
                 if new_drops == 1 { "" } else { "s" }
             ),
         );

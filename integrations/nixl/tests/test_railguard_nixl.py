@@ -397,20 +397,7 @@ class Diagnoses(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "inline.sock")
             got = []
-
-            def old_agent(msg):
-                # serde names the first unknown field of a result.
-                errors, kept = [], []
-                for i, x in enumerate(msg["results"]):
-                    unknown = [k for k in ("diagnosis", "source") if k in x]
-                    if unknown:
-                        errors.append(f"result {i}: not a result: unknown field `{unknown[0]}`, expected one of `device`")
-                    else:
-                        kept.append(x)
-                got.extend(kept)
-                return {"accepted": len(kept), "rejected": len(errors), "errors": errors}
-
-            fake_agent(path, old_agent)
+            fake_agent(path, _older_agent(got, lambda x: next((k for k in ("diagnosis", "source") if k in x), None)))
             r = rn.Reporter(path, flush_interval=0.01)
             claim = {"node": "pre-a", "gpu": "0000:1b:00.0", "nic": "mlx5_0"}
             r.add(rn.Check(request="ok", status="ok", blocks=1, bytes=8, source=claim))
@@ -430,18 +417,7 @@ class Diagnoses(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "inline.sock")
             got = []
-
-            def old_agent(msg):
-                errors, kept = [], []
-                for i, x in enumerate(msg["results"]):
-                    if "layout" in x.get("diagnosis", {}):
-                        errors.append(f"result {i}: not a result: unknown field `layout`, expected one of `untouched`")
-                    else:
-                        kept.append(x)
-                got.extend(kept)
-                return {"accepted": len(kept), "rejected": len(errors), "errors": errors}
-
-            fake_agent(path, old_agent)
+            fake_agent(path, _older_agent(got, lambda x: "layout" if "layout" in x.get("diagnosis", {}) else None))
             r = rn.Reporter(path, flush_interval=0.01)
             r.add(rn.Check(request="mixed", status="mismatch", blocks=4, bytes=32, bad_blocks=[0, 1, 2],
                            diagnosis={"layout": 2, "corrupt": 1}))
@@ -453,6 +429,24 @@ class Diagnoses(unittest.TestCase):
             self.assertNotIn("diagnosis", by["all"])
             self.assertEqual((r.accepted, r.rejected, r._refused_fields), (2, 0, {"layout"}))
             r.close()
+
+
+def _older_agent(got: list, unknown_in):
+    """An agent older than some field: a result in which ``unknown_in`` finds one is refused
+    naming it, as serde names the first unknown field of a result; the rest are kept in ``got``."""
+
+    def answer(msg):
+        errors, kept = [], []
+        for i, x in enumerate(msg["results"]):
+            field = unknown_in(x)
+            if field:
+                errors.append(f"result {i}: not a result: unknown field `{field}`, expected one of `device`")
+            else:
+                kept.append(x)
+        got.extend(kept)
+        return {"accepted": len(kept), "rejected": len(errors), "errors": errors}
+
+    return answer
 
 
 class _Null:

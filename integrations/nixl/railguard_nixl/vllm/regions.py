@@ -92,54 +92,50 @@ class Regions:
         body = np.array([len(self._regions)] + [r.block_len for r in self._regions], dtype="<u8")
         return format(int(digest_blocks([body.view(np.uint8)], MIX64)[0][0]), "016x")
 
+    def _rows(self, region: _Region, ids: list[int], width: int | None = None):
+        """Blocks ``ids`` of ``region`` (their first ``width`` bytes; None: all), gathered on the
+        KV cache's device."""
+        import torch
+
+        count = region.view.shape[0]
+        if min(ids) < 0 or max(ids) >= count:
+            raise BlockError(f"block ids outside 0..{count - 1}")
+        index = torch.as_tensor(ids, dtype=torch.long, device=region.view.device)
+        view = region.view if width is None else region.view[:, : min(width, region.block_len)]
+        return view.index_select(0, index)
+
+    def _combined(self, per_region: np.ndarray) -> np.ndarray:
+        """One value per block: ``mix64`` over its per-region values, in registration order."""
+        width = 8 * len(self._regions)
+        return _digest_rows(np.ascontiguousarray(per_region).view(np.uint8).reshape(per_region.shape[0], width),
+                            width, MIX64)
+
     def fingerprints(self, block_ids, sample: int = 4096) -> np.ndarray:
         """A cheap fingerprint of physical blocks ``block_ids`` (uint64[n]): the digest of the first
         ``sample`` bytes of the block in every region. Taken before a READ is posted and again
         after it completed, an unchanged fingerprint of a block that does not match its manifest
-        says the READ never wrote it (``untouched``)."""
-        import torch
-
+        says the READ never wrote it (``untouched``); taken when a source lends blocks out and
+        again when their READ is confirmed, a changed one says they were rewritten meanwhile."""
         ids = [int(b) for b in block_ids]
         if not ids:
             return np.zeros(0, np.uint64)
         per_region = np.empty((len(ids), len(self._regions)), np.uint64)
         for i, region in enumerate(self._regions):
-            count = region.view.shape[0]
-            if min(ids) < 0 or max(ids) >= count:
-                raise BlockError(f"block ids outside 0..{count - 1}")
-            index = torch.as_tensor(ids, dtype=torch.long, device=region.view.device)
-            rows = region.view[:, : min(sample, region.block_len)].index_select(0, index)
-            per_region[:, i] = digest_blocks(rows, MIX64)[0]
-        return _digest_rows(
-            np.ascontiguousarray(per_region).view(np.uint8).reshape(len(ids), 8 * len(self._regions)),
-            8 * len(self._regions),
-            MIX64,
-        )
+            per_region[:, i] = digest_blocks(self._rows(region, ids, sample), MIX64)[0]
+        return self._combined(per_region)
 
     def digests(self, block_ids, algorithm: int = ALGORITHM) -> BlockDigests:
         """Digests, set digests (an algorithm with them) and byte lengths of physical blocks
         ``block_ids``."""
-        import torch
-
         ids = [int(b) for b in block_ids]
         if not ids:
             raise BlockError("no blocks: nothing to verify")
         per_region = np.empty((len(ids), len(self._regions)), np.uint64)
         sets = np.zeros(len(ids), np.uint64) if algorithm in WITH_SETS else None
         for i, region in enumerate(self._regions):
-            count = region.view.shape[0]
-            if min(ids) < 0 or max(ids) >= count:
-                raise BlockError(f"block ids outside 0..{count - 1}")
-            index = torch.as_tensor(ids, dtype=torch.long, device=region.view.device)
-            rows = region.view.index_select(0, index)  # a gather on the KV cache's device
-            d = block_digests(rows, algorithm)
+            d = block_digests(self._rows(region, ids), algorithm)
             per_region[:, i] = d.digests
             if sets is not None:
                 with np.errstate(over="ignore"):
                     sets += d.sets
-        combined = _digest_rows(
-            np.ascontiguousarray(per_region).view(np.uint8).reshape(len(ids), 8 * len(self._regions)),
-            8 * len(self._regions),
-            MIX64,
-        )
-        return BlockDigests(combined, sets, np.full(len(ids), self.block_bytes, np.uint32))
+        return BlockDigests(self._combined(per_region), sets, np.full(len(ids), self.block_bytes, np.uint32))
