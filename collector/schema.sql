@@ -273,7 +273,8 @@ CREATE TABLE topology_snapshots (
     kernel_iommu_flags text NOT NULL,
     risks jsonb NOT NULL,
     warnings jsonb NOT NULL,
-    driver_version text NOT NULL DEFAULT ''::text
+    driver_version text NOT NULL DEFAULT ''::text,
+    gone_gpus jsonb NOT NULL DEFAULT '[]'::jsonb
 );
 
 ALTER TABLE assessment_runs ADD CONSTRAINT assessment_runs_id_check CHECK ((id = 1));
@@ -387,7 +388,8 @@ CREATE VIEW latest_topology AS
     topology_snapshots.kernel_iommu_flags,
     topology_snapshots.risks,
     topology_snapshots.warnings,
-    topology_snapshots.driver_version
+    topology_snapshots.driver_version,
+    topology_snapshots.gone_gpus
    FROM topology_snapshots
   ORDER BY topology_snapshots.node_id, topology_snapshots.received_at DESC, topology_snapshots.observed_at DESC;
 

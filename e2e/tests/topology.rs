@@ -257,3 +257,44 @@ async fn an_injected_bit_flip_is_self_test_history_not_evidence() {
     let history: serde_json::Value = serde_json::from_str(&history).unwrap();
     assert!(history["probes"].as_array().unwrap().iter().all(|p| p["injected"] == "bitflip"), "{history}");
 }
+
+/// A GPU that falls off the bus (its device leaves sysfs, as after an Xid 79) is reported as
+/// gone under its own index; the other seven keep theirs, and their addresses, in the collector.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gpu_that_leaves_the_bus_is_gone_and_keeps_its_index() {
+    let pg = TestPg::start().await;
+    let collector = CollectorProc::start(&pg.url());
+    let dir = tempfile::tempdir().unwrap();
+    let _agent = healthy_tcp_agent(&collector, dir.path(), &["--topology-interval", "1", "--no-inline"]);
+    let before = assessed_gpus(&collector, |_| true).await;
+    let addresses = |c: &CollectorProc| -> Vec<(i64, String)> {
+        let v: serde_json::Value = serde_json::from_str(&c.get("/api/v1/nodes/node-a", None).1).unwrap();
+        v["topology"]["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| (g["index"].as_i64().unwrap(), g["bdf"].as_str().unwrap().to_owned()))
+            .collect()
+    };
+    let first = addresses(&collector);
+    assert_eq!(first.iter().map(|(i, _)| *i).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>(), "{before:?}");
+
+    // GPU0's device leaves the node's PCI tree.
+    std::fs::remove_file(dir.path().join("node/sys/bus/pci/devices").join(&first[0].1)).unwrap();
+    let gpus =
+        assessed_gpus(&collector, |gpus| gpus[0]["reasons"].to_string().contains("is gone from node-a's PCI bus"))
+            .await;
+    assert_eq!(gpus[0]["gpu"], 0);
+    assert_eq!(gpus[0]["status"], "unknown", "{}", gpus[0]);
+    assert!(gpus[0]["reasons"][0].as_str().unwrap().contains(&first[0].1), "{}", gpus[0]);
+    assert!(gpus[1..].iter().all(|g| !g["reasons"].to_string().contains("gone")), "{gpus:?}");
+    assert_eq!(addresses(&collector), first[1..], "every other GPU keeps its index and its address");
+    let v: serde_json::Value = serde_json::from_str(&collector.get("/api/v1/nodes/node-a", None).1).unwrap();
+    assert_eq!(v["topology"]["gone"][0]["index"], 0, "{}", v["topology"]);
+    assert_eq!(v["topology"]["gone"][0]["bdf"], first[0].1.as_str());
+
+    // The agent's roll of GPUs is its own file, no other user's.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("spool/gpus.json")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}

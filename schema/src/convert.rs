@@ -911,7 +911,19 @@ impl TryFrom<wire::TopologySnapshot> for TopologySnapshot {
                 })
             })
             .collect::<Result<_, WireError>>()?;
-        unique("gpu index", gpus.iter().map(|g: &Gpu| g.index.to_string()))?;
+        let gone: Vec<GoneGpu> = at_most_entries("topology.gone", t.gone, MAX_GPUS_PER_NODE as usize)?
+            .into_iter()
+            .map(|g| {
+                Ok(GoneGpu {
+                    index: gpu_index("gone.index", g.index)?,
+                    bdf: bdf("gone.bdf", &g.bdf)?,
+                    uuid: text("gone.uuid", g.uuid)?,
+                    since_unix_s: g.since_unix_s,
+                })
+            })
+            .collect::<Result<_, WireError>>()?;
+        // A GPU's index is its own: present or gone, no two GPUs share one.
+        unique("gpu index", gpus.iter().map(|g| g.index).chain(gone.iter().map(|g| g.index)).map(|i| i.to_string()))?;
         unique("nic name", nics.iter().map(|n: &Nic| n.name.clone()))?;
         unique("path", paths.iter().map(|p: &PairPath| format!("{}/{}", p.a, p.b)))?;
         unique("risk gpu index", risks.iter().map(|r: &GpuRisk| r.gpu.to_string()))?;
@@ -925,6 +937,7 @@ impl TryFrom<wire::TopologySnapshot> for TopologySnapshot {
                 .into_iter()
                 .map(|w| text("topology.warnings", w))
                 .collect::<Result<_, _>>()?,
+            gone,
         })
     }
 }
@@ -986,6 +999,16 @@ impl From<TopologySnapshot> for wire::TopologySnapshot {
                 })
                 .collect(),
             warnings: t.warnings,
+            gone: t
+                .gone
+                .into_iter()
+                .map(|g| wire::GoneGpu {
+                    index: g.index,
+                    bdf: g.bdf.to_string(),
+                    uuid: g.uuid,
+                    since_unix_s: g.since_unix_s,
+                })
+                .collect(),
         }
     }
 }
@@ -1416,6 +1439,7 @@ mod tests {
             }],
             risks,
             warnings: vec![],
+            gone: vec![],
         }
     }
 
@@ -1470,6 +1494,17 @@ mod tests {
         assert!(matches!(e, WireError::OutOfRange { field: "path.nvlinks", .. }), "{e}");
         let e = refused(&|t| t.nics[0].netdevs = vec!["eth0; rm -rf".into()]);
         assert!(matches!(e, WireError::BadName { field: "nic.netdevs", .. }), "{e}");
+        // A gone GPU keeps an index of its own: never one a present GPU has.
+        let gone = |index| wire::GoneGpu { index, bdf: "0000:0f:00.0".into(), uuid: "GPU-x".into(), since_unix_s: 1 };
+        let mut t = topology();
+        t.gone = vec![gone(8)];
+        assert_eq!(TopologySnapshot::try_from(t).unwrap().gone[0].index, 8);
+        let e = refused(&|t| t.gone = vec![gone(3)]);
+        assert!(matches!(e, WireError::Duplicate { what: "gpu index", .. }), "{e}");
+        let e = refused(&|t| t.gone = vec![gone(64)]);
+        assert!(matches!(e, WireError::OutOfRange { field: "gone.index", .. }), "{e}");
+        let e = refused(&|t| t.gone = vec![wire::GoneGpu { bdf: "zz".into(), ..gone(9) }]);
+        assert!(matches!(e, WireError::BadBdf { field: "gone.bdf", .. }), "{e}");
     }
 
     #[test]

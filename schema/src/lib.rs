@@ -34,7 +34,7 @@ pub use probe::{
 pub use record::{NodeId, NodeIdError, Record, RecordBody, RecordId};
 pub use signal::{SignalEvent, SignalKind, SignalSource};
 pub use source::{SourceClaim, SourceWorker};
-pub use topology::{Gpu, GpuRisk, HostFacts, Nic, NicPort, PairPath, RiskLevel, TopologySnapshot, Tristate};
+pub use topology::{GoneGpu, Gpu, GpuRisk, HostFacts, Nic, NicPort, PairPath, RiskLevel, TopologySnapshot, Tristate};
 
 /// Generated protobuf messages and the `Ingest` gRPC service (package `railguard.v1`).
 #[allow(clippy::all, missing_docs, clippy::unwrap_used)] // generated code

@@ -37,7 +37,9 @@ pub struct HostFacts {
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Gpu {
-    /// Position in PCI bus order, as nvidia-smi numbers GPUs.
+    /// The node's number for this GPU: its position in PCI bus order when the agent first saw
+    /// it (as nvidia-smi numbers GPUs), then kept for it by the agent's roll of GPUs, so a GPU
+    /// that leaves the bus never hands its index to another.
     pub index: u32,
     pub bdf: Bdf,
     /// -1 when the platform does not say.
@@ -107,4 +109,23 @@ pub struct TopologySnapshot {
     pub risks: Vec<GpuRisk>,
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// GPUs the node has had that are no longer on its bus, each with the index it keeps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gone: Vec<GoneGpu>,
+}
+
+/// A GPU the node has had that is no longer on its PCI bus (fallen off after an Xid 79,
+/// removed, or replaced by another card in its slot). Its index stays its own: no other GPU
+/// takes it, and its status and history stay with it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GoneGpu {
+    pub index: u32,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "0000:1b:00.0"))]
+    pub bdf: Bdf,
+    /// Empty where NVML never said.
+    #[serde(default)]
+    pub uuid: String,
+    /// When the agent first missed it (seconds since the Unix epoch).
+    pub since_unix_s: i64,
 }

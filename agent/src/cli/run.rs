@@ -12,6 +12,8 @@ use railguard_agent::service::probes::ProbeLoopConfig;
 use railguard_agent::service::{self, AgentConfig};
 use railguard_agent::shipper::ShipperConfig;
 use railguard_agent::spool::SpoolConfig;
+use railguard_agent::topology::TopologySource;
+use railguard_agent::topology::roll::RollUse;
 use railguard_schema::NodeId;
 
 #[derive(Debug, clap::Args)]
@@ -151,11 +153,12 @@ impl RunArgs {
             node: node_id.as_str().to_owned(),
             ..InlineConfig::new(self.inline_socket.clone(), self.inline_socket_mode)
         });
+        let roll = self.topology.gpu_roll.clone().unwrap_or_else(|| self.spool_dir.join("gpus.json"));
         let cfg = AgentConfig {
             shipper,
             spool_dir: self.spool_dir,
             spool: SpoolConfig { max_bytes: self.spool_max_bytes, ..Default::default() },
-            topology: self.topology.source(),
+            topology: TopologySource { roll: RollUse::Keep(roll), ..self.topology.source() },
             topology_every: Duration::from_secs(match self.topology_interval {
                 0 => AgentConfig::DEFAULT_TOPOLOGY_EVERY.as_secs(),
                 n => n,

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use railguard_agent::topology::roll::RollUse;
 use railguard_agent::topology::{TopologySource, render};
 
 /// Where the topology is read from (shared by every subcommand that reads it).
@@ -28,6 +29,12 @@ pub struct TopoSource {
     /// CUDA_VISIBLE_DEVICES). Needs the host's process table (hostPID in Kubernetes).
     #[arg(long, env = "RAILGUARD_DISCOVER_WORKLOADS")]
     pub discover_workloads: bool,
+    /// The roll of GPUs that numbers them (a GPU keeps the index it was first given; one that
+    /// leaves the bus is listed as gone). `run` keeps it, by default as `gpus.json` in its spool
+    /// directory; other commands given it number the GPUs as the agent does, without changing
+    /// it. Default for them: bus position, as nvidia-smi numbers GPUs.
+    #[arg(long, env = "RAILGUARD_GPU_ROLL")]
+    pub gpu_roll: Option<PathBuf>,
 }
 
 impl TopoSource {
@@ -39,6 +46,7 @@ impl TopoSource {
             nccl_ib_hca: self.nccl_ib_hca.clone(),
             pid: self.pid,
             workloads: self.discover_workloads,
+            roll: self.gpu_roll.clone().map(RollUse::Read).unwrap_or_default(),
         }
     }
 }

@@ -54,11 +54,13 @@ pub struct Unbacked {
 }
 
 /// The process's CUDA numbering of the node's GPUs (node indices, device ordinal order), and
-/// how it was read; `None` where the environment cannot be read as a list.
+/// how it was read; `None` where the environment cannot be read as a list. A number in either
+/// variable is a position in PCI bus order (the order of `snapshot.gpus`), which is the node's
+/// index only until a GPU leaves the bus.
 pub fn cuda_order(env: &[u8], snapshot: &TopologySnapshot, how: &mut Vec<String>) -> Option<Vec<u32>> {
     let by_name = |d: &str| -> Option<u32> {
-        match d.parse::<u32>() {
-            Ok(i) => snapshot.gpus.iter().find(|g| g.index == i).map(|g| g.index),
+        match d.parse::<usize>() {
+            Ok(i) => snapshot.gpus.get(i).map(|g| g.index),
             Err(_) if d.starts_with("GPU-") => {
                 let mut m = snapshot.gpus.iter().filter(|g| !g.uuid.is_empty() && g.uuid.starts_with(d));
                 match (m.next(), m.next()) {
@@ -90,7 +92,8 @@ pub fn cuda_order(env: &[u8], snapshot: &TopologySnapshot, how: &mut Vec<String>
             }
         }
     };
-    visible.sort_unstable();
+    let bus_position = |g: &u32| snapshot.gpus.iter().position(|x| x.index == *g);
+    visible.sort_unstable_by_key(bus_position);
     visible.dedup();
     let Some(list) = env_var(env, "CUDA_VISIBLE_DEVICES") else {
         return Some(visible);
@@ -309,6 +312,7 @@ mod tests {
                 })
                 .collect(),
             warnings: vec![],
+            gone: vec![],
         }
     }
 
@@ -386,6 +390,22 @@ mod tests {
         let a = attribute(&p, &snapshot(), 77, 0, &held, &unreadable).unwrap();
         assert_eq!(a.path, DataPath::HostCopy);
         assert!(a.how.contains("unreadable: rdma netlink: the kernel answered error -13"), "{}", a.how);
+    }
+
+    #[test]
+    fn cuda_numbers_positions_on_the_bus_not_the_nodes_indices() {
+        // GPU0 has left the bus: the node's GPUs are 1, 2, 3 (kept by its roll) at bus positions
+        // 0, 1, 2, and a new card at the lowest address took index 4. CUDA's device 0 is the
+        // first on the bus.
+        let mut t = snapshot();
+        t.gpus.remove(0);
+        t.gpus.insert(0, Gpu { index: 4, bdf: "0000:0f:00.0".parse().unwrap(), ..t.gpus[0].clone() });
+        let mut how = Vec::new();
+        assert_eq!(cuda_order(b"CUDA_VISIBLE_DEVICES=0,2", &t, &mut how), Some(vec![4, 2]));
+        assert_eq!(cuda_order(b"", &t, &mut how), Some(vec![4, 1, 2, 3]));
+        assert_eq!(cuda_order(b"NVIDIA_VISIBLE_DEVICES=1,0", &t, &mut how), Some(vec![4, 1]));
+        assert_eq!(cuda_order(b"CUDA_VISIBLE_DEVICES=3", &t, &mut how), Some(vec![3]));
+        assert_eq!(cuda_order(b"CUDA_VISIBLE_DEVICES=4", &t, &mut how), Some(vec![]), "index 4 is no ordinal");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod predict;
 pub mod rdma;
 pub mod render;
 pub mod risk;
+pub mod roll;
 pub mod shared;
 pub mod snapshot;
 pub mod source;
@@ -23,7 +24,7 @@ pub mod workloads;
 
 use std::collections::BTreeMap;
 
-use railguard_schema::{Bdf, Gpu, PairPath, PathClass, TopologySnapshot};
+use railguard_schema::{Bdf, GoneGpu, Gpu, PairPath, PathClass, TopologySnapshot};
 
 use config_space::AcsAts;
 use host::HostDetail;
@@ -50,11 +51,13 @@ pub struct Topology {
     pub gpu_nic: Vec<Vec<PathClass>>,
     pub gpu_gpu: Vec<Vec<PathClass>>,
     pub nic_nic: Vec<Vec<PathClass>>,
-    /// NVLink count between GPU pairs (from NVML), keyed by (lower, higher) index.
+    /// NVLink count between GPU pairs (from NVML), keyed by (lower, higher) position in `gpus`.
     pub nvlinks: BTreeMap<(u32, u32), u32>,
     /// ACS/ATS of every bridge and NIC on a GPU or NIC path.
     pub acs: BTreeMap<Bdf, AcsAts>,
     pub warnings: Vec<String>,
+    /// GPUs the node's roll knows that are not on the bus ([`roll`]); each keeps its index.
+    pub gone: Vec<GoneGpu>,
 }
 
 fn nplace(n: &rdma::RdmaDevice) -> Place<'_> {
@@ -96,7 +99,9 @@ impl Topology {
     pub fn discover(sys: &SysRoot, proc_: &SysRoot) -> Topology {
         let mut warnings = Vec::new();
         let devices = pci::enumerate(sys, &mut warnings);
-        // GPU index = position in PCI bus order, as nvidia-smi numbers them (enumerate sorts).
+        // `gpus` is in PCI bus order (enumerate sorts), as CUDA with PCI_BUS_ID and nvidia-smi
+        // number them; the index starts as that position, and the node's roll, where one is kept,
+        // gives each GPU the index it has always had (`apply_roll`).
         let gpus: Vec<GpuNode> = devices
             .iter()
             .filter(|d| d.is_nvidia_gpu())
@@ -136,8 +141,18 @@ impl Topology {
                 });
             }
         }
-        let mut topo =
-            Topology { host, gpus, nics, gpu_nic, gpu_gpu, nic_nic, nvlinks: BTreeMap::new(), acs, warnings };
+        let mut topo = Topology {
+            host,
+            gpus,
+            nics,
+            gpu_nic,
+            gpu_gpu,
+            nic_nic,
+            nvlinks: BTreeMap::new(),
+            acs,
+            warnings,
+            gone: Vec::new(),
+        };
         topo.warnings.sort();
         topo.warnings.dedup();
         topo
@@ -201,7 +216,7 @@ impl Topology {
                 paths.push(PairPath { a: a.clone(), b: nic.nic.name.clone(), class: self.gpu_nic[g][n], nvlinks: 0 });
             }
             for (h, hn) in self.gpus.iter().enumerate().skip(g + 1) {
-                let nv = self.nvlinks.get(&(gn.gpu.index, hn.gpu.index)).copied().unwrap_or(0);
+                let nv = self.nvlinks.get(&(g as u32, h as u32)).copied().unwrap_or(0);
                 let class = if nv > 0 { PathClass::Nv } else { self.gpu_gpu[g][h] };
                 paths.push(PairPath { a: a.clone(), b: format!("GPU{}", hn.gpu.index), class, nvlinks: nv });
             }
@@ -223,6 +238,30 @@ impl Topology {
             paths,
             risks: (0..self.gpus.len()).map(|g| risk::assess_gpu(self, g, policy).into_wire()).collect(),
             warnings: self.warnings.clone(),
+            gone: self.gone.clone(),
         }
+    }
+
+    /// Numbers the GPUs by the node's roll (which this updates): each keeps the index it has
+    /// always had, and the roll's GPUs missing from the bus are listed as gone.
+    pub fn apply_roll(&mut self, roll: &mut roll::GpuRoll, now_unix_s: i64) {
+        let present: Vec<roll::PresentGpu> =
+            self.gpus.iter().map(|g| roll::PresentGpu { bdf: g.gpu.bdf, uuid: g.gpu.uuid.clone() }).collect();
+        let numbering = roll.number(&present, now_unix_s);
+        for (g, index) in self.gpus.iter_mut().zip(numbering.indices) {
+            g.gpu.index = index;
+        }
+        self.gone = numbering.gone;
+        self.warnings.extend(numbering.notes);
+        for g in &self.gone {
+            self.warnings.push(format!(
+                "GPU{} ({}{}) is gone from the bus: its index stays its own",
+                g.index,
+                g.bdf,
+                if g.uuid.is_empty() { String::new() } else { format!(", {}", g.uuid) }
+            ));
+        }
+        self.warnings.sort();
+        self.warnings.dedup();
     }
 }

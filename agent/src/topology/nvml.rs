@@ -51,7 +51,9 @@ pub fn enrich(topo: &mut Topology) -> Result<usize, nvml_wrapper::error::NvmlErr
                 };
                 if nvml_class != topo.gpu_gpu[*a][*b] {
                     topo.warnings.push(format!(
-                        "NVML says GPU{a}↔GPU{b} is {}, sysfs says {}",
+                        "NVML says the GPUs at {} and {} are {}, sysfs says {}",
+                        topo.gpus[*a].gpu.bdf,
+                        topo.gpus[*b].gpu.bdf,
                         nvml_class.label(),
                         topo.gpu_gpu[*a][*b].label()
                     ));

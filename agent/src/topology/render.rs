@@ -101,6 +101,7 @@ pub fn json_report(topo: &Topology, policy: &SelectionPolicy) -> Value {
         "gpu_gpu": gpu_gpu,
         "nic_nic": nic_nic,
         "acs": acs,
+        "gone": topo.gone,
         "warnings": topo.warnings,
     })
 }

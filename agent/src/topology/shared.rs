@@ -176,4 +176,40 @@ mod tests {
         assert!(!pinned.refresh().unwrap());
         assert_eq!(records(), 2, "and only once");
     }
+
+    /// A GPU that falls off the bus leaves its index behind, listed as gone; no other GPU takes
+    /// it, during the agent's run or after a restart, and the collector's wire accepts the record.
+    #[test]
+    fn a_gpu_that_leaves_the_bus_is_gone_and_no_other_gpu_takes_its_index() {
+        let dir = tempfile::tempdir().unwrap();
+        fixture::seed_kvm_guest().write(dir.path()).unwrap();
+        let roll = dir.path().join("gpus.json");
+        let keep =
+            || TopologySource { roll: crate::topology::roll::RollUse::Keep(roll.clone()), ..source(dir.path(), None) };
+        let shared = SharedTopology::discover(keep(), None, vec![]).unwrap();
+        let gpus = |t: &NodeTopology| t.snapshot.gpus.iter().map(|g| (g.index, g.bdf.to_string())).collect::<Vec<_>>();
+        let before = gpus(&shared.current());
+        assert_eq!(before.iter().map(|(i, _)| *i).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
+        assert!(shared.current().snapshot.gone.is_empty());
+
+        // GPU0 falls off the bus (an Xid 79): its device leaves sysfs.
+        std::fs::remove_file(dir.path().join("sys/bus/pci/devices").join(&before[0].1)).unwrap();
+        assert!(shared.refresh().unwrap(), "a GPU gone is a change");
+        let now = shared.current();
+        assert_eq!(gpus(&now), before[1..], "every other GPU keeps its index and address");
+        assert_eq!(now.snapshot.gone.len(), 1);
+        assert_eq!((now.snapshot.gone[0].index, now.snapshot.gone[0].bdf.to_string()), (0, before[0].1.clone()));
+        assert!(now.snapshot.warnings.iter().any(|w| w.contains("GPU0") && w.contains("gone from the bus")));
+        assert!(now.snapshot.risks.iter().all(|r| r.gpu != 0), "no risk is judged for a GPU that is not there");
+        let wire = railguard_schema::wire::TopologySnapshot::from(now.snapshot.clone());
+        assert_eq!(TopologySnapshot::try_from(wire).unwrap(), now.snapshot);
+
+        // The agent restarts: the roll it kept numbers the GPUs the same way.
+        let again = SharedTopology::discover(keep(), None, vec![]).unwrap();
+        assert_eq!(gpus(&again.current()), before[1..]);
+        assert_eq!(again.current().snapshot.gone, now.snapshot.gone);
+        // Without the roll (a one-off `topo`), positions: what the roll prevents.
+        let bare = SharedTopology::discover(source(dir.path(), None), None, vec![]).unwrap();
+        assert_eq!(gpus(&bare.current())[0], (0, before[1].1.clone()));
+    }
 }

@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use super::predict::{IbHca, NetDevices, from_environ};
+use super::roll::{GpuRoll, RollUse};
 use super::sysroot::SysError;
-use super::{SelectionPolicy, SysRoot, Topology, nvml, workloads};
+use super::{SelectionPolicy, SysRoot, Topology, nvml, roll, workloads};
 
 /// What could not be read to discover the topology.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +37,8 @@ pub struct TopologySource {
     /// Find the workloads (processes mapping UCX or NIXL) under the /proc root and predict each
     /// GPU's NIC from the selection of the workload that uses it.
     pub workloads: bool,
+    /// How the GPUs are numbered: by the node's roll of GPUs ([`roll`]) or by bus position.
+    pub roll: RollUse,
 }
 
 impl TopologySource {
@@ -89,6 +92,7 @@ impl TopologySource {
         {
             topo.warnings.push(format!("NVML unavailable ({why}); no driver enrichment"));
         }
+        self.number(&mut topo);
         if self.workloads {
             let uuids: Vec<(u32, String)> = topo.gpus.iter().map(|g| (g.gpu.index, g.gpu.uuid.clone())).collect();
             let (per_gpu, notes) = workloads::per_gpu(&workloads::discover(&proc_), &uuids);
@@ -96,5 +100,39 @@ impl TopologySource {
             topo.warnings.extend(notes);
         }
         Ok((topo, policy))
+    }
+
+    /// Numbers the GPUs by the roll, when one is used. A roll that cannot be read leaves the bus
+    /// positions in place and says why; one that does not parse is set aside and begun anew.
+    fn number(&self, topo: &mut Topology) {
+        let (path, keep) = match &self.roll {
+            RollUse::None => return,
+            RollUse::Read(p) => (p, false),
+            RollUse::Keep(p) => (p, true),
+        };
+        let now = chrono::Utc::now().timestamp();
+        let mut roll = match GpuRoll::load(path) {
+            Ok(r) => r,
+            Err(e @ (roll::RollError::Parse { .. } | roll::RollError::Invalid { .. })) if keep => {
+                let aside = GpuRoll::set_aside(path)
+                    .map(|a| format!("set aside as {}", a.display()))
+                    .unwrap_or_else(|why| format!("could not be set aside: {why}"));
+                topo.warnings
+                    .push(format!("the roll of GPUs {e} ({aside}); the GPUs are numbered afresh in bus order"));
+                GpuRoll::default()
+            }
+            Err(e) => {
+                topo.warnings.push(format!("the roll of GPUs is not used ({e}); GPUs are numbered by bus position"));
+                return;
+            }
+        };
+        let before = roll.clone();
+        topo.apply_roll(&mut roll, now);
+        if keep
+            && roll != before
+            && let Err(e) = roll.save(path)
+        {
+            topo.warnings.push(format!("the roll of GPUs could not be kept ({e}): a GPU that leaves the bus may hand its index to another after a restart"));
+        }
     }
 }

@@ -98,16 +98,17 @@ pub fn gpu_of_pid(proc_: &SysRoot, pid: u32, uuids: &[(u32, String)]) -> Option<
     }
 }
 
-/// Which GPU indices (nvidia-smi's numbering) a workload uses: `CUDA_VISIBLE_DEVICES` entries
-/// as indices (as with `CUDA_DEVICE_ORDER=PCI_BUS_ID`, what serving stacks set) or as GPU UUIDs
-/// matched to `uuids` (index → UUID from NVML); unset: every GPU.
+/// Which GPUs (the node's indices) a workload uses: `CUDA_VISIBLE_DEVICES` entries as CUDA
+/// ordinals, positions in PCI bus order (as with `CUDA_DEVICE_ORDER=PCI_BUS_ID`, what serving
+/// stacks set), or as GPU UUIDs; `uuids` is the node's GPUs in bus order (index, UUID from
+/// NVML). Unset: every GPU.
 pub fn gpus_of(w: &Workload, uuids: &[(u32, String)]) -> Vec<u32> {
     match &w.cuda_visible {
         None => uuids.iter().map(|(i, _)| *i).collect(),
         Some(list) => list
             .iter()
-            .filter_map(|d| match d.parse::<u32>() {
-                Ok(i) => uuids.iter().any(|(g, _)| *g == i).then_some(i),
+            .filter_map(|d| match d.parse::<usize>() {
+                Ok(ordinal) => uuids.get(ordinal).map(|(g, _)| *g),
                 Err(_) => uuids.iter().find(|(_, u)| !u.is_empty() && u == d).map(|(g, _)| *g),
             })
             .collect(),
@@ -177,5 +178,11 @@ mod tests {
         assert_eq!(notes.len(), 1, "GPU3 claimed twice with different pins: {notes:?}");
         assert!(notes[0].contains("processes 100 and 103"), "{notes:?}");
         assert!(!map.contains_key(&0));
+        // A GPU has left the bus: the node's indices are no longer positions, and a number in
+        // CUDA_VISIBLE_DEVICES is a position (CUDA's ordinal), never an index.
+        let kept: Vec<(u32, String)> = vec![(1, "GPU-b".into()), (2, String::new()), (3, String::new())];
+        assert_eq!(gpus_of(&ws[0], &kept), Vec::<u32>::new(), "ordinal 3 is beyond the three GPUs");
+        let w = Workload { cuda_visible: Some(vec!["0".into(), "GPU-b".into(), "2".into()]), ..ws[0].clone() };
+        assert_eq!(gpus_of(&w, &kept), [1, 1, 3]);
     }
 }

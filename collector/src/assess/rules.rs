@@ -131,6 +131,10 @@ fn topology_gap(input: &GpuInput, f: &mut Findings) {
         Some(TopologyGap::NotListed) => format!(
             "GPU{g}: {node}'s latest topology does not list it (unreadable or removed; evidence still arrives for it), so nothing can be verified"
         ),
+        Some(TopologyGap::Gone { bdf, since }) => format!(
+            "GPU{g} ({bdf}) is gone from {node}'s PCI bus since {} (fallen off after an Xid 79, removed, or replaced by another card); its index, status and history stay its own and no other GPU takes them; nothing can be verified until it is back",
+            since.format("%Y-%m-%d %H:%M UTC")
+        ),
     };
     f.found.push(Finding { layer: Layer::Host, calls_for: GpuStatus::Unknown, reason: why });
     f.status = f.status.max(GpuStatus::Unknown);

@@ -10,7 +10,7 @@ use crate::model::{GpuInput, GpuKey, InlineCounts, PairCounts, SignalCount};
 use crate::steps::{Laps, Step, Steps};
 use crate::store::pass_inputs;
 use chrono::{DateTime, Utc};
-use railguard_schema::GpuRisk;
+use railguard_schema::{GoneGpu, GpuRisk};
 use sqlx::PgPool;
 use sqlx::types::Json;
 use std::collections::{BTreeMap, HashMap};
@@ -55,9 +55,17 @@ async fn read_inputs(
     // parameters ([`pass_inputs::begin`]).
     let mut tx = pass_inputs::begin(pool).await?;
 
-    let (mut inputs, with_topology) = read_topologies(&mut tx, &filter, &mut damage).await?;
-    // What the latest topologies list; every other GPU with evidence has a gap, said below.
+    let (mut inputs, with_topology, gone) = read_topologies(&mut tx, &filter, &mut damage).await?;
+    // What the latest topologies list; every other GPU with evidence has a gap, said below. A
+    // GPU its node lists as gone is assessed even without evidence: its node says it is gone.
     let listed: std::collections::HashSet<GpuKey> = inputs.keys().cloned().collect();
+    for key in gone.keys() {
+        inputs.entry(key.clone()).or_insert_with(|| GpuInput {
+            node: key.node.clone(),
+            gpu: key.gpu,
+            ..Default::default()
+        });
+    }
     laps.lap(Step::Topology);
 
     // Probe verdicts per pair in the window (full probes and the agents' summaries of ok probes,
@@ -104,10 +112,13 @@ async fn read_inputs(
 
     add_recent(recent, &all_simulated, &mut inputs);
     for (key, input) in inputs.iter_mut().filter(|(k, _)| !listed.contains(*k)) {
-        input.topology_gap = Some(if with_topology.contains(&key.node) {
-            crate::model::TopologyGap::NotListed
-        } else {
-            crate::model::TopologyGap::NoTopology
+        input.topology_gap = Some(match gone.get(key) {
+            Some(g) => crate::model::TopologyGap::Gone {
+                bdf: g.bdf,
+                since: DateTime::from_timestamp(g.since_unix_s, 0).unwrap_or(DateTime::<Utc>::MIN_UTC),
+            },
+            None if with_topology.contains(&key.node) => crate::model::TopologyGap::NotListed,
+            None => crate::model::TopologyGap::NoTopology,
         });
     }
 
@@ -124,18 +135,27 @@ async fn read_topologies(
     tx: &mut sqlx::PgConnection,
     filter: &Option<Vec<String>>,
     damage: &mut Damage,
-) -> Result<(BTreeMap<GpuKey, GpuInput>, std::collections::HashSet<String>), sqlx::Error> {
+) -> Result<Topologies, sqlx::Error> {
     let mut inputs = BTreeMap::new();
     let mut with_topology = std::collections::HashSet::new();
+    let mut gone = BTreeMap::new();
     for row in pass_inputs::topologies(tx, filter).await? {
         let pass_inputs::TopologyRow {
             node_id: node,
             risks: Json(risks),
+            gone_gpus: Json(gone_gpus),
             gpudirect,
             nics: node_nics,
             paths: Json(paths),
         } = row;
         with_topology.insert(node.clone());
+        match serde_json::from_value::<Vec<GoneGpu>>(gone_gpus) {
+            Ok(g) if g.iter().all(|g| g.index < railguard_schema::limits::MAX_GPUS_PER_NODE) => {
+                gone.extend(g.into_iter().map(|g| (GpuKey::new(node.clone(), g.index), g)));
+            }
+            Ok(_) => damage.note(&node, || "its latest topology's gone GPUs name an index out of range".into()),
+            Err(e) => damage.note(&node, || format!("its latest topology's gone GPUs no longer decode ({e})")),
+        }
         let kv = railguard_schema::KvMemory::of(&gpudirect, false);
         let risks = match serde_json::from_value::<Vec<GpuRisk>>(risks) {
             Ok(r) if r.iter().all(|r| r.gpu < railguard_schema::limits::MAX_GPUS_PER_NODE) => r,
@@ -174,8 +194,11 @@ async fn read_topologies(
             );
         }
     }
-    Ok((inputs, with_topology))
+    Ok((inputs, with_topology, gone))
 }
+
+/// The latest topologies: per GPU its input, the nodes that have one, the GPUs they list as gone.
+type Topologies = (BTreeMap<GpuKey, GpuInput>, std::collections::HashSet<String>, BTreeMap<GpuKey, GoneGpu>);
 
 /// How GPU `gpu` reaches each NIC of the node, from the snapshot's `(a, b, class)` paths (a path
 /// whose class does not parse is left out: the pin's cost is then not stated, nothing else).

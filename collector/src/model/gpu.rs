@@ -39,8 +39,12 @@ pub struct SignalCount {
 pub enum TopologyGap {
     /// The node sent no topology (`--topology-interval 0`, or its read failed).
     NoTopology,
-    /// The node's latest topology does not list this GPU (unreadable, or gone).
+    /// The node's latest topology does not list this GPU (an agent older than the roll of GPUs,
+    /// or evidence under an index the node never had).
     NotListed,
+    /// The node's latest topology lists this GPU as gone from its bus (at `bdf`, first missed
+    /// `since`): its index stays its own.
+    Gone { bdf: railguard_schema::Bdf, since: chrono::DateTime<chrono::Utc> },
 }
 
 #[derive(Debug, Clone, Default)]

@@ -567,8 +567,8 @@ async fn insert_topology(
     let json = |what, v: &dyn erased::Ser| v.to_json().map_err(|source| StoreError::Json { what, source });
     let inserted = sqlx::query(
         "INSERT INTO topology_snapshots (record_id, node_id, observed_at, virtualized, hypervisor, viommu, gpudirect,
-             kernel_iommu_flags, risks, warnings, driver_version)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             kernel_iommu_flags, risks, warnings, driver_version, gone_gpus)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (node_id, record_id) DO NOTHING",
     )
     .bind(id)
@@ -582,6 +582,7 @@ async fn insert_topology(
     .bind(json("risks", &t.risks)?)
     .bind(json("warnings", &t.warnings)?)
     .bind(&t.host.driver_version)
+    .bind(json("gone", &t.gone)?)
     .execute(&mut **tx)
     .await?
     .rows_affected();

@@ -24,20 +24,21 @@ pub async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx
 /// The pass's read of its nodes' latest topologies (`$1`: the nodes, or NULL for all): each
 /// child table is reached by its key, node first, so one node's read costs the same whatever
 /// the fleet's size (`e2e/tests/plans.rs` checks the plan).
-pub const TOPOLOGY_READ: &str = "SELECT t.node_id, t.risks, t.gpudirect,
+pub const TOPOLOGY_READ: &str = "SELECT t.node_id, t.risks, t.gpudirect, t.gone_gpus,
         coalesce((SELECT array_agg(n.name ORDER BY n.name) FROM topology_nics n
                   WHERE n.node_id = t.node_id AND n.snapshot_id = t.record_id), '{}') AS nics,
         coalesce((SELECT jsonb_agg(jsonb_build_array(p.a, p.b, p.class)) FROM topology_paths p
                   WHERE p.node_id = t.node_id AND p.snapshot_id = t.record_id AND p.a LIKE 'GPU%'), '[]') AS paths
  FROM latest_topology t WHERE ($1::text[] IS NULL OR t.node_id = ANY($1))";
 
-/// A node's latest topology as a pass reads it: its risks as stored (decoded by the reader,
-/// which says what a row that no longer decodes damaged), its GPUDirect facts, its NICs and its
-/// GPUs' paths `(a, b, class)`.
+/// A node's latest topology as a pass reads it: its risks and its gone GPUs as stored (decoded
+/// by the reader, which says what a row that no longer decodes damaged), its GPUDirect facts,
+/// its NICs and its GPUs' paths `(a, b, class)`.
 #[derive(sqlx::FromRow)]
 pub struct TopologyRow {
     pub node_id: String,
     pub risks: Json<serde_json::Value>,
+    pub gone_gpus: Json<serde_json::Value>,
     pub gpudirect: String,
     pub nics: Vec<String>,
     pub paths: Json<Vec<(String, String, String)>>,

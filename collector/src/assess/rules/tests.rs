@@ -626,6 +626,26 @@ fn a_gpu_its_topology_does_not_list_is_unknown_never_ok() {
 }
 
 #[test]
+fn a_gpu_gone_from_the_bus_says_so_and_keeps_what_it_had() {
+    let since = chrono::DateTime::from_timestamp(1_780_000_000, 0).unwrap();
+    let gone = GpuInput {
+        node: "n".into(),
+        gpu: 0,
+        topology_gap: Some(TopologyGap::Gone { bdf: "0000:1b:00.0".parse().unwrap(), since }),
+        ..Default::default()
+    };
+    let a = assess(&gone, None, &RulesConfig::default());
+    assert_eq!((a.status, a.layer, a.proven), (GpuStatus::Unknown, Some(Layer::Host), false), "{:?}", a.reasons);
+    assert!(a.reasons[0].contains("GPU0 (0000:1b:00.0) is gone from n's PCI bus since 2026-05-28"), "{:?}", a.reasons);
+    assert!(a.reasons[0].contains("no other GPU takes them"), "{:?}", a.reasons);
+    // A GPU that was corrupting when it fell off the bus is not cleared by leaving: nothing
+    // proves it sound.
+    let prev = Some(Previous { status: GpuStatus::Corrupting, layer: Some(Layer::Fabric), began_in_window: false });
+    let a = assess(&gone, prev, &RulesConfig::default());
+    assert_eq!(a.status, GpuStatus::Corrupting, "{:?}", a.reasons);
+}
+
+#[test]
 fn a_gpu_with_no_rdma_nic_in_use_is_its_own_state_never_ok() {
     let i =
         GpuInput { node: "n".into(), gpu: 2, structural: Some(RiskLevel::None), kv: gpu_kv(), ..Default::default() };

@@ -2,7 +2,7 @@
 //! probe and in-line counts in the assessment window.
 
 use chrono::{DateTime, Utc};
-use railguard_schema::{Diagnosis, GpuRisk, NicPort, ProbeVerdict, Tristate};
+use railguard_schema::{Diagnosis, GoneGpu, GpuRisk, NicPort, ProbeVerdict, Tristate};
 use serde::Serialize;
 use sqlx::PgPool;
 use utoipa::ToSchema;
@@ -78,6 +78,8 @@ pub struct TopologyView {
     pub paths: Vec<TopologyPath>,
     pub risks: Vec<GpuRisk>,
     pub warnings: Vec<String>,
+    /// GPUs the node has had that are no longer on its bus; each keeps its index.
+    pub gone: Vec<GoneGpu>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -90,6 +92,8 @@ struct SnapshotRow {
     risks: Vec<GpuRisk>,
     #[sqlx(json)]
     warnings: Vec<String>,
+    #[sqlx(json)]
+    gone_gpus: Vec<GoneGpu>,
 }
 
 /// A registered node.
@@ -108,7 +112,7 @@ pub async fn node(pool: &PgPool, node: &str) -> Result<Option<NodeInfo>, sqlx::E
 pub async fn topology(pool: &PgPool, node: &str) -> Result<Option<TopologyView>, sqlx::Error> {
     let row: Option<SnapshotRow> = sqlx::query_as(
         "SELECT record_id, observed_at, virtualized, hypervisor, viommu, gpudirect, kernel_iommu_flags, driver_version,
-                risks, warnings
+                risks, warnings, gone_gpus
          FROM topology_snapshots WHERE node_id = $1 ORDER BY received_at DESC, observed_at DESC LIMIT 1",
     )
     .bind(node)
@@ -145,6 +149,7 @@ pub async fn topology(pool: &PgPool, node: &str) -> Result<Option<TopologyView>,
         paths,
         risks: s.risks,
         warnings: s.warnings,
+        gone: s.gone_gpus,
     }))
 }
 
