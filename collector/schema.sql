@@ -317,6 +317,7 @@ ALTER TABLE topology_paths ADD CONSTRAINT topology_paths_pkey PRIMARY KEY (node_
 ALTER TABLE topology_snapshots ADD CONSTRAINT topology_snapshots_node_id_fkey FOREIGN KEY (node_id) REFERENCES nodes(node_id);
 ALTER TABLE topology_snapshots ADD CONSTRAINT topology_snapshots_pkey PRIMARY KEY (node_id, record_id);
 
+CREATE INDEX gpu_status_attention ON public.gpu_status USING btree (node_id, gpu_index) INCLUDE (status) WHERE ((status <> 'ok'::gpu_status_kind) OR (NOT proven));
 CREATE INDEX gpu_status_by_severity ON public.gpu_status USING btree (status DESC, node_id, gpu_index);
 CREATE INDEX gpu_status_changes_gpu_time ON public.gpu_status_changes USING btree (node_id, gpu_index, at DESC);
 CREATE INDEX gpu_status_changes_time ON public.gpu_status_changes USING btree (at DESC);

@@ -54,6 +54,8 @@ pub struct ServeConfig {
     /// /metrics gives each GPU its own series up to this many GPUs in the fleet; above, only
     /// the GPUs not `ok` or not proven.
     pub metrics_gpu_series_limit: usize,
+    /// `--metrics-node-series-limit`.
+    pub metrics_node_series_limit: usize,
     /// A replica for the reads (API, dashboard, /metrics); None: the database written to.
     pub database_read_url: Option<String>,
     /// The password for `database` (a URL) and `database_read_url`, from a file; None: the
@@ -73,6 +75,10 @@ impl ServeConfig {
     /// The default of `serve --metrics-gpu-series-limit`: 10,000 GPUs' series (about 60,000
     /// lines) stay a page Prometheus scrapes in well under a second.
     pub const DEFAULT_METRICS_GPU_SERIES_LIMIT: usize = 10_000;
+
+    /// The default of `serve --metrics-node-series-limit`: the nodes of the default GPU limit's
+    /// fleet at eight GPUs a node.
+    pub const DEFAULT_METRICS_NODE_SERIES_LIMIT: usize = crate::ingest::DEFAULT_NODE_SERIES_LIMIT;
 
     /// Days of probe and signal history kept by default (`serve --retention-days`).
     pub const DEFAULT_RETENTION_DAYS: u32 = 30;
@@ -95,6 +101,7 @@ impl ServeConfig {
             dashboard_url: None,
             runbook_url: None,
             metrics_gpu_series_limit: Self::DEFAULT_METRICS_GPU_SERIES_LIMIT,
+            metrics_node_series_limit: Self::DEFAULT_METRICS_NODE_SERIES_LIMIT,
             database_read_url: None,
             database_password: None,
             k8s_nodes: None,
@@ -173,6 +180,9 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             let _ = stop_tx.send(true);
         });
         let state: Arc<CollectorState> = Arc::default();
+        if let Ok(mut v) = state.ingest.verdicts.lock() {
+            v.node_limit = cfg.metrics_node_series_limit;
+        }
         tokio::spawn(crate::tasks::assessment::run_periodic(
             pool.clone(),
             cfg.assess.clone(),
@@ -210,6 +220,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                     api_token: cfg.api_token.as_deref().map(Arc::from),
                     secure_cookies: cfg.http_tls.is_some(),
                     metrics_gpu_series_limit: cfg.metrics_gpu_series_limit,
+                    metrics_node_series_limit: cfg.metrics_node_series_limit,
                     window_minutes: i32::try_from(cfg.assess.window.as_secs() / 60).unwrap_or(i32::MAX).max(1),
                     facts: Arc::default(),
                     allowed_hosts: Arc::new(cfg.http_allowed_hosts.clone()),

@@ -32,6 +32,7 @@ fn app_state(pg: &TestPg, limit: usize) -> AppState {
         api_token: None,
         secure_cookies: false,
         metrics_gpu_series_limit: limit,
+        metrics_node_series_limit: limit,
         window_minutes: 15,
         facts: Arc::default(),
         allowed_hosts: Arc::default(),
@@ -134,4 +135,87 @@ async fn metrics_keep_per_gpu_series_for_the_gpus_in_trouble_past_the_limit() {
         assert_eq!(counted, 12, "railguard_gpus counts every GPU");
     }
     assert!(bounded.contains("railguard_gpus{status=\"ok\",proven=\"true\"} 10"), "{bounded}");
+}
+
+/// /metrics past `--metrics-node-series-limit` nodes: the per-node series carry only the nodes
+/// with something to look at (late, dropping, not probing, a verdict not ok, a clock well ahead),
+/// and `railguard_nodes` and `railguard_probe_verdicts_fleet_total` count every node.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_keep_per_node_series_for_the_nodes_to_look_at_past_the_limit() {
+    let pg = TestPg::start().await;
+    sqlx::query(
+        "INSERT INTO nodes (node_id, last_seen, spool_dropped_total, batch_interval_seconds, agent_activity)
+         SELECT 'calm-' || n, now(), 0, 300, 'probing' FROM generate_series(0, 8) n
+         UNION ALL SELECT 'late', now() - interval '20 minutes', 0, 300, 'probing'
+         UNION ALL SELECT 'dropping', now(), 5, 300, 'probing'
+         UNION ALL SELECT 'degraded', now(), 0, 300, 'degraded'",
+    )
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    let metrics = async |limit: usize| -> String {
+        let state = app_state(&pg, limit);
+        state.state.leads.assessment.store(true, std::sync::atomic::Ordering::Relaxed);
+        let ingest = &state.state.ingest;
+        ingest.verdicts.lock().unwrap().node_limit = limit;
+        let known = railguard_collector::ingest::KnownDevices::default();
+        let path = railguard_schema::DataPath::NicDma;
+        for n in 0..9 {
+            ingest.count_verdict(&format!("calm-{n}"), &known, (0, "mlx5_0".into(), "ok", path), 64);
+            ingest.clock_ahead.observe(&format!("calm-{n}"), 0.2);
+        }
+        ingest.count_verdict("calm-3", &known, (0, "mlx5_0".into(), "silent_corruption", path), 1);
+        ingest.clock_ahead.observe("late", 400.0);
+        let resp = app(state).oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        String::from_utf8(axum::body::to_bytes(resp.into_body(), 64 << 20).await.unwrap().to_vec()).unwrap()
+    };
+    let nodes_in = |text: &str, series: &str| -> Vec<String> {
+        let mut n: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{series}{{")))
+            .map(|l| l.split("node=\"").nth(1).unwrap().split('"').next().unwrap().to_owned())
+            .collect();
+        n.sort();
+        n.dedup();
+        n
+    };
+    let all = metrics(100).await;
+    assert_eq!(nodes_in(&all, "railguard_node_last_seen_age_seconds").len(), 12, "under the limit: every node");
+    assert_eq!(nodes_in(&all, "railguard_probe_verdicts_total").len(), 9);
+    assert_eq!(nodes_in(&all, "railguard_agent_clock_ahead_seconds").len(), 10);
+    assert!(all.contains("railguard_node_series_bounded 0"), "{all}");
+
+    let bounded = metrics(5).await;
+    assert!(bounded.contains("railguard_node_series_bounded 1"), "{bounded}");
+    assert_eq!(nodes_in(&bounded, "railguard_node_last_seen_age_seconds"), ["degraded", "dropping", "late"]);
+    assert_eq!(nodes_in(&bounded, "railguard_node_batch_interval_seconds"), ["degraded", "dropping", "late"]);
+    assert_eq!(nodes_in(&bounded, "railguard_agent_spool_dropped_total"), ["degraded", "dropping", "late"]);
+    assert_eq!(nodes_in(&bounded, "railguard_probe_verdicts_total"), ["calm-3"], "the node with a bad verdict");
+    assert_eq!(nodes_in(&bounded, "railguard_agent_clock_ahead_seconds"), ["late"], "only a clock well ahead");
+    for text in [&all, &bounded] {
+        assert!(text.contains("railguard_nodes{activity=\"probing\"} 11"), "{text}");
+        assert!(text.contains("railguard_nodes{activity=\"degraded\"} 1"), "{text}");
+        let ok = "railguard_probe_verdicts_fleet_total{verdict=\"ok\",path=\"nic_dma\",simulated=\"false\"} 576";
+        assert!(text.contains(ok), "every node's probes, counted: {text}");
+    }
+    assert!(bounded.len() < all.len(), "{} ≥ {}", bounded.len(), all.len());
+    // Past the limit, a node whose probes are all ok gets no series of its own at all: the
+    // collector's memory grows with the fleet's trouble, not its size.
+    let state = app_state(&pg, 5);
+    let mut v = state.state.ingest.verdicts.lock().unwrap();
+    v.node_limit = 5;
+    drop(v);
+    let (known, path) = (railguard_collector::ingest::KnownDevices::default(), railguard_schema::DataPath::NicDma);
+    for n in 0..9 {
+        state.state.ingest.count_verdict(&format!("calm-{n}"), &known, (0, "mlx5_0".into(), "ok", path), 64);
+    }
+    state.state.ingest.count_verdict("calm-7", &known, (0, "mlx5_0".into(), "error", path), 1);
+    state.state.ingest.count_verdict("calm-7", &known, (0, "mlx5_0".into(), "ok", path), 64);
+    let v = state.state.ingest.verdicts.lock().unwrap();
+    let mut held: Vec<&str> = v.series.keys().map(|k| k.0.as_str()).collect();
+    held.dedup();
+    assert_eq!(held, ["calm-0", "calm-1", "calm-2", "calm-3", "calm-4", "calm-7"]);
+    assert!(v.gated);
+    assert_eq!(v.fleet[&("ok", path)], 64 * 10);
 }

@@ -103,6 +103,13 @@ pub struct ServeArgs {
     /// alert's subject), and railguard_gpus counts them all.
     #[arg(long, env = "RAILGUARD_METRICS_GPU_SERIES_LIMIT", default_value_t = ServeConfig::DEFAULT_METRICS_GPU_SERIES_LIMIT)]
     metrics_gpu_series_limit: usize,
+    /// /metrics gives every node its own series (last seen, batch interval, spool drops, agent
+    /// activity, clock lead, per-pair probe verdicts) while the fleet has at most this many nodes;
+    /// above, only the nodes later than their usual gap between batches, whose spool dropped
+    /// records, whose agent is not probing, or with a verdict other than ok, and railguard_nodes
+    /// and railguard_probe_verdicts_fleet_total count them all.
+    #[arg(long, env = "RAILGUARD_METRICS_NODE_SERIES_LIMIT", default_value_t = ServeConfig::DEFAULT_METRICS_NODE_SERIES_LIMIT)]
+    metrics_node_series_limit: usize,
     /// Connections the agents' gRPC port holds at once; more are closed at accept (the open-file
     /// limit is raised to its hard limit at start, and a warning says when that is too low).
     #[arg(long, default_value_t = ConnLimits::GRPC_DEFAULT.max, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(16..=4_000_000))]
@@ -244,6 +251,7 @@ impl ServeArgs {
         cfg.dashboard_url = self.dashboard_url;
         cfg.runbook_url = self.runbook_url;
         cfg.metrics_gpu_series_limit = self.metrics_gpu_series_limit;
+        cfg.metrics_node_series_limit = self.metrics_node_series_limit;
         cfg.database_read_url = self.database_read_url;
         cfg.grpc_conns = ConnLimits {
             max: self.grpc_max_connections,

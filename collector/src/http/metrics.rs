@@ -19,7 +19,7 @@ fn label(v: &str) -> String {
 /// `GET /metrics`: this collector's view of the fleet and of itself, section by section.
 pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let mut out = String::new();
-    ingest(&mut out, &s.state.ingest);
+    ingest(&mut out, &s.state.ingest, s.metrics_node_series_limit);
     // The fleet's state (per GPU, per node, per engine and source) is the database's, the same
     // from every replica: only the one leading the assessment exports it, so a Prometheus that
     // scrapes every replica holds one series per GPU and its alerts' joins and counts hold.
@@ -27,7 +27,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
         gpus(&mut out, &s.pool, s.metrics_gpu_series_limit).await?;
         engines(&mut out, &s).await?;
         sources(&mut out, &s).await?;
-        nodes(&mut out, &s.pool).await?;
+        nodes(&mut out, &s.pool, s.metrics_node_series_limit).await?;
     } else {
         let _ = writeln!(
             out,
@@ -42,8 +42,10 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }
 
-/// Batches and records by outcome, and the evidence stored per pair.
-fn ingest(out: &mut String, st: &crate::ingest::IngestStats) {
+/// Batches and records by outcome, and the evidence stored per pair: every node's pairs while at
+/// most `node_limit` nodes have verdicts, above it only the pairs of nodes with a verdict other
+/// than `ok`; the fleet's totals always.
+fn ingest(out: &mut String, st: &crate::ingest::IngestStats, node_limit: usize) {
     let _ = writeln!(
         out,
         "# HELP railguard_ingest_batches_total Agent batches by outcome.\n# TYPE railguard_ingest_batches_total counter"
@@ -62,12 +64,20 @@ fn ingest(out: &mut String, st: &crate::ingest::IngestStats) {
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_probe_verdicts_total Probes stored as evidence (injected faults excluded; a summary of n ok probes counts n), per GPU/NIC pair, verdict and what carried the bytes (path: nic_dma, host_copy, simulated). A GPU or NIC the node's latest topology does not list, and every pair past {max} series per node, is counted as gpu/nic=\"{other}\".\n# TYPE railguard_probe_verdicts_total counter",
+        "# HELP railguard_probe_verdicts_total Probes stored as evidence (injected faults excluded; a summary of n ok probes counts n), per GPU/NIC pair, verdict and what carried the bytes (path: nic_dma, host_copy, simulated). A GPU or NIC the node's latest topology does not list, and every pair past {max} series per node, is counted as gpu/nic=\"{other}\". Every node's pairs while at most --metrics-node-series-limit nodes have verdicts; above it, only the pairs of nodes with a verdict other than ok (railguard_probe_verdicts_fleet_total counts them all).\n# TYPE railguard_probe_verdicts_total counter",
         max = crate::ingest::MAX_VERDICT_SERIES_PER_NODE,
         other = crate::ingest::OTHER_DEVICE,
     );
+    let mut fleet: std::collections::BTreeMap<(&str, railguard_schema::DataPath), u64> = Default::default();
     if let Ok(v) = st.verdicts.lock() {
+        fleet.clone_from(&v.fleet);
+        let bounded = v.gated || v.nodes() > node_limit;
+        let troubled: std::collections::HashSet<&str> =
+            v.series.keys().filter(|(_, _, _, verdict, _)| *verdict != "ok").map(|(node, ..)| node.as_str()).collect();
         for ((node, gpu, nic, verdict, path), n) in v.series.iter() {
+            if bounded && !troubled.contains(node.as_str()) {
+                continue;
+            }
             let simulated = *path == railguard_schema::DataPath::Simulated;
             let _ = writeln!(
                 out,
@@ -76,6 +86,17 @@ fn ingest(out: &mut String, st: &crate::ingest::IngestStats) {
                 label(nic)
             );
         }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_probe_verdicts_fleet_total Probes stored as evidence, the whole fleet's, by verdict and path (railguard_probe_verdicts_total summed over every node, GPU and NIC).\n# TYPE railguard_probe_verdicts_fleet_total counter"
+    );
+    for ((verdict, path), n) in &fleet {
+        let simulated = *path == railguard_schema::DataPath::Simulated;
+        let _ = writeln!(
+            out,
+            "railguard_probe_verdicts_fleet_total{{verdict=\"{verdict}\",path=\"{path}\",simulated=\"{simulated}\"}} {n}"
+        );
     }
     let name = "railguard_ingest_paths_disputed_total";
     let _ = writeln!(
@@ -209,9 +230,28 @@ async fn sources(out: &mut String, s: &AppState) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Each node's agent: last seen, its spool's drops and quarantined pieces.
-async fn nodes(out: &mut String, pool: &sqlx::PgPool) -> Result<(), ApiError> {
-    let lag = crate::store::read::node_lags(pool).await?;
+/// Each node's agent: last seen, its spool's drops, what it is doing. Every node while the fleet
+/// has at most `limit`; above it, the nodes with something to look at ([`node_lags`]), and
+/// `railguard_nodes` counts them all.
+///
+/// [`node_lags`]: crate::store::read::node_lags
+async fn nodes(out: &mut String, pool: &sqlx::PgPool, limit: usize) -> Result<(), ApiError> {
+    let counts = crate::store::read::node_counts(pool).await?;
+    let _ = writeln!(
+        out,
+        "# HELP railguard_nodes The fleet's nodes by what their agents last said they are doing (activity: probing, nothing_to_probe, passive, degraded; unknown: not said), every node, whatever the per-node series carry.\n# TYPE railguard_nodes gauge"
+    );
+    for c in &counts {
+        let _ = writeln!(out, "railguard_nodes{{activity=\"{}\"}} {}", label(&c.activity), c.nodes);
+    }
+    let total: i64 = counts.iter().map(|c| c.nodes).sum();
+    let attention_only = usize::try_from(total).unwrap_or(usize::MAX) > limit;
+    let lag = crate::store::read::node_lags(pool, attention_only).await?;
+    let _ = writeln!(
+        out,
+        "# HELP railguard_node_series_bounded 1 when the fleet has more nodes than --metrics-node-series-limit: the per-node series then carry only the nodes later than their usual gap between batches, whose spool dropped records, or whose agent is not probing.\n# TYPE railguard_node_series_bounded gauge\nrailguard_node_series_bounded {}",
+        u8::from(attention_only)
+    );
     let _ = writeln!(
         out,
         "# HELP railguard_node_last_seen_age_seconds Time since a node's last batch (ingest lag).\n# TYPE railguard_node_last_seen_age_seconds gauge"
@@ -432,6 +472,10 @@ fn connections(out: &mut String, s: &AppState) {
     }
 }
 
+/// The clock lead from which a node's `railguard_agent_clock_ahead_seconds` is listed past the
+/// node limit: a fifth of what the alert fires on (300 s).
+const CLOCK_AHEAD_NOTED: f64 = 60.0;
+
 /// This process: the tasks it leads, the agents' clocks it saw, the Kubernetes controller.
 fn process(out: &mut String, s: &AppState) {
     let st = &*s.state.ingest;
@@ -451,10 +495,14 @@ fn process(out: &mut String, s: &AppState) {
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_agent_clock_ahead_seconds How far ahead of the collector's clock an agent dated the newest record of a batch, the largest over the last 15 minutes (0 when not ahead); records more than 600 s ahead are refused.\n# TYPE railguard_agent_clock_ahead_seconds gauge"
+        "# HELP railguard_agent_clock_ahead_seconds How far ahead of the collector's clock an agent dated the newest record of a batch, the largest over the last 15 minutes (0 when not ahead); records more than 600 s ahead are refused. Every node seen while at most --metrics-node-series-limit were; above it, only those {CLOCK_AHEAD_NOTED} s ahead or more.\n# TYPE railguard_agent_clock_ahead_seconds gauge"
     );
-    for (node, s) in st.clock_ahead.snapshot() {
-        let _ = writeln!(out, "railguard_agent_clock_ahead_seconds{{node=\"{}\"}} {s:.3}", label(&node));
+    let ahead = st.clock_ahead.snapshot();
+    let bounded = ahead.len() > s.metrics_node_series_limit;
+    for (node, s) in ahead {
+        if !bounded || s >= CLOCK_AHEAD_NOTED {
+            let _ = writeln!(out, "railguard_agent_clock_ahead_seconds{{node=\"{}\"}} {s:.3}", label(&node));
+        }
     }
     if let Some(k) = s.state.k8s.get() {
         let _ = writeln!(

@@ -41,6 +41,9 @@ pub struct AppState {
     /// /metrics gives every GPU its own series while the fleet has at most this many GPUs;
     /// above, only the GPUs not `ok` or not proven (`serve --metrics-gpu-series-limit`).
     pub metrics_gpu_series_limit: usize,
+    /// /metrics gives every node its own series while the fleet has at most this many nodes;
+    /// above, only the nodes with something to look at (`serve --metrics-node-series-limit`).
+    pub metrics_node_series_limit: usize,
     /// The assessment window (the API's per-pair window counts).
     pub window_minutes: i32,
     /// The nodes' topology facts the pattern finder has read, kept between its reads.

@@ -37,6 +37,10 @@ pub const OTHER_DEVICE: &str = "other";
 /// counted under [`OTHER_DEVICE`]. A node with 8 GPUs × 8 NICs × 4 verdicts × 3 paths needs 768.
 pub const MAX_VERDICT_SERIES_PER_NODE: usize = 1024;
 
+/// Nodes given per-node series before only the nodes in trouble are (`serve
+/// --metrics-node-series-limit`'s default): the nodes of a fleet of 10,000 GPUs at eight a node.
+pub const DEFAULT_NODE_SERIES_LIMIT: usize = 1_250;
+
 /// The devices a node's latest topology lists, for bounding metric labels.
 #[derive(Debug, Clone, Default)]
 pub struct KnownDevices {
@@ -89,6 +93,11 @@ impl IngestStats {
     /// Counts `probes` evidence probes of one pair and verdict under bounded labels.
     pub fn count_verdict(&self, node: &str, known: &KnownDevices, (gpu, nic, verdict, path): VerdictPair, probes: u64) {
         let Ok(mut v) = self.verdicts.lock() else { return };
+        *v.fleet.entry((verdict, path)).or_default() += probes;
+        if verdict == "ok" && v.per_node.len() >= v.node_limit && !v.per_node.contains_key(node) {
+            v.gated = true;
+            return;
+        }
         let (gpu, nic) = known.labels(gpu, &nic);
         let mut key = (node.to_owned(), gpu, nic, verdict, path);
         if !v.series.contains_key(&key) {
@@ -111,10 +120,37 @@ pub type VerdictPair = (u32, String, &'static str, railguard_schema::DataPath);
 /// `railguard_probe_verdicts_total`'s series, and how many each node has (its budget is
 /// [`MAX_VERDICT_SERIES_PER_NODE`] plus its `other` series; counted as they are made, so a new
 /// series costs a lookup, not a scan of every node's series).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct VerdictCounts {
     pub series: std::collections::BTreeMap<VerdictKey, u64>,
     per_node: std::collections::HashMap<String, usize>,
+    /// The fleet's probes by verdict and path, every node's (`railguard_probe_verdicts_fleet_total`).
+    pub fleet: std::collections::BTreeMap<(&'static str, railguard_schema::DataPath), u64>,
+    /// Once this many nodes have series, a node without any gets one only for a verdict other
+    /// than `ok` (its `ok` probes are counted in `fleet` alone): memory and /metrics grow with
+    /// the fleet's trouble past it, not with its size (`serve --metrics-node-series-limit`).
+    pub node_limit: usize,
+    /// Some node's `ok` probes were counted in `fleet` alone (the limit was reached).
+    pub gated: bool,
+}
+
+impl Default for VerdictCounts {
+    fn default() -> Self {
+        VerdictCounts {
+            series: Default::default(),
+            per_node: Default::default(),
+            fleet: Default::default(),
+            node_limit: DEFAULT_NODE_SERIES_LIMIT,
+            gated: false,
+        }
+    }
+}
+
+impl VerdictCounts {
+    /// The nodes with at least one series.
+    pub fn nodes(&self) -> usize {
+        self.per_node.len()
+    }
 }
 
 #[derive(Debug, Clone)]

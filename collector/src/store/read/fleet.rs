@@ -233,13 +233,20 @@ pub struct GpuStatusOnly {
 /// Every GPU's status, or (`attention_only`) those of the GPUs not `ok` or not proven: the
 /// subjects of every alert.
 pub async fn all_statuses(pool: &PgPool, attention_only: bool) -> Result<Vec<GpuStatusOnly>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT node_id, gpu_index, status FROM gpu_status
-         WHERE NOT $1 OR status <> 'ok' OR NOT proven ORDER BY node_id, gpu_index",
-    )
-    .bind(attention_only)
-    .fetch_all(pool)
-    .await
+    // Two statements, so the GPUs in trouble are read through their partial index
+    // (`gpu_status_attention`), whose predicate this one's matches word for word.
+    if attention_only {
+        sqlx::query_as(
+            "SELECT node_id, gpu_index, status FROM gpu_status
+             WHERE status <> 'ok' OR NOT proven ORDER BY node_id, gpu_index",
+        )
+        .fetch_all(pool)
+        .await
+    } else {
+        sqlx::query_as("SELECT node_id, gpu_index, status FROM gpu_status ORDER BY node_id, gpu_index")
+            .fetch_all(pool)
+            .await
+    }
 }
 
 /// How many GPUs hold each status, split by whether their workload pair was proven.
@@ -287,19 +294,34 @@ pub struct GpuInfo {
 
 /// Per GPU: its workload NIC, how that pair was verified, the pin, and its identity (for /metrics).
 pub async fn gpu_infos(pool: &PgPool, attention_only: bool) -> Result<Vec<GpuInfo>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT s.node_id, s.gpu_index, s.workload_nic, s.verification, s.pin_nic, s.pin_evidence, s.pin_verified,
-                s.evidence_path, s.proven, s.layer, coalesce(g.uuid, '') AS uuid, coalesce(g.bdf, '') AS pci_bus_id,
-                coalesce(g.name, '') AS model
-         FROM gpu_status s
-         LEFT JOIN latest_topology t ON t.node_id = s.node_id
-         LEFT JOIN topology_gpus g ON g.node_id = s.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
-         WHERE NOT $1 OR s.status <> 'ok' OR NOT s.proven
-         ORDER BY s.node_id, s.gpu_index",
-    )
-    .bind(attention_only)
-    .fetch_all(pool)
-    .await
+    // As `all_statuses`: the GPUs in trouble through their partial index, each node's latest
+    // topology looked up for them alone.
+    if attention_only {
+        sqlx::query_as(
+            "SELECT s.node_id, s.gpu_index, s.workload_nic, s.verification, s.pin_nic, s.pin_evidence, s.pin_verified,
+                    s.evidence_path, s.proven, s.layer, coalesce(g.uuid, '') AS uuid, coalesce(g.bdf, '') AS pci_bus_id,
+                    coalesce(g.name, '') AS model
+             FROM (SELECT * FROM gpu_status WHERE status <> 'ok' OR NOT proven) s
+             LEFT JOIN LATERAL (SELECT record_id FROM topology_snapshots ts WHERE ts.node_id = s.node_id
+                                ORDER BY received_at DESC, observed_at DESC LIMIT 1) t ON true
+             LEFT JOIN topology_gpus g ON g.node_id = s.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
+             ORDER BY s.node_id, s.gpu_index",
+        )
+        .fetch_all(pool)
+        .await
+    } else {
+        sqlx::query_as(
+            "SELECT s.node_id, s.gpu_index, s.workload_nic, s.verification, s.pin_nic, s.pin_evidence, s.pin_verified,
+                    s.evidence_path, s.proven, s.layer, coalesce(g.uuid, '') AS uuid, coalesce(g.bdf, '') AS pci_bus_id,
+                    coalesce(g.name, '') AS model
+             FROM gpu_status s
+             LEFT JOIN latest_topology t ON t.node_id = s.node_id
+             LEFT JOIN topology_gpus g ON g.node_id = s.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
+             ORDER BY s.node_id, s.gpu_index",
+        )
+        .fetch_all(pool)
+        .await
+    }
 }
 
 /// How long since a node's last batch, and what its agent's spool dropped.
@@ -315,12 +337,37 @@ pub struct NodeLag {
     pub agent_activity: Option<String>,
 }
 
-/// Per node: seconds since its last batch (ingest lag) and its spool's dropped total (for /metrics).
-pub async fn node_lags(pool: &PgPool) -> Result<Vec<NodeLag>, sqlx::Error> {
+/// Per node: seconds since its last batch (ingest lag) and its spool's dropped total (for
+/// /metrics). With `attention_only`, only the nodes some alert or operator has a reason to look
+/// at: later than their usual gap between batches (60 s before a gap is known: every node the
+/// silence alert can fire for is later than that), whose spool ever dropped records, or whose
+/// agent says it is not probing (or says nothing).
+pub async fn node_lags(pool: &PgPool, attention_only: bool) -> Result<Vec<NodeLag>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8 AS age_seconds, spool_dropped_total,
-                batch_interval_seconds, agent_activity
-         FROM nodes ORDER BY node_id",
+        "SELECT node_id, age_seconds, spool_dropped_total, batch_interval_seconds, agent_activity FROM (
+             SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8 AS age_seconds, spool_dropped_total,
+                    batch_interval_seconds, agent_activity
+             FROM nodes) n
+         WHERE NOT $1 OR age_seconds > coalesce(batch_interval_seconds, 60) OR spool_dropped_total > 0
+               OR agent_activity IS DISTINCT FROM 'probing'
+         ORDER BY node_id",
+    )
+    .bind(attention_only)
+    .fetch_all(pool)
+    .await
+}
+
+/// The fleet's nodes by what their agents last said they are doing (`unknown`: not said).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct NodeCount {
+    pub activity: String,
+    pub nodes: i64,
+}
+
+/// Nodes counted by their agents' activity: every node, whatever /metrics lists one by one.
+pub async fn node_counts(pool: &PgPool) -> Result<Vec<NodeCount>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT coalesce(agent_activity, 'unknown') AS activity, count(*) AS nodes FROM nodes GROUP BY 1 ORDER BY 1",
     )
     .fetch_all(pool)
     .await

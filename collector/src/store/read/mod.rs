@@ -50,9 +50,9 @@ pub use export::{
     ChangeExportRow, ProbeExportRow, SignalExportRow, export_probes, export_signals, export_status_changes,
 };
 pub use fleet::{
-    FleetPage, FleetSummary, FleetTotals, GpuCount, GpuInfo, GpuStatusOnly, GridCell, NodeLag, NodeSummary,
+    FleetPage, FleetSummary, FleetTotals, GpuCount, GpuInfo, GpuStatusOnly, GridCell, NodeCount, NodeLag, NodeSummary,
     StatusChange, StatusCounts, all_statuses, fleet, gpu_counts, gpu_infos, gpus, grid_at, grid_now, last_assessment,
-    node_lags,
+    node_counts, node_lags,
 };
 pub use gpu::{GpuStatusRow, Period, PinDetail, ProbeRow, SignalRow, gpu_probes, gpu_signals, gpu_status_changes};
 pub use history::{Bucket, FailureRow, HistoryBucket, failures, gpu_hourly};
