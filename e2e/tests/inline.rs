@@ -45,10 +45,20 @@ fn wait_for_socket(socket: &std::path::Path) {
 /// The seed node's agent under `dir`, probing and signals off, serving its in-line socket (mode
 /// 0600) at `dir/run/inline.sock`, once that accepts connections.
 fn inline_agent(collector: &CollectorProc, dir: &std::path::Path) -> (KillOnDrop, std::path::PathBuf) {
+    inline_agent_with(collector, dir, &[])
+}
+
+/// [`inline_agent`] with `extra` flags.
+fn inline_agent_with(
+    collector: &CollectorProc,
+    dir: &std::path::Path,
+    extra: &[&std::ffi::OsStr],
+) -> (KillOnDrop, std::path::PathBuf) {
     let socket = dir.join("run/inline.sock");
     let flags = ["--probe-cycle-secs", "0", "--no-signals", "--backoff-max-ms", "500", "--inline-socket-mode", "600"];
     let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
     args.extend(["--inline-socket".as_ref(), socket.as_os_str()]);
+    args.extend(extra);
     let agent = seed_agent(collector, dir, &args);
     wait_for_socket(&socket);
     (agent, socket)
@@ -59,7 +69,16 @@ async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transf
     let pg = TestPg::start().await;
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
-    let (_agent, socket) = inline_agent(&collector, dir.path());
+    // The node's kubelet: each GPU of the seed node allocated to a decode pod, by its UUID.
+    let kubelet = dir.path().join("kubelet.sock");
+    let pods = railguard_e2e::scripted::topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None)
+        .gpus
+        .iter()
+        .map(|g| ("serving".into(), format!("vllm-decode-{}", g.index), "vllm".into(), vec![g.uuid.clone()]))
+        .collect();
+    let _kubelet = kubelet_stand_in(&kubelet, pods);
+    let (_agent, socket) =
+        inline_agent_with(&collector, dir.path(), &["--kubelet-pod-resources".as_ref(), kubelet.as_os_str()]);
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o600);
 
@@ -143,6 +162,8 @@ async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transf
         "{attribution}"
     );
     assert!(pid > 1 && !process.is_empty(), "{process} {pid}");
+    // The workload is named by its pod: the kubelet allocated GPU3 (by its UUID) to it.
+    assert!(attribution.contains("GPU3 is allocated to pod serving/vllm-decode-3 (container vllm)"), "{attribution}");
 
     // The layer: the torn transfers were moved by a host copy (host memory, no RDMA queue pair),
     // so the engine is implicated, not GPU3 or mlx5_3. GPU3 carries the finding, marked

@@ -42,6 +42,13 @@ pub mod wire {
     tonic::include_proto!("railguard.v1");
 }
 
+/// The kubelet's pod-resources API (package `v1`), the part the agent reads to name the pod a
+/// GPU is allocated to; its server side serves the tests.
+#[allow(clippy::all, missing_docs, clippy::unwrap_used)] // generated code
+pub mod podresources {
+    tonic::include_proto!("v1");
+}
+
 /// Limits both sides agree on. The collector enforces them; the agent stays below them.
 pub mod limits {
     /// Records in one batch.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use railguard_agent::inline::holds::DeviceFiles;
+use railguard_agent::inline::pods::PodWatch;
 use railguard_agent::inline::server::InlineConfig;
 use railguard_agent::service::probes::ProbeLoopConfig;
 use railguard_agent::service::{self, AgentConfig};
@@ -108,6 +109,12 @@ pub struct RunArgs {
     #[arg(long, default_value_t = InlineConfig::DEFAULT_IDLE_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     inline_idle_secs: u64,
+    /// The kubelet's pod-resources socket: in-line reports name the pod (namespace, name,
+    /// container) each GPU is allocated to, by the GPU's UUID. Default: the kubelet's own path
+    /// when it exists at start (a Kubernetes node, with /var/lib/kubelet/pod-resources mounted);
+    /// without it, the pod a process's control group names (its UID).
+    #[arg(long, env = "RAILGUARD_KUBELET_POD_RESOURCES", value_name = "SOCKET")]
+    kubelet_pod_resources: Option<PathBuf>,
     /// Simulation only (machines without a GPU): regular files `DIR/nvidiaN` a workload holds
     /// open count as GPU device files of minor N. Every GPU found so is marked simulated in the
     /// report's attribution. Real GPUs are known by their character devices (major 195).
@@ -151,6 +158,10 @@ impl RunArgs {
             driver_proc: topology_proc.root().to_owned(),
             devices: DeviceFiles { simulated: self.simulated_gpu_devices.clone() },
             node: node_id.as_str().to_owned(),
+            pod_resources: self.kubelet_pod_resources.clone().or_else(|| {
+                let default = PathBuf::from(PodWatch::DEFAULT_SOCKET);
+                default.exists().then_some(default)
+            }),
             ..InlineConfig::new(self.inline_socket.clone(), self.inline_socket_mode)
         });
         let roll = self.topology.gpu_roll.clone().unwrap_or_else(|| self.spool_dir.join("gpus.json"));

@@ -46,6 +46,7 @@
 pub mod attribute;
 pub mod holds;
 pub mod limit;
+pub mod pods;
 pub mod sender;
 pub mod server;
 

@@ -37,6 +37,7 @@ use railguard_schema::{InlineReport, RecordBody, SourceWorker};
 use super::attribute::{Attribution, QpTable, Unbacked, attribute};
 use super::holds::{DeviceFiles, HeldGpu, HoldError, held_gpus};
 use super::limit::{Limiter, SenderLimits};
+use super::pods::{PodMap, PodWatch, cgroup_pod};
 pub use super::sender::{MAX_CONNECTIONS, MAX_PER_SENDER, RESERVED_FOR_NEW};
 use super::sender::{SLOT_LIMITS, SenderKey, Slots, refusal};
 use super::{Batch, MAX_LINE, Serves, group, parse_line};
@@ -61,6 +62,9 @@ pub struct InlineConfig {
     pub limits: SenderLimits,
     /// This node's id: what a source's attestation names (see [`super`]'s `serves`).
     pub node: String,
+    /// The kubelet's pod-resources socket, to name the pod a sender's GPU is allocated to
+    /// ([`super::pods`]); None: pods are named from the sender's control group alone.
+    pub pod_resources: Option<PathBuf>,
 }
 
 impl InlineConfig {
@@ -78,6 +82,7 @@ impl InlineConfig {
             devices: DeviceFiles::default(),
             limits: SenderLimits::DEFAULT,
             node: String::new(),
+            pod_resources: None,
         }
     }
 }
@@ -107,6 +112,7 @@ struct Shared {
     stop: Stop,
     stats: InlineStats,
     limiter: Limiter,
+    pods: PodWatch,
 }
 
 /// Binds the socket: a stale socket file left by a killed agent is replaced; any other file
@@ -160,6 +166,13 @@ pub fn peer_cred(s: &UnixStream) -> std::io::Result<(u32, u32)> {
 
 /// Serves `listener` until `stop`; removes the socket file at the end.
 pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopology, spool: &SpoolHandle, stop: &Stop) {
+    let (pods, pod_thread) = match &cfg.pod_resources {
+        Some(socket) => {
+            let (w, t) = PodWatch::start(socket.clone(), stop);
+            (w, Some(t))
+        }
+        None => (PodWatch::default(), None),
+    };
     let shared = Arc::new(Shared {
         cfg: cfg.clone(),
         topology: topology.clone(),
@@ -167,6 +180,7 @@ pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopolo
         stop: stop.clone(),
         stats: InlineStats::default(),
         limiter: Limiter::new(cfg.limits),
+        pods,
     });
     let slots = Slots::new(SLOT_LIMITS);
     let mut threads = Vec::new();
@@ -210,7 +224,7 @@ pub fn serve(listener: UnixListener, cfg: &InlineConfig, topology: &SharedTopolo
             }
         }
     }
-    for t in threads {
+    for t in threads.into_iter().chain(pod_thread) {
         let _ = t.join();
     }
     let _ = std::fs::remove_file(&cfg.socket);
@@ -349,6 +363,7 @@ fn handle_line(
             proc_,
             snapshot: &topology.snapshot,
             qps: qp_table(),
+            pods: shared.pods.current(),
             held: held_gpus(Path::new("/proc"), driver, pid, &shared.cfg.devices, &topology.snapshot),
         };
         // One budget for the line's records: its sources first, then its reports.
@@ -429,12 +444,40 @@ struct SenderView<'a> {
     snapshot: &'a railguard_schema::TopologySnapshot,
     qps: QpTable,
     held: Result<Vec<HeldGpu>, HoldError>,
+    /// The node's pods by the devices allocated to them.
+    pods: Arc<PodMap>,
 }
 
 impl SenderView<'_> {
-    /// The node's GPU and NIC behind the sender's CUDA device `device`, if it holds that GPU.
+    /// The node's GPU and NIC behind the sender's CUDA device `device`, if it holds that GPU,
+    /// and the pod it works for.
     fn attribute(&self, device: u32) -> Result<Attribution, Unbacked> {
-        attribute(self.proc_, self.snapshot, self.pid, device, &self.held, &self.qps)
+        let mut a = attribute(self.proc_, self.snapshot, self.pid, device, &self.held, &self.qps)?;
+        name_pod(&mut a, self.proc_, self.pid, self.snapshot, &self.pods);
+        Ok(a)
+    }
+}
+
+/// Names the pod `a`'s GPU is allocated to (by its UUID, from the kubelet), else the pod the
+/// process's control group names; nothing outside a pod.
+fn name_pod(
+    a: &mut Attribution,
+    proc_: &SysRoot,
+    pid: u32,
+    snapshot: &railguard_schema::TopologySnapshot,
+    pods: &PodMap,
+) {
+    let uuid = snapshot.gpus.iter().find(|g| g.index == a.gpu).map(|g| g.uuid.as_str()).unwrap_or_default();
+    let named = match pods.of_gpu(uuid) {
+        Some(p) => Some(format!("GPU{} is allocated to {p}", a.gpu)),
+        None => proc_
+            .read(format!("{pid}/cgroup"))
+            .ok()
+            .and_then(|t| cgroup_pod(&t))
+            .map(|p| format!("process {pid} runs in {p}")),
+    };
+    if let Some(n) = named {
+        a.how = format!("{}; {n}", a.how);
     }
 }
 

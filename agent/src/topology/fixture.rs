@@ -308,14 +308,21 @@ impl FixtureSpec {
             w(
                 &proc_.join(format!("driver/nvidia/gpus/{}/information", d.bdf)),
                 format!(
-                    "Model: \t\t NVIDIA H200 (fixture)\nBus Type: \t PCIe\nBus Location: \t {}\nDevice Minor: \t {minor}\nGPU Excluded:\t No\n",
-                    d.bdf
+                    "Model: \t\t NVIDIA H200 (fixture)\nBus Type: \t PCIe\nBus Location: \t {}\nDevice Minor: \t {minor}\nGPU UUID: \t {}\nGPU Excluded:\t No\n",
+                    d.bdf,
+                    gpu_uuid(d.bdf)
                 ),
             )?;
             w(&out.join(format!("dev/nvidia{minor}")), "simulated GPU device file (railguard fixture)\n")?;
         }
         Ok(())
     }
+}
+
+/// The UUID the fixture's driver gives the GPU at `bdf` (a fixed function of the address).
+pub fn gpu_uuid(bdf: railguard_schema::Bdf) -> String {
+    let n = u64::from_str_radix(&bdf.to_string().replace([':', '.'], ""), 16).unwrap_or(0);
+    format!("GPU-7261696c-6775-6172-6400-{n:012x}")
 }
 
 fn has_gpu(slots: &[Slot]) -> bool {

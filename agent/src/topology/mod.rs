@@ -64,6 +64,17 @@ fn nplace(n: &rdma::RdmaDevice) -> Place<'_> {
     Place { root: &n.root, chain: &n.chain, numa: n.nic.numa_node }
 }
 
+/// The GPU's UUID as the NVIDIA driver gives it (`driver/nvidia/gpus/<bdf>/information`,
+/// `GPU UUID:`), so a GPU is known by it without NVML; None where the driver does not say or
+/// says something that is not a GPU UUID.
+fn driver_uuid(proc_: &SysRoot, bdf: Bdf) -> Option<String> {
+    let info = proc_.read(format!("driver/nvidia/gpus/{bdf}/information")).ok()?;
+    let uuid = info.lines().find_map(|l| l.strip_prefix("GPU UUID:"))?.trim();
+    let valid =
+        uuid.starts_with("GPU-") && uuid.len() <= 64 && uuid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    valid.then(|| uuid.to_owned())
+}
+
 /// How the workload selects NICs: node-wide (flags, `--pid`), and per GPU where a running
 /// workload using that GPU was found ([`workloads`]), which then wins for that GPU.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -118,6 +129,10 @@ impl Topology {
                 chain: d.chain.clone(),
             })
             .collect();
+        let mut gpus = gpus;
+        for g in &mut gpus {
+            g.gpu.uuid = driver_uuid(proc_, g.gpu.bdf).unwrap_or_default();
+        }
         let nics = rdma::enumerate(sys, &mut warnings);
         let host = host::detect(sys, proc_, !gpus.is_empty(), &mut warnings);
 

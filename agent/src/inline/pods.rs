@@ -1,0 +1,308 @@
+//! The pod a GPU is allocated to, from the kubelet's pod-resources API: a workload is named by
+//! its pod (namespace, name, container), not by a pid.
+//!
+//! - The kubelet serves `v1.PodResourcesLister/List` on a Unix socket
+//!   (`/var/lib/kubelet/pod-resources/kubelet.sock`). For the NVIDIA device plugin's
+//!   `nvidia.com/gpu` resource each device ID is a GPU's UUID, which the node's topology holds
+//!   (from NVML): a GPU's UUID names its pod.
+//! - [`PodWatch`] lists the pods on a thread of its own every [`PodWatch::EVERY`] (the call has a
+//!   deadline of [`PodWatch::DEADLINE`]), so an in-line message never waits on the kubelet; the
+//!   last good listing is kept while the kubelet does not answer, and why is said once.
+//! - A process's own control group (`/proc/PID/cgroup`) names its pod's UID and container ID
+//!   ([`CgroupPod`]): where the pod-resources listing is missing (no socket, devices allocated
+//!   by DRA), that is what the attribution says.
+//! - Nothing here decides a verdict: a pod is a name for the evidence, never evidence.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use railguard_schema::podresources::pod_resources_lister_client::PodResourcesListerClient;
+use railguard_schema::podresources::{ListPodResourcesRequest, ListPodResourcesResponse};
+
+use crate::said_once::SaidOnce;
+use crate::stop::Stop;
+
+/// A pod's container, as the kubelet names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub container: String,
+}
+
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pod {}/{} (container {})", self.namespace, self.name, self.container)
+    }
+}
+
+/// Why the pods could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum PodsError {
+    #[error("no runtime for the kubelet's API: {0}")]
+    Runtime(std::io::Error),
+    #[error("connecting to the kubelet's pod-resources socket {}: {source}", .path.display())]
+    Connect { path: PathBuf, source: tonic::transport::Error },
+    #[error("the kubelet's pod-resources List failed: {0}")]
+    List(tonic::Status),
+    #[error("the kubelet's pod-resources List took longer than {0:?}")]
+    Deadline(Duration),
+}
+
+/// Device ID (a GPU's UUID for `nvidia.com/gpu`) → the pod's container it is allocated to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodMap {
+    by_device: BTreeMap<String, PodRef>,
+}
+
+impl PodMap {
+    /// The devices of a `List` answer; a device listed for two containers keeps the first.
+    pub fn of(answer: ListPodResourcesResponse) -> Self {
+        let mut by_device = BTreeMap::new();
+        for pod in answer.pod_resources {
+            for c in pod.containers {
+                for id in c.devices.into_iter().flat_map(|d| d.device_ids) {
+                    by_device.entry(id).or_insert_with(|| PodRef {
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
+                        container: c.name.clone(),
+                    });
+                }
+            }
+        }
+        PodMap { by_device }
+    }
+
+    /// The pod the GPU of this UUID is allocated to (None for an empty UUID).
+    pub fn of_gpu(&self, uuid: &str) -> Option<&PodRef> {
+        if uuid.is_empty() { None } else { self.by_device.get(uuid) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_device.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_device.is_empty()
+    }
+}
+
+/// Lists the pods once over the kubelet's socket at `socket`, within `deadline`.
+pub async fn list(socket: &Path, deadline: Duration) -> Result<PodMap, PodsError> {
+    let path = socket.to_owned();
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let path = path.clone();
+        async move { tokio::net::UnixStream::connect(path).await.map(hyper_util::rt::TokioIo::new) }
+    });
+    let call = async {
+        // The URI is a placeholder: the connector dials the socket.
+        let channel = tonic::transport::Endpoint::from_static("http://kubelet.invalid")
+            .connect_with_connector(connector)
+            .await
+            .map_err(|source| PodsError::Connect { path: socket.to_owned(), source })?;
+        let answer =
+            PodResourcesListerClient::new(channel).list(ListPodResourcesRequest {}).await.map_err(PodsError::List)?;
+        Ok(PodMap::of(answer.into_inner()))
+    };
+    tokio::time::timeout(deadline, call).await.map_err(|_| PodsError::Deadline(deadline))?
+}
+
+/// The pods of the node, listed in the background and read by every in-line message.
+#[derive(Debug, Clone, Default)]
+pub struct PodWatch {
+    current: Arc<RwLock<Arc<PodMap>>>,
+}
+
+impl PodWatch {
+    /// How often the pods are listed.
+    pub const EVERY: Duration = Duration::from_secs(10);
+    /// How long one listing may take.
+    pub const DEADLINE: Duration = Duration::from_secs(2);
+    /// Where the kubelet serves the API.
+    pub const DEFAULT_SOCKET: &'static str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+    /// The latest listing (empty before the first, or without a kubelet).
+    pub fn current(&self) -> Arc<PodMap> {
+        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Lists the pods at `socket` now and every [`Self::EVERY`] until `stop`, on a thread of its
+    /// own (with a runtime of its own: callers need none).
+    pub fn start(socket: PathBuf, stop: &Stop) -> (PodWatch, std::thread::JoinHandle<()>) {
+        let watch = PodWatch::default();
+        let (w, stop) = (watch.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %PodsError::Runtime(e), "pods are not named");
+                    return;
+                }
+            };
+            let mut failed = SaidOnce::default();
+            loop {
+                match runtime.block_on(list(&socket, Self::DEADLINE)) {
+                    Ok(map) => {
+                        failed.clear();
+                        *w.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
+                    }
+                    Err(e) => {
+                        let e = e.to_string();
+                        if failed.first(&e) {
+                            tracing::warn!(error = %e, "pods are not named from the kubelet; the last listing stays");
+                        }
+                    }
+                }
+                if !stop.sleep(Self::EVERY) {
+                    break;
+                }
+            }
+        });
+        (watch, thread)
+    }
+}
+
+/// A process's pod as its control group names it: the pod's UID and the container's ID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupPod {
+    pub pod_uid: String,
+    pub container_id: String,
+}
+
+impl std::fmt::Display for CgroupPod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let short = self.container_id.get(..12).unwrap_or(&self.container_id);
+        write!(f, "pod uid {} (container {short})", self.pod_uid)
+    }
+}
+
+/// The pod in `/proc/PID/cgroup`'s text, under either cgroup driver: cgroupfs
+/// (`/kubepods/burstable/pod<uid>/<container id>`) or systemd
+/// (`/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope`).
+pub fn cgroup_pod(text: &str) -> Option<CgroupPod> {
+    for line in text.lines() {
+        let path = line.splitn(3, ':').nth(2)?;
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        let Some(at) = parts.iter().position(|p| pod_uid(p).is_some()) else { continue };
+        let uid = pod_uid(parts[at])?;
+        let container = parts.get(at + 1).map(|c| container_id(c)).unwrap_or_default();
+        return Some(CgroupPod { pod_uid: uid, container_id: container });
+    }
+    None
+}
+
+fn pod_uid(part: &str) -> Option<String> {
+    let part = part.strip_suffix(".slice").unwrap_or(part);
+    let at = part.rfind("pod")?;
+    let uid = &part[at + 3..];
+    let valid = uid.len() == 36 && uid.chars().all(|c| c.is_ascii_hexdigit() || c == '-' || c == '_');
+    valid.then(|| uid.replace('_', "-"))
+}
+
+fn container_id(part: &str) -> String {
+    let part = part.strip_suffix(".scope").unwrap_or(part);
+    let id = part.rsplit('-').next().unwrap_or(part);
+    if id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit()) { id.to_owned() } else { String::new() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use railguard_schema::podresources::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
+    use railguard_schema::podresources::{ContainerDevices, ContainerResources, PodResources};
+
+    /// A kubelet of the test's own, speaking the pod-resources API on a Unix socket.
+    struct Kubelet(ListPodResourcesResponse);
+
+    #[tonic::async_trait]
+    impl PodResourcesLister for Kubelet {
+        async fn list(
+            &self,
+            _: tonic::Request<ListPodResourcesRequest>,
+        ) -> Result<tonic::Response<ListPodResourcesResponse>, tonic::Status> {
+            Ok(tonic::Response::new(self.0.clone()))
+        }
+    }
+
+    fn pod(ns: &str, name: &str, container: &str, resource: &str, ids: &[&str]) -> PodResources {
+        PodResources {
+            name: name.into(),
+            namespace: ns.into(),
+            containers: vec![ContainerResources {
+                name: container.into(),
+                devices: vec![ContainerDevices {
+                    resource_name: resource.into(),
+                    device_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+                }],
+            }],
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_kubelets_listing_names_the_pod_of_each_gpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("kubelet.sock");
+        let answer = ListPodResourcesResponse {
+            pod_resources: vec![
+                pod("serving", "vllm-decode-0", "vllm", "nvidia.com/gpu", &["GPU-aaaa", "GPU-bbbb"]),
+                pod("serving", "vllm-prefill-0", "vllm", "nvidia.com/gpu", &["GPU-cccc"]),
+                pod("kube-system", "rdma-plugin", "plugin", "rdma/hca", &["mlx5_0"]),
+            ],
+        };
+        let incoming =
+            tokio_stream::wrappers::UnixListenerStream::new(tokio::net::UnixListener::bind(&socket).unwrap());
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(PodResourcesListerServer::new(Kubelet(answer)))
+                .serve_with_incoming(incoming),
+        );
+        let map = list(&socket, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(map.len(), 4);
+        let p = map.of_gpu("GPU-bbbb").unwrap();
+        assert_eq!(p.to_string(), "pod serving/vllm-decode-0 (container vllm)");
+        assert_eq!(map.of_gpu("GPU-cccc").unwrap().name, "vllm-prefill-0");
+        assert_eq!(map.of_gpu("GPU-dddd"), None);
+        assert_eq!(map.of_gpu(""), None, "a GPU whose UUID NVML did not give names no pod");
+
+        // The watch lists on a thread of its own and keeps what it read.
+        let stop = Stop::new();
+        let (watch, thread) = PodWatch::start(socket.clone(), &stop);
+        railguard_testkit::wait::until("the watch's first listing", Duration::from_secs(30), || {
+            if watch.current().len() == 4 { Ok(()) } else { Err(watch.current().len()) }
+        });
+        server.abort();
+        stop.stop();
+        tokio::task::spawn_blocking(move || thread.join().unwrap()).await.unwrap();
+        assert_eq!(watch.current().len(), 4, "the last listing stays when the kubelet goes");
+
+        // No kubelet: a clear error within the deadline, never a hang.
+        let e = list(&dir.path().join("absent.sock"), Duration::from_secs(5)).await.unwrap_err();
+        assert!(matches!(e, PodsError::Connect { .. }), "{e}");
+        let silent = tokio::net::UnixListener::bind(dir.path().join("silent.sock")).unwrap();
+        let e = list(&dir.path().join("silent.sock"), Duration::from_millis(300)).await.unwrap_err();
+        assert!(matches!(e, PodsError::Deadline(_)), "{e}");
+        drop(silent);
+    }
+
+    #[test]
+    fn a_pod_is_read_from_either_cgroup_driver() {
+        let id = "4f2a".repeat(16);
+        let systemd = format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b4e28ba_2fa1_11d2_883f_0016d3cca427.slice/cri-containerd-{id}.scope\n"
+        );
+        let p = cgroup_pod(&systemd).unwrap();
+        assert_eq!(
+            (p.pod_uid.as_str(), p.container_id.as_str()),
+            ("1b4e28ba-2fa1-11d2-883f-0016d3cca427", id.as_str())
+        );
+        assert_eq!(p.to_string(), "pod uid 1b4e28ba-2fa1-11d2-883f-0016d3cca427 (container 4f2a4f2a4f2a)");
+        let cgroupfs = format!("12:memory:/kubepods/besteffort/pod1b4e28ba-2fa1-11d2-883f-0016d3cca427/{id}\n");
+        assert_eq!(cgroup_pod(&cgroupfs), Some(p));
+        for not_a_pod in ["0::/system.slice/railguard-agent.service\n", "0::/user.slice/pod-not-a-uid\n", "", "garbage"]
+        {
+            assert_eq!(cgroup_pod(not_a_pod), None, "{not_a_pod:?}");
+        }
+    }
+}
