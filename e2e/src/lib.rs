@@ -11,7 +11,7 @@ pub mod schema;
 pub mod scripted;
 
 /// The one way tests wait ([`wait::until`]), and a process tree of a test's own.
-pub use railguard_testkit::{NsProcess, ProcNamespace, Spawn, wait};
+pub use railguard_testkit::{NsProcess, ProcNamespace, Spawn, kubelet_stand_in, wait};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -758,46 +758,4 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
     Some(ticks / 100.0)
-}
-
-/// A kubelet of the test's own: the pod-resources API (`v1.PodResourcesLister/List`) on the
-/// Unix socket `socket`, answering with `pods` as (namespace, name, container, device IDs).
-/// Serves until the returned task is aborted (or the test's runtime ends).
-pub fn kubelet_stand_in(
-    socket: &Path,
-    pods: Vec<(String, String, String, Vec<String>)>,
-) -> tokio::task::JoinHandle<()> {
-    use railguard_schema::podresources::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
-    use railguard_schema::podresources::*;
-    struct Kubelet(ListPodResourcesResponse);
-    #[tonic::async_trait]
-    impl PodResourcesLister for Kubelet {
-        async fn list(
-            &self,
-            _: tonic::Request<ListPodResourcesRequest>,
-        ) -> Result<tonic::Response<ListPodResourcesResponse>, tonic::Status> {
-            Ok(tonic::Response::new(self.0.clone()))
-        }
-    }
-    let answer = ListPodResourcesResponse {
-        pod_resources: pods
-            .into_iter()
-            .map(|(namespace, name, container, device_ids)| PodResources {
-                name,
-                namespace,
-                containers: vec![ContainerResources {
-                    name: container,
-                    devices: vec![ContainerDevices { resource_name: "nvidia.com/gpu".into(), device_ids }],
-                }],
-            })
-            .collect(),
-    };
-    let listener = tokio::net::UnixListener::bind(socket).unwrap();
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(PodResourcesListerServer::new(Kubelet(answer)))
-            .serve_with_incoming(incoming)
-            .await;
-    })
 }

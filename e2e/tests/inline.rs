@@ -76,7 +76,7 @@ async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transf
         .iter()
         .map(|g| ("serving".into(), format!("vllm-decode-{}", g.index), "vllm".into(), vec![g.uuid.clone()]))
         .collect();
-    let _kubelet = kubelet_stand_in(&kubelet, pods);
+    let _kubelet = kubelet_stand_in(&kubelet, pods).unwrap();
     let (_agent, socket) =
         inline_agent_with(&collector, dir.path(), &["--kubelet-pod-resources".as_ref(), kubelet.as_os_str()]);
     use std::os::unix::fs::PermissionsExt;

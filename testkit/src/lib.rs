@@ -1,7 +1,7 @@
 //! Test support shared by every crate's tests: one way to wait for a condition
-//! ([`wait::until`], [`wait::until_async`]) and a process tree of a test's own
+//! ([`wait::until`], [`wait::until_async`]), a process tree of a test's own
 //! ([`procns::ProcNamespace`]), so what a test observes does not depend on what else the
-//! machine runs.
+//! machine runs, and a kubelet of its own ([`kubelet::kubelet_stand_in`]).
 //!
 //! Invariants:
 //! - A test never sleeps before an assertion: it polls the condition until a deadline, and a
@@ -10,8 +10,10 @@
 //! - Deadlines are generous for a loaded 2-core runner, and scale with
 //!   `RAILGUARD_TEST_DEADLINE_SCALE` (a factor, default 1) for slower machines.
 
+pub mod kubelet;
 pub mod procns;
 pub mod wait;
 
+pub use kubelet::kubelet_stand_in;
 pub use procns::{NsProcess, ProcNamespace, Spawn};
 pub use wait::{deadline_scale, hold_fault, scaled, until, until_async, until_true, until_true_async};

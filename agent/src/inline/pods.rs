@@ -210,54 +210,23 @@ fn container_id(part: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use railguard_schema::podresources::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
-    use railguard_schema::podresources::{ContainerDevices, ContainerResources, PodResources};
-
-    /// A kubelet of the test's own, speaking the pod-resources API on a Unix socket.
-    struct Kubelet(ListPodResourcesResponse);
-
-    #[tonic::async_trait]
-    impl PodResourcesLister for Kubelet {
-        async fn list(
-            &self,
-            _: tonic::Request<ListPodResourcesRequest>,
-        ) -> Result<tonic::Response<ListPodResourcesResponse>, tonic::Status> {
-            Ok(tonic::Response::new(self.0.clone()))
-        }
-    }
-
-    fn pod(ns: &str, name: &str, container: &str, resource: &str, ids: &[&str]) -> PodResources {
-        PodResources {
-            name: name.into(),
-            namespace: ns.into(),
-            containers: vec![ContainerResources {
-                name: container.into(),
-                devices: vec![ContainerDevices {
-                    resource_name: resource.into(),
-                    device_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
-                }],
-            }],
-        }
-    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_kubelets_listing_names_the_pod_of_each_gpu() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("kubelet.sock");
-        let answer = ListPodResourcesResponse {
-            pod_resources: vec![
-                pod("serving", "vllm-decode-0", "vllm", "nvidia.com/gpu", &["GPU-aaaa", "GPU-bbbb"]),
-                pod("serving", "vllm-prefill-0", "vllm", "nvidia.com/gpu", &["GPU-cccc"]),
-                pod("kube-system", "rdma-plugin", "plugin", "rdma/hca", &["mlx5_0"]),
-            ],
+        let pod = |ns: &str, name: &str, container: &str, ids: &[&str]| {
+            (ns.to_owned(), name.to_owned(), container.to_owned(), ids.iter().map(|s| (*s).to_owned()).collect())
         };
-        let incoming =
-            tokio_stream::wrappers::UnixListenerStream::new(tokio::net::UnixListener::bind(&socket).unwrap());
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(PodResourcesListerServer::new(Kubelet(answer)))
-                .serve_with_incoming(incoming),
-        );
+        let server = railguard_testkit::kubelet_stand_in(
+            &socket,
+            vec![
+                pod("serving", "vllm-decode-0", "vllm", &["GPU-aaaa", "GPU-bbbb"]),
+                pod("serving", "vllm-prefill-0", "vllm", &["GPU-cccc"]),
+                pod("kube-system", "rdma-plugin", "plugin", &["mlx5_0"]),
+            ],
+        )
+        .unwrap();
         let map = list(&socket, Duration::from_secs(5)).await.unwrap();
         assert_eq!(map.len(), 4);
         let p = map.of_gpu("GPU-bbbb").unwrap();
