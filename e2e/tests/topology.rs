@@ -298,3 +298,40 @@ async fn a_gpu_that_leaves_the_bus_is_gone_and_keeps_its_index() {
     let mode = std::fs::metadata(dir.path().join("spool/gpus.json")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+/// An agent that numbers its GPUs afresh (its roll lost) hands an index to another GPU: the
+/// collector says so in the topology's warnings, naming both addresses. A card that only moved
+/// (the same UUID at another address) is not called another GPU.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_index_that_names_another_gpu_is_said_in_the_topology() {
+    use railguard_collector::store::Store;
+    use railguard_e2e::scripted::{topo_rec, topology};
+    use railguard_schema::{NodeId, Record};
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let node = NodeId::new("node-a").unwrap();
+    store.register_node(&node, "host-a", "test").await.unwrap();
+    let first = topology(&fixture::seed_kvm_guest(), None);
+    let mut renumbered = first.clone();
+    // GPU0 and GPU1 trade places in the numbering; GPU2's card moved to another address.
+    let (g0, g1) = (first.gpus[0].clone(), first.gpus[1].clone());
+    (renumbered.gpus[0].bdf, renumbered.gpus[0].uuid) = (g1.bdf, g1.uuid.clone());
+    (renumbered.gpus[1].bdf, renumbered.gpus[1].uuid) = (g0.bdf, g0.uuid.clone());
+    renumbered.gpus[2].bdf = "0000:7f:00.0".parse().unwrap();
+    for t in [first, renumbered] {
+        store.ingest(&node, vec![Record::try_from(topo_rec(t)).unwrap()], 0).await.unwrap();
+    }
+    let warnings: Vec<String> = sqlx::query_scalar(
+        "SELECT jsonb_array_elements_text(warnings)
+         FROM (SELECT warnings FROM topology_snapshots ORDER BY received_at DESC LIMIT 1) t",
+    )
+    .fetch_all(&pg.pool)
+    .await
+    .unwrap();
+    let said: Vec<&String> = warnings.iter().filter(|w| w.starts_with("collector:")).collect();
+    assert_eq!(said.len(), 2, "GPU0 and GPU1, not GPU2: {warnings:?}");
+    assert!(
+        said[0].contains(&format!("GPU0 is the GPU at {} now", g1.bdf)) && said[0].contains(&g0.bdf.to_string()),
+        "{said:?}"
+    );
+}

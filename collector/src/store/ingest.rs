@@ -557,13 +557,44 @@ async fn insert_signals(
     Ok(res.rows_affected())
 }
 
+/// Says, in the snapshot's warnings, where an index now names another GPU than the node's
+/// latest stored topology gave it (another address, and no UUID saying it is the same card): the
+/// agent numbered its GPUs afresh (its roll of GPUs lost), so the history under that index
+/// before this snapshot belongs to another GPU. Nothing is moved or judged by it.
+async fn renumbered(
+    tx: &mut Transaction<'_, Postgres>,
+    node: &NodeId,
+    t: &mut TopologySnapshot,
+) -> Result<(), StoreError> {
+    let before: Vec<(i32, String, String)> = sqlx::query_as(
+        "SELECT g.gpu_index, g.bdf, g.uuid FROM topology_gpus g
+         WHERE g.node_id = $1 AND g.snapshot_id = (SELECT record_id FROM topology_snapshots
+                                                    WHERE node_id = $1 ORDER BY received_at DESC, observed_at DESC LIMIT 1)",
+    )
+    .bind(node.as_str())
+    .fetch_all(&mut **tx)
+    .await?;
+    for g in &t.gpus {
+        let Some((_, bdf, uuid)) = before.iter().find(|(i, ..)| i64::from(*i) == i64::from(g.index)) else { continue };
+        let same_card = !uuid.is_empty() && *uuid == g.uuid;
+        if *bdf != g.bdf.to_string() && !same_card {
+            t.warnings.push(format!(
+                "collector: GPU{} is the GPU at {} now, where the node's previous topology had the one at {bdf}: the agent numbered its GPUs afresh (its roll of GPUs lost?), so GPU{}'s history before this topology is the other GPU's",
+                g.index, g.bdf, g.index
+            ));
+        }
+    }
+    Ok(())
+}
+
 async fn insert_topology(
     tx: &mut Transaction<'_, Postgres>,
     node: &NodeId,
     id: Uuid,
     at: DateTime<Utc>,
-    t: TopologySnapshot,
+    mut t: TopologySnapshot,
 ) -> Result<u64, StoreError> {
+    renumbered(tx, node, &mut t).await?;
     let json = |what, v: &dyn erased::Ser| v.to_json().map_err(|source| StoreError::Json { what, source });
     let inserted = sqlx::query(
         "INSERT INTO topology_snapshots (record_id, node_id, observed_at, virtualized, hypervisor, viommu, gpudirect,
