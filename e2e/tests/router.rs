@@ -102,10 +102,7 @@ async fn metrics_keep_per_gpu_series_for_the_gpus_in_trouble_past_the_limit() {
     .unwrap();
     let metrics = async |limit: usize| -> String {
         let state = app_state(&pg, limit);
-        state.state.leads.assessment.store(true, std::sync::atomic::Ordering::Relaxed);
-        let resp = app(state).oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
-        assert_eq!(resp.status(), StatusCode::OK);
-        String::from_utf8(axum::body::to_bytes(resp.into_body(), 64 << 20).await.unwrap().to_vec()).unwrap()
+        scrape(state).await
     };
     // The (node, gpu) of each line of `series`, in order, once each.
     let gpus_with = |text: &str, series: &str| {
@@ -155,7 +152,6 @@ async fn metrics_keep_per_node_series_for_the_nodes_to_look_at_past_the_limit() 
     .unwrap();
     let metrics = async |limit: usize| -> String {
         let state = app_state(&pg, limit);
-        state.state.leads.assessment.store(true, std::sync::atomic::Ordering::Relaxed);
         let ingest = &state.state.ingest;
         ingest.verdicts.lock().unwrap().node_limit = limit;
         let known = railguard_collector::ingest::KnownDevices::default();
@@ -166,9 +162,7 @@ async fn metrics_keep_per_node_series_for_the_nodes_to_look_at_past_the_limit() 
         }
         ingest.count_verdict("calm-3", &known, (0, "mlx5_0".into(), "silent_corruption", path), 1);
         ingest.clock_ahead.observe("late", 400.0);
-        let resp = app(state).oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
-        assert_eq!(resp.status(), StatusCode::OK);
-        String::from_utf8(axum::body::to_bytes(resp.into_body(), 64 << 20).await.unwrap().to_vec()).unwrap()
+        scrape(state).await
     };
     let nodes_in = |text: &str, series: &str| -> Vec<String> {
         let mut n: Vec<String> = text
@@ -218,4 +212,12 @@ async fn metrics_keep_per_node_series_for_the_nodes_to_look_at_past_the_limit() 
     assert_eq!(held, ["calm-0", "calm-1", "calm-2", "calm-3", "calm-4", "calm-7"]);
     assert!(v.gated);
     assert_eq!(v.fleet[&("ok", path)], 64 * 10);
+}
+
+/// `/metrics` of the collector leading the assessment (which exports the fleet's series), as text.
+async fn scrape(state: AppState) -> String {
+    state.state.leads.assessment.store(true, std::sync::atomic::Ordering::Relaxed);
+    let resp = app(state).oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    String::from_utf8(axum::body::to_bytes(resp.into_body(), 64 << 20).await.unwrap().to_vec()).unwrap()
 }

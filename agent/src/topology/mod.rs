@@ -113,7 +113,7 @@ impl Topology {
         // `gpus` is in PCI bus order (enumerate sorts), as CUDA with PCI_BUS_ID and nvidia-smi
         // number them; the index starts as that position, and the node's roll, where one is kept,
         // gives each GPU the index it has always had (`apply_roll`).
-        let gpus: Vec<GpuNode> = devices
+        let mut gpus: Vec<GpuNode> = devices
             .iter()
             .filter(|d| d.is_nvidia_gpu())
             .enumerate()
@@ -129,7 +129,6 @@ impl Topology {
                 chain: d.chain.clone(),
             })
             .collect();
-        let mut gpus = gpus;
         for g in &mut gpus {
             g.gpu.uuid = driver_uuid(proc_, g.gpu.bdf).unwrap_or_default();
         }
