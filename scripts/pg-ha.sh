@@ -28,7 +28,9 @@
 # collector's role (railguard_collector, owner of the database, pg_monitor; not the superuser),
 # Patroni's REST API (its unsafe endpoints take basic auth; patronictl reads it from the member's
 # config), etcd (authentication on; Patroni logs in as its root user), the superuser and the
-# replication user. Run as root, Postgres runs as RAILGUARD_PG_USER (default railguard-pg, made by scripts/setup.sh).
+# replication user. etcd (client and peer ports) and Patroni's REST API speak HTTPS only, with
+# certificates of the cluster's CA (DIR/tls); etcd's peers must present one; HAProxy checks
+# the members' health over verified HTTPS. Run as root, Postgres runs as RAILGUARD_PG_USER (default railguard-pg, made by scripts/setup.sh).
 # Every TCP connection to Postgres is TLS (non-TLS ones are rejected), with a server
 # certificate for 127.0.0.1 from a CA of the cluster's own (DIR/tls/ca.crt): the URLs printed ask
 # for sslmode=verify-full against it.
@@ -63,7 +65,7 @@ status() {
 
 cluster_json() { # the cluster as the first member that answers sees it
   local i
-  for i in 0 1 2; do curl -fsS "http://127.0.0.1:$((base + 20 + i))/cluster" 2>/dev/null && return 0; done
+  for i in 0 1 2; do tls_curl -fsS "https://127.0.0.1:$((base + 20 + i))/cluster" 2>/dev/null && return 0; done
   return 1
 }
 
@@ -226,8 +228,11 @@ tls_certs() {
 # The query a URL of this cluster ends with: verified TLS against its CA.
 tls_query() { echo "sslmode=verify-full&sslrootcert=$dir/tls/ca.crt"; }
 
+# curl to this cluster's HTTPS endpoints (etcd, Patroni's REST API), verified against its CA.
+tls_curl() { curl --cacert "$dir/tls/ca.crt" "$@"; }
+
 etcd_call() { # etcd v3 JSON gateway PATH, the request on stdin; fails on an error answer
-  curl -fsS -X POST "http://127.0.0.1:$base/v3/$1" -H 'Content-Type: application/json' --data-binary @- >/dev/null 2>&1
+  tls_curl -fsS -X POST "https://127.0.0.1:$base/v3/$1" -H 'Content-Type: application/json' --data-binary @- >/dev/null 2>&1
 }
 
 secret() { # name → a password kept in DIR/secrets/name (0600)
@@ -261,12 +266,18 @@ up() {
   coll=$(secret collector)
   tls_certs
 
+  # TLS on both of etcd's ports; a peer must hold a certificate of this cluster's CA, a client
+  # its password (etcd's JSON gateway, which Patroni speaks, cannot carry a client certificate's
+  # name, so client certificates are not asked for).
   etcd --name e0 --data-dir "$dir/etcd" \
-    --listen-client-urls "http://127.0.0.1:$base" --advertise-client-urls "http://127.0.0.1:$base" \
-    --listen-peer-urls "http://127.0.0.1:$((base + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((base + 1))" \
-    --initial-cluster "e0=http://127.0.0.1:$((base + 1))" >"$dir/logs/etcd.log" 2>&1 &
+    --listen-client-urls "https://127.0.0.1:$base" --advertise-client-urls "https://127.0.0.1:$base" \
+    --cert-file "$dir/tls/server.crt" --key-file "$dir/tls/server.key" \
+    --listen-peer-urls "https://127.0.0.1:$((base + 1))" --initial-advertise-peer-urls "https://127.0.0.1:$((base + 1))" \
+    --peer-cert-file "$dir/tls/server.crt" --peer-key-file "$dir/tls/server.key" \
+    --peer-trusted-ca-file "$dir/tls/ca.crt" --peer-client-cert-auth \
+    --initial-cluster "e0=https://127.0.0.1:$((base + 1))" >"$dir/logs/etcd.log" 2>&1 &
   echo $! >"$dir/pids/etcd"
-  for _ in $(seq 1 40); do curl -fsS "http://127.0.0.1:$base/health" >/dev/null 2>&1 && break; sleep 0.25; done
+  for _ in $(seq 1 40); do tls_curl -fsS "https://127.0.0.1:$base/health" >/dev/null 2>&1 && break; sleep 0.25; done
   # Authentication on: a root user (Patroni's), over etcd's JSON gateway with the password on
   # stdin. An etcd that already has it on (a DIR brought up before) refuses the first call.
   if printf '{"name":"root","password":"%s"}' "$etcd_pw" | etcd_call auth/user/add; then
@@ -287,11 +298,17 @@ name: $m
 restapi:
   listen: 127.0.0.1:$((base + 20 + i))
   connect_address: 127.0.0.1:$((base + 20 + i))
+  certfile: $dir/tls/server.crt
+  keyfile: $dir/tls/server.key
   authentication:
     username: patroni
     password: "$rest"
+ctl:
+  cacert: $dir/tls/ca.crt
 etcd3:
   hosts: 127.0.0.1:$base
+  protocol: https
+  cacert: $dir/tls/ca.crt
   username: root
   password: "$etcd_pw"
 bootstrap:
@@ -356,7 +373,7 @@ YML
     # The first member bootstraps alone; the others then clone it.
     if [ "$i" = 0 ]; then
       for _ in $(seq 1 120); do
-        curl -fsS "http://127.0.0.1:$((base + 20))/primary" >/dev/null 2>&1 && break
+        tls_curl -fsS "https://127.0.0.1:$((base + 20))/primary" >/dev/null 2>&1 && break
         sleep 0.5
       done
     fi
@@ -379,7 +396,7 @@ listen write
   bind 127.0.0.1:$((base + 30))
   option httpchk OPTIONS /primary
   http-check expect status 200
-  default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions
+  default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions check-ssl verify required ca-file $dir/tls/ca.crt
   server pg0 127.0.0.1:$((base + 10)) check port $((base + 20))
   server pg1 127.0.0.1:$((base + 11)) check port $((base + 21))
   server pg2 127.0.0.1:$((base + 12)) check port $((base + 22))
@@ -388,7 +405,7 @@ listen read
   balance roundrobin
   option httpchk OPTIONS /replica
   http-check expect status 200
-  default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions
+  default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions check-ssl verify required ca-file $dir/tls/ca.crt
   server pg0 127.0.0.1:$((base + 10)) check port $((base + 20))
   server pg1 127.0.0.1:$((base + 11)) check port $((base + 21))
   server pg2 127.0.0.1:$((base + 12)) check port $((base + 22))
@@ -398,7 +415,7 @@ CFG
 
   # Ready: a leader, two streaming replicas, one of them the synchronous standby.
   for _ in $(seq 1 240); do
-    if curl -fsS "http://127.0.0.1:$((base + 20))/cluster" 2>/dev/null | python3 -c '
+    if tls_curl -fsS "https://127.0.0.1:$((base + 20))/cluster" 2>/dev/null | python3 -c '
 import json, sys
 m = json.load(sys.stdin)["members"]
 roles = sorted(x["role"] for x in m)
@@ -433,7 +450,7 @@ sys.exit(0 if ok else 1)'; then
   done
   echo "pg-ha: the cluster did not come up (logs in $dir/logs); their ends:" >&2
   for f in "$dir"/logs/*.log; do echo "== $f" >&2; tail -n 15 "$f" >&2; done
-  curl -sS "http://127.0.0.1:$((base + 20))/cluster" >&2 || true
+  tls_curl -sS "https://127.0.0.1:$((base + 20))/cluster" >&2 || true
   return 1
 }
 

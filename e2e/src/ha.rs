@@ -140,6 +140,18 @@ impl Ha {
         self.running.base
     }
 
+    /// `curl -X METHOD https://127.0.0.1:PORT PATH` with `body`, verified against the cluster's
+    /// CA: the HTTP status, or None when no HTTP answer came.
+    pub fn https(&self, port: u16, method: &str, path: &str, body: &str) -> Option<u16> {
+        let ca = ["--cacert".to_owned(), format!("{}/tls/ca.crt", self.cluster)];
+        curl_status(&format!("https://127.0.0.1:{port}{path}"), method, body, &ca)
+    }
+
+    /// The same request in plain HTTP: the status, or None when no HTTP answer came.
+    pub fn http(&self, port: u16, method: &str, path: &str, body: &str) -> Option<u16> {
+        curl_status(&format!("http://127.0.0.1:{port}{path}"), method, body, &[])
+    }
+
     /// The collector's flag for its password: `--database-password-file FILE`.
     pub fn password_args(&self) -> [&str; 2] {
         ["--database-password-file", &self.password_file]
@@ -205,4 +217,16 @@ impl Reads {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.handle.join().unwrap()
     }
+}
+
+/// curl's answer to one request: the HTTP status, or None when none came.
+fn curl_status(url: &str, method: &str, body: &str, extra: &[String]) -> Option<u16> {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "-X", method])
+        .args(["-H", "Content-Type: application/json", "--data-binary", body])
+        .args(extra)
+        .arg(url)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok().filter(|c| *c != 0)
 }

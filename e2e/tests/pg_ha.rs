@@ -154,10 +154,20 @@ async fn acknowledged_records_survive_losing_the_primarys_disk_and_a_switchover(
             assert!(!cmdline.contains(s.as_str()), "a cluster password in the argv of pid {:?}", entry.file_name());
         }
     }
-    let (code, _) = http_json(ha.rest_port(0), "PATCH", "/config", r#"{"synchronous_mode": false}"#);
-    assert_eq!(code, 401, "Patroni's REST API took an unauthenticated change");
-    let (code, body) = http_json(ha.etcd_port(), "POST", "/v3/kv/range", r#"{"key": "Lw=="}"#);
-    assert_ne!(code, 200, "etcd answered an unauthenticated read: {body}");
+    // Patroni's REST API and etcd speak only HTTPS, with the cluster's certificates: plain HTTP
+    // gets no answer of either. Over verified TLS, Patroni refuses an unauthenticated change and
+    // etcd an unauthenticated read.
+    let sync_off = r#"{"synchronous_mode": false}"#;
+    let plain = ha.http(ha.rest_port(0), "PATCH", "/config", sync_off);
+    assert!(plain.is_none_or(|c| !(200..300).contains(&c)), "Patroni's REST API answered plain HTTP: {plain:?}");
+    assert_eq!(ha.https(ha.rest_port(0), "PATCH", "/config", sync_off), Some(401));
+    let cluster = ha.https(ha.rest_port(0), "GET", "/cluster", "");
+    assert_eq!(cluster, Some(200), "Patroni's REST API answers a read over verified HTTPS");
+    let range = r#"{"key": "Lw=="}"#;
+    let plain = ha.http(ha.etcd_port(), "POST", "/v3/kv/range", range);
+    assert!(plain.is_none_or(|c| !(200..300).contains(&c)), "etcd answered plain HTTP: {plain:?}");
+    let tls = ha.https(ha.etcd_port(), "POST", "/v3/kv/range", range);
+    assert!(tls.is_some_and(|c| !(200..300).contains(&c)), "etcd's answer to a read without a password: {tls:?}");
 
     // A collector told to write to a standby refuses to start, and says why.
     let dir = tempfile::tempdir().unwrap();
