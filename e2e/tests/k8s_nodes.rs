@@ -121,6 +121,9 @@ fn mock_cluster(
                 }
                 "GET" => serde_json::to_vec(&existing).unwrap(),
                 "POST" => body.clone(),
+                "PATCH" => serde_json::to_vec(&serde_json::json!({"apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceTaintRule", "metadata": {"name": "patched"}}))
+                .unwrap(),
                 _ => {
                     serde_json::to_vec(&serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}))
                         .unwrap()
@@ -184,9 +187,10 @@ async fn the_device_breaker_counts_the_gpus_the_cluster_knows_not_the_agents_row
     assert!(breaker.open.as_deref().unwrap().contains("the cluster lists no GPUs"), "{:?}", breaker.open);
 }
 
-/// Per-GPU quarantine: a corrupting GPU gets one DeviceTaintRule selecting that device alone;
-/// a rule whose GPU recovered is deleted; each body is valid for the Kubernetes versions that
-/// serve its API version (kubernetes-validate, strict).
+/// Per-GPU quarantine: a corrupting GPU gets one DeviceTaintRule selecting that device alone,
+/// with effect None first; a rule whose GPU has stayed corrupting past the hold is escalated to
+/// the configured effect; a rule whose GPU recovered is deleted; each body, with either effect,
+/// is valid for the Kubernetes versions that serve its API version (kubernetes-validate, strict).
 #[tokio::test(flavor = "multi_thread")]
 async fn each_corrupting_gpu_alone_gets_a_device_taint_rule_valid_for_its_api_version() {
     use railguard_collector::tasks::k8s_devices::*;
@@ -194,6 +198,7 @@ async fn each_corrupting_gpu_alone_gets_a_device_taint_rule_valid_for_its_api_ve
     sqlx::query(
         "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, workload_nic, structural_risk, reasons, recommendation)
          VALUES ('gpu-node-1', 3, 'corrupting', now(), now(), 'mlx5_3', 'high', '[\"GPU3 via mlx5_3: silent corruption\"]', NULL),
+                ('gpu-node-1', 1, 'corrupting', now(), now(), 'mlx5_1', 'high', '[\"GPU1 via mlx5_1: silent corruption\"]', NULL),
                 ('gpu-node-1', 2, 'ok', now(), now(), 'mlx5_2', 'none', '[]', NULL),
                 ('gpu-node-2', 0, 'watch', now(), now(), 'mlx5_0', 'none', '[]', NULL)",
     )
@@ -202,19 +207,25 @@ async fn each_corrupting_gpu_alone_gets_a_device_taint_rule_valid_for_its_api_ve
     .unwrap();
     let rows = railguard_collector::store::read::gpus(&pg.pool, None, 1000).await.unwrap();
     let recovered = GpuRef { node: "gpu-node-2".into(), gpu: 0 };
+    let held = GpuRef { node: "gpu-node-1".into(), gpu: 1 };
     for (api, versions) in [
         (DeviceTaintApi::V1, &["1.37.0"][..]),
         (DeviceTaintApi::V1beta2, &["1.36.0"][..]),
         (DeviceTaintApi::V1alpha3, &["1.33.0", "1.35.0"][..]),
     ] {
         let cfg = DeviceTaintConfig { api, max_share: 1.0, effect: DeviceTaintEffect::NoExecute, ..Default::default() };
+        // GPU1's rule, made with effect None ten minutes ago: past the hold.
+        let mut old = rule_body(&cfg, &held, "earlier");
+        old["metadata"]["creationTimestamp"] = serde_json::json!(
+            (chrono::Utc::now() - chrono::TimeDelta::minutes(10)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        );
         let listed = serde_json::json!({"apiVersion": format!("resource.k8s.io/{}", api.version()), "kind": "DeviceTaintRuleList",
-            "metadata": {}, "items": [rule_body(&cfg, &recovered, "earlier")]});
+            "metadata": {}, "items": [rule_body(&cfg, &recovered, "earlier"), old]});
         let (client, seen) = mock_rules(listed);
         let stats = railguard_collector::tasks::k8s_controller::ControllerStats::default();
         let actions = reconcile_once(&client, &rows, &cfg, &mut DeviceBreaker::default(), &stats).await.unwrap();
-        assert_eq!(actions.len(), 2, "{actions:?}");
-        assert_eq!(stats.device_rule_changes.load(Ordering::Relaxed), 2, "both requests counted");
+        assert_eq!(actions.len(), 3, "{actions:?}");
+        assert_eq!(stats.device_rule_changes.load(Ordering::Relaxed), 3, "every request counted");
         assert_eq!(stats.device_errors.load(Ordering::Relaxed), 0);
         let seen = seen.lock().unwrap().clone();
         let base = format!("/apis/resource.k8s.io/{}/devicetaintrules", api.version());
@@ -228,17 +239,25 @@ async fn each_corrupting_gpu_alone_gets_a_device_taint_rule_valid_for_its_api_ve
             serde_json::json!({"driver": "gpu.nvidia.com", "pool": "gpu-node-1", "device": "gpu-3"}),
             "only GPU3 of gpu-node-1: {body}"
         );
-        assert_eq!(body["spec"]["taint"]["effect"], "NoExecute");
+        assert_eq!(body["spec"]["taint"]["effect"], "None", "a new rule moves no pod yet");
+        let patch = seen.iter().find(|r| r.0 == "PATCH").expect("GPU1's rule escalated");
+        assert_eq!(patch.1, format!("{base}/{}", rule_name(&held)));
+        let patch: serde_json::Value = serde_json::from_slice(&patch.2).unwrap();
+        assert_eq!(patch, serde_json::json!({"spec": {"taint": {"effect": "NoExecute"}}}));
         let delete = seen.iter().find(|r| r.0 == "DELETE").expect("the recovered GPU's rule deleted");
         assert_eq!(delete.1, format!("{base}/{}", rule_name(&recovered)));
-        // What the API server would accept, version by version.
+        // What the API server would accept, version by version: the rule as made, and as it is
+        // once escalated.
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("rule.json");
         std::fs::write(&file, &post.2).unwrap();
-        for k in versions {
+        let escalated = dir.path().join("escalated.json");
+        let at_once = DeviceTaintConfig { escalate_after: std::time::Duration::ZERO, ..cfg.clone() };
+        std::fs::write(&escalated, serde_json::to_vec(&rule_body(&at_once, &held, "earlier")).unwrap()).unwrap();
+        for (k, file) in versions.iter().flat_map(|k| [(k, &file), (k, &escalated)]) {
             let out = std::process::Command::new("kubernetes-validate")
                 .args(["--strict", "-k", k])
-                .arg(&file)
+                .arg(file)
                 .output()
                 .expect("kubernetes-validate (scripts/setup.sh installs it)");
             assert!(

@@ -5,7 +5,13 @@
 //! Each rule selects one device of the DRA driver that publishes the GPUs (`gpu.nvidia.com`:
 //! one pool per node, named after the node, devices `gpu-0`, `gpu-1`, …; both configurable) and
 //! carries the taint [`super::k8s_controller::TAINT_KEY`] with `NoSchedule` (or `NoExecute`, which
-//! evicts the pods using the GPU). Rules are railguard's own (label
+//! evicts the pods using the GPU; or `None`, which only says so). A rule is made with effect
+//! `None` first and escalated to the configured effect once its GPU has stayed corrupting for
+//! `escalate_after` (the rule's age: it survives a collector's restart or a new leader), so a
+//! GPU corrupting for a moment is named without moving a pod; a rule whose create is refused
+//! for the `None` effect (an API server that predates it) is made with the configured one.
+//! The DRA driver's own taints (`gpu.nvidia.com/xid`, in its ResourceSlices) are never
+//! touched: railguard lists, escalates and deletes only the rules labelled its own. Rules are railguard's own (label
 //! [`MANAGED_BY`]), named from the node and GPU index with a digest of the node id, so two node
 //! ids that differ only in case or punctuation never share one.
 //!
@@ -24,7 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -79,6 +85,10 @@ pub enum DeviceTaintEffect {
     /// Also evicts the pods using it.
     #[value(name = "NoExecute")]
     NoExecute,
+    /// Nothing but the taint itself: the scheduler and the eviction controller ignore it (a
+    /// dry run; the rule's status says which pods `NoExecute` would evict).
+    #[value(name = "None")]
+    None,
 }
 
 impl DeviceTaintEffect {
@@ -86,6 +96,7 @@ impl DeviceTaintEffect {
         match self {
             DeviceTaintEffect::NoSchedule => "NoSchedule",
             DeviceTaintEffect::NoExecute => "NoExecute",
+            DeviceTaintEffect::None => "None",
         }
     }
 }
@@ -100,11 +111,29 @@ pub struct DeviceTaintConfig {
     /// The pool a node's GPUs are in, `{node}` replaced by the node's name.
     pub pool: String,
     pub effect: DeviceTaintEffect,
+    /// A new rule's effect is `None` until its GPU has been corrupting this long, then
+    /// `effect`; zero: `effect` at once.
+    pub escalate_after: Duration,
     /// Circuit breaker: at most this share of the cluster's GPUs tainted at once.
     pub max_share: f64,
     /// Circuit breaker: at most this many GPUs newly tainted per `rate_window`.
     pub max_new: usize,
     pub rate_window: Duration,
+}
+
+impl DeviceTaintConfig {
+    /// The effect a rule is made with.
+    pub fn first_effect(&self) -> DeviceTaintEffect {
+        if self.escalate_after.is_zero() { self.effect } else { DeviceTaintEffect::None }
+    }
+
+    /// The effect a rule `age` old should have (an unknown age: the configured one).
+    pub fn effect_at(&self, age: Option<Duration>) -> DeviceTaintEffect {
+        match age {
+            Some(a) if a < self.escalate_after => self.first_effect(),
+            _ => self.effect,
+        }
+    }
 }
 
 impl Default for DeviceTaintConfig {
@@ -115,6 +144,7 @@ impl Default for DeviceTaintConfig {
             device_name: "gpu-{index}".into(),
             pool: "{node}".into(),
             effect: DeviceTaintEffect::NoSchedule,
+            escalate_after: Duration::from_secs(120),
             max_share: 0.1,
             max_new: 5,
             rate_window: Duration::from_secs(600),
@@ -134,13 +164,28 @@ pub struct GpuRef {
 pub struct ExistingRule {
     pub name: String,
     pub gpu: Option<GpuRef>,
+    /// Its taint's effect, as the API holds it.
+    pub effect: String,
+    /// Since its creation (None when the API did not say).
+    pub age: Option<Duration>,
 }
 
 /// One request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeviceAction {
-    Create { name: String, body: Value, gpu: GpuRef },
-    Delete { name: String },
+    Create {
+        name: String,
+        body: Value,
+        gpu: GpuRef,
+    },
+    /// The rule's taint set to `effect` (escalated from `None`, or to a changed configuration).
+    SetEffect {
+        name: String,
+        effect: DeviceTaintEffect,
+    },
+    Delete {
+        name: String,
+    },
 }
 
 /// Whether `s` is a DNS subdomain (RFC 1123), as Kubernetes requires of a DRA pool's name.
@@ -175,8 +220,13 @@ pub fn rule_name(g: &GpuRef) -> String {
     }
 }
 
-/// The rule tainting `g`.
+/// The rule tainting `g`, with the effect a new rule has.
 pub fn rule_body(cfg: &DeviceTaintConfig, g: &GpuRef, why: &str) -> Value {
+    rule_body_with(cfg, g, why, cfg.first_effect())
+}
+
+/// The rule tainting `g` with `effect`.
+fn rule_body_with(cfg: &DeviceTaintConfig, g: &GpuRef, why: &str, effect: DeviceTaintEffect) -> Value {
     let gpu = g.gpu.to_string();
     json!({
         "apiVersion": format!("resource.k8s.io/{}", cfg.api.version()),
@@ -196,7 +246,7 @@ pub fn rule_body(cfg: &DeviceTaintConfig, g: &GpuRef, why: &str) -> Value {
                 "pool": cfg.pool.replace("{node}", &g.node),
                 "device": cfg.device_name.replace("{index}", &gpu),
             },
-            "taint": {"key": TAINT_KEY, "value": "true", "effect": cfg.effect.as_str()},
+            "taint": {"key": TAINT_KEY, "value": "true", "effect": effect.as_str()},
         },
     })
 }
@@ -233,10 +283,18 @@ pub fn plan(
     let have: BTreeSet<&GpuRef> = existing.iter().filter_map(|r| r.gpu.as_ref()).collect();
     // Lift first, never held back: a rule whose GPU is no longer corrupting (or that names no
     // GPU railguard can read) goes.
+    // A kept rule whose GPU has been corrupting long enough is escalated: `None` first, the
+    // configured effect after.
     let mut kept = 0;
     for r in existing {
         match &r.gpu {
-            Some(g) if corrupting.contains_key(g) => kept += 1,
+            Some(g) if corrupting.contains_key(g) => {
+                kept += 1;
+                let due = cfg.effect_at(r.age);
+                if r.effect != due.as_str() {
+                    actions.push(DeviceAction::SetEffect { name: r.name.clone(), effect: due });
+                }
+            }
             _ => actions.push(DeviceAction::Delete { name: r.name.clone() }),
         }
     }
@@ -334,7 +392,12 @@ pub async fn reconcile_once(
             let ann = o.metadata.annotations.as_ref();
             let node = ann.and_then(|a| a.get(NODE_ANNOTATION)).cloned();
             let gpu = ann.and_then(|a| a.get(GPU_ANNOTATION)).and_then(|g| g.parse().ok());
-            Some(ExistingRule { name, gpu: node.zip(gpu).map(|(node, gpu)| GpuRef { node, gpu }) })
+            let effect = o.data["spec"]["taint"]["effect"].as_str().unwrap_or_default().to_owned();
+            let age = o.metadata.creation_timestamp.as_ref().and_then(|t| {
+                let ms = chrono::Utc::now().timestamp_millis() - t.0.as_millisecond();
+                u64::try_from(ms).ok().map(Duration::from_millis)
+            });
+            Some(ExistingRule { name, gpu: node.zip(gpu).map(|(node, gpu)| GpuRef { node, gpu }), effect, age })
         })
         .collect();
     // The share is of the GPUs the cluster knows, not of the rows agents report.
@@ -354,14 +417,34 @@ pub async fn reconcile_once(
     }
     for a in &actions {
         let res = match a {
-            DeviceAction::Create { body, .. } => match serde_json::from_value::<DynamicObject>(body.clone()) {
-                Ok(obj) => api.create(&PostParams::default(), &obj).await.map(|_| ()),
+            DeviceAction::Create { body, gpu, .. } => match serde_json::from_value::<DynamicObject>(body.clone()) {
+                Ok(obj) => match api.create(&PostParams::default(), &obj).await {
+                    // An API server that predates the `None` effect refuses it as invalid: the
+                    // rule is made with the configured effect instead.
+                    Err(kube::Error::Api(e)) if e.code == 422 && body["spec"]["taint"]["effect"] == "None" => {
+                        tracing::warn!(error = %e, "the API server refused a device taint with effect None; made with the configured effect");
+                        let why = body["metadata"]["annotations"]["railguard.io/reason"].as_str().unwrap_or_default();
+                        match serde_json::from_value::<DynamicObject>(rule_body_with(cfg, gpu, why, cfg.effect)) {
+                            Ok(obj) => api.create(&PostParams::default(), &obj).await.map(|_| ()),
+                            Err(e) => {
+                                stats.device_errors.fetch_add(1, Relaxed);
+                                tracing::warn!(error = %e, "a device taint rule did not serialise");
+                                continue;
+                            }
+                        }
+                    }
+                    r => r.map(|_| ()),
+                },
                 Err(e) => {
                     stats.device_errors.fetch_add(1, Relaxed);
                     tracing::warn!(error = %e, "a device taint rule did not serialise");
                     continue;
                 }
             },
+            DeviceAction::SetEffect { name, effect } => {
+                let patch = json!({"spec": {"taint": {"effect": effect.as_str()}}});
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
+            }
             DeviceAction::Delete { name } => api.delete(name, &DeleteParams::default()).await.map(|_| ()),
         };
         match res {
@@ -388,6 +471,11 @@ mod tests {
         GpuRef { node: node.into(), gpu }
     }
 
+    /// `g`'s rule as listed, made a moment ago with `effect`.
+    fn existing_rule(g: &GpuRef, effect: &str) -> ExistingRule {
+        ExistingRule { name: rule_name(g), gpu: Some(g.clone()), effect: effect.into(), age: Some(Duration::ZERO) }
+    }
+
     #[test]
     fn names_are_dns_names_and_never_shared() {
         let a = rule_name(&g("Node_A", 3));
@@ -402,7 +490,8 @@ mod tests {
 
     #[test]
     fn only_the_corrupting_gpu_is_tainted_and_lifting_is_never_held_back() {
-        let cfg = DeviceTaintConfig { max_share: 0.5, max_new: 2, ..Default::default() };
+        let cfg =
+            DeviceTaintConfig { max_share: 0.5, max_new: 2, escalate_after: Duration::ZERO, ..Default::default() };
         let mut b = DeviceBreaker::default();
         let now = Instant::now();
         let bad: BTreeMap<GpuRef, String> = [(g("n1", 3), "GPU3 via mlx5_3: silent corruption".to_owned())].into();
@@ -415,11 +504,54 @@ mod tests {
         );
         assert_eq!(body["spec"]["taint"]["effect"], "NoSchedule");
         // Already there: nothing. Recovered: deleted, whatever the breaker says.
-        let existing = [ExistingRule { name: rule_name(&g("n1", 3)), gpu: Some(g("n1", 3)) }];
+        let existing = [existing_rule(&g("n1", 3), "NoSchedule")];
         assert!(plan(&existing, &bad, 16, &cfg, &mut b, now).is_empty());
         b.recent.extend([(now, g("x", 0)), (now, g("x", 1))]);
         let lifted = plan(&existing, &BTreeMap::new(), 16, &cfg, &mut b, now);
         assert_eq!(lifted, vec![DeviceAction::Delete { name: rule_name(&g("n1", 3)) }]);
+    }
+
+    #[test]
+    fn a_rule_says_none_first_and_is_escalated_once_its_gpu_stays_corrupting() {
+        let cfg = DeviceTaintConfig { max_share: 1.0, ..Default::default() };
+        let mut b = DeviceBreaker::default();
+        let now = Instant::now();
+        let bad: BTreeMap<GpuRef, String> = [(g("n1", 3), String::new())].into();
+        let a = plan(&[], &bad, 16, &cfg, &mut b, now);
+        let DeviceAction::Create { body, .. } = &a[0] else { panic!("{a:?}") };
+        assert_eq!(body["spec"]["taint"]["effect"], "None", "a new rule moves no pod");
+        // Younger than the hold: left as it is. Past it (or of no known age): escalated.
+        let mut r = existing_rule(&g("n1", 3), "None");
+        r.age = Some(cfg.escalate_after / 2);
+        assert!(plan(std::slice::from_ref(&r), &bad, 16, &cfg, &mut b, now).is_empty());
+        for age in [Some(cfg.escalate_after), None] {
+            r.age = age;
+            assert_eq!(
+                plan(std::slice::from_ref(&r), &bad, 16, &cfg, &mut b, now),
+                vec![DeviceAction::SetEffect { name: r.name.clone(), effect: DeviceTaintEffect::NoSchedule }]
+            );
+        }
+        // Escalated already: nothing. A changed configuration is followed; a recovered GPU's
+        // rule goes, whatever its effect.
+        r.effect = "NoSchedule".into();
+        assert!(plan(std::slice::from_ref(&r), &bad, 16, &cfg, &mut b, now).is_empty());
+        let evicting = DeviceTaintConfig { effect: DeviceTaintEffect::NoExecute, ..cfg.clone() };
+        assert_eq!(
+            plan(std::slice::from_ref(&r), &bad, 16, &evicting, &mut b, now),
+            vec![DeviceAction::SetEffect { name: r.name.clone(), effect: DeviceTaintEffect::NoExecute }]
+        );
+        assert_eq!(
+            plan(std::slice::from_ref(&r), &BTreeMap::new(), 16, &cfg, &mut b, now),
+            vec![DeviceAction::Delete { name: r.name.clone() }]
+        );
+        // A dry run stays one; no hold makes the configured effect at once.
+        let dry = DeviceTaintConfig { effect: DeviceTaintEffect::None, ..cfg.clone() };
+        r.effect = "None".into();
+        assert!(plan(std::slice::from_ref(&r), &bad, 16, &dry, &mut b, now).is_empty());
+        let at_once = DeviceTaintConfig { escalate_after: Duration::ZERO, ..cfg };
+        let a = plan(&[], &[(g("n2", 0), String::new())].into(), 16, &at_once, &mut DeviceBreaker::default(), now);
+        let DeviceAction::Create { body, .. } = &a[0] else { panic!("{a:?}") };
+        assert_eq!(body["spec"]["taint"]["effect"], "NoSchedule");
     }
 
     #[test]
@@ -434,7 +566,7 @@ mod tests {
             .into_iter()
             .filter_map(|a| match a {
                 DeviceAction::Create { gpu, .. } => Some(gpu),
-                DeviceAction::Delete { .. } => None,
+                DeviceAction::Delete { .. } | DeviceAction::SetEffect { .. } => None,
             })
             .collect();
         assert!(made.contains(&g("b-real", 3)), "{made:?}");
@@ -442,11 +574,8 @@ mod tests {
         assert!(b.open.as_deref().unwrap().contains("a node takes at most 2"), "{:?}", b.open);
         // A refused create gives its slot back; the next pass makes it.
         b.uncharge(&g("b-real", 3));
-        let existing: Vec<ExistingRule> = made
-            .iter()
-            .filter(|x| x.node == "a-flappy")
-            .map(|x| ExistingRule { name: rule_name(x), gpu: Some(x.clone()) })
-            .collect();
+        let existing: Vec<ExistingRule> =
+            made.iter().filter(|x| x.node == "a-flappy").map(|x| existing_rule(x, "None")).collect();
         let again = plan(&existing, &bad, 64, &cfg, &mut b, now);
         assert!(
             again.iter().any(|a| matches!(a, DeviceAction::Create { gpu, .. } if *gpu == g("b-real", 3))),
@@ -485,9 +614,7 @@ mod tests {
         assert!(b.open.as_deref().unwrap().contains("newly tainted"), "{:?}", b.open);
         // ...and lets more through once the window has passed.
         let later = now + cfg.rate_window + Duration::from_secs(1);
-        let existing: Vec<ExistingRule> = (0..2)
-            .map(|i| ExistingRule { name: rule_name(&g(&format!("n{i}"), 0)), gpu: Some(g(&format!("n{i}"), 0)) })
-            .collect();
+        let existing: Vec<ExistingRule> = (0..2).map(|i| existing_rule(&g(&format!("n{i}"), 0), "None")).collect();
         assert_eq!(plan(&existing, &bad, 80, &cfg, &mut b, later).len(), 2);
     }
 }
