@@ -193,7 +193,7 @@ fn state(pool: &sqlx::PgPool, gpu_limit: usize, node_limit: usize) -> AppState {
             railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
         ),
         runbook_url: Arc::new(railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default()),
-        readers: railguard_collector::http::readers::permits(),
+        readers: railguard_collector::http::readers::permits(railguard_collector::store::pg::READ_CONNECTIONS),
     };
     state.state.leads.assessment.store(true, std::sync::atomic::Ordering::Relaxed);
     state.state.ingest.verdicts.lock().unwrap().node_limit = node_limit;

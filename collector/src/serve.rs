@@ -58,6 +58,9 @@ pub struct ServeConfig {
     pub metrics_node_series_limit: usize,
     /// A replica for the reads (API, dashboard, /metrics); None: the database written to.
     pub database_read_url: Option<String>,
+    /// The readers' pool's connections (`--database-read-connections`); twice as many reads
+    /// may be in flight.
+    pub read_connections: u32,
     /// The password for `database` (a URL) and `database_read_url`, from a file; None: the
     /// URL's own, or libpq's PGPASSFILE.
     pub database_password: Option<pg::DbPassword>,
@@ -103,6 +106,7 @@ impl ServeConfig {
             metrics_gpu_series_limit: Self::DEFAULT_METRICS_GPU_SERIES_LIMIT,
             metrics_node_series_limit: Self::DEFAULT_METRICS_NODE_SERIES_LIMIT,
             database_read_url: None,
+            read_connections: pg::READ_CONNECTIONS,
             database_password: None,
             k8s_nodes: None,
             grpc_conns: crate::conns::ConnLimits::GRPC_DEFAULT,
@@ -165,10 +169,11 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         }
         // Reads (API, dashboard, /metrics): a pool of their own, off a replica when one is given.
         let read_pool = match &cfg.database_read_url {
-            Some(url) => {
-                pg::connect_read(with_password(url.parse().context("--database-read-url is not a valid Postgres URL")?))
-            }
-            None => pg::connect_read(read_options.clone()),
+            Some(url) => pg::connect_read(
+                with_password(url.parse().context("--database-read-url is not a valid Postgres URL")?),
+                cfg.read_connections,
+            ),
+            None => pg::connect_read(read_options.clone(), cfg.read_connections),
         };
         // Every connection the listeners may admit, the database pools and the process's own files.
         crate::conns::raise_fd_limit((cfg.grpc_conns.max + cfg.http_conns.max) as u64 + 1024);
@@ -237,7 +242,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                             .clone()
                             .unwrap_or_else(crate::http::dashboard_url::DashboardUrl::runbooks_default),
                     ),
-                    readers: crate::http::readers::permits(),
+                    readers: crate::http::readers::permits(cfg.read_connections),
                 };
                 let conns = state.state.http_conns.clone();
                 let app = crate::http::app(state);

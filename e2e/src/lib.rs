@@ -3,10 +3,12 @@
 #![allow(clippy::unwrap_used)] // test support: a failed setup should fail the test loudly
 
 pub mod ha;
+pub mod history_seed;
 pub mod modules;
 pub mod needs;
 pub mod openapi;
 pub mod png;
+pub mod readers;
 pub mod schema;
 pub mod scripted;
 

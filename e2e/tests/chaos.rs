@@ -17,6 +17,7 @@ fn every_record_is_accounted_for_through_every_fault() {
         "spool filesystem full",
         "agent clock +5 h",
         "in-line flood",
+        "API readers flood",
         "Postgres primary lost",
         "Patroni switchover",
     ] {

@@ -40,7 +40,7 @@ fn app_state(pg: &TestPg, limit: usize) -> AppState {
             railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
         ),
         runbook_url: Arc::new(railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default()),
-        readers: railguard_collector::http::readers::permits(),
+        readers: railguard_collector::http::readers::permits(railguard_collector::store::pg::READ_CONNECTIONS),
     }
 }
 

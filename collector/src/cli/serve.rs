@@ -33,6 +33,11 @@ pub struct ServeArgs {
     /// go to the database written to.
     #[arg(long, env = "RAILGUARD_DATABASE_READ_URL")]
     database_read_url: Option<String>,
+    /// Connections of the readers' pool (API, dashboard, /metrics); twice as many reads may be in
+    /// flight, the rest are answered 503 with Retry-After. Fewer leave more of a shared
+    /// database's CPU to ingest and the assessment.
+    #[arg(long, default_value_t = railguard_collector::store::pg::READ_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..=64))]
+    database_read_connections: u32,
     /// Agent credentials: one `NODE_ID TOKEN` (or `NODE_ID sha256:HEX`) per line.
     #[arg(long, env = "RAILGUARD_CREDENTIALS")]
     credentials: PathBuf,
@@ -161,7 +166,7 @@ pub struct ServeArgs {
     k8s_cordon: bool,
     /// Also taint each corrupting GPU alone: one DeviceTaintRule (resource.k8s.io, DRA) per GPU,
     /// lifted when it recovers, through the circuit breaker (the share then counts GPUs). RBAC:
-    /// devicetaintrules get/list/create/delete.
+    /// devicetaintrules get/list/create/patch/delete.
     #[arg(long, requires = "k8s_node_conditions")]
     k8s_device_taints: bool,
     /// resource.k8s.io's version serving DeviceTaintRule in the cluster.
@@ -176,9 +181,14 @@ pub struct ServeArgs {
     /// The pool a node's GPUs are published in (`{node}`: the node's name).
     #[arg(long, default_value = "{node}", requires = "k8s_device_taints")]
     k8s_device_pool: String,
-    /// NoSchedule keeps new claims off the GPU; NoExecute also evicts the pods using it.
+    /// NoSchedule keeps new claims off the GPU; NoExecute also evicts the pods using it; None
+    /// only names it (a dry run).
     #[arg(long, value_enum, default_value = "NoSchedule", requires = "k8s_device_taints")]
     k8s_device_taint_effect: DeviceTaintEffect,
+    /// A new GPU taint has effect None until its GPU has been corrupting this long, then the
+    /// effect above (0: at once).
+    #[arg(long, default_value_t = 120, requires = "k8s_device_taints")]
+    k8s_device_escalate_secs: u64,
     /// Circuit breaker: at most this share of the cluster's nodes tainted or cordoned by railguard at once.
     #[arg(long, default_value_t = 0.1, value_parser = parse_share)]
     k8s_max_share: f64,
@@ -237,6 +247,7 @@ impl ServeArgs {
                 device_name: self.k8s_device_name.clone(),
                 pool: self.k8s_device_pool.clone(),
                 effect: self.k8s_device_taint_effect,
+                escalate_after: Duration::from_secs(self.k8s_device_escalate_secs),
                 max_share: self.k8s_max_share,
                 max_new: self.k8s_max_new,
                 ..Default::default()
@@ -253,6 +264,7 @@ impl ServeArgs {
         cfg.metrics_gpu_series_limit = self.metrics_gpu_series_limit;
         cfg.metrics_node_series_limit = self.metrics_node_series_limit;
         cfg.database_read_url = self.database_read_url;
+        cfg.read_connections = self.database_read_connections;
         cfg.grpc_conns = ConnLimits {
             max: self.grpc_max_connections,
             per_peer: self.grpc_max_connections_per_peer,

@@ -1,6 +1,6 @@
 //! A cap on concurrent reads: the API and /metrics take a permit each, and a request that finds
 //! none is answered 503 with `Retry-After` at once rather than queued. With the readers' pool
-//! bounded too ([`crate::store::pg::READ_CONNECTIONS`]), no number of readers can take ingest's or the
+//! bounded too (`--database-read-connections`), no number of readers can take ingest's or the
 //! assessment's connections, or make a read wait behind a thousand others.
 
 use std::sync::Arc;
@@ -13,13 +13,15 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::ErrorBody;
 
-/// Reads in flight at most: the readers' pool's connections, twice over (a read holds one only
-/// while its statements run).
-pub const MAX_CONCURRENT_READS: usize = 2 * crate::store::pg::READ_CONNECTIONS as usize;
+/// Reads in flight at most for a readers' pool of `connections`: twice over (a read holds a
+/// connection only while its statements run).
+pub fn max_concurrent_reads(connections: u32) -> usize {
+    2 * connections.max(1) as usize
+}
 
-/// The permits, shared by every route that reads.
-pub fn permits() -> Arc<tokio::sync::Semaphore> {
-    Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_READS))
+/// The permits for a readers' pool of `connections`, shared by every route that reads.
+pub fn permits(connections: u32) -> Arc<tokio::sync::Semaphore> {
+    Arc::new(tokio::sync::Semaphore::new(max_concurrent_reads(connections)))
 }
 
 /// Runs the request with a permit, or answers 503 when every one is taken.
@@ -28,7 +30,7 @@ pub async fn limit(State(s): State<AppState>, req: Request, next: Next) -> Respo
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             [(header::RETRY_AFTER, "1")],
-            axum::Json(ErrorBody { error: format!("{MAX_CONCURRENT_READS} reads are in flight already; retry") }),
+            axum::Json(ErrorBody { error: "every read slot of the collector is taken; retry".to_owned() }),
         )
             .into_response();
     };

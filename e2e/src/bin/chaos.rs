@@ -9,7 +9,8 @@
 //! on the host side); the spool's filesystem filled (a small tmpfs); an agent's clock skewed by
 //! +5 h (libfaketime); on a highly available Postgres (`scripts/pg-ha.sh`: Patroni, synchronous
 //! standbys, HAProxy), the primary's postmaster SIGKILLed with its data directory deleted, then a
-//! planned Patroni switchover. Network namespaces and tmpfs need root: without it those faults are
+//! planned Patroni switchover; 32 readers of every API route in a closed loop while an agent
+//! ships (16 in the short form: ingest must not notice them). Network namespaces and tmpfs need root: without it those faults are
 //! reported as not run, and the suite fails.
 //!
 //! Run: `cargo run -p railguard-e2e --bin chaos` (about 3 minutes), or `-- --short` (about a
@@ -355,8 +356,16 @@ async fn main() -> std::process::ExitCode {
     let ctx = Ctx { sys: dir.path().join("node/sys"), agent_bin: sibling("railguard-agent"), dir };
     // The collector binary sits beside the agent's; the e2e helpers find it from the test path.
     let pg = TestPg::start().await;
-    let nodes =
-        ["chaos-kill-1", "chaos-kill-2", "chaos-pg", "chaos-link", "chaos-spool", "chaos-clock", "chaos-inline"];
+    let nodes = [
+        "chaos-kill-1",
+        "chaos-kill-2",
+        "chaos-pg",
+        "chaos-link",
+        "chaos-spool",
+        "chaos-clock",
+        "chaos-inline",
+        "chaos-readers",
+    ];
     let mut collector = CollectorProc::start_with(&pg.url(), &nodes, &[]);
     let url = collector.url();
     let mut results: Vec<Outcome> = Vec::new();
@@ -562,7 +571,62 @@ async fn main() -> std::process::ExitCode {
         results.push(o);
     }
 
-    // 7–8. The collector on a highly available Postgres: the primary's machine lost, then a
+    // 7. Readers of every API route in a closed loop while an agent ships: the reads have a pool
+    //    and a cap of their own, so ingest goes on as if they were not there (a read over the cap
+    //    is answered 503, never left hanging).
+    {
+        let mut agents = vec![ctx.agent(nodes[7], &url, None, &[], None, &[])];
+        pause(Duration::from_secs(3));
+        let (readers, secs) = if short { (16, 10) } else { (32, 30) };
+        let from = chrono::Utc::now();
+        let tallies = std::sync::Arc::new(railguard_e2e::readers::ReadTallies::default());
+        let routes = std::sync::Arc::new(railguard_e2e::readers::routes(&nodes.map(str::to_owned)));
+        let end = Instant::now() + Duration::from_secs(secs);
+        let tasks: Vec<_> = (0..readers)
+            .map(|r| {
+                let (routes, tallies, port) = (routes.clone(), tallies.clone(), collector.http_port);
+                tokio::spawn(
+                    async move { railguard_e2e::readers::read_until(port, &routes, r * 7, end, &tallies).await },
+                )
+            })
+            .collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+        let gap = longest_pause(&pg.pool, &nodes[7..8], from).await;
+        let tally = tallies.snapshot();
+        let count = |code: u16| tally.values().map(|t| t.by_status.get(&code).copied().unwrap_or(0)).sum::<u64>();
+        let (ok, busy, unanswered) = (count(200), count(503), tally.values().map(|t| t.unanswered).sum::<u64>());
+        let all: u64 = tally.values().map(|t| t.by_status.values().sum::<u64>() + t.unanswered).sum();
+        let failed: u64 = tally
+            .values()
+            .flat_map(|t| t.by_status.iter())
+            .filter(|(c, _)| **c >= 500 && **c != 503)
+            .map(|(_, n)| n)
+            .sum();
+        let mut o = settle(&ctx, &pg.pool, &collector, "API readers flood", &mut agents, String::new()).await;
+        o.note = format!(
+            "{readers} readers for {secs} s: {all} reads, {ok} answered 200, {busy} 503 (the read cap), {} other, {unanswered} unanswered; ingest's longest pause {:.1} s",
+            all - ok - busy - unanswered,
+            gap.as_secs_f64()
+        );
+        if o.error.is_none() {
+            o.error = if ok == 0 {
+                Some("no read was answered: the fault did not happen".into())
+            } else if unanswered > 0 || failed > 0 {
+                Some(format!("{unanswered} reads unanswered, {failed} answered a server error other than 503"))
+            } else if o.dropped > 0 || o.rejected > 0 {
+                Some(format!("{} records dropped and {} refused while readers read", o.dropped, o.rejected))
+            } else if gap >= Duration::from_secs(30) {
+                Some(format!("ingest paused {:.1} s while readers read", gap.as_secs_f64()))
+            } else {
+                None
+            };
+        }
+        results.push(o);
+    }
+
+    // 8–9. The collector on a highly available Postgres: the primary's machine lost, then a
     //      planned switchover.
     results.extend(ha_faults(&ctx, short).await);
 

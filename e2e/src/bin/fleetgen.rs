@@ -9,9 +9,12 @@
 //! from `--fail-after-secs` on. As the agent does, a node sends its failing probe and the probe
 //! that confirms it at once (not at its next batch), and goes on failing in its batches.
 //! fleetgen reports, per injection and as p50/p99/max, the time from that send to the
-//! collector's API saying `corrupting`, and samples the collector's assessment passes (seconds
-//! and nodes of the latest full and changed-nodes pass) every 10 s, and times the fleet reads
-//! (`/api/v1/fleet?limit=100`, `/api/v1/failures?since=1d`) every 2 s under the load.
+//! collector's stored status (the row its API answers from) saying `corrupting`, and samples
+//! the collector's assessment passes (seconds and nodes of the latest full and changed-nodes
+//! pass) every 10 s, and times the fleet reads (`/api/v1/fleet?limit=100`,
+//! `/api/v1/failures?since=1d`) every 2 s under the load. `--readers N` adds N readers of every
+//! API route in a closed loop (`railguard_e2e::readers`), and `--seed-probes` /
+//! `--seed-status-changes` a month of history before the run (`railguard_e2e::history_seed`).
 //!
 //! It prints offered vs acknowledged records per second, batch acknowledgement latency (p50,
 //! p99, max) and errors every 10 s and at the end. Records are marked simulated, as every
@@ -54,6 +57,13 @@ struct Args {
     day_reads: usize,
     summary: Duration,
     start_over: Option<Duration>,
+    /// Readers of every API route, each in a closed loop, from the start to the end (0: none).
+    readers: usize,
+    /// The collector's `--database-read-connections` (its default when None).
+    read_connections: Option<u64>,
+    /// Probe rows and GPU status changes written over the 30 days before the run.
+    seed_probes: i64,
+    seed_changes: i64,
 }
 
 fn args() -> Result<Args, String> {
@@ -73,6 +83,10 @@ fn args() -> Result<Args, String> {
         day_reads: 0,
         summary: railguard_agent::service::probes::ProbeLoopConfig::DEFAULT_SUMMARY_WINDOW,
         start_over: None,
+        readers: 0,
+        read_connections: None,
+        seed_probes: 0,
+        seed_changes: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -93,13 +107,17 @@ fn args() -> Result<Args, String> {
             "--day-reads" => a.day_reads = num(val()?)? as usize,
             "--summary-secs" => a.summary = Duration::from_secs(num(val()?)?),
             "--start-over-secs" => a.start_over = Some(Duration::from_secs(num(val()?)?)),
+            "--readers" => a.readers = num(val()?)? as usize,
+            "--read-connections" => a.read_connections = Some(num(val()?)?),
+            "--seed-probes" => a.seed_probes = i64::try_from(num(val()?)?).unwrap_or(i64::MAX),
+            "--seed-status-changes" => a.seed_changes = i64::try_from(num(val()?)?).unwrap_or(i64::MAX),
             "--fail" => {
                 let v = val()?;
                 let (n, g) = v.split_once(':').ok_or(format!("--fail {v:?}: NODE:GPU"))?;
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)] [--readers N (readers of every API route in a closed loop, the whole run)] [--read-connections N (the collector's --database-read-connections)] [--seed-probes N] [--seed-status-changes N (history written over the 30 days before the run)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -187,6 +205,10 @@ async fn main() {
     if let Some(ms) = &budget {
         collector_args.extend(["--assess-pass-budget-ms", ms.as_str()]);
     }
+    let read_connections = a.read_connections.map(|n| n.to_string());
+    if let Some(n) = &read_connections {
+        collector_args.extend(["--database-read-connections", n.as_str()]);
+    }
     let collector = CollectorProc::start_with(&pg.url(), &refs, &collector_args);
     let mut channels = Vec::new();
     for _ in 0..a.connections {
@@ -207,6 +229,13 @@ async fn main() {
         let c = channels.len();
         channels[i % c].push_batch(req).await.unwrap();
     }
+    if a.seed_probes > 0 || a.seed_changes > 0 {
+        let secs = railguard_e2e::history_seed::seed(&pg.pool, a.nodes, a.seed_probes, a.seed_changes).await.unwrap();
+        println!(
+            "history seeded: {} probe rows and {} status changes over the 30 days before ({secs:.0} s)",
+            a.seed_probes, a.seed_changes
+        );
+    }
     eprintln!("fleetgen: topologies sent; {} batches of 88 every {:?} for {:?}", a.nodes, a.interval, a.duration);
     let stats = Arc::new(Stats::default());
     let cpu_start = collector.pid().and_then(cpu_seconds);
@@ -225,6 +254,15 @@ async fn main() {
         }
         let at = start + a.fail_after + a.inject_every * u32::try_from(k).unwrap_or(u32::MAX);
         injections.push(Injection::new(node, (k % 8) as u32, at));
+    }
+    let tallies = Arc::new(railguard_e2e::readers::ReadTallies::default());
+    let mut readers = Vec::new();
+    let routes = Arc::new(railguard_e2e::readers::routes(&names));
+    for r in 0..a.readers {
+        let (routes, tallies, port, end) = (routes.clone(), tallies.clone(), collector.http_port, start + a.duration);
+        readers.push(tokio::spawn(async move {
+            railguard_e2e::readers::read_until(port, &routes, r * 7, end, &tallies).await;
+        }));
     }
     let mut tasks = Vec::new();
     for (i, node) in names.iter().enumerate() {
@@ -313,13 +351,16 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(250)).await;
         for j in injections.iter_mut().filter(|j| j.detected.is_none()) {
             let Some(sent) = j.sent.lock().ok().and_then(|s| *s) else { continue };
-            let (code, body) = tokio::task::spawn_blocking({
-                let path = format!("/api/v1/nodes/{}/gpus/{}", j.node, j.gpu);
-                move || http_get(port, &path, None)
-            })
-            .await
-            .unwrap();
-            if code == 200 && body.contains("\"status\":\"corrupting\"") {
+            // The row the API answers from, read straight: readers turned away by the read cap
+            // must not delay the measurement itself.
+            let status: Option<String> =
+                sqlx::query_scalar("SELECT status::text FROM gpu_status WHERE node_id = $1 AND gpu_index = $2")
+                    .bind(&j.node)
+                    .bind(j.gpu as i32)
+                    .fetch_optional(&pg.pool)
+                    .await
+                    .unwrap_or(None);
+            if status.as_deref() == Some("corrupting") {
                 let d = sent.elapsed();
                 println!(
                     "fleetgen: {} GPU{} corrupting {:.1} s after its failing probes were sent",
@@ -380,10 +421,16 @@ async fn main() {
     }
     // The end of the storage measurement: now, before the nodes' last sleeps end.
     let storage_end = (Instant::now(), history_size(&pg.pool).await);
-    for t in tasks {
+    for t in tasks.into_iter().chain(readers) {
         let _ = t.await;
     }
     stats.report("total", start.elapsed());
+    if a.readers > 0 {
+        println!("{} readers, the whole run:", a.readers);
+        for l in tallies.report() {
+            println!("{l}");
+        }
+    }
     if storage_mark.is_some() {
         let mut l = stats.latencies_us.lock().map(|l| l[steady_from.min(l.len())..].to_vec()).unwrap_or_default();
         l.sort_unstable();
@@ -475,7 +522,7 @@ async fn main() {
             println!("fleetgen: {} GPU{} was not corrupting by the end", j.node, j.gpu);
         }
         println!(
-            "detection: {} of {} injections corrupting in the API; from the failing probes' send: p50 {:.1} s, p99 {:.1} s, max {:.1} s",
+            "detection: {} of {} injections stored corrupting; from the failing probes' send: p50 {:.1} s, p99 {:.1} s, max {:.1} s",
             d.len(),
             injections.len(),
             q(0.5).copied().unwrap_or(f64::NAN),

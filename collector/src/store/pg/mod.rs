@@ -60,19 +60,20 @@ pub async fn connect_and_migrate(opts: PgConnectOptions, max_connections: u32) -
 /// later one does to data stored before it.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
-/// Connections of the readers' pool (the API, the dashboard, /metrics): apart from, and fewer
-/// than, ingest's and the assessment's, so readers cannot take a writer's connection.
+/// Connections of the readers' pool (the API, the dashboard, /metrics) by default
+/// (`--database-read-connections`): apart from, and fewer than, ingest's and the assessment's,
+/// so readers cannot take a writer's connection.
 pub const READ_CONNECTIONS: u32 = 6;
 /// How long one read may run before Postgres cancels it.
 pub const READ_STATEMENT_TIMEOUT: &str = "10s";
 
-/// The readers' pool: [`READ_CONNECTIONS`] at most, each statement cancelled past
+/// The readers' pool: `connections` at most, each statement cancelled past
 /// [`READ_STATEMENT_TIMEOUT`], a connection waited for 3 s at most (then the read answers 503).
 /// Connected lazily: with a replica down at start the collector starts, ingests and serves
 /// writes, and reads answer 503 until the replica is back.
-pub fn connect_read(opts: PgConnectOptions) -> PgPool {
+pub fn connect_read(opts: PgConnectOptions, connections: u32) -> PgPool {
     PgPoolOptions::new()
-        .max_connections(READ_CONNECTIONS)
+        .max_connections(connections.max(1))
         .acquire_timeout(Duration::from_secs(3))
         .connect_lazy_with(opts.options([("statement_timeout", READ_STATEMENT_TIMEOUT)]))
 }
