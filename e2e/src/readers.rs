@@ -7,7 +7,7 @@
 //! came (refused connections, timeouts), and the time of each answered read.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -57,6 +57,18 @@ pub struct RouteTally {
 #[derive(Default)]
 pub struct ReadTallies(Mutex<BTreeMap<String, RouteTally>>);
 
+/// All routes' reads together.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReadTotals {
+    pub reads: u64,
+    pub ok: u64,
+    /// Answered 503: the read cap turning a reader away.
+    pub busy: u64,
+    /// Answered a server error other than 503.
+    pub failed: u64,
+    pub unanswered: u64,
+}
+
 impl ReadTallies {
     fn add(&self, route: &str, answer: Option<u16>, ms: f64) {
         let Ok(mut t) = self.0.lock() else { return };
@@ -77,11 +89,37 @@ impl ReadTallies {
         self.0.lock().map(|t| t.clone()).unwrap_or_default()
     }
 
-    /// One line a route: reads, answers by status, unanswered, p50/p99 of the 200s; then the
-    /// totals.
+    /// The reads of every route together.
+    pub fn totals(&self) -> ReadTotals {
+        let mut out = ReadTotals::default();
+        for t in self.snapshot().values() {
+            for (code, n) in &t.by_status {
+                out.reads += n;
+                match code {
+                    200 => out.ok += n,
+                    503 => out.busy += n,
+                    c if *c >= 500 => out.failed += n,
+                    _ => {}
+                }
+            }
+            out.reads += t.unanswered;
+            out.unanswered += t.unanswered;
+        }
+        out
+    }
+
+    /// The totals, then one line a route: reads, answers by status, unanswered, p50/p99 of the
+    /// 200s.
     pub fn report(&self) -> Vec<String> {
-        let mut lines = Vec::new();
-        let (mut all, mut ok, mut busy, mut lost) = (0u64, 0u64, 0u64, 0u64);
+        let t = self.totals();
+        let mut lines = vec![format!(
+            "readers: {} reads, {} answered 200, {} answered 503 (the read cap), {} other statuses, {} unanswered",
+            t.reads,
+            t.ok,
+            t.busy,
+            t.reads - t.ok - t.busy - t.unanswered,
+            t.unanswered
+        )];
         for (route, t) in self.snapshot() {
             let mut ms = t.ok_ms.clone();
             ms.sort_by(f64::total_cmp);
@@ -100,20 +138,26 @@ impl ReadTallies {
                 q(0.5),
                 q(0.99)
             ));
-            all += answered + t.unanswered;
-            ok += t.by_status.get(&200).copied().unwrap_or(0);
-            busy += t.by_status.get(&503).copied().unwrap_or(0);
-            lost += t.unanswered;
         }
-        lines.insert(
-            0,
-            format!(
-                "readers: {all} reads, {ok} answered 200, {busy} answered 503 (the read cap), {} other statuses, {lost} unanswered",
-                all - ok - busy - lost
-            ),
-        );
         lines
     }
+}
+
+/// `n` readers of `routes` on `port` until `end`, each starting at its own place in the list,
+/// all counting into `tallies`.
+pub fn spawn(
+    n: usize,
+    port: u16,
+    routes: &Arc<Vec<(String, String)>>,
+    end: Instant,
+    tallies: &Arc<ReadTallies>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..n)
+        .map(|r| {
+            let (routes, tallies) = (routes.clone(), tallies.clone());
+            tokio::spawn(async move { read_until(port, &routes, r * 7, end, &tallies).await })
+        })
+        .collect()
 }
 
 /// One reader: reads `routes` in turn from `first` on, until `end`.

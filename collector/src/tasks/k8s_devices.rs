@@ -373,6 +373,12 @@ pub fn corrupting(rows: &[GpuStatusRow]) -> BTreeMap<GpuRef, String> {
         .collect()
 }
 
+/// Creates the rule `body`; a body that is not a rule (it never is) is the API's refusal.
+async fn create_rule(api: &Api<DynamicObject>, body: &Value) -> Result<(), kube::Error> {
+    let obj = serde_json::from_value::<DynamicObject>(body.clone()).map_err(kube::Error::SerdeError)?;
+    api.create(&PostParams::default(), &obj).await.map(|_| ())
+}
+
 /// One pass: list railguard's rules, plan, apply. Returns the actions made.
 pub async fn reconcile_once(
     client: &kube::Client,
@@ -417,30 +423,19 @@ pub async fn reconcile_once(
     }
     for a in &actions {
         let res = match a {
-            DeviceAction::Create { body, gpu, .. } => match serde_json::from_value::<DynamicObject>(body.clone()) {
-                Ok(obj) => match api.create(&PostParams::default(), &obj).await {
+            DeviceAction::Create { body, gpu, .. } => {
+                let created = create_rule(&api, body).await;
+                match created {
                     // An API server that predates the `None` effect refuses it as invalid: the
                     // rule is made with the configured effect instead.
                     Err(kube::Error::Api(e)) if e.code == 422 && body["spec"]["taint"]["effect"] == "None" => {
                         tracing::warn!(error = %e, "the API server refused a device taint with effect None; made with the configured effect");
                         let why = body["metadata"]["annotations"]["railguard.io/reason"].as_str().unwrap_or_default();
-                        match serde_json::from_value::<DynamicObject>(rule_body_with(cfg, gpu, why, cfg.effect)) {
-                            Ok(obj) => api.create(&PostParams::default(), &obj).await.map(|_| ()),
-                            Err(e) => {
-                                stats.device_errors.fetch_add(1, Relaxed);
-                                tracing::warn!(error = %e, "a device taint rule did not serialise");
-                                continue;
-                            }
-                        }
+                        create_rule(&api, &rule_body_with(cfg, gpu, why, cfg.effect)).await
                     }
-                    r => r.map(|_| ()),
-                },
-                Err(e) => {
-                    stats.device_errors.fetch_add(1, Relaxed);
-                    tracing::warn!(error = %e, "a device taint rule did not serialise");
-                    continue;
+                    r => r,
                 }
-            },
+            }
             DeviceAction::SetEffect { name, effect } => {
                 let patch = json!({"spec": {"taint": {"effect": effect.as_str()}}});
                 api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())

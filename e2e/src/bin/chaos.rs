@@ -582,28 +582,12 @@ async fn main() -> std::process::ExitCode {
         let tallies = std::sync::Arc::new(railguard_e2e::readers::ReadTallies::default());
         let routes = std::sync::Arc::new(railguard_e2e::readers::routes(&nodes.map(str::to_owned)));
         let end = Instant::now() + Duration::from_secs(secs);
-        let tasks: Vec<_> = (0..readers)
-            .map(|r| {
-                let (routes, tallies, port) = (routes.clone(), tallies.clone(), collector.http_port);
-                tokio::spawn(
-                    async move { railguard_e2e::readers::read_until(port, &routes, r * 7, end, &tallies).await },
-                )
-            })
-            .collect();
+        let tasks = railguard_e2e::readers::spawn(readers, collector.http_port, &routes, end, &tallies);
         for t in tasks {
             let _ = t.await;
         }
         let gap = longest_pause(&pg.pool, &nodes[7..8], from).await;
-        let tally = tallies.snapshot();
-        let count = |code: u16| tally.values().map(|t| t.by_status.get(&code).copied().unwrap_or(0)).sum::<u64>();
-        let (ok, busy, unanswered) = (count(200), count(503), tally.values().map(|t| t.unanswered).sum::<u64>());
-        let all: u64 = tally.values().map(|t| t.by_status.values().sum::<u64>() + t.unanswered).sum();
-        let failed: u64 = tally
-            .values()
-            .flat_map(|t| t.by_status.iter())
-            .filter(|(c, _)| **c >= 500 && **c != 503)
-            .map(|(_, n)| n)
-            .sum();
+        let railguard_e2e::readers::ReadTotals { reads: all, ok, busy, failed, unanswered } = tallies.totals();
         let mut o = settle(&ctx, &pg.pool, &collector, "API readers flood", &mut agents, String::new()).await;
         o.note = format!(
             "{readers} readers for {secs} s: {all} reads, {ok} answered 200, {busy} 503 (the read cap), {} other, {unanswered} unanswered; ingest's longest pause {:.1} s",

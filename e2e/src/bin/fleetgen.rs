@@ -256,14 +256,8 @@ async fn main() {
         injections.push(Injection::new(node, (k % 8) as u32, at));
     }
     let tallies = Arc::new(railguard_e2e::readers::ReadTallies::default());
-    let mut readers = Vec::new();
     let routes = Arc::new(railguard_e2e::readers::routes(&names));
-    for r in 0..a.readers {
-        let (routes, tallies, port, end) = (routes.clone(), tallies.clone(), collector.http_port, start + a.duration);
-        readers.push(tokio::spawn(async move {
-            railguard_e2e::readers::read_until(port, &routes, r * 7, end, &tallies).await;
-        }));
-    }
+    let readers = railguard_e2e::readers::spawn(a.readers, collector.http_port, &routes, start + a.duration, &tallies);
     let mut tasks = Vec::new();
     for (i, node) in names.iter().enumerate() {
         let mut client = channels[i % channels.len()].clone();
