@@ -114,8 +114,10 @@ async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_
     assert_eq!(rows[0], (3, "mlx5_3".into(), "host_copy".into(), 0, 1, 0));
     // The failure travels with what its bad block held, as the connector told it apart: bytes
     // that are neither what the block held before nor any block the decode side knows.
+    // (GPU3's prefill side reports its source change in a row of its own, with no failures.)
     let (diagnosis,): (serde_json::Value,) = sqlx::query_as(
-        "SELECT failures->0->'diagnosis' FROM inline_reports WHERE node_id = 'node-a' AND gpu_index = 3",
+        "SELECT failures->0->'diagnosis' FROM inline_reports
+         WHERE node_id = 'node-a' AND gpu_index = 3 AND transfers_mismatch > 0",
     )
     .fetch_one(&pool)
     .await
@@ -129,7 +131,8 @@ async fn a_reuse_race_inside_vllm_fails_the_request_and_the_agent_attributes_it_
     // (GPU3, the device its process holds), its manifest carried that attestation as its claim,
     // and the decode side's failure names the worker and passes the claim on.
     let (remote, claim): (String, serde_json::Value) = sqlx::query_as(
-        "SELECT failures->0->>'remote', failures->0->'source' FROM inline_reports WHERE node_id = 'node-a' AND gpu_index = 3",
+        "SELECT failures->0->>'remote', failures->0->'source' FROM inline_reports
+         WHERE node_id = 'node-a' AND gpu_index = 3 AND transfers_mismatch > 0",
     )
     .fetch_one(&pool)
     .await
