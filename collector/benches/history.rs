@@ -3,6 +3,8 @@
 //!   10 million: 1,000 nodes × 8 GPUs over 30 daily partitions), p50 and p99 of 300 queries;
 //! - assessment of a 1,000-node fleet (8 GPUs each, 15-minute window of probes);
 //! - `/api/v1/failures?since=1d` over the same probes, p50 and p99 of 20 queries;
+//! - the fleet series (`/api/v1/fleet/series`, 240 points) over the last hour and 30 days, with
+//!   STATUS_CHANGES status changes (default 1 million) in the last 31 days;
 //! - a year of pair-hour rollups for ROLLUP_NODES nodes (default 10: 8 GPUs × 8 NICs ×
 //!   8,760 hours each), rolled up per day as the leader does, and the per-GPU year query across
 //!   tiers by day (the API's `hourly` with `since=365d`: pair-day rollups, then pair-hour, then
@@ -160,6 +162,39 @@ async fn main() {
     }
     fail_times.sort_by(|a, b| a.total_cmp(b));
 
+    // The fleet series (the dashboard's plot) over STATUS_CHANGES status changes of the assessed
+    // GPUs in the last 31 days: over the last hour and over 30 days, 240 points each.
+    let changes: i64 = std::env::var("STATUS_CHANGES").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let t = Instant::now();
+    sqlx::query(
+        "INSERT INTO gpu_status_changes (node_id, gpu_index, at, from_status, to_status, reasons)
+         SELECT 'node-' || (i % $2), ((i / $2) % $3)::int,
+                now() - make_interval(secs => (i::float8 / $1) * 31 * 86400),
+                NULL, (enum_range(NULL::gpu_status_kind))[1 + (i * 7919) % 5], '[]'
+         FROM generate_series(0, $1::bigint - 1) AS i",
+    )
+    .bind(changes)
+    .bind(NODES)
+    .bind(GPUS)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE gpu_status_changes").execute(&pool).await.unwrap();
+    let changes_load = t.elapsed();
+    let mut series_times = Vec::new();
+    for period in [Duration::hours(1), Duration::days(30)] {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let now = Utc::now();
+            let t = Instant::now();
+            let points = read::fleet_status_series(&pool, now - period, now, 240).await.unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+            assert_eq!(points.len(), 240);
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        series_times.push(times);
+    }
+
     // A year of pair-hour rollups, and the per-GPU year by day across tiers.
     let rnodes: i64 = std::env::var("ROLLUP_NODES").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
     let year_start = hour_of(Utc::now()) - Duration::days(365);
@@ -247,6 +282,14 @@ async fn main() {
     println!(
         "  failures of the last day (/api/v1/failures?since=1d) over those probes: p50 {:.1} ms  p99 {:.1} ms (20 queries)",
         fail_times[10], fail_times[19]
+    );
+    println!(
+        "  fleet series over {changes} status changes (loaded in {:.1} s), 240 points: last hour p50 {:.0} ms  max {:.0} ms; 30 days p50 {:.0} ms  max {:.0} ms (5 queries each)",
+        changes_load.as_secs_f64(),
+        series_times[0][2],
+        series_times[0][4],
+        series_times[1][2],
+        series_times[1][4]
     );
     println!(
         "a year of pair-hour rollups: {} rows ({rnodes} nodes x 8 GPUs x 8 NICs x 8,760 hours), loaded in {:.1} s; its 366 days rolled up per pair in {:.1} s",

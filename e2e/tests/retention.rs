@@ -198,3 +198,70 @@ async fn old_status_changes_go_but_each_gpus_status_at_the_cut_stays_and_the_ser
     assert_eq!(grid().await, grid_before, "and so is the fleet as it was");
     assert_eq!(store.prune_status_changes(now).await.unwrap(), 1, "a later cut removes what it reaches, and only that");
 }
+
+/// The fleet series counts, at every point, what the grid of that moment shows: each GPU's
+/// newest change at or before the point. A history of flapping GPUs, with changes before the
+/// period, exactly on points, between them, and two at one instant, read at several spacings.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleet_series_agrees_with_the_grid_at_every_point() {
+    use railguard_collector::model::GpuStatus;
+    use railguard_collector::store::read::{fleet_status_series, grid_at};
+    let pg = TestPg::start().await;
+    let until = Utc::now();
+    let since = until - Duration::hours(10);
+    let statuses = ["ok", "watch", "unknown", "at_risk", "corrupting"];
+    // A fixed pseudo-random walk, so a failure repeats.
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for gpu in 0..12_i32 {
+        sqlx::query(
+            "INSERT INTO gpu_status (node_id, gpu_index, status, since, assessed_at, reasons)
+             VALUES ('n1', $1, 'ok', now(), now(), '[]')",
+        )
+        .bind(gpu)
+        .execute(&pg.pool)
+        .await
+        .unwrap();
+        // GPU11 is first assessed inside the period: absent before its first change.
+        let first = if gpu == 11 { 180 } else { [-120, 0, -30][gpu as usize % 3] };
+        let mut minute = first;
+        while minute < 600 {
+            // Points of a 5-point series fall every 150 minutes: land some changes on them.
+            let at = since + Duration::minutes(minute);
+            for _ in 0..=next(4) / 3 {
+                sqlx::query(
+                    "INSERT INTO gpu_status_changes (node_id, gpu_index, at, to_status, reasons)
+                     VALUES ('n1', $1, $2, $3::gpu_status_kind, '[]')",
+                )
+                .bind(gpu)
+                .bind(at)
+                .bind(statuses[next(5) as usize])
+                .execute(&pg.pool)
+                .await
+                .unwrap();
+            }
+            minute += [150, 30, 1, 75][next(4) as usize] as i64;
+        }
+    }
+    for points in [2_i64, 5, 7, 41] {
+        let series = fleet_status_series(&pg.pool, since, until, points).await.unwrap();
+        assert_eq!(series.len(), points as usize);
+        for p in &series {
+            let grid = grid_at(&pg.pool, p.at).await.unwrap();
+            let count = |s: GpuStatus| grid.iter().filter(|c| c.status == s).count() as i64;
+            assert_eq!(
+                (p.corrupting, p.at_risk),
+                (count(GpuStatus::Corrupting), count(GpuStatus::AtRisk)),
+                "{points} points, at {}: {grid:?}",
+                p.at
+            );
+        }
+        let busy = series.iter().filter(|p| p.corrupting + p.at_risk > 0).count();
+        assert!(busy > 0, "the history puts some GPU in trouble at some point: {series:?}");
+    }
+}

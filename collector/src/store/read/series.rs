@@ -6,7 +6,9 @@
 //! moment put them in the status: the status history is the record of when statuses held, so
 //! the series agrees with the grid's `?at=` at every point. It reads each GPU's status as the
 //! period opens and the changes within it, never the history before: its cost follows the
-//! fleet and the period, not how long the history is.
+//! fleet and the period, not how long the history is. Each change is one step up and one down,
+//! landed on the first point it reaches and summed along the points: linear in the changes,
+//! whatever the number of points.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -38,10 +40,7 @@ pub async fn fleet_status_series(
     let points = points.clamp(2, i64::from(MAX_POINTS));
     let step_ms = ((until - since).num_milliseconds() / (points - 1)).max(1);
     sqlx::query_as(
-        "WITH pts AS (
-            SELECT $1::timestamptz + (k * $3::bigint) * interval '1 millisecond' AS t
-            FROM generate_series(0, $4::bigint - 1) k
-         ), opening AS (
+        "WITH opening AS (
             -- Each GPU's status as the period opens: its newest change at or before then, one
             -- index probe per GPU, however long the history before it.
             SELECT g.node_id, g.gpu_index, c.to_status, c.at, c.id
@@ -58,14 +57,25 @@ pub async fn fleet_status_series(
             SELECT to_status, at AS start,
                    lead(at) OVER (PARTITION BY node_id, gpu_index ORDER BY at, id) AS stop
             FROM changes
+         ), steps AS (
+            -- A span counts from its start to its stop: one step up, one step down.
+            SELECT to_status, start AS at, 1 AS delta FROM spans WHERE to_status IN ('corrupting', 'at_risk')
+            UNION ALL
+            SELECT to_status, stop, -1 FROM spans WHERE stop IS NOT NULL AND to_status IN ('corrupting', 'at_risk')
+         ), by_point AS (
+            -- Each step lands on the first point at or after it (point k is at $1 + k * $3 ms).
+            SELECT greatest(0, ceil(extract(epoch FROM at - $1) * 1000 / $3::bigint))::bigint AS k,
+                   sum(delta) FILTER (WHERE to_status = 'corrupting') AS corrupting,
+                   sum(delta) FILTER (WHERE to_status = 'at_risk') AS at_risk
+            FROM steps GROUP BY 1
          )
-         SELECT p.t AS at,
-                count(*) FILTER (WHERE s.to_status = 'corrupting') AS corrupting,
-                count(*) FILTER (WHERE s.to_status = 'at_risk') AS at_risk
-         FROM pts p
-         LEFT JOIN spans s ON s.start <= p.t AND (s.stop IS NULL OR s.stop > p.t)
-                          AND s.to_status IN ('corrupting', 'at_risk')
-         GROUP BY p.t ORDER BY p.t",
+         SELECT $1::timestamptz + (k * $3::bigint) * interval '1 millisecond' AS at,
+                (sum(coalesce(b.corrupting, 0)) OVER w)::bigint AS corrupting,
+                (sum(coalesce(b.at_risk, 0)) OVER w)::bigint AS at_risk
+         FROM generate_series(0, $4::bigint - 1) k
+         LEFT JOIN by_point b USING (k)
+         WINDOW w AS (ORDER BY k)
+         ORDER BY k",
     )
     .bind(since)
     .bind(until)
