@@ -27,9 +27,17 @@ function badge(s) {
 // A read of the API. The session cookie (HttpOnly: never seen here) goes with it; a 401 means
 // the collector wants a sign-in (signIn()), never a token in the URL.
 class SignInNeeded extends Error {}
-async function api(path) {
+// A busy collector turns a read away with 503 and Retry-After: wait as told (5 s at most) and
+// ask again, twice, before the page says so.
+const BUSY_TRIES = 3;
+const pause = (ms) => new Promise((done) => setTimeout(done, ms));
+async function api(path, tries = BUSY_TRIES) {
   const r = await fetch(path, { credentials: "same-origin" });
   if (r.status === 401) throw new SignInNeeded("sign in to read this collector");
+  if (r.status === 503 && tries > 1) {
+    await pause(Math.min(Number(r.headers.get("Retry-After")) || 1, 5) * 1000);
+    return api(path, tries - 1);
+  }
   if (!r.ok) throw new Error(`${path}: ${r.status} ${(await r.json().catch(() => ({}))).error || ""}`);
   return r.json();
 }

@@ -58,8 +58,9 @@ pub struct ServeConfig {
     pub metrics_node_series_limit: usize,
     /// A replica for the reads (API, dashboard, /metrics); None: the database written to.
     pub database_read_url: Option<String>,
-    /// The readers' pool's connections (`--database-read-connections`); twice as many reads
-    /// may be in flight.
+    /// The readers' pool's connections (`--database-read-connections`; by default
+    /// [`pg::default_read_connections`]); reads in flight are capped by
+    /// [`crate::http::readers::max_concurrent_reads`].
     pub read_connections: u32,
     /// The password for `database` (a URL) and `database_read_url`, from a file; None: the
     /// URL's own, or libpq's PGPASSFILE.

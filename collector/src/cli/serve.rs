@@ -33,11 +33,12 @@ pub struct ServeArgs {
     /// go to the database written to.
     #[arg(long, env = "RAILGUARD_DATABASE_READ_URL")]
     database_read_url: Option<String>,
-    /// Connections of the readers' pool (API, dashboard, /metrics); twice as many reads may be in
-    /// flight, the rest are answered 503 with Retry-After. Fewer leave more of a shared
-    /// database's CPU to ingest and the assessment.
-    #[arg(long, default_value_t = railguard_collector::store::pg::READ_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..=64))]
-    database_read_connections: u32,
+    /// Connections of the readers' pool (API, dashboard, /metrics). Unset: 2 on the database
+    /// written to (readers then use at most two of its cores beside ingest and the assessment),
+    /// 6 on a --database-read-url replica. A few more reads may wait for a connection; past
+    /// that they are answered 503 with Retry-After.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    database_read_connections: Option<u32>,
     /// Agent credentials: one `NODE_ID TOKEN` (or `NODE_ID sha256:HEX`) per line.
     #[arg(long, env = "RAILGUARD_CREDENTIALS")]
     credentials: PathBuf,
@@ -263,8 +264,10 @@ impl ServeArgs {
         cfg.runbook_url = self.runbook_url;
         cfg.metrics_gpu_series_limit = self.metrics_gpu_series_limit;
         cfg.metrics_node_series_limit = self.metrics_node_series_limit;
+        cfg.read_connections = self.database_read_connections.unwrap_or_else(|| {
+            railguard_collector::store::pg::default_read_connections(self.database_read_url.is_some())
+        });
         cfg.database_read_url = self.database_read_url;
-        cfg.read_connections = self.database_read_connections;
         cfg.grpc_conns = ConnLimits {
             max: self.grpc_max_connections,
             per_peer: self.grpc_max_connections_per_peer,

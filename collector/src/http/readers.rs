@@ -13,10 +13,14 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::ErrorBody;
 
+/// Reads in flight at least, whatever the pool: a dashboard's page asks for a few at once.
+pub const MIN_READS_IN_FLIGHT: usize = 8;
+
 /// Reads in flight at most for a readers' pool of `connections`: twice over (a read holds a
-/// connection only while its statements run).
+/// connection only while its statements run), and never fewer than a page's reads. Those past
+/// the pool's connections wait for one; the pool, not this cap, bounds the database's share.
 pub fn max_concurrent_reads(connections: u32) -> usize {
-    2 * connections.max(1) as usize
+    (2 * connections.max(1) as usize).max(MIN_READS_IN_FLIGHT)
 }
 
 /// The permits for a readers' pool of `connections`, shared by every route that reads.
@@ -35,4 +39,21 @@ pub async fn limit(State(s): State<AppState>, req: Request, next: Next) -> Respo
             .into_response();
     };
     next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::pg::{READ_CONNECTIONS, REPLICA_READ_CONNECTIONS, default_read_connections};
+
+    #[test]
+    fn a_small_pool_still_admits_a_pages_reads_and_a_replica_gets_more_connections() {
+        assert_eq!(default_read_connections(false), READ_CONNECTIONS);
+        assert_eq!(default_read_connections(true), REPLICA_READ_CONNECTIONS);
+        const { assert!(READ_CONNECTIONS < REPLICA_READ_CONNECTIONS) };
+        assert_eq!(max_concurrent_reads(0), MIN_READS_IN_FLIGHT, "no pool is smaller than one connection");
+        assert_eq!(max_concurrent_reads(READ_CONNECTIONS), MIN_READS_IN_FLIGHT);
+        assert_eq!(max_concurrent_reads(REPLICA_READ_CONNECTIONS), 12);
+        assert_eq!(permits(64).available_permits(), 128);
+    }
 }

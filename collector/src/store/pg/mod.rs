@@ -61,9 +61,20 @@ pub async fn connect_and_migrate(opts: PgConnectOptions, max_connections: u32) -
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// Connections of the readers' pool (the API, the dashboard, /metrics) by default
-/// (`--database-read-connections`): apart from, and fewer than, ingest's and the assessment's,
-/// so readers cannot take a writer's connection.
-pub const READ_CONNECTIONS: u32 = 6;
+/// (`--database-read-connections`) when the reads go to the database written to: apart from,
+/// and fewer than, ingest's and the assessment's, so readers cannot take a writer's connection;
+/// and few, so that however many readers there are, at most this many statements of theirs run
+/// beside ingest and the assessment on the database's CPU.
+pub const READ_CONNECTIONS: u32 = 2;
+/// The readers' pool by default when the reads go to a replica of their own
+/// (`--database-read-url`): its CPU is the readers', not the writers'.
+pub const REPLICA_READ_CONNECTIONS: u32 = 6;
+
+/// The readers' pool's connections unless configured: few on the database written to, more on
+/// a replica.
+pub fn default_read_connections(replica: bool) -> u32 {
+    if replica { REPLICA_READ_CONNECTIONS } else { READ_CONNECTIONS }
+}
 /// How long one read may run before Postgres cancels it.
 pub const READ_STATEMENT_TIMEOUT: &str = "10s";
 
