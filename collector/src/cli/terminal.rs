@@ -109,4 +109,59 @@ mod tests {
         assert_eq!(redacted_url("http://collector:7701/a@b"), "http://collector:7701/a@b");
         assert_eq!(redacted_url("collector\u{1b}[2J"), "collector\\u{1b}[2J");
     }
+
+    /// What a hostile server or agent can put in front of the CLI's terminal (node names, reasons,
+    /// error texts, URLs) under 30,000 mutated texts: the terminal's form holds no character a
+    /// terminal acts on, the JSON form parses back to the very text, the bounded form is bounded,
+    /// and a URL's password never survives redaction.
+    #[test]
+    fn mutated_server_texts_never_reach_the_terminal_raw() {
+        use rand::{Rng, SeedableRng};
+        let seeds = [
+            "node-a",
+            "\u{1b}]0;owned\u{7}title",
+            "\u{1b}[2J\u{1b}[Hclear",
+            "abc\u{202e}gnp.exe",
+            "line\u{2028}sep\u{85}nel\u{9b}31m",
+            "\u{1b}]8;;https://evil.example\u{1b}\\link\u{1b}]8;;\u{1b}\\",
+        ];
+        let alphabet: Vec<char> =
+            "\u{1b}\u{7}\u{9b}\u{85}\u{202e}\u{2066}\u{2028}\u{200f}\r\n\t\u{0}[];:/@?#%\"\\aZ0\u{e9}\u{1f600}"
+                .chars()
+                .collect();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let terminal_acts_on = |c: char| {
+            c.is_control()
+                || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+        };
+        let mut changed = 0;
+        for _ in 0..30_000 {
+            let mut t: Vec<char> = seeds[rng.random_range(0..seeds.len())].chars().collect();
+            for _ in 0..rng.random_range(1..6) {
+                let i = rng.random_range(0..=t.len());
+                let c = if rng.random_range(0..4) == 0 {
+                    char::from_u32(rng.random_range(0..0x3000)).unwrap_or('?')
+                } else {
+                    alphabet[rng.random_range(0..alphabet.len())]
+                };
+                t.insert(i, c);
+            }
+            let text: String = t.into_iter().collect();
+            let shown = safe(&text);
+            changed += usize::from(shown != text);
+            assert!(!shown.chars().any(terminal_acts_on), "{text:?} shown as {shown:?}");
+            let cut = bounded(&text, 20);
+            assert!(cut.chars().count() <= 21 && !cut.chars().any(terminal_acts_on), "{cut:?}");
+            let json = json_safe(serde_json::to_string(&serde_json::json!({ "node": text })).unwrap());
+            assert!(!json.chars().any(terminal_acts_on), "{json:?}");
+            let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(back["node"], text.as_str(), "the JSON form means the same text");
+            // A password in a URL's userinfo, whatever the rest of the URL holds.
+            let password = format!("pw{}", rng.random::<u64>());
+            let url = format!("postgres://railguard:{password}@{}/db?x={text}", text.replace(['/', '?', '#'], ""));
+            let red = redacted_url(&url);
+            assert!(!red.contains(&password) && !red.chars().any(terminal_acts_on), "{url:?} -> {red:?}");
+        }
+        assert!(changed > 20_000, "the hostile characters were exercised: {changed}");
+    }
 }
