@@ -341,30 +341,9 @@ async fn main() {
     let reads_of = reads_of;
     let mut reads: Vec<Vec<f64>> = vec![Vec::new(); reads_of.len()];
     let mut next_reads = vec![measure_from; reads_of.len()];
+    let detection = watch_detection(pg.pool.clone(), &injections, start + a.duration);
     while Instant::now() < start + a.duration {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        for j in injections.iter_mut().filter(|j| j.detected.is_none()) {
-            let Some(sent) = j.sent.lock().ok().and_then(|s| *s) else { continue };
-            // The row the API answers from, read straight: readers turned away by the read cap
-            // must not delay the measurement itself.
-            let status: Option<String> =
-                sqlx::query_scalar("SELECT status::text FROM gpu_status WHERE node_id = $1 AND gpu_index = $2")
-                    .bind(&j.node)
-                    .bind(j.gpu as i32)
-                    .fetch_optional(&pg.pool)
-                    .await
-                    .unwrap_or(None);
-            if status.as_deref() == Some("corrupting") {
-                let d = sent.elapsed();
-                println!(
-                    "fleetgen: {} GPU{} corrupting {:.1} s after its failing probes were sent",
-                    j.node,
-                    j.gpu,
-                    d.as_secs_f64()
-                );
-                j.detected = Some(d);
-            }
-        }
         if storage_mark.is_none() && Instant::now() >= measure_from {
             let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
             durations_mark = pass_durations(&m);
@@ -414,6 +393,9 @@ async fn main() {
         );
     }
     // The end of the storage measurement: now, before the nodes' last sleeps end.
+    for (j, d) in injections.iter_mut().zip(detection.await.unwrap_or_default()) {
+        j.detected = d;
+    }
     let storage_end = (Instant::now(), history_size(&pg.pool).await);
     for t in tasks.into_iter().chain(readers) {
         let _ = t.await;
@@ -625,6 +607,43 @@ fn pass_durations(metrics: &str) -> Vec<PassDurations> {
             Some(PassDurations { kind: k.to_owned(), count, over_1s: count - le_1, longest })
         })
         .collect()
+}
+
+/// Polls each injection's stored status every 100 ms until `until`, apart from the progress
+/// loop (whose own reads of the API may take seconds under readers): how long after its failing
+/// probes were sent each was first `corrupting`, in the row the API answers from.
+fn watch_detection(
+    pool: sqlx::PgPool,
+    injections: &[Injection],
+    until: Instant,
+) -> tokio::task::JoinHandle<Vec<Option<Duration>>> {
+    let targets: Vec<(String, u32, Arc<std::sync::Mutex<Option<Instant>>>)> =
+        injections.iter().map(|j| (j.node.clone(), j.gpu, j.sent.clone())).collect();
+    tokio::spawn(async move {
+        let mut detected: Vec<Option<Duration>> = vec![None; targets.len()];
+        while Instant::now() < until && detected.iter().any(Option::is_none) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            for ((node, gpu, sent), found) in targets.iter().zip(detected.iter_mut()).filter(|(_, f)| f.is_none()) {
+                let Some(sent) = sent.lock().ok().and_then(|s| *s) else { continue };
+                let status: Option<String> =
+                    sqlx::query_scalar("SELECT status::text FROM gpu_status WHERE node_id = $1 AND gpu_index = $2")
+                        .bind(node)
+                        .bind(*gpu as i32)
+                        .fetch_optional(&pool)
+                        .await
+                        .unwrap_or(None);
+                if status.as_deref() == Some("corrupting") {
+                    let took = sent.elapsed();
+                    println!(
+                        "fleetgen: {node} GPU{gpu} corrupting {:.1} s after its failing probes were sent",
+                        took.as_secs_f64()
+                    );
+                    *found = Some(took);
+                }
+            }
+        }
+        detected
+    })
 }
 
 /// One injected failure: `gpu`'s workload pair on `node` fails from `at`; `sent` is when the
