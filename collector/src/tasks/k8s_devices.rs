@@ -424,8 +424,7 @@ pub async fn reconcile_once(
     for a in &actions {
         let res = match a {
             DeviceAction::Create { body, gpu, .. } => {
-                let created = create_rule(&api, body).await;
-                match created {
+                match create_rule(&api, body).await {
                     // An API server that predates the `None` effect refuses it as invalid: the
                     // rule is made with the configured effect instead.
                     Err(kube::Error::Api(e)) if e.code == 422 && body["spec"]["taint"]["effect"] == "None" => {

@@ -393,10 +393,10 @@ async fn main() {
         );
     }
     // The end of the storage measurement: now, before the nodes' last sleeps end.
+    let storage_end = (Instant::now(), history_size(&pg.pool).await);
     for (j, d) in injections.iter_mut().zip(detection.await.unwrap_or_default()) {
         j.detected = d;
     }
-    let storage_end = (Instant::now(), history_size(&pg.pool).await);
     for t in tasks.into_iter().chain(readers) {
         let _ = t.await;
     }
