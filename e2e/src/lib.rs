@@ -79,6 +79,7 @@ impl TestPg {
             "topology_nics" => "SELECT count(*) FROM topology_nics",
             "nodes" => "SELECT count(*) FROM nodes",
             "rollup_hours" => "SELECT count(*) FROM rollup_hours",
+            "assessment_runs" => "SELECT count(*) FROM assessment_runs",
             _ => panic!("unknown table {table}"),
         };
         sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()

@@ -143,6 +143,15 @@ async fn a_quiet_agent_is_seen_alive_without_marking_its_evidence_changed() {
     let pg = TestPg::start().await;
     // No periodic pass clears the flag: what sets it is seen.
     let collector = CollectorProc::start_with(&pg.url(), &[], &["--assess-every-secs", "3600"]);
+    // The collector's first pass claims what is pending when it runs: the agent starts after it,
+    // or that pass may claim the topology before the test sees it pending.
+    wait::until_async("the collector's first pass", Duration::from_secs(60), async || {
+        match pg.count("assessment_runs").await {
+            0 => Err("no pass recorded".to_owned()),
+            _ => Ok(()),
+        }
+    })
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let flags = ["--probe-cycle-secs", "0", "--no-signals", "--no-inline", "--heartbeat-secs", "1"];
     let args: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_ref()).collect();
