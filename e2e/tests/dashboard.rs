@@ -324,6 +324,70 @@ async fn clicking_drills_down_from_fleet_to_node_to_gpu() {
     });
 }
 
+/// The page's reads answered 503 (Retry-After), as a busy collector answers them, `times` times
+/// each; then the page's own refresh, awaited. Returns how often each path was asked, how long the
+/// refresh took, the error the page shows (null when none) and the grid's cells. The 503s come
+/// from a stand-in for `fetch` in the page; the collector's own are the read gate's tests.
+fn refresh_while_busy(b: &Browser, times: u32, retry_after: &str) -> serde_json::Value {
+    b.execute(&format!(
+        "const real = window.realFetch ||= window.fetch;
+         const asked = {{}};
+         window.fetch = (path, opts) => {{
+           asked[path] = (asked[path] || 0) + 1;
+           if (asked[path] > {times}) return real(path, opts);
+           return Promise.resolve(new Response('{{\"error\":\"busy\"}}',
+             {{ status: 503, headers: {{ 'Retry-After': '{retry_after}' }} }}));
+         }};
+         const t0 = performance.now();
+         return render().then(() => {{
+           window.fetch = real;
+           const error = document.querySelector('#view .error');
+           return {{ asked, ms: performance.now() - t0, error: error ? error.textContent : null,
+                    cells: document.querySelectorAll('#grid .cell').length }};
+         }});"
+    ))
+}
+
+/// A busy collector's 503: the page waits as Retry-After says (5 s at most) and asks again,
+/// twice, and shows the error only when the third answer is busy too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_answer_is_asked_again_as_told_and_shown_only_after_the_third() {
+    let pg = TestPg::start().await;
+    let c = scripted_fleet(&pg).await;
+    tokio::task::block_in_place(|| {
+        let b = Browser::start();
+        b.go(&format!("http://127.0.0.1:{}/", c.http_port));
+        b.find("body[data-ready] #grid .cell");
+        let cells = b.execute("return document.querySelectorAll('#grid .cell').length;").as_u64().unwrap();
+        let asked_fleet = |r: &serde_json::Value| {
+            let asked = r["asked"].as_object().unwrap();
+            let fleet: Vec<u64> = asked
+                .iter()
+                .filter(|(p, _)| p.starts_with("/api/v1/fleet"))
+                .map(|(_, n)| n.as_u64().unwrap())
+                .collect();
+            assert!(!fleet.is_empty(), "{r}");
+            fleet
+        };
+        // Busy twice, then answered: the page shows the fleet, after two pauses of a second.
+        let r = refresh_while_busy(&b, 2, "1");
+        assert!(r["error"].is_null(), "{r}");
+        assert_eq!(r["cells"].as_u64(), Some(cells), "{r}");
+        assert!(asked_fleet(&r).iter().all(|n| *n >= 3), "{r}");
+        assert!(r["ms"].as_f64().unwrap() >= 2000.0, "{r}");
+        // Busy three times: the page says so, with the status.
+        let r = refresh_while_busy(&b, u32::MAX, "1");
+        assert!(r["error"].as_str().unwrap_or_default().contains("503"), "{r}");
+        assert!(asked_fleet(&r).iter().all(|n| *n >= 3), "{r}");
+        // An hour's Retry-After is waited 5 s, not an hour: the refresh ends (within the
+        // script's 30 s) and shows the fleet again.
+        let r = refresh_while_busy(&b, 1, "3600");
+        assert!(r["error"].is_null(), "{r}");
+        assert_eq!(r["cells"].as_u64(), Some(cells), "{r}");
+        assert!(r["ms"].as_f64().unwrap() >= 5000.0, "{r}");
+    });
+}
+
 /// Markup in everything an agent can send (NIC names, topology warnings, the reasons that quote
 /// them, signal summaries) and in a crafted link: shown as text, never run. Every response
 /// carries the security headers.
