@@ -69,7 +69,8 @@ CREATE TABLE inline_reports (
     engine jsonb,
     transfers_mismatch_misplaced bigint NOT NULL DEFAULT 0,
     simulated boolean NOT NULL DEFAULT false,
-    sources_changed bigint NOT NULL DEFAULT 0
+    sources_changed bigint NOT NULL DEFAULT 0,
+    pod jsonb
 ) PARTITION BY RANGE (observed_at);
 
 CREATE TABLE node_status (

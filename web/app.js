@@ -923,15 +923,24 @@ function pairsPanel(g) {
   return `<h2>Pairs</h2>${table("", ["NIC", "latest", "diagnosis", "ok / bad in window"], rows)}`;
 }
 
+// A workload's pod as its agent named it: namespace/name and container from the kubelet, the
+// pod's UID (and container ID) from a control group.
+function podLabel(p) {
+  if (p.source === "kubelet") return `${p.namespace}/${p.name} (${p.container})`;
+  return `pod uid ${p.uid}${p.container_id ? ` (${p.container_id.slice(0, 12)})` : ""}`;
+}
+
 function inlinePanel(g) {
   const title = "<h2>In-line verification (the workload's own transfers, in the window)</h2>";
   if (!g.inline.length) return title + none("", "no in-line results (docs/inline-verification.md)");
   const rows = g.inline.map(i => {
     const failures = i.failures.slice(0, 5).map(f => esc(inlineFailure(f))).join("<br>");
-    return `<tr class="${i.mismatch ? "bad" : ""}"><td>${esc(i.nic || "unattributed")}</td><td>${i.ok}</td>` +
-      `<td>${i.ok_nic} / ${i.ok_gpu_memory}</td><td>${i.mismatch}</td><td>${i.error}</td><td>${failures}</td></tr>`;
+    const pods = (i.pods || []).map(p => `<span class="pod">${esc(podLabel(p))}</span>`).join("<br>");
+    return `<tr class="${i.mismatch ? "bad" : ""}"><td>${esc(i.nic || "unattributed")}</td>` +
+      `<td>${pods || "-"}</td><td>${i.ok}</td><td>${i.ok_nic} / ${i.ok_gpu_memory}</td><td>${i.mismatch}</td>` +
+      `<td>${i.error}</td><td>${failures}</td></tr>`;
   });
-  const heads = ["NIC", "verified", "through the NIC / into GPU memory", "wrong bytes", "NIXL errors",
+  const heads = ["NIC", "pods", "verified", "through the NIC / into GPU memory", "wrong bytes", "NIXL errors",
     "latest failures"];
   return title + table("inline", heads, rows) + `
       <p class="muted">${esc(g.inline[0].attribution)}</p>`;
@@ -1000,7 +1009,8 @@ function evidenceMarkdown(name, idx, g) {
       ...g.pairs.map(p => `| ${p.nic} | ${p.latest} | ${p.window.ok} / ${p.window.bad} |`));
   }
   if (g.inline.length) {
-    const each = g.inline.map(i => `${i.nic || "?"}: ${i.ok} verified, ${i.mismatch} wrong, ${i.error} errors`);
+    const each = g.inline.map(i => `${i.nic || "?"}: ${i.ok} verified, ${i.mismatch} wrong, ${i.error} errors` +
+      ((i.pods || []).length ? ` (${i.pods.map(podLabel).join(", ")})` : ""));
     lines.push("", "In-line (the workload's own transfers): " + each.join("; "));
   }
   return lines.join("\n");

@@ -186,6 +186,7 @@ fn state(pool: &sqlx::PgPool, gpu_limit: usize, node_limit: usize) -> AppState {
         secure_cookies: false,
         metrics_gpu_series_limit: gpu_limit,
         metrics_node_series_limit: node_limit,
+        metrics_pod_series: false,
         window_minutes: 15,
         facts: Arc::default(),
         allowed_hosts: Arc::default(),

@@ -56,6 +56,8 @@ pub struct ServeConfig {
     pub metrics_gpu_series_limit: usize,
     /// `--metrics-node-series-limit`.
     pub metrics_node_series_limit: usize,
+    /// `--metrics-pod-series`: /metrics names the pods behind the GPUs' in-line reports.
+    pub metrics_pod_series: bool,
     /// A replica for the reads (API, dashboard, /metrics); None: the database written to.
     pub database_read_url: Option<String>,
     /// The readers' pool's connections (`--database-read-connections`; by default
@@ -106,6 +108,7 @@ impl ServeConfig {
             runbook_url: None,
             metrics_gpu_series_limit: Self::DEFAULT_METRICS_GPU_SERIES_LIMIT,
             metrics_node_series_limit: Self::DEFAULT_METRICS_NODE_SERIES_LIMIT,
+            metrics_pod_series: false,
             database_read_url: None,
             read_connections: pg::READ_CONNECTIONS,
             database_password: None,
@@ -227,6 +230,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                     secure_cookies: cfg.http_tls.is_some(),
                     metrics_gpu_series_limit: cfg.metrics_gpu_series_limit,
                     metrics_node_series_limit: cfg.metrics_node_series_limit,
+                    metrics_pod_series: cfg.metrics_pod_series,
                     window_minutes: i32::try_from(cfg.assess.window.as_secs() / 60).unwrap_or(i32::MAX).max(1),
                     facts: Arc::default(),
                     allowed_hosts: Arc::new(cfg.http_allowed_hosts.clone()),

@@ -85,6 +85,7 @@ fn inline_on(
             simulated,
             engine,
             sources_changed: 0,
+            pod: None,
         }),
     }
     .into()

@@ -500,6 +500,14 @@ async fn hostile_names_reasons_and_links_run_no_script() {
                 simulated: false,
                 engine: None,
                 sources_changed: 0,
+                pod: Some(railguard_schema::WorkloadPod {
+                    namespace: "serving".into(),
+                    name: "decode-0".into(),
+                    container: "vllm".into(),
+                    uid: String::new(),
+                    container_id: String::new(),
+                    source: railguard_schema::PodSource::Kubelet,
+                }),
             }),
         }
         .into(),
@@ -612,6 +620,13 @@ async fn hostile_names_reasons_and_links_run_no_script() {
             "{inline}"
         );
         assert!(b.text("#evidence").contains("in-line verification caught 1 of 42"), "{}", b.text("#evidence"));
+        // The pod the transfers were made for: in its column, and in the finding.
+        assert!(b.text("#inline .pod").contains("serving/decode-0 (vllm)"), "{inline}");
+        assert!(
+            b.text("#evidence").contains("transfers (pod serving/decode-0, container vllm) on GPU0"),
+            "{}",
+            b.text("#evidence")
+        );
         let other = b.execute("return document.querySelectorAll('#per-nic .tick.other').length;");
         assert_eq!(other.as_u64(), Some(1), "another device's DMA is marked as such");
         assert!(b.text("body").contains("dashed: moved by another device's DMA"));

@@ -31,6 +31,29 @@ fn seeds() -> Vec<Vec<u8>> {
         topo_rec(with_gone),
     ];
     v.push(Record::now(RecordBody::Signal(signal(1))).into());
+    // An in-line report naming its workload's pod.
+    let at = convert::timestamp_to_unix_ns(chrono::Utc::now());
+    let inline = wire::InlineReport {
+        gpu_index: Some(3),
+        nic: "mlx5_3".into(),
+        pid: 7,
+        process: "vllm".into(),
+        memory: wire::Memory::Cuda.into(),
+        path: wire::DataPath::NicDma.into(),
+        attribution: "CUDA_VISIBLE_DEVICES=3".into(),
+        transfers_ok: 5,
+        first_at_unix_ns: at,
+        last_at_unix_ns: at,
+        pod: Some(wire::WorkloadPod {
+            namespace: "serving".into(),
+            name: "decode-3".into(),
+            container: "vllm".into(),
+            source: wire::PodSource::Kubelet.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    v.push(Record::now(RecordBody::Inline(InlineReport::try_from(inline).unwrap())).into());
     v.iter().map(Message::encode_to_vec).collect()
 }
 
@@ -38,7 +61,7 @@ fn seeds() -> Vec<Vec<u8>> {
 fn mutated_records_never_panic_and_refusals_say_why() {
     let seeds = seeds();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let (mut undecodable, mut refused, mut accepted, mut gone_kept) = (0, 0, 0, 0);
+    let (mut undecodable, mut refused, mut accepted, mut gone_kept, mut pods_kept) = (0, 0, 0, 0, 0);
     for _ in 0..30_000 {
         let mut b = seeds[rng.random_range(0..seeds.len())].clone();
         for _ in 0..rng.random_range(1..4) {
@@ -73,6 +96,14 @@ fn mutated_records_never_panic_and_refusals_say_why() {
                     assert_eq!(indices.len(), n, "{:?} {:?}", t.gpus, t.gone);
                     gone_kept += usize::from(!t.gone.is_empty());
                 }
+                // An accepted pod is Kubernetes names and IDs alone: safe in a label, a URL, a
+                // terminal.
+                if let RecordBody::Inline(InlineReport { pod: Some(p), .. }) = &r.body {
+                    let parts = [&p.namespace, &p.name, &p.container, &p.uid, &p.container_id];
+                    let safe = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+                    assert!(parts.iter().all(|s| s.chars().all(safe)), "{p:?}");
+                    pods_kept += 1;
+                }
                 // What is accepted is a well-formed record: it survives another round trip.
                 let again: wire::Record = r.clone().into();
                 assert_eq!(Record::try_from(again).unwrap(), r);
@@ -86,6 +117,7 @@ fn mutated_records_never_panic_and_refusals_say_why() {
     // Each outcome was exercised, not just the decoder's failures.
     assert!(undecodable > 1000 && refused > 1000 && accepted > 1000, "{undecodable} {refused} {accepted}");
     assert!(gone_kept > 100, "topologies with a gone GPU were accepted too: {gone_kept}");
+    assert!(pods_kept > 100, "in-line reports with a pod were accepted too: {pods_kept}");
 }
 
 /// The agent's in-line line parser (what a local process's bytes meet first) under 30,000

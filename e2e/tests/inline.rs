@@ -67,7 +67,7 @@ fn inline_agent_with(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transfers_never_alarm() {
     let pg = TestPg::start().await;
-    let collector = CollectorProc::start(&pg.url());
+    let collector = CollectorProc::start_with(&pg.url(), &[], &["--metrics-pod-series"]);
     let dir = tempfile::tempdir().unwrap();
     // The node's kubelet: each GPU of the seed node allocated to a decode pod, by its UUID.
     let kubelet = dir.path().join("kubelet.sock");
@@ -164,6 +164,14 @@ async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transf
     assert!(pid > 1 && !process.is_empty(), "{process} {pid}");
     // The workload is named by its pod: the kubelet allocated GPU3 (by its UUID) to it.
     assert!(attribution.contains("GPU3 is allocated to pod serving/vllm-decode-3 (container vllm)"), "{attribution}");
+    // And carried as a field of its own, by every report of GPU3's and GPU5's.
+    let pods: Vec<(i32, serde_json::Value)> =
+        sqlx::query_as("SELECT DISTINCT gpu_index, pod FROM inline_reports WHERE node_id = 'node-a' ORDER BY 1")
+            .fetch_all(&pg.pool)
+            .await
+            .unwrap();
+    let decode = |g: i32| serde_json::json!({"namespace": "serving", "name": format!("vllm-decode-{g}"), "container": "vllm", "source": "kubelet"});
+    assert_eq!(pods, vec![(3, decode(3)), (5, decode(5))]);
 
     // The layer: the torn transfers were moved by a host copy (host memory, no RDMA queue pair),
     // so the engine is implicated, not GPU3 or mlx5_3. GPU3 carries the finding, marked
@@ -195,6 +203,7 @@ async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transf
     assert!(said.contains("in-line verification caught") && said.contains("request req-"), "{said}");
     assert!(said.contains("from prefill-0") && said.contains("blocks differ"), "{said}");
     assert!(said.contains("neither mlx5_3 nor GPU3 is implicated") && said.contains("kv_race"), "{said}");
+    assert!(said.contains("transfers (pod serving/vllm-decode-3, container vllm) on GPU3"), "{said}");
     // Fleet-wide, by the engine's identity: the API, and /metrics for the alert.
     let (code, body) = collector.get("/api/v1/engines?since=1h", None);
     assert_eq!(code, 200, "{body}");
@@ -215,6 +224,15 @@ async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transf
             && l.ends_with(&format!(" {caught}"))),
         "{metrics}"
     );
+    // The pods, opt-in (--metrics-pod-series): one series per GPU and pod.
+    let pod_series: Vec<&str> = metrics.lines().filter(|l| l.starts_with("railguard_gpu_pod_info{")).collect();
+    assert_eq!(
+        pod_series,
+        [3, 5].map(|g| format!(
+            "railguard_gpu_pod_info{{node=\"node-a\",gpu=\"{g}\",namespace=\"serving\",pod=\"vllm-decode-{g}\",container=\"vllm\",pod_uid=\"\"}} 1"
+        )),
+        "{metrics}"
+    );
     let (status5, reasons5): (String, serde_json::Value) =
         sqlx::query_as("SELECT status::text, reasons FROM gpu_status WHERE node_id = 'node-a' AND gpu_index = 5")
             .fetch_one(&pg.pool)
@@ -230,6 +248,7 @@ async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transf
     assert_eq!(v["inline"][0]["nic"], "mlx5_3", "{body}");
     assert_eq!(v["inline"][0]["mismatch"].as_i64(), Some(caught), "{body}");
     assert!(v["inline"][0]["failures"][0]["request"].as_str().unwrap().starts_with("req-"), "{body}");
+    assert_eq!(v["inline"][0]["pods"], serde_json::json!([decode(3)]), "{body}");
     railguard_e2e::openapi::check(&spec, "/api/v1/nodes/node-a/gpus/3", 200, &v).unwrap_or_else(|e| panic!("{e}"));
     let (_, body) = collector.get("/api/v1/nodes/node-a", None);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -33,6 +33,7 @@ fn app_state(pg: &TestPg, limit: usize) -> AppState {
         secure_cookies: false,
         metrics_gpu_series_limit: limit,
         metrics_node_series_limit: limit,
+        metrics_pod_series: true,
         window_minutes: 15,
         facts: Arc::default(),
         allowed_hosts: Arc::default(),

@@ -90,6 +90,7 @@ fn inline(gpu: u32, ok: u64, mismatch: u64, ago_s: i64) -> wire::Record {
             simulated: false,
             engine: None,
             sources_changed: 0,
+            pod: None,
         }),
     }
     .into()

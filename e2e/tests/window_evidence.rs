@@ -424,6 +424,7 @@ fn inline_report(rng: &mut StdRng, at: DateTime<Utc>) -> Record {
             simulated: false,
             engine: None,
             sources_changed: 0,
+            pod: None,
         }),
     }
 }

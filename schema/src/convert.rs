@@ -48,6 +48,8 @@ pub enum WireError {
     ControlChar { field: &'static str, code: u32, at: usize },
     #[error("field {field}: {value:?} is not a device name (1 to 64 of A-Z a-z 0-9 _ . : -)")]
     BadName { field: &'static str, value: String },
+    #[error("field {field}: {value:?} is not a Kubernetes name or ID")]
+    BadKubernetesName { field: &'static str, value: String },
     #[error("field {field} names {value:?}, which is not a NIC of this topology")]
     UnknownDevice { field: &'static str, value: String },
     #[error("field {field} has {count} entries (limit {max})")]
@@ -566,6 +568,7 @@ impl TryFrom<wire::InlineReport> for InlineReport {
             },
             simulated: r.simulated,
             sources_changed: count("inline.sources_changed", r.sources_changed)?,
+            pod: r.pod.map(WorkloadPod::try_from).transpose()?,
         })
     }
 }
@@ -753,6 +756,7 @@ impl From<InlineReport> for wire::InlineReport {
             transfers_mismatch_misplaced: r.transfers_mismatch_misplaced,
             simulated: r.simulated,
             sources_changed: r.sources_changed,
+            pod: r.pod.map(Into::into),
         }
     }
 }
@@ -1315,6 +1319,7 @@ mod tests {
                 settings: [("enable_prefix_caching".to_owned(), "true".to_owned())].into(),
             }),
             sources_changed: 0,
+            pod: None,
         }
     }
 

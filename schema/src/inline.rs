@@ -200,6 +200,9 @@ pub struct InlineReport {
     /// Source-side outcomes among `failures` (`source_changed`), counted past the failures kept.
     #[serde(default)]
     pub sources_changed: u64,
+    /// The pod the reporting process works for; None outside a pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<crate::WorkloadPod>,
 }
 
 impl InlineReport {

@@ -14,6 +14,7 @@ pub mod layer;
 mod macros;
 pub mod path_class;
 pub mod pins;
+pub mod pod;
 pub mod probe;
 pub mod record;
 pub mod signal;
@@ -27,6 +28,7 @@ pub use inline::{BlockDiagnosis, EngineIdentity, InlineFailure, InlineReport};
 pub use kv_memory::{KvMemory, KvMemoryWhy};
 pub use layer::Layer;
 pub use path_class::PathClass;
+pub use pod::{PodSource, WorkloadPod};
 pub use probe::{
     DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeResult, ProbeSummary, ProbeSummarySet, ProbeVerdict,
     Reported, Transport,

@@ -43,6 +43,8 @@ pub struct Attribution {
     pub simulated_device: bool,
     /// How, in words.
     pub how: String,
+    /// The pod the process works for, where one is named ([`super::pods`]).
+    pub pod: Option<railguard_schema::WorkloadPod>,
 }
 
 /// A result's device the process does not back with a GPU it holds: refused, and counted.
@@ -249,7 +251,7 @@ pub fn attribute(
         DataPath::NicDma
     };
     let nic_bdf = snapshot.nics.iter().find(|n| n.name == nic).map(|n| n.bdf);
-    Ok(Attribution { gpu, gpu_bdf, nic, nic_bdf, path, process, simulated_device, how: how.join("; ") })
+    Ok(Attribution { gpu, gpu_bdf, nic, nic_bdf, path, process, simulated_device, how: how.join("; "), pod: None })
 }
 
 /// A simulated device's process sets this to 1 for the simulated fabric to stand in for its

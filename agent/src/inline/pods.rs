@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use railguard_schema::podresources::pod_resources_lister_client::PodResourcesListerClient;
 use railguard_schema::podresources::{ListPodResourcesRequest, ListPodResourcesResponse};
+use railguard_schema::{WorkloadPod, wire};
 
 use crate::said_once::SaidOnce;
 use crate::stop::Stop;
@@ -30,6 +31,24 @@ pub struct PodRef {
     pub namespace: String,
     pub name: String,
     pub container: String,
+}
+
+impl PodRef {
+    /// The pod as in-line reports carry it; None where a part is not a Kubernetes name (the
+    /// collector would refuse the report for it: the words of the attribution still say it).
+    pub fn workload_pod(&self) -> Option<WorkloadPod> {
+        checked(wire::WorkloadPod {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            container: self.container.clone(),
+            source: wire::PodSource::Kubelet.into(),
+            ..Default::default()
+        })
+    }
+}
+
+fn checked(p: wire::WorkloadPod) -> Option<WorkloadPod> {
+    WorkloadPod::try_from(p).ok()
 }
 
 impl std::fmt::Display for PodRef {
@@ -171,6 +190,18 @@ pub struct CgroupPod {
     pub container_id: String,
 }
 
+impl CgroupPod {
+    /// The pod as in-line reports carry it; None where the UID or the container ID is not one.
+    pub fn workload_pod(&self) -> Option<WorkloadPod> {
+        checked(wire::WorkloadPod {
+            uid: self.pod_uid.to_ascii_lowercase(),
+            container_id: self.container_id.to_ascii_lowercase(),
+            source: wire::PodSource::Cgroup.into(),
+            ..Default::default()
+        })
+    }
+}
+
 impl std::fmt::Display for CgroupPod {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let short = self.container_id.get(..12).unwrap_or(&self.container_id);
@@ -256,6 +287,18 @@ mod tests {
     }
 
     #[test]
+    fn a_listed_pod_is_carried_by_its_names_and_a_name_kubernetes_would_refuse_is_not() {
+        let p = PodRef { namespace: "serving".into(), name: "decode-0".into(), container: "vllm".into() };
+        let pod = p.workload_pod().unwrap();
+        assert_eq!(
+            (pod.source, pod.label()),
+            (railguard_schema::PodSource::Kubelet, "pod serving/decode-0, container vllm".into())
+        );
+        let odd = PodRef { name: "Decode_0".into(), ..p };
+        assert_eq!(odd.workload_pod(), None);
+    }
+
+    #[test]
     fn a_pod_is_read_from_either_cgroup_driver() {
         let id = "4f2a".repeat(16);
         let systemd = format!(
@@ -268,7 +311,15 @@ mod tests {
         );
         assert_eq!(p.to_string(), "pod uid 1b4e28ba-2fa1-11d2-883f-0016d3cca427 (container 4f2a4f2a4f2a)");
         let cgroupfs = format!("12:memory:/kubepods/besteffort/pod1b4e28ba-2fa1-11d2-883f-0016d3cca427/{id}\n");
-        assert_eq!(cgroup_pod(&cgroupfs), Some(p));
+        assert_eq!(cgroup_pod(&cgroupfs).as_ref(), Some(&p));
+        // As reports carry it: the UID and container ID, nothing named.
+        let pod = p.workload_pod().unwrap();
+        assert_eq!(pod.source, railguard_schema::PodSource::Cgroup);
+        assert_eq!(pod.label(), "pod uid 1b4e28ba-2fa1-11d2-883f-0016d3cca427, container 4f2a4f2a4f2a");
+        // A UID with an odd digit count in a group is no UID: the report carries no pod, the
+        // words still say what the path said.
+        let odd = CgroupPod { pod_uid: "1b4e28ba2-fa1-11d2-883f-0016d3cca427".into(), container_id: String::new() };
+        assert_eq!(odd.workload_pod(), None);
         for not_a_pod in ["0::/system.slice/railguard-agent.service\n", "0::/user.slice/pod-not-a-uid\n", "", "garbage"]
         {
             assert_eq!(cgroup_pod(not_a_pod), None, "{not_a_pod:?}");

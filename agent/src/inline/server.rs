@@ -469,15 +469,16 @@ fn name_pod(
 ) {
     let uuid = snapshot.gpus.iter().find(|g| g.index == a.gpu).map(|g| g.uuid.as_str()).unwrap_or_default();
     let named = match pods.of_gpu(uuid) {
-        Some(p) => Some(format!("GPU{} is allocated to {p}", a.gpu)),
+        Some(p) => Some((format!("GPU{} is allocated to {p}", a.gpu), p.workload_pod())),
         None => proc_
             .read(format!("{pid}/cgroup"))
             .ok()
             .and_then(|t| cgroup_pod(&t))
-            .map(|p| format!("process {pid} runs in {p}")),
+            .map(|p| (format!("process {pid} runs in {p}"), p.workload_pod())),
     };
-    if let Some(n) = named {
-        a.how = format!("{}; {n}", a.how);
+    if let Some((words, pod)) = named {
+        a.how = format!("{}; {words}", a.how);
+        a.pod = pod;
     }
 }
 
@@ -604,5 +605,6 @@ fn report_of(pid: u32, a: Attribution, b: Batch, engine: Option<railguard_schema
         simulated: a.simulated_device,
         sources_changed: b.source_changed,
         engine,
+        pod: a.pod,
     }
 }

@@ -244,6 +244,7 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
         let by_nic = i.mismatch_nic - misplaced - remote;
         let engine =
             if i.engines.is_empty() { "an engine that did not name itself".to_owned() } else { i.engines.join(", ") };
+        let whose = pods_phrase(&i.pods);
         // Reported for a simulated device (the simulated fabric stood in for the NIC's DMA, or a
         // real NIC moved the host memory standing in for the GPU's): the same layers, marked as
         // simulation, proving nothing of a GPU.
@@ -258,7 +259,7 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
                 GpuStatus::Corrupting,
                 by,
                 format!(
-                    "engine: {misplaced} of {} of the workload's own transfers on GPU{g} via {nic} in the last {w} arrived holding whole source blocks of another time or place, or the source's bytes rearranged after arrival, or blocks the source's own node reported reused before the READ was confirmed (stale, misdirected, swapped, layout or changed at the source: the bytes are a block's as it was sent, from the wrong block or the wrong moment, or rewritten by the engine) — the serving engine is implicated ({engine}), not {nic} or GPU{g}{examples}",
+                    "engine: {misplaced} of {} of the workload's own transfers{whose} on GPU{g} via {nic} in the last {w} arrived holding whole source blocks of another time or place, or the source's bytes rearranged after arrival, or blocks the source's own node reported reused before the READ was confirmed (stale, misdirected, swapped, layout or changed at the source: the bytes are a block's as it was sent, from the wrong block or the wrong moment, or rewritten by the engine) — the serving engine is implicated ({engine}), not {nic} or GPU{g}{examples}",
                     i.total()
                 ),
             );
@@ -269,7 +270,7 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
                 GpuStatus::Corrupting,
                 by,
                 format!(
-                    "remote: {remote} of the workload's own transfers on GPU{g} via {nic} in the last {w} arrived with wrong bytes from a source that sent wrong bytes to other GPUs too ({}), while GPU{g} got wrong bytes from no other source: the other end (that source's GPU or NIC) is implicated, not GPU{g}{sim}{examples}",
+                    "remote: {remote} of the workload's own transfers{whose} on GPU{g} via {nic} in the last {w} arrived with wrong bytes from a source that sent wrong bytes to other GPUs too ({}), while GPU{g} got wrong bytes from no other source: the other end (that source's GPU or NIC) is implicated, not GPU{g}{sim}{examples}",
                     i.remotes.join(", ")
                 ),
             );
@@ -280,7 +281,7 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
                 GpuStatus::Corrupting,
                 by,
                 format!(
-                    "GPU{g} via {nic}{which}: in-line verification caught {} of {} of the workload's own NIXL transfers in the last {w} arriving with wrong bytes — NIXL reported success; moved by {nic}'s DMA, so the GPU↔NIC path is implicated{sim}{examples}",
+                    "GPU{g} via {nic}{which}: in-line verification caught {} of {} of the workload's own NIXL transfers{whose} in the last {w} arriving with wrong bytes — NIXL reported success; moved by {nic}'s DMA, so the GPU↔NIC path is implicated{sim}{examples}",
                     by_nic,
                     i.total()
                 ),
@@ -292,7 +293,7 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
                 GpuStatus::Corrupting,
                 DataPath::HostCopy,
                 format!(
-                    "engine: in-line verification caught {by_host} of {} of the workload's own transfers on GPU{g} in the last {w} arriving with wrong bytes, moved by a host copy (the process held no RDMA queue pair ready on {nic}): neither {nic} nor GPU{g} is implicated; the serving engine is ({engine}){examples}",
+                    "engine: in-line verification caught {by_host} of {} of the workload's own transfers{whose} on GPU{g} in the last {w} arriving with wrong bytes, moved by a host copy (the process held no RDMA queue pair ready on {nic}): neither {nic} nor GPU{g} is implicated; the serving engine is ({engine}){examples}",
                     i.total()
                 ),
             );
@@ -309,6 +310,19 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
                 ),
             );
         }
+    }
+}
+
+/// Most pods a finding names; the rest are counted.
+const PODS_NAMED: usize = 3;
+
+/// The pods whose transfers arrived wrong, as a finding names them: ` (pod a/b, container c)`,
+/// nothing where no pod was named.
+fn pods_phrase(pods: &[String]) -> String {
+    match pods.len() {
+        0 => String::new(),
+        n if n <= PODS_NAMED => format!(" ({})", pods.join("; ")),
+        n => format!(" ({}; and {} more pods)", pods[..PODS_NAMED].join("; "), n - PODS_NAMED),
     }
 }
 

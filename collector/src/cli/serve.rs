@@ -116,6 +116,12 @@ pub struct ServeArgs {
     /// and railguard_probe_verdicts_fleet_total count them all.
     #[arg(long, env = "RAILGUARD_METRICS_NODE_SERIES_LIMIT", default_value_t = ServeConfig::DEFAULT_METRICS_NODE_SERIES_LIMIT)]
     metrics_node_series_limit: usize,
+    /// /metrics names the pods the GPUs' in-line verified transfers were made for in the
+    /// assessment window: one railguard_gpu_pod_info series per GPU and pod (namespace, pod,
+    /// container, pod_uid), to join with railguard_gpu_status on node and gpu. Off by default: a
+    /// series per pod grows with the fleet's pod churn. At most --metrics-gpu-series-limit series.
+    #[arg(long, env = "RAILGUARD_METRICS_POD_SERIES")]
+    metrics_pod_series: bool,
     /// Connections the agents' gRPC port holds at once; more are closed at accept (the open-file
     /// limit is raised to its hard limit at start, and a warning says when that is too low).
     #[arg(long, default_value_t = ConnLimits::GRPC_DEFAULT.max, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(16..=4_000_000))]
@@ -264,6 +270,7 @@ impl ServeArgs {
         cfg.runbook_url = self.runbook_url;
         cfg.metrics_gpu_series_limit = self.metrics_gpu_series_limit;
         cfg.metrics_node_series_limit = self.metrics_node_series_limit;
+        cfg.metrics_pod_series = self.metrics_pod_series;
         cfg.read_connections = self.database_read_connections.unwrap_or_else(|| {
             railguard_collector::store::pg::default_read_connections(self.database_read_url.is_some())
         });

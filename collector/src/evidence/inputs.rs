@@ -325,6 +325,7 @@ pub(super) async fn load_inline(
         in_gpu,
         error,
         engines: Json(engines),
+        pods: Json(pods),
     } in rows
     {
         let Some(gpu) = stored_gpu(gpu) else {
@@ -338,6 +339,14 @@ pub(super) async fn load_inline(
                 continue;
             }
         };
+        let mut pods: Vec<railguard_schema::WorkloadPod> = match serde_json::from_value(pods) {
+            Ok(p) => p,
+            Err(e) => {
+                damage.note(&node, || format!("a stored in-line report's pod no longer decodes ({e})"));
+                continue;
+            }
+        };
+        pods.sort();
         let input = inputs.entry(GpuKey::new(node.clone(), gpu)).or_insert_with(|| GpuInput {
             node,
             gpu,
@@ -363,6 +372,7 @@ pub(super) async fn load_inline(
             error: n(error),
             failures: Vec::new(),
             engines: engines.iter().map(railguard_schema::EngineIdentity::label).collect(),
+            pods: pods.iter().map(railguard_schema::WorkloadPod::label).collect(),
             ..InlineCounts::default()
         };
     }

@@ -25,6 +25,9 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     // scrapes every replica holds one series per GPU and its alerts' joins and counts hold.
     if s.state.leads.assessment.load(Ordering::Relaxed) {
         gpus(&mut out, &s.pool, s.metrics_gpu_series_limit).await?;
+        if s.metrics_pod_series {
+            pods(&mut out, &s).await?;
+        }
         engines(&mut out, &s).await?;
         sources(&mut out, &s).await?;
         nodes(&mut out, &s.pool, s.metrics_node_series_limit).await?;
@@ -169,6 +172,31 @@ async fn gpus(out: &mut String, pool: &sqlx::PgPool, limit: usize) -> Result<(),
             label(&g.uuid),
             label(&g.pci_bus_id),
             label(&g.model)
+        );
+    }
+    Ok(())
+}
+
+/// The pods the GPUs' in-line verified transfers were made for in the assessment window, one
+/// series per GPU and pod, at most `metrics_gpu_series_limit` (those whose reports came last).
+async fn pods(out: &mut String, s: &AppState) -> Result<(), ApiError> {
+    let since = chrono::Utc::now() - chrono::TimeDelta::minutes(i64::from(s.window_minutes));
+    let limit = i64::try_from(s.metrics_gpu_series_limit).unwrap_or(i64::MAX);
+    let found = crate::store::read::gpu_pods(&s.pool, since, limit).await?;
+    let _ = writeln!(
+        out,
+        "# HELP railguard_gpu_pod_info The pods each GPU's in-line verified KV transfers were made for in the assessment window, as the node's agent named them: from the kubelet's pod-resources API (namespace, pod, container) or from the process's control group (pod_uid alone); always 1. Join on node and gpu with railguard_gpu_status. A name for the evidence, never evidence.\n# TYPE railguard_gpu_pod_info gauge"
+    );
+    for p in &found {
+        let _ = writeln!(
+            out,
+            "railguard_gpu_pod_info{{node=\"{}\",gpu=\"{}\",namespace=\"{}\",pod=\"{}\",container=\"{}\",pod_uid=\"{}\"}} 1",
+            label(&p.node_id),
+            p.gpu_index,
+            label(&p.pod.namespace),
+            label(&p.pod.name),
+            label(&p.pod.container),
+            label(&p.pod.uid)
         );
     }
     Ok(())

@@ -44,6 +44,8 @@ pub struct AppState {
     /// /metrics gives every node its own series while the fleet has at most this many nodes;
     /// above, only the nodes with something to look at (`serve --metrics-node-series-limit`).
     pub metrics_node_series_limit: usize,
+    /// /metrics names the pods behind the GPUs' in-line reports (`serve --metrics-pod-series`).
+    pub metrics_pod_series: bool,
     /// The assessment window (the API's per-pair window counts).
     pub window_minutes: i32,
     /// The nodes' topology facts the pattern finder has read, kept between its reads.

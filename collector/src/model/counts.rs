@@ -74,6 +74,9 @@ pub struct InlineCounts {
     pub failures: Vec<String>,
     /// The engines whose transfers arrived wrong by a host copy, in words.
     pub engines: Vec<String>,
+    /// The pods whose transfers arrived wrong, in words, sorted: names for the findings, never
+    /// evidence.
+    pub pods: Vec<String>,
     /// Of the mismatches moved by the pair's NIC, those from a source that also sent wrong bytes
     /// to other GPUs while this GPU got wrong bytes from no other source: the other end's.
     pub mismatch_remote: u64,

@@ -287,9 +287,9 @@ async fn insert_inline(
             "INSERT INTO inline_reports (record_id, node_id, observed_at, gpu_index, gpu_bdf, nic, nic_bdf, pid, process,
                 memory, path, attribution, transfers_ok, transfers_mismatch, transfers_error, bytes_verified,
                 blocks_verified, first_at, last_at, failures, failures_omitted, engine, transfers_mismatch_misplaced,
-                simulated, sources_changed)
+                simulated, sources_changed, pod)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-                     $23, $24, $25)
+                     $23, $24, $25, $26)
              ON CONFLICT (node_id, observed_at, record_id) DO NOTHING",
         )
         .bind(id)
@@ -317,6 +317,7 @@ async fn insert_inline(
         .bind(i64_sat(r.transfers_mismatch_misplaced))
         .bind(r.simulated)
         .bind(i64_sat(r.sources_changed))
+        .bind(r.pod.as_ref().map(sqlx::types::Json))
         .execute(&mut **tx)
         .await?;
         stored += res.rows_affected();

@@ -101,6 +101,8 @@ pub struct InlineSums {
     pub in_gpu: i64,
     pub error: i64,
     pub engines: Json<serde_json::Value>,
+    /// The pods whose transfers on the pair arrived wrong.
+    pub pods: Json<serde_json::Value>,
 }
 
 /// Each attributed pair's in-line counts in (`since`, `until`]. Sums are numeric in SQL; each is
@@ -131,7 +133,8 @@ pub async fn inline_sums(
                 least(sum(transfers_error), 4611686018427387904)::bigint AS error,
                 coalesce(jsonb_agg(DISTINCT engine) FILTER (WHERE (transfers_mismatch > 0 AND path = 'host_copy'
                                                                    OR transfers_mismatch_misplaced > 0)
-                                                            AND engine IS NOT NULL), '[]') AS engines
+                                                            AND engine IS NOT NULL), '[]') AS engines,
+                coalesce(jsonb_agg(DISTINCT pod) FILTER (WHERE transfers_mismatch > 0 AND pod IS NOT NULL), '[]') AS pods
          FROM inline_reports
          WHERE observed_at > $2 AND observed_at <= $3 AND gpu_index IS NOT NULL
            AND ($1::text[] IS NULL OR node_id = ANY($1))

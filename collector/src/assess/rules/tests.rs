@@ -373,6 +373,31 @@ fn an_inline_mismatch_is_corrupting_at_once_and_names_the_requests() {
 }
 
 #[test]
+fn an_inline_finding_names_the_pods_whose_transfers_arrived_wrong_and_they_decide_nothing() {
+    let counts = |pods: Vec<String>| InlineCounts { ok: 41, mismatch: 1, mismatch_nic: 1, pods, ..Default::default() };
+    let mut p = pair("mlx5_3", 5, 0);
+    p.inline = counts(vec!["pod serving/decode-0, container vllm".into()]);
+    let named = assess(&inline_gpu(vec![p.clone(), pair("mlx5_1", 3, 0)]), None, &RulesConfig::default());
+    assert!(
+        named.reasons[0].contains("NIXL transfers (pod serving/decode-0, container vllm) in the last"),
+        "{}",
+        named.reasons[0]
+    );
+    // Five pods: three named, two counted.
+    p.inline = counts((0..5).map(|n| format!("pod serving/decode-{n}, container vllm")).collect());
+    let many = assess(&inline_gpu(vec![p.clone(), pair("mlx5_1", 3, 0)]), None, &RulesConfig::default());
+    assert!(many.reasons[0].contains("decode-2, container vllm; and 2 more pods)"), "{}", many.reasons[0]);
+    assert!(!many.reasons[0].contains("decode-3"), "{}", many.reasons[0]);
+    // Without pods: the same status, layer and pin.
+    p.inline = counts(Vec::new());
+    let bare = assess(&inline_gpu(vec![p, pair("mlx5_1", 3, 0)]), None, &RulesConfig::default());
+    assert!(!bare.reasons[0].contains("pod"), "{}", bare.reasons[0]);
+    for a in [&named, &many] {
+        assert_eq!((a.status, a.layer, &a.recommendation), (bare.status, bare.layer, &bare.recommendation));
+    }
+}
+
+#[test]
 fn inline_oks_confirm_but_never_make_a_gpu_ok_by_themselves() {
     let with = |ok, ok_nic, ok_gpu_memory| {
         let p = PairCounts {

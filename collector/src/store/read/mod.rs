@@ -9,7 +9,7 @@
 //! fleet-wide), [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status
 //! and records), [`history`] (across the storage tiers), [`series`] (time series for the plots),
 //! [`export`] (a period's records as `export` writes them out), [`patterns`] (what the pattern
-//! finder reads besides the evidence).
+//! finder reads besides the evidence), [`pods`] (the pods behind the GPUs' in-line reports).
 
 // SQL fragments shared by several queries, as macros so every query stays one compile-time
 // string (`concat!`): nothing is assembled at run time.
@@ -42,6 +42,7 @@ mod gpu;
 mod history;
 mod node;
 pub mod patterns;
+mod pods;
 mod series;
 mod sources;
 
@@ -60,5 +61,6 @@ pub use node::{
     HostView, InlineRow, NodeInfo, PairRow, TopologyGpu, TopologyNic, TopologyPath, TopologyView, WindowCounts,
     inline_pairs, node, node_gpus, pairs, topology,
 };
+pub use pods::{GpuPod, gpu_pods};
 pub use series::{MAX_POINTS, NicBucket, StatusPoint, fleet_status_series, node_nic_series};
 pub use sources::{Attestation, SourceEnd, SourceFinding, source_findings, source_label};

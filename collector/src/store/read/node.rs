@@ -257,7 +257,14 @@ pub struct InlineRow {
     /// The latest failed transfers (at most 10), newest first.
     #[sqlx(json)]
     pub failures: Vec<railguard_schema::InlineFailure>,
+    /// The pods the transfers were made for, as the agent named them (at most
+    /// [`MAX_PODS_PER_PAIR`]), the latest first; empty outside pods.
+    #[sqlx(json)]
+    pub pods: Vec<railguard_schema::WorkloadPod>,
 }
+
+/// Most pods an in-line pair lists.
+pub const MAX_PODS_PER_PAIR: i64 = 8;
 
 /// In-line verified transfers per pair of a node (or one GPU) in the last `window_minutes`.
 pub async fn inline_pairs(
@@ -279,7 +286,12 @@ pub async fn inline_pairs(
                           FROM (SELECT f.value FROM inline_reports r2, jsonb_array_elements(r2.failures) AS f(value)
                                 WHERE r2.node_id = $1 AND r2.gpu_index = r.gpu_index AND r2.nic = r.nic
                                   AND r2.observed_at > now() - make_interval(mins => $3)
-                                ORDER BY r2.observed_at DESC LIMIT 10) f), '[]'::jsonb) AS failures
+                                ORDER BY r2.observed_at DESC LIMIT 10) f), '[]'::jsonb) AS failures,
+                coalesce((SELECT jsonb_agg(p.pod ORDER BY p.at DESC)
+                          FROM (SELECT r3.pod, max(r3.observed_at) AS at FROM inline_reports r3
+                                WHERE r3.node_id = $1 AND r3.gpu_index = r.gpu_index AND r3.nic = r.nic
+                                  AND r3.observed_at > now() - make_interval(mins => $3) AND r3.pod IS NOT NULL
+                                GROUP BY r3.pod ORDER BY at DESC LIMIT $4) p), '[]'::jsonb) AS pods
          FROM inline_reports r
          WHERE node_id = $1 AND gpu_index IS NOT NULL AND ($2::int IS NULL OR gpu_index = $2)
            AND observed_at > now() - make_interval(mins => $3)
@@ -288,6 +300,7 @@ pub async fn inline_pairs(
     .bind(node)
     .bind(gpu)
     .bind(window_minutes)
+    .bind(MAX_PODS_PER_PAIR)
     .fetch_all(pool)
     .await
 }
