@@ -230,7 +230,8 @@ CREATE TABLE source_workers (
     path text NOT NULL,
     attribution text NOT NULL,
     simulated boolean NOT NULL DEFAULT false,
-    engine jsonb
+    engine jsonb,
+    pod jsonb
 );
 
 CREATE TABLE topology_gpus (

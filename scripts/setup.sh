@@ -85,6 +85,15 @@ if ! "$nixl_venv/bin/python" -c "import numpy" 2>/dev/null; then
   "$nixl_venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "numpy==2.3.5"
 fi
 
+# Helm's own template engine for the chart's test (deploy/helm, scripts/helm_template.py): Helm's Go
+# SDK in the helm-python-sdk wheel, with PyYAML; Helm itself is not in Debian.
+helm_venv="${XDG_CACHE_HOME:-$HOME/.cache}/railguard/helm"
+if ! "$helm_venv/bin/python" -c "import helm_python, yaml" 2>/dev/null; then
+  echo "setup: installing helm-python-sdk 0.2.2 (Helm 4's engine) into $helm_venv"
+  python3 -m venv "$helm_venv"
+  "$helm_venv/bin/python" -m pip install -q --disable-pip-version-check "helm-python-sdk==0.2.2" "PyYAML==6.0.3"
+fi
+
 # The Debian kernel (with rdma_rxe) the verbs test VM boots: fetched once into a cache.
 "$(dirname "$0")/rxe-vm.sh" prepare
 

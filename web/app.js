@@ -1016,7 +1016,30 @@ function evidenceMarkdown(name, idx, g) {
   return lines.join("\n");
 }
 
-async function render() {
+// One render at a time. One asked for while another reads (a busy collector's waits can outlast
+// the 5 s tick; a click can come meanwhile) runs once after it, never beside it: a collector
+// that said it is busy is not asked twice as often. rendered(): settles once none is left.
+let rendering = null;
+let renderAgain = false;
+function render() {
+  if (rendering) {
+    renderAgain = true;
+    return rendering;
+  }
+  rendering = draw().finally(() => {
+    rendering = null;
+    if (renderAgain) {
+      renderAgain = false;
+      render();
+    }
+  });
+  return rendering;
+}
+function rendered() {
+  return rendering ? rendering.then(rendered) : Promise.resolve();
+}
+
+async function draw() {
   // What this collector says of itself, once (again after a failed read).
   infoRead ||= api("/api/v1/info").then(i => {
     runbooks = i.runbook_url;

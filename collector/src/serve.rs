@@ -125,14 +125,19 @@ impl ServeConfig {
 /// and the one stop signal they share; split up, the order of start and stop is harder to see.
 pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let mut creds = Credentials::load(&cfg.credentials)?;
+    let mut fetched_keys = None;
     if let Some(k) = &cfg.k8s {
-        creds = creds.with_k8s(crate::ingest::k8s::K8sTokens::load(k)?);
+        let tokens = Arc::new(crate::ingest::k8s::K8sTokens::load(k)?);
+        if k.jwks == crate::ingest::k8s::JwksSource::ApiServer {
+            fetched_keys = Some(tokens.clone());
+        }
+        creds = creds.with_k8s(tokens);
         tracing::info!(issuer = %k.issuer, audience = %k.audience, service_account = %k.service_account,
             "agents may also authenticate with their Kubernetes service-account token");
     }
     if creds.is_empty() {
         anyhow::bail!(
-            "{} holds no agent credentials and --k8s-jwks is not set: no agent could write",
+            "{} holds no agent credentials and neither --k8s-jwks nor --k8s-jwks-from-api is set: no agent could write",
             cfg.credentials.display()
         );
     }
@@ -207,6 +212,13 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             state.assessment.clone(),
             stop_rx.clone(),
         ));
+        if let Some(tokens) = fetched_keys {
+            // In-cluster configuration (the pod's service account), else KUBECONFIG.
+            let client = kube::Client::try_default()
+                .await
+                .context("--k8s-jwks-from-api: no Kubernetes API configuration (in-cluster or KUBECONFIG)")?;
+            tokio::spawn(crate::tasks::k8s_jwks::run_periodic(client, tokens, stop_rx.clone()));
+        }
         if let Some(k8s) = cfg.k8s_nodes.clone() {
             // In-cluster configuration (the pod's service account), else KUBECONFIG.
             let client = kube::Client::try_default()

@@ -13,7 +13,7 @@ pub mod schema;
 pub mod scripted;
 
 /// The one way tests wait ([`wait::until`]), and a process tree of a test's own.
-pub use railguard_testkit::{NsProcess, ProcNamespace, Spawn, kubelet_stand_in, wait};
+pub use railguard_testkit::{KubeletClaim, KubeletPod, NsProcess, ProcNamespace, Spawn, kubelet_stand_in, wait};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -179,6 +179,7 @@ pub struct CollectorProc {
     database_url: String,
     creds: PathBuf,
     extra_args: Vec<String>,
+    extra_env: Vec<(String, String)>,
     child: Option<Child>,
     _dir: tempfile::TempDir,
 }
@@ -190,6 +191,16 @@ impl CollectorProc {
 
     /// With credentials for `nodes` too, and extra `serve` arguments.
     pub fn start_with(database_url: &str, nodes: &[&str], extra_args: &[&str]) -> CollectorProc {
+        Self::start_with_env(database_url, nodes, extra_args, &[])
+    }
+
+    /// [`CollectorProc::start_with`] with `env` in the collector's environment too.
+    pub fn start_with_env(
+        database_url: &str,
+        nodes: &[&str],
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> CollectorProc {
         let dir = tempfile::tempdir().unwrap();
         let creds = dir.path().join("credentials");
         let mut text = format!("node-a {TOKEN_A}\nnode-b {TOKEN_B}\n");
@@ -203,6 +214,7 @@ impl CollectorProc {
             database_url: database_url.into(),
             creds,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            extra_env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             child: None,
             _dir: dir,
         };
@@ -227,6 +239,7 @@ impl CollectorProc {
             .arg(&self.creds)
             .env("DATABASE_URL", &self.database_url)
             .env("RUST_LOG", "warn")
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -670,6 +683,18 @@ pub mod certs {
         );
         leaf(dir, "ca", "client", "node-a", "subjectAltName=DNS:node-a\nextendedKeyUsage=clientAuth\n");
     }
+}
+
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/railguard/<name>`: where scripts/setup.sh puts the virtual
+/// environment `name` (schemathesis, helm, …); a test needing it fails naming setup.sh.
+pub fn setup_env(name: &str) -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
+    let dir = cache.join("railguard").join(name);
+    assert!(dir.exists(), "{} is missing: run scripts/setup.sh", dir.display());
+    dir
 }
 
 /// The Python of the virtualenv scripts/setup.sh installs NIXL (nixl-cu12) and numpy into, or

@@ -10,10 +10,7 @@ use railguard_e2e::scripted::*;
 use railguard_e2e::*;
 
 fn schemathesis() -> std::path::PathBuf {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
-    let st = cache.join("railguard/schemathesis/bin/st");
+    let st = setup_env("schemathesis").join("bin/st");
     assert!(st.exists(), "{} missing: run scripts/setup.sh", st.display());
     st
 }

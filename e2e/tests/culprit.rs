@@ -365,7 +365,8 @@ fn claiming(mut rec: wire::Record, claim: wire::SourceClaim) -> wire::Record {
     rec
 }
 
-/// `worker` announced by its node's agent on GPU `gpu` through `mlx5_<gpu>`.
+/// `worker` announced by its node's agent on GPU `gpu` through `mlx5_<gpu>`, from pod
+/// serving/source-<gpu>.
 fn announced(worker: &str, gpu: u32) -> wire::Record {
     Record {
         id: RecordId::random(),
@@ -383,6 +384,14 @@ fn announced(worker: &str, gpu: u32) -> wire::Record {
             attribution: "test".into(),
             simulated: false,
             engine: None,
+            pod: Some(railguard_schema::WorkloadPod {
+                namespace: "serving".into(),
+                name: format!("source-{gpu}"),
+                container: "vllm".into(),
+                uid: String::new(),
+                container_id: String::new(),
+                source: railguard_schema::PodSource::Kubelet,
+            }),
         }),
     }
     .into()
@@ -455,6 +464,13 @@ async fn a_source_is_named_by_the_pair_its_own_node_attests_and_no_node_can_take
         s8["reason"].as_str().unwrap().starts_with("node pre-a GPU3 (0000:1b:00.0) through mlx5_3, attested"),
         "{sources}"
     );
+    // The pod its own node's agent named when it announced itself: a name for the source end.
+    assert_eq!(
+        s8["end"]["pod"],
+        serde_json::json!({"namespace": "serving", "name": "source-3", "container": "vllm", "source": "kubelet"}),
+        "{sources}"
+    );
+    assert!(s8["reason"].as_str().unwrap().contains("; pod serving/source-3, container vllm)"), "{sources}");
     // Disputed: two nodes announced prefill-9; neither is named.
     let s9 = source(&sources, "prefill-9|tp0pp0");
     assert_eq!(
@@ -462,7 +478,7 @@ async fn a_source_is_named_by_the_pair_its_own_node_attests_and_no_node_can_take
         (Some("disputed"), Some(2)),
         "{sources}"
     );
-    assert!(s9["end"]["node"].is_null(), "{sources}");
+    assert!(s9["end"]["node"].is_null() && s9["end"]["pod"].is_null(), "a disputed name names no pod: {sources}");
     // Unannounced: its name, and what its manifests claimed, as their word.
     let s10 = source(&sources, "prefill-10");
     assert_eq!(
@@ -485,6 +501,7 @@ async fn a_source_is_named_by_the_pair_its_own_node_attests_and_no_node_can_take
             f["layer"] == "remote"
                 && f["reason"].as_str().is_some_and(|r| {
                     r.contains("node pre-a GPU3 (0000:1b:00.0) through mlx5_3, attested (prefill-8")
+                        && r.contains("pod serving/source-3, container vllm)")
                         && r.contains("wrong bytes on 5 GPUs")
                 })
         });
@@ -525,10 +542,12 @@ async fn a_source_is_named_by_the_pair_its_own_node_attests_and_no_node_can_take
     for node in ["dec-c", "dec-d"] {
         send(&c, node, vec![inline(7, 2, "prefill-11|tp0pp0/req", DataPath::NicDma, None)]).await;
     }
-    wait::until("dec-c GPU7 judged on its own path", Duration::from_secs(60), || {
-        let v = gpu(&c, "dec-c", 7);
-        if v["status"] == "corrupting" { Ok(()) } else { Err(v) }
-    });
+    for node in ["dec-c", "dec-d"] {
+        wait::until(&format!("{node} GPU7 judged on its own path"), Duration::from_secs(60), || {
+            let v = gpu(&c, node, 7);
+            if v["status"] == "corrupting" { Ok(()) } else { Err(v) }
+        });
+    }
     for node in ["dec-c", "dec-d"] {
         let v = gpu(&c, node, 7);
         assert_eq!((v["status"].as_str(), v["layer"].as_str()), (Some("corrupting"), Some("fabric")), "{node}: {v}");

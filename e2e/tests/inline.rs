@@ -42,14 +42,9 @@ fn wait_for_socket(socket: &std::path::Path) {
     });
 }
 
-/// The seed node's agent under `dir`, probing and signals off, serving its in-line socket (mode
-/// 0600) at `dir/run/inline.sock`, once that accepts connections.
-fn inline_agent(collector: &CollectorProc, dir: &std::path::Path) -> (KillOnDrop, std::path::PathBuf) {
-    inline_agent_with(collector, dir, &[])
-}
-
-/// [`inline_agent`] with `extra` flags.
-fn inline_agent_with(
+/// The seed node's agent under `dir`, probing and signals off, with `extra` flags, serving its
+/// in-line socket (mode 0600) at `dir/run/inline.sock`, once that accepts connections.
+fn inline_agent(
     collector: &CollectorProc,
     dir: &std::path::Path,
     extra: &[&std::ffi::OsStr],
@@ -69,16 +64,34 @@ async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transf
     let pg = TestPg::start().await;
     let collector = CollectorProc::start_with(&pg.url(), &[], &["--metrics-pod-series"]);
     let dir = tempfile::tempdir().unwrap();
-    // The node's kubelet: each GPU of the seed node allocated to a decode pod, by its UUID.
+    // The node's kubelet: each GPU of the seed node allocated to a decode pod, by its UUID
+    // through the device plugin; GPU5 through a DRA claim, by its device minor (the fixture's
+    // minor is the GPU's index).
     let kubelet = dir.path().join("kubelet.sock");
     let pods = railguard_e2e::scripted::topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None)
         .gpus
         .iter()
-        .map(|g| ("serving".into(), format!("vllm-decode-{}", g.index), "vllm".into(), vec![g.uuid.clone()]))
+        .map(|g| {
+            let pod = KubeletPod::with_devices("serving", &format!("vllm-decode-{}", g.index), "vllm", &[]);
+            if g.index == 5 {
+                KubeletPod {
+                    claims: vec![KubeletClaim {
+                        namespace: "serving".into(),
+                        name: "vllm-decode-5-gpu".into(),
+                        driver: "gpu.nvidia.com".into(),
+                        pool: "node-a".into(),
+                        device: format!("gpu-{}", g.index),
+                    }],
+                    ..pod
+                }
+            } else {
+                KubeletPod { device_ids: vec![g.uuid.clone()], ..pod }
+            }
+        })
         .collect();
     let _kubelet = kubelet_stand_in(&kubelet, pods).unwrap();
     let (_agent, socket) =
-        inline_agent_with(&collector, dir.path(), &["--kubelet-pod-resources".as_ref(), kubelet.as_os_str()]);
+        inline_agent(&collector, dir.path(), &["--kubelet-pod-resources".as_ref(), kubelet.as_os_str()]);
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o600);
 
@@ -164,6 +177,18 @@ async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transf
     assert!(pid > 1 && !process.is_empty(), "{process} {pid}");
     // The workload is named by its pod: the kubelet allocated GPU3 (by its UUID) to it.
     assert!(attribution.contains("GPU3 is allocated to pod serving/vllm-decode-3 (container vllm)"), "{attribution}");
+    // GPU5's pod came through its DRA claim, by the minor of the device file the process holds.
+    let (attribution5,): (String,) =
+        sqlx::query_as("SELECT attribution FROM inline_reports WHERE node_id = 'node-a' AND gpu_index = 5 LIMIT 1")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+    assert!(
+        attribution5.contains(
+            "GPU5 is allocated to pod serving/vllm-decode-5 (container vllm) through ResourceClaim serving/vllm-decode-5-gpu (device gpu-5)"
+        ),
+        "{attribution5}"
+    );
     // And carried as a field of its own, by every report of GPU3's and GPU5's.
     let pods: Vec<(i32, serde_json::Value)> =
         sqlx::query_as("SELECT DISTINCT gpu_index, pod FROM inline_reports WHERE node_id = 'node-a' ORDER BY 1")
@@ -215,6 +240,12 @@ async fn a_kv_reuse_race_is_caught_in_line_as_the_engines_fault_and_clean_transf
         "{body}"
     );
     assert_eq!(e["engine"]["name"], "kv_race", "{body}");
+    // The pods whose transfers the engine mislaid: a name in the finding, never its evidence.
+    assert_eq!((e["pods"].clone(), e["pod_count"].as_i64()), (serde_json::json!([decode(3)]), Some(1)), "{body}");
+    assert!(
+        e["reason"].as_str().unwrap().contains("on 1 GPU of 1 node (pod serving/vllm-decode-3, container vllm),"),
+        "{body}"
+    );
     let (_, spec) = collector.get("/api/v1/openapi.json", None);
     let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
     railguard_e2e::openapi::check(&spec, "/api/v1/engines", 200, &engines).unwrap_or_else(|e| panic!("{e}"));
@@ -500,7 +531,15 @@ async fn a_source_announces_itself_only_on_a_gpu_it_holds() {
     let collector = CollectorProc::start(&pg.url());
     let dir = tempfile::tempdir().unwrap();
     let node = dir.path().join("node");
-    let (_agent, socket) = inline_agent(&collector, dir.path());
+    // The node's kubelet gave GPU5 (by its UUID) to the prefill pod.
+    let kubelet = dir.path().join("kubelet.sock");
+    let gpu5 = railguard_e2e::scripted::topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None).gpus[5]
+        .uuid
+        .clone();
+    let _kubelet =
+        kubelet_stand_in(&kubelet, vec![KubeletPod::with_devices("serving", "prefill-8", "vllm", &[&gpu5])]).unwrap();
+    let (_agent, socket) =
+        inline_agent(&collector, dir.path(), &["--kubelet-pod-resources".as_ref(), kubelet.as_os_str()]);
 
     let serves = |device: u32, worker: &str| {
         serde_json::json!({"v": 1, "results": [], "serves": [{"device": device, "worker": worker}]}).to_string()
@@ -553,6 +592,13 @@ async fn a_source_announces_itself_only_on_a_gpu_it_holds() {
         })
         .await;
     assert_eq!(row, ("node-a".to_owned(), 5, "prefill-8|tp0pp0".to_owned()));
+    // The announcement names the pod the kubelet gave the GPU to.
+    let pod: serde_json::Value =
+        sqlx::query_scalar("SELECT pod FROM source_workers").fetch_one(&pg.pool).await.unwrap();
+    assert_eq!(
+        pod,
+        serde_json::json!({"namespace": "serving", "name": "prefill-8", "container": "vllm", "source": "kubelet"})
+    );
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM source_workers").fetch_one(&pg.pool).await.unwrap();
     assert_eq!(n, 1, "the refused announcements stored nothing");
     let failures: Vec<String> = wait::until_async("both results in Postgres", Duration::from_secs(60), async || {

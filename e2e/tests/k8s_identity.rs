@@ -78,3 +78,110 @@ async fn agents_write_as_the_node_their_service_account_token_names() {
     client.push_batch(with_token(batch("node-a"), TOKEN_A)).await.unwrap();
     assert_eq!(pg.count("probe_results").await + pg.count("signal_events").await, 503);
 }
+
+/// An API server of the test's own: python3's HTTPS server with `certs`' server certificate,
+/// answering GET /openid/v1/jwks with `jwks` for a caller presenting `Bearer token` (401 without
+/// it, 404 for any other path), and writing each path it was asked for to `log`.
+fn api_server_stand_in(
+    port: u16,
+    certs: &std::path::Path,
+    jwks: &str,
+    token: &str,
+    log: &std::path::Path,
+) -> KillOnDrop {
+    const SERVER: &str = r#"
+import http.server, ssl, sys
+port, cert, key, jwks, token, log = sys.argv[1:]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(log, "a") as f:
+            f.write(self.path + "\n")
+        if self.headers.get("Authorization") != "Bearer " + token:
+            self.send_response(401); self.end_headers(); return
+        if self.path != "/openid/v1/jwks":
+            self.send_response(404); self.end_headers(); return
+        body = open(jwks, "rb").read()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", int(port)), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+s.serve_forever()
+"#;
+    let child = Command::new("python3")
+        .args(["-c", SERVER, &port.to_string()])
+        .arg(certs.join("server.pem"))
+        .arg(certs.join("server.key"))
+        .args([jwks, token])
+        .arg(log)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(port);
+    KillOnDrop(child)
+}
+
+/// The collector binary with `--k8s-jwks-from-api`: it finds the API server through KUBECONFIG
+/// (server, CA, its own token from a file), fetches the cluster's key set there, and an agent's
+/// projected token verifies against it; the static tokens still work beside it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_key_set_is_fetched_from_the_api_server_the_kubeconfig_names() {
+    let pg = TestPg::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    railguard_e2e::certs::server_and_client(&certs);
+    let port = free_port();
+    let log = dir.path().join("asked");
+    let token = dir.path().join("collector-token");
+    railguard_e2e::write_secret(&token, "collector-sa-token-for-the-test");
+    let _api = api_server_stand_in(
+        port,
+        &certs,
+        &format!("{FIXTURES}/k8s-sa-test-jwks.json"),
+        "collector-sa-token-for-the-test",
+        &log,
+    );
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\n\
+             clusters: [{{name: test, cluster: {{server: \"https://127.0.0.1:{port}\", certificate-authority: {ca}}}}}]\n\
+             users: [{{name: collector, user: {{tokenFile: {token}}}}}]\n\
+             contexts: [{{name: test, context: {{cluster: test, user: collector}}}}]\n",
+            ca = certs.join("ca.pem").display(),
+            token = token.display()
+        ),
+    )
+    .unwrap();
+    let collector = CollectorProc::start_with_env(
+        &pg.url(),
+        &[],
+        &["--k8s-jwks-from-api", "--k8s-issuer", ISSUER],
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+    );
+    let mut client = IngestClient::connect(collector.url()).await.unwrap();
+    let batch =
+        || RecordBatch { node_id: "gpu-node-7".into(), records: records(3), spool_dropped_total: 0, state: None };
+    wait::until_async("the agent's token accepted with the fetched keys", Duration::from_secs(60), async || {
+        client.push_batch(with_token(batch(), &sa_token("gpu-node-7", 3600))).await.map_err(|e| format!("{e:?}"))
+    })
+    .await;
+    assert_eq!(pg.count("probe_results").await + pg.count("signal_events").await, 3);
+    let asked = std::fs::read_to_string(&log).unwrap();
+    assert!(asked.lines().all(|l| l == "/openid/v1/jwks"), "it asked for nothing else: {asked}");
+    client
+        .push_batch(with_token(
+            RecordBatch { node_id: "node-a".into(), records: records(3), spool_dropped_total: 0, state: None },
+            TOKEN_A,
+        ))
+        .await
+        .unwrap();
+}

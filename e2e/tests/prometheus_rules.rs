@@ -111,8 +111,8 @@ async fn the_collectors_metrics_follow_prometheus_conventions() {
 }
 
 /// A real Prometheus server (Debian's) on loopback, with railguard's rules, scraping a real
-/// collector (and a second replica on its database: both scraped, each alert fires once per
-/// GPU) that a real agent feeds from the simulated seed node (every PIX pair rejecting
+/// collector (and two more replicas on its database: all three scraped, each alert fires once
+/// per GPU) that a real agent feeds from the simulated seed node (every PIX pair rejecting
 /// DMA while the transport says success): `RailguardGPUCorrupting` fires for node-a's GPUs with
 /// the NIC to pin in its labels and description; GPU3's resolves once its workload is pinned to
 /// that NIC, and the rest once the fault is gone.
@@ -122,11 +122,13 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
     // The runbooks where this deployment keeps them (an internal copy of docs/).
     const RUNBOOKS: &str = "https://runbooks.example/railguard/";
     let collector = CollectorProc::start_with(&pg.url(), &[], &["--runbook-url", RUNBOOKS]);
-    // A second replica on the same database, as the shipped deployment runs two; Prometheus
-    // scrapes both, and each alert still fires once per GPU. Both link the same dashboard.
+    // Two more replicas on the same database (the shipped deployment runs two, the example
+    // install three); Prometheus scrapes all three, and each alert still fires once per GPU.
+    // All link the same dashboard.
     let dashboard = format!("http://127.0.0.1:{}/", collector.http_port);
     let replica =
         CollectorProc::start_with(&pg.url(), &[], &["--dashboard-url", &dashboard, "--runbook-url", RUNBOOKS]);
+    let third = CollectorProc::start_with(&pg.url(), &[], &["--dashboard-url", &dashboard, "--runbook-url", RUNBOOKS]);
     let dir = tempfile::tempdir().unwrap();
     let faults = dir.path().join("faults.json");
     std::fs::write(&faults, SEED_MODEL).unwrap();
@@ -145,10 +147,11 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: railguard\n    static_configs:\n      - targets: ['127.0.0.1:{}', '127.0.0.1:{}']\n",
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: railguard\n    static_configs:\n      - targets: ['127.0.0.1:{}', '127.0.0.1:{}', '127.0.0.1:{}']\n",
             rules.display(),
             collector.http_port,
-            replica.http_port
+            replica.http_port,
+            third.http_port
         ),
     )
     .unwrap();
@@ -189,8 +192,8 @@ async fn a_real_prometheus_fires_the_corrupting_alert_for_the_seed_node() {
             if pinned && firing.len() == 8 { Ok(firing) } else { Err(body) }
         },
     );
-    // Two replicas scraped, one series per GPU: every rule evaluates (no duplicate series in a
-    // join), and the fleet has 8 GPUs, not 16.
+    // Three replicas scraped, one series per GPU: every rule evaluates (no duplicate series in
+    // a join), and the fleet has 8 GPUs, not 24.
     let (_, rules_body) = http_get(port, "/api/v1/rules", None);
     let rules: serde_json::Value = serde_json::from_str(&rules_body).unwrap();
     for g in rules["data"]["groups"].as_array().unwrap() {

@@ -638,6 +638,7 @@ impl TryFrom<wire::SourceWorker> for SourceWorker {
             attribution: text("source_worker.attribution", w.attribution)?,
             simulated,
             engine: w.engine.map(EngineIdentity::try_from).transpose()?,
+            pod: w.pod.map(|p| WorkloadPod::from_wire(p, PodCarrier::SourceWorker)).transpose()?,
         })
     }
 }
@@ -657,6 +658,7 @@ impl From<SourceWorker> for wire::SourceWorker {
             attribution: w.attribution,
             simulated: w.simulated,
             engine: w.engine.map(Into::into),
+            pod: w.pod.map(Into::into),
         }
     }
 }
@@ -1338,9 +1340,22 @@ mod tests {
             attribution: "CUDA_VISIBLE_DEVICES=3".into(),
             simulated: false,
             engine: None,
+            pod: Some(WorkloadPod {
+                namespace: "serving".into(),
+                name: "prefill-8".into(),
+                container: "vllm".into(),
+                uid: String::new(),
+                container_id: String::new(),
+                source: crate::PodSource::Kubelet,
+            }),
         };
         let wire: wire::SourceWorker = w.clone().into();
         assert_eq!(SourceWorker::try_from(wire.clone()).unwrap(), w);
+        // Its pod is held to Kubernetes' names, and an error says where the pod was.
+        let mut odd = wire.clone();
+        odd.pod.as_mut().unwrap().name = "Prefill_8".into();
+        let e = SourceWorker::try_from(odd).unwrap_err();
+        assert!(e.to_string().contains("source_worker.pod.name"), "{e}");
         for (bad, field) in [
             (wire::SourceWorker { worker: " ".into(), ..wire.clone() }, "source_worker.worker"),
             (wire::SourceWorker { worker: "x".repeat(257), ..wire.clone() }, "source_worker.worker"),

@@ -28,7 +28,7 @@ pub use inline::{BlockDiagnosis, EngineIdentity, InlineFailure, InlineReport};
 pub use kv_memory::{KvMemory, KvMemoryWhy};
 pub use layer::Layer;
 pub use path_class::PathClass;
-pub use pod::{PodSource, WorkloadPod};
+pub use pod::{PodCarrier, PodSource, WorkloadPod};
 pub use probe::{
     DataPath, Diagnosis, Injected, Memory, PairSelection, ProbeResult, ProbeSummary, ProbeSummarySet, ProbeVerdict,
     Reported, Transport,

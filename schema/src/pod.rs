@@ -52,6 +52,23 @@ impl WorkloadPod {
     }
 }
 
+/// Most pods a finding names; the rest are counted.
+pub const PODS_NAMED: usize = 3;
+
+/// Pods as a finding names them, from their labels ([`WorkloadPod::label`]) and how many there
+/// are in all (`total`, at least the labels given): ` (pod a/b, container c; …)`, at most
+/// [`PODS_NAMED`] named and the rest counted (`; and 4 more pods`); nothing where none was named.
+pub fn pods_phrase(labels: &[String], total: usize) -> String {
+    let named = &labels[..labels.len().min(PODS_NAMED)];
+    let rest = total.max(labels.len()) - named.len();
+    match (named.len(), rest) {
+        (0, _) => String::new(),
+        (_, 0) => format!(" ({})", named.join("; ")),
+        (_, 1) => format!(" ({}; and 1 more pod)", named.join("; ")),
+        (_, n) => format!(" ({}; and {n} more pods)", named.join("; ")),
+    }
+}
+
 /// A DNS label (RFC 1123): 1 to 63 of a-z 0-9 '-', starting and ending with a letter or digit.
 fn is_dns_label(s: &str) -> bool {
     (1..=63).contains(&s.len()) && is_dns_run(s, false)
@@ -82,9 +99,48 @@ fn is_container_id(s: &str) -> bool {
     s.len() == 64 && s.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
 }
 
+/// The record a pod travels in: what its fields are called in an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodCarrier {
+    /// `InlineReport.pod`.
+    Inline,
+    /// `SourceWorker.pod`.
+    SourceWorker,
+}
+
+impl PodCarrier {
+    /// The fields' names: namespace, name, container, uid, container_id.
+    fn fields(self) -> [&'static str; 5] {
+        match self {
+            PodCarrier::Inline => [
+                "inline.pod.namespace",
+                "inline.pod.name",
+                "inline.pod.container",
+                "inline.pod.uid",
+                "inline.pod.container_id",
+            ],
+            PodCarrier::SourceWorker => [
+                "source_worker.pod.namespace",
+                "source_worker.pod.name",
+                "source_worker.pod.container",
+                "source_worker.pod.uid",
+                "source_worker.pod.container_id",
+            ],
+        }
+    }
+}
+
 impl TryFrom<wire::WorkloadPod> for WorkloadPod {
     type Error = WireError;
     fn try_from(p: wire::WorkloadPod) -> Result<Self, WireError> {
+        WorkloadPod::from_wire(p, PodCarrier::Inline)
+    }
+}
+
+impl WorkloadPod {
+    /// The pod `p` as `carrier` carried it, held to Kubernetes' names and IDs.
+    pub fn from_wire(p: wire::WorkloadPod, carrier: PodCarrier) -> Result<Self, WireError> {
+        let [f_namespace, f_name, f_container, f_uid, f_container_id] = carrier.fields();
         let source = PodSource::try_from(p.source)?;
         let check = |field: &'static str, value: &str, ok: bool| {
             if ok {
@@ -95,22 +151,18 @@ impl TryFrom<wire::WorkloadPod> for WorkloadPod {
         };
         match source {
             PodSource::Kubelet => {
-                check("inline.pod.namespace", &p.namespace, is_dns_label(&p.namespace))?;
-                check("inline.pod.name", &p.name, is_dns_subdomain(&p.name))?;
-                check("inline.pod.container", &p.container, is_dns_label(&p.container))?;
-                check("inline.pod.uid", &p.uid, p.uid.is_empty() || is_uid(&p.uid))?;
-                check("inline.pod.container_id", &p.container_id, p.container_id.is_empty())?;
+                check(f_namespace, &p.namespace, is_dns_label(&p.namespace))?;
+                check(f_name, &p.name, is_dns_subdomain(&p.name))?;
+                check(f_container, &p.container, is_dns_label(&p.container))?;
+                check(f_uid, &p.uid, p.uid.is_empty() || is_uid(&p.uid))?;
+                check(f_container_id, &p.container_id, p.container_id.is_empty())?;
             }
             PodSource::Cgroup => {
-                check("inline.pod.uid", &p.uid, is_uid(&p.uid))?;
-                check(
-                    "inline.pod.container_id",
-                    &p.container_id,
-                    p.container_id.is_empty() || is_container_id(&p.container_id),
-                )?;
-                check("inline.pod.namespace", &p.namespace, p.namespace.is_empty())?;
-                check("inline.pod.name", &p.name, p.name.is_empty())?;
-                check("inline.pod.container", &p.container, p.container.is_empty())?;
+                check(f_uid, &p.uid, is_uid(&p.uid))?;
+                check(f_container_id, &p.container_id, p.container_id.is_empty() || is_container_id(&p.container_id))?;
+                check(f_namespace, &p.namespace, p.namespace.is_empty())?;
+                check(f_name, &p.name, p.name.is_empty())?;
+                check(f_container, &p.container, p.container.is_empty())?;
             }
         }
         Ok(WorkloadPod {
@@ -140,6 +192,24 @@ impl From<WorkloadPod> for wire::WorkloadPod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_finding_names_three_pods_and_counts_the_rest() {
+        let labels: Vec<String> = (0..4).map(|i| format!("pod s/d-{i}, container v")).collect();
+        assert_eq!(pods_phrase(&[], 0), "");
+        assert_eq!(pods_phrase(&labels[..1], 1), " (pod s/d-0, container v)");
+        assert_eq!(
+            pods_phrase(&labels[..3], 3),
+            " (pod s/d-0, container v; pod s/d-1, container v; pod s/d-2, container v)"
+        );
+        assert_eq!(
+            pods_phrase(&labels, 4),
+            " (pod s/d-0, container v; pod s/d-1, container v; pod s/d-2, container v; and 1 more pod)"
+        );
+        // Fewer labels than pods (a listing capped before the count): the rest still counted.
+        assert!(pods_phrase(&labels[..2], 40).ends_with("container v; and 38 more pods)"));
+        assert_eq!(pods_phrase(&labels, 2), pods_phrase(&labels, 4), "never fewer than the labels given");
+    }
 
     const UID: &str = "0f6c1a5e-3b7d-4c2a-9e1f-2a3b4c5d6e7f";
 

@@ -40,6 +40,9 @@ pub struct SourceWorker {
     pub simulated: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineIdentity>,
+    /// The pod the source process works for, as its agent named it; None outside a pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<crate::WorkloadPod>,
 }
 
 /// The source end as a destination's manifest named it: the prefill side's own word, which the

@@ -14,6 +14,6 @@ pub mod kubelet;
 pub mod procns;
 pub mod wait;
 
-pub use kubelet::kubelet_stand_in;
+pub use kubelet::{KubeletClaim, KubeletPod, kubelet_stand_in};
 pub use procns::{NsProcess, ProcNamespace, Spawn};
 pub use wait::{deadline_scale, hold_fault, scaled, until, until_async, until_true, until_true_async};

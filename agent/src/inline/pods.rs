@@ -5,12 +5,16 @@
 //!   (`/var/lib/kubelet/pod-resources/kubelet.sock`). For the NVIDIA device plugin's
 //!   `nvidia.com/gpu` resource each device ID is a GPU's UUID, which the node's topology holds
 //!   (from NVML): a GPU's UUID names its pod.
+//! - A GPU allocated through Dynamic Resource Allocation is listed as a device of a
+//!   ResourceClaim: for NVIDIA's DRA driver ([`NVIDIA_DRA_DRIVER`]) named `gpu-<minor>` (a MIG
+//!   slice `gpu-<minor>-mig-…`), the minor of the GPU's device file, which the process holding
+//!   the GPU open shows ([`super::holds`]). A UUID match is taken before a minor match.
 //! - [`PodWatch`] lists the pods on a thread of its own every [`PodWatch::EVERY`] (the call has a
 //!   deadline of [`PodWatch::DEADLINE`]), so an in-line message never waits on the kubelet; the
 //!   last good listing is kept while the kubelet does not answer, and why is said once.
 //! - A process's own control group (`/proc/PID/cgroup`) names its pod's UID and container ID
-//!   ([`CgroupPod`]): where the pod-resources listing is missing (no socket, devices allocated
-//!   by DRA), that is what the attribution says.
+//!   ([`CgroupPod`]): where the pod-resources listing is missing (no socket, a device the listing
+//!   does not name), that is what the attribution says.
 //! - Nothing here decides a verdict: a pod is a name for the evidence, never evidence.
 
 use std::collections::BTreeMap;
@@ -25,12 +29,26 @@ use railguard_schema::{WorkloadPod, wire};
 use crate::said_once::SaidOnce;
 use crate::stop::Stop;
 
+/// NVIDIA's DRA driver for GPUs: its devices are named `gpu-<minor>`.
+pub const NVIDIA_DRA_DRIVER: &str = "gpu.nvidia.com";
+
 /// A pod's container, as the kubelet names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodRef {
     pub namespace: String,
     pub name: String,
     pub container: String,
+    /// The ResourceClaim the GPU came through, where it came through DRA.
+    pub claim: Option<ClaimRef>,
+}
+
+/// The ResourceClaim and device a GPU was allocated through (Dynamic Resource Allocation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub name: String,
+    /// The device's name in its driver's pool (`gpu-3`).
+    pub device: String,
 }
 
 impl PodRef {
@@ -53,7 +71,11 @@ fn checked(p: wire::WorkloadPod) -> Option<WorkloadPod> {
 
 impl std::fmt::Display for PodRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "pod {}/{} (container {})", self.namespace, self.name, self.container)
+        write!(f, "pod {}/{} (container {})", self.namespace, self.name, self.container)?;
+        match &self.claim {
+            Some(c) => write!(f, " through ResourceClaim {}/{} (device {})", c.namespace, c.name, c.device),
+            None => Ok(()),
+        }
     }
 }
 
@@ -70,42 +92,81 @@ pub enum PodsError {
     Deadline(Duration),
 }
 
-/// Device ID (a GPU's UUID for `nvidia.com/gpu`) → the pod's container it is allocated to.
+/// Device ID (a GPU's UUID for `nvidia.com/gpu`) → the pod's container it is allocated to; and
+/// GPU minor → the pod's container a DRA claim gave it to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodMap {
     by_device: BTreeMap<String, PodRef>,
+    by_minor: BTreeMap<u32, PodRef>,
 }
 
 impl PodMap {
-    /// The devices of a `List` answer; a device listed for two containers keeps the first.
+    /// The devices of a `List` answer; a device listed for two containers keeps the first (a MIG
+    /// slice's GPU, the first container listed with a slice of it).
     pub fn of(answer: ListPodResourcesResponse) -> Self {
-        let mut by_device = BTreeMap::new();
+        let mut map = PodMap::default();
         for pod in answer.pod_resources {
             for c in pod.containers {
-                for id in c.devices.into_iter().flat_map(|d| d.device_ids) {
-                    by_device.entry(id).or_insert_with(|| PodRef {
-                        namespace: pod.namespace.clone(),
-                        name: pod.name.clone(),
-                        container: c.name.clone(),
-                    });
+                let named = |claim| PodRef {
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    container: c.name.clone(),
+                    claim,
+                };
+                for id in c.devices.iter().flat_map(|d| &d.device_ids) {
+                    map.by_device.entry(id.clone()).or_insert_with(|| named(None));
+                }
+                for claim in &c.dynamic_resources {
+                    for r in &claim.claim_resources {
+                        let Some(minor) = dra_gpu_minor(&r.driver_name, &r.device_name) else { continue };
+                        map.by_minor.entry(minor).or_insert_with(|| {
+                            named(Some(ClaimRef {
+                                namespace: claim.claim_namespace.clone(),
+                                name: claim.claim_name.clone(),
+                                device: r.device_name.clone(),
+                            }))
+                        });
+                    }
                 }
             }
         }
-        PodMap { by_device }
+        map
     }
 
-    /// The pod the GPU of this UUID is allocated to (None for an empty UUID).
-    pub fn of_gpu(&self, uuid: &str) -> Option<&PodRef> {
-        if uuid.is_empty() { None } else { self.by_device.get(uuid) }
+    /// The pod the GPU of this UUID is allocated to by the device plugin, else the pod a DRA claim
+    /// gave the GPU of device minor `minor` to (None for an empty UUID and no minor).
+    pub fn of_gpu(&self, uuid: &str, minor: Option<u32>) -> Option<&PodRef> {
+        let by_uuid = if uuid.is_empty() { None } else { self.by_device.get(uuid) };
+        by_uuid.or_else(|| self.by_minor.get(&minor?))
     }
 
+    /// The devices listed: device-plugin IDs and DRA GPUs.
     pub fn len(&self) -> usize {
-        self.by_device.len()
+        self.by_device.len() + self.by_minor.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_device.is_empty()
+        self.len() == 0
     }
+}
+
+/// The GPU minor of a DRA device of NVIDIA's driver: `gpu-<minor>`, or `gpu-<minor>-mig-…` for a
+/// MIG slice of it. Another driver's device, or another of its names (`gpu-vfio-N`: a GPU bound
+/// to VFIO for a VM, not one a process here holds), is none.
+fn dra_gpu_minor(driver: &str, device: &str) -> Option<u32> {
+    if driver != NVIDIA_DRA_DRIVER {
+        return None;
+    }
+    let rest = device.strip_prefix("gpu-")?;
+    let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let (minor, after) = rest.split_at(digits);
+    if !(after.is_empty() || after.starts_with("-mig-"))
+        || minor.is_empty()
+        || (minor.len() > 1 && minor.starts_with('0'))
+    {
+        return None;
+    }
+    minor.parse().ok()
 }
 
 /// Lists the pods once over the kubelet's socket at `socket`, within `deadline`.
@@ -246,8 +307,17 @@ mod tests {
     async fn the_kubelets_listing_names_the_pod_of_each_gpu() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("kubelet.sock");
-        let pod = |ns: &str, name: &str, container: &str, ids: &[&str]| {
-            (ns.to_owned(), name.to_owned(), container.to_owned(), ids.iter().map(|s| (*s).to_owned()).collect())
+        use railguard_testkit::{KubeletClaim, KubeletPod};
+        let pod = KubeletPod::with_devices;
+        let claimed = |name: &str, driver: &str, device: &str| KubeletPod {
+            claims: vec![KubeletClaim {
+                namespace: "serving".into(),
+                name: format!("{name}-gpu"),
+                driver: driver.into(),
+                pool: "node-a".into(),
+                device: device.into(),
+            }],
+            ..pod("serving", name, "vllm", &[])
         };
         let server = railguard_testkit::kubelet_stand_in(
             &socket,
@@ -255,27 +325,40 @@ mod tests {
                 pod("serving", "vllm-decode-0", "vllm", &["GPU-aaaa", "GPU-bbbb"]),
                 pod("serving", "vllm-prefill-0", "vllm", &["GPU-cccc"]),
                 pod("kube-system", "rdma-plugin", "plugin", &["mlx5_0"]),
+                claimed("vllm-decode-1", NVIDIA_DRA_DRIVER, "gpu-6"),
+                claimed("vllm-decode-2", NVIDIA_DRA_DRIVER, "gpu-7-mig-19-0-1"),
+                claimed("vllm-decode-3", NVIDIA_DRA_DRIVER, "gpu-7-mig-19-1-1"),
+                claimed("nic-user", "dra.net", "gpu-5"),
+                claimed("vm-0", NVIDIA_DRA_DRIVER, "gpu-vfio-4"),
             ],
         )
         .unwrap();
         let map = list(&socket, Duration::from_secs(5)).await.unwrap();
-        assert_eq!(map.len(), 4);
-        let p = map.of_gpu("GPU-bbbb").unwrap();
+        assert_eq!(map.len(), 6, "4 device-plugin devices and the DRA GPUs of minors 6 and 7");
+        let p = map.of_gpu("GPU-bbbb", None).unwrap();
         assert_eq!(p.to_string(), "pod serving/vllm-decode-0 (container vllm)");
-        assert_eq!(map.of_gpu("GPU-cccc").unwrap().name, "vllm-prefill-0");
-        assert_eq!(map.of_gpu("GPU-dddd"), None);
-        assert_eq!(map.of_gpu(""), None, "a GPU whose UUID NVML did not give names no pod");
+        assert_eq!(map.of_gpu("GPU-cccc", Some(6)).unwrap().name, "vllm-prefill-0", "a UUID match first");
+        assert_eq!(map.of_gpu("GPU-dddd", None), None);
+        assert_eq!(map.of_gpu("", None), None, "a GPU whose UUID NVML did not give names no pod");
+        // Through DRA: the GPU of device minor 6 by its claim, whatever its UUID.
+        assert_eq!(
+            map.of_gpu("GPU-dddd", Some(6)).unwrap().to_string(),
+            "pod serving/vllm-decode-1 (container vllm) through ResourceClaim serving/vllm-decode-1-gpu (device gpu-6)"
+        );
+        assert_eq!(map.of_gpu("", Some(7)).unwrap().name, "vllm-decode-2", "a MIG slice's GPU: the first listed");
+        assert_eq!(map.of_gpu("", Some(5)), None, "another driver's device named gpu-5 is no GPU");
+        assert_eq!(map.of_gpu("", Some(4)), None, "a GPU bound to VFIO for a VM is not held here");
 
         // The watch lists on a thread of its own and keeps what it read.
         let stop = Stop::new();
         let (watch, thread) = PodWatch::start(socket.clone(), &stop);
         railguard_testkit::wait::until("the watch's first listing", Duration::from_secs(30), || {
-            if watch.current().len() == 4 { Ok(()) } else { Err(watch.current().len()) }
+            if watch.current().len() == 6 { Ok(()) } else { Err(watch.current().len()) }
         });
         server.abort();
         stop.stop();
         tokio::task::spawn_blocking(move || thread.join().unwrap()).await.unwrap();
-        assert_eq!(watch.current().len(), 4, "the last listing stays when the kubelet goes");
+        assert_eq!(watch.current().len(), 6, "the last listing stays when the kubelet goes");
 
         // No kubelet: a clear error within the deadline, never a hang.
         let e = list(&dir.path().join("absent.sock"), Duration::from_secs(5)).await.unwrap_err();
@@ -288,7 +371,7 @@ mod tests {
 
     #[test]
     fn a_listed_pod_is_carried_by_its_names_and_a_name_kubernetes_would_refuse_is_not() {
-        let p = PodRef { namespace: "serving".into(), name: "decode-0".into(), container: "vllm".into() };
+        let p = PodRef { namespace: "serving".into(), name: "decode-0".into(), container: "vllm".into(), claim: None };
         let pod = p.workload_pod().unwrap();
         assert_eq!(
             (pod.source, pod.label()),
@@ -296,6 +379,25 @@ mod tests {
         );
         let odd = PodRef { name: "Decode_0".into(), ..p };
         assert_eq!(odd.workload_pod(), None);
+    }
+
+    #[test]
+    fn a_dra_device_names_a_gpu_minor_only_in_nvidias_driver_and_its_names() {
+        for (device, minor) in [
+            ("gpu-0", Some(0)),
+            ("gpu-13", Some(13)),
+            ("gpu-2-mig-9-4-2", Some(2)),
+            ("gpu-", None),
+            ("gpu-01", None),
+            ("gpu-3x", None),
+            ("gpu-vfio-3", None),
+            ("gpu-99999999999", None),
+            ("GPU-3", None),
+            ("", None),
+        ] {
+            assert_eq!(dra_gpu_minor(NVIDIA_DRA_DRIVER, device), minor, "{device:?}");
+        }
+        assert_eq!(dra_gpu_minor("gpu.example.com", "gpu-0"), None);
     }
 
     #[test]

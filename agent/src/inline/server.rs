@@ -453,22 +453,25 @@ impl SenderView<'_> {
     /// and the pod it works for.
     fn attribute(&self, device: u32) -> Result<Attribution, Unbacked> {
         let mut a = attribute(self.proc_, self.snapshot, self.pid, device, &self.held, &self.qps)?;
-        name_pod(&mut a, self.proc_, self.pid, self.snapshot, &self.pods);
+        // The minor of the GPU's device file as the process holds it open: a DRA claim's name for it.
+        let minor = self.held.as_ref().ok().and_then(|h| h.iter().find(|g| g.index == a.gpu)).map(|g| g.minor);
+        name_pod(&mut a, self.proc_, self.pid, self.snapshot, minor, &self.pods);
         Ok(a)
     }
 }
 
-/// Names the pod `a`'s GPU is allocated to (by its UUID, from the kubelet), else the pod the
-/// process's control group names; nothing outside a pod.
+/// Names the pod `a`'s GPU is allocated to (from the kubelet: by its UUID, or by its device
+/// `minor` for a DRA claim), else the pod the process's control group names; nothing outside a pod.
 fn name_pod(
     a: &mut Attribution,
     proc_: &SysRoot,
     pid: u32,
     snapshot: &railguard_schema::TopologySnapshot,
+    minor: Option<u32>,
     pods: &PodMap,
 ) {
     let uuid = snapshot.gpus.iter().find(|g| g.index == a.gpu).map(|g| g.uuid.as_str()).unwrap_or_default();
-    let named = match pods.of_gpu(uuid) {
+    let named = match pods.of_gpu(uuid, minor) {
         Some(p) => Some((format!("GPU{} is allocated to {p}", a.gpu), p.workload_pod())),
         None => proc_
             .read(format!("{pid}/cgroup"))
@@ -565,6 +568,7 @@ fn announce(
             attribution: a.how,
             simulated: a.simulated_device,
             engine: engine.clone(),
+            pod: a.pod,
         };
         match spool(shared, RecordBody::SourceWorker(record), 1) {
             Ok(()) => {

@@ -244,7 +244,7 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
         let by_nic = i.mismatch_nic - misplaced - remote;
         let engine =
             if i.engines.is_empty() { "an engine that did not name itself".to_owned() } else { i.engines.join(", ") };
-        let whose = pods_phrase(&i.pods);
+        let whose = railguard_schema::pod::pods_phrase(&i.pods, i.pods.len());
         // Reported for a simulated device (the simulated fabric stood in for the NIC's DMA, or a
         // real NIC moved the host memory standing in for the GPU's): the same layers, marked as
         // simulation, proving nothing of a GPU.
@@ -310,19 +310,6 @@ fn inline(input: &GpuInput, cfg: &RulesConfig, f: &mut Findings) {
                 ),
             );
         }
-    }
-}
-
-/// Most pods a finding names; the rest are counted.
-const PODS_NAMED: usize = 3;
-
-/// The pods whose transfers arrived wrong, as a finding names them: ` (pod a/b, container c)`,
-/// nothing where no pod was named.
-fn pods_phrase(pods: &[String]) -> String {
-    match pods.len() {
-        0 => String::new(),
-        n if n <= PODS_NAMED => format!(" ({})", pods.join("; ")),
-        n => format!(" ({}; and {} more pods)", pods[..PODS_NAMED].join("; "), n - PODS_NAMED),
     }
 }
 

@@ -8,7 +8,7 @@ use anyhow::Context;
 use railguard_collector::assess::AssessConfig;
 use railguard_collector::conns::ConnLimits;
 use railguard_collector::http::dashboard_url::DashboardUrl;
-use railguard_collector::ingest::k8s::K8sTokenConfig;
+use railguard_collector::ingest::k8s::{JwksSource, K8sTokenConfig};
 use railguard_collector::tasks::k8s_devices::{DeviceTaintApi, DeviceTaintConfig, DeviceTaintEffect};
 use railguard_collector::{ServeConfig, serve::serve};
 
@@ -45,8 +45,13 @@ pub struct ServeArgs {
     /// Also accept agents' projected Kubernetes service-account tokens, verified with the
     /// cluster's key set (`kubectl get --raw /openid/v1/jwks > jwks.json`); the node is the one
     /// the token names. No per-node secret to distribute.
-    #[arg(long, env = "RAILGUARD_K8S_JWKS", requires = "k8s_issuer")]
+    #[arg(long, env = "RAILGUARD_K8S_JWKS", requires = "k8s_issuer", conflicts_with = "k8s_jwks_from_api")]
     k8s_jwks: Option<PathBuf>,
+    /// Also accept agents' projected Kubernetes service-account tokens, verified with the key set
+    /// the API server serves (`/openid/v1/jwks`, fetched in-cluster or through KUBECONFIG at start,
+    /// every 5 minutes and soon after a token names a key not held): rotations need nothing done.
+    #[arg(long, env = "RAILGUARD_K8S_JWKS_FROM_API", requires = "k8s_issuer")]
+    k8s_jwks_from_api: bool,
     /// The cluster's service-account issuer (`iss` of its tokens).
     #[arg(long, env = "RAILGUARD_K8S_ISSUER")]
     k8s_issuer: Option<String>,
@@ -222,7 +227,12 @@ impl ServeArgs {
         let mut cfg = ServeConfig::new(self.grpc_listen, self.db.config(), self.credentials);
         cfg.database_password = self.db.password()?;
         cfg.http_listen = Some(self.http_listen);
-        cfg.k8s = self.k8s_jwks.map(|jwks| K8sTokenConfig {
+        let jwks = match (self.k8s_jwks, self.k8s_jwks_from_api) {
+            (Some(path), _) => Some(JwksSource::File(path)),
+            (None, true) => Some(JwksSource::ApiServer),
+            (None, false) => None,
+        };
+        cfg.k8s = jwks.map(|jwks| K8sTokenConfig {
             jwks,
             issuer: self.k8s_issuer.unwrap_or_default(),
             audience: self.k8s_audience,

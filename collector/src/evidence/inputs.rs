@@ -381,9 +381,12 @@ pub(super) async fn load_inline(
     // source alone, are the source's. (One GPU getting wrong bytes from several sources is its
     // own, whatever the sources.)
     let remote = pass_inputs::remote_mismatches(conn, filter, since, now).await?;
+    let attested: Vec<String> = remote.iter().filter(|r| r.announced_by == 1).map(|r| r.source.clone()).collect();
+    let pods = crate::store::read::source_pods(conn, &attested).await?;
     for r in remote {
         let Some(gpu) = stored_gpu(r.gpu_index) else { continue };
-        let label = format!("{}: wrong bytes on {} GPUs", crate::store::read::source_label(&r.end()), r.dests);
+        let end = r.end().with_pod(&pods);
+        let label = format!("{}: wrong bytes on {} GPUs", crate::store::read::source_label(&end), r.dests);
         if let Some(p) =
             inputs.get_mut(&GpuKey { node: r.node_id, gpu }).and_then(|i| i.pairs.iter_mut().find(|p| p.nic == r.nic))
         {

@@ -100,8 +100,8 @@ impl Credentials {
     }
 
     /// Also accept agents' projected service-account tokens.
-    pub fn with_k8s(mut self, k8s: K8sTokens) -> Self {
-        self.k8s = Some(std::sync::Arc::new(k8s));
+    pub fn with_k8s(mut self, k8s: std::sync::Arc<K8sTokens>) -> Self {
+        self.k8s = Some(k8s);
         self
     }
 

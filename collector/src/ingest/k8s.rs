@@ -9,10 +9,16 @@
 //! and the node named in the token is the only node that agent may write as. No secret is
 //! distributed, and a compromised node holds nothing that lets it write as another.
 //!
-//! The cluster rotates its signing keys; the key set file (a ConfigMap, refreshed from
-//! `/openid/v1/jwks`) is read again when it changes: checked at most once a second, and at once
-//! for a token whose key the set does not hold. A changed file that does not load is reported
-//! and the keys held are kept.
+//! The cluster rotates its signing keys. The key set comes from one of two places
+//! ([`JwksSource`]):
+//! - the API server's `/openid/v1/jwks`, fetched by [`crate::tasks::k8s_jwks`] at start, every
+//!   few minutes, and soon after a token whose key the set does not hold (that token is refused
+//!   this once; the agent's next try meets the new keys): nothing to refresh by hand;
+//! - a file (a ConfigMap, or `kubectl get --raw /openid/v1/jwks` saved), read again when it
+//!   changes: checked at most once a second, and at once for a token whose key the set does not
+//!   hold.
+//!
+//! A fetched or changed set that does not load is reported and the keys held are kept.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -36,11 +42,20 @@ pub enum K8sConfigError {
     NoKeys(PathBuf),
 }
 
+/// Where the cluster's key set (JWKS) comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwksSource {
+    /// A file holding it as `/openid/v1/jwks` serves it, read again when it changes.
+    File(PathBuf),
+    /// The API server's `/openid/v1/jwks`, fetched with the collector's own Kubernetes identity.
+    ApiServer,
+}
+
 /// What the collector requires of a service-account token.
 #[derive(Debug, Clone)]
 pub struct K8sTokenConfig {
-    /// The cluster's key set (JWKS), as `/openid/v1/jwks` serves it.
-    pub jwks: PathBuf,
+    /// The cluster's key set (JWKS).
+    pub jwks: JwksSource,
     /// The cluster's service-account issuer (`iss`), e.g. `https://kubernetes.default.svc`.
     pub issuer: String,
     /// The audience the DaemonSet requests in its projected token.
@@ -68,9 +83,11 @@ struct Held {
 
 /// Verifies agents' service-account tokens.
 pub struct K8sTokens {
-    /// The key set file, read again when it changes (None: keys given once, as text).
+    /// The key set file, read again when it changes (None: keys given as text, or fetched).
     path: Option<PathBuf>,
     held: Mutex<Held>,
+    /// Woken for a token whose key the set does not hold: the fetcher, where keys are fetched.
+    wanted: tokio::sync::Notify,
     issuer: String,
     audience: String,
     subject: String,
@@ -104,14 +121,31 @@ struct Named {
 }
 
 impl K8sTokens {
-    /// The verifier of `cfg`, its keys read from `cfg.jwks` now and again whenever it changes.
+    /// The verifier of `cfg`: its keys read from the file now and again whenever it changes;
+    /// from the API server, none until [`K8sTokens::replace`] gives them (every token is refused
+    /// until then).
     pub fn load(cfg: &K8sTokenConfig) -> Result<Self, K8sConfigError> {
-        let stamp = stamp(&cfg.jwks);
-        let keys = read_keys(&cfg.jwks)?;
+        let JwksSource::File(path) = &cfg.jwks else { return Ok(Self::with_keys(Vec::new(), cfg)) };
+        let stamp = stamp(path);
+        let keys = read_keys(path)?;
         let mut tokens = Self::with_keys(keys, cfg);
-        tokens.path = Some(cfg.jwks.clone());
+        tokens.path = Some(path.clone());
         tokens.held.get_mut().unwrap_or_else(PoisonError::into_inner).stamp = stamp;
         Ok(tokens)
+    }
+
+    /// Holds the keys of `text` (a key set `origin` served) from now on; the keys held stay where
+    /// it does not load. Returns how many keys it holds.
+    pub fn replace(&self, text: &str, origin: &Path) -> Result<usize, K8sConfigError> {
+        let keys = parse_keys(text, origin)?;
+        let n = keys.len();
+        self.held.lock().unwrap_or_else(PoisonError::into_inner).keys = Arc::new(keys);
+        Ok(n)
+    }
+
+    /// Settles when a token came whose key the set does not hold.
+    pub async fn wanted(&self) {
+        self.wanted.notified().await;
     }
 
     /// The verifier of `cfg` with the keys of `text` (`path` names it in errors), never reread.
@@ -124,6 +158,7 @@ impl K8sTokens {
         K8sTokens {
             path: None,
             held: Mutex::new(Held { stamp: None, checked: None, keys: Arc::new(keys) }),
+            wanted: tokio::sync::Notify::new(),
             issuer: cfg.issuer.clone(),
             audience: cfg.audience.clone(),
             subject: format!("system:serviceaccount:{ns}:{name}"),
@@ -205,6 +240,10 @@ impl K8sTokens {
                 let fresh = self.keys(true);
                 self.verify_with(&fresh, token)
             }
+            Err(e @ TokenRefused::NoKey { .. }) => {
+                self.wanted.notify_one();
+                Err(e)
+            }
             result => result,
         }
     }
@@ -254,32 +293,37 @@ pub enum TokenRefused {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use jsonwebtoken::{EncodingKey, Header};
 
-    const JWKS: &str = include_str!("../../tests/fixtures/k8s-sa-test-jwks.json");
-    const KEY: &[u8] = include_bytes!("../../tests/fixtures/k8s-sa-test-key.pem");
-    const OTHER_KEY: &[u8] = include_bytes!("../../tests/fixtures/k8s-sa-other-key.pem");
+    pub const JWKS: &str = include_str!("../../tests/fixtures/k8s-sa-test-jwks.json");
+    pub const KEY: &[u8] = include_bytes!("../../tests/fixtures/k8s-sa-test-key.pem");
+    pub const OTHER_KEY: &[u8] = include_bytes!("../../tests/fixtures/k8s-sa-other-key.pem");
 
-    fn cfg() -> K8sTokenConfig {
+    pub fn cfg() -> K8sTokenConfig {
         K8sTokenConfig {
-            jwks: "jwks.json".into(),
+            jwks: JwksSource::File("jwks.json".into()),
             issuer: "https://kubernetes.default.svc".into(),
             audience: "railguard".into(),
             service_account: "railguard:agent".into(),
         }
     }
 
-    const OTHER_JWKS: &str = include_str!("../../tests/fixtures/k8s-sa-other-jwks.json");
+    pub const OTHER_JWKS: &str = include_str!("../../tests/fixtures/k8s-sa-other-jwks.json");
 
     /// A token as the kubelet would project it for the agent pod on `node`.
     pub fn token(node: Option<&str>, edit: impl FnOnce(&mut serde_json::Value), key: &[u8]) -> String {
         token_with_kid(node, edit, key, "test-key-1")
     }
 
-    fn token_with_kid(node: Option<&str>, edit: impl FnOnce(&mut serde_json::Value), key: &[u8], kid: &str) -> String {
+    pub fn token_with_kid(
+        node: Option<&str>,
+        edit: impl FnOnce(&mut serde_json::Value),
+        key: &[u8],
+        kid: &str,
+    ) -> String {
         let now = chrono::Utc::now().timestamp();
         let mut claims = serde_json::json!({
             "aud": ["railguard"], "exp": now + 3600, "iat": now, "nbf": now,
@@ -361,7 +405,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("jwks.json");
         write_set(&path, JWKS, 1_000);
-        let v = K8sTokens::load(&K8sTokenConfig { jwks: path.clone(), ..cfg() }).unwrap();
+        let v = K8sTokens::load(&K8sTokenConfig { jwks: JwksSource::File(path.clone()), ..cfg() }).unwrap();
         let old = token(Some("gpu-node-1"), |_| {}, KEY);
         let new = token_with_kid(Some("gpu-node-2"), |_| {}, OTHER_KEY, "test-key-2");
         assert_eq!(v.verify(&old).unwrap().as_str(), "gpu-node-1");

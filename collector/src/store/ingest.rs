@@ -234,13 +234,13 @@ async fn upsert_source_workers(
     for (id, at, w) in workers {
         let res = sqlx::query(
             "INSERT INTO source_workers (worker, node_id, observed_at, record_id, gpu_index, gpu_bdf, gpu_uuid, nic,
-                nic_bdf, pid, process, path, attribution, simulated, engine)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                nic_bdf, pid, process, path, attribution, simulated, engine, pod)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
              ON CONFLICT (worker, node_id) DO UPDATE SET observed_at = EXCLUDED.observed_at,
                 record_id = EXCLUDED.record_id, gpu_index = EXCLUDED.gpu_index, gpu_bdf = EXCLUDED.gpu_bdf,
                 gpu_uuid = EXCLUDED.gpu_uuid, nic = EXCLUDED.nic, nic_bdf = EXCLUDED.nic_bdf, pid = EXCLUDED.pid,
                 process = EXCLUDED.process, path = EXCLUDED.path, attribution = EXCLUDED.attribution,
-                simulated = EXCLUDED.simulated, engine = EXCLUDED.engine
+                simulated = EXCLUDED.simulated, engine = EXCLUDED.engine, pod = EXCLUDED.pod
              WHERE source_workers.observed_at < EXCLUDED.observed_at",
         )
         .bind(&w.worker)
@@ -258,6 +258,7 @@ async fn upsert_source_workers(
         .bind(&w.attribution)
         .bind(w.simulated)
         .bind(w.engine.as_ref().map(sqlx::types::Json))
+        .bind(w.pod.as_ref().map(sqlx::types::Json))
         .execute(&mut **tx)
         .await?;
         stored += res.rows_affected();

@@ -5,12 +5,14 @@
 //! [`k8s_devices`] the opt-in per-device taints (their breaker's share counted over the GPUs
 //! the cluster knows, [`k8s_gpus`]); both share [`k8s_controller`].
 //! [`assessment`] runs the assessment's passes: the leader's periodic ones, and failing nodes'
-//! at once on every replica.
+//! at once on every replica. [`k8s_jwks`] keeps the cluster's service-account key set fetched,
+//! on every replica.
 
 pub mod assessment;
 pub mod k8s_controller;
 pub mod k8s_devices;
 pub mod k8s_gpus;
+pub mod k8s_jwks;
 pub mod k8s_nodes;
 pub mod leader;
 pub mod retention;

@@ -33,11 +33,19 @@ pub struct EngineFinding {
     /// Distinct GPUs and nodes they were received on (or, changed at the source, served from).
     pub gpus: i64,
     pub nodes: i64,
+    /// The pods those transfers were made for (or, changed at the source, served from), as their
+    /// nodes' agents named them: at most [`MAX_PODS_PER_ENGINE`], in no particular order; `pod_count`
+    /// counts them all. Names, never evidence.
+    pub pods: Vec<railguard_schema::WorkloadPod>,
+    pub pod_count: i64,
     pub first_at: DateTime<Utc>,
     pub last_at: DateTime<Utc>,
     /// The finding in words.
     pub reason: String,
 }
+
+/// Most pods an engine finding lists.
+pub const MAX_PODS_PER_ENGINE: i64 = 8;
 
 /// The label of an engine that did not name itself.
 pub const UNNAMED_ENGINE: &str = "an engine that did not name itself";
@@ -60,6 +68,8 @@ pub async fn engine_findings(
         nodes: i64,
         first_at: DateTime<Utc>,
         last_at: DateTime<Utc>,
+        pods: Option<sqlx::types::Json<Vec<serde_json::Value>>>,
+        pod_count: i64,
     }
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT * FROM (
@@ -68,17 +78,23 @@ pub async fn engine_findings(
                    least(coalesce(sum(misplaced), 0), 4611686018427387904)::bigint AS misplaced,
                    count(*) FILTER (WHERE changed)::bigint AS changed_at_source,
                    count(DISTINCT (node_id, gpu_index)) AS gpus, count(DISTINCT node_id) AS nodes,
-                   min(first_at) AS first_at, max(last_at) AS last_at
+                   min(first_at) AS first_at, max(last_at) AS last_at,
+                   to_jsonb((array_agg(DISTINCT pod) FILTER (WHERE pod IS NOT NULL))[1:$4]) AS pods,
+                   count(DISTINCT pod) AS pod_count
             FROM (
                 SELECT engine, node_id, gpu_index, first_at, last_at, false AS changed,
                        CASE WHEN path = 'host_copy' THEN transfers_mismatch ELSE 0 END AS host_copy,
-                       CASE WHEN path <> 'host_copy' THEN transfers_mismatch_misplaced ELSE 0 END AS misplaced
+                       CASE WHEN path <> 'host_copy' THEN transfers_mismatch_misplaced ELSE 0 END AS misplaced,
+                       pod
                 FROM inline_reports
                 WHERE observed_at >= $1 AND observed_at <= $2
                   AND (transfers_mismatch > 0 AND path = 'host_copy' OR transfers_mismatch_misplaced > 0)
                 UNION ALL
-                SELECT engine, node_id, gpu_index, observed_at, observed_at, true, 0, 0
-                FROM inline_source_changes WHERE observed_at >= $1 AND observed_at <= $2
+                -- changed at the source: the pod of the worker its node announced
+                SELECT c.engine, c.node_id, c.gpu_index, c.observed_at, c.observed_at, true, 0, 0, w.pod
+                FROM inline_source_changes c
+                LEFT JOIN source_workers w ON w.worker = c.worker AND w.node_id = c.node_id
+                WHERE c.observed_at >= $1 AND c.observed_at <= $2
             ) u
             GROUP BY engine
          ) e ORDER BY by_host_copy + misplaced + changed_at_source DESC, engine LIMIT $3",
@@ -86,6 +102,7 @@ pub async fn engine_findings(
     .bind(since)
     .bind(until)
     .bind(limit)
+    .bind(MAX_PODS_PER_ENGINE as i32)
     .fetch_all(pool)
     .await?;
     Ok(rows
@@ -95,6 +112,11 @@ pub async fn engine_findings(
             let engine: Option<railguard_schema::EngineIdentity> =
                 r.engine.and_then(|e| serde_json::from_value(e.0).ok());
             let label = engine.as_ref().map_or_else(|| UNNAMED_ENGINE.to_owned(), |e| e.label());
+            // Stored pods were validated at ingest; one that no longer decodes is left out.
+            let pods: Vec<railguard_schema::WorkloadPod> =
+                r.pods.map(|p| p.0).unwrap_or_default().into_iter().filter_map(|p| serde_json::from_value(p).ok()).collect();
+            let labels: Vec<String> = pods.iter().map(railguard_schema::WorkloadPod::label).collect();
+            let whose = railguard_schema::pod::pods_phrase(&labels, usize::try_from(r.pod_count).unwrap_or(0));
             let mismatches = r.by_host_copy.saturating_add(r.misplaced).saturating_add(r.changed_at_source);
             let how = [
                 (r.by_host_copy, "by host copy"),
@@ -110,7 +132,7 @@ pub async fn engine_findings(
             .collect::<Vec<_>>()
             .join(", ");
             let reason = format!(
-                "{label}: {mismatches} in-line mismatch{} on {} GPU{} of {} node{}, {how}: the engine moved or mislaid those bytes, not a GPU or NIC",
+                "{label}: {mismatches} in-line mismatch{} on {} GPU{} of {} node{}{whose}, {how}: the engine moved or mislaid those bytes, not a GPU or NIC",
                 if mismatches == 1 { "" } else { "es" },
                 r.gpus,
                 if r.gpus == 1 { "" } else { "s" },
@@ -127,6 +149,8 @@ pub async fn engine_findings(
                 changed_at_source: r.changed_at_source,
                 gpus: r.gpus,
                 nodes: r.nodes,
+                pods,
+                pod_count: r.pod_count,
                 first_at: r.first_at,
                 last_at: r.last_at,
                 reason,

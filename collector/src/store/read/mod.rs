@@ -63,4 +63,4 @@ pub use node::{
 };
 pub use pods::{GpuPod, gpu_pods};
 pub use series::{MAX_POINTS, NicBucket, StatusPoint, fleet_status_series, node_nic_series};
-pub use sources::{Attestation, SourceEnd, SourceFinding, source_findings, source_label};
+pub use sources::{Attestation, SourceEnd, SourceFinding, SourcePods, source_findings, source_label, source_pods};

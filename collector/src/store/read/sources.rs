@@ -46,6 +46,10 @@ pub struct SourceEnd {
     pub gpu_bdf: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nic: Option<String>,
+    /// Attested only: the pod the source process works for, as its own node's agent named it
+    /// when the worker announced itself. A name, never evidence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<railguard_schema::WorkloadPod>,
 }
 
 impl SourceEnd {
@@ -67,15 +71,43 @@ impl SourceEnd {
                 gpu: gpu.and_then(|g| u32::try_from(g).ok()),
                 gpu_bdf,
                 nic: nic.filter(|n| !n.is_empty()),
+                pod: None,
             }
         } else {
             let attestation = if announced_by == 0 { Attestation::Unannounced } else { Attestation::Disputed };
-            SourceEnd { name, attestation, announced_by, node: None, gpu: None, gpu_bdf: None, nic: None }
+            SourceEnd { name, attestation, announced_by, node: None, gpu: None, gpu_bdf: None, nic: None, pod: None }
         }
+    }
+
+    /// The end with its pod from `pods` (by worker and node, [`source_pods`]), where attested.
+    pub fn with_pod(mut self, pods: &SourcePods) -> SourceEnd {
+        if let (Attestation::Attested, Some(node)) = (self.attestation, &self.node) {
+            self.pod = pods.get(&(self.name.clone(), node.clone())).cloned();
+        }
+        self
     }
 }
 
-/// A source in words: "node pre-a GPU3 (0000:1b:00.0) through mlx5_0, attested (prefill-7|tp0pp0)",
+/// Announced source workers' pods by (worker, node).
+pub type SourcePods = std::collections::HashMap<(String, String), railguard_schema::WorkloadPod>;
+
+/// The pods the announcements of the workers `names` named (a row whose pod no longer decodes is
+/// left out: it was validated at ingest).
+pub async fn source_pods(conn: &mut sqlx::PgConnection, names: &[String]) -> Result<SourcePods, sqlx::Error> {
+    if names.is_empty() {
+        return Ok(SourcePods::new());
+    }
+    let rows: Vec<(String, String, sqlx::types::Json<serde_json::Value>)> =
+        sqlx::query_as("SELECT worker, node_id, pod FROM source_workers WHERE worker = ANY($1) AND pod IS NOT NULL")
+            .bind(names)
+            .fetch_all(&mut *conn)
+            .await?;
+    Ok(rows.into_iter().filter_map(|(w, n, p)| Some(((w, n), serde_json::from_value(p.0).ok()?))).collect())
+}
+
+/// A source in words: "node pre-a GPU3 (0000:1b:00.0) through mlx5_0, attested (prefill-7|tp0pp0)"
+/// (with its pod where its agent named one: "…, attested (prefill-7|tp0pp0; pod serving/prefill-7,
+/// container vllm)"),
 /// "prefill-7 (unattested)", "prefill-7 (unattested: announced by 2 nodes)".
 pub fn source_label(end: &SourceEnd) -> String {
     match end.attestation {
@@ -91,7 +123,10 @@ pub fn source_label(end: &SourceEnd) -> String {
                 Some(n) => s.push_str(&format!(" through {n}")),
                 None => s.push_str(" (its NIC unattributed)"),
             }
-            format!("{s}, attested ({})", end.name)
+            match &end.pod {
+                Some(p) => format!("{s}, attested ({}; {})", end.name, p.label()),
+                None => format!("{s}, attested ({})", end.name),
+            }
         }
         Attestation::Unannounced => format!("{} (unattested)", end.name),
         Attestation::Disputed => format!("{} (unattested: announced by {} nodes)", end.name, end.announced_by),
@@ -182,10 +217,13 @@ pub async fn source_findings(
     .bind(limit)
     .fetch_all(pool)
     .await?;
+    let attested: Vec<String> = rows.iter().filter(|r| r.announced_by == 1).map(|r| r.source.clone()).collect();
+    let pods = source_pods(&mut *pool.acquire().await?, &attested).await?;
     Ok(rows
         .into_iter()
         .map(|r| {
-            let end = SourceEnd::of(r.source.clone(), r.announced_by, r.end_node, r.end_gpu, r.end_gpu_bdf, r.end_nic);
+            let end = SourceEnd::of(r.source.clone(), r.announced_by, r.end_node, r.end_gpu, r.end_gpu_bdf, r.end_nic)
+                .with_pod(&pods);
             // A stored claim that no longer decodes is shown as none (it was validated at ingest).
             let claim = (end.attestation != Attestation::Attested)
                 .then(|| r.claim.and_then(|c| serde_json::from_value::<SourceClaim>(c.0).ok()))
@@ -237,6 +275,24 @@ mod tests {
             Some("mlx5_0".into()),
         );
         assert_eq!(source_label(&end), "node pre-a GPU3 (0000:1b:00.0) through mlx5_0, attested (prefill-7|tp0pp0)");
+        // Its pod, where its agent named one: a name in the words, nothing else changes.
+        let pod = railguard_schema::WorkloadPod {
+            namespace: "serving".into(),
+            name: "prefill-7".into(),
+            container: "vllm".into(),
+            uid: String::new(),
+            container_id: String::new(),
+            source: railguard_schema::PodSource::Kubelet,
+        };
+        let pods = SourcePods::from([(("prefill-7|tp0pp0".to_owned(), "pre-a".to_owned()), pod.clone())]);
+        let named = end.clone().with_pod(&pods);
+        assert_eq!(
+            source_label(&named),
+            "node pre-a GPU3 (0000:1b:00.0) through mlx5_0, attested (prefill-7|tp0pp0; pod serving/prefill-7, container vllm)"
+        );
+        assert_eq!(SourceEnd { pod: None, ..named }, end);
+        let elsewhere = SourcePods::from([(("prefill-7|tp0pp0".to_owned(), "pre-b".to_owned()), pod)]);
+        assert_eq!(end.clone().with_pod(&elsewhere).pod, None, "another node's announcement names no pod here");
         let none = SourceEnd::of("prefill-7".into(), 0, None, None, None, None);
         assert_eq!(
             (none.attestation, source_label(&none).as_str()),
@@ -245,6 +301,7 @@ mod tests {
         // Two nodes announcing one name: neither's word is taken, whatever the columns say.
         let two = SourceEnd::of("prefill-7".into(), 2, Some("pre-a".into()), Some(3), None, Some("mlx5_0".into()));
         assert_eq!((two.attestation, two.node.as_deref()), (Attestation::Disputed, None));
+        assert_eq!(two.clone().with_pod(&pods).pod, None, "a disputed name names no pod");
         assert_eq!(source_label(&two), "prefill-7 (unattested: announced by 2 nodes)");
     }
 }
