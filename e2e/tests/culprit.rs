@@ -115,8 +115,16 @@ fn healthy() -> Vec<wire::Record> {
     r
 }
 
+/// A GPU's status; `null` while its node has not been assessed yet (404), so that a wait on it
+/// goes on rather than failing.
 fn gpu(c: &CollectorProc, node: &str, g: u32) -> Value {
-    json(c, &format!("/api/v1/nodes/{node}/gpus/{g}"))["status"].clone()
+    let path = format!("/api/v1/nodes/{node}/gpus/{g}");
+    let (code, body) = c.get(&path, None);
+    if code == 404 {
+        return Value::Null;
+    }
+    assert_eq!(code, 200, "{path}: {body}");
+    serde_json::from_str::<Value>(&body).unwrap()["status"].clone()
 }
 
 /// Whether a finding of `layer` calls for more than `ok`.
