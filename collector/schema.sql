@@ -7,6 +7,12 @@ CREATE TYPE gpu_status_kind AS ENUM ('ok', 'watch', 'unknown', 'at_risk', 'corru
 
 CREATE TYPE gpu_verification AS ENUM ('no_rdma', 'unprobed', 'unproven', 'simulated', 'host_memory', 'gpu_memory');
 
+CREATE TABLE assessment_parts (
+    part smallint NOT NULL,
+    finished_at timestamp with time zone NOT NULL,
+    holder text NOT NULL
+);
+
 CREATE TABLE assessment_runs (
     id integer NOT NULL,
     finished_at timestamp with time zone NOT NULL,
@@ -99,7 +105,8 @@ CREATE TABLE nodes (
     batch_interval_seconds double precision,
     agent_activity text,
     agent_detail text NOT NULL DEFAULT ''::text,
-    agent_state_at timestamp with time zone
+    agent_state_at timestamp with time zone,
+    assess_part smallint NOT NULL GENERATED ALWAYS AS (((hashtextextended(node_id, (0)::bigint) & (63)::bigint))::smallint) STORED
 );
 
 CREATE TABLE probe_results (
@@ -279,6 +286,8 @@ CREATE TABLE topology_snapshots (
     gone_gpus jsonb NOT NULL DEFAULT '[]'::jsonb
 );
 
+ALTER TABLE assessment_parts ADD CONSTRAINT assessment_parts_part_check CHECK (((part >= 0) AND (part < 64)));
+ALTER TABLE assessment_parts ADD CONSTRAINT assessment_parts_pkey PRIMARY KEY (part);
 ALTER TABLE assessment_runs ADD CONSTRAINT assessment_runs_id_check CHECK ((id = 1));
 ALTER TABLE assessment_runs ADD CONSTRAINT assessment_runs_pkey PRIMARY KEY (id);
 ALTER TABLE gpu_status ADD CONSTRAINT gpu_status_evidence_path_check CHECK ((evidence_path = ANY (ARRAY['nic_dma'::text, 'host_copy'::text, 'simulated'::text, 'other_device'::text])));

@@ -1,6 +1,7 @@
 //! The chaos suite's short form (e2e/src/bin/chaos.rs): agents ship continuously through every
 //! fault, and for each one every record produced is stored, or counted as dropped or set aside;
-//! on a Patroni cluster, through the primary's loss and a switchover, the API answering throughout.
+//! one of three collectors that split the assessment killed, the two left taking its parts; on a
+//! Patroni cluster, through the primary's loss and a switchover, the API answering throughout.
 #![allow(clippy::unwrap_used)]
 
 use railguard_e2e::bin;
@@ -18,6 +19,7 @@ fn every_record_is_accounted_for_through_every_fault() {
         "agent clock +5 h",
         "in-line flood",
         "API readers flood",
+        "one of 3 collectors killed",
         "Postgres primary lost",
         "Patroni switchover",
     ] {
@@ -36,5 +38,7 @@ fn every_record_is_accounted_for_through_every_fault() {
             "a new primary, every API read answered: {line}"
         );
     }
+    let share = stdout.lines().find(|l| l.starts_with("one of 3 collectors killed")).unwrap();
+    assert!(share.contains("the two left held all 64 after"), "{share}");
     assert!(stdout.contains("held for every fault"), "{stdout}");
 }

@@ -132,8 +132,9 @@ fn blames(v: &Value, layer: &str) -> bool {
     v["findings"].as_array().into_iter().flatten().any(|f| f["layer"] == layer && f["calls_for"] != "ok")
 }
 
+/// The layers a GPU's findings name (none while it is not assessed yet).
 fn layers(v: &Value) -> Vec<String> {
-    v["findings"].as_array().unwrap().iter().map(|f| f["layer"].as_str().unwrap().to_owned()).collect()
+    v["findings"].as_array().into_iter().flatten().filter_map(|f| Some(f["layer"].as_str()?.to_owned())).collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -11,13 +11,18 @@
 //! - One file meets the database: [`pass`] chooses a pass's nodes, reads their inputs
 //!   ([`crate::evidence::load_inputs`]), decides, and writes what changed under one lock, never
 //!   over a status made from newer evidence than its own.
-//! - When passes run (the leader's periodic pass, failing nodes at once) is the tasks' business
-//!   (`crate::tasks::assessment`).
+//! - The fleet's nodes are split into [`PARTS`] parts ([`parts`]); the collectors sharing one
+//!   Postgres divide them, each part assessed by the one holding its lock. A pass chooses among
+//!   the nodes of the parts its collector holds; nodes outside them only where a failing source
+//!   links them to its own.
+//! - When passes run (each collector's periodic pass over its parts, failing nodes at once) is
+//!   the tasks' business (`crate::tasks::assessment`, `crate::tasks::share`).
 //!
 //! Operation: choose → read → decide → write, timed per step ([`timing`]).
 
 mod changes;
 pub mod isolate;
+pub mod parts;
 mod pass;
 pub mod rules;
 mod schedule;
@@ -25,8 +30,10 @@ mod spread;
 mod timing;
 
 pub use isolate::{Damage, Isolated, IsolationStats, stats as isolation_stats, stored_gpu};
+pub use parts::{Member, PARTS, Part};
 pub use pass::{
-    Assessed, assess_and_store, assess_pass, changed_nodes, cold_start, due_nodes, predecessor, shared_source_nodes,
+    Assessed, assess_and_store, assess_parts, assess_pass, changed_nodes, cold_start, due_nodes, predecessors,
+    shared_source_nodes,
 };
 pub use schedule::{PassBudget, Sweep};
 pub use timing::{KindStats, Pass, PassCounters, PassStats, Phases};

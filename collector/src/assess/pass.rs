@@ -6,12 +6,13 @@
 //! from newer evidence than its own. Everything between the read and the write is plain values
 //! ([`crate::model`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
+use super::parts::Part;
 use super::{AssessConfig, Pass, Phases, Sweep, changes, isolate};
 use crate::evidence::{Inputs, load_inputs};
 use crate::model::{Assessment, GpuKey};
@@ -31,20 +32,61 @@ pub async fn assess_pass(
     bound: Option<usize>,
 ) -> Result<Pass, sqlx::Error> {
     let started = std::time::Instant::now();
-    let Some(prev) = prev else {
+    match prev {
+        Some(prev) => changed_pass(pool, cfg, None, prev, now, sweep, bound).await,
+        None => full_pass(pool, cfg, now, started).await,
+    }
+}
+
+/// One pass at `now` over the nodes of `parts` only ([`super::parts`]): those with new
+/// evidence since `prev` or evidence entering or leaving the window, and the sweep's share of
+/// those parts, at most `bound` of them; nodes of other parts only where they share a failing
+/// source with these ([`shared_source_nodes`]).
+pub async fn assess_parts(
+    pool: &PgPool,
+    cfg: &AssessConfig,
+    parts: &[Part],
+    prev: DateTime<Utc>,
+    now: DateTime<Utc>,
+    sweep: Option<Sweep>,
+    bound: Option<usize>,
+) -> Result<Pass, sqlx::Error> {
+    let parts = Part::numbers(parts);
+    changed_pass(pool, cfg, Some(&parts), prev, now, sweep, bound).await
+}
+
+async fn full_pass(
+    pool: &PgPool,
+    cfg: &AssessConfig,
+    now: DateTime<Utc>,
+    started: std::time::Instant,
+) -> Result<Pass, sqlx::Error> {
+    {
         // Everything is assessed now: no node stays pending (a batch stored after the claim
         // marks its node again).
-        schedule::claim_pending(pool).await?;
+        schedule::claim_pending(pool, None).await?;
         let select = started.elapsed();
         let a = assess_and_store(pool, None, cfg, now).await?;
         let nodes = a.assessments.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
         let phases = Phases { select, ..a.phases };
-        return Ok(Pass { full: true, nodes, gpus: a.assessments.len(), phases, ..Pass::default() });
-    };
-    let changed = changed_nodes(pool, cfg.window, prev, now).await?;
+        Ok(Pass { full: true, nodes, gpus: a.assessments.len(), phases, ..Pass::default() })
+    }
+}
+
+async fn changed_pass(
+    pool: &PgPool,
+    cfg: &AssessConfig,
+    parts: Option<&[i16]>,
+    prev: DateTime<Utc>,
+    now: DateTime<Utc>,
+    sweep: Option<Sweep>,
+    bound: Option<usize>,
+) -> Result<Pass, sqlx::Error> {
+    let started = std::time::Instant::now();
+    let changed = changed_nodes(pool, cfg.window, prev, now, parts).await?;
     let mut nodes = changed.clone();
     if let Some(sweep) = sweep {
-        nodes.extend(due_nodes(pool, sweep, now).await?);
+        nodes.extend(due_nodes(pool, sweep, now, parts).await?);
         nodes.sort_unstable();
         nodes.dedup();
     }
@@ -143,22 +185,23 @@ pub async fn assess_and_store(
 
 // ---------- choosing the nodes ----------
 
-/// The nodes that may assess differently at `now` than at `prev` (the previous pass's `now`):
-/// those with a batch stored since they were last claimed (claimed here: their flag is cleared),
-/// and those with evidence entering or leaving the window between the two passes by its date.
-/// Sorted, no duplicates.
+/// The nodes of `parts` (every part: None) that may assess differently at `now` than at `prev`
+/// (the previous pass's `now`): those with a batch stored since they were last claimed (claimed
+/// here: their flag is cleared), and those with evidence entering or leaving the window between
+/// the two passes by its date. Sorted, no duplicates.
 pub async fn changed_nodes(
     pool: &PgPool,
     window: Duration,
     prev: DateTime<Utc>,
     now: DateTime<Utc>,
+    parts: Option<&[i16]>,
 ) -> Result<Vec<String>, sqlx::Error> {
     let w = chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
     // A flag is cleared only once committed, and it commits with its batch's evidence, which the
     // pass reads after this claim: no evidence is claimed before it is visible. A batch still in
     // flight is claimed by this pass (if its node was pending already, the claim waits for its
     // row) or by the next (`e2e/tests/incremental.rs`).
-    let mut nodes = schedule::claim_pending(pool).await?;
+    let mut nodes = schedule::claim_pending(pool, parts).await?;
     // Evidence dated between the passes enters the window by time alone when it was stored
     // ahead of its date (an agent clock running fast); evidence dated one window before them
     // leaves it.
@@ -166,10 +209,14 @@ pub async fn changed_nodes(
     if let (Some(from), Some(to)) = (prev.checked_sub_signed(w), now.checked_sub_signed(w)) {
         slices.push((from, to));
     }
+    let mut dated = Vec::new();
     for (from, to) in slices.into_iter().filter(|(f, t)| f < t) {
-        let dated = schedule::nodes_with_evidence_dated(pool, from, to).await?;
-        nodes.extend(dated);
+        dated.extend(schedule::nodes_with_evidence_dated(pool, from, to).await?);
     }
+    if let Some(parts) = parts.filter(|_| !dated.is_empty()) {
+        dated = schedule::of_parts(pool, &dated, parts).await?;
+    }
+    nodes.extend(dated);
     nodes.sort_unstable();
     nodes.dedup();
     Ok(nodes)
@@ -191,12 +238,18 @@ pub async fn shared_source_nodes(
     schedule::nodes_sharing_a_source(pool, nodes, since, now).await
 }
 
-/// The nodes `sweep` takes at `now`: not assessed since `now - sweep.period` (or never), oldest
-/// first, at most one `sweep.of`-th of the fleet (rounded up), in that order.
-pub async fn due_nodes(pool: &PgPool, sweep: Sweep, now: DateTime<Utc>) -> Result<Vec<String>, sqlx::Error> {
+/// The nodes of `parts` (every part: None) `sweep` takes at `now`: not assessed since
+/// `now - sweep.period` (or never), oldest first, at most one `sweep.of`-th of those parts'
+/// nodes (rounded up), in that order.
+pub async fn due_nodes(
+    pool: &PgPool,
+    sweep: Sweep,
+    now: DateTime<Utc>,
+    parts: Option<&[i16]>,
+) -> Result<Vec<String>, sqlx::Error> {
     let before = chrono::TimeDelta::from_std(sweep.period).ok().and_then(|p| now.checked_sub_signed(p));
     let Some(before) = before else { return Ok(Vec::new()) };
-    schedule::assessed_before(pool, before, sweep.of).await
+    schedule::assessed_before(pool, before, sweep.of, parts).await
 }
 
 /// The `max` of `nodes` (sorted) assessed longest ago (never first), and the rest, which are
@@ -237,23 +290,48 @@ pub async fn mark_assessed(pool: &PgPool, nodes: Option<&[String]>, now: DateTim
     }
 }
 
-/// Where a collector that has just taken the lead goes on from: its predecessor's last pass,
-/// when it finished less than a window ago (widened by two periods and a minute: the record
-/// holds when the pass finished, not the evidence time it read up to, and a wider slice only
-/// adds nodes). None (a pass over the whole fleet) when there is none or it is older: the
-/// evidence that left the window since is not known any more. Nodes the predecessor claimed
-/// and never wrote (it died mid-pass) are met again by the sweep (they are not marked assessed), by their
-/// next batch at once, and by [`run_urgent`] at once for a failure.
-pub async fn predecessor(pool: &PgPool, cfg: &AssessConfig, every: Duration) -> Option<DateTime<Utc>> {
-    let last = match crate::store::read::last_assessment(pool).await {
-        Ok(t) => t,
+/// Where a collector that has just taken `parts` goes on from, part by part: the last pass over
+/// each, when it finished less than a window ago (widened by two periods and a minute: the
+/// record holds when the pass finished, not the evidence time it read up to, and a wider slice
+/// only adds nodes). A part with no pass recorded goes on from the fleet's last pass
+/// (`assessment_runs`: a database a single leader assessed whole). A part left out (older, or
+/// none) has nothing to go on from: the evidence that left the window since is not known any
+/// more, so every node of it is assessed again. Nodes a predecessor claimed and never wrote (it
+/// died mid-pass) are met again by the sweep (they are not marked assessed), by their next batch
+/// at once, and by [`run_urgent`] at once for a failure.
+///
+/// [`run_urgent`]: crate::tasks::assessment::run_urgent
+pub async fn predecessors(
+    pool: &PgPool,
+    cfg: &AssessConfig,
+    every: Duration,
+    parts: &[Part],
+) -> BTreeMap<Part, DateTime<Utc>> {
+    let read = async {
+        let passes = schedule::part_passes(pool, &Part::numbers(parts)).await?;
+        let fleet = crate::store::read::last_assessment(pool).await?;
+        Ok::<_, sqlx::Error>((passes, fleet))
+    };
+    let (passes, fleet) = match read.await {
+        Ok(r) => r,
         Err(e) => {
-            tracing::warn!(error = %e, "reading the last assessment pass failed; passing over the whole fleet");
-            None
+            tracing::warn!(error = %e, "reading the last assessment passes failed; assessing the parts taken whole");
+            return BTreeMap::new();
         }
     };
-    let margin = chrono::TimeDelta::from_std(every.saturating_mul(2).saturating_add(Duration::from_secs(60))).ok()?;
-    let window = chrono::TimeDelta::from_std(cfg.window).ok()?;
-    let from = last? - margin;
-    (Utc::now() - from < window).then_some(from)
+    let Some(margin) =
+        chrono::TimeDelta::from_std(every.saturating_mul(2).saturating_add(Duration::from_secs(60))).ok()
+    else {
+        return BTreeMap::new();
+    };
+    let Ok(window) = chrono::TimeDelta::from_std(cfg.window) else { return BTreeMap::new() };
+    let now = Utc::now();
+    let passed: HashMap<i16, DateTime<Utc>> = passes.into_iter().collect();
+    parts
+        .iter()
+        .filter_map(|p| {
+            let from = passed.get(&p.number()).copied().or(fleet)? - margin;
+            (now - from < window).then_some((*p, from))
+        })
+        .collect()
 }

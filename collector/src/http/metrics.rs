@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::assess::GpuStatus;
+use crate::assess::{GpuStatus, PARTS};
 
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
@@ -34,7 +34,7 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
     } else {
         let _ = writeln!(
             out,
-            "# railguard: the per-GPU, per-node, engine and source series come from the collector leading the assessment (railguard_leader{{task=\"assessment\"}} 1); this one does not lead it."
+            "# railguard: the per-GPU, per-node, engine and source series come from the collector leading the assessment's bookkeeping (railguard_leader{{task=\"assessment\"}} 1); this one does not lead it."
         );
     }
     quarantined(&mut out, &s.state.ingest);
@@ -336,7 +336,7 @@ async fn assessment(out: &mut String, s: &AppState) -> Result<(), ApiError> {
     if let Some(at) = last {
         let _ = writeln!(
             out,
-            "# HELP railguard_assessment_age_seconds Time since the last completed fleet assessment pass (over every GPU, or over the nodes with new evidence or evidence entering or leaving the window and one slice of the fleet's rolling sweep), by whichever collector leads it: GPU statuses are this old at most, plus one window.\n# TYPE railguard_assessment_age_seconds gauge"
+            "# HELP railguard_assessment_age_seconds Time since the fleet was last assessed whole: the oldest of its parts' last passes (each over the part's nodes with new evidence or evidence entering or leaving the window and one slice of its rolling sweep), whichever collector holds each part: GPU statuses are this old at most, plus one window.\n# TYPE railguard_assessment_age_seconds gauge"
         );
         let age = (chrono::Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0;
         let _ = writeln!(out, "railguard_assessment_age_seconds {age:.3}");
@@ -521,6 +521,16 @@ fn process(out: &mut String, s: &AppState) {
     for (task, v) in [("assessment", &s.state.leads.assessment), ("retention", &s.state.leads.retention)] {
         let _ = writeln!(out, "railguard_leader{{task=\"{task}\"}} {}", u8::from(v.load(Ordering::Relaxed)));
     }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_assessment_parts_held The parts of the fleet (of {PARTS}, split by node) this collector assesses; across the collectors sharing one Postgres they sum to {PARTS} once they settle.\n# TYPE railguard_assessment_parts_held gauge\nrailguard_assessment_parts_held {}",
+        s.state.leads.parts.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP railguard_assessment_members The collectors taking part in the assessment at this collector's last check (0: it holds no member slot).\n# TYPE railguard_assessment_members gauge\nrailguard_assessment_members {}",
+        s.state.leads.members.load(Ordering::Relaxed)
+    );
     let _ = writeln!(
         out,
         "# HELP railguard_agent_clock_ahead_seconds How far ahead of the collector's clock an agent dated the newest record of a batch, the largest over the last 15 minutes (0 when not ahead); records more than 600 s ahead are refused. Every node seen while at most --metrics-node-series-limit were; above it, only those {CLOCK_AHEAD_NOTED} s ahead or more.\n# TYPE railguard_agent_clock_ahead_seconds gauge"

@@ -1,6 +1,6 @@
 //! Session-level advisory locks on a connection of their own: whoever holds one leads a
-//! fleet-wide task ([`crate::tasks::leader`]); Postgres releases it when the connection or its
-//! process dies.
+//! fleet-wide task ([`crate::tasks::leader`]) or assesses a part of the fleet
+//! ([`crate::tasks::share`]); Postgres releases it when the connection or its process dies.
 
 use sqlx::PgConnection;
 
@@ -11,6 +11,10 @@ pub const RETENTION: i64 = 0x7261_696c_7265_746e; // "railretn"
 pub const K8S_NODES: i64 = 0x7261_696c_6b38_736e; // "railk8sn"
 /// The transaction-level lock every assessment writes under, whichever replica and task runs it.
 pub const ASSESSMENT_WRITE: i64 = ASSESSMENT ^ 1;
+/// Two-key lock classes (`pg_advisory_lock(class, key)`): a collector's member slot in the
+/// split assessment (key: the slot), and the parts of the fleet (key: the part).
+pub const ASSESSMENT_MEMBER: i32 = 0x7261_6d62; // "ramb"
+pub const ASSESSMENT_PART: i32 = 0x7261_7074; // "rapt"
 
 /// Whether the connection still answers (a held lock is held as long as it does).
 pub async fn answers(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
@@ -26,5 +30,36 @@ pub async fn try_lock(conn: &mut PgConnection, key: i64) -> Result<bool, sqlx::E
 /// Gives lock `key` up.
 pub async fn unlock(conn: &mut PgConnection, key: i64) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_advisory_unlock($1)").bind(key).execute(conn).await?;
+    Ok(())
+}
+
+/// Takes lock (`class`, `key`) on this connection if nobody holds it; whether it did.
+pub async fn try_lock_in(conn: &mut PgConnection, class: i32, key: i32) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)").bind(class).bind(key).fetch_one(conn).await
+}
+
+/// Gives lock (`class`, `key`) up.
+pub async fn unlock_in(conn: &mut PgConnection, class: i32, key: i32) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_unlock($1, $2)").bind(class).bind(key).execute(conn).await?;
+    Ok(())
+}
+
+/// The keys of `class` held now by any session on this database, sorted.
+pub async fn held_in(conn: &mut PgConnection, class: i32) -> Result<Vec<i32>, sqlx::Error> {
+    let keys: Vec<i64> = sqlx::query_scalar(
+        "SELECT objid::int8 FROM pg_locks
+         WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid::int8 = $1
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+         ORDER BY 1",
+    )
+    .bind(i64::from(class))
+    .fetch_all(conn)
+    .await?;
+    Ok(keys.into_iter().filter_map(|k| i32::try_from(k).ok()).collect())
+}
+
+/// Gives up every session-level advisory lock this connection holds.
+pub async fn unlock_all(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_unlock_all()").execute(conn).await?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The assessment schedule's state in `nodes`: which nodes have a batch not yet claimed by a
-//! pass (`evidence_pending`), and when each was last assessed (`assessed_at`); and the nodes
-//! with evidence dated in a slice of time. The decisions over these (which nodes a pass takes)
+//! pass (`evidence_pending`), when each was last assessed (`assessed_at`) and which part of the
+//! split assessment it is of (`assess_part`); each part's last pass (`assessment_parts`); and
+//! the nodes with evidence dated in a slice of time. The decisions over these (which nodes a pass takes)
 //! are [`crate::assess`]'s.
 //!
 //! Invariant: a pending flag is cleared only by [`claim_pending`], which returns the nodes it
@@ -10,9 +11,36 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-/// Clears the flag of every node with a batch stored since its last claim; returns them.
-pub async fn claim_pending(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("UPDATE nodes SET evidence_pending = false WHERE evidence_pending RETURNING node_id")
+/// How many parts the split assessment divides the fleet into: `nodes.assess_part` is
+/// `hash & 63` (migration 0049), so every collector of this schema agrees on it.
+pub const PARTS: i16 = 64;
+
+/// Clears the flag of every node with a batch stored since its last claim, of `parts` (every
+/// part: None); returns them.
+pub async fn claim_pending(pool: &PgPool, parts: Option<&[i16]>) -> Result<Vec<String>, sqlx::Error> {
+    match parts {
+        None => {
+            sqlx::query_scalar("UPDATE nodes SET evidence_pending = false WHERE evidence_pending RETURNING node_id")
+                .fetch_all(pool)
+                .await
+        }
+        Some(parts) => {
+            sqlx::query_scalar(
+                "UPDATE nodes SET evidence_pending = false
+                 WHERE evidence_pending AND assess_part = ANY($1) RETURNING node_id",
+            )
+            .bind(parts)
+            .fetch_all(pool)
+            .await
+        }
+    }
+}
+
+/// Which of `nodes` are of `parts`.
+pub async fn of_parts(pool: &PgPool, nodes: &[String], parts: &[i16]) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT node_id FROM nodes WHERE node_id = ANY($1) AND assess_part = ANY($2)")
+        .bind(nodes)
+        .bind(parts)
         .fetch_all(pool)
         .await
 }
@@ -65,18 +93,40 @@ pub async fn nodes_sharing_a_source(
     .await
 }
 
-/// The nodes not assessed since `before` (or never), oldest first, at most one `share`-th of
-/// the fleet (rounded up).
-pub async fn assessed_before(pool: &PgPool, before: DateTime<Utc>, share: u32) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT node_id FROM nodes WHERE assessed_at IS NULL OR assessed_at <= $1
-         ORDER BY assessed_at NULLS FIRST, node_id
-         LIMIT (SELECT ceil(count(*) / $2::float8)::bigint FROM nodes)",
-    )
-    .bind(before)
-    .bind(f64::from(share.max(1)))
-    .fetch_all(pool)
-    .await
+/// The nodes of `parts` (every part: None) not assessed since `before` (or never), oldest
+/// first, at most one `share`-th of those parts' nodes (rounded up).
+pub async fn assessed_before(
+    pool: &PgPool,
+    before: DateTime<Utc>,
+    share: u32,
+    parts: Option<&[i16]>,
+) -> Result<Vec<String>, sqlx::Error> {
+    let share = f64::from(share.max(1));
+    match parts {
+        None => {
+            sqlx::query_scalar(
+                "SELECT node_id FROM nodes WHERE assessed_at IS NULL OR assessed_at <= $1
+                 ORDER BY assessed_at NULLS FIRST, node_id
+                 LIMIT (SELECT ceil(count(*) / $2::float8)::bigint FROM nodes)",
+            )
+            .bind(before)
+            .bind(share)
+            .fetch_all(pool)
+            .await
+        }
+        Some(parts) => {
+            sqlx::query_scalar(
+                "SELECT node_id FROM nodes WHERE assess_part = ANY($3) AND (assessed_at IS NULL OR assessed_at <= $1)
+                 ORDER BY assessed_at NULLS FIRST, node_id
+                 LIMIT (SELECT ceil(count(*) / $2::float8)::bigint FROM nodes WHERE assess_part = ANY($3))",
+            )
+            .bind(before)
+            .bind(share)
+            .bind(parts)
+            .fetch_all(pool)
+            .await
+        }
+    }
 }
 
 /// Marks `nodes` (every node: None) assessed at `now`, never moving a mark back.
@@ -131,6 +181,15 @@ pub async fn mark_pending(pool: &PgPool, nodes: Option<&[String]>) -> Result<(),
     Ok(())
 }
 
+/// Marks every node of `parts` pending, for a pass to claim.
+pub async fn mark_parts_pending(pool: &PgPool, parts: &[i16]) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE nodes SET evidence_pending = true WHERE assess_part = ANY($1) AND NOT evidence_pending")
+        .bind(parts)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
 /// How many nodes the fleet has.
 pub async fn node_count(pool: &PgPool) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM nodes").fetch_one(pool).await
@@ -147,4 +206,26 @@ pub async fn record_pass(pool: &PgPool, holder: &str) -> Result<(), sqlx::Error>
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// Records that `holder` finished a pass over `parts` now: where a collector that takes one of
+/// them over goes on from ([`part_passes`]).
+pub async fn record_parts(pool: &PgPool, parts: &[i16], holder: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO assessment_parts (part, finished_at, holder) SELECT unnest($1::int2[]), now(), $2
+         ON CONFLICT (part) DO UPDATE SET finished_at = EXCLUDED.finished_at, holder = EXCLUDED.holder",
+    )
+    .bind(parts)
+    .bind(holder)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// When each of `parts` last finished a pass (a part never passed over is left out).
+pub async fn part_passes(pool: &PgPool, parts: &[i16]) -> Result<Vec<(i16, DateTime<Utc>)>, sqlx::Error> {
+    sqlx::query_as("SELECT part, finished_at FROM assessment_parts WHERE part = ANY($1)")
+        .bind(parts)
+        .fetch_all(pool)
+        .await
 }

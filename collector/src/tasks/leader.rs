@@ -62,4 +62,8 @@ impl Leadership {
 pub struct Leads {
     pub assessment: std::sync::atomic::AtomicBool,
     pub retention: std::sync::atomic::AtomicBool,
+    /// The parts of the split assessment this collector holds ([`super::share`]).
+    pub parts: std::sync::atomic::AtomicUsize,
+    /// The collectors taking part in the assessment at this collector's last check.
+    pub members: std::sync::atomic::AtomicUsize,
 }

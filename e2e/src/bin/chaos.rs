@@ -326,6 +326,164 @@ async fn forward(listen: std::net::SocketAddr, to: u16) -> std::io::Result<tokio
     }))
 }
 
+/// Forwards each connection to `listen` to the first of `to` (collectors on loopback) that
+/// accepts it, starting one further along each time: one address in front of several
+/// collectors, as a load balancer puts them.
+async fn front(listen: std::net::SocketAddr, to: Vec<u16>) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let l = tokio::net::TcpListener::bind(listen).await?;
+    Ok(tokio::spawn(async move {
+        let mut next = 0usize;
+        while let Ok((mut inbound, _)) = l.accept().await {
+            let order: Vec<u16> = (0..to.len()).map(|i| to[(next + i) % to.len()]).collect();
+            next = next.wrapping_add(1);
+            tokio::spawn(async move {
+                for port in order {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                        return;
+                    }
+                }
+            });
+        }
+    }))
+}
+
+/// A collector's gauge `name` from its /metrics (None: not answered or absent).
+fn gauge(c: &CollectorProc, name: &str) -> Option<usize> {
+    let (code, m) = c.get("/metrics", None);
+    if code != 200 {
+        return None;
+    }
+    m.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).and_then(|v| v.parse().ok())
+}
+
+/// Whether `cs` hold every part of the assessment between them, each seeing `members` members.
+fn split_among(cs: &[&CollectorProc], members: usize) -> bool {
+    let held: Option<Vec<usize>> = cs.iter().map(|c| gauge(c, "railguard_assessment_parts_held")).collect();
+    held.is_some_and(|h| h.iter().sum::<usize>() == railguard_collector::assess::PARTS as usize)
+        && cs.iter().all(|c| gauge(c, "railguard_assessment_members") == Some(members))
+}
+
+/// Polls `done` every 200 ms for at most `limit`: how long it took, or None.
+fn within(limit: Duration, mut done: impl FnMut() -> bool) -> Option<Duration> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if done() {
+            return Some(t.elapsed());
+        }
+        pause(Duration::from_millis(200));
+    }
+    None
+}
+
+/// "one of 3 collectors killed": two more collectors join `first` on its Postgres and the three
+/// split the assessment; two agents ship through one address in front of all three; the
+/// collector holding the part of the first agent's node is SIGKILLed. Every record is
+/// accounted for (the agents reconnect through the front to the two left, and drain to them),
+/// the two left hold every part within 60 s, and every part, the dead one's among them, is
+/// passed over by them within 60 s.
+async fn one_of_three(ctx: &Ctx, pg: &TestPg, first: &mut CollectorProc, nodes: [&str; 2], short: bool) -> Outcome {
+    const FAULT: &str = "one of 3 collectors killed";
+    let parts = railguard_collector::assess::PARTS as usize;
+    let mut others =
+        [CollectorProc::start_with(&pg.url(), &nodes, &[]), CollectorProc::start_with(&pg.url(), &nodes, &[])];
+    let split = within(Duration::from_secs(60), || split_among(&[&*first, &others[0], &others[1]], 3));
+    if split.is_none() {
+        return Outcome {
+            error: Some("the three collectors never split the parts".into()),
+            ..Outcome::new(FAULT, String::new())
+        };
+    }
+    let settled_at = chrono::Utc::now();
+    let port = railguard_e2e::free_port();
+    let fwd = match front(([127, 0, 0, 1], port).into(), vec![first.port, others[0].port, others[1].port]).await {
+        Ok(f) => f,
+        Err(e) => return not_run(FAULT, format!("binding the front address: {e}")),
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let mut agents: Vec<Agent> = nodes.iter().map(|n| ctx.agent(n, &url, None, &[], None, &[])).collect();
+    // The victim: whoever passed over the first node's part since the three split.
+    let mut holder = None;
+    within(Duration::from_secs(30), || {
+        holder = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(
+                sqlx::query_scalar::<_, String>(
+                    "SELECT holder FROM assessment_parts
+                     WHERE part = (SELECT assess_part FROM nodes WHERE node_id = $1) AND finished_at > $2",
+                )
+                .bind(nodes[0])
+                .bind(settled_at)
+                .fetch_optional(&pg.pool),
+            )
+        })
+        .ok()
+        .flatten();
+        holder.is_some()
+    });
+    let pid_of = |c: &CollectorProc| c.pid().map(|p| format!(":{p}"));
+    let Some(holder) = holder else {
+        let mut o = settle(ctx, &pg.pool, first, FAULT, &mut agents, String::new()).await;
+        o.error = Some(format!("{}'s part was never passed over after the split", nodes[0]));
+        return o;
+    };
+    let victim = if pid_of(first).is_some_and(|p| holder.ends_with(&p)) {
+        None
+    } else {
+        others.iter().position(|c| pid_of(c).is_some_and(|p| holder.ends_with(&p)))
+    };
+    let victim_parts = match victim {
+        None => gauge(first, "railguard_assessment_parts_held"),
+        Some(i) => gauge(&others[i], "railguard_assessment_parts_held"),
+    };
+    pause(Duration::from_secs(if short { 2 } else { 10 }));
+    let killed_at = chrono::Utc::now();
+    match victim {
+        None => first.kill(),
+        Some(i) => others[i].kill(),
+    }
+    let left: Vec<&CollectorProc> = match victim {
+        None => others.iter().collect(),
+        Some(i) => {
+            std::iter::once(&*first).chain(others.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, c)| c)).collect()
+        }
+    };
+    let took_over = within(Duration::from_secs(60), || split_among(&left, 2));
+    let passed = within(Duration::from_secs(60), || {
+        let stale: Result<i64, _> = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(
+                sqlx::query_scalar("SELECT $2 - count(*) FROM assessment_parts WHERE finished_at > $1")
+                    .bind(killed_at)
+                    .bind(parts as i64)
+                    .fetch_one(&pg.pool),
+            )
+        });
+        stale.is_ok_and(|n| n == 0)
+    });
+    pause(Duration::from_secs(if short { 3 } else { 20 }));
+    let secs = |d: Option<Duration>| d.map_or("never".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()));
+    let note = format!(
+        "killed the {} collector, holding {} of {parts} parts ({}'s among them); the two left held all {parts} after {}, passed over every part after {}",
+        if victim.is_none() { "first" } else { "added" },
+        victim_parts.map_or("?".to_owned(), |n| n.to_string()),
+        nodes[0],
+        secs(took_over),
+        secs(took_over.zip(passed).map(|(a, b)| a + b)),
+    );
+    let mut o = settle(ctx, &pg.pool, left[0], FAULT, &mut agents, note).await;
+    if o.error.is_none() {
+        o.error = match (took_over, passed) {
+            (None, _) => Some("the two left never held every part".into()),
+            (_, None) => Some("a part was not passed over within 60 s of the kill".into()),
+            _ => None,
+        };
+    }
+    fwd.abort();
+    if victim.is_none() {
+        first.restart();
+    }
+    o
+}
+
 /// A small tmpfs, unmounted on drop.
 struct Tmpfs(PathBuf);
 
@@ -365,6 +523,8 @@ async fn main() -> std::process::ExitCode {
         "chaos-clock",
         "chaos-inline",
         "chaos-readers",
+        "chaos-share-1",
+        "chaos-share-2",
     ];
     let mut collector = CollectorProc::start_with(&pg.url(), &nodes, &[]);
     let url = collector.url();
@@ -610,8 +770,12 @@ async fn main() -> std::process::ExitCode {
         results.push(o);
     }
 
-    // 8–9. The collector on a highly available Postgres: the primary's machine lost, then a
-    //      planned switchover.
+    // 8. One of three collectors SIGKILLed while agents ship through one address in front of
+    //    all three: the two left take its parts of the assessment.
+    results.push(one_of_three(&ctx, &pg, &mut collector, [nodes[8], nodes[9]], short).await);
+
+    // 9–10. The collector on a highly available Postgres: the primary's machine lost, then a
+    //       planned switchover.
     results.extend(ha_faults(&ctx, short).await);
 
     println!("railguard chaos suite{} ({:.0} s)", if short { " (short)" } else { "" }, started.elapsed().as_secs_f64());

@@ -64,6 +64,9 @@ struct Args {
     /// Probe rows and GPU status changes written over the 30 days before the run.
     seed_probes: i64,
     seed_changes: i64,
+    /// Collectors on the one Postgres, sharing ingest (connections spread over them) and the
+    /// assessment (its parts split among them).
+    collectors: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -87,6 +90,7 @@ fn args() -> Result<Args, String> {
         read_connections: None,
         seed_probes: 0,
         seed_changes: 0,
+        collectors: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -111,13 +115,14 @@ fn args() -> Result<Args, String> {
             "--read-connections" => a.read_connections = Some(num(val()?)?),
             "--seed-probes" => a.seed_probes = i64::try_from(num(val()?)?).unwrap_or(i64::MAX),
             "--seed-status-changes" => a.seed_changes = i64::try_from(num(val()?)?).unwrap_or(i64::MAX),
+            "--collectors" => a.collectors = (num(val()?)? as usize).clamp(1, 16),
             "--fail" => {
                 let v = val()?;
                 let (n, g) = v.split_once(':').ok_or(format!("--fail {v:?}: NODE:GPU"))?;
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)] [--readers N (readers of every API route in a closed loop, the whole run)] [--read-connections N (the collector's --database-read-connections)] [--seed-probes N] [--seed-status-changes N (history written over the 30 days before the run)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)] [--readers N (readers of every API route in a closed loop, the whole run)] [--read-connections N (the collector's --database-read-connections)] [--seed-probes N] [--seed-status-changes N (history written over the 30 days before the run)] [--collectors N (collectors on the one Postgres: connections spread over them, the assessment split among them)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -209,10 +214,14 @@ async fn main() {
     if let Some(n) = &read_connections {
         collector_args.extend(["--database-read-connections", n.as_str()]);
     }
-    let collector = CollectorProc::start_with(&pg.url(), &refs, &collector_args);
+    let collectors: Vec<CollectorProc> =
+        (0..a.collectors).map(|_| CollectorProc::start_with(&pg.url(), &refs, &collector_args)).collect();
+    // The first collector answers the reads and its passes are the ones sampled; every
+    // collector's CPU, memory and passes are reported at the end.
+    let collector = &collectors[0];
     let mut channels = Vec::new();
-    for _ in 0..a.connections {
-        channels.push(IngestClient::connect(collector.url()).await.unwrap());
+    for k in 0..a.connections.max(a.collectors) {
+        channels.push(IngestClient::connect(collectors[k % collectors.len()].url()).await.unwrap());
     }
     // Topologies first: the assessment needs each node's GPUs and workload NICs.
     let topo = topo_rec(topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None));
@@ -238,7 +247,7 @@ async fn main() {
     }
     eprintln!("fleetgen: topologies sent; {} batches of 88 every {:?} for {:?}", a.nodes, a.interval, a.duration);
     let stats = Arc::new(Stats::default());
-    let cpu_start = collector.pid().and_then(cpu_seconds);
+    let cpu_start: Vec<Option<f64>> = collectors.iter().map(|c| c.pid().and_then(cpu_seconds)).collect();
     let start = Instant::now();
     let run_started = chrono::Utc::now();
     // The injections: --fail's node, and --injections more spread over the fleet.
@@ -422,18 +431,32 @@ async fn main() {
     }
     // What the fleet cost: the collector's CPU over the run, and Postgres's bytes per stored
     // probe (table + indexes) and per node-day at this cadence.
-    let cpu = collector.pid().and_then(cpu_seconds).map(|c| c - cpu_start.unwrap_or(0.0));
-    if let Some(c) = cpu {
-        println!("collector CPU: {:.1} % of one core over the run", 100.0 * c / start.elapsed().as_secs_f64());
-    }
-    if let Some(kib) =
-        collector.pid().and_then(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok()).and_then(|st| {
+    let peak_rss_mib = |c: &CollectorProc| {
+        c.pid().and_then(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok()).and_then(|st| {
             st.lines().find_map(|l| {
                 l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
             })
         })
-    {
-        println!("collector peak RSS: {:.0} MiB", kib / 1024.0);
+    };
+    for (k, (c, c0)) in collectors.iter().zip(&cpu_start).enumerate() {
+        let name = if collectors.len() == 1 { "collector".to_owned() } else { format!("collector {}", k + 1) };
+        if let Some(cpu) = c.pid().and_then(cpu_seconds).map(|s| s - c0.unwrap_or(0.0)) {
+            println!("{name} CPU: {:.1} % of one core over the run", 100.0 * cpu / start.elapsed().as_secs_f64());
+        }
+        if let Some(kib) = peak_rss_mib(c) {
+            println!("{name} peak RSS: {:.0} MiB", kib / 1024.0);
+        }
+        if collectors.len() > 1 {
+            let port = c.http_port;
+            let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
+            let parts = series(&m, "railguard_assessment_parts_held", "").unwrap_or(f64::NAN);
+            for d in pass_durations(&m) {
+                println!(
+                    "{name} ({parts:.0} parts held at the end): {} passes {:.0}, {:.0} over 1 s, the longest {:.3} s",
+                    d.kind, d.count, d.over_1s, d.longest
+                );
+            }
+        }
     }
     // Storage, measured: the growth of the probe history (full probes and summaries, tables and
     // indexes) between a point after the first summaries closed and the end, per node-day.

@@ -176,9 +176,18 @@ pub struct GridCell {
     pub gpu_model: String,
 }
 
-/// When the fleet's last full assessment pass finished (whichever collector leads it).
+/// How recently the whole fleet was assessed: the oldest of the parts' last passes once every
+/// part has one (the collectors split the assessment: one whose passes stop leaves its parts
+/// aging while the others' go on), else the fleet's last pass (`assessment_runs`).
 pub async fn last_assessment(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-    sqlx::query_scalar("SELECT finished_at FROM assessment_runs WHERE id = 1").fetch_optional(pool).await
+    sqlx::query_scalar(
+        "SELECT CASE WHEN (SELECT count(*) FROM assessment_parts) = $1
+                     THEN (SELECT min(finished_at) FROM assessment_parts)
+                     ELSE (SELECT finished_at FROM assessment_runs WHERE id = 1) END",
+    )
+    .bind(i64::from(crate::store::schedule::PARTS))
+    .fetch_one(pool)
+    .await
 }
 
 /// Every GPU's current status, for the fleet grid (compact: one reason each).
