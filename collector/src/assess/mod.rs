@@ -61,7 +61,7 @@ pub struct AssessConfig {
     /// of the fleet); a node's failure is assessed at once by [`run_urgent`] whatever the bound.
     pub max_nodes: usize,
     /// A periodic pass between full ones takes no more nodes than this much time allows at the
-    /// cost per node the leader measured on its recent passes (`serve --assess-pass-budget-ms`;
+    /// cost per node this collector measured on its recent passes (`serve --assess-pass-budget-ms`;
     /// zero: no bound by time), and at most [`AssessConfig::max_nodes`] ([`PassBudget`]). While
     /// nodes are left pending the next pass follows sooner ([`PassBudget::next_after`]).
     pub pass_budget: Duration,

@@ -27,7 +27,7 @@ impl Sweep {
 }
 
 /// The bound on a periodic pass's nodes: as many as [`AssessConfig::pass_budget`] allows at the
-/// cost per node the leader measured on its own recent passes, at most
+/// cost per node this collector measured on its own recent passes, at most
 /// [`AssessConfig::max_nodes`]. A pass's time is then bounded by time, not by a count chosen for
 /// one machine: a rolling start's nodes (each with its first statuses to write) cost more than a
 /// steady fleet's, and a collector sharing its cores with a burst of ingest runs slower. The
@@ -49,7 +49,7 @@ impl PassBudget {
     /// The fewest nodes a bound by time leaves a pass.
     pub const MIN_NODES: usize = 50;
     /// While nodes are left pending, the next pass starts as long after this one ended as it
-    /// took, and at least this long: ingest keeps at least half the leader's time.
+    /// took, and at least this long: ingest keeps at least half the collector's time.
     pub const CATCH_UP_GAP: Duration = Duration::from_secs(1);
 
     /// The most nodes the first pass of a cold start takes before any pass was measured

@@ -81,7 +81,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = AssessConfig::DEFAULT_MAX_NODES)]
     assess_max_nodes: usize,
     /// An assessment pass takes no more nodes than this many milliseconds allow at the cost per
-    /// node the leader measured on its recent passes (0: no bound by time; --assess-max-nodes
+    /// node this collector measured on its recent passes (0: no bound by time; --assess-max-nodes
     /// bounds it all the same). While nodes are left pending, the next pass follows after as
     /// long as the last one took (at least a second), not a whole --assess-every-secs; a node
     /// whose batch brought a failure is assessed at once whatever the bound.
