@@ -136,7 +136,16 @@ async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_acr
     assert!(days.iter().all(|d| d["start"].as_str().unwrap().ends_with("T00:00:00Z")), "{days:?}");
     assert_eq!(c.get("/api/v1/nodes/node-a/gpus/3/history?bucket=week", None).0, 400);
 
-    // The CLI reads the same rows.
+    // The CLI reads the same rows. It names only a GPU the assessment knows: first the
+    // collector's first pass writes node-a's GPUs.
+    wait::until_async("node-a's GPU3 assessed", std::time::Duration::from_secs(60), async || {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM gpu_status WHERE node_id = 'node-a' AND gpu_index = 3")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
+        if n == 1 { Ok(()) } else { Err(n) }
+    })
+    .await;
     let out = std::process::Command::new(bin("railguard-collector"))
         .args(["query", "history", "node-a", "3", "--since", "7d", "--json"])
         .env("DATABASE_URL", pg.url())
