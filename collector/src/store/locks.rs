@@ -38,12 +38,6 @@ pub async fn try_lock_in(conn: &mut PgConnection, class: i32, key: i32) -> Resul
     sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)").bind(class).bind(key).fetch_one(conn).await
 }
 
-/// Gives lock (`class`, `key`) up.
-pub async fn unlock_in(conn: &mut PgConnection, class: i32, key: i32) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_advisory_unlock($1, $2)").bind(class).bind(key).execute(conn).await?;
-    Ok(())
-}
-
 /// The keys of `class` held now by any session on this database, sorted.
 pub async fn held_in(conn: &mut PgConnection, class: i32) -> Result<Vec<i32>, sqlx::Error> {
     let keys: Vec<i64> = sqlx::query_scalar(
@@ -61,5 +55,27 @@ pub async fn held_in(conn: &mut PgConnection, class: i32) -> Result<Vec<i32>, sq
 /// Gives up every session-level advisory lock this connection holds.
 pub async fn unlock_all(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_advisory_unlock_all()").execute(conn).await?;
+    Ok(())
+}
+
+/// Takes, of locks (`class`, key) for `keys`, those nobody holds, in one statement; the keys
+/// taken, in the order given.
+pub async fn try_lock_each_in(conn: &mut PgConnection, class: i32, keys: &[i32]) -> Result<Vec<i32>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT k FROM unnest($2::int4[]) WITH ORDINALITY AS t(k, i) WHERE pg_try_advisory_lock($1, k) ORDER BY i",
+    )
+    .bind(class)
+    .bind(keys)
+    .fetch_all(conn)
+    .await
+}
+
+/// Gives up locks (`class`, key) for `keys`, in one statement.
+pub async fn unlock_each_in(conn: &mut PgConnection, class: i32, keys: &[i32]) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_unlock($1, k) FROM unnest($2::int4[]) AS t(k)")
+        .bind(class)
+        .bind(keys)
+        .execute(conn)
+        .await?;
     Ok(())
 }

@@ -105,19 +105,27 @@ impl Share {
         };
         let members: Vec<Member> = locks::held_in(conn, ASSESSMENT_MEMBER).await?.into_iter().map(Member).collect();
         let wanted: BTreeSet<Part> = share_of(me, &members).into_iter().collect();
+        let key = |p: &Part| i32::from(p.number());
         let leaving: Vec<Part> = self.held.difference(&wanted).copied().collect();
-        for p in leaving {
-            locks::unlock_in(conn, ASSESSMENT_PART, i32::from(p.number())).await?;
-            self.held.remove(&p);
-        }
-        let mut taken = Vec::new();
-        for p in wanted.difference(&self.held).copied().collect::<Vec<_>>() {
-            // Held by a collector that has not yet seen the new members: taken at a later check.
-            if locks::try_lock_in(conn, ASSESSMENT_PART, i32::from(p.number())).await? {
-                self.held.insert(p);
-                taken.push(p);
+        if !leaving.is_empty() {
+            locks::unlock_each_in(conn, ASSESSMENT_PART, &leaving.iter().map(key).collect::<Vec<_>>()).await?;
+            for p in &leaving {
+                self.held.remove(p);
             }
         }
+        let missing: Vec<i32> = wanted.difference(&self.held).map(key).collect();
+        // A part held by a collector that has not yet seen the new members is taken at a later
+        // check.
+        let taken: Vec<Part> = if missing.is_empty() {
+            Vec::new()
+        } else {
+            locks::try_lock_each_in(conn, ASSESSMENT_PART, &missing)
+                .await?
+                .into_iter()
+                .filter_map(|k| Part::new(i16::try_from(k).ok()?))
+                .collect()
+        };
+        self.held.extend(taken.iter().copied());
         if !taken.is_empty() {
             tracing::info!(
                 member = me.0,
