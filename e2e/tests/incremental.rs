@@ -612,3 +612,86 @@ fn a_cold_start_over_a_fleet_larger_than_a_pass_takes_it_in_bounded_passes() {
         .fold(0.0, f64::max);
     assert!(most <= 5.0, "{most}");
 }
+
+/// How many transactions wait now for an advisory lock of `class` (two-key locks: the first
+/// key; one-key locks: the key's high half), of two keys or one (`keys`).
+async fn waiting_for(pg: &TestPg, class: i64, keys: i16) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks
+         WHERE locktype = 'advisory' AND NOT granted AND classid::int8 = $1 AND objsubid = $2",
+    )
+    .bind(class)
+    .bind(keys)
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap()
+}
+
+/// Writes of nodes of different parts go on together; writes of one part wait for each other;
+/// a write of the whole fleet waits for every write of some nodes, and they for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_of_different_parts_go_on_together_and_of_one_part_one_at_a_time() {
+    use railguard_collector::store::locks::{ASSESSMENT_WRITE, ASSESSMENT_WRITE_PART};
+    use railguard_collector::store::statuses::lock_and_read_current;
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let cfg = AssessConfig::default();
+    twelve_nodes(&store).await;
+    let parts: Vec<(String, i16)> = sqlx::query_as("SELECT node_id, assess_part FROM nodes ORDER BY node_id")
+        .fetch_all(&pg.pool)
+        .await
+        .unwrap();
+    let (a, part) = parts[0].clone();
+    let other = parts.iter().find(|(_, p)| *p != part).map(|(n, _)| n.clone()).unwrap();
+    let t = Utc::now();
+    let write_class = i64::from(ASSESSMENT_WRITE_PART);
+    // ASSESSMENT_WRITE's key is one int8: its pg_locks row has the high half as classid.
+    let fleet_class = ASSESSMENT_WRITE >> 32;
+
+    let mut held = pg.pool.begin().await.unwrap();
+    lock_and_read_current(&mut held, Some(&[a.clone()])).await.unwrap();
+    // Another part's write does not wait for it.
+    let elsewhere = tokio::time::timeout(
+        wait::scaled(std::time::Duration::from_secs(30)),
+        assess_and_store(&pg.pool, Some(&[other.clone()]), &cfg, t),
+    )
+    .await;
+    assert!(matches!(elsewhere, Ok(Ok(_))), "a write of another part went on: {elsewhere:?}");
+    // A write of the same part waits until the first commits.
+    let same = {
+        let (pool, cfg, a) = (pg.pool.clone(), cfg.clone(), a.clone());
+        tokio::spawn(async move { assess_and_store(&pool, Some(&[a]), &cfg, t).await.map(|r| r.assessments.len()) })
+    };
+    wait::until_true_async("the second write of the part waits for its lock", std::time::Duration::from_secs(30), async || {
+        waiting_for(&pg, write_class, 2).await == 1
+    })
+    .await;
+    assert!(!same.is_finished());
+    // So does a write of the whole fleet.
+    let whole = {
+        let (pool, cfg) = (pg.pool.clone(), cfg.clone());
+        tokio::spawn(async move { assess_and_store(&pool, None, &cfg, t).await.map(|r| r.assessments.len()) })
+    };
+    wait::until_true_async("the fleet's write waits for the part's", std::time::Duration::from_secs(30), async || {
+        waiting_for(&pg, fleet_class, 1).await == 1
+    })
+    .await;
+    held.commit().await.unwrap();
+    assert_eq!(same.await.unwrap().unwrap(), 8, "the part's second write went on once the first committed");
+    assert_eq!(whole.await.unwrap().unwrap(), 12 * 8, "the fleet's write went on once the parts' had");
+
+    // A write of the whole fleet holds back every write of some nodes until it commits.
+    let mut fleet = pg.pool.begin().await.unwrap();
+    lock_and_read_current(&mut fleet, None).await.unwrap();
+    let some = {
+        let (pool, cfg) = (pg.pool.clone(), cfg.clone());
+        tokio::spawn(async move { assess_and_store(&pool, Some(&[other]), &cfg, t).await.map(|r| r.assessments.len()) })
+    };
+    wait::until_true_async("a write of some nodes waits for the fleet's", std::time::Duration::from_secs(30), async || {
+        waiting_for(&pg, fleet_class, 1).await == 1
+    })
+    .await;
+    assert!(!some.is_finished());
+    fleet.commit().await.unwrap();
+    assert_eq!(some.await.unwrap().unwrap(), 8);
+}

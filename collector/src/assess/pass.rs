@@ -2,9 +2,9 @@
 //! nodes (those with new evidence or evidence entering or leaving the window, the sweep's share,
 //! bounded: [`assess_pass`]), **reads** their inputs ([`crate::evidence::load_inputs`]),
 //! **decides** (the rules node by node, [`super::isolate`]; what changed, [`super::changes`]) and
-//! **writes** what changed under one lock ([`crate::store::statuses`]), never over a status made
-//! from newer evidence than its own. Everything between the read and the write is plain values
-//! ([`crate::model`]).
+//! **writes** what changed under its nodes' parts' locks ([`crate::store::statuses`]), never
+//! over a status made from newer evidence than its own. Everything between the read and the
+//! write is plain values ([`crate::model`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -147,8 +147,8 @@ pub async fn assess_and_store(
     let mut phases = Phases { read: started.elapsed(), ..Phases::default() };
     let started = std::time::Instant::now();
     let mut laps = Laps::new(&mut steps);
-    // One assessment writes at a time, fleet-wide: the previous statuses are read under the
-    // same lock, so a change is recorded once.
+    // One assessment writes a node at a time: the previous statuses are read under the locks
+    // of the nodes' parts, so a change is recorded once.
     let mut tx = pool.begin().await?;
     let current: HashMap<GpuKey, statuses::CurrentRow> = statuses::lock_and_read_current(&mut tx, nodes)
         .await?

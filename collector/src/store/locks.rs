@@ -9,12 +9,18 @@ use sqlx::PgConnection;
 pub const ASSESSMENT: i64 = 0x7261_696c_6173_7365; // "railasse"
 pub const RETENTION: i64 = 0x7261_696c_7265_746e; // "railretn"
 pub const K8S_NODES: i64 = 0x7261_696c_6b38_736e; // "railk8sn"
-/// The transaction-level lock every assessment writes under, whichever replica and task runs it.
+/// The transaction-level lock every assessment writes under, whichever replica and task runs it:
+/// shared by a write of some nodes (which also takes their parts' [`ASSESSMENT_WRITE_PART`]
+/// locks), exclusive for a write of the whole fleet.
 pub const ASSESSMENT_WRITE: i64 = ASSESSMENT ^ 1;
 /// Two-key lock classes (`pg_advisory_lock(class, key)`): a collector's member slot in the
 /// split assessment (key: the slot), and the parts of the fleet (key: the part).
 pub const ASSESSMENT_MEMBER: i32 = 0x7261_6d62; // "ramb"
 pub const ASSESSMENT_PART: i32 = 0x7261_7074; // "rapt"
+/// Transaction-level lock class (key: the part) a write of some nodes takes for each of their
+/// parts, in ascending order, under [`ASSESSMENT_WRITE`] shared: writes of different parts go
+/// on together, writes of one node one at a time.
+pub const ASSESSMENT_WRITE_PART: i32 = 0x7261_7770; // "rawp"
 
 /// Whether the connection still answers (a held lock is held as long as it does).
 pub async fn answers(conn: &mut PgConnection) -> Result<(), sqlx::Error> {

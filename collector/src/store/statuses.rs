@@ -1,5 +1,5 @@
-//! The assessment's writes: a GPU's current row as a pass compares it, read under the one lock
-//! every assessment writes under ([`lock_and_read_current`]), and what changed written as
+//! The assessment's writes: a GPU's current row as a pass compares it, read under the locks of
+//! the parts it writes ([`lock_and_read_current`]), and what changed written as
 //! arrays, one statement a table ([`write_statuses`], [`record_changes`]), with the fleet page's
 //! counts of the nodes written ([`refresh_node_status`]). What changed is the assessment's
 //! decision ([`crate::assess`]); these only store it.
@@ -62,15 +62,37 @@ pub struct ChangeColumns {
     pub reasons: Vec<serde_json::Value>,
 }
 
-/// Takes [`super::locks::ASSESSMENT_WRITE`], the transaction-level advisory lock every assessment
-/// writes under (one at a time, fleet-wide: several collector replicas, a full pass and a node
-/// assessed at once), then
-/// reads the current rows of `nodes` (every node: None) under it, so a change is recorded once.
+/// Takes the transaction-level locks an assessment writes under, then reads the current rows of
+/// `nodes` (every node: None) under them, so a change is recorded once: for some nodes,
+/// [`super::locks::ASSESSMENT_WRITE`] shared and their parts' [`super::locks::ASSESSMENT_WRITE_PART`]
+/// locks in ascending order (one statement; a pass waits only for writes of the same parts); for
+/// the whole fleet, [`super::locks::ASSESSMENT_WRITE`] exclusive (it waits for every write and
+/// every write waits for it). Whoever writes a node's rows, a part's passes on several collector
+/// replicas or a node assessed at once, writes them one at a time.
 pub async fn lock_and_read_current(
     tx: &mut sqlx::PgConnection,
     nodes: Option<&[String]>,
 ) -> Result<Vec<CurrentRow>, sqlx::Error> {
-    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(super::locks::ASSESSMENT_WRITE).execute(&mut *tx).await?;
+    use super::locks::{ASSESSMENT_WRITE, ASSESSMENT_WRITE_PART};
+    match nodes {
+        None => {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(ASSESSMENT_WRITE).execute(&mut *tx).await?;
+        }
+        Some(nodes) => {
+            sqlx::query("SELECT pg_advisory_xact_lock_shared($1)").bind(ASSESSMENT_WRITE).execute(&mut *tx).await?;
+            // A volatile function in the output list runs after ORDER BY: the locks are taken
+            // in ascending order, so two writes never wait on each other in a cycle.
+            sqlx::query(
+                "SELECT pg_advisory_xact_lock($1, p)
+                 FROM (SELECT DISTINCT assess_part::int4 AS p FROM nodes WHERE node_id = ANY($2)) AS d
+                 ORDER BY p",
+            )
+            .bind(ASSESSMENT_WRITE_PART)
+            .bind(nodes)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
     let filter: Option<Vec<String>> = nodes.map(<[String]>::to_vec);
     sqlx::query_as(
         "SELECT node_id, gpu_index, status, workload_nic, structural_risk, reasons, recommendation, verification,

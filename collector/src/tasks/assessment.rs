@@ -172,8 +172,8 @@ pub async fn run_periodic(
 
 /// Assesses at once, on whichever replica stored the batch, the nodes whose batches brought a
 /// failure ([`crate::urgent::UrgentNodes`]): detection waits for neither the period nor
-/// a fleet pass in progress (the two write under one lock, and a pass leaves alone a status made
-/// from newer evidence than its own).
+/// a fleet pass in progress (the two write a node's rows one at a time, and a pass leaves alone a
+/// status made from newer evidence than its own).
 pub async fn run_urgent(
     pool: PgPool,
     cfg: AssessConfig,
