@@ -205,7 +205,8 @@ CREATE TABLE probe_summary_sets (
 
 CREATE TABLE rollup_hours (
     hour timestamp with time zone NOT NULL,
-    rolled_at timestamp with time zone NOT NULL DEFAULT now()
+    rolled_at timestamp with time zone NOT NULL DEFAULT now(),
+    repeats_merged_at timestamp with time zone
 );
 
 CREATE TABLE signal_events (

@@ -637,10 +637,8 @@ async fn writes_of_different_parts_go_on_together_and_of_one_part_one_at_a_time(
     let store = Store::new(pg.pool.clone());
     let cfg = AssessConfig::default();
     twelve_nodes(&store).await;
-    let parts: Vec<(String, i16)> = sqlx::query_as("SELECT node_id, assess_part FROM nodes ORDER BY node_id")
-        .fetch_all(&pg.pool)
-        .await
-        .unwrap();
+    let parts: Vec<(String, i16)> =
+        sqlx::query_as("SELECT node_id, assess_part FROM nodes ORDER BY node_id").fetch_all(&pg.pool).await.unwrap();
     let (a, part) = parts[0].clone();
     let other = parts.iter().find(|(_, p)| *p != part).map(|(n, _)| n.clone()).unwrap();
     let t = Utc::now();
@@ -662,9 +660,11 @@ async fn writes_of_different_parts_go_on_together_and_of_one_part_one_at_a_time(
         let (pool, cfg, a) = (pg.pool.clone(), cfg.clone(), a.clone());
         tokio::spawn(async move { assess_and_store(&pool, Some(&[a]), &cfg, t).await.map(|r| r.assessments.len()) })
     };
-    wait::until_true_async("the second write of the part waits for its lock", std::time::Duration::from_secs(30), async || {
-        waiting_for(&pg, write_class, 2).await == 1
-    })
+    wait::until_true_async(
+        "the second write of the part waits for its lock",
+        std::time::Duration::from_secs(30),
+        async || waiting_for(&pg, write_class, 2).await == 1,
+    )
     .await;
     assert!(!same.is_finished());
     // So does a write of the whole fleet.
@@ -687,9 +687,11 @@ async fn writes_of_different_parts_go_on_together_and_of_one_part_one_at_a_time(
         let (pool, cfg) = (pg.pool.clone(), cfg.clone());
         tokio::spawn(async move { assess_and_store(&pool, Some(&[other]), &cfg, t).await.map(|r| r.assessments.len()) })
     };
-    wait::until_true_async("a write of some nodes waits for the fleet's", std::time::Duration::from_secs(30), async || {
-        waiting_for(&pg, fleet_class, 1).await == 1
-    })
+    wait::until_true_async(
+        "a write of some nodes waits for the fleet's",
+        std::time::Duration::from_secs(30),
+        async || waiting_for(&pg, fleet_class, 1).await == 1,
+    )
     .await;
     assert!(!some.is_finished());
     fleet.commit().await.unwrap();

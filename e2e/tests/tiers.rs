@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Duration, DurationRound, TimeDelta, Utc};
 use railguard_agent::topology::fixture;
-use railguard_collector::store::rollup::hour_of;
+use railguard_collector::store::rollup::{hour_of, merge_before};
 use railguard_collector::store::{Store, Tiers};
 use railguard_e2e::scripted::{failure, pair_summary, summary, topo_rec, topology};
 use railguard_e2e::*;
@@ -389,4 +389,154 @@ async fn the_retired_layouts_fold_into_sets_and_every_sum_stays() {
         .await
         .unwrap();
     assert_eq!(merged, 3, "the hour rolled both ways keeps the set's pair and both per-pair rows");
+}
+
+/// Per pair of `node`'s summaries (evidence view): (gpu, nic, probes, bytes, first probe, last
+/// probe), and (sets, shortest, longest duration) from the stored rows.
+async fn summarised(
+    pg: &TestPg,
+    node: &str,
+) -> (Vec<(i32, String, i64, i64, DateTime<Utc>, DateTime<Utc>)>, (i64, i64, i64)) {
+    let pairs = sqlx::query_as(
+        "SELECT gpu_index, nic, sum(probes)::bigint, sum(bytes)::bigint, min(first_at), max(last_at)
+         FROM probe_evidence WHERE node_id = $1 AND summary GROUP BY gpu_index, nic ORDER BY 1, 2",
+    )
+    .bind(node)
+    .fetch_all(&pg.pool)
+    .await
+    .unwrap();
+    let rows = sqlx::query_as(
+        "SELECT count(DISTINCT (s.observed_at, s.record_id)), min(d.mn), max(d.mx)
+         FROM probe_summary_sets s, unnest(s.duration_min_ns, s.duration_max_ns) AS d(mn, mx) WHERE s.node_id = $1",
+    )
+    .bind(node)
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    (pairs, rows)
+}
+
+/// The first and the last of `node`'s summary sets' (`first_at`, `observed_at`).
+async fn span(pg: &TestPg, node: &str) -> (DateTime<Utc>, DateTime<Utc>) {
+    sqlx::query_as("SELECT min(first_at), max(observed_at) FROM probe_summary_sets WHERE node_id = $1")
+        .bind(node)
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap()
+}
+
+/// A healthy node's summary sets of a passed hour that only repeat each other become a row a
+/// third of the hour that reads the same (per pair: probes, bytes, first and last probe, shortest and longest
+/// duration; the hour's rollup); an hour with a failure, a third whose sets' pairs differ, a lone
+/// set and an hour the rollups may still roll again keep their rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_healthy_nodes_repeated_sets_of_a_passed_hour_become_a_row_a_third_that_reads_the_same() {
+    let pg = TestPg::start().await;
+    let store = Store::new(pg.pool.clone());
+    let now = Utc::now();
+    let hour = hour_of(now) - Duration::hours(6);
+    let pairs = [(3, "mlx5_3", 5), (4, "mlx5_4", 20)];
+    let windows = |pairs: &[(u32, &str, u32)], odd: Option<usize>| -> Vec<Record> {
+        (0..12)
+            .map(|k| {
+                let mut r = set(pairs, hour + Duration::minutes(5 * k as i64 + 4));
+                if let RecordBody::Summaries(s) = &mut r.body {
+                    for (i, p) in s.summaries.iter_mut().enumerate() {
+                        p.duration_min_ns = 1000 + (k * 7 + i) as u64;
+                        p.duration_median_ns = 2000 + k as u64;
+                        p.duration_max_ns = 3000 + (k * 5 + i) as u64;
+                        if odd == Some(k) {
+                            p.lanes = vec!["rc_mlx5/mlx5_9:1".into()];
+                        }
+                    }
+                    // The same pairs in another order: still a repeat.
+                    if k % 2 == 1 {
+                        s.summaries.reverse();
+                    }
+                }
+                r
+            })
+            .collect()
+    };
+    let ingest = async |node: &str, recs: Vec<Record>| {
+        let id = NodeId::new(node).unwrap();
+        store.register_node(&id, node, "test").await.unwrap();
+        store.ingest(&id, recs, 0).await.unwrap();
+    };
+    ingest("healthy", windows(&pairs, None)).await;
+    let mut failing = windows(&pairs, None);
+    failing.push(failure(3, "mlx5_3", hour + Duration::minutes(30)));
+    ingest("failing", failing).await;
+    ingest("changed", windows(&pairs, Some(6))).await;
+    ingest("lone", vec![set(&pairs, hour + Duration::minutes(9))]).await;
+    // The last two hours: one the rollups will roll again.
+    ingest(
+        "recent",
+        windows(&pairs, None)
+            .into_iter()
+            .map(|mut r| {
+                r.observed_at += Duration::hours(4);
+                if let RecordBody::Summaries(s) = &mut r.body {
+                    for p in &mut s.summaries {
+                        p.first_at += Duration::hours(4);
+                        p.last_at += Duration::hours(4);
+                    }
+                }
+                r
+            })
+            .collect(),
+    )
+    .await;
+    let nodes = ["healthy", "failing", "changed", "lone", "recent"];
+    let mut before = Vec::new();
+    for n in nodes {
+        before.push(summarised(&pg, n).await);
+    }
+    assert_eq!(before[0].1, (12, 1000, 3000 + 55 + 1));
+    let healthy_span = span(&pg, "healthy").await;
+    assert_eq!(healthy_span.1, hour + Duration::minutes(59));
+    let (pass, until) = store.roll_up_passed(None, now).await.unwrap();
+    assert!(pass.hours >= 6, "{pass:?}");
+    let rolled = |h: DateTime<Utc>| {
+        let pool = pg.pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, i32, i64)>(
+                "SELECT node_id, gpu_index, ok FROM pair_hours WHERE hour = $1 ORDER BY 1, 2",
+            )
+            .bind(h)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let rolled_before = rolled(hour).await;
+    assert_eq!(rolled_before.len(), 8, "four nodes' two pairs in the hour: {rolled_before:?}");
+
+    // Every rolled hour past the re-roll window is merged once.
+    let merged = store.merge_repeats_before(merge_before(until)).await.unwrap();
+    // The healthy node's three thirds of the hour, and the two of the changed node's in which its
+    // pairs stayed the same.
+    assert_eq!((merged.merged, merged.rows), (5, 20), "{merged:?}");
+    let marked: i64 = sqlx::query_scalar("SELECT count(*) FROM rollup_hours WHERE repeats_merged_at IS NOT NULL")
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert!(marked >= 1);
+    let after = summarised(&pg, "healthy").await;
+    assert_eq!(after.0, before[0].0, "per pair: probes, bytes, first and last probe, as before");
+    assert_eq!(after.1, (3, 1000, 3000 + 55 + 1), "three rows, the shortest and longest durations kept");
+    assert_eq!(span(&pg, "healthy").await, healthy_span, "dated by its last window, begun with its first");
+    let changed = summarised(&pg, "changed").await;
+    assert_eq!(changed.0, before[2].0, "the changed node's pairs read as before");
+    assert_eq!(changed.1.0, 2 + 4, "the third in which its lanes changed keeps its four sets");
+    for (n, b) in nodes.iter().zip(&before).skip(1).filter(|(n, _)| **n != "changed") {
+        assert_eq!(&summarised(&pg, n).await, b, "{n} keeps its rows");
+    }
+    // The hour's rollup reads the same, rolled again from the merged row.
+    store.roll_up_hour(hour).await.unwrap();
+    assert_eq!(rolled(hour).await, rolled_before);
+    // Merged once: nothing is due again, and merging the hour again changes nothing.
+    assert_eq!(store.merge_repeats_before(merge_before(until)).await.unwrap(), Default::default());
+    let again = store.merge_repeats_of_hour(hour).await.unwrap();
+    assert_eq!((again.merged, again.rows), (0, 0));
 }

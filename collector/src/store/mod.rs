@@ -1,7 +1,7 @@
 //! The history store, and every SQL statement of the collector: the database itself ([`pg`]:
 //! connecting, migrating, the private cluster), idempotent, transactional writes of agent
-//! records ([`Store::ingest`]),
-//! partitions and rollups, the probe evidence's rows as the window's loader streams them
+//! records ([`Store::ingest`]), partitions, rollups and the merge of repeated summary sets
+//! ([`repeats`]), the probe evidence's rows as the window's loader streams them
 //! ([`evidence_rows`]), the assessment's schedule ([`schedule`]), reads ([`pass_inputs`]) and
 //! writes ([`statuses`]), the leaders' locks ([`locks`]), and every read the API, the CLI,
 //! /metrics and the pattern finder make ([`read`]).
@@ -13,6 +13,7 @@ mod partitions;
 pub mod pass_inputs;
 pub mod pg;
 pub mod read;
+pub mod repeats;
 pub mod rollup;
 pub mod schedule;
 pub mod statuses;

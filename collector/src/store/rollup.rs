@@ -26,6 +26,8 @@ pub struct RollupPass {
     /// rows written.
     pub days: u32,
     pub day_rows: u64,
+    /// The hours past re-rolling whose repeated summary sets were merged ([`super::repeats`]).
+    pub repeats: super::repeats::RepeatsMerged,
 }
 
 /// The UTC hour holding `t`.
@@ -170,7 +172,14 @@ impl Store {
     }
 }
 
-/// The leader's rollup schedule: a pass once a new hour has passed (and at start, to catch up).
+/// The first hour whose repeated summary sets are not merged yet when the rollups have rolled up
+/// to `rolled_until` (exclusive): every hour before it is past re-rolling.
+pub fn merge_before(rolled_until: DateTime<Utc>) -> DateTime<Utc> {
+    hour_of(rolled_until) - TimeDelta::hours(REROLL_HOURS + 1)
+}
+
+/// The leader's rollup schedule: a pass once a new hour has passed (and at start, to catch up),
+/// then the repeated summary sets of the hours it will not roll again merged.
 #[derive(Debug, Default)]
 pub struct RollupSchedule {
     rolled_until: Option<DateTime<Utc>>,
@@ -183,7 +192,8 @@ impl RollupSchedule {
             return Ok(None);
         }
         let from = self.rolled_until.map(|u| u - TimeDelta::hours(REROLL_HOURS + 1));
-        let (pass, until) = store.roll_up_passed(from, now).await?;
+        let (mut pass, until) = store.roll_up_passed(from, now).await?;
+        pass.repeats = store.merge_repeats_before(merge_before(until)).await?;
         self.rolled_until = Some(until);
         Ok(Some(pass))
     }

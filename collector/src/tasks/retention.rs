@@ -24,12 +24,15 @@ pub async fn run_periodic(
         // Pair-hour rollups before retention, so an hour is rolled up before its evidence goes.
         if leads {
             match rollups.tick(&store, chrono::Utc::now()).await {
-                Ok(Some(p)) if p.rows > 0 => tracing::info!(
+                Ok(Some(p)) if p.rows > 0 || p.repeats.rows > 0 => tracing::info!(
                     hours = p.hours,
                     rows = p.rows,
                     days = p.days,
                     day_rows = p.day_rows,
-                    "rolled up probe hours (and passed days)"
+                    merged_hours = p.repeats.hours,
+                    merged_rows = p.repeats.merged,
+                    merged_sets = p.repeats.rows,
+                    "rolled up probe hours (and passed days); merged repeated summary sets"
                 ),
                 Ok(_) => {}
                 Err(e) => {

@@ -67,6 +67,21 @@ struct Args {
     /// Collectors on the one Postgres, sharing ingest (connections spread over them) and the
     /// assessment (its parts split among them).
     collectors: usize,
+    /// What the probes look like: the simulated fabric's, or a verbs transport's in GPU memory.
+    shape: Shape,
+}
+
+/// What fleetgen's probes look like on the wire.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// The simulated fabric's (host memory, no lanes, marked simulated): what the suite's
+    /// simulated nodes send.
+    Sim,
+    /// As a verbs transport in GPU memory reports them on real hardware: the pair's RC lane, the
+    /// GPU's and NIC's PCI addresses from the node's topology, NIC DMA, durations that vary probe
+    /// to probe. Not marked simulated (the wire refuses NIC DMA marked so); only ever sent to
+    /// fleetgen's own private Postgres, under its own node names.
+    Verbs,
 }
 
 fn args() -> Result<Args, String> {
@@ -91,6 +106,7 @@ fn args() -> Result<Args, String> {
         seed_probes: 0,
         seed_changes: 0,
         collectors: 1,
+        shape: Shape::Sim,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -116,13 +132,20 @@ fn args() -> Result<Args, String> {
             "--seed-probes" => a.seed_probes = i64::try_from(num(val()?)?).unwrap_or(i64::MAX),
             "--seed-status-changes" => a.seed_changes = i64::try_from(num(val()?)?).unwrap_or(i64::MAX),
             "--collectors" => a.collectors = (num(val()?)? as usize).clamp(1, 16),
+            "--shape" => {
+                a.shape = match val()?.as_str() {
+                    "sim" => Shape::Sim,
+                    "verbs" => Shape::Verbs,
+                    v => return Err(format!("--shape {v:?}: sim or verbs")),
+                }
+            }
             "--fail" => {
                 let v = val()?;
                 let (n, g) = v.split_once(':').ok_or(format!("--fail {v:?}: NODE:GPU"))?;
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)] [--readers N (readers of every API route in a closed loop, the whole run)] [--read-connections N (the collector's --database-read-connections)] [--seed-probes N] [--seed-status-changes N (history written over the 30 days before the run)] [--collectors N (collectors on the one Postgres: connections spread over them, the assessment split among them)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)] [--readers N (readers of every API route in a closed loop, the whole run)] [--read-connections N (the collector's --database-read-connections)] [--seed-probes N] [--seed-status-changes N (history written over the 30 days before the run)] [--collectors N (collectors on the one Postgres: connections spread over them, the assessment split among them)] [--shape sim|verbs (the probes as the simulated fabric sends them, or as a verbs transport in GPU memory reports them)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -130,8 +153,31 @@ fn args() -> Result<Args, String> {
     Ok(a)
 }
 
+/// The PCI addresses of the node's GPUs (by index) and NICs (by name), as its topology says.
+struct Addresses {
+    gpus: std::collections::HashMap<u32, railguard_schema::Bdf>,
+    nics: std::collections::HashMap<String, railguard_schema::Bdf>,
+}
+
+impl Addresses {
+    fn of(t: &railguard_schema::TopologySnapshot) -> Addresses {
+        Addresses {
+            gpus: t.gpus.iter().map(|g| (g.index, g.bdf)).collect(),
+            nics: t.nics.iter().map(|n| (n.name.clone(), n.bdf)).collect(),
+        }
+    }
+}
+
+/// A cheap, well-mixed number from three (splitmix64's finalizer): a probe's duration jitter.
+fn mix(a: u64, b: u64, c: u64) -> u64 {
+    let mut z = a.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.rotate_left(21) ^ c.rotate_left(42);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// One minute of a node's probes: 64 pairs once, the 8 workload (PIX) pairs three more times.
-fn batch(node_idx: usize, seq: u64, failing: Option<u32>) -> Vec<ProbeResult> {
+fn batch(node_idx: usize, seq: u64, failing: Option<u32>, shape: Shape, at: &Addresses) -> Vec<ProbeResult> {
     let mut out = Vec::with_capacity(88);
     let mut push = |g: u32, n: u32, sel: PairSelection, k: u64| {
         let mut p = probe(seq * 1000 + k);
@@ -144,6 +190,17 @@ fn batch(node_idx: usize, seq: u64, failing: Option<u32>) -> Vec<ProbeResult> {
         p.first_bad_offset = bad.then_some(0);
         p.bad_chunks = if bad { p.chunks } else { 0 };
         p.duration_ns = 5_000_000 + (node_idx as u64 % 1000);
+        if shape == Shape::Verbs {
+            p.transport = railguard_schema::Transport::Verbs;
+            p.memory = railguard_schema::Memory::Cuda;
+            p.path = railguard_schema::DataPath::NicDma;
+            p.simulated = false;
+            p.lanes = vec![format!("rc_mlx5/{}:1", p.nic)];
+            p.gpu_bdf = at.gpus.get(&g).copied();
+            p.nic_bdf = at.nics.get(&p.nic).copied();
+            // A 64 MiB read at ~25 GB/s, give or take a fifth.
+            p.duration_ns = 2_200_000 + mix(node_idx as u64, seq, k) % 1_100_000;
+        }
         out.push(p);
     };
     let mut k = 0;
@@ -224,20 +281,37 @@ async fn main() {
         channels.push(IngestClient::connect(collectors[k % collectors.len()].url()).await.unwrap());
     }
     // Topologies first: the assessment needs each node's GPUs and workload NICs.
-    let topo = topo_rec(topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None));
-    for (i, n) in names.iter().enumerate() {
-        let mut t = topo.clone();
-        t.id = RecordId::random().to_string();
-        let mut req = tonic::Request::new(RecordBatch {
-            node_id: n.clone(),
-            records: vec![t],
-            spool_dropped_total: 0,
-            state: None,
+    let snapshot = topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None);
+    let addresses = Arc::new(Addresses::of(&snapshot));
+    let topo = topo_rec(snapshot);
+    // 64 sends in flight over the connections (an agent sends its topology at start, and a
+    // fleet's agents start together).
+    let topo_started = Instant::now();
+    let mut sends = tokio::task::JoinSet::new();
+    const IN_FLIGHT: usize = 64;
+    let all = Arc::new(names.clone());
+    for k in 0..IN_FLIGHT.min(names.len()) {
+        let mut client = channels[k % channels.len()].clone();
+        let (names, topo) = (all.clone(), topo.clone());
+        sends.spawn(async move {
+            for n in names.iter().skip(k).step_by(IN_FLIGHT) {
+                let mut t = topo.clone();
+                t.id = RecordId::random().to_string();
+                let mut req = tonic::Request::new(RecordBatch {
+                    node_id: n.clone(),
+                    records: vec![t],
+                    spool_dropped_total: 0,
+                    state: None,
+                });
+                req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(n)).parse().unwrap());
+                client.push_batch(req).await.unwrap();
+            }
         });
-        req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(n)).parse().unwrap());
-        let c = channels.len();
-        channels[i % c].push_batch(req).await.unwrap();
     }
+    while let Some(sent) = sends.join_next().await {
+        sent.unwrap();
+    }
+    println!("topologies: {} sent in {:.1} s", names.len(), topo_started.elapsed().as_secs_f64());
     if a.seed_probes > 0 || a.seed_changes > 0 {
         let secs = railguard_e2e::history_seed::seed(&pg.pool, a.nodes, a.seed_probes, a.seed_changes).await.unwrap();
         println!(
@@ -270,8 +344,8 @@ async fn main() {
     let mut tasks = Vec::new();
     for (i, node) in names.iter().enumerate() {
         let mut client = channels[i % channels.len()].clone();
-        let (node, stats, interval, end, summary) =
-            (node.clone(), stats.clone(), a.interval, start + a.duration, a.summary);
+        let (node, stats, interval, end, summary, shape, addresses) =
+            (node.clone(), stats.clone(), a.interval, start + a.duration, a.summary, a.shape, addresses.clone());
         let inj = injections.iter().find(|j| j.node == node).map(|j| (j.gpu, j.at, j.sent.clone()));
         // Each node at its own phase: within the interval, or over --start-over-secs (a rolling
         // start; it also spreads the nodes' summary windows, as agents started at different
@@ -288,7 +362,7 @@ async fn main() {
                 let now = chrono::Utc::now();
                 let failing = inj.as_ref().filter(|(_, at, _)| Instant::now() >= *at).map(|(g, _, _)| *g);
                 let mut bodies: Vec<RecordBody> = Vec::new();
-                for p in batch(i, seq, failing) {
+                for p in batch(i, seq, failing, shape, &addresses) {
                     bodies.extend(compactor.observe(p, now));
                 }
                 bodies.extend(compactor.due(now));
@@ -304,7 +378,7 @@ async fn main() {
                     tokio::time::sleep_until((*at).into()).await;
                     let now = chrono::Utc::now();
                     let mut bodies = Vec::new();
-                    for p in batch(i, seq, Some(*g))
+                    for p in batch(i, seq, Some(*g), shape, &addresses)
                         .into_iter()
                         .filter(|p| p.gpu == *g && p.nic == format!("mlx5_{g}"))
                         .take(2)
@@ -510,6 +584,7 @@ async fn main() {
         rollup_bytes as f64 / rollup_rows.max(1) as f64,
         rollup_bytes as f64 / rollup_rows.max(1) as f64 * 24.0 / 1e6
     );
+    kept_summaries(&store, &pg.pool, first, last, a.summary).await;
     if a.day_reads > 0 {
         day_reads(&store, &pg.pool, port, a.day_reads).await;
     }
@@ -719,6 +794,50 @@ async fn push(
             stats.errors.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// The summary tier as it is kept: the run's hours `first..=last` merged as the leader merges an
+/// hour once it is past re-rolling (here at once), then the table rewritten (`VACUUM FULL`; in a
+/// running fleet the next inserts into a day's partition reuse the space the merges free), per
+/// window summarised and per node-day: measured over the run's windows, and at three merged rows
+/// a node-hour (a whole hour of five-minute windows) from the measured size of a merged row.
+async fn kept_summaries(
+    store: &railguard_collector::store::Store,
+    pool: &sqlx::PgPool,
+    first: chrono::DateTime<chrono::Utc>,
+    last: chrono::DateTime<chrono::Utc>,
+    window: Duration,
+) {
+    let windows: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_summary_sets").fetch_one(pool).await.unwrap();
+    let mut merged = railguard_collector::store::repeats::RepeatsMerged::default();
+    let mut h = first;
+    while h <= last {
+        let m = store.merge_repeats_of_hour(h).await.unwrap();
+        merged.merged += m.merged;
+        merged.rows += m.rows;
+        h += chrono::TimeDelta::hours(1);
+    }
+    sqlx::query("VACUUM FULL probe_summary_sets").execute(pool).await.unwrap();
+    let (bytes, rows): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
+                 WHERE i.inhparent = 'probe_summary_sets'::regclass),
+                (SELECT count(*) FROM probe_summary_sets)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let windows_a_day = 86_400.0 / window.as_secs_f64().max(1.0);
+    let a_window = bytes as f64 / windows.max(1) as f64;
+    let a_row = bytes as f64 / rows.max(1) as f64;
+    println!(
+        "summaries kept after merging repeats: {windows} set rows became {rows} ({} merged rows in place of {}); {:.0} bytes kept a window summarised: {:.3} MB per node-day over this run's windows; {:.0} bytes a row kept: {:.3} MB per node-day at three merged rows a node-hour",
+        merged.merged,
+        merged.rows,
+        a_window,
+        a_window * windows_a_day / 1e6,
+        a_row,
+        a_row * 72.0 / 1e6
+    );
 }
 
 /// The fleet's patterns over a day (`?since=1d`, as `report --since 1d` reads it): the 24 hours
