@@ -392,10 +392,10 @@ async fn a_batch_in_flight_during_a_claim_is_claimed_by_this_pass_or_the_next() 
     // leaves it; the next claim, after the batch commits, takes it.
     let mut batch = pg.pool.begin().await.unwrap();
     sqlx::query(mark).bind("node-a").execute(&mut *batch).await.unwrap();
-    let claimed = changed_nodes(&pg.pool, cfg.window, t0, t0 + Duration::seconds(1), None).await.unwrap();
+    let claimed = changed_nodes(&pg.pool, cfg.window, t0, t0 + Duration::seconds(1), None, None).await.unwrap().nodes;
     assert!(claimed.is_empty(), "{claimed:?}");
     batch.commit().await.unwrap();
-    let claimed = changed_nodes(&pg.pool, cfg.window, t0, t0 + Duration::seconds(2), None).await.unwrap();
+    let claimed = changed_nodes(&pg.pool, cfg.window, t0, t0 + Duration::seconds(2), None, None).await.unwrap().nodes;
     assert_eq!(claimed, ["node-a"]);
 
     // node-b was pending already: the claim waits for the batch holding its row, then takes it
@@ -406,7 +406,7 @@ async fn a_batch_in_flight_during_a_claim_is_claimed_by_this_pass_or_the_next() 
     let claim = tokio::spawn({
         let pool = pg.pool.clone();
         let window = cfg.window;
-        async move { changed_nodes(&pool, window, t0, t0 + Duration::seconds(3), None).await.unwrap() }
+        async move { changed_nodes(&pool, window, t0, t0 + Duration::seconds(3), None, None).await.unwrap().nodes }
     });
     // The claim's statement waits on the row lock the batch holds (seen in pg_stat_activity).
     wait::until_async("the claim to wait on the batch's row lock", std::time::Duration::from_secs(30), async || {

@@ -32,7 +32,7 @@ mod timing;
 pub use isolate::{Damage, Isolated, IsolationStats, stats as isolation_stats, stored_gpu};
 pub use parts::{Member, PARTS, Part};
 pub use pass::{
-    Assessed, assess_and_store, assess_parts, assess_pass, changed_nodes, cold_start, due_nodes, predecessors,
+    Assessed, Changed, assess_and_store, assess_parts, assess_pass, changed_nodes, cold_start, due_nodes, predecessors,
     shared_source_nodes,
 };
 pub use schedule::{PassBudget, Sweep};

@@ -64,7 +64,7 @@ async fn full_pass(
     {
         // Everything is assessed now: no node stays pending (a batch stored after the claim
         // marks its node again).
-        schedule::claim_pending(pool, None).await?;
+        schedule::claim_pending(pool, None, None).await?;
         let select = started.elapsed();
         let a = assess_and_store(pool, None, cfg, now).await?;
         let nodes = a.assessments.iter().map(|a| &a.node).collect::<std::collections::BTreeSet<_>>().len();
@@ -83,7 +83,8 @@ async fn changed_pass(
     bound: Option<usize>,
 ) -> Result<Pass, sqlx::Error> {
     let started = std::time::Instant::now();
-    let changed = changed_nodes(pool, cfg.window, prev, now, parts).await?;
+    let Changed { nodes: changed, left: mut deferred } =
+        changed_nodes(pool, cfg.window, prev, now, parts, bound).await?;
     let mut nodes = changed.clone();
     if let Some(sweep) = sweep {
         nodes.extend(due_nodes(pool, sweep, now, parts).await?);
@@ -93,11 +94,9 @@ async fn changed_pass(
     if nodes.is_empty() {
         return Ok(Pass { phases: Phases { select: started.elapsed(), ..Phases::default() }, ..Pass::default() });
     }
-    let mut deferred = 0;
     if let Some(max) = bound.filter(|max| nodes.len() > *max) {
-        let left;
-        (nodes, left) = bound_pass(pool, nodes, max).await?;
-        deferred = left.iter().filter(|n| changed.binary_search(n).is_ok()).count();
+        (nodes, _) = bound_pass(pool, nodes, max).await?;
+        deferred = schedule::pending_count(pool, parts).await?;
     }
     // `changed` is sorted (changed_nodes), `nodes` too.
     let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
@@ -185,23 +184,33 @@ pub async fn assess_and_store(
 
 // ---------- choosing the nodes ----------
 
+/// The nodes [`changed_nodes`] found, sorted, no duplicates; and how many with a batch stored it
+/// left pending for the passes that follow.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changed {
+    pub nodes: Vec<String>,
+    pub left: usize,
+}
+
 /// The nodes of `parts` (every part: None) that may assess differently at `now` than at `prev`
 /// (the previous pass's `now`): those with a batch stored since they were last claimed (claimed
-/// here: their flag is cleared), and those with evidence entering or leaving the window between
-/// the two passes by its date. Sorted, no duplicates.
+/// here: their flag is cleared; at most `bound` of them, those assessed longest ago, the rest
+/// left pending), and those with evidence entering or leaving the window between the two passes
+/// by its date.
 pub async fn changed_nodes(
     pool: &PgPool,
     window: Duration,
     prev: DateTime<Utc>,
     now: DateTime<Utc>,
     parts: Option<&[i16]>,
-) -> Result<Vec<String>, sqlx::Error> {
+    bound: Option<usize>,
+) -> Result<Changed, sqlx::Error> {
     let w = chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
     // A flag is cleared only once committed, and it commits with its batch's evidence, which the
     // pass reads after this claim: no evidence is claimed before it is visible. A batch still in
     // flight is claimed by this pass (if its node was pending already, the claim waits for its
     // row) or by the next (`e2e/tests/incremental.rs`).
-    let mut nodes = schedule::claim_pending(pool, parts).await?;
+    let schedule::Claimed { mut nodes, left } = schedule::claim_pending(pool, parts, bound).await?;
     // Evidence dated between the passes enters the window by time alone when it was stored
     // ahead of its date (an agent clock running fast); evidence dated one window before them
     // leaves it.
@@ -219,7 +228,7 @@ pub async fn changed_nodes(
     nodes.extend(dated);
     nodes.sort_unstable();
     nodes.dedup();
-    Ok(nodes)
+    Ok(Changed { nodes, left })
 }
 
 /// The nodes outside `nodes` whose GPUs got wrong bytes, in the window ending at `now`, from a

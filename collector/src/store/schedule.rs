@@ -15,25 +15,48 @@ use sqlx::PgPool;
 /// `hash & 63` (migration 0049), so every collector of this schema agrees on it.
 pub const PARTS: i16 = 64;
 
-/// Clears the flag of every node with a batch stored since its last claim, of `parts` (every
-/// part: None); returns them.
-pub async fn claim_pending(pool: &PgPool, parts: Option<&[i16]>) -> Result<Vec<String>, sqlx::Error> {
-    match parts {
-        None => {
-            sqlx::query_scalar("UPDATE nodes SET evidence_pending = false WHERE evidence_pending RETURNING node_id")
-                .fetch_all(pool)
-                .await
-        }
-        Some(parts) => {
-            sqlx::query_scalar(
-                "UPDATE nodes SET evidence_pending = false
-                 WHERE evidence_pending AND assess_part = ANY($1) RETURNING node_id",
-            )
-            .bind(parts)
-            .fetch_all(pool)
-            .await
-        }
-    }
+/// The nodes a claim took, and how many it left pending.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claimed {
+    pub nodes: Vec<String>,
+    /// Nodes of the claim's parts still pending after it (counted only when it took its limit).
+    pub left: usize,
+}
+
+/// Clears the flag of the nodes with a batch stored since their last claim, of `parts` (every
+/// part: None), at most `limit` of them (None: all), those assessed longest ago (never first),
+/// and returns them: a claim writes only the nodes it takes, however many are pending.
+pub async fn claim_pending(pool: &PgPool, parts: Option<&[i16]>, limit: Option<usize>) -> Result<Claimed, sqlx::Error> {
+    let limit = limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+    let nodes: Vec<String> = sqlx::query_scalar(
+        "UPDATE nodes SET evidence_pending = false
+         WHERE evidence_pending
+           AND node_id IN (SELECT node_id FROM nodes
+                           WHERE evidence_pending AND ($1::int2[] IS NULL OR assess_part = ANY($1))
+                           ORDER BY assessed_at NULLS FIRST, node_id LIMIT $2)
+         RETURNING node_id",
+    )
+    .bind(parts)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    let left = if limit.is_some_and(|l| i64::try_from(nodes.len()).unwrap_or(i64::MAX) >= l) {
+        pending_count(pool, parts).await?
+    } else {
+        0
+    };
+    Ok(Claimed { nodes, left })
+}
+
+/// How many nodes of `parts` (every part: None) are pending.
+pub async fn pending_count(pool: &PgPool, parts: Option<&[i16]>) -> Result<usize, sqlx::Error> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM nodes WHERE evidence_pending AND ($1::int2[] IS NULL OR assess_part = ANY($1))",
+    )
+    .bind(parts)
+    .fetch_one(pool)
+    .await?;
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 /// Which of `nodes` are of `parts`.

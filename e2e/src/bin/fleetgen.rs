@@ -416,13 +416,21 @@ async fn main() {
     // period) only with --patterns-every-secs: as the dashboard reads it (15 minutes; the page
     // does once a minute) and as the API does by default (an hour), 3 s a read at 10,000 nodes
     // (docs/scaling.md).
-    let mut reads_of: Vec<(&str, u64)> = vec![("/api/v1/fleet?limit=100", 2), ("/api/v1/failures?since=1d", 2)];
+    // What the dashboard's fleet page reads every 5 s, whole (the fleet and the grid: their size
+    // grows with the fleet), every 30 s.
+    let mut reads_of: Vec<(&str, u64)> = vec![
+        ("/api/v1/fleet?limit=100", 2),
+        ("/api/v1/failures?since=1d", 2),
+        ("/api/v1/fleet", 30),
+        ("/api/v1/grid", 30),
+    ];
     if a.patterns_every > 0 {
         reads_of.push(("/api/v1/patterns?since=15m", a.patterns_every));
         reads_of.push(("/api/v1/patterns", a.patterns_every));
     }
     let reads_of = reads_of;
     let mut reads: Vec<Vec<f64>> = vec![Vec::new(); reads_of.len()];
+    let mut read_bytes: Vec<usize> = vec![0; reads_of.len()];
     let mut next_reads = vec![measure_from; reads_of.len()];
     let detection = watch_detection(pg.pool.clone(), &injections, start + a.duration);
     while Instant::now() < start + a.duration {
@@ -435,20 +443,21 @@ async fn main() {
             steady_from = stats.latencies_us.lock().map(|l| l.len()).unwrap_or(0);
             steady_errors = stats.errors.load(Ordering::Relaxed);
         }
-        for (((path, every), ms), next_read) in
-            reads_of.iter().copied().zip(reads.iter_mut()).zip(next_reads.iter_mut())
+        for ((((path, every), ms), next_read), bytes) in
+            reads_of.iter().copied().zip(reads.iter_mut()).zip(next_reads.iter_mut()).zip(read_bytes.iter_mut())
         {
             if Instant::now() >= *next_read {
                 *next_read = Instant::now() + Duration::from_secs(every);
-                let (code, took) = tokio::task::spawn_blocking(move || {
+                let (code, took, size) = tokio::task::spawn_blocking(move || {
                     let t = Instant::now();
-                    let (code, _) = http_get(port, path, None);
-                    (code, t.elapsed())
+                    let (code, body) = http_get(port, path, None);
+                    (code, t.elapsed(), body.len())
                 })
                 .await
                 .unwrap();
                 if code == 200 {
                     ms.push(took.as_secs_f64() * 1000.0);
+                    *bytes = (*bytes).max(size);
                 } else {
                     println!("fleetgen: GET {path} answered {code}");
                 }
@@ -503,6 +512,21 @@ async fn main() {
             stats.errors.load(Ordering::Relaxed) - steady_errors
         );
     }
+    // Whether the assessment kept up, at the end of the load: the nodes with GPU statuses, those
+    // still pending, and those whose last batch was stored over 60 s ago and not assessed since.
+    let (with_status, pending, behind, total): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE s.gpus > 0), count(*) FILTER (WHERE n.evidence_pending),
+                count(*) FILTER (WHERE n.last_seen < now() - interval '60 seconds'
+                                   AND (n.assessed_at IS NULL OR n.assessed_at < n.last_seen)),
+                count(*)
+         FROM nodes n LEFT JOIN node_status s USING (node_id)",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    println!(
+        "assessment at the end of the load: {with_status} of {total} nodes with GPU statuses; {pending} pending; {behind} with a batch stored over 60 s before and not assessed since"
+    );
     // What the fleet cost: the collector's CPU over the run, and Postgres's bytes per stored
     // probe (table + indexes) and per node-day at this cadence.
     let peak_rss_mib = |c: &CollectorProc| {
@@ -604,7 +628,7 @@ async fn main() {
             d.last().copied().unwrap_or(f64::NAN)
         );
     }
-    for ((path, every), ms) in reads_of.iter().copied().zip(reads.iter_mut()) {
+    for (((path, every), ms), bytes) in reads_of.iter().copied().zip(reads.iter_mut()).zip(&read_bytes) {
         if ms.is_empty() {
             continue;
         }
@@ -614,11 +638,12 @@ async fn main() {
         ms.sort_by(f64::total_cmp);
         let q = |f: f64| ms[((ms.len() as f64 * f).ceil() as usize).saturating_sub(1).min(ms.len() - 1)];
         println!(
-            "under load (steady state, every {every} s): GET {path} p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} reads)",
+            "under load (steady state, every {every} s): GET {path} p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} reads; the largest {:.2} MB)",
             q(0.5),
             q(0.99),
             ms[ms.len() - 1],
-            ms.len()
+            ms.len(),
+            *bytes as f64 / 1e6
         );
         if let Some(o) = in_order {
             println!("  each read in order (ms): {o}");
