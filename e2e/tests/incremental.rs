@@ -647,11 +647,11 @@ async fn writes_of_different_parts_go_on_together_and_of_one_part_one_at_a_time(
     let fleet_class = ASSESSMENT_WRITE >> 32;
 
     let mut held = pg.pool.begin().await.unwrap();
-    lock_and_read_current(&mut held, Some(&[a.clone()])).await.unwrap();
+    lock_and_read_current(&mut held, Some(std::slice::from_ref(&a))).await.unwrap();
     // Another part's write does not wait for it.
     let elsewhere = tokio::time::timeout(
         wait::scaled(std::time::Duration::from_secs(30)),
-        assess_and_store(&pg.pool, Some(&[other.clone()]), &cfg, t),
+        assess_and_store(&pg.pool, Some(std::slice::from_ref(&other)), &cfg, t),
     )
     .await;
     assert!(matches!(elsewhere, Ok(Ok(_))), "a write of another part went on: {elsewhere:?}");
