@@ -286,7 +286,8 @@ fn sums(rows: &[Value]) -> (i64, i64) {
 async fn a_point_in_time_restore_serves_a_gpus_year() {
     let ha = Ha::up();
     let pool = railguard_collector::store::pg::connect_and_migrate(ha.options(&ha.write_url), 4).await.unwrap();
-    let store = Store::new(pool.clone()).with_tiers(Tiers { summary_days: 400, rollup_days: 400 });
+    let store =
+        Store::new(pool.clone()).with_tiers(Tiers { summary_days: 400, rollup_days: 400, hour_rollup_days: 400 });
     let node = NodeId::new("node-a").unwrap();
     // A year of GPU 3 through mlx5_3: 10 ok probes a month for twelve months, a silent
     // corruption in the sixth, all rolled up by hour and day as the leader does.

@@ -37,7 +37,11 @@ fn sums(rows: &[Value], tier: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> (
 async fn a_gpus_past_survives_its_summaries_in_rollups_and_the_history_reads_across_tiers() {
     let pg = TestPg::start().await;
     let node = NodeId::new("node-a").unwrap();
-    let store = Store::new(pg.pool.clone()).with_retention(30).with_tiers(Tiers { summary_days: 2, rollup_days: 366 });
+    let store = Store::new(pg.pool.clone()).with_retention(30).with_tiers(Tiers {
+        summary_days: 2,
+        rollup_days: 366,
+        hour_rollup_days: 31,
+    });
     let now = Utc::now();
     let this_hour = now.duration_trunc(TimeDelta::hours(1)).unwrap();
     // Five days ago, three hours: 12 ok probes summarised and one failure an hour.
@@ -539,4 +543,46 @@ async fn a_healthy_nodes_repeated_sets_of_a_passed_hour_become_a_row_a_third_tha
     assert_eq!(store.merge_repeats_before(merge_before(until)).await.unwrap(), Default::default());
     let again = store.merge_repeats_of_hour(hour).await.unwrap();
     assert_eq!((again.merged, again.rows), (0, 0));
+}
+
+/// The hour rows go after their own retention (a month by default), the day rows they rolled
+/// into stay (a year): the long history keeps its days, and the hours it read them from.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hour_rollups_go_after_their_retention_and_the_days_they_rolled_into_stay() {
+    let pg = TestPg::start().await;
+    let node = NodeId::new("node-a").unwrap();
+    // A store that takes the old evidence in (every period long), then one with the defaults.
+    let long = Store::new(pg.pool.clone()).with_retention(400).with_tiers(Tiers {
+        summary_days: 400,
+        rollup_days: 400,
+        hour_rollup_days: 400,
+    });
+    let now = Utc::now();
+    // Far enough back that its month's partition ends more than a month ago.
+    let old = hour_of(now) - Duration::days(65) + Duration::minutes(20);
+    long.register_node(&node, "node-a", "test").await.unwrap();
+    long.ingest(&node, vec![summary(3, "mlx5_3", 12, old)], 0).await.unwrap();
+    long.roll_up_passed(None, now).await.unwrap();
+    let kept = async || -> (i64, i64, i64) {
+        sqlx::query_as(
+            "SELECT (SELECT count(*) FROM probe_rollup_sets), (SELECT coalesce(sum(ok), 0)::bigint FROM probe_rollups_daily),
+                    (SELECT count(*) FROM rollup_hours WHERE hour <= $1)",
+        )
+        .bind(old)
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap()
+    };
+    let (hour_rows, day_ok, hours) = kept().await;
+    assert_eq!((hour_rows, day_ok), (1, 12), "rolled into its hour and its day");
+    assert!(hours > 0);
+
+    let store = Store::new(pg.pool.clone()).with_retention(30).with_tiers(Tiers::default());
+    let dropped = store.drop_expired().await.unwrap();
+    assert!(dropped.iter().any(|d| d.starts_with("probe_rollup_sets_")), "{dropped:?}");
+    assert!(!dropped.iter().any(|d| d.starts_with("probe_rollups_daily_")), "{dropped:?}");
+    assert_eq!(kept().await, (0, 12, 0), "the hour rows and their marks gone, the day kept");
+    // The hour rows are kept no longer than the day rows.
+    let t = Tiers { hour_rollup_days: 500, ..Tiers::default() }.bounded();
+    assert_eq!(t.hour_rollup_days, Tiers::DEFAULT_ROLLUP_DAYS);
 }

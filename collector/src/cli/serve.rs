@@ -217,9 +217,14 @@ pub struct ServeArgs {
     /// Days of the agents' summaries of ok probes kept.
     #[arg(long, default_value_t = railguard_collector::store::Tiers::DEFAULT_SUMMARY_DAYS)]
     summary_retention_days: u32,
-    /// Days of pair-hour rollups kept (what every pair's probes said, per hour: the long history).
+    /// Days of pair-day rollups (what every pair's probes said, per day: the long history) and of
+    /// the GPUs' status history kept.
     #[arg(long, default_value_t = railguard_collector::store::Tiers::DEFAULT_ROLLUP_DAYS)]
     rollup_retention_days: u32,
+    /// Days of pair-hour rollups kept (a GPU's history by hour, the fleet's patterns over whole
+    /// hours), at most --rollup-retention-days; the days they roll up into stay.
+    #[arg(long, default_value_t = railguard_collector::store::Tiers::DEFAULT_HOUR_ROLLUP_DAYS)]
+    hour_rollup_retention_days: u32,
 }
 
 impl ServeArgs {
@@ -249,9 +254,11 @@ impl ServeArgs {
         cfg.assess_every = Duration::from_secs(self.assess_every_secs.max(1));
         cfg.retention_days = self.retention_days.max(1);
         cfg.tiers = railguard_collector::store::Tiers {
-            summary_days: self.summary_retention_days.max(1),
-            rollup_days: self.rollup_retention_days.max(1),
-        };
+            summary_days: self.summary_retention_days,
+            rollup_days: self.rollup_retention_days,
+            hour_rollup_days: self.hour_rollup_retention_days,
+        }
+        .bounded();
         cfg.k8s_nodes = self.k8s_node_conditions.then(|| railguard_collector::tasks::k8s_nodes::NodeConditionConfig {
             every: Duration::from_secs(self.k8s_every_secs.max(5)),
             taint: self.k8s_taint,

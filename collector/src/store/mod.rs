@@ -42,18 +42,39 @@ pub struct Store {
 pub struct Tiers {
     /// The agents' summaries of ok probes (`serve --summary-retention-days`).
     pub summary_days: u32,
-    /// Pair-hour rollups (`serve --rollup-retention-days`).
+    /// Pair-day rollups and the GPUs' status history (`serve --rollup-retention-days`): the long
+    /// history.
     pub rollup_days: u32,
+    /// Node-hour rollups (`serve --hour-rollup-retention-days`), at most `rollup_days`: a GPU's
+    /// history by hour and the fleet's patterns read them; its history by day reads the day rows,
+    /// rolled from the hours before they go.
+    pub hour_rollup_days: u32,
 }
 
 impl Tiers {
     pub const DEFAULT_SUMMARY_DAYS: u32 = 7;
     pub const DEFAULT_ROLLUP_DAYS: u32 = 366;
+    pub const DEFAULT_HOUR_ROLLUP_DAYS: u32 = 31;
+
+    /// The tiers with every period at least a day, and the hour rows kept no longer than the
+    /// day rows.
+    pub fn bounded(self) -> Tiers {
+        let rollup_days = self.rollup_days.max(1);
+        Tiers {
+            summary_days: self.summary_days.max(1),
+            rollup_days,
+            hour_rollup_days: self.hour_rollup_days.clamp(1, rollup_days),
+        }
+    }
 }
 
 impl Default for Tiers {
     fn default() -> Self {
-        Tiers { summary_days: Self::DEFAULT_SUMMARY_DAYS, rollup_days: Self::DEFAULT_ROLLUP_DAYS }
+        Tiers {
+            summary_days: Self::DEFAULT_SUMMARY_DAYS,
+            rollup_days: Self::DEFAULT_ROLLUP_DAYS,
+            hour_rollup_days: Self::DEFAULT_HOUR_ROLLUP_DAYS,
+        }
     }
 }
 
@@ -64,7 +85,7 @@ impl Store {
 
     /// Keeps the summary and rollup tiers for their own periods.
     pub fn with_tiers(mut self, tiers: Tiers) -> Self {
-        self.tiers = Tiers { summary_days: tiers.summary_days.max(1), rollup_days: tiers.rollup_days.max(1) };
+        self.tiers = tiers.bounded();
         self
     }
 
@@ -103,7 +124,8 @@ impl Store {
         for table in HistoryTable::ALL {
             let keep = match table {
                 HistoryTable::ProbeSummarySets => self.tiers.summary_days,
-                HistoryTable::ProbeRollupSets | HistoryTable::ProbeRollupsDaily => self.tiers.rollup_days,
+                HistoryTable::ProbeRollupSets => self.tiers.hour_rollup_days,
+                HistoryTable::ProbeRollupsDaily => self.tiers.rollup_days,
                 _ => days,
             };
             let keep_from = (today - chrono::Duration::days(i64::from(keep))).date_naive();

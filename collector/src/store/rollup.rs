@@ -152,8 +152,8 @@ impl Store {
         };
         let mut pass = RollupPass::default();
         let Some(mut h) = from else { return Ok((pass, until)) };
-        // Nothing older than the rollups' own retention.
-        let oldest = until - TimeDelta::days(i64::from(self.tiers.rollup_days));
+        // Nothing older than the hour rows' own retention.
+        let oldest = until - TimeDelta::days(i64::from(self.tiers.hour_rollup_days));
         h = h.max(hour_of(oldest));
         // The days whose hours this pass rolled, once each has passed: rolled (again) from its
         // hours, so a day re-rolled for late records is re-rolled too.
