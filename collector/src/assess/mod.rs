@@ -9,8 +9,9 @@
 //!   inputs never stopping another's ([`isolate`]), what changed ([`changes`]), how many nodes a
 //!   pass takes ([`schedule`]).
 //! - One file meets the database: [`pass`] chooses a pass's nodes, reads their inputs
-//!   ([`crate::evidence::load_inputs`]), decides, and writes what changed under its nodes' parts' locks (the whole fleet's for a
-//!   full pass), never over a status made from newer evidence than its own.
+//!   ([`crate::evidence::load_inputs`]), decides, and writes what changed under its nodes'
+//!   parts' locks (the whole fleet's for a full pass), never over a status made from newer
+//!   evidence than its own.
 //! - The fleet's nodes are split into [`PARTS`] parts ([`parts`]); the collectors sharing one
 //!   Postgres divide them, each part assessed by the one holding its lock. A pass chooses among
 //!   the nodes of the parts its collector holds; nodes outside them only where a failing source

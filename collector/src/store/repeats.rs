@@ -86,7 +86,7 @@ impl Store {
         let hours: Vec<DateTime<Utc>> = sqlx::query_scalar(
             "SELECT hour FROM rollup_hours
              WHERE repeats_merged_at IS NULL AND hour < $1
-               AND hour >= (SELECT date_trunc('hour', min(observed_at)) FROM probe_summary_sets)
+               AND hour >= (SELECT date_trunc('hour', min(observed_at), 'UTC') FROM probe_summary_sets)
              ORDER BY hour",
         )
         .bind(before)
