@@ -146,7 +146,16 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
     assert!(only.contains("id=\"cards\" data-scope=\"filtered\""), "{only}");
     assert!(only.contains("id=\"total-gpus\">9<") && only.contains("id=\"total-ok\">0<"), "{only}");
     assert!(only.contains("id=\"total-corrupting\">9<") && only.contains("id=\"total-unverified\">0<"), "{only}");
-    assert!(changes_to(&only).iter().all(|t| t == "corrupting"), "only the shown GPUs' changes: {only}");
+    // Only the shown GPUs' changes (a GPU first assessed before its probes arrived also shows its
+    // change to at_risk before the one to corrupting).
+    let shown = |(node, gpu): &(String, String)| {
+        only.contains(&format!(
+            "class=\"cell s-corrupting\" data-status=\"corrupting\" data-gpu=\"{gpu}\" href=\"#/node/{node}/gpu/{gpu}\""
+        ))
+    };
+    let changes = changes_of(&only);
+    assert!(!changes.is_empty() && changes.iter().all(shown), "only the shown GPUs' changes: {changes:?} {only}");
+    assert!(changes_to(&only).iter().any(|t| t == "corrupting"), "{only}");
     // A card is a link to its status.
     assert!(fleet.contains("href=\"#/?status=watch\"><div class=\"n\" id=\"total-watch\">"), "{fleet}");
     let pinned = tokio::task::block_in_place(|| browse(&format!("{base}#/?q=pinned&nic=mlx5_0"), "fleet-pinned.png"));
@@ -673,6 +682,21 @@ async fn a_thousand_node_fleet_renders_every_cell() {
 }
 
 /// The `to` status of each row of the fleet view's changes table, top to bottom.
+/// The (node, GPU) of each row of the changes table, in order.
+fn changes_of(html: &str) -> Vec<(String, String)> {
+    let Some(i) = html.find("id=\"changes\"") else { return Vec::new() };
+    let table = &html[i..html[i..].find("</table>").map_or(html.len(), |e| i + e)];
+    table
+        .split("<tr data-node=\"")
+        .skip(1)
+        .map(|row| {
+            let node = row[..row.find('"').unwrap_or(0)].to_owned();
+            let gpu = row.split("<td>GPU").nth(1).map(|g| g[..g.find('<').unwrap_or(0)].to_owned()).unwrap_or_default();
+            (node, gpu)
+        })
+        .collect()
+}
+
 fn changes_to(html: &str) -> Vec<String> {
     let Some(i) = html.find("id=\"changes\"") else { return Vec::new() };
     let table = &html[i..html[i..].find("</table>").map_or(html.len(), |e| i + e)];
