@@ -95,7 +95,7 @@ async fn changed_pass(
         return Ok(Pass { phases: Phases { select: started.elapsed(), ..Phases::default() }, ..Pass::default() });
     }
     if let Some(max) = bound.filter(|max| nodes.len() > *max) {
-        (nodes, _) = bound_pass(pool, nodes, max).await?;
+        nodes = bound_pass(pool, nodes, max).await?;
         deferred = schedule::pending_count(pool, parts).await?;
     }
     // `changed` is sorted (changed_nodes), `nodes` too.
@@ -261,19 +261,15 @@ pub async fn due_nodes(
     schedule::assessed_before(pool, before, sweep.of, parts).await
 }
 
-/// The `max` of `nodes` (sorted) assessed longest ago (never first), and the rest, which are
+/// The `max` of `nodes` (sorted) assessed longest ago (never first), sorted; the rest are
 /// marked pending so that the next pass takes them (before the nodes this one assesses: they
-/// are then the ones assessed longest ago). Both sorted.
-pub async fn bound_pass(
-    pool: &PgPool,
-    nodes: Vec<String>,
-    max: usize,
-) -> Result<(Vec<String>, Vec<String>), sqlx::Error> {
+/// are then the ones assessed longest ago).
+pub async fn bound_pass(pool: &PgPool, nodes: Vec<String>, max: usize) -> Result<Vec<String>, sqlx::Error> {
     let mut taken = schedule::assessed_longest_ago(pool, &nodes, max).await?;
     taken.sort_unstable();
     let left: Vec<String> = nodes.into_iter().filter(|n| taken.binary_search(n).is_err()).collect();
     schedule::mark_pending(pool, Some(&left)).await?;
-    Ok((taken, left))
+    Ok(taken)
 }
 
 /// A leader with no pass to go on from, over a fleet of more than `max` nodes: marks every node
