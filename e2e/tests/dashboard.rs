@@ -914,7 +914,9 @@ async fn sign_in_keeps_the_token_out_of_urls_and_the_link_lands_on_its_gpu() {
         r.split_whitespace().nth(1).unwrap().to_owned()
     };
     assert_eq!(read(&session), "200");
-    let forged = format!("{}0", &session[..session.len() - 1]);
+    let last = if session.ends_with('0') { '1' } else { '0' };
+    let forged = format!("{}{last}", &session[..session.len() - 1]);
+    assert_ne!(forged, session);
     assert_eq!(read(&forged), "401", "an altered cookie opens nothing");
     assert_eq!(read("railguard_session=v1.99999999999.00"), "401");
     let elsewhere = form_post(port, "/signin", "https://evil.example", &format!("token={TOKEN}"), "");
