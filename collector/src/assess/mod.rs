@@ -61,8 +61,10 @@ pub struct AssessConfig {
     /// ([`assess_pass`]). Bounds a pass's time when many nodes change at once (a rolling start
     /// of the fleet); a node's failure is assessed at once by [`run_urgent`] whatever the bound.
     pub max_nodes: usize,
-    /// A periodic pass between full ones takes no more nodes than this much time allows at the
-    /// cost per node this collector measured on its recent passes (`serve --assess-pass-budget-ms`;
+    /// A periodic pass between full ones takes no more nodes than this much time allows its
+    /// reading and writing at the cost per node this collector measured on its recent passes
+    /// (choosing the nodes is not counted: it costs the same whatever the bound;
+    /// `serve --assess-pass-budget-ms`;
     /// zero: no bound by time), and at most [`AssessConfig::max_nodes`] ([`PassBudget`]). While
     /// nodes are left pending the next pass follows sooner ([`PassBudget::next_after`]).
     pub pass_budget: Duration,

@@ -31,15 +31,19 @@ impl Sweep {
 /// [`AssessConfig::max_nodes`]. A pass's time is then bounded by time, not by a count chosen for
 /// one machine: a rolling start's nodes (each with its first statuses to write) cost more than a
 /// steady fleet's, and a collector sharing its cores with a burst of ingest runs slower. The
+/// budget is spent on the phases that grow with the pass's nodes, reading their evidence and
+/// writing what changed ([`super::Phases`]); choosing the nodes costs what the fleet's pending
+/// set costs whatever the bound, and counted per node it would shrink every pass to the floor
+/// once the fleet is large, leaving ever more pending. The
 /// nodes past it wait for the next pass, which follows sooner ([`PassBudget::next_after`]); a
 /// node whose batch brought a failure is assessed at once whatever the bound (`crate::tasks::assessment::run_urgent`).
 #[derive(Debug, Clone, Copy)]
 pub struct PassBudget {
     budget: Duration,
     max_nodes: usize,
-    /// Seconds a node cost in recent passes (each pass's time over its nodes, its fixed costs
-    /// included, so an over- rather than an underestimate): up at once to a costlier pass's,
-    /// down halfway to a cheaper one's.
+    /// Seconds a node cost in recent passes (each pass's read and write time over its nodes,
+    /// their fixed costs included, so an over- rather than an underestimate): up at once to a
+    /// costlier pass's, down halfway to a cheaper one's.
     per_node: Option<f64>,
 }
 
@@ -79,7 +83,7 @@ impl PassBudget {
         }
     }
 
-    /// Learns from a periodic pass of `nodes` that took `took`.
+    /// Learns from a periodic pass of `nodes` whose read and write phases took `took`.
     pub fn observe(&mut self, nodes: usize, took: Duration) {
         if nodes < Self::MEASURED_FROM {
             return;

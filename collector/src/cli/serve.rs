@@ -80,11 +80,13 @@ pub struct ServeArgs {
     /// failure is assessed at once whatever the bound.
     #[arg(long, default_value_t = AssessConfig::DEFAULT_MAX_NODES)]
     assess_max_nodes: usize,
-    /// An assessment pass takes no more nodes than this many milliseconds allow at the cost per
-    /// node this collector measured on its recent passes (0: no bound by time; --assess-max-nodes
-    /// bounds it all the same). While nodes are left pending, the next pass follows after as
-    /// long as the last one took (at least a second), not a whole --assess-every-secs; a node
-    /// whose batch brought a failure is assessed at once whatever the bound.
+    /// An assessment pass takes no more nodes than this many milliseconds allow its reading and
+    /// writing at the cost per node this collector measured on its recent passes (choosing the
+    /// nodes is not counted: it costs the same whatever the bound; 0: no bound by time;
+    /// --assess-max-nodes bounds it all the same). While nodes are left pending, the next pass
+    /// follows after as long as the last one took (at least a second), not a whole
+    /// --assess-every-secs; a node whose batch brought a failure is assessed at once whatever the
+    /// bound.
     #[arg(long, default_value_t = AssessConfig::DEFAULT_PASS_BUDGET.as_millis() as u64)]
     assess_pass_budget_ms: u64,
     /// TLS certificate chain (PEM) for the HTTP side (API, dashboard, /metrics): with it the

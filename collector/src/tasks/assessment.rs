@@ -126,7 +126,7 @@ pub async fn run_periodic(
                 Ok(Some(pass)) => {
                     let took = t.elapsed();
                     if !pass.full {
-                        budget.observe(pass.nodes, took);
+                        budget.observe(pass.nodes, pass.phases.read + pass.phases.write);
                     }
                     next = PassBudget::next_after(started.elapsed(), pass.deferred, every);
                     prevs = check.held.iter().map(|p| (*p, now)).collect();
