@@ -106,7 +106,8 @@ CREATE TABLE nodes (
     agent_activity text,
     agent_detail text NOT NULL DEFAULT ''::text,
     agent_state_at timestamp with time zone,
-    assess_part smallint NOT NULL GENERATED ALWAYS AS (((hashtextextended(node_id, (0)::bigint) & (63)::bigint))::smallint) STORED
+    assess_part smallint NOT NULL GENERATED ALWAYS AS (((hashtextextended(node_id, (0)::bigint) & (63)::bigint))::smallint) STORED,
+    newest_evidence_at timestamp with time zone
 );
 
 CREATE TABLE probe_results (

@@ -1,12 +1,22 @@
-//! The statements of a pass's read and write phases, timed one after another: what the
-//! evidence loaders and the status writes report, and the slow-pass log line and `/metrics`
-//! show.
+//! The statements of a pass's select, read and write phases, timed one after another: what the
+//! choice of nodes, the evidence loaders and the status writes report, and the slow-pass log
+//! line shows.
 
 use std::time::Duration;
 
-/// The statements of a pass's read and write phases, in the order they run.
+/// The statements of a pass's select, read and write phases, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
+    /// Claiming the nodes with a batch stored since their last claim.
+    Claim,
+    /// The nodes with evidence entering or leaving the window between two passes.
+    Dated,
+    /// The rolling sweep's nodes.
+    Due,
+    /// Bounding the pass: the nodes assessed longest ago taken, the rest left pending.
+    Bound,
+    /// The nodes sharing a failing source with those taken.
+    Linked,
     /// The nodes' latest topologies.
     Topology,
     /// The window's records stored a row each, grouped.
@@ -34,7 +44,12 @@ pub enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 12] = [
+    const ALL: [Step; 17] = [
+        Step::Claim,
+        Step::Dated,
+        Step::Due,
+        Step::Bound,
+        Step::Linked,
         Step::Topology,
         Step::ProbeRows,
         Step::Recent,
@@ -51,6 +66,11 @@ impl Step {
 
     fn name(self) -> &'static str {
         match self {
+            Step::Claim => "claim",
+            Step::Dated => "dated evidence",
+            Step::Due => "sweep",
+            Step::Bound => "bound",
+            Step::Linked => "shared sources",
             Step::Topology => "topology",
             Step::ProbeRows => "probe rows",
             Step::Recent => "workload recent",
@@ -68,12 +88,20 @@ impl Step {
 }
 
 /// Time spent per [`Step`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Steps([Duration; Step::ALL.len()]);
 
 impl Steps {
     pub fn get(&self, step: Step) -> Duration {
         self.0[step as usize]
+    }
+}
+
+impl std::ops::AddAssign for Steps {
+    fn add_assign(&mut self, other: Steps) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
     }
 }
 

@@ -126,11 +126,30 @@ async fn a_pass_between_full_passes_takes_only_nodes_with_new_or_expiring_eviden
     let node_c = NodeId::new("node-c").unwrap();
     let ahead = t2 + Duration::seconds(20);
     store.ingest(&node_c, vec![probe_at(3, &nic, ProbeVerdict::Ok, ahead)], 0).await.unwrap();
+    // Ingest keeps each node's newest evidence date, which the pass reads instead of the
+    // records: evidence older than it does not move it back.
+    let newest = || async {
+        sqlx::query_scalar::<_, Option<DateTime<Utc>>>("SELECT newest_evidence_at FROM nodes WHERE node_id = 'node-c'")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(newest().await.map(|t| t.timestamp_micros()), Some(ahead.timestamp_micros()));
     let claim = assess_pass(&pg.pool, &cfg, Some(t2), t2 + Duration::seconds(1), None, cfg.node_bound()).await.unwrap();
     assert_eq!(claim.nodes, 1, "the batch itself: {claim:?}");
     let entering =
         assess_pass(&pg.pool, &cfg, Some(ahead - Duration::seconds(1)), ahead, None, cfg.node_bound()).await.unwrap();
     assert_eq!(entering.nodes, 1, "its date: {entering:?}");
+    store.ingest(&node_c, vec![probe_at(2, &nic, ProbeVerdict::Ok, t2)], 0).await.unwrap();
+    assert_eq!(newest().await.map(|t| t.timestamp_micros()), Some(ahead.timestamp_micros()));
+    // Once past its date, nothing enters: a pass after it takes node-c for its new batch only,
+    // and the one after that takes nobody.
+    let after = ahead + Duration::seconds(1);
+    let batch = assess_pass(&pg.pool, &cfg, Some(ahead), after, None, cfg.node_bound()).await.unwrap();
+    assert_eq!(batch.nodes, 1, "the batch: {batch:?}");
+    let quiet =
+        assess_pass(&pg.pool, &cfg, Some(after), after + Duration::seconds(1), None, cfg.node_bound()).await.unwrap();
+    assert_eq!(quiet.nodes, 0, "{quiet:?}");
 
     // One window after the failures, they leave it: node-b is assessed again with no new batch,
     // and only node-b (node-c's probe is not leaving yet).

@@ -315,9 +315,13 @@ async fn the_retired_layouts_fold_into_sets_and_every_sum_stays() {
     .execute(&pg.pool)
     .await
     .unwrap();
+    // A set as ingest stores it, in the layout of 0041 (today's ingest also keeps the node's
+    // newest evidence date, a column of 0051: there for the batch only).
     let store = Store::new(pg.pool.clone());
     let node = NodeId::new("node-a").unwrap();
+    sqlx::query("ALTER TABLE nodes ADD COLUMN newest_evidence_at timestamptz").execute(&pg.pool).await.unwrap();
     store.ingest(&node, vec![summary(3, "mlx5_3", 7, at + Duration::minutes(2))], 0).await.unwrap();
+    sqlx::query("ALTER TABLE nodes DROP COLUMN newest_evidence_at").execute(&pg.pool).await.unwrap();
     // Per-pair rollups of two hours, and a node-hour set for one of them (the hour sets began).
     sqlx::query(
         "INSERT INTO probe_rollups (node_id, hour, gpu_index, nic, transport, memory, path, injected, simulated, ok,

@@ -16,7 +16,7 @@ use super::parts::Part;
 use super::{AssessConfig, Pass, Phases, Sweep, changes, isolate};
 use crate::evidence::{Inputs, load_inputs};
 use crate::model::{Assessment, GpuKey};
-use crate::steps::{Laps, Step};
+use crate::steps::{Laps, Step, Steps};
 use crate::store::{schedule, statuses};
 
 /// One pass at `now`: the whole fleet when `prev` is None, else only [`changed_nodes`] since
@@ -83,26 +83,31 @@ async fn changed_pass(
     bound: Option<usize>,
 ) -> Result<Pass, sqlx::Error> {
     let started = std::time::Instant::now();
-    let Changed { nodes: changed, left: mut deferred } =
+    let Changed { nodes: changed, left: mut deferred, mut steps } =
         changed_nodes(pool, cfg.window, prev, now, parts, bound).await?;
+    let mut laps = Laps::new(&mut steps);
     let mut nodes = changed.clone();
     if let Some(sweep) = sweep {
         nodes.extend(due_nodes(pool, sweep, now, parts).await?);
         nodes.sort_unstable();
         nodes.dedup();
     }
+    laps.lap(Step::Due);
     if nodes.is_empty() {
-        return Ok(Pass { phases: Phases { select: started.elapsed(), ..Phases::default() }, ..Pass::default() });
+        let phases = Phases { select: started.elapsed(), steps, ..Phases::default() };
+        return Ok(Pass { phases, ..Pass::default() });
     }
     if let Some(max) = bound.filter(|max| nodes.len() > *max) {
         nodes = bound_pass(pool, nodes, max).await?;
         deferred = schedule::pending_count(pool, parts).await?;
     }
+    laps.lap(Step::Bound);
     // `changed` is sorted (changed_nodes), `nodes` too.
     let swept = nodes.iter().filter(|n| changed.binary_search(n).is_err()).count();
     let linked = shared_source_nodes(pool, &nodes, cfg.window, now).await?;
     nodes.extend(linked);
     nodes.sort_unstable();
+    laps.lap(Step::Linked);
     let select = started.elapsed();
     match assess_and_store(pool, Some(&nodes), cfg, now).await {
         Ok(a) => Ok(Pass {
@@ -112,7 +117,14 @@ async fn changed_pass(
             deferred,
             bound,
             gpus: a.assessments.len(),
-            phases: Phases { select, ..a.phases },
+            phases: Phases {
+                select,
+                steps: {
+                    steps += a.phases.steps;
+                    steps
+                },
+                ..a.phases
+            },
         }),
         Err(e) => {
             let _ = schedule::mark_pending(pool, Some(&nodes)).await;
@@ -184,19 +196,20 @@ pub async fn assess_and_store(
 
 // ---------- choosing the nodes ----------
 
-/// The nodes [`changed_nodes`] found, sorted, no duplicates; and how many with a batch stored it
-/// left pending for the passes that follow.
+/// The nodes [`changed_nodes`] found, sorted, no duplicates; how many with a batch stored it
+/// left pending for the passes that follow; and its statements' times.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changed {
     pub nodes: Vec<String>,
     pub left: usize,
+    pub steps: Steps,
 }
 
 /// The nodes of `parts` (every part: None) that may assess differently at `now` than at `prev`
 /// (the previous pass's `now`): those with a batch stored since they were last claimed (claimed
 /// here: their flag is cleared; at most `bound` of them, those assessed longest ago, the rest
-/// left pending), and those with evidence entering or leaving the window between the two passes
-/// by its date.
+/// left pending), those whose newest evidence is dated after `prev` (entering the window by its
+/// date), and those with evidence leaving the window between the two passes.
 pub async fn changed_nodes(
     pool: &PgPool,
     window: Duration,
@@ -210,25 +223,29 @@ pub async fn changed_nodes(
     // pass reads after this claim: no evidence is claimed before it is visible. A batch still in
     // flight is claimed by this pass (if its node was pending already, the claim waits for its
     // row) or by the next (`e2e/tests/incremental.rs`).
+    let mut steps = Steps::default();
+    let mut laps = Laps::new(&mut steps);
     let schedule::Claimed { mut nodes, left } = schedule::claim_pending(pool, parts, bound).await?;
-    // Evidence dated between the passes enters the window by time alone when it was stored
-    // ahead of its date (an agent clock running fast); evidence dated one window before them
-    // leaves it.
-    let mut slices = vec![(prev, now)];
-    if let (Some(from), Some(to)) = (prev.checked_sub_signed(w), now.checked_sub_signed(w)) {
-        slices.push((from, to));
+    laps.lap(Step::Claim);
+    // Evidence dated after the previous pass enters the window by time alone when it was
+    // stored before this claim but dated after that pass's `now` (an agent clock running fast,
+    // or a batch stored while that pass was claiming): the nodes whose newest evidence is dated
+    // after it, a superset (a node that sent evidence since is pending anyway). Evidence dated
+    // one window before the passes leaves it.
+    nodes.extend(schedule::nodes_with_evidence_after(pool, prev, parts).await?);
+    if let (Some(from), Some(to)) = (prev.checked_sub_signed(w), now.checked_sub_signed(w))
+        && from < to
+    {
+        let mut leaving = schedule::nodes_with_evidence_dated(pool, from, to).await?;
+        if let Some(parts) = parts.filter(|_| !leaving.is_empty()) {
+            leaving = schedule::of_parts(pool, &leaving, parts).await?;
+        }
+        nodes.extend(leaving);
     }
-    let mut dated = Vec::new();
-    for (from, to) in slices.into_iter().filter(|(f, t)| f < t) {
-        dated.extend(schedule::nodes_with_evidence_dated(pool, from, to).await?);
-    }
-    if let Some(parts) = parts.filter(|_| !dated.is_empty()) {
-        dated = schedule::of_parts(pool, &dated, parts).await?;
-    }
-    nodes.extend(dated);
     nodes.sort_unstable();
     nodes.dedup();
-    Ok(Changed { nodes, left })
+    laps.lap(Step::Dated);
+    Ok(Changed { nodes, left, steps })
 }
 
 /// The nodes outside `nodes` whose GPUs got wrong bytes, in the window ending at `now`, from a

@@ -124,8 +124,16 @@ impl Store {
         // The oldest probe evidence of the batch: stored long after it was observed, it makes the
         // assessment read its node's window again (migration 0026).
         let oldest = probes.iter().map(|p| p.1).chain(set_dates.iter().copied()).min();
+        // The newest evidence of any kind: a pass takes the node while it enters the window
+        // (migration 0051).
+        let newest = (probes.iter().map(|p| p.1))
+            .chain(set_dates.iter().copied())
+            .chain(signals.iter().map(|s| s.1))
+            .chain(inline.iter().map(|i| i.1))
+            .max();
+        let dates = EvidenceDates { oldest, newest };
         let mut tx = self.pool.begin().await?;
-        upsert_node_seen(&mut tx, node, spool_dropped_total, oldest, total > 0).await?;
+        upsert_node_seen(&mut tx, node, spool_dropped_total, dates, total > 0).await?;
         let mut stored = 0;
         stored += insert_probes(&mut tx, node, probes).await?;
         stored += insert_signals(&mut tx, node, signals).await?;
@@ -159,13 +167,21 @@ impl Store {
     }
 }
 
-/// Marks the node seen and records a higher spool-drop count (as a number on the node and as
-/// a signal event, so it shows in the node's history).
+/// The dates of a batch's oldest probe evidence (records and summary sets) and of its newest
+/// evidence of any kind (records, sets, signals, in-line reports).
+#[derive(Debug, Clone, Copy, Default)]
+struct EvidenceDates {
+    oldest: Option<DateTime<Utc>>,
+    newest: Option<DateTime<Utc>>,
+}
+
+/// Marks the node seen, keeps its newest evidence date, and records a higher spool-drop count
+/// (as a number on the node and as a signal event, so it shows in the node's history).
 async fn upsert_node_seen(
     tx: &mut Transaction<'_, Postgres>,
     node: &NodeId,
     dropped_total: u64,
-    oldest_evidence: Option<DateTime<Utc>>,
+    dates: EvidenceDates,
     with_records: bool,
 ) -> Result<(), StoreError> {
     let previous: Option<i64> =
@@ -177,10 +193,11 @@ async fn upsert_node_seen(
     // An empty batch (the agent's heartbeat) marks the node seen, not its evidence changed.
     let pending = with_records || dropped > previous.unwrap_or(0);
     sqlx::query(
-        "INSERT INTO nodes (node_id, spool_dropped_total, late_stored_at)
-         VALUES ($1, $2, CASE WHEN $3 <= now() - $4 * interval '1 second' THEN now() END)
+        "INSERT INTO nodes (node_id, spool_dropped_total, late_stored_at, newest_evidence_at)
+         VALUES ($1, $2, CASE WHEN $3 <= now() - $4 * interval '1 second' THEN now() END, $6)
          ON CONFLICT (node_id) DO UPDATE
             SET last_seen = now(), evidence_pending = nodes.evidence_pending OR $5,
+                newest_evidence_at = greatest(nodes.newest_evidence_at, EXCLUDED.newest_evidence_at),
                 batch_interval_seconds = least(1800, greatest(EXTRACT(EPOCH FROM now() - nodes.last_seen)::float8,
                                                              coalesce(nodes.batch_interval_seconds, 0) * 0.9)),
                 late_stored_at = coalesce(EXCLUDED.late_stored_at, nodes.late_stored_at),
@@ -188,9 +205,10 @@ async fn upsert_node_seen(
     )
     .bind(node.as_str())
     .bind(dropped)
-    .bind(oldest_evidence)
+    .bind(dates.oldest)
     .bind(LATE_AFTER.as_secs_f64())
     .bind(pending)
+    .bind(dates.newest)
     .execute(&mut **tx)
     .await?;
     let previous = previous.unwrap_or(0);

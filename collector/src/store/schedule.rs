@@ -68,6 +68,22 @@ pub async fn of_parts(pool: &PgPool, nodes: &[String], parts: &[i16]) -> Result<
         .await
 }
 
+/// The nodes of `parts` (every part: None) whose newest evidence of any kind is dated after
+/// `after` (`nodes.newest_evidence_at`, kept by ingest).
+pub async fn nodes_with_evidence_after(
+    pool: &PgPool,
+    after: DateTime<Utc>,
+    parts: Option<&[i16]>,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT node_id FROM nodes WHERE newest_evidence_at > $1 AND ($2::int2[] IS NULL OR assess_part = ANY($2))",
+    )
+    .bind(after)
+    .bind(parts)
+    .fetch_all(pool)
+    .await
+}
+
 /// The nodes with evidence of any kind observed in (`from`, `to`].
 pub async fn nodes_with_evidence_dated(
     pool: &PgPool,
