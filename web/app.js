@@ -190,17 +190,6 @@ function syncFilters(query) {
   if (document.activeElement !== atEl && !query.get("at")) atEl.value = "";
 }
 
-function cellMatches(c, query) {
-  const st = query.get("status"), nic = query.get("nic");
-  const unverified = c.verification === "unproven" || c.verification === "unprobed";
-  if (st === "unverified" ? !unverified : st && c.status !== st) return false;
-  if (nic && (c.workload_nic || "") !== nic) return false;
-  const hv = (query.get("hv") || "").toLowerCase(), model = (query.get("model") || "").toLowerCase();
-  if (hv && !(hv === "none" ? c.hypervisor === "" : c.hypervisor.toLowerCase().includes(hv))) return false;
-  if (model && !c.gpu_model.toLowerCase().includes(model)) return false;
-  return true;
-}
-
 // The failing pairs' common factor, read at most once a minute and kept in between: it reads
 // every pair's evidence of the last 15 minutes (at 10,000 nodes about a second of the
 // collector's work), where the rest of the page refreshes every 5 s. The day's series, engines
@@ -213,7 +202,21 @@ let seriesRead = { at: 0, key: null, value: null };
 let enginesRead = { at: 0, key: null, value: null };
 let sourcesRead = { value: null };
 
-// The fleet's reads: every 5 s the fleet and the grid; the slower ones on their own clock.
+// Nodes a page of the grid shows: a refresh reads one page (about half a megabyte), never the
+// whole fleet, and the collector counts the fleet for the cards.
+const GRID_PAGE_NODES = 250;
+
+// The grid's read: the filters, the time and the page, as the collector takes them.
+function gridPath(query) {
+  const p = new URLSearchParams();
+  for (const k of ["at", "q", "status", "nic", "hv", "model", "after"]) {
+    if (query.get(k)) p.set(k, query.get(k));
+  }
+  p.set("limit", String(GRID_PAGE_NODES));
+  return `/api/v1/grid?${p}`;
+}
+
+// The fleet's reads: every 5 s a page of the grid; the slower ones on their own clock.
 async function readFleet(query) {
   const at = query.get("at");
   const key = at || "now";
@@ -229,9 +232,8 @@ async function readFleet(query) {
   const readDay = enginesRead.key !== key || Date.now() - enginesRead.at >= PATTERN_EVERY_MS;
   const readSpan = seriesRead.key !== spanKey || Date.now() - seriesRead.at >= PATTERN_EVERY_MS;
   const maybe = (read, path, kept) => read ? api(path).catch(() => null) : Promise.resolve(kept);
-  const [f, grid, pat, series, engines, sources] = await Promise.all([
-    api("/api/v1/fleet"),
-    api(`/api/v1/grid${at ? `?at=${encodeURIComponent(at)}` : ""}`),
+  const [grid, pat, series, engines, sources] = await Promise.all([
+    api(gridPath(query)),
     maybe(readPattern, patternPath, patternRead.value),
     maybe(readSpan, `/api/v1/fleet/series?since=${q(span.since)}&until=${q(span.until)}`, seriesRead.value),
     maybe(readDay, `/api/v1/engines?${day}`, enginesRead.value),
@@ -247,7 +249,7 @@ async function readFleet(query) {
       : { at: Date.now() - PATTERN_EVERY_MS + 15000, key, value: kept };
   }
   return {
-    f, grid, at,
+    grid, at,
     pattern: patternRead.key === key ? patternRead.value : null,
     series: seriesRead.key === spanKey ? seriesRead.value : null,
     span,
@@ -256,40 +258,27 @@ async function readFleet(query) {
   };
 }
 
-// The GPUs the filters and `at` leave, by node, and their totals: the grid, the cards, the node
-// table and the changes all count these.
+// The page of GPUs the filters and `at` leave, by node (worst first), and the fleet's totals of
+// them: the collector filters, counts and pages; the cards, the grid, the node table and the
+// changes all show what it left.
 function shapeFleet(d, query) {
-  const nq = (query.get("q") || "").toLowerCase();
   const rows = new Map();
   for (const c of d.grid.cells) {
-    if (nq && !c.node.toLowerCase().includes(nq)) continue;
-    if (!cellMatches(c, query)) continue;
     if (!rows.has(c.node)) rows.set(c.node, []);
     rows.get(c.node).push(c);
   }
-  const totals = { gpus: 0, unverified: 0 };
-  for (const s of STATUSES) totals[s] = 0;
-  for (const cs of rows.values()) {
-    for (const c of cs) {
-      totals.gpus += 1;
-      totals[c.status] = (totals[c.status] || 0) + 1;
-      if (UNVERIFIED.has(c.verification)) totals.unverified += 1;
-    }
-  }
   const filtering = ["q", "status", "nic", "hv", "model"].some(k => query.get(k));
-  const nodes = d.f.nodes.filter(n => !(nq && !n.node.toLowerCase().includes(nq)) && !(filtering && !rows.has(n.node)));
-  // The changes of the GPUs shown, worst first (a GPU turning corrupting above an ok↔watch
-  // flap), then newest.
-  const visible = (c) => rows.has(c.node) && rows.get(c.node).some(x => x.gpu === c.gpu);
+  // The changes worst first (a GPU turning corrupting above an ok↔watch flap), then newest.
   const rank = (c) => Math.max(SEVERITY[c.to] || 0, SEVERITY[c.from] || 0);
-  const changes = d.f.changes_last_hour.filter(visible)
+  const changes = d.grid.changes_last_hour.slice()
     .sort((a, b) => rank(b) - rank(a) || new Date(b.at) - new Date(a.at));
-  return { rows, totals, filtering, nodes, changes };
+  return { rows, totals: d.grid.totals, filtering, nodes: d.grid.page_nodes, changes, grid: d.grid };
 }
 
 function cardsPanel(s, query) {
   const withStatus = (st) => {
     const n = new URLSearchParams(query);
+    n.delete("after");
     if (st) n.set("status", st); else n.delete("status");
     const v = n.toString();
     return v ? `#/?${v}` : "#/";
@@ -389,13 +378,30 @@ function seriesPanel(series, filtering) {
     `<div class="chart" id="chart-fleet"></div>`;
 }
 
-// The grid: one row per node, one cell per GPU, coloured by status.
-function gridPanel(rows, at) {
-  let cells = 0;
+// Where the page is among the nodes the filters leave, and the way to the next page and back to
+// the first (the cursor is in the URL: a shared link opens the same page).
+function gridPager(s, query) {
+  const after = query.get("after");
+  if (!s.grid.next && !after) return "";
+  const to = (cursor) => {
+    const n = new URLSearchParams(query);
+    if (cursor) n.set("after", cursor); else n.delete("after");
+    return `#/?${n}`;
+  };
+  const links = [
+    after ? `<a id="grid-first" href="${esc(to(null))}">first page</a>` : "",
+    s.grid.next ? `<a id="grid-next" href="${esc(to(s.grid.next))}">next ${GRID_PAGE_NODES} nodes</a>` : "",
+  ].filter(Boolean).join(" · ");
+  return `<p id="grid-page" class="muted">${plural(s.rows.size, "node", "nodes")} on this page, worst first` +
+    ` · ${links}</p>`;
+}
+
+// The grid: one row per node of the page, one cell per GPU, coloured by status.
+function gridPanel(s, at, query) {
+  const rows = s.rows;
   const parts = [];
   const atQuery = at ? `?at=${encodeURIComponent(at)}` : "";
   for (const [name, cs] of rows) {
-    cells += cs.length;
     const gpus = cs.map(c => {
       const unv = UNVERIFIED.has(c.verification) ? " unverified" : "";
       const model = c.gpu_model ? ` (${c.gpu_model})` : "";
@@ -407,8 +413,8 @@ function gridPanel(rows, at) {
     parts.push(`<div class="grow" data-node="${esc(name)}"><a class="gname" href="${nodeHref(name)}">${esc(name)}</a>` +
       `${gpus.join("")}</div>`);
   }
-  const count = `${plural(cells, "GPU", "GPUs")} on ${plural(rows.size, "node", "nodes")}`;
-  return `<h2>GPUs <span class="muted" id="grid-count">${count}</span></h2>` +
+  const count = `${plural(s.totals.gpus, "GPU", "GPUs")} on ${plural(s.grid.nodes, "node", "nodes")}`;
+  return `<h2>GPUs <span class="muted" id="grid-count">${count}</span></h2>${gridPager(s, query)}` +
     `<div id="grid" class="grid">${parts.join("") || '<p class="muted">no GPU matches</p>'}</div>`;
 }
 
@@ -460,7 +466,7 @@ async function fleet() {
       draw: (el) => d.series && Charts.fleet(el.querySelector("#chart-fleet"), d.series.points,
         new Date(d.series.since), new Date(d.series.until), (from, to) => zoomTo("#/", fleetQuery(), from, to)),
     },
-    { id: "grid", html: gridPanel(s.rows, d.at) },
+    { id: "grid", html: gridPanel(s, d.at, query) },
   ];
   if (!d.grid.historical) {
     panels.push({ id: "nodes", html: nodesPanel(s.nodes) }, { id: "changes", html: changesPanel(s.changes) });

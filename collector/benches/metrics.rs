@@ -9,16 +9,16 @@
 //! Run: `cargo bench -p railguard-collector --bench metrics` (NODES=10000 for a quick run).
 #![allow(clippy::unwrap_used)]
 
-use std::os::unix::fs::PermissionsExt;
-use std::sync::Arc;
+mod common;
+
 use std::time::Instant;
 
 use axum::body::Body;
 use axum::http::Request;
+use common::state;
 use railguard_collector::ServeConfig;
 use railguard_collector::http::{AppState, app};
 use railguard_collector::ingest::KnownDevices;
-use railguard_collector::store::pg::{PrivateCluster, connect_and_migrate};
 use railguard_schema::DataPath;
 use tower::ServiceExt;
 
@@ -27,12 +27,8 @@ async fn main() {
     let env = |k: &str, d: i64| std::env::var(k).ok().and_then(|s| s.parse().ok()).unwrap_or(d);
     let nodes = env("NODES", 100_000);
     let troubled_percent = env("TROUBLED_PERCENT", 1);
-    let dir = tempfile::Builder::new().prefix("railguard-bench-").tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let data = dir.path().join("pg");
-    let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&data, true)).await.unwrap().unwrap();
-    cluster.create_database("bench").await.unwrap();
-    let pool = connect_and_migrate(cluster.connect_options("bench"), 4).await.unwrap();
+    let pg = common::bench_pg(4).await;
+    let pool = pg.pool.clone();
 
     let t = Instant::now();
     for sql in [
@@ -113,7 +109,7 @@ async fn main() {
         );
         println!("  most series: {}", top.join(", "));
     }
-    drop(cluster);
+    drop(pg);
 }
 
 /// What ingest counts for the fleet's 64 pairs a node, all `ok`, and a failure on one pair in a
@@ -176,27 +172,4 @@ fn topology() -> railguard_schema::TopologySnapshot {
         warnings: vec![],
         gone: vec![],
     }
-}
-
-fn state(pool: &sqlx::PgPool, gpu_limit: usize, node_limit: usize) -> AppState {
-    let state = AppState {
-        pool: pool.clone(),
-        state: Arc::default(),
-        api_token: None,
-        secure_cookies: false,
-        metrics_gpu_series_limit: gpu_limit,
-        metrics_node_series_limit: node_limit,
-        metrics_pod_series: false,
-        window_minutes: 15,
-        facts: Arc::default(),
-        allowed_hosts: Arc::default(),
-        dashboard_url: Arc::new(
-            railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
-        ),
-        runbook_url: Arc::new(railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default()),
-        readers: railguard_collector::http::readers::permits(railguard_collector::store::pg::READ_CONNECTIONS),
-    };
-    state.state.leads.assessment.store(true, std::sync::atomic::Ordering::Relaxed);
-    state.state.ingest.verdicts.lock().unwrap().node_limit = node_limit;
-    state
 }

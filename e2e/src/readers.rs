@@ -23,6 +23,7 @@ pub fn routes(nodes: &[String]) -> Vec<(String, String)> {
         ("fleet", "/api/v1/fleet".into()),
         ("fleet?limit=100", "/api/v1/fleet?limit=100".into()),
         ("grid", "/api/v1/grid".into()),
+        ("grid?limit=250", "/api/v1/grid?limit=250".into()),
         ("gpus", "/api/v1/gpus".into()),
         ("failures?since=1d", "/api/v1/failures?since=1d".into()),
         ("engines?since=1d", "/api/v1/engines?since=1d".into()),

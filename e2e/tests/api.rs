@@ -270,6 +270,8 @@ async fn scripted_streams_get_the_expected_status_reasons_and_pin() {
         "/api/v1/patterns?since=1d",
         "/api/v1/grid",
         "/api/v1/grid?at=1h",
+        "/api/v1/grid?status=corrupting&limit=1",
+        "/api/v1/grid?at=1h&hv=none&limit=2",
         "/api/v1/nodes/seed-auto",
         "/api/v1/nodes/xid-storm",
         "/api/v1/nodes/seed-auto/gpus/3",
@@ -525,6 +527,96 @@ async fn the_fleet_is_read_in_pages() {
     }
     let f = json(&c, "/api/v1/failures?since=1d&limit=1");
     assert_eq!(f["failures"].as_array().unwrap().len(), 1);
+}
+
+/// The grid filtered, counted and paged by the collector: each filter leaves exactly the cells
+/// it names (checked against the whole grid), the totals count them over every page, the pages
+/// go worst first and neither repeat nor skip a cell, the changes are the left GPUs' only; a
+/// filter outside what the document allows is a 400.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_grid_is_filtered_counted_and_paged_by_the_collector() {
+    let pg = TestPg::start().await;
+    let c = scripted_fleet(&pg).await;
+    let all = json(&c, "/api/v1/grid");
+    let cells = all["cells"].as_array().unwrap().clone();
+    assert_eq!((cells.len(), &all["totals"]["gpus"], &all["nodes"]), (40, &Value::from(40), &Value::from(5)), "{all}");
+    assert!(all["next"].is_null());
+    let key = |c: &Value| (c["node"].as_str().unwrap().to_owned(), c["gpu"].as_i64().unwrap());
+    // What each filter leaves, by its definition.
+    type Keep = fn(&Value) -> bool;
+    let filters: [(&str, Keep); 11] = [
+        ("status=corrupting", |c| c["status"] == "corrupting"),
+        ("status=unverified", |c| c["verification"] == "unproven" || c["verification"] == "unprobed"),
+        ("nic=mlx5_0", |c| c["workload_nic"] == "mlx5_0"),
+        ("nic=mlx5", |c| c["workload_nic"] == "mlx5"),
+        ("hv=none", |c| c["hypervisor"] == ""),
+        ("hv=QEMU", |c| c["hypervisor"].as_str().unwrap().to_lowercase().contains("qemu")),
+        ("model=h100", |c| c["gpu_model"].as_str().unwrap().to_lowercase().contains("h100")),
+        ("q=SEED", |c| c["node"].as_str().unwrap().contains("seed")),
+        ("q=pinned&nic=mlx5_0", |c| c["node"].as_str().unwrap().contains("pinned") && c["workload_nic"] == "mlx5_0"),
+        ("hv=qemu&status=corrupting", |c| {
+            c["hypervisor"].as_str().unwrap().to_lowercase().contains("qemu") && c["status"] == "corrupting"
+        }),
+        ("model=no-such-gpu", |_| false),
+    ];
+    let rank = |s: &str| ["ok", "watch", "unknown", "at_risk", "corrupting"].iter().position(|x| *x == s).unwrap();
+    for (q, keep) in filters {
+        let want: Vec<&Value> = cells.iter().filter(|c| keep(c)).collect();
+        let got = json(&c, &format!("/api/v1/grid?{q}"));
+        let got_cells = got["cells"].as_array().unwrap();
+        let mut a: Vec<_> = got_cells.iter().map(key).collect();
+        let mut b: Vec<_> = want.iter().map(|c| key(c)).collect();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "{q}");
+        let n = |s: &str| want.iter().filter(|c| c["status"] == s).count();
+        let t = &got["totals"];
+        assert_eq!(t["gpus"], want.len(), "{q}: {t}");
+        for s in ["ok", "watch", "unknown", "at_risk", "corrupting"] {
+            assert_eq!(t[s], n(s), "{q}: {s} {t}");
+        }
+        let nodes: std::collections::BTreeSet<_> = want.iter().map(|c| c["node"].as_str().unwrap()).collect();
+        assert_eq!(got["nodes"], nodes.len(), "{q}");
+        // Worst first: a node's worst left cell never ranks above the one before's.
+        let mut worst: Vec<(String, usize)> = Vec::new();
+        for c in got_cells {
+            let (node, r) = (c["node"].as_str().unwrap().to_owned(), rank(c["status"].as_str().unwrap()));
+            match worst.last_mut() {
+                Some((n, w)) if *n == node => *w = (*w).max(r),
+                _ => worst.push((node, r)),
+            }
+        }
+        assert!(worst.windows(2).all(|w| w[0].1 >= w[1].1), "{q}: {worst:?}");
+        let left: std::collections::BTreeSet<_> = got_cells.iter().map(key).collect();
+        for ch in got["changes_last_hour"].as_array().unwrap() {
+            assert!(left.contains(&key(ch)), "{q}: a change of a GPU the filter did not leave: {ch}");
+        }
+        let page_nodes: Vec<&str> =
+            got["page_nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
+        assert_eq!(page_nodes, worst.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), "{q}");
+        // Two nodes a page: the same cells in the same order, the totals on every page.
+        let mut paged = Vec::new();
+        let mut url = format!("/api/v1/grid?{q}&limit=2");
+        loop {
+            let page = json(&c, &url);
+            assert!(page["page_nodes"].as_array().unwrap().len() <= 2, "{q}");
+            assert_eq!((&page["totals"], &page["nodes"]), (&got["totals"], &got["nodes"]), "{q}");
+            paged.extend(page["cells"].as_array().unwrap().iter().map(key));
+            match page["next"].as_str() {
+                Some(n) => url = format!("/api/v1/grid?{q}&limit=2&after={}", n.replace('|', "%7C")),
+                None => break,
+            }
+        }
+        assert_eq!(paged, got_cells.iter().map(key).collect::<Vec<_>>(), "{q}: pages neither repeat nor skip");
+    }
+    // Only what the document allows.
+    for q in
+        ["status=melting", "nic=a%20b", "q=%3Cscript%3E", "model=x%00", "hv=%1B%5B31m", "limit=0", "after=nonsense"]
+    {
+        let (code, body) = c.get(&format!("/api/v1/grid?{q}"), None);
+        assert_eq!(code, 400, "{q}: {body}");
+        assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string(), "{q}: {body}");
+    }
 }
 
 /// Incremental writes: a pass over an unchanged fleet rewrites no GPU row (their

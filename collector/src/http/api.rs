@@ -421,7 +421,7 @@ pub async fn patterns(
     Ok(Json(Patterns { since, until, pairs: pairs.pairs, failing: pairs.failing, factor: pairs.explain() }))
 }
 
-/// `?at=`.
+/// `?at=&q=&status=&nic=&hv=&model=&limit=&after=`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct GridQuery {
@@ -429,7 +429,33 @@ pub struct GridQuery {
     /// status history. Default (absent or empty): now.
     #[param(example = "2h", schema_with = params::time_schema)]
     at: Option<String>,
+    /// Only nodes whose id contains this (any case).
+    #[param(example = "rack-7", pattern = "^[A-Za-z0-9._-]{0,128}$")]
+    q: Option<String>,
+    /// Only GPUs of this status, or `unverified`: their workload pair unprobed or probed through
+    /// no NIC.
+    #[param(example = "corrupting", pattern = "^(ok|watch|unknown|at_risk|corrupting|unverified)?$")]
+    status: Option<String>,
+    /// Only GPUs whose workload uses this NIC (its whole name).
+    #[param(example = "mlx5_3", pattern = "^[A-Za-z0-9._:-]{0,64}$")]
+    nic: Option<String>,
+    /// Only GPUs of nodes whose hypervisor contains this (any case); `none`: bare metal.
+    #[param(example = "qemu", pattern = "^[A-Za-z0-9._ -]{0,64}$")]
+    hv: Option<String>,
+    /// Only GPUs whose model contains this (any case).
+    #[param(example = "H100", pattern = "^[A-Za-z0-9._ -]{0,64}$")]
+    model: Option<String>,
+    /// Nodes per page (1–10000). Default (absent): 1000.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 10000)]
+    limit: Option<String>,
+    /// The previous page's `next`.
+    #[param(example = "5|gpu-node-0042", pattern = "^([0-8][|][A-Za-z0-9._-]{1,128})?$")]
+    after: Option<String>,
 }
+
+/// Nodes a page of `/api/v1/grid` holds when `limit` is not given: a page of a 100,000-node
+/// fleet is then a few megabytes, never the whole fleet's hundreds.
+const GRID_PAGE_DEFAULT: u32 = 1000;
 
 /// `GET /api/v1/grid`.
 #[derive(Debug, Serialize, ToSchema)]
@@ -443,36 +469,64 @@ pub struct Grid {
     /// Seconds the replica serving the reads lags its primary (null when reads go to the
     /// primary; 0 when it has replayed all it received).
     pub replica_lag_seconds: Option<f64>,
-    /// One cell per GPU, by node and index.
+    /// The GPUs the filters leave, in all and by status, over the whole fleet (every page).
+    pub totals: read::FleetTotals,
+    /// The nodes of those GPUs, over the whole fleet.
+    pub nodes: i64,
+    /// One cell per GPU the filters leave on this page's nodes: the nodes worst first (by the
+    /// worst of their cells), then by id; a node's cells by index.
     pub cells: Vec<GridCell>,
+    /// This page's nodes with all their GPUs counted, in the page's order (empty in the past).
+    pub page_nodes: Vec<read::NodeSummary>,
+    /// The status changes of the last hour, newest first, at most 200: the fleet's when nothing
+    /// filters, else those of this page's GPUs (empty in the past).
+    pub changes_last_hour: Vec<read::StatusChange>,
+    /// Pass as `after` for the next page; null on the last one.
+    pub next: Option<String>,
 }
 
-/// The fleet grid: every GPU's status and first reason, now or as it was at a time.
+/// The fleet grid: each GPU's status and first reason, now or as it was at a time; filtered by
+/// node, status, workload NIC, hypervisor and model, counted over the whole fleet, and paged by
+/// node, worst first. A page of the fleet as it is now reads what it shows, however large the
+/// fleet: the dashboard reads its fleet view this way.
 #[utoipa::path(get, path = "/api/v1/grid", tag = "fleet",
     params(GridQuery),
     responses(
-        (status = 200, description = "One cell per GPU", body = Grid),
-        (status = 400, description = "Bad time", body = ErrorBody),
+        (status = 200, description = "The GPUs the filters leave: counted, and one cell each on this page's nodes", body = Grid),
+        (status = 400, description = "Bad time, filter, limit or cursor", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     ))]
 pub async fn grid(State(s): State<AppState>, params::ApiQuery(q): params::ApiQuery<GridQuery>) -> ApiResult<Grid> {
-    match q.at.as_deref().filter(|a| !a.is_empty()) {
-        Some(at) => {
-            let at = params::parse_time("at", at, Utc::now())?;
-            let replica_lag_seconds = crate::store::pg::replica_lag_seconds(&s.pool).await?;
-            Ok(Json(Grid {
-                at,
-                historical: true,
-                assessed_at: None,
-                replica_lag_seconds,
-                cells: read::grid_at(&s.pool, at).await?,
-            }))
-        }
+    let filter = params::grid_filter(
+        q.q.as_deref(),
+        q.status.as_deref(),
+        q.nic.as_deref(),
+        q.hv.as_deref(),
+        q.model.as_deref(),
+    )?;
+    let page = read::GridPage {
+        limit: Some(params::limit(q.limit.as_deref(), GRID_PAGE_DEFAULT)?),
+        after: params::present(q.after.as_deref()).map(params::fleet_cursor).transpose()?,
+    };
+    let at = params::present(q.at.as_deref()).map(|at| params::parse_time("at", at, Utc::now())).transpose()?;
+    let replica_lag_seconds = crate::store::pg::replica_lag_seconds(&s.pool).await?;
+    let (at, historical, assessed_at, r) = match at {
+        Some(at) => (at, true, None, read::grid_page_at(&s.pool, at, &filter, &page).await?),
         None => {
-            let cells = read::grid_now(&s.pool).await?;
-            let assessed_at = read::last_assessment(&s.pool).await?;
-            let replica_lag_seconds = crate::store::pg::replica_lag_seconds(&s.pool).await?;
-            Ok(Json(Grid { at: Utc::now(), historical: false, assessed_at, replica_lag_seconds, cells }))
+            let r = read::grid_page_now(&s.pool, &filter, &page).await?;
+            (Utc::now(), false, read::last_assessment(&s.pool).await?, r)
         }
-    }
+    };
+    Ok(Json(Grid {
+        at,
+        historical,
+        assessed_at,
+        replica_lag_seconds,
+        totals: r.totals,
+        nodes: r.nodes,
+        cells: r.cells,
+        page_nodes: r.page_nodes,
+        changes_last_hour: r.changes,
+        next: r.next,
+    }))
 }

@@ -110,6 +110,49 @@ pub fn statuses(s: &str) -> Result<Vec<GpuStatus>, ApiError> {
         .collect()
 }
 
+/// The grid's filters (`q`, `status`, `nic`, `hv`, `model`; empty: none), each checked against
+/// the pattern the OpenAPI document gives it.
+pub fn grid_filter(
+    q: Option<&str>,
+    status: Option<&str>,
+    nic: Option<&str>,
+    hv: Option<&str>,
+    model: Option<&str>,
+) -> Result<crate::store::read::GridFilter, ApiError> {
+    use crate::store::read::{GridFilter, HypervisorFilter, StatusFilter};
+    let text = |name: &str, v: Option<&str>, max: usize, extra: &str| -> Result<Option<String>, ApiError> {
+        let Some(v) = present(v) else { return Ok(None) };
+        let fits =
+            v.len() <= max && v.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c) || extra.contains(c));
+        if !fits {
+            let more = if extra.is_empty() { String::new() } else { format!(" or {extra:?}") };
+            return Err(ApiError::BadRequest(format!(
+                "{name}: at most {max} letters, digits, '.', '_', '-'{more}; {v:?} is not"
+            )));
+        }
+        Ok(Some(v.to_owned()))
+    };
+    let status = match present(status) {
+        None => None,
+        Some("unverified") => Some(StatusFilter::Unverified),
+        Some(s) => Some(StatusFilter::Is(GpuStatus::parse(s).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "status {s:?} is not one of ok, watch, unknown, at_risk, corrupting, unverified"
+            ))
+        })?)),
+    };
+    let hypervisor = text("hv", hv, 64, " ")?.map(|h| {
+        if h.eq_ignore_ascii_case("none") { HypervisorFilter::BareMetal } else { HypervisorFilter::Contains(h) }
+    });
+    Ok(GridFilter {
+        node: text("q", q, 128, "")?,
+        status,
+        nic: text("nic", nic, 64, ":")?,
+        hypervisor,
+        model: text("model", model, 64, " ")?,
+    })
+}
+
 /// `limit`: 1–10000, `default` when absent.
 pub fn limit(s: Option<&str>, default: u32) -> Result<i64, ApiError> {
     count("limit", s, default, 1..=10_000)

@@ -416,11 +416,14 @@ async fn main() {
     // period) only with --patterns-every-secs: as the dashboard reads it (15 minutes; the page
     // does once a minute) and as the API does by default (an hour), 3 s a read at 10,000 nodes
     // (docs/scaling.md).
-    // What the dashboard's fleet page reads every 5 s, whole (the fleet and the grid: their size
-    // grows with the fleet), every 30 s.
+    // What the dashboard's fleet page reads every 5 s (a page of the grid, 250 nodes, with the
+    // fleet's totals; filtered, as a click on a card reads it), every 2 s; the fleet and the grid
+    // whole (their size grows with the fleet), every 30 s.
     let mut reads_of: Vec<(&str, u64)> = vec![
         ("/api/v1/fleet?limit=100", 2),
         ("/api/v1/failures?since=1d", 2),
+        ("/api/v1/grid?limit=250", 2),
+        ("/api/v1/grid?status=corrupting&limit=250", 2),
         ("/api/v1/fleet", 30),
         ("/api/v1/grid", 30),
     ];

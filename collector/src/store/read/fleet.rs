@@ -23,7 +23,7 @@ pub struct StatusCounts {
 }
 
 /// The fleet's GPUs, in all and by status.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, sqlx::FromRow, ToSchema)]
 pub struct FleetTotals {
     pub gpus: i64,
     pub ok: i64,
@@ -187,21 +187,6 @@ pub async fn last_assessment(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sql
     )
     .bind(i64::from(crate::store::schedule::PARTS))
     .fetch_one(pool)
-    .await
-}
-
-/// Every GPU's current status, for the fleet grid (compact: one reason each).
-pub async fn grid_now(pool: &PgPool) -> Result<Vec<GridCell>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT s.node_id AS node, s.gpu_index AS gpu, s.status, s.since, s.workload_nic, s.verification,
-                coalesce(s.reasons->>0, '') AS reason, coalesce(t.hypervisor, '') AS hypervisor,
-                coalesce(g.name, '') AS gpu_model
-         FROM gpu_status s
-         LEFT JOIN latest_topology t ON t.node_id = s.node_id
-         LEFT JOIN topology_gpus g ON g.node_id = t.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
-         ORDER BY s.node_id, s.gpu_index",
-    )
-    .fetch_all(pool)
     .await
 }
 

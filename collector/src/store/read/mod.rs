@@ -6,10 +6,11 @@
 //! decoded into the domain types, and a row that does not decode is an error, never a default.
 //!
 //! Rooms: [`engines`] (engine findings, fleet-wide), [`sources`] (the other end's findings,
-//! fleet-wide), [`fleet`] (the fleet as a whole), [`node`] (one node), [`gpu`] (one GPU's status
-//! and records), [`history`] (across the storage tiers), [`series`] (time series for the plots),
-//! [`export`] (a period's records as `export` writes them out), [`patterns`] (what the pattern
-//! finder reads besides the evidence), [`pods`] (the pods behind the GPUs' in-line reports).
+//! fleet-wide), [`fleet`] (the fleet as a whole), [`grid`] (the fleet grid a page at a time,
+//! filtered), [`node`] (one node), [`gpu`] (one GPU's status and records), [`history`] (across
+//! the storage tiers), [`series`] (time series for the plots), [`export`] (a period's records as
+//! `export` writes them out), [`patterns`] (what the pattern finder reads besides the evidence),
+//! [`pods`] (the pods behind the GPUs' in-line reports).
 
 // SQL fragments shared by several queries, as macros so every query stays one compile-time
 // string (`concat!`): nothing is assembled at run time.
@@ -39,6 +40,7 @@ mod engines;
 mod export;
 mod fleet;
 mod gpu;
+mod grid;
 mod history;
 mod node;
 pub mod patterns;
@@ -52,10 +54,11 @@ pub use export::{
 };
 pub use fleet::{
     FleetPage, FleetSummary, FleetTotals, GpuCount, GpuInfo, GpuStatusOnly, GridCell, NodeCount, NodeLag, NodeSummary,
-    StatusChange, StatusCounts, all_statuses, fleet, gpu_counts, gpu_infos, gpus, grid_at, grid_now, last_assessment,
+    StatusChange, StatusCounts, all_statuses, fleet, gpu_counts, gpu_infos, gpus, grid_at, last_assessment,
     node_counts, node_lags,
 };
 pub use gpu::{GpuStatusRow, Period, PinDetail, ProbeRow, SignalRow, gpu_probes, gpu_signals, gpu_status_changes};
+pub use grid::{GridFilter, GridPage, GridRead, HypervisorFilter, StatusFilter, grid_page_at, grid_page_now};
 pub use history::{Bucket, FailureRow, HistoryBucket, failures, gpu_hourly};
 pub use node::{
     HostView, InlineRow, NodeInfo, PairRow, TopologyGpu, TopologyNic, TopologyPath, TopologyView, WindowCounts,
