@@ -156,6 +156,24 @@ struct Binds {
     model: Option<String>,
 }
 
+/// Binds the grid's filters to a query, in the order of their parameters.
+trait BindFilter<'q>: Sized {
+    /// $1–$4: `grid_gpu_where!`.
+    fn bind_gpu(self, b: &'q Binds) -> Self;
+    /// $5–$6: `grid_topology_where!`.
+    fn bind_topology(self, b: &'q Binds) -> Self;
+}
+
+impl<'q, O> BindFilter<'q> for sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    fn bind_gpu(self, b: &'q Binds) -> Self {
+        self.bind(&b.node).bind(b.status).bind(b.unverified).bind(&b.nic)
+    }
+
+    fn bind_topology(self, b: &'q Binds) -> Self {
+        self.bind(&b.hypervisor).bind(&b.model)
+    }
+}
+
 // The filter on `s` (gpu_status) by $1–$4 ([`GridFilter::binds`]): node, status, unverified,
 // workload NIC.
 macro_rules! grid_gpu_where {
@@ -263,10 +281,7 @@ pub async fn grid_page_now(pool: &PgPool, filter: &GridFilter, page: &GridPage) 
                 "SELECT s.node_id AS node, s.status, s.verification FROM gpu_status s WHERE ",
                 grid_gpu_where!()
             ))
-            .bind(&b.node)
-            .bind(b.status)
-            .bind(b.unverified)
-            .bind(&b.nic)
+            .bind_gpu(&b)
             .fetch_all(pool)
             .await?
         } else {
@@ -278,12 +293,8 @@ pub async fn grid_page_now(pool: &PgPool, filter: &GridFilter, page: &GridPage) 
                 " AND ",
                 grid_topology_where!()
             ))
-            .bind(&b.node)
-            .bind(b.status)
-            .bind(b.unverified)
-            .bind(&b.nic)
-            .bind(&b.hypervisor)
-            .bind(&b.model)
+            .bind_gpu(&b)
+            .bind_topology(&b)
             .fetch_all(pool)
             .await?
         };
@@ -304,12 +315,8 @@ pub async fn grid_page_now(pool: &PgPool, filter: &GridFilter, page: &GridPage) 
         " AND ",
         grid_topology_where!()
     ))
-    .bind(&b.node)
-    .bind(b.status)
-    .bind(b.unverified)
-    .bind(&b.nic)
-    .bind(&b.hypervisor)
-    .bind(&b.model)
+    .bind_gpu(&b)
+    .bind_topology(&b)
     .bind(&names)
     .fetch_all(pool)
     .await?;
