@@ -124,15 +124,7 @@ pub async fn fleet(pool: &PgPool, page: &FleetPage) -> Result<FleetSummary, sqlx
         _ => None,
     };
     let nodes: Vec<NodeSummary> = nodes.into_iter().map(|(_, n)| n).collect();
-    let totals: FleetTotals = sqlx::query_as(
-        "SELECT coalesce(sum(gpus), 0)::bigint AS gpus, coalesce(sum(ok), 0)::bigint AS ok,
-                coalesce(sum(watch), 0)::bigint AS watch, coalesce(sum(unknown), 0)::bigint AS unknown,
-                coalesce(sum(at_risk), 0)::bigint AS at_risk,
-                coalesce(sum(corrupting), 0)::bigint AS corrupting, coalesce(sum(unverified), 0)::bigint AS unverified
-         FROM node_status",
-    )
-    .fetch_one(pool)
-    .await?;
+    let (totals, _) = node_status_sums(pool, None, None).await?;
     let changes_last_hour = sqlx::query_as(
         "SELECT node_id AS node, gpu_index AS gpu, at, from_status AS \"from\", to_status AS \"to\", reasons
          FROM gpu_status_changes WHERE at > now() - interval '1 hour' ORDER BY at DESC LIMIT 200",
@@ -140,6 +132,49 @@ pub async fn fleet(pool: &PgPool, page: &FleetPage) -> Result<FleetSummary, sqlx
     .fetch_all(pool)
     .await?;
     Ok(FleetSummary { totals, nodes, next, changes_last_hour })
+}
+
+/// The per-node counts summed, and the nodes counted, over the nodes with assessed GPUs whose id
+/// contains `node` (lower case; every node: None) and that have GPUs of `status` (any: None).
+pub(super) async fn node_status_sums(
+    pool: &PgPool,
+    node: Option<&str>,
+    status: Option<GpuStatus>,
+) -> Result<(FleetTotals, i64), sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        totals: FleetTotals,
+        nodes: i64,
+    }
+    let r: Row = sqlx::query_as(concat!(
+        "SELECT coalesce(sum(gpus), 0)::bigint AS gpus, coalesce(sum(ok), 0)::bigint AS ok,
+                coalesce(sum(watch), 0)::bigint AS watch, coalesce(sum(unknown), 0)::bigint AS unknown,
+                coalesce(sum(at_risk), 0)::bigint AS at_risk, coalesce(sum(corrupting), 0)::bigint AS corrupting,
+                coalesce(sum(unverified), 0)::bigint AS unverified, count(*) AS nodes
+         FROM node_status
+         WHERE gpus > 0 AND ($1::text IS NULL OR strpos(lower(node_id), $1) > 0) AND ",
+        status_count!(),
+        " > 0"
+    ))
+    .bind(node)
+    .bind(status)
+    .fetch_one(pool)
+    .await?;
+    Ok((r.totals, r.nodes))
+}
+
+impl FleetTotals {
+    /// The count of `status`.
+    pub(super) fn of_status_mut(&mut self, status: GpuStatus) -> &mut i64 {
+        match status {
+            GpuStatus::Ok => &mut self.ok,
+            GpuStatus::Watch => &mut self.watch,
+            GpuStatus::Unknown => &mut self.unknown,
+            GpuStatus::AtRisk => &mut self.at_risk,
+            GpuStatus::Corrupting => &mut self.corrupting,
+        }
+    }
 }
 
 /// GPUs across the fleet, worst first (then node, index), optionally only some statuses.

@@ -76,13 +76,7 @@ pub struct GridRead {
 impl FleetTotals {
     fn add(&mut self, status: GpuStatus, unverified: bool) {
         self.gpus += 1;
-        *match status {
-            GpuStatus::Ok => &mut self.ok,
-            GpuStatus::Watch => &mut self.watch,
-            GpuStatus::Unknown => &mut self.unknown,
-            GpuStatus::AtRisk => &mut self.at_risk,
-            GpuStatus::Corrupting => &mut self.corrupting,
-        } += 1;
+        *self.of_status_mut(status) += 1;
         self.unverified += i64::from(unverified);
     }
 }
@@ -383,14 +377,6 @@ fn in_page_order(cells: &mut [GridCell], names: &[String]) {
     cells.sort_by_key(|c| (place.get(c.node.as_str()).copied().unwrap_or(usize::MAX), c.gpu));
 }
 
-// A node's count of GPUs of the status $2 (every GPU when null), from its per-node counts.
-macro_rules! status_count {
-    () => {
-        "CASE $2::gpu_status_kind WHEN 'ok' THEN ok WHEN 'watch' THEN watch WHEN 'unknown' THEN unknown
-                                  WHEN 'at_risk' THEN at_risk WHEN 'corrupting' THEN corrupting ELSE gpus END"
-    };
-}
-
 /// The GPUs of `status` (every GPU: None) counted, of the nodes whose id contains `node`
 /// (lower case; every node: None), and those nodes: from the per-node counts, but for the
 /// unverified ones of one status, counted from the GPUs.
@@ -399,27 +385,8 @@ async fn node_totals(
     node: Option<&str>,
     status: Option<GpuStatus>,
 ) -> Result<(FleetTotals, i64), sqlx::Error> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        #[sqlx(flatten)]
-        totals: FleetTotals,
-        nodes: i64,
-    }
-    let r: Row = sqlx::query_as(concat!(
-        "SELECT coalesce(sum(gpus), 0)::bigint AS gpus, coalesce(sum(ok), 0)::bigint AS ok,
-                coalesce(sum(watch), 0)::bigint AS watch, coalesce(sum(unknown), 0)::bigint AS unknown,
-                coalesce(sum(at_risk), 0)::bigint AS at_risk, coalesce(sum(corrupting), 0)::bigint AS corrupting,
-                coalesce(sum(unverified), 0)::bigint AS unverified, count(*) AS nodes
-         FROM node_status
-         WHERE gpus > 0 AND ($1::text IS NULL OR strpos(lower(node_id), $1) > 0) AND ",
-        status_count!(),
-        " > 0"
-    ))
-    .bind(node)
-    .bind(status)
-    .fetch_one(pool)
-    .await?;
-    let Some(status) = status else { return Ok((r.totals, r.nodes)) };
+    let (mut sums, nodes) = super::fleet::node_status_sums(pool, node, status).await?;
+    let Some(status) = status else { return Ok((sums, nodes)) };
     let unverified: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM gpu_status
          WHERE status = $2 AND verification IN ('unprobed', 'unproven')
@@ -429,24 +396,10 @@ async fn node_totals(
     .bind(status)
     .fetch_one(pool)
     .await?;
-    let mut totals = FleetTotals { unverified, ..FleetTotals::default() };
-    let of = |t: &FleetTotals| match status {
-        GpuStatus::Ok => t.ok,
-        GpuStatus::Watch => t.watch,
-        GpuStatus::Unknown => t.unknown,
-        GpuStatus::AtRisk => t.at_risk,
-        GpuStatus::Corrupting => t.corrupting,
-    };
-    let n = of(&r.totals);
-    totals.gpus = n;
-    match status {
-        GpuStatus::Ok => totals.ok = n,
-        GpuStatus::Watch => totals.watch = n,
-        GpuStatus::Unknown => totals.unknown = n,
-        GpuStatus::AtRisk => totals.at_risk = n,
-        GpuStatus::Corrupting => totals.corrupting = n,
-    }
-    Ok((totals, r.nodes))
+    let n = *sums.of_status_mut(status);
+    let mut totals = FleetTotals { gpus: n, unverified, ..FleetTotals::default() };
+    *totals.of_status_mut(status) = n;
+    Ok((totals, nodes))
 }
 
 /// A page of the nodes with assessed GPUs whose id contains `node` (lower case; every node:

@@ -36,6 +36,15 @@ macro_rules! gpu_status_columns {
     };
 }
 
+// A node's count of GPUs of the status $2 (every GPU when null), from its per-node counts
+// (`node_status`).
+macro_rules! status_count {
+    () => {
+        "CASE $2::gpu_status_kind WHEN 'ok' THEN ok WHEN 'watch' THEN watch WHEN 'unknown' THEN unknown
+                                  WHEN 'at_risk' THEN at_risk WHEN 'corrupting' THEN corrupting ELSE gpus END"
+    };
+}
+
 mod engines;
 mod export;
 mod fleet;
