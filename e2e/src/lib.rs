@@ -40,13 +40,24 @@ impl TestPg {
         TestPg::start_at(None).await
     }
 
+    /// A cluster that syncs every commit to disk, as the collector's own private Postgres does
+    /// (the benchmarks' clusters); the suite's clusters skip fsync.
+    pub async fn start_durable() -> TestPg {
+        TestPg::start_with(None, true).await
+    }
+
     /// A cluster whose database has the migrations up to `version` applied (all when None).
     pub async fn start_at(version: Option<i64>) -> TestPg {
+        TestPg::start_with(version, false).await
+    }
+
+    async fn start_with(version: Option<i64>, durable: bool) -> TestPg {
         let dir = tempfile::Builder::new().prefix("railguard-pg-").tempdir().unwrap();
         // Postgres runs as an unprivileged user when tests run as root: let it in.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let data = dir.path().join("data");
-        let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&data, false)).await.unwrap().unwrap();
+        let cluster =
+            tokio::task::spawn_blocking(move || PrivateCluster::start(&data, durable)).await.unwrap().unwrap();
         // Stopped if anything below fails: a failed start leaves no server running.
         let started = StopOnDrop(Some(cluster));
         let cluster = started.0.as_ref().unwrap();

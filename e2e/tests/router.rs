@@ -3,8 +3,6 @@
 //! against the OpenAPI document the same router serves.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use railguard_agent::topology::fixture;
@@ -27,21 +25,10 @@ async fn get(state: &AppState, path: &str) -> (StatusCode, Value) {
 /// The router's state over `pg`, open (no token), with `/metrics`' per-GPU series limit `limit`.
 fn app_state(pg: &TestPg, limit: usize) -> AppState {
     AppState {
-        pool: pg.pool.clone(),
-        state: Arc::default(),
-        api_token: None,
-        secure_cookies: false,
         metrics_gpu_series_limit: limit,
         metrics_node_series_limit: limit,
         metrics_pod_series: true,
-        window_minutes: 15,
-        facts: Arc::default(),
-        allowed_hosts: Arc::default(),
-        dashboard_url: Arc::new(
-            railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
-        ),
-        runbook_url: Arc::new(railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default()),
-        readers: railguard_collector::http::readers::permits(railguard_collector::store::pg::READ_CONNECTIONS),
+        ..AppState::open_on(pg.pool.clone())
     }
 }
 

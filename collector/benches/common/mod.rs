@@ -1,7 +1,6 @@
 //! What the benchmarks share: a private Postgres to fill, and the collector's HTTP state over it.
 
 use std::os::unix::fs::PermissionsExt;
-use std::sync::Arc;
 
 use railguard_collector::http::AppState;
 use railguard_collector::store::pg::{PrivateCluster, connect_and_migrate};
@@ -26,21 +25,9 @@ pub async fn bench_pg(connections: u32) -> BenchPg {
 /// The HTTP side's state over `pool`, with `/metrics`' series limits.
 pub fn state(pool: &sqlx::PgPool, gpu_limit: usize, node_limit: usize) -> AppState {
     let state = AppState {
-        pool: pool.clone(),
-        state: Arc::default(),
-        api_token: None,
-        secure_cookies: false,
         metrics_gpu_series_limit: gpu_limit,
         metrics_node_series_limit: node_limit,
-        metrics_pod_series: false,
-        window_minutes: 15,
-        facts: Arc::default(),
-        allowed_hosts: Arc::default(),
-        dashboard_url: Arc::new(
-            railguard_collector::http::dashboard_url::DashboardUrl::parse("http://127.0.0.1/").unwrap(),
-        ),
-        runbook_url: Arc::new(railguard_collector::http::dashboard_url::DashboardUrl::runbooks_default()),
-        readers: railguard_collector::http::readers::permits(railguard_collector::store::pg::READ_CONNECTIONS),
+        ..AppState::open_on(pool.clone())
     };
     state.state.leads.assessment.store(true, std::sync::atomic::Ordering::Relaxed);
     state.state.ingest.verdicts.lock().unwrap().node_limit = node_limit;

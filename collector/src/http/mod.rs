@@ -60,6 +60,33 @@ pub struct AppState {
     pub readers: Arc<tokio::sync::Semaphore>,
 }
 
+impl AppState {
+    /// The router's state over `pool` with its defaults: open (no token), plain HTTP, the
+    /// dashboard at `http://127.0.0.1/`, every GPU and node its own series up to 10,000, a
+    /// 15-minute window, the default read permits. Tests and benchmarks set what they vary.
+    pub fn open_on(pool: PgPool) -> AppState {
+        AppState {
+            pool,
+            state: Arc::default(),
+            api_token: None,
+            secure_cookies: false,
+            metrics_gpu_series_limit: 10_000,
+            metrics_node_series_limit: 10_000,
+            metrics_pod_series: false,
+            window_minutes: 15,
+            facts: Arc::default(),
+            allowed_hosts: Arc::default(),
+            dashboard_url: Arc::new(dashboard_url::DashboardUrl::of_listener(
+                std::net::SocketAddr::from(([127, 0, 0, 1], 80)),
+                false,
+                None,
+            )),
+            runbook_url: Arc::new(dashboard_url::DashboardUrl::runbooks_default()),
+            readers: readers::permits(crate::store::pg::READ_CONNECTIONS),
+        }
+    }
+}
+
 /// Headers on every response: the dashboard loads only its own script and style from the
 /// collector and talks only to it; nothing may frame it; no MIME sniffing; no referrer leaks
 /// node names to other sites.

@@ -69,6 +69,9 @@ struct Args {
     collectors: usize,
     /// What the probes look like: the simulated fabric's, or a verbs transport's in GPU memory.
     shape: Shape,
+    /// Where to copy Postgres's log at the end (checkpoints, autovacuum runs, lock waits and
+    /// statements over a second are logged).
+    pg_log: Option<std::path::PathBuf>,
 }
 
 /// What fleetgen's probes look like on the wire.
@@ -107,6 +110,7 @@ fn args() -> Result<Args, String> {
         seed_changes: 0,
         collectors: 1,
         shape: Shape::Sim,
+        pg_log: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -139,13 +143,14 @@ fn args() -> Result<Args, String> {
                     v => return Err(format!("--shape {v:?}: sim or verbs")),
                 }
             }
+            "--pg-log" => a.pg_log = Some(val()?.into()),
             "--fail" => {
                 let v = val()?;
                 let (n, g) = v.split_once(':').ok_or(format!("--fail {v:?}: NODE:GPU"))?;
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)] [--readers N (readers of every API route in a closed loop, the whole run)] [--read-connections N (the collector's --database-read-connections)] [--seed-probes N] [--seed-status-changes N (history written over the 30 days before the run)] [--collectors N (collectors on the one Postgres: connections spread over them, the assessment split among them)] [--shape sim|verbs (the probes as the simulated fabric sends them, or as a verbs transport in GPU memory reports them)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)] [--readers N (readers of every API route in a closed loop, the whole run)] [--read-connections N (the collector's --database-read-connections)] [--seed-probes N] [--seed-status-changes N (history written over the 30 days before the run)] [--collectors N (collectors on the one Postgres: connections spread over them, the assessment split among them)] [--shape sim|verbs (the probes as the simulated fabric sends them, or as a verbs transport in GPU memory reports them)] [--pg-log PATH (Postgres's log copied there at the end)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -256,7 +261,9 @@ async fn main() {
     let names: Vec<String> = (0..a.nodes).map(|i| format!("fleet-{i:05}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     eprintln!("fleetgen: starting Postgres and a collector for {} nodes…", a.nodes);
-    let pg = TestPg::start().await;
+    // Durable, as the collector runs its own: every acknowledged batch is on disk.
+    let pg = TestPg::start_durable().await;
+    log_what_stalls(&pg.pool).await;
     let every = a.assess_every.to_string();
     let max_nodes = a.assess_max_nodes.map(|n| n.to_string());
     let mut collector_args = vec!["--assess-every-secs", every.as_str()];
@@ -411,6 +418,7 @@ async fn main() {
     let mut reported = 0;
     let mut window_nodes: Option<(f64, f64)> = None;
     let mut durations_mark: Vec<PassDurations> = Vec::new();
+    let mut pg_peak_mib = 0.0f64;
     // Fleet reads under this ingest load from the steady state on, each every so many seconds:
     // (path, ms each). The failing pairs' common factor (it reads every pair's evidence of the
     // period) only with --patterns-every-secs: as the dashboard reads it (15 minutes; the page
@@ -472,6 +480,7 @@ async fn main() {
             stats.report(&format!("after {secs:>3} s"), start.elapsed());
             let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
             window_nodes = window_answered(&m).or(window_nodes);
+            pg_peak_mib = pg_peak_mib.max(postgres_pss_mib(pg.cluster.data_dir()));
             for p in latest_passes(&m) {
                 if pass_counts.insert(p.kind.clone(), p.count) != Some(p.count) {
                     passes.push((p, storage_mark.is_some()));
@@ -559,6 +568,21 @@ async fn main() {
             }
         }
     }
+    let (shared_buffers, work_mem, connections): (String, String, String) = sqlx::query_as(
+        "SELECT current_setting('shared_buffers'), current_setting('work_mem'), current_setting('max_connections')",
+    )
+    .fetch_one(&pg.pool)
+    .await
+    .unwrap();
+    println!(
+        "Postgres memory: peak {pg_peak_mib:.0} MiB (its processes' proportional set size, sampled every 10 s); shared_buffers {shared_buffers}, work_mem {work_mem}, max_connections {connections}"
+    );
+    if let Some(to) = &a.pg_log {
+        match std::fs::copy(pg.cluster.data_dir().join("server.log"), to) {
+            Ok(_) => println!("Postgres's log: {}", to.display()),
+            Err(e) => println!("fleetgen: Postgres's log not copied to {}: {e}", to.display()),
+        }
+    }
     // Storage, measured: the growth of the probe history (full probes and summaries, tables and
     // indexes) between a point after the first summaries closed and the end, per node-day.
     if let Some((t0, b0, r0)) = storage_mark {
@@ -595,15 +619,12 @@ async fn main() {
         hours += 1;
         h += chrono::TimeDelta::hours(1);
     }
-    let (rollup_bytes, rollup_rows, pair_hours): (i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
-                 WHERE i.inhparent = 'probe_rollup_sets'::regclass),
-                (SELECT count(*) FROM probe_rollup_sets),
-                (SELECT coalesce(sum(cardinality(gpu_index)), 0)::bigint FROM probe_rollup_sets)",
-    )
-    .fetch_one(&pg.pool)
-    .await
-    .unwrap();
+    let rollup_bytes = partitions_bytes(&pg.pool, &["probe_rollup_sets"]).await;
+    let (rollup_rows, pair_hours): (i64, i64) =
+        sqlx::query_as("SELECT count(*), coalesce(sum(cardinality(gpu_index)), 0)::bigint FROM probe_rollup_sets")
+            .fetch_one(&pg.pool)
+            .await
+            .unwrap();
     // A node has one row per rolled hour: a day is 24 of them.
     println!(
         "rollups: {rollup_rows} node-hour rows holding {pair_hours} pair-hours in {:.2} MB for {hours} hour(s): {:.0} bytes a node-hour row, {:.3} MB per node-day kept a year",
@@ -718,6 +739,55 @@ struct PassDurations {
 }
 
 /// [`PassDurations`] of each kind in a /metrics text.
+/// Has Postgres log what can stall a write: checkpoints, autovacuum runs and lock waits over a
+/// second, statements over a second.
+async fn log_what_stalls(pool: &sqlx::PgPool) {
+    for sql in [
+        "ALTER SYSTEM SET log_checkpoints = on",
+        "ALTER SYSTEM SET log_autovacuum_min_duration = '1s'",
+        "ALTER SYSTEM SET log_lock_waits = on",
+        "ALTER SYSTEM SET log_min_duration_statement = '1s'",
+        "SELECT pg_reload_conf()",
+    ] {
+        if let Err(e) = sqlx::query(sql).execute(pool).await {
+            eprintln!("fleetgen: {sql}: {e}");
+        }
+    }
+}
+
+/// The memory of the Postgres serving `data_dir`, its postmaster and every child: the sum of
+/// their proportional set sizes (shared buffers counted once across them), in MiB; 0 when not
+/// readable.
+fn postgres_pss_mib(data_dir: &std::path::Path) -> f64 {
+    let Some(postmaster) = std::fs::read_to_string(data_dir.join("postmaster.pid"))
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.trim().parse::<u32>().ok()))
+    else {
+        return 0.0;
+    };
+    let pss_kib = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok().and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Pss:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            })
+        })
+    };
+    let parent = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("PPid:").and_then(|v| v.trim().parse::<u32>().ok())))
+    };
+    let mut kib = pss_kib(postmaster).unwrap_or(0.0);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) {
+            if parent(pid) == Some(postmaster) {
+                kib += pss_kib(pid).unwrap_or(0.0);
+            }
+        }
+    }
+    kib / 1024.0
+}
+
 fn pass_durations(metrics: &str) -> Vec<PassDurations> {
     let kind = |name: &str, k: &str| series(metrics, name, &format!("kind=\"{k}\""));
     ["full", "changed", "urgent"]
@@ -846,14 +916,8 @@ async fn kept_summaries(
         h += chrono::TimeDelta::hours(1);
     }
     sqlx::query("VACUUM FULL probe_summary_sets").execute(pool).await.unwrap();
-    let (bytes, rows): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
-                 WHERE i.inhparent = 'probe_summary_sets'::regclass),
-                (SELECT count(*) FROM probe_summary_sets)",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap();
+    let bytes = partitions_bytes(pool, &["probe_summary_sets"]).await;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_summary_sets").fetch_one(pool).await.unwrap();
     let windows_a_day = 86_400.0 / window.as_secs_f64().max(1.0);
     let a_window = bytes as f64 / windows.max(1) as f64;
     let a_row = bytes as f64 / rows.max(1) as f64;
@@ -1007,15 +1071,26 @@ fn latest_passes(metrics: &str) -> Vec<PassSample> {
 /// Bytes (tables, indexes and TOAST, every day partition) and rows (full probes, summary sets,
 /// and the summaries in them) of the probe history.
 async fn history_size(pool: &sqlx::PgPool) -> (i64, (i64, i64, i64)) {
-    sqlx::query_as::<_, (i64, i64, i64, i64)>(
-        "SELECT (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
-                 WHERE i.inhparent IN ('probe_results'::regclass, 'probe_summary_sets'::regclass)),
-                (SELECT count(*) FROM probe_results),
+    let bytes = partitions_bytes(pool, &["probe_results", "probe_summary_sets"]).await;
+    let rows = sqlx::query_as::<_, (i64, i64, i64)>(
+        "SELECT (SELECT count(*) FROM probe_results),
                 (SELECT count(*) FROM probe_summary_sets),
                 (SELECT coalesce(sum(cardinality(gpu_index)), 0) FROM probe_summary_sets)::bigint",
     )
     .fetch_one(pool)
     .await
-    .map(|(b, r, s, m)| (b, (r, s, m)))
+    .unwrap();
+    (bytes, rows)
+}
+
+/// Bytes on disk (tables, indexes and TOAST) of every partition of the tables `parents`.
+async fn partitions_bytes(pool: &sqlx::PgPool, parents: &[&str]) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
+         WHERE i.inhparent = ANY($1::text[]::regclass[])",
+    )
+    .bind(parents)
+    .fetch_one(pool)
+    .await
     .unwrap()
 }

@@ -14,6 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use super::sizing::ServerSizing;
 use sqlx::postgres::PgConnectOptions;
 
 /// The database user and database name inside a private cluster.
@@ -185,9 +186,10 @@ impl PrivateCluster {
         let conf = format!(
             "# written by railguard-collector\nlisten_addresses = ''\nunix_socket_directories = '{dir}'\n\
              unix_socket_permissions = 0700\nport = {PORT}\nfsync = {fsync}\nsynchronous_commit = {fsync}\n\
-             full_page_writes = {fsync}\nmax_connections = 200\nshared_buffers = 128MB\nlogging_collector = off\n",
+             full_page_writes = {fsync}\nmax_connections = 200\nlogging_collector = off\n{sizing}",
             dir = self.data_dir.display(),
             fsync = if durable { "on" } else { "off" },
+            sizing = if durable { ServerSizing::for_this_machine() } else { ServerSizing::SMALL }.conf(),
         );
         let path = self.data_dir.join("postgresql.auto.conf");
         std::fs::write(&path, conf).map_err(|source| ClusterError::Io { path: path.clone(), source })?;

@@ -5,11 +5,13 @@ pub mod durability;
 mod link;
 mod lost;
 mod password;
+mod sizing;
 
 pub use cluster::{ClusterError, DATABASE_NAME, PG_USER, PrivateCluster, find_bindir};
 pub use link::unverified_link;
 pub use lost::is_connection_lost;
 pub use password::{DbPassword, password_in_args};
+pub use sizing::ServerSizing;
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -314,7 +314,8 @@ pub async fn grid_page_now(pool: &PgPool, filter: &GridFilter, page: &GridPage) 
     .bind(&names)
     .fetch_all(pool)
     .await?;
-    in_page_order(&mut cells, &names);
+    let place = PagePlace::of(&names);
+    place.sort_cells(&mut cells);
     let mut page_nodes: Vec<NodeSummary> = sqlx::query_as(
         "SELECT n.node_id AS node, n.hostname, n.agent_version, n.last_seen, n.spool_dropped_total,
                 s.gpus, s.ok, s.watch, s.unknown, s.at_risk, s.corrupting, s.unverified, s.worst
@@ -323,8 +324,7 @@ pub async fn grid_page_now(pool: &PgPool, filter: &GridFilter, page: &GridPage) 
     .bind(&names)
     .fetch_all(pool)
     .await?;
-    let place: BTreeMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
-    page_nodes.sort_by_key(|n| place.get(n.node.as_str()).copied().unwrap_or(usize::MAX));
+    page_nodes.sort_by_key(|n| place.of_node(&n.node));
     // Unfiltered, the fleet's newest changes; filtered, those of the page's GPUs (by their
     // node-first index: a filter that leaves few GPUs never scans the hour's changes).
     let changes = if *filter == GridFilter::default() {
@@ -367,14 +367,27 @@ pub async fn grid_page_at(
     let PageOfNodes { names, next } = tally.page(page);
     let shown: std::collections::BTreeSet<&str> = names.iter().map(String::as_str).collect();
     let mut cells: Vec<GridCell> = cells.into_iter().filter(|c| shown.contains(c.node.as_str())).collect();
-    in_page_order(&mut cells, &names);
+    PagePlace::of(&names).sort_cells(&mut cells);
     Ok(GridRead { totals: tally.totals, nodes: tally.rank.len() as i64, cells, next, ..GridRead::default() })
 }
 
-/// Sorts `cells` by their node's place in `names`, then by index.
-fn in_page_order(cells: &mut [GridCell], names: &[String]) {
-    let place: BTreeMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
-    cells.sort_by_key(|c| (place.get(c.node.as_str()).copied().unwrap_or(usize::MAX), c.gpu));
+/// Each node of a page and its place on it.
+struct PagePlace<'a>(BTreeMap<&'a str, usize>);
+
+impl<'a> PagePlace<'a> {
+    fn of(names: &'a [String]) -> Self {
+        PagePlace(names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect())
+    }
+
+    /// The node's place on the page; after every node of it when it is not there.
+    fn of_node(&self, node: &str) -> usize {
+        self.0.get(node).copied().unwrap_or(usize::MAX)
+    }
+
+    /// Sorts `cells` by their node's place, then by index.
+    fn sort_cells(&self, cells: &mut [GridCell]) {
+        cells.sort_by_key(|c| (self.of_node(&c.node), c.gpu));
+    }
 }
 
 /// The GPUs of `status` (every GPU: None) counted, of the nodes whose id contains `node`
