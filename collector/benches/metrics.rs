@@ -4,7 +4,8 @@
 //! verdicts counted by ingest (one pair in a hundred nodes with a failure). Prints the page's
 //! size, its lines and p50/p99 of 20 scrapes under the default limits (per-GPU series past
 //! 10,000 GPUs and per-node series past 1,250 nodes only for what is in trouble), and the same
-//! with the limits lifted (UNBOUNDED=1; slow: every series of the fleet).
+//! with the limits lifted (UNBOUNDED=1; slow: every series of the fleet), and under the default
+//! limits once more with every GPU unproven (a fleet's start, before its first probes).
 //!
 //! Run: `cargo bench -p railguard-collector --bench metrics` (NODES=10000 for a quick run).
 #![allow(clippy::unwrap_used)]
@@ -80,36 +81,49 @@ async fn main() {
         let t = Instant::now();
         count_verdicts(&state, nodes);
         let counted = t.elapsed();
-        let series = state.state.ingest.verdicts.lock().unwrap().series.len();
-        let mut times = Vec::new();
-        let mut page = String::new();
-        for _ in 0..20 {
-            let t = Instant::now();
-            let resp = app(state.clone()).oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
-            let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
-            times.push(t.elapsed().as_secs_f64());
-            page = String::from_utf8(body.to_vec()).unwrap();
-        }
-        times.sort_by(f64::total_cmp);
-        let mut by_name: std::collections::BTreeMap<&str, usize> = Default::default();
-        for l in page.lines().filter(|l| !l.starts_with('#')) {
-            *by_name.entry(l.split(['{', ' ']).next().unwrap_or("")).or_default() += 1;
-        }
-        let mut by_name: Vec<(&str, usize)> = by_name.into_iter().collect();
-        by_name.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-        let top: Vec<String> = by_name.iter().take(6).map(|(k, n)| format!("{k} {n}")).collect();
-        let lines = page.lines().filter(|l| !l.starts_with('#')).count();
-        println!(
-            "{label}: /metrics {:.2} MB, {lines} series; p50 {:.0} ms, p99 {:.0} ms over 20 scrapes; ingest holds {series} verdict series ({:.1?} to count {} pairs)",
-            page.len() as f64 / 1e6,
-            times[times.len() / 2] * 1e3,
-            times[times.len() * 99 / 100] * 1e3,
-            counted,
-            nodes * 64
-        );
-        println!("  most series: {}", top.join(", "));
+        report(label, &state, counted, nodes).await;
     }
+    // A fleet's start: every GPU assessed, none proven yet (nothing probed), under the
+    // default limits.
+    sqlx::query("UPDATE gpu_status SET proven = false, verification = 'unprobed'").execute(&pool).await.unwrap();
+    let state =
+        state(&pool, ServeConfig::DEFAULT_METRICS_GPU_SERIES_LIMIT, ServeConfig::DEFAULT_METRICS_NODE_SERIES_LIMIT);
+    let t = Instant::now();
+    count_verdicts(&state, nodes);
+    report("default limits, every GPU unproven", &state, t.elapsed(), nodes).await;
     drop(pg);
+}
+
+/// Scrapes `/metrics` 20 times and prints the page's size, series and times.
+async fn report(label: &str, state: &AppState, counted: std::time::Duration, nodes: i64) {
+    let series = state.state.ingest.verdicts.lock().unwrap().series.len();
+    let mut times = Vec::new();
+    let mut page = String::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let resp = app(state.clone()).oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        times.push(t.elapsed().as_secs_f64());
+        page = String::from_utf8(body.to_vec()).unwrap();
+    }
+    times.sort_by(f64::total_cmp);
+    let mut by_name: std::collections::BTreeMap<&str, usize> = Default::default();
+    for l in page.lines().filter(|l| !l.starts_with('#')) {
+        *by_name.entry(l.split(['{', ' ']).next().unwrap_or("")).or_default() += 1;
+    }
+    let mut by_name: Vec<(&str, usize)> = by_name.into_iter().collect();
+    by_name.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    let top: Vec<String> = by_name.iter().take(6).map(|(k, n)| format!("{k} {n}")).collect();
+    let lines = page.lines().filter(|l| !l.starts_with('#')).count();
+    println!(
+        "{label}: /metrics {:.2} MB, {lines} series; p50 {:.0} ms, p99 {:.0} ms over 20 scrapes; ingest holds {series} verdict series ({:.1?} to count {} pairs)",
+        page.len() as f64 / 1e6,
+        times[times.len() / 2] * 1e3,
+        times[times.len() * 99 / 100] * 1e3,
+        counted,
+        nodes * 64
+    );
+    println!("  most series: {}", top.join(", "));
 }
 
 /// What ingest counts for the fleet's 64 pairs a node, all `ok`, and a failure on one pair in a

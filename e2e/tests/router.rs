@@ -111,7 +111,14 @@ async fn metrics_keep_per_gpu_series_for_the_gpus_in_trouble_past_the_limit() {
     let info: Vec<String> = gpus_with(&bounded, "railguard_gpu_info");
     assert_eq!(info, ["sick/0", "sim/0"], "past the limit: the corrupting GPU and the unproven one");
     assert_eq!(bounded.lines().filter(|l| l.starts_with("railguard_gpu_status{")).count(), 2 * 5);
-    for text in [&all, &bounded] {
+    assert!(bounded.contains("\nrailguard_gpu_series_left_off 0\n"), "{bounded}");
+    // A fleet's rolling start leaves every GPU unproven: the page carries at most the limit's
+    // GPUs, the worst status first, and says how many it left off.
+    let one = metrics(1).await;
+    assert_eq!(gpus_with(&one, "railguard_gpu_info"), ["sick/0"], "at most the limit, the worst first");
+    assert_eq!(gpus_with(&one, "railguard_gpu_status"), ["sick/0"]);
+    assert!(one.contains("\nrailguard_gpu_series_left_off 1\n"), "{one}");
+    for text in [&all, &bounded, &one] {
         let counted: i64 = text
             .lines()
             .filter(|l| l.starts_with("railguard_gpus{"))

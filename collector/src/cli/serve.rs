@@ -113,7 +113,8 @@ pub struct ServeArgs {
     runbook_url: Option<DashboardUrl>,
     /// /metrics gives every GPU its own railguard_gpu_status and railguard_gpu_info series while
     /// the fleet has at most this many GPUs; above, only the GPUs not ok or not proven (every
-    /// alert's subject), and railguard_gpus counts them all.
+    /// alert's subject), at most this many of them, the worst status first;
+    /// railguard_gpus counts them all and railguard_gpu_series_left_off those left off.
     #[arg(long, env = "RAILGUARD_METRICS_GPU_SERIES_LIMIT", default_value_t = ServeConfig::DEFAULT_METRICS_GPU_SERIES_LIMIT)]
     metrics_gpu_series_limit: usize,
     /// /metrics gives every node its own series (last seen, batch interval, spool drops, agent

@@ -11,6 +11,7 @@ use axum::response::IntoResponse;
 use super::AppState;
 use super::error::ApiError;
 use crate::assess::{GpuStatus, PARTS};
+use crate::store::read::GpuSeries;
 
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
@@ -135,11 +136,19 @@ async fn gpus(out: &mut String, pool: &sqlx::PgPool, limit: usize) -> Result<(),
         let _ = writeln!(out, "railguard_gpus{{status=\"{}\",proven=\"{}\"}} {}", c.status, c.proven, c.gpus);
     }
     let total: i64 = counts.iter().map(|c| c.gpus).sum();
-    let attention_only = usize::try_from(total).unwrap_or(usize::MAX) > limit;
-    let rows = crate::store::read::all_statuses(pool, attention_only).await?;
+    let most = i64::try_from(limit).unwrap_or(i64::MAX);
+    let which = if total > most { GpuSeries::Attention { most } } else { GpuSeries::Every };
+    let rows = crate::store::read::all_statuses(pool, which).await?;
+    let attention: i64 = counts.iter().filter(|c| c.status != GpuStatus::Ok || !c.proven).map(|c| c.gpus).sum();
+    let left_off = if which == GpuSeries::Every { 0 } else { attention - rows.len() as i64 };
     let _ = writeln!(
         out,
-        "# HELP railguard_gpu_status Current status of each GPU (1 for its status). Every GPU while the fleet has at most --metrics-gpu-series-limit GPUs; above it, only the GPUs not ok or not proven (railguard_gpus counts them all).\n# TYPE railguard_gpu_status gauge"
+        "# HELP railguard_gpu_series_left_off GPUs not ok or not proven that railguard_gpu_status and railguard_gpu_info leave off: past --metrics-gpu-series-limit GPUs, those carry at most that many GPUs, the worst status first, then the unproven ok ones (railguard_gpus counts them all).\n# TYPE railguard_gpu_series_left_off gauge\nrailguard_gpu_series_left_off {}",
+        left_off.max(0)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP railguard_gpu_status Current status of each GPU (1 for its status). Every GPU while the fleet has at most --metrics-gpu-series-limit GPUs; above it, the GPUs not ok or not proven, at most that many, the worst status first (railguard_gpus counts them all; railguard_gpu_series_left_off those left off).\n# TYPE railguard_gpu_status gauge"
     );
     for crate::store::read::GpuStatusOnly { node_id: node, gpu_index: gpu, status } in &rows {
         for st in GpuStatus::ALL {
@@ -155,7 +164,8 @@ async fn gpus(out: &mut String, pool: &sqlx::PgPool, limit: usize) -> Result<(),
         out,
         "# HELP railguard_gpu_info Each GPU's workload NIC; how that pair was verified (verification: gpu_memory, host_memory, simulated, unproven, unprobed, no_rdma); what carried the evidence its status rests on (path: nic_dma, host_copy, simulated, other_device; empty when nothing moved bytes); the layer its status rests on (layer: fabric, nic, gpu, host, undetermined; empty when nothing is against it); whether its workload pair was proven on hardware, through its own NIC, in the memory its KV cache moves in (proven; simulated evidence never is); the NIC to pin instead (empty when none; always one of the node's own NICs), what that NIC was verified by (pin_evidence: gpu_memory, host_memory, simulated, unprobed) and whether that was on hardware in the memory the GPU's KV cache moves in (pin_verified); the GPU's uuid, PCI address (pci_bus_id) and model from the node's latest topology (empty when it does not say); always 1. Join on node and gpu (or on uuid with DCGM's series).\n# TYPE railguard_gpu_info gauge"
     );
-    for g in crate::store::read::gpu_infos(pool, attention_only).await? {
+    let of = (which != GpuSeries::Every).then_some(rows.as_slice());
+    for g in crate::store::read::gpu_infos(pool, of).await? {
         let _ = writeln!(
             out,
             "railguard_gpu_info{{node=\"{}\",gpu=\"{}\",workload_nic=\"{}\",verification=\"{}\",path=\"{}\",layer=\"{}\",proven=\"{}\",pin=\"{}\",pin_evidence=\"{}\",pin_verified=\"{}\",uuid=\"{}\",pci_bus_id=\"{}\",model=\"{}\"}} 1",

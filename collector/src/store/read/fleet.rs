@@ -258,24 +258,47 @@ pub struct GpuStatusOnly {
     pub status: GpuStatus,
 }
 
-/// Every GPU's status, by node and index (for /metrics).
-/// Every GPU's status, or (`attention_only`) those of the GPUs not `ok` or not proven: the
-/// subjects of every alert.
-pub async fn all_statuses(pool: &PgPool, attention_only: bool) -> Result<Vec<GpuStatusOnly>, sqlx::Error> {
-    // Two statements, so the GPUs in trouble are read through their partial index
-    // (`gpu_status_attention`), whose predicate this one's matches word for word.
-    if attention_only {
-        sqlx::query_as(
-            "SELECT node_id, gpu_index, status FROM gpu_status
-             WHERE status <> 'ok' OR NOT proven ORDER BY node_id, gpu_index",
-        )
-        .fetch_all(pool)
-        .await
-    } else {
-        sqlx::query_as("SELECT node_id, gpu_index, status FROM gpu_status ORDER BY node_id, gpu_index")
+/// Which GPUs `/metrics` gives series of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuSeries {
+    /// Every GPU of the fleet.
+    Every,
+    /// At most `most` of the GPUs not `ok` or not proven, the worst status first (by severity,
+    /// then node and index), then the unproven `ok` ones by node and index.
+    Attention { most: i64 },
+}
+
+/// The GPUs `/metrics` gives series of, by node and index.
+pub async fn all_statuses(pool: &PgPool, which: GpuSeries) -> Result<Vec<GpuStatusOnly>, sqlx::Error> {
+    let GpuSeries::Attention { most } = which else {
+        return sqlx::query_as("SELECT node_id, gpu_index, status FROM gpu_status ORDER BY node_id, gpu_index")
             .fetch_all(pool)
-            .await
+            .await;
+    };
+    // The statuses not ok through the severity index, stopped at `most`; then the unproven
+    // ok GPUs through their partial index (`gpu_status_attention`, whose predicate this
+    // statement's matches word for word), stopped at what is left.
+    let mut rows: Vec<GpuStatusOnly> = sqlx::query_as(
+        "SELECT node_id, gpu_index, status FROM gpu_status
+         WHERE status <> 'ok' ORDER BY status DESC, node_id, gpu_index LIMIT $1",
+    )
+    .bind(most)
+    .fetch_all(pool)
+    .await?;
+    let left = most - rows.len() as i64;
+    if left > 0 {
+        rows.extend(
+            sqlx::query_as::<_, GpuStatusOnly>(
+                "SELECT node_id, gpu_index, status FROM gpu_status
+                 WHERE (status <> 'ok' OR NOT proven) AND status = 'ok' ORDER BY node_id, gpu_index LIMIT $1",
+            )
+            .bind(left)
+            .fetch_all(pool)
+            .await?,
+        );
     }
+    rows.sort_by(|a, b| a.node_id.cmp(&b.node_id).then(a.gpu_index.cmp(&b.gpu_index)));
+    Ok(rows)
 }
 
 /// How many GPUs hold each status, split by whether their workload pair was proven.
@@ -321,25 +344,11 @@ pub struct GpuInfo {
     pub model: String,
 }
 
-/// Per GPU: its workload NIC, how that pair was verified, the pin, and its identity (for /metrics).
-pub async fn gpu_infos(pool: &PgPool, attention_only: bool) -> Result<Vec<GpuInfo>, sqlx::Error> {
-    // As `all_statuses`: the GPUs in trouble through their partial index, each node's latest
-    // topology looked up for them alone.
-    if attention_only {
-        sqlx::query_as(
-            "SELECT s.node_id, s.gpu_index, s.workload_nic, s.verification, s.pin_nic, s.pin_evidence, s.pin_verified,
-                    s.evidence_path, s.proven, s.layer, coalesce(g.uuid, '') AS uuid, coalesce(g.bdf, '') AS pci_bus_id,
-                    coalesce(g.name, '') AS model
-             FROM (SELECT * FROM gpu_status WHERE status <> 'ok' OR NOT proven) s
-             LEFT JOIN LATERAL (SELECT record_id FROM topology_snapshots ts WHERE ts.node_id = s.node_id
-                                ORDER BY received_at DESC, observed_at DESC LIMIT 1) t ON true
-             LEFT JOIN topology_gpus g ON g.node_id = s.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
-             ORDER BY s.node_id, s.gpu_index",
-        )
-        .fetch_all(pool)
-        .await
-    } else {
-        sqlx::query_as(
+/// Per GPU: its workload NIC, how that pair was verified, the pin, and its identity (for
+/// /metrics): of every GPU (None), or of the GPUs `of` names.
+pub async fn gpu_infos(pool: &PgPool, of: Option<&[GpuStatusOnly]>) -> Result<Vec<GpuInfo>, sqlx::Error> {
+    let Some(of) = of else {
+        return sqlx::query_as(
             "SELECT s.node_id, s.gpu_index, s.workload_nic, s.verification, s.pin_nic, s.pin_evidence, s.pin_verified,
                     s.evidence_path, s.proven, s.layer, coalesce(g.uuid, '') AS uuid, coalesce(g.bdf, '') AS pci_bus_id,
                     coalesce(g.name, '') AS model
@@ -349,8 +358,25 @@ pub async fn gpu_infos(pool: &PgPool, attention_only: bool) -> Result<Vec<GpuInf
              ORDER BY s.node_id, s.gpu_index",
         )
         .fetch_all(pool)
-        .await
-    }
+        .await;
+    };
+    // Each named GPU by its key, its node's latest topology looked up for it alone.
+    let (nodes, gpus): (Vec<&str>, Vec<i32>) = of.iter().map(|g| (g.node_id.as_str(), g.gpu_index)).unzip();
+    sqlx::query_as(
+        "SELECT s.node_id, s.gpu_index, s.workload_nic, s.verification, s.pin_nic, s.pin_evidence, s.pin_verified,
+                s.evidence_path, s.proven, s.layer, coalesce(g.uuid, '') AS uuid, coalesce(g.bdf, '') AS pci_bus_id,
+                coalesce(g.name, '') AS model
+         FROM unnest($1::text[], $2::int4[]) k (node_id, gpu_index)
+         JOIN gpu_status s ON s.node_id = k.node_id AND s.gpu_index = k.gpu_index
+         LEFT JOIN LATERAL (SELECT record_id FROM topology_snapshots ts WHERE ts.node_id = s.node_id
+                            ORDER BY received_at DESC, observed_at DESC LIMIT 1) t ON true
+         LEFT JOIN topology_gpus g ON g.node_id = s.node_id AND g.snapshot_id = t.record_id AND g.gpu_index = s.gpu_index
+         ORDER BY s.node_id, s.gpu_index",
+    )
+    .bind(&nodes)
+    .bind(&gpus)
+    .fetch_all(pool)
+    .await
 }
 
 /// How long since a node's last batch, and what its agent's spool dropped.

@@ -62,9 +62,9 @@ pub use export::{
     ChangeExportRow, ProbeExportRow, SignalExportRow, export_probes, export_signals, export_status_changes,
 };
 pub use fleet::{
-    FleetPage, FleetSummary, FleetTotals, GpuCount, GpuInfo, GpuStatusOnly, GridCell, NodeCount, NodeLag, NodeSummary,
-    StatusChange, StatusCounts, all_statuses, fleet, gpu_counts, gpu_infos, gpus, grid_at, last_assessment,
-    node_counts, node_lags,
+    FleetPage, FleetSummary, FleetTotals, GpuCount, GpuInfo, GpuSeries, GpuStatusOnly, GridCell, NodeCount, NodeLag,
+    NodeSummary, StatusChange, StatusCounts, all_statuses, fleet, gpu_counts, gpu_infos, gpus, grid_at,
+    last_assessment, node_counts, node_lags,
 };
 pub use gpu::{GpuStatusRow, Period, PinDetail, ProbeRow, SignalRow, gpu_probes, gpu_signals, gpu_status_changes};
 pub use grid::{GridFilter, GridPage, GridRead, HypervisorFilter, StatusFilter, grid_page_at, grid_page_now};
