@@ -541,6 +541,13 @@ async fn the_grid_is_filtered_counted_and_paged_by_the_collector() {
     let cells = all["cells"].as_array().unwrap().clone();
     assert_eq!((cells.len(), &all["totals"]["gpus"], &all["nodes"]), (40, &Value::from(40), &Value::from(5)), "{all}");
     assert!(all["next"].is_null());
+    // A cell carries its first reason cut to 120 characters; the GPU's own route has it whole.
+    let reason = |c: &Value| c["reason"].as_str().unwrap().to_owned();
+    assert!(cells.iter().all(|c| reason(c).chars().count() <= 121), "{all}");
+    let cut = cells.iter().find(|c| reason(c).ends_with('…')).expect("the seed's structural reason is longer");
+    let whole = json(&c, &format!("/api/v1/nodes/{}/gpus/{}", cut["node"].as_str().unwrap(), cut["gpu"]));
+    let first = whole["status"]["reasons"][0].as_str().unwrap();
+    assert!(first.len() > reason(cut).len() && first.starts_with(reason(cut).trim_end_matches('…')), "{whole}");
     let key = |c: &Value| (c["node"].as_str().unwrap().to_owned(), c["gpu"].as_i64().unwrap());
     // What each filter leaves, by its definition.
     type Keep = fn(&Value) -> bool;

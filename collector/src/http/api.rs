@@ -474,12 +474,14 @@ pub struct Grid {
     /// The nodes of those GPUs, over the whole fleet.
     pub nodes: i64,
     /// One cell per GPU the filters leave on this page's nodes: the nodes worst first (by the
-    /// worst of their cells), then by id; a node's cells by index.
+    /// worst of their cells), then by id; a node's cells by index. A cell's reason is its first
+    /// 120 characters, `…` where cut (the GPU's own route reads every reason whole).
     pub cells: Vec<GridCell>,
     /// This page's nodes with all their GPUs counted, in the page's order (empty in the past).
     pub page_nodes: Vec<read::NodeSummary>,
     /// The status changes of the last hour, newest first, at most 200: the fleet's when nothing
-    /// filters, else those of this page's GPUs (empty in the past).
+    /// filters, else those of this page's GPUs (empty in the past); each with its first reason
+    /// alone, cut as a cell's.
     pub changes_last_hour: Vec<read::StatusChange>,
     /// Pass as `after` for the next page; null on the last one.
     pub next: Option<String>,

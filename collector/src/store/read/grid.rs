@@ -349,7 +349,9 @@ pub async fn grid_page_now(pool: &PgPool, filter: &GridFilter, page: &GridPage) 
         .fetch_all(pool)
         .await?
     };
-    Ok(GridRead { totals, nodes, cells, page_nodes, changes, next })
+    let mut read = GridRead { totals, nodes, cells, page_nodes, changes, next };
+    read.brief();
+    Ok(read)
 }
 
 /// The grid as it was at `at` ([`super::grid_at`]), filtered and paged here.
@@ -368,7 +370,37 @@ pub async fn grid_page_at(
     let shown: std::collections::BTreeSet<&str> = names.iter().map(String::as_str).collect();
     let mut cells: Vec<GridCell> = cells.into_iter().filter(|c| shown.contains(c.node.as_str())).collect();
     PagePlace::of(&names).sort_cells(&mut cells);
-    Ok(GridRead { totals: tally.totals, nodes: tally.rank.len() as i64, cells, next, ..GridRead::default() })
+    let mut read =
+        GridRead { totals: tally.totals, nodes: tally.rank.len() as i64, cells, next, ..GridRead::default() };
+    read.brief();
+    Ok(read)
+}
+
+/// The most characters of a reason a page of the grid carries: a cell's first reason, a
+/// change's first, cut there (`…` marks the cut). The GPU's own page reads its reasons whole; a
+/// page of 250 nodes stays under 1 MB whatever its reasons say.
+pub const GRID_REASON_CHARS: usize = 120;
+
+impl GridRead {
+    /// Cuts each cell's reason and each change's first reason to [`GRID_REASON_CHARS`], and
+    /// drops a change's other reasons.
+    fn brief(&mut self) {
+        for c in &mut self.cells {
+            cut_reason(&mut c.reason);
+        }
+        for c in &mut self.changes {
+            c.reasons.truncate(1);
+            c.reasons.iter_mut().for_each(cut_reason);
+        }
+    }
+}
+
+/// `reason` cut to [`GRID_REASON_CHARS`] characters, `…` where it was cut.
+fn cut_reason(reason: &mut String) {
+    if let Some((at, _)) = reason.char_indices().nth(GRID_REASON_CHARS) {
+        reason.truncate(at);
+        reason.push('…');
+    }
 }
 
 /// Each node of a page and its place on it.
@@ -524,5 +556,19 @@ mod tests {
         }
         assert_eq!(seen, ["b", "d", "a", "c"]);
         assert_eq!(t.page(&GridPage::default()).names, ["b", "d", "a", "c"]);
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_on_a_character_and_marked() {
+        let mut long = "GPU0↔mlx5_0 ".repeat(20);
+        cut_reason(&mut long);
+        assert_eq!(long.chars().count(), GRID_REASON_CHARS + 1);
+        assert!(long.ends_with('…'));
+        let mut short = "silent corruption".to_owned();
+        cut_reason(&mut short);
+        assert_eq!(short, "silent corruption");
+        let mut exact = "x".repeat(GRID_REASON_CHARS);
+        cut_reason(&mut exact);
+        assert_eq!(exact.len(), GRID_REASON_CHARS);
     }
 }
