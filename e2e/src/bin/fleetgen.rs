@@ -779,10 +779,10 @@ fn postgres_pss_mib(data_dir: &std::path::Path) -> f64 {
     };
     let mut kib = pss_kib(postmaster).unwrap_or(0.0);
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) {
-            if parent(pid) == Some(postmaster) {
-                kib += pss_kib(pid).unwrap_or(0.0);
-            }
+        if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok())
+            && parent(pid) == Some(postmaster)
+        {
+            kib += pss_kib(pid).unwrap_or(0.0);
         }
     }
     kib / 1024.0
