@@ -789,6 +789,13 @@ pub fn fixture_agent(
         .unwrap()
 }
 
+/// The number after `field` (with its colon: `VmHWM:`, `PPid:`, `Pss:`) in a process's
+/// `/proc/PID/<file>` (`status`, `smaps_rollup`): kB for sizes.
+pub fn proc_field(pid: u32, file: &str, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
+    s.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// User + system CPU seconds of a process so far (/proc/PID/stat, clock ticks of 1/100 s).
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -62,7 +62,7 @@ pub struct AppState {
 
 impl AppState {
     /// The router's state over `pool` with its defaults: open (no token), plain HTTP, the
-    /// dashboard at `http://127.0.0.1/`, every GPU and node its own series up to 10,000, a
+    /// dashboard at `http://127.0.0.1:80/`, `serve`'s default `/metrics` series limits, a
     /// 15-minute window, the default read permits. Tests and benchmarks set what they vary.
     pub fn open_on(pool: PgPool) -> AppState {
         AppState {
@@ -70,8 +70,8 @@ impl AppState {
             state: Arc::default(),
             api_token: None,
             secure_cookies: false,
-            metrics_gpu_series_limit: 10_000,
-            metrics_node_series_limit: 10_000,
+            metrics_gpu_series_limit: crate::ServeConfig::DEFAULT_METRICS_GPU_SERIES_LIMIT,
+            metrics_node_series_limit: crate::ServeConfig::DEFAULT_METRICS_NODE_SERIES_LIMIT,
             metrics_pod_series: false,
             window_minutes: 15,
             facts: Arc::default(),

@@ -13,7 +13,7 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use railguard_e2e::{CollectorProc, TestPg, cpu_seconds, seed_agent};
+use railguard_e2e::{CollectorProc, TestPg, cpu_seconds, proc_field, seed_agent};
 
 fn main() {
     let mut duration = Duration::from_secs(180);
@@ -65,14 +65,14 @@ fn main() {
     let mut rss_sum_kb = 0u64;
     while start.elapsed() < duration {
         std::thread::sleep(Duration::from_secs(1));
-        if let Some(rss) = status_kb(pid, "VmRSS:") {
+        if let Some(rss) = proc_field(pid, "status", "VmRSS:") {
             rss_sum_kb += rss;
             samples += 1;
         }
     }
     let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu0;
     let secs = start.elapsed().as_secs_f64();
-    let peak = status_kb(pid, "VmHWM:").unwrap_or(0);
+    let peak = proc_field(pid, "status", "VmHWM:").unwrap_or(0);
     // What the records say: probes run and the time their transfers took (on the simulated
     // fabric a memcpy by the agent; on hardware the NIC's DMA, no CPU of the agent's).
     let (full, summaries, probes, transfer_ns): (i64, i64, i64, i64) = rt
@@ -97,10 +97,4 @@ fn main() {
         "agent: {probes} probes stored ({full} in full, the rest in {summaries} summaries; those still held in open summaries are not counted); their transfers took {copy:.2} % of a core (the simulated fabric's copy, the NIC's DMA on hardware), the rest {:.2} %",
         share - copy
     );
-}
-
-/// A `/proc/PID/status` field in kB.
-fn status_kb(pid: u32, field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
 }

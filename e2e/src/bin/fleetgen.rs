@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use railguard_agent::probe::compact::Compactor;
 use railguard_e2e::scripted::{topo_rec, topology};
-use railguard_e2e::{CollectorProc, TestPg, cpu_seconds, http_get, probe, token_for};
+use railguard_e2e::{CollectorProc, TestPg, cpu_seconds, http_get, probe, proc_field, token_for};
 use railguard_schema::wire::RecordBatch;
 use railguard_schema::wire::ingest_client::IngestClient;
 use railguard_schema::{Diagnosis, PairSelection, ProbeResult, ProbeVerdict, Record, RecordBody, RecordId};
@@ -541,13 +541,7 @@ async fn main() {
     );
     // What the fleet cost: the collector's CPU over the run, and Postgres's bytes per stored
     // probe (table + indexes) and per node-day at this cadence.
-    let peak_rss_mib = |c: &CollectorProc| {
-        c.pid().and_then(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok()).and_then(|st| {
-            st.lines().find_map(|l| {
-                l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            })
-        })
-    };
+    let peak_rss_mib = |c: &CollectorProc| c.pid().and_then(|p| proc_field(p, "status", "VmHWM:")).map(|k| k as f64);
     for (k, (c, c0)) in collectors.iter().zip(&cpu_start).enumerate() {
         let name = if collectors.len() == 1 { "collector".to_owned() } else { format!("collector {}", k + 1) };
         if let Some(cpu) = c.pid().and_then(cpu_seconds).map(|s| s - c0.unwrap_or(0.0)) {
@@ -738,7 +732,6 @@ struct PassDurations {
     longest: f64,
 }
 
-/// [`PassDurations`] of each kind in a /metrics text.
 /// Has Postgres log what can stall a write: checkpoints, autovacuum runs and lock waits over a
 /// second, statements over a second.
 async fn log_what_stalls(pool: &sqlx::PgPool) {
@@ -765,29 +758,19 @@ fn postgres_pss_mib(data_dir: &std::path::Path) -> f64 {
     else {
         return 0.0;
     };
-    let pss_kib = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok().and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("Pss:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            })
-        })
-    };
-    let parent = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("PPid:").and_then(|v| v.trim().parse::<u32>().ok())))
-    };
-    let mut kib = pss_kib(postmaster).unwrap_or(0.0);
+    let pss_kib = |pid: u32| proc_field(pid, "smaps_rollup", "Pss:").unwrap_or(0);
+    let mut kib = pss_kib(postmaster);
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok())
-            && parent(pid) == Some(postmaster)
+            && proc_field(pid, "status", "PPid:") == Some(u64::from(postmaster))
         {
-            kib += pss_kib(pid).unwrap_or(0.0);
+            kib += pss_kib(pid);
         }
     }
-    kib / 1024.0
+    kib as f64 / 1024.0
 }
 
+/// [`PassDurations`] of each kind in a /metrics text.
 fn pass_durations(metrics: &str) -> Vec<PassDurations> {
     let kind = |name: &str, k: &str| series(metrics, name, &format!("kind=\"{k}\""));
     ["full", "changed", "urgent"]
