@@ -2,8 +2,8 @@
 //! cgroup) gives it.
 //!
 //! Postgres's own defaults (128 MB of shared buffers, 4 MB of `work_mem`, 1 GB of WAL between
-//! checkpoints) suit a laptop; a collector of 100,000 nodes writes ~20,000 records a second at a
-//! fleet's start and re-reads its nodes' evidence every pass. The budget is what Postgres may hold:
+//! checkpoints) suit a laptop; a collector takes a whole fleet's batches as it starts and
+//! re-reads its nodes' evidence every pass (docs/scaling.md). The budget is what Postgres may hold:
 //! `shared_buffers` once, plus `work_mem` per sort or hash of each connection, plus
 //! `maintenance_work_mem` per vacuum worker.
 
