@@ -1061,6 +1061,8 @@ async function draw() {
     document.body.dataset.view = parts[0] === "node" ? (parts[2] === "gpu" ? "gpu" : "node") : "fleet";
     live.classList.remove("stale");
     document.body.dataset.ready = "1";
+    // The first view drawn with the collector's data: a user-timing mark a browser's tools show.
+    if (!performance.getEntriesByName("railguard-drawn").length) performance.mark("railguard-drawn");
   } catch (e) {
     live.classList.add("stale");
     if (e instanceof SignInNeeded) signIn();

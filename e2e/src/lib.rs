@@ -2,6 +2,7 @@
 //! binaries as child processes, and record generators.
 #![allow(clippy::unwrap_used)] // test support: a failed setup should fail the test loudly
 
+pub mod browser;
 pub mod ha;
 pub mod history_seed;
 pub mod modules;

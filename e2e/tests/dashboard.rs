@@ -3,20 +3,12 @@
 //! view. Screenshots are kept in target/dashboard-screenshots/ as test artifacts.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use railguard_e2e::browser::{Browser, chromium};
 use railguard_e2e::scripted::*;
 use railguard_e2e::*;
-
-fn chromium() -> PathBuf {
-    for c in ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"] {
-        if Path::new(c).exists() {
-            return c.into();
-        }
-    }
-    panic!("no chromium: scripts/setup.sh installs Debian's chromium for the dashboard tests");
-}
 
 /// Loads `url` headless, lets its fetches finish, returns the DOM; also saves a screenshot.
 fn browse(url: &str, shot: &str) -> String {
@@ -208,91 +200,6 @@ async fn the_dashboard_shows_the_seed_flags_and_drills_down() {
     let healthy = tokio::task::block_in_place(|| browse(&format!("{base}#/node/healthy"), "node-healthy.png"));
     assert_eq!(healthy.matches("data-status=\"ok\"><td>").count(), 7);
     assert_eq!(healthy.matches("data-status=\"watch\"><td>").count(), 1);
-}
-
-/// A WebDriver session on chromedriver (Debian's chromium-driver), headless.
-struct Browser {
-    port: u16,
-    session: String,
-    driver: std::process::Child,
-}
-
-impl Browser {
-    fn start() -> Browser {
-        let port = free_port();
-        let driver = Command::new("/usr/bin/chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("chromedriver (Debian's chromium-driver; scripts/setup.sh installs it)");
-        wait_for_port(port);
-        let caps = serde_json::json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
-            "binary": chromium().display().to_string(),
-            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                     "--window-size=1400,1000"]}}}});
-        let (code, body) = http_json(port, "POST", "/session", &caps.to_string());
-        assert_eq!(code, 200, "{body}");
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        Browser { port, session: v["value"]["sessionId"].as_str().unwrap().to_owned(), driver }
-    }
-
-    fn call(&self, method: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
-        let body = if body.is_null() { String::new() } else { body.to_string() };
-        let (code, out) = http_json(self.port, method, &format!("/session/{}{path}", self.session), &body);
-        assert_eq!(code, 200, "{method} {path}: {out}");
-        serde_json::from_str::<serde_json::Value>(&out).unwrap()["value"].clone()
-    }
-
-    fn go(&self, url: &str) {
-        self.call("POST", "/url", serde_json::json!({ "url": url }));
-    }
-
-    /// Waits until `css` matches, then returns the element id.
-    fn find(&self, css: &str) -> String {
-        wait::until(&format!("{css} on the page"), std::time::Duration::from_secs(40), || {
-            let (code, out) = http_json(
-                self.port,
-                "POST",
-                &format!("/session/{}/element", self.session),
-                &serde_json::json!({"using": "css selector", "value": css}).to_string(),
-            );
-            if code == 200 {
-                let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-                Ok(v["value"].as_object().unwrap().values().next().unwrap().as_str().unwrap().to_owned())
-            } else {
-                Err(format!("{code} {out}"))
-            }
-        })
-    }
-
-    fn click(&self, css: &str) {
-        let id = self.find(css);
-        self.call("POST", &format!("/element/{id}/click"), serde_json::json!({}));
-    }
-
-    fn text(&self, css: &str) -> String {
-        let id = self.find(css);
-        self.call("GET", &format!("/element/{id}/text"), serde_json::Value::Null).as_str().unwrap().to_owned()
-    }
-
-    fn url(&self) -> String {
-        self.call("GET", "/url", serde_json::Value::Null).as_str().unwrap().to_owned()
-    }
-
-    /// Runs `script` in the page and returns its result.
-    fn execute(&self, script: &str) -> serde_json::Value {
-        self.call("POST", "/execute/sync", serde_json::json!({ "script": script, "args": [] }))
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = http_json(self.port, "DELETE", &format!("/session/{}", self.session), "");
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

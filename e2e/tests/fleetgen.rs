@@ -1,5 +1,6 @@
 //! fleetgen (the fleet load generator behind scripts/bench-fleet.sh), briefly: its simulated
-//! nodes are all acknowledged by a real collector and the injected failure is detected.
+//! nodes are all acknowledged by a real collector, the injected failure is detected and a burst
+//! of failure records is stored whole.
 #![allow(clippy::unwrap_used)] // test code: failures should panic loudly
 
 use railguard_e2e::bin;
@@ -9,6 +10,7 @@ fn fleetgen_loads_a_collector_and_its_injected_failure_is_detected() {
     let out = std::process::Command::new(bin("fleetgen"))
         .args(["--nodes", "30", "--duration-secs", "12", "--interval-secs", "2", "--fail", "fleet-00003:5"])
         .args(["--fail-after-secs", "3", "--day-reads", "2"])
+        .args(["--burst-nodes", "3", "--burst-records-per-sec", "60", "--burst-secs", "4", "--burst-after-secs", "4"])
         .env("RUST_LOG", "error")
         .output()
         .unwrap();
@@ -22,6 +24,15 @@ fn fleetgen_loads_a_collector_and_its_injected_failure_is_detected() {
     };
     assert!(offered > 0.0 && (offered - acked).abs() < 1.0, "every record acknowledged: {total}");
     assert!(text.contains("fleet-00003 GPU5 corrupting"), "{text}");
+    // The burst: three nodes failing every pair, 60 failure records a second for 4 s, every one
+    // acknowledged stored.
+    let burst = text
+        .lines()
+        .find_map(|l| l.strip_prefix("burst: ")?.split_once(" failure records acknowledged, "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let acked: u64 = burst.0.parse().unwrap();
+    assert!(acked >= 120, "{text}");
+    assert_eq!(burst.1, format!("{acked} stored: none lost"), "{text}");
     // The day reads over the run's rollups copied into the 24 hours before this one (fewer if the
     // run crossed an hour, which then has its own): every node's 64 pairs, the failing one among them.
     let copied: u64 = text

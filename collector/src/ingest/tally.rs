@@ -8,14 +8,16 @@ use railguard_schema::{ProbeSummary, ProbeVerdict, Record, RecordBody, SignalKin
 
 use super::{IngestService, KnownDevices, VerdictPair, otel_counters};
 use crate::store::IngestOutcome;
+use crate::urgent::Failing;
 
 /// What one batch counts for.
 pub(super) struct Tally {
     /// Probes that are evidence (no injected fault) per pair and verdict: a summary of n ok
     /// probes counts n.
     verdicts: Vec<(VerdictPair, u64)>,
-    /// A failure that is evidence: assess the node now, not at the next period.
-    urgent: bool,
+    /// A failure that is evidence: assess the node now, not at the next period (unless the
+    /// urgent queue finds it settled: [`crate::urgent`]).
+    urgent: Option<Failing>,
     /// Pieces of the agent's spool it could not decode.
     quarantined: u64,
     /// The batch's latest topology, whose devices bound the node's metric labels.
@@ -41,11 +43,20 @@ impl Tally {
                 _ => Vec::new(),
             })
             .collect();
-        let urgent = records.iter().any(|r| match &r.body {
-            RecordBody::Probe(p) => p.is_evidence() && p.verdict != ProbeVerdict::Ok,
-            RecordBody::Inline(i) => i.transfers_mismatch > 0,
-            _ => false,
-        });
+        let mut urgent: Option<Failing> = None;
+        for r in records {
+            let failing = match &r.body {
+                RecordBody::Probe(p) if p.is_evidence() && p.verdict != ProbeVerdict::Ok => {
+                    Failing::Gpus([p.gpu].into())
+                }
+                RecordBody::Inline(i) if i.transfers_mismatch > 0 => Failing::Any,
+                _ => continue,
+            };
+            match &mut urgent {
+                Some(f) => f.merge(failing),
+                None => urgent = Some(failing),
+            }
+        }
         let quarantined = records
             .iter()
             .filter(|r| matches!(&r.body, RecordBody::Signal(e) if e.kind == SignalKind::AgentSpoolQuarantine))
@@ -63,8 +74,10 @@ impl IngestService {
     pub(super) async fn count(&self, node: &railguard_schema::NodeId, tally: Tally, outcome: &IngestOutcome) {
         let stats = &self.stats;
         stats.batches_committed.fetch_add(1, Ordering::Relaxed);
-        if tally.urgent && outcome.stored > 0 {
-            self.urgent.push(node.as_str());
+        if let Some(failing) = tally.urgent
+            && outcome.stored > 0
+        {
+            self.urgent.push(node.as_str(), failing);
         }
         if let Some(t) = &tally.topology
             && let Ok(mut d) = stats.devices.lock()

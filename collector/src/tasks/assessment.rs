@@ -197,6 +197,17 @@ pub async fn run_urgent(
             match isolate::catch_pass(isolate::stats(), pass).await {
                 Ok(a) => {
                     let gpus = a.assessments.len();
+                    // What this pass settled: the GPUs it found corrupting, node by node.
+                    let mut corrupting: BTreeMap<&str, std::collections::BTreeSet<u32>> =
+                        urgent.iter().map(|n| (n.as_str(), Default::default())).collect();
+                    for x in a.assessments.iter().filter(|x| x.status == crate::model::GpuStatus::Corrupting) {
+                        if let Some(g) = corrupting.get_mut(x.node.as_str()) {
+                            g.insert(x.gpu);
+                        }
+                    }
+                    for (node, gpus) in corrupting {
+                        queue.settle(node, gpus);
+                    }
                     let pass = Pass { full: false, nodes: urgent.len(), gpus, phases: a.phases, ..Pass::default() };
                     stats.record_urgent(&pass, started.elapsed());
                     pass.warn_if_slow("urgent", started.elapsed());

@@ -1,7 +1,8 @@
 //! fleetgen: a fleet of simulated nodes against a real collector and Postgres.
 //!
 //! Every node has its own credential (the collector's credentials file lists them), sends its
-//! topology once (the seed's 8-GPU KVM guest, with UCX auto-selection) and then, at the agent's
+//! topology once as it starts (the seed's 8-GPU KVM guest, with UCX auto-selection;
+//! `--topologies-first` sends every node's before the load instead) and then, at the agent's
 //! default cadence, one batch a minute of 88 probe records (every GPU/NIC pair once, the
 //! workload's pairs three times more), each batch at the node's own phase. `--fail NODE:GPU`
 //! makes that GPU's workload pair (its PIX NIC) a silent corruption from `--fail-after-secs`
@@ -15,6 +16,12 @@
 //! `/api/v1/failures?since=1d`) every 2 s under the load. `--readers N` adds N readers of every
 //! API route in a closed loop (`railguard_e2e::readers`), and `--seed-probes` /
 //! `--seed-status-changes` a month of history before the run (`railguard_e2e::history_seed`).
+//! `--burst-nodes N` has N nodes fail every pair for `--burst-secs`, sending
+//! `--burst-records-per-sec` failure records a second together, in full as the agent ships
+//! failures; fleetgen reports the burst's acknowledgements apart and counts its failure records
+//! stored against those acknowledged. `--first-paints N` loads the dashboard N times in headless
+//! Chromium at the end of the load, timed to its first paint and to its first view drawn with the
+//! collector's data.
 //!
 //! It prints offered vs acknowledged records per second, batch acknowledgement latency (p50,
 //! p99, max) and errors every 10 s and at the end. Records are marked simulated, as every
@@ -72,6 +79,18 @@ struct Args {
     /// Where to copy Postgres's log at the end (checkpoints, autovacuum runs, lock waits and
     /// statements over a second are logged).
     pg_log: Option<std::path::PathBuf>,
+    /// The failure burst: nodes failing every pair, sending `burst_rate` failure records a second
+    /// together for `burst_for` from `burst_after` (the steady state's start when None).
+    burst_nodes: usize,
+    burst_rate: u64,
+    burst_for: Duration,
+    burst_after: Option<Duration>,
+    /// Loads of the dashboard in headless Chromium at the end of the load, each timed to its
+    /// first paint and to its first view drawn with the collector's data (0: none).
+    first_paints: usize,
+    /// Every topology sent before the load starts, instead of each with its node's start, as an
+    /// agent sends it.
+    topologies_first: bool,
 }
 
 /// What fleetgen's probes look like on the wire.
@@ -111,6 +130,12 @@ fn args() -> Result<Args, String> {
         collectors: 1,
         shape: Shape::Sim,
         pg_log: None,
+        burst_nodes: 0,
+        burst_rate: 5000,
+        burst_for: Duration::from_secs(300),
+        burst_after: None,
+        first_paints: 0,
+        topologies_first: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -144,13 +169,19 @@ fn args() -> Result<Args, String> {
                 }
             }
             "--pg-log" => a.pg_log = Some(val()?.into()),
+            "--burst-nodes" => a.burst_nodes = num(val()?)? as usize,
+            "--burst-records-per-sec" => a.burst_rate = num(val()?)?.max(1),
+            "--burst-secs" => a.burst_for = Duration::from_secs(num(val()?)?),
+            "--burst-after-secs" => a.burst_after = Some(Duration::from_secs(num(val()?)?)),
+            "--first-paints" => a.first_paints = num(val()?)? as usize,
+            "--topologies-first" => a.topologies_first = true,
             "--fail" => {
                 let v = val()?;
                 let (n, g) = v.split_once(':').ok_or(format!("--fail {v:?}: NODE:GPU"))?;
                 a.fail = Some((n.to_owned(), g.parse().map_err(|_| format!("--fail {v:?}: GPU is a number"))?));
             }
             "-h" | "--help" => {
-                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)] [--readers N (readers of every API route in a closed loop, the whole run)] [--read-connections N (the collector's --database-read-connections)] [--seed-probes N] [--seed-status-changes N (history written over the 30 days before the run)] [--collectors N (collectors on the one Postgres: connections spread over them, the assessment split among them)] [--shape sim|verbs (the probes as the simulated fabric sends them, or as a verbs transport in GPU memory reports them)] [--pg-log PATH (Postgres's log copied there at the end)]".into());
+                return Err("fleetgen [--nodes N] [--duration-secs S] [--interval-secs S] [--connections C] [--fail NODE:GPU] [--fail-after-secs S] [--injections N] [--inject-every-secs S] [--assess-every-secs S] [--assess-max-nodes N (the collector's bound on a pass)] [--assess-pass-budget-ms MS (the collector's time bound on a pass)] [--patterns-every-secs S (read /api/v1/patterns under load; 0: never)] [--day-reads N (after the load, read /api/v1/patterns?since=1d N times over the 24 hours before this one, rolled up: copies of the run's rollups)] [--summary-secs S (0: every probe in full)] [--start-over-secs S (nodes start spread over S, default one interval)] [--readers N (readers of every API route in a closed loop, the whole run)] [--read-connections N (the collector's --database-read-connections)] [--seed-probes N] [--seed-status-changes N (history written over the 30 days before the run)] [--collectors N (collectors on the one Postgres: connections spread over them, the assessment split among them)] [--shape sim|verbs (the probes as the simulated fabric sends them, or as a verbs transport in GPU memory reports them)] [--pg-log PATH (Postgres's log copied there at the end)] [--burst-nodes N (nodes failing every pair in a burst; 0: none)] [--burst-records-per-sec R (the burst's failure records a second, all its nodes together; default 5000)] [--burst-secs S (default 300)] [--burst-after-secs S (default: the steady state's start)] [--first-paints N (dashboard loads in headless Chromium at the end of the load, each timed)] [--topologies-first (every topology before the load, not each with its node's start)]".into());
             }
             f => return Err(format!("unknown flag {f}")),
         }
@@ -181,32 +212,47 @@ fn mix(a: u64, b: u64, c: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A probe of GPU `g` through NIC `n` of the node `node_idx`, failing (a silent corruption) when
+/// `bad`; `k` tells the node's probes of one batch apart.
+#[allow(clippy::too_many_arguments)] // the probe's every coordinate, named at the call
+fn pair_probe(
+    node_idx: usize,
+    seq: u64,
+    k: u64,
+    (g, n): (u32, u32),
+    sel: PairSelection,
+    bad: bool,
+    shape: Shape,
+    at: &Addresses,
+) -> ProbeResult {
+    let mut p = probe(seq * 1000 + k);
+    p.gpu = g;
+    p.nic = format!("mlx5_{n}");
+    p.selection = sel;
+    p.verdict = if bad { ProbeVerdict::SilentCorruption } else { ProbeVerdict::Ok };
+    p.diagnosis = if bad { Diagnosis::Untouched } else { Diagnosis::None };
+    p.first_bad_offset = bad.then_some(0);
+    p.bad_chunks = if bad { p.chunks } else { 0 };
+    p.duration_ns = 5_000_000 + (node_idx as u64 % 1000);
+    if shape == Shape::Verbs {
+        p.transport = railguard_schema::Transport::Verbs;
+        p.memory = railguard_schema::Memory::Cuda;
+        p.path = railguard_schema::DataPath::NicDma;
+        p.simulated = false;
+        p.lanes = vec![format!("rc_mlx5/{}:1", p.nic)];
+        p.gpu_bdf = at.gpus.get(&g).copied();
+        p.nic_bdf = at.nics.get(&p.nic).copied();
+        // A 64 MiB read at ~25 GB/s, give or take a fifth.
+        p.duration_ns = 2_200_000 + mix(node_idx as u64, seq, k) % 1_100_000;
+    }
+    p
+}
+
 /// One minute of a node's probes: 64 pairs once, the 8 workload (PIX) pairs three more times.
 fn batch(node_idx: usize, seq: u64, failing: Option<u32>, shape: Shape, at: &Addresses) -> Vec<ProbeResult> {
     let mut out = Vec::with_capacity(88);
     let mut push = |g: u32, n: u32, sel: PairSelection, k: u64| {
-        let mut p = probe(seq * 1000 + k);
-        p.gpu = g;
-        p.nic = format!("mlx5_{n}");
-        p.selection = sel;
-        let bad = failing == Some(g) && n == g;
-        p.verdict = if bad { ProbeVerdict::SilentCorruption } else { ProbeVerdict::Ok };
-        p.diagnosis = if bad { Diagnosis::Untouched } else { Diagnosis::None };
-        p.first_bad_offset = bad.then_some(0);
-        p.bad_chunks = if bad { p.chunks } else { 0 };
-        p.duration_ns = 5_000_000 + (node_idx as u64 % 1000);
-        if shape == Shape::Verbs {
-            p.transport = railguard_schema::Transport::Verbs;
-            p.memory = railguard_schema::Memory::Cuda;
-            p.path = railguard_schema::DataPath::NicDma;
-            p.simulated = false;
-            p.lanes = vec![format!("rc_mlx5/{}:1", p.nic)];
-            p.gpu_bdf = at.gpus.get(&g).copied();
-            p.nic_bdf = at.nics.get(&p.nic).copied();
-            // A 64 MiB read at ~25 GB/s, give or take a fifth.
-            p.duration_ns = 2_200_000 + mix(node_idx as u64, seq, k) % 1_100_000;
-        }
-        out.push(p);
+        out.push(pair_probe(node_idx, seq, k, (g, n), sel, failing == Some(g) && n == g, shape, at));
     };
     let mut k = 0;
     for g in 0..8 {
@@ -290,35 +336,30 @@ async fn main() {
     // Topologies first: the assessment needs each node's GPUs and workload NICs.
     let snapshot = topology(&railguard_agent::topology::fixture::seed_kvm_guest(), None);
     let addresses = Arc::new(Addresses::of(&snapshot));
-    let topo = topo_rec(snapshot);
-    // 64 sends in flight over the connections (an agent sends its topology at start, and a
-    // fleet's agents start together).
-    let topo_started = Instant::now();
-    let mut sends = tokio::task::JoinSet::new();
-    const IN_FLIGHT: usize = 64;
-    let all = Arc::new(names.clone());
-    for k in 0..IN_FLIGHT.min(names.len()) {
-        let mut client = channels[k % channels.len()].clone();
-        let (names, topo) = (all.clone(), topo.clone());
-        sends.spawn(async move {
-            for n in names.iter().skip(k).step_by(IN_FLIGHT) {
-                let mut t = topo.clone();
-                t.id = RecordId::random().to_string();
-                let mut req = tonic::Request::new(RecordBatch {
-                    node_id: n.clone(),
-                    records: vec![t],
-                    spool_dropped_total: 0,
-                    state: None,
-                });
-                req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(n)).parse().unwrap());
-                client.push_batch(req).await.unwrap();
-            }
-        });
+    let topo = Arc::new(topo_rec(snapshot));
+    // Each topology's batch, timed apart from the probes' (with them in the run's figures when
+    // sent with each node's start).
+    let topo_stats = Arc::new(Stats::default());
+    if a.topologies_first {
+        // 64 sends in flight over the connections, all before the load.
+        let topo_started = Instant::now();
+        let mut sends = tokio::task::JoinSet::new();
+        const IN_FLIGHT: usize = 64;
+        let all = Arc::new(names.clone());
+        for k in 0..IN_FLIGHT.min(names.len()) {
+            let mut client = channels[k % channels.len()].clone();
+            let (names, topo, topo_stats) = (all.clone(), topo.clone(), topo_stats.clone());
+            sends.spawn(async move {
+                for n in names.iter().skip(k).step_by(IN_FLIGHT) {
+                    send(&mut client, n, vec![fresh(&topo)], &[&topo_stats]).await;
+                }
+            });
+        }
+        while let Some(sent) = sends.join_next().await {
+            sent.unwrap();
+        }
+        println!("topologies: {} sent in {:.1} s", names.len(), topo_started.elapsed().as_secs_f64());
     }
-    while let Some(sent) = sends.join_next().await {
-        sent.unwrap();
-    }
-    println!("topologies: {} sent in {:.1} s", names.len(), topo_started.elapsed().as_secs_f64());
     if a.seed_probes > 0 || a.seed_changes > 0 {
         let secs = railguard_e2e::history_seed::seed(&pg.pool, a.nodes, a.seed_probes, a.seed_changes).await.unwrap();
         println!(
@@ -345,6 +386,29 @@ async fn main() {
         let at = start + a.fail_after + a.inject_every * u32::try_from(k).unwrap_or(u32::MAX);
         injections.push(Injection::new(node, (k % 8) as u32, at));
     }
+    // The burst: its nodes spread over the fleet (apart from the injections'), each sending its
+    // share of the records a second at its own phase within the second.
+    let steady_at = (a.start_over.unwrap_or(a.interval) + a.summary + Duration::from_secs(60)).min(a.duration / 2);
+    let burst_from = start + a.burst_after.unwrap_or(steady_at);
+    let burst_started = chrono::Utc::now() + chrono::TimeDelta::from_std(burst_from - start).unwrap_or_default();
+    let mut burst_names: Vec<String> = Vec::new();
+    for k in 0..a.burst_nodes.min(a.nodes) {
+        let mut idx = (k * a.nodes / a.burst_nodes.max(1) + 29) % a.nodes.max(1);
+        while injections.iter().any(|j| j.node == names[idx]) || burst_names.contains(&names[idx]) {
+            idx = (idx + 1) % a.nodes;
+        }
+        burst_names.push(names[idx].clone());
+    }
+    let bursts: std::collections::HashMap<String, Burst> = burst_names
+        .iter()
+        .enumerate()
+        .map(|(k, n)| {
+            let share = |k: usize| a.burst_rate * k as u64 / burst_names.len() as u64;
+            let from = burst_from + Duration::from_secs(1).mul_f64(k as f64 / burst_names.len() as f64);
+            (n.clone(), Burst { from, until: from + a.burst_for, per_sec: share(k + 1) - share(k) })
+        })
+        .collect();
+    let burst_stats = Arc::new(Stats::default());
     let tallies = Arc::new(railguard_e2e::readers::ReadTallies::default());
     let routes = Arc::new(railguard_e2e::readers::routes(&names));
     let readers = railguard_e2e::readers::spawn(a.readers, collector.http_port, &routes, start + a.duration, &tallies);
@@ -354,17 +418,48 @@ async fn main() {
         let (node, stats, interval, end, summary, shape, addresses) =
             (node.clone(), stats.clone(), a.interval, start + a.duration, a.summary, a.shape, addresses.clone());
         let inj = injections.iter().find(|j| j.node == node).map(|j| (j.gpu, j.at, j.sent.clone()));
+        let burst = bursts.get(&node).copied();
+        let burst_stats = burst_stats.clone();
+        let topology = (!a.topologies_first).then(|| (topo.clone(), topo_stats.clone()));
         // Each node at its own phase: within the interval, or over --start-over-secs (a rolling
         // start; it also spreads the nodes' summary windows, as agents started at different
         // times have them).
         let phase = a.start_over.unwrap_or(interval).mul_f64(i as f64 / a.nodes.max(1) as f64);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(phase).await;
+            if let Some((topo, topo_stats)) = &topology {
+                send(&mut client, &node, vec![fresh(topo)], &[&stats, topo_stats]).await;
+            }
             let mut seq = 0u64;
             // The agent's own compaction: failed probes in full, ok probes as summaries.
             let mut compactor = Compactor::new(summary, Compactor::phase_for(&node, summary));
             let mut announced = false;
             while Instant::now() < end {
+                // The burst: every pair failing, its share of the records a second, in full (as
+                // the agent ships failures); the node's minutes resume after it.
+                if let Some(b) = burst
+                    && (b.from..b.until).contains(&Instant::now())
+                {
+                    let mut tick = Instant::now();
+                    let mut cursor = 0u64;
+                    while tick < b.until.min(end) {
+                        let now = chrono::Utc::now();
+                        let bodies = (cursor..cursor + b.per_sec)
+                            .map(|k| {
+                                let pair = ((k % 64 / 8) as u32, (k % 8) as u32);
+                                let p =
+                                    pair_probe(i, seq, k % 1000, pair, PairSelection::Sweep, true, shape, &addresses);
+                                RecordBody::Probe(p)
+                            })
+                            .collect();
+                        cursor += b.per_sec;
+                        seq += 1;
+                        push(&mut client, &node, bodies, now, &[&stats, &burst_stats]).await;
+                        tick += Duration::from_secs(1);
+                        tokio::time::sleep_until(tick.into()).await;
+                    }
+                    continue;
+                }
                 let next = Instant::now() + interval;
                 let now = chrono::Utc::now();
                 let failing = inj.as_ref().filter(|(_, at, _)| Instant::now() >= *at).map(|(g, _, _)| *g);
@@ -374,7 +469,7 @@ async fn main() {
                 }
                 bodies.extend(compactor.due(now));
                 seq += 1;
-                push(&mut client, &node, bodies, now, &stats).await;
+                push(&mut client, &node, bodies, now, &[&stats]).await;
                 announced |= failing.is_some();
                 // A failure starting before the next batch: the agent's probe of the workload
                 // pair fails, it probes the pair again at once, and ships both within a second.
@@ -395,17 +490,18 @@ async fn main() {
                     if let Ok(mut s) = sent.lock() {
                         *s = Some(Instant::now());
                     }
-                    push(&mut client, &node, bodies, now, &stats).await;
+                    push(&mut client, &node, bodies, now, &[&stats]).await;
                     announced = true;
                 }
-                tokio::time::sleep_until(next.into()).await;
+                // Woken for the burst when it starts before the next minute.
+                let wake = burst.map(|b| b.from).filter(|&f| f > Instant::now() && f < next).unwrap_or(next);
+                tokio::time::sleep_until(wake.min(end).into()).await;
             }
         }));
     }
     // Past the first minute (every pair's first ok probe travels in full) and the first summaries.
-    let measure_from =
-        start + (a.start_over.unwrap_or(a.interval) + a.summary + Duration::from_secs(60)).min(a.duration / 2);
-    let mut storage_mark: Option<(Instant, i64, (i64, i64, i64))> = None;
+    let measure_from = start + steady_at;
+    let mut storage_mark: Option<(Instant, HistorySize)> = None;
     // Batches acknowledged after that point: the steady state, past the first minute's full
     // probes (every pair's first ok probe travels in full, all nodes starting within a minute).
     let mut steady_from = 0usize;
@@ -419,6 +515,8 @@ async fn main() {
     let mut window_nodes: Option<(f64, f64)> = None;
     let mut durations_mark: Vec<PassDurations> = Vec::new();
     let mut pg_peak_mib = 0.0f64;
+    // Each /metrics scrape of the progress loop: (bytes, ms).
+    let mut scrapes: Vec<(usize, f64)> = Vec::new();
     // Fleet reads under this ingest load from the steady state on, each every so many seconds:
     // (path, ms each). The failing pairs' common factor (it reads every pair's evidence of the
     // period) only with --patterns-every-secs: as the dashboard reads it (15 minutes; the page
@@ -449,8 +547,7 @@ async fn main() {
         if storage_mark.is_none() && Instant::now() >= measure_from {
             let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
             durations_mark = pass_durations(&m);
-            let (b, r) = history_size(&pg.pool).await;
-            storage_mark = Some((Instant::now(), b, r));
+            storage_mark = Some((Instant::now(), history_size(&pg.pool, &burst_names).await));
             steady_from = stats.latencies_us.lock().map(|l| l.len()).unwrap_or(0);
             steady_errors = stats.errors.load(Ordering::Relaxed);
         }
@@ -478,7 +575,13 @@ async fn main() {
         if secs >= reported + 10 {
             reported = secs - secs % 10;
             stats.report(&format!("after {secs:>3} s"), start.elapsed());
-            let (_, m) = tokio::task::spawn_blocking(move || http_get(port, "/metrics", None)).await.unwrap();
+            let (m, took) = tokio::task::spawn_blocking(move || {
+                let t = Instant::now();
+                (http_get(port, "/metrics", None).1, t.elapsed())
+            })
+            .await
+            .unwrap();
+            scrapes.push((m.len(), took.as_secs_f64() * 1000.0));
             window_nodes = window_answered(&m).or(window_nodes);
             pg_peak_mib = pg_peak_mib.max(postgres_pss_mib(pg.cluster.data_dir()));
             for p in latest_passes(&m) {
@@ -497,7 +600,10 @@ async fn main() {
         );
     }
     // The end of the storage measurement: now, before the nodes' last sleeps end.
-    let storage_end = (Instant::now(), history_size(&pg.pool).await);
+    let storage_end = (Instant::now(), history_size(&pg.pool, &burst_names).await);
+    if a.first_paints > 0 {
+        first_paints(port, a.first_paints).await;
+    }
     for (j, d) in injections.iter_mut().zip(detection.await.unwrap_or_default()) {
         j.detected = d;
     }
@@ -505,6 +611,10 @@ async fn main() {
         let _ = t.await;
     }
     stats.report("total", start.elapsed());
+    topo_stats.report("topologies (their batches alone)", start.elapsed());
+    if !burst_names.is_empty() {
+        burst_report(&pg.pool, &burst_names, burst_started, &burst_stats, a.burst_for).await;
+    }
     if a.readers > 0 {
         println!("{} readers, the whole run:", a.readers);
         for l in tallies.report() {
@@ -579,21 +689,34 @@ async fn main() {
     }
     // Storage, measured: the growth of the probe history (full probes and summaries, tables and
     // indexes) between a point after the first summaries closed and the end, per node-day.
-    if let Some((t0, b0, r0)) = storage_mark {
-        let (t1, (b1, r1)) = storage_end;
+    if let Some((t0, h0)) = storage_mark {
+        let (t1, h1) = storage_end;
         let secs = t1.duration_since(t0).as_secs_f64().max(1.0);
-        let per_node_day = (b1 - b0) as f64 / a.nodes.max(1) as f64 * 86_400.0 / secs;
+        // The burst's full probes are the burst's cost, not a node-day's: counted apart, at the
+        // bytes a full probe row took in this window.
+        let full = h1.full - h0.full;
+        let burst_full = h1.burst_full - h0.burst_full;
+        let full_row = (h1.full_bytes - h0.full_bytes) as f64 / full.max(1) as f64;
+        let burst_bytes = burst_full as f64 * full_row;
+        let written = (h1.bytes - h0.bytes) as f64 - burst_bytes;
+        let rows = full - burst_full + h1.sets - h0.sets;
+        let per_node_day = written / a.nodes.max(1) as f64 * 86_400.0 / secs;
         println!(
-            "storage: {} rows ({} full probes, {} summary rows holding {} summaries; {:.0} bytes a row, {:.0} a summary) and {:.1} MB of probe history written in {secs:.0} s: {:.2} MB per node-day written (measured growth, tables, indexes and TOAST)",
-            r1.0 + r1.1 - r0.0 - r0.1,
-            r1.0 - r0.0,
-            r1.1 - r0.1,
-            r1.2 - r0.2,
-            (b1 - b0) as f64 / (r1.0 + r1.1 - r0.0 - r0.1).max(1) as f64,
-            (b1 - b0) as f64 / (r1.2 - r0.2).max(1) as f64,
-            (b1 - b0) as f64 / 1e6,
+            "storage: {rows} rows ({} full probes, {} summary rows holding {} summaries; {:.0} bytes a row, {:.0} a summary) and {:.1} MB of probe history written in {secs:.0} s: {:.2} MB per node-day written (measured growth, tables, indexes and TOAST)",
+            full - burst_full,
+            h1.sets - h0.sets,
+            h1.summaries - h0.summaries,
+            written / rows.max(1) as f64,
+            written / (h1.summaries - h0.summaries).max(1) as f64,
+            written / 1e6,
             per_node_day / 1e6
         );
+        if burst_full > 0 {
+            println!(
+                "storage of the burst, apart: {burst_full} full probe rows, {:.1} MB at {full_row:.0} bytes a full probe row",
+                burst_bytes / 1e6
+            );
+        }
     } else {
         println!(
             "storage: the run ended before the measurement point (--duration-secs longer than --summary-secs + 60)"
@@ -666,6 +789,19 @@ async fn main() {
         if let Some(o) = in_order {
             println!("  each read in order (ms): {o}");
         }
+    }
+    if !scrapes.is_empty() {
+        let mut ms: Vec<f64> = scrapes.iter().map(|s| s.1).collect();
+        ms.sort_by(f64::total_cmp);
+        let q = |f: f64| ms[((ms.len() as f64 * f).ceil() as usize).saturating_sub(1).min(ms.len() - 1)];
+        println!(
+            "under load (every 10 s, the whole run): GET /metrics p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} scrapes; the largest {:.2} MB)",
+            q(0.5),
+            q(0.99),
+            ms[ms.len() - 1],
+            ms.len(),
+            scrapes.iter().map(|s| s.0).max().unwrap_or(0) as f64 / 1e6
+        );
     }
     let counter = |name: &str, labels: &str| series(&m, name, labels).unwrap_or(f64::NAN);
     if a.patterns_every > 0 {
@@ -841,21 +977,50 @@ impl Injection {
     }
 }
 
-/// Sends one batch of a node's records (nothing when there are none), counting it.
+/// One burst node's part of the burst: from when to when, and its failure records a second.
+#[derive(Clone, Copy)]
+struct Burst {
+    from: Instant,
+    until: Instant,
+    per_sec: u64,
+}
+
+/// A copy of a wire record under an id of its own (a node's own topology record).
+fn fresh(r: &railguard_schema::wire::Record) -> railguard_schema::wire::Record {
+    let mut r = r.clone();
+    r.id = RecordId::random().to_string();
+    r
+}
+
+/// Sends one batch of a node's records (nothing when there are none), counting it in each of
+/// `stats`.
 async fn push(
     client: &mut IngestClient<tonic::transport::Channel>,
     node: &str,
     bodies: Vec<RecordBody>,
     now: chrono::DateTime<chrono::Utc>,
-    stats: &Stats,
+    stats: &[&Stats],
 ) {
     if bodies.is_empty() {
         return;
     }
     let recs: Vec<railguard_schema::wire::Record> =
         bodies.into_iter().map(|body| Record { id: RecordId::random(), observed_at: now, body }.into()).collect();
+    send(client, node, recs, stats).await;
+}
+
+/// Sends one batch of wire records as `node`, counting it (offered, acknowledged or refused, and
+/// its acknowledgement's latency) in each of `stats`.
+async fn send(
+    client: &mut IngestClient<tonic::transport::Channel>,
+    node: &str,
+    recs: Vec<railguard_schema::wire::Record>,
+    stats: &[&Stats],
+) {
     let n = recs.len() as u64;
-    stats.offered.fetch_add(n, Ordering::Relaxed);
+    for s in stats {
+        s.offered.fetch_add(n, Ordering::Relaxed);
+    }
     let mut req = tonic::Request::new(RecordBatch {
         node_id: node.to_owned(),
         records: recs,
@@ -864,15 +1029,16 @@ async fn push(
     });
     req.metadata_mut().insert("authorization", format!("Bearer {}", token_for(node)).parse().unwrap());
     let t = Instant::now();
-    match client.push_batch(req).await {
-        Ok(_) => {
-            stats.acked.fetch_add(n, Ordering::Relaxed);
-            if let Ok(mut l) = stats.latencies_us.lock() {
-                l.push(t.elapsed().as_micros() as u64);
+    let result = client.push_batch(req).await;
+    let took = t.elapsed().as_micros() as u64;
+    for s in stats {
+        if result.is_ok() {
+            s.acked.fetch_add(n, Ordering::Relaxed);
+            if let Ok(mut l) = s.latencies_us.lock() {
+                l.push(took);
             }
-        }
-        Err(_) => {
-            stats.errors.fetch_add(1, Ordering::Relaxed);
+        } else {
+            s.errors.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -1053,17 +1219,113 @@ fn latest_passes(metrics: &str) -> Vec<PassSample> {
 
 /// Bytes (tables, indexes and TOAST, every day partition) and rows (full probes, summary sets,
 /// and the summaries in them) of the probe history.
-async fn history_size(pool: &sqlx::PgPool) -> (i64, (i64, i64, i64)) {
-    let bytes = partitions_bytes(pool, &["probe_results", "probe_summary_sets"]).await;
-    let rows = sqlx::query_as::<_, (i64, i64, i64)>(
+/// The probe history's size at one moment: bytes on disk, rows.
+struct HistorySize {
+    /// Full probes and summary sets, tables, indexes and TOAST.
+    bytes: i64,
+    /// Full probes alone.
+    full_bytes: i64,
+    full: i64,
+    sets: i64,
+    summaries: i64,
+    /// Full probes of the burst's nodes.
+    burst_full: i64,
+}
+
+async fn history_size(pool: &sqlx::PgPool, burst_nodes: &[String]) -> HistorySize {
+    let full_bytes = partitions_bytes(pool, &["probe_results"]).await;
+    let bytes = full_bytes + partitions_bytes(pool, &["probe_summary_sets"]).await;
+    let (full, sets, summaries, burst_full) = sqlx::query_as::<_, (i64, i64, i64, i64)>(
         "SELECT (SELECT count(*) FROM probe_results),
                 (SELECT count(*) FROM probe_summary_sets),
-                (SELECT coalesce(sum(cardinality(gpu_index)), 0) FROM probe_summary_sets)::bigint",
+                (SELECT coalesce(sum(cardinality(gpu_index)), 0) FROM probe_summary_sets)::bigint,
+                (SELECT count(*) FROM probe_results WHERE node_id = ANY($1))",
     )
+    .bind(burst_nodes)
     .fetch_one(pool)
     .await
     .unwrap();
-    (bytes, rows)
+    HistorySize { bytes, full_bytes, full, sets, summaries, burst_full }
+}
+
+/// The burst, absorbed or not: its batches' acknowledgements, its failure records acknowledged
+/// against those stored (none lost when they match), and what its nodes' GPUs were found.
+async fn burst_report(
+    pool: &sqlx::PgPool,
+    nodes: &[String],
+    started: chrono::DateTime<chrono::Utc>,
+    stats: &Stats,
+    lasted: Duration,
+) {
+    stats.report(&format!("burst ({} nodes failing every pair)", nodes.len()), lasted);
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM probe_results
+         WHERE node_id = ANY($1) AND verdict = 'silent_corruption' AND observed_at >= $2",
+    )
+    .bind(nodes)
+    .bind(started - chrono::TimeDelta::seconds(1))
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let acked = stats.acked.load(Ordering::Relaxed);
+    println!(
+        "burst: {acked} failure records acknowledged, {stored} stored: {}",
+        if u64::try_from(stored).ok() == Some(acked) {
+            "none lost".to_owned()
+        } else {
+            format!("{} differ", acked.abs_diff(stored as u64))
+        }
+    );
+    let statuses: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT status::text, count(*) FROM gpu_status WHERE node_id = ANY($1) GROUP BY 1 ORDER BY 2 DESC",
+    )
+    .bind(nodes)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let said: Vec<String> = statuses.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    println!("burst: its nodes' GPUs at the end: {}", said.join(", "));
+}
+
+/// The dashboard loaded `loads` times in headless Chromium (a fresh navigation each), timed to
+/// the first contentful paint and to the first view drawn with the collector's data (the page's
+/// `railguard-drawn` mark), both from the navigation's start.
+async fn first_paints(port: u16, loads: usize) {
+    let url = format!("http://127.0.0.1:{port}/");
+    let timed = tokio::task::spawn_blocking(move || {
+        let b = railguard_e2e::browser::Browser::start();
+        (0..loads)
+            .map(|_| {
+                b.go("about:blank");
+                b.go(&url);
+                b.find("body[data-ready] #grid .cell");
+                let v = b.execute(
+                    "const at = n => (performance.getEntriesByName(n)[0] || {}).startTime;
+                     return [at('first-contentful-paint'), at('railguard-drawn'),
+                             document.querySelectorAll('#grid .cell').length];",
+                );
+                (v[0].as_f64(), v[1].as_f64(), v[2].as_u64().unwrap_or(0))
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    match timed {
+        Ok(t) => {
+            let ms = |x: Option<f64>| x.map_or("-".to_owned(), |v| format!("{v:.0}"));
+            let each: Vec<String> = t.iter().map(|(p, d, _)| format!("{}/{}", ms(*p), ms(*d))).collect();
+            let mut drawn: Vec<f64> = t.iter().filter_map(|(_, d, _)| *d).collect();
+            drawn.sort_by(f64::total_cmp);
+            println!(
+                "dashboard in Chromium ({} loads, {} cells drawn): first paint / drawn with data, ms: {}; drawn median {:.0} ms, max {:.0} ms",
+                t.len(),
+                t.first().map_or(0, |x| x.2),
+                each.join(" "),
+                drawn.get(drawn.len() / 2).copied().unwrap_or(f64::NAN),
+                drawn.last().copied().unwrap_or(f64::NAN)
+            );
+        }
+        Err(e) => println!("fleetgen: the dashboard's first paint was not measured: {e}"),
+    }
 }
 
 /// Bytes on disk (tables, indexes and TOAST) of every partition of the tables `parents`.
