@@ -145,7 +145,7 @@ async fn metrics_keep_per_node_series_for_the_nodes_to_look_at_past_the_limit() 
     .execute(&pg.pool)
     .await
     .unwrap();
-    let metrics = async |limit: usize| -> String {
+    let metrics = async |limit: usize, more_trouble: bool| -> String {
         let state = app_state(&pg, limit);
         let ingest = &state.state.ingest;
         ingest.verdicts.lock().unwrap().node_limit = limit;
@@ -156,6 +156,9 @@ async fn metrics_keep_per_node_series_for_the_nodes_to_look_at_past_the_limit() 
             ingest.clock_ahead.observe(&format!("calm-{n}"), 0.2);
         }
         ingest.count_verdict("calm-3", &known, (0, "mlx5_0".into(), "silent_corruption", path), 1);
+        if more_trouble {
+            ingest.count_verdict("calm-4", &known, (1, "mlx5_1".into(), "silent_corruption", path), 3);
+        }
         ingest.clock_ahead.observe("late", 400.0);
         scrape(state).await
     };
@@ -169,13 +172,13 @@ async fn metrics_keep_per_node_series_for_the_nodes_to_look_at_past_the_limit() 
         n.dedup();
         n
     };
-    let all = metrics(100).await;
+    let all = metrics(100, false).await;
     assert_eq!(nodes_in(&all, "railguard_node_last_seen_age_seconds").len(), 12, "under the limit: every node");
     assert_eq!(nodes_in(&all, "railguard_probe_verdicts_total").len(), 9);
     assert_eq!(nodes_in(&all, "railguard_agent_clock_ahead_seconds").len(), 10);
     assert!(all.contains("railguard_node_series_bounded 0"), "{all}");
 
-    let bounded = metrics(5).await;
+    let bounded = metrics(5, false).await;
     assert!(bounded.contains("railguard_node_series_bounded 1"), "{bounded}");
     assert_eq!(nodes_in(&bounded, "railguard_node_last_seen_age_seconds"), ["degraded", "dropping", "late"]);
     assert_eq!(nodes_in(&bounded, "railguard_node_batch_interval_seconds"), ["degraded", "dropping", "late"]);
@@ -189,6 +192,16 @@ async fn metrics_keep_per_node_series_for_the_nodes_to_look_at_past_the_limit() 
         assert!(text.contains(ok), "every node's probes, counted: {text}");
     }
     assert!(bounded.len() < all.len(), "{} ≥ {}", bounded.len(), all.len());
+    assert!(bounded.contains("railguard_node_series_left_off 0"), "{bounded}");
+    // At most the limit's nodes, however many are in trouble: those with drops first, then the
+    // latest against their gap; the nodes with the most failed probes first.
+    let tight = metrics(1, true).await;
+    assert_eq!(nodes_in(&tight, "railguard_node_last_seen_age_seconds"), ["dropping"]);
+    assert!(tight.contains("railguard_node_series_left_off 2"), "{tight}");
+    assert_eq!(nodes_in(&tight, "railguard_probe_verdicts_total"), ["calm-4"], "three failed probes against one");
+    assert!(tight.contains("railguard_probe_verdict_nodes_left_off 1"), "{tight}");
+    let two = metrics(2, true).await;
+    assert_eq!(nodes_in(&two, "railguard_node_last_seen_age_seconds"), ["dropping", "late"]);
     // Past the limit, a node whose probes are all ok gets no series of its own at all: the
     // collector's memory grows with the fleet's trouble, not its size.
     let state = app_state(&pg, 5);

@@ -120,8 +120,9 @@ pub struct ServeArgs {
     /// /metrics gives every node its own series (last seen, batch interval, spool drops, agent
     /// activity, clock lead, per-pair probe verdicts) while the fleet has at most this many nodes;
     /// above, only the nodes later than their usual gap between batches, whose spool dropped
-    /// records, whose agent is not probing, or with a verdict other than ok, and railguard_nodes
-    /// and railguard_probe_verdicts_fleet_total count them all.
+    /// records, whose agent is not probing, or with a verdict other than ok, at most this many of
+    /// each (railguard_node_series_left_off and railguard_probe_verdict_nodes_left_off count those
+    /// left off), and railguard_nodes and railguard_probe_verdicts_fleet_total count them all.
     #[arg(long, env = "RAILGUARD_METRICS_NODE_SERIES_LIMIT", default_value_t = ServeConfig::DEFAULT_METRICS_NODE_SERIES_LIMIT)]
     metrics_node_series_limit: usize,
     /// /metrics names the pods the GPUs' in-line verified transfers were made for in the

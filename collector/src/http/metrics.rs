@@ -52,11 +52,14 @@ pub async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Api
 fn ingest(out: &mut String, st: &crate::ingest::IngestStats, node_limit: usize) {
     let _ = writeln!(
         out,
-        "# HELP railguard_ingest_batches_total Agent batches by outcome.\n# TYPE railguard_ingest_batches_total counter"
+        "# HELP railguard_ingest_batches_total Agent batches by outcome (busy: refused at once, the batches in flight holding the collector's budget; the agent sends it again).\n# TYPE railguard_ingest_batches_total counter"
     );
-    for (k, v) in
-        [("committed", &st.batches_committed), ("rejected", &st.batches_rejected), ("failed", &st.batches_failed)]
-    {
+    for (k, v) in [
+        ("committed", &st.batches_committed),
+        ("rejected", &st.batches_rejected),
+        ("failed", &st.batches_failed),
+        ("busy", &st.batches_busy),
+    ] {
         let _ = writeln!(out, "railguard_ingest_batches_total{{result=\"{k}\"}} {}", v.load(Ordering::Relaxed));
     }
     let _ = writeln!(
@@ -68,16 +71,29 @@ fn ingest(out: &mut String, st: &crate::ingest::IngestStats, node_limit: usize) 
     }
     let _ = writeln!(
         out,
-        "# HELP railguard_probe_verdicts_total Probes stored as evidence (injected faults excluded; a summary of n ok probes counts n), per GPU/NIC pair, verdict and what carried the bytes (path: nic_dma, host_copy, simulated). A GPU or NIC the node's latest topology does not list, and every pair past {max} series per node, is counted as gpu/nic=\"{other}\". Every node's pairs while at most --metrics-node-series-limit nodes have verdicts; above it, only the pairs of nodes with a verdict other than ok (railguard_probe_verdicts_fleet_total counts them all).\n# TYPE railguard_probe_verdicts_total counter",
+        "# HELP railguard_probe_verdicts_total Probes stored as evidence (injected faults excluded; a summary of n ok probes counts n), per GPU/NIC pair, verdict and what carried the bytes (path: nic_dma, host_copy, simulated). A GPU or NIC the node's latest topology does not list, and every pair past {max} series per node, is counted as gpu/nic=\"{other}\". Every node's pairs while at most --metrics-node-series-limit nodes have verdicts; above it, only the pairs of nodes with a verdict other than ok, at most that many nodes, those with the most such probes first (railguard_probe_verdicts_fleet_total counts them all; railguard_probe_verdict_nodes_left_off the nodes left off).\n# TYPE railguard_probe_verdicts_total counter",
         max = crate::ingest::MAX_VERDICT_SERIES_PER_NODE,
         other = crate::ingest::OTHER_DEVICE,
     );
     let mut fleet: std::collections::BTreeMap<(&str, railguard_schema::DataPath), u64> = Default::default();
+    let mut verdicts_left_off = 0;
     if let Ok(v) = st.verdicts.lock() {
         fleet.clone_from(&v.fleet);
         let bounded = v.gated || v.nodes() > node_limit;
-        let troubled: std::collections::HashSet<&str> =
-            v.series.keys().filter(|(_, _, _, verdict, _)| *verdict != "ok").map(|(node, ..)| node.as_str()).collect();
+        // Past the limit, the nodes with a verdict other than ok, at most the limit's number:
+        // those with the most such probes first.
+        let mut failing: std::collections::HashMap<&str, u64> = Default::default();
+        for ((node, _, _, verdict, _), n) in v.series.iter() {
+            if *verdict != "ok" {
+                *failing.entry(node.as_str()).or_default() += n;
+            }
+        }
+        let mut worst: Vec<(&str, u64)> = failing.into_iter().collect();
+        worst.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        if bounded {
+            verdicts_left_off = worst.len().saturating_sub(node_limit);
+        }
+        let troubled: std::collections::HashSet<&str> = worst.into_iter().take(node_limit).map(|(n, _)| n).collect();
         for ((node, gpu, nic, verdict, path), n) in v.series.iter() {
             if bounded && !troubled.contains(node.as_str()) {
                 continue;
@@ -102,6 +118,10 @@ fn ingest(out: &mut String, st: &crate::ingest::IngestStats, node_limit: usize) 
             "railguard_probe_verdicts_fleet_total{{verdict=\"{verdict}\",path=\"{path}\",simulated=\"{simulated}\"}} {n}"
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP railguard_probe_verdict_nodes_left_off Nodes with a verdict other than ok whose per-pair railguard_probe_verdicts_total series are left off past --metrics-node-series-limit.\n# TYPE railguard_probe_verdict_nodes_left_off gauge\nrailguard_probe_verdict_nodes_left_off {verdicts_left_off}"
+    );
     let name = "railguard_ingest_paths_disputed_total";
     let _ = writeln!(
         out,
@@ -284,11 +304,17 @@ async fn nodes(out: &mut String, pool: &sqlx::PgPool, limit: usize) -> Result<()
     }
     let total: i64 = counts.iter().map(|c| c.nodes).sum();
     let attention_only = usize::try_from(total).unwrap_or(usize::MAX) > limit;
-    let lag = crate::store::read::node_lags(pool, attention_only).await?;
+    let lag = crate::store::read::node_lags(pool, attention_only.then_some(limit)).await?;
+    let matched = lag.first().map_or(0, |l| usize::try_from(l.matched).unwrap_or(0));
     let _ = writeln!(
         out,
-        "# HELP railguard_node_series_bounded 1 when the fleet has more nodes than --metrics-node-series-limit: the per-node series then carry only the nodes later than their usual gap between batches, whose spool dropped records, or whose agent is not probing.\n# TYPE railguard_node_series_bounded gauge\nrailguard_node_series_bounded {}",
+        "# HELP railguard_node_series_bounded 1 when the fleet has more nodes than --metrics-node-series-limit: the per-node series then carry only the nodes later than their usual gap between batches, whose spool dropped records, or whose agent is not probing, at most that many (those with drops first, then the latest against their gap).\n# TYPE railguard_node_series_bounded gauge\nrailguard_node_series_bounded {}",
         u8::from(attention_only)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP railguard_node_series_left_off Nodes to look at (late, dropping or not probing) that the per-node series leave off past --metrics-node-series-limit.\n# TYPE railguard_node_series_left_off gauge\nrailguard_node_series_left_off {}",
+        matched.saturating_sub(lag.len())
     );
     let _ = writeln!(
         out,

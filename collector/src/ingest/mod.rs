@@ -3,6 +3,7 @@
 //! batch ([`validate`]), store it in one transaction, count what was stored ([`tally`]);
 //! acknowledge after commit.
 
+pub mod admission;
 pub mod auth;
 pub mod carrier;
 pub mod clock;
@@ -72,6 +73,8 @@ pub struct IngestStats {
     /// Batches refused because a record was older than the retention window.
     pub batches_too_old: AtomicU64,
     pub batches_failed: AtomicU64,
+    /// Batches refused at once because the batches in flight held the admission budget.
+    pub batches_busy: AtomicU64,
     /// Stored probe results that are evidence (no injected fault) per (node, GPU, NIC, verdict,
     /// path), for `railguard_probe_verdicts_total`.
     pub verdicts: std::sync::Mutex<VerdictCounts>,
@@ -159,6 +162,8 @@ pub struct IngestService {
     stats: Arc<IngestStats>,
     /// Where a node whose stored batch brought a failure goes, to be assessed at once.
     urgent: Arc<crate::urgent::UrgentNodes>,
+    /// The budget of batches held at once ([`admission`]).
+    admission: admission::Admission,
 }
 
 impl IngestService {
@@ -188,7 +193,7 @@ impl IngestService {
     }
 
     pub fn new(store: Store, stats: Arc<IngestStats>, urgent: Arc<crate::urgent::UrgentNodes>) -> Self {
-        IngestService { store, stats, urgent }
+        IngestService { store, stats, urgent, admission: admission::Admission::new(admission::IN_FLIGHT_BUDGET_BYTES) }
     }
 
     /// The service wrapped with authentication and message-size limits, ready for a router.
@@ -266,6 +271,10 @@ impl Ingest for IngestService {
 
     async fn push_batch(&self, req: Request<RecordBatch>) -> Result<Response<BatchAck>, Status> {
         let node = writer(&req, &req.get_ref().node_id)?;
+        let _admitted = self.admission.admit(prost::Message::encoded_len(req.get_ref())).map_err(|busy| {
+            self.stats.batches_busy.fetch_add(1, Ordering::Relaxed);
+            Status::unavailable(busy.to_string())
+        })?;
         let batch = req.into_inner();
         let span = tracing::info_span!("push_batch", node = %node, records = batch.records.len());
         tracing::Instrument::instrument(self.push_batch_inner(node, batch), span).await

@@ -390,24 +390,32 @@ pub struct NodeLag {
     pub batch_interval_seconds: Option<f64>,
     /// What its agent last said it is doing (`probing`, …); None: not said.
     pub agent_activity: Option<String>,
+    /// How many nodes the read matched before its limit (the same on every row).
+    pub matched: i64,
 }
 
 /// Per node: seconds since its last batch (ingest lag) and its spool's dropped total (for
-/// /metrics). With `attention_only`, only the nodes some alert or operator has a reason to look
-/// at: later than their usual gap between batches (60 s before a gap is known: every node the
-/// silence alert can fire for is later than that), whose spool ever dropped records, or whose
-/// agent says it is not probing (or says nothing).
-pub async fn node_lags(pool: &PgPool, attention_only: bool) -> Result<Vec<NodeLag>, sqlx::Error> {
+/// /metrics). With `attention` (a limit), only the nodes some alert or operator has a reason to
+/// look at, at most that many: those whose spool ever dropped records first, then the latest
+/// against their usual gap between batches (60 s before a gap is known: every node the silence
+/// alert can fire for is later than that), then those whose agent says it is not probing (or
+/// says nothing). Without, every node.
+pub async fn node_lags(pool: &PgPool, attention: Option<usize>) -> Result<Vec<NodeLag>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT node_id, age_seconds, spool_dropped_total, batch_interval_seconds, agent_activity FROM (
+        "SELECT node_id, age_seconds, spool_dropped_total, batch_interval_seconds, agent_activity,
+                count(*) OVER () AS matched
+         FROM (
              SELECT node_id, EXTRACT(EPOCH FROM now() - last_seen)::float8 AS age_seconds, spool_dropped_total,
                     batch_interval_seconds, agent_activity
              FROM nodes) n
          WHERE NOT $1 OR age_seconds > coalesce(batch_interval_seconds, 60) OR spool_dropped_total > 0
                OR agent_activity IS DISTINCT FROM 'probing'
-         ORDER BY node_id",
+         ORDER BY spool_dropped_total > 0 DESC,
+                  age_seconds / greatest(coalesce(batch_interval_seconds, 60), 1) DESC, node_id
+         LIMIT $2",
     )
-    .bind(attention_only)
+    .bind(attention.is_some())
+    .bind(attention.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
     .fetch_all(pool)
     .await
 }
