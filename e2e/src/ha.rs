@@ -30,28 +30,6 @@ fn try_pg_ha(args: &[&str], base: u16) -> Result<String, String> {
 /// How many ports from its base a cluster takes (`pg-ha.sh`: +0 to +40).
 const PORTS: u16 = 41;
 
-/// A base for [`PORTS`] ports that are free now, below the kernel's range for ephemeral ports
-/// (where every test's own connections and `127.0.0.1:0` listeners land, so a range there can be
-/// taken by one of them before the cluster binds it), picked at random so concurrent clusters
-/// seldom try the same one.
-fn free_port_range() -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    let ephemeral_low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32768);
-    let (low, high) = (10_000u16, ephemeral_low.saturating_sub(PORTS).max(10_001));
-    for _ in 0..1000 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        let base = low + (h.finish() % u64::from(high - low)) as u16;
-        if (base..base + PORTS).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
-            return base;
-        }
-    }
-    panic!("no {PORTS} free ports in a row between {low} and {high}");
-}
-
 /// `pg-ha.sh down` when dropped: held from before `up` runs, so a failed start (a panic in `up`
 /// or after it) stops whatever it started.
 struct Running {
@@ -95,7 +73,7 @@ impl Ha {
         // binds it: then `up` stops what it started and says so, and another range is tried.
         let mut attempt = 0;
         let (running, out) = loop {
-            let base = free_port_range();
+            let base = crate::free_ports(PORTS);
             let running = Running { cluster: cluster.clone(), base };
             match try_pg_ha(&["up", &cluster], base) {
                 Ok(out) => break (running, out),

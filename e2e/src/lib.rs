@@ -175,8 +175,33 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// A port on 127.0.0.1 free now: [`free_ports`] for one.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    free_ports(1)
+}
+
+/// The first of `n` consecutive ports on 127.0.0.1 free now, below the kernel's range for
+/// ephemeral ports (where every test's own connections and `127.0.0.1:0` listeners land, so a
+/// port there can be taken by an outgoing connection before the process meant to listen on it
+/// binds it), picked at random so concurrent tests seldom try the same one. Free when picked,
+/// a port may still be taken before it is bound: a caller that can tell (the collector's start)
+/// picks again.
+pub fn free_ports(n: u16) -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let ephemeral_low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.saturating_sub(n).max(10_001));
+    for _ in 0..1000 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let base = low + (h.finish() % u64::from(high - low)) as u16;
+        if (base..base + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no {n} free ports in a row between {low} and {high}");
 }
 
 /// The token the test collectors accept for `node` (besides node-a and node-b).
@@ -230,7 +255,7 @@ impl CollectorProc {
             child: None,
             _dir: dir,
         };
-        c.spawn();
+        c.start_listening(true);
         c
     }
 
@@ -256,8 +281,38 @@ impl CollectorProc {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        wait_for_port(self.port);
-        wait_for_port(self.http_port);
+    }
+
+    /// Starts the process and waits for both its listeners. A process that exits first (a port
+    /// taken between picking and binding) is started again: on new ports at the first start,
+    /// on the same ones after a restart (the agents point there), a few times.
+    fn start_listening(&mut self, new_ports: bool) {
+        for attempt in 0.. {
+            self.spawn();
+            let child = self.child.as_mut().unwrap();
+            let listening = wait::until(
+                &format!("the collector listening on ports {} and {}", self.port, self.http_port),
+                Duration::from_secs(60),
+                || {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        return Ok(Some(status));
+                    }
+                    let up = |p: u16| std::net::TcpStream::connect(("127.0.0.1", p)).is_ok();
+                    if up(self.port) && up(self.http_port) { Ok(None) } else { Err("not yet listening") }
+                },
+            );
+            match listening {
+                None => return,
+                Some(status) if attempt < 4 => {
+                    eprintln!("the collector exited before listening ({status}); starting it again");
+                    self.child = None;
+                    if new_ports {
+                        (self.port, self.http_port) = (free_port(), free_port());
+                    }
+                }
+                Some(status) => panic!("the collector exited before listening, {} times: {status}", attempt + 1),
+            }
+        }
     }
 
     /// GET on the HTTP API: (status code, body).
@@ -278,7 +333,7 @@ impl CollectorProc {
 
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.start_listening(false);
     }
 
     /// Assessment passes this collector has finished (`railguard_assessment_passes_total`, every
