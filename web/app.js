@@ -216,7 +216,22 @@ function gridPath(query) {
   return `/api/v1/grid?${p}`;
 }
 
-// The fleet's reads: every 5 s a page of the grid; the slower ones on their own clock.
+// The slower reads in flight, by path: a refresh while one is still reading waits on it rather
+// than asking the collector again.
+const slowReads = new Map();
+function slowRead(path) {
+  if (!slowReads.has(path)) {
+    slowReads.set(path, api(path).catch(() => null).finally(() => slowReads.delete(path)));
+  }
+  return slowReads.get(path);
+}
+// How long a refresh waits for the slower reads after the grid has come: those in by then are
+// drawn with it, later ones when they come (another render), so the fleet's first view never
+// waits on the pattern finder or the day's reads of a large fleet.
+const SLOW_READ_GRACE_MS = 250;
+
+// The fleet's reads: every 5 s a page of the grid; the slower ones on their own clock, drawn
+// when they come.
 async function readFleet(query) {
   const at = query.get("at");
   const key = at || "now";
@@ -228,25 +243,33 @@ async function readFleet(query) {
   const patternPath = atDate && !isNaN(atDate)
     ? `/api/v1/patterns?since=${q(atDate - 900000)}&until=${q(atDate)}`
     : "/api/v1/patterns?since=15m";
-  const readPattern = patternRead.key !== key || Date.now() - patternRead.at >= PATTERN_EVERY_MS;
-  const readDay = enginesRead.key !== key || Date.now() - enginesRead.at >= PATTERN_EVERY_MS;
-  const readSpan = seriesRead.key !== spanKey || Date.now() - seriesRead.at >= PATTERN_EVERY_MS;
-  const maybe = (read, path, kept) => read ? api(path).catch(() => null) : Promise.resolve(kept);
-  const [grid, pat, series, engines, sources] = await Promise.all([
-    api(gridPath(query)),
-    maybe(readPattern, patternPath, patternRead.value),
-    maybe(readSpan, `/api/v1/fleet/series?since=${q(span.since)}&until=${q(span.until)}`, seriesRead.value),
-    maybe(readDay, `/api/v1/engines?${day}`, enginesRead.value),
-    maybe(readDay, `/api/v1/sources?${day}`, sourcesRead.value),
-  ]);
-  if (readDay && engines) enginesRead = { at: Date.now(), key, value: engines };
-  if (readDay && sources) sourcesRead = { value: sources };
-  if (readSpan && series) seriesRead = { at: Date.now(), key: spanKey, value: series };
-  // A failed read keeps the last one shown (for the same moment) and tries again in 15 s.
-  if (readPattern) {
-    const kept = patternRead.key === key ? patternRead.value : null;
-    patternRead = pat ? { at: Date.now(), key, value: pat }
-      : { at: Date.now() - PATTERN_EVERY_MS + 15000, key, value: kept };
+  const slow = [];
+  if (patternRead.key !== key || Date.now() - patternRead.at >= PATTERN_EVERY_MS) {
+    // A failed read keeps the last one shown (for the same moment) and tries again in 15 s.
+    slow.push(slowRead(patternPath).then(pat => {
+      const kept = patternRead.key === key ? patternRead.value : null;
+      patternRead = pat ? { at: Date.now(), key, value: pat }
+        : { at: Date.now() - PATTERN_EVERY_MS + 15000, key, value: kept };
+    }));
+  }
+  if (seriesRead.key !== spanKey || Date.now() - seriesRead.at >= PATTERN_EVERY_MS) {
+    slow.push(slowRead(`/api/v1/fleet/series?since=${q(span.since)}&until=${q(span.until)}`).then(series => {
+      if (series) seriesRead = { at: Date.now(), key: spanKey, value: series };
+    }));
+  }
+  if (enginesRead.key !== key || Date.now() - enginesRead.at >= PATTERN_EVERY_MS) {
+    slow.push(slowRead(`/api/v1/engines?${day}`).then(engines => {
+      if (engines) enginesRead = { at: Date.now(), key, value: engines };
+    }));
+    slow.push(slowRead(`/api/v1/sources?${day}`).then(sources => {
+      if (sources) sourcesRead = { value: sources };
+    }));
+  }
+  const grid = await api(gridPath(query));
+  if (slow.length) {
+    const all = Promise.all(slow);
+    const late = await Promise.race([all.then(() => false), pause(SLOW_READ_GRACE_MS).then(() => true)]);
+    if (late) all.then(() => render());
   }
   return {
     grid, at,

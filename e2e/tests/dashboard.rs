@@ -306,6 +306,42 @@ async fn a_busy_answer_is_asked_again_as_told_and_shown_only_after_the_third() {
     });
 }
 
+/// The fleet's first view waits for the grid alone: with every other read held back (the
+/// pattern finder and the day's reads, slow on a large fleet), a time-travelled grid is drawn,
+/// and the fleet's series follows once its read comes, without another tick or click.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_grid_is_drawn_before_the_slower_reads_come() {
+    let pg = TestPg::start().await;
+    let c = scripted_fleet(&pg).await;
+    tokio::task::block_in_place(|| {
+        let b = Browser::start();
+        b.go(&format!("http://127.0.0.1:{}/", c.http_port));
+        b.find("body[data-ready] #grid .cell");
+        b.find("#chart-fleet");
+        // Every read but the grid's waits until released; a new moment makes all of them due.
+        b.execute(
+            "return rendered().then(() => {
+               const real = window.realFetch ||= window.fetch;
+               window.held = [];
+               window.fetch = (path, opts) => path.startsWith('/api/v1/grid') ? real(path, opts)
+                 : new Promise(go => window.held.push(() => go(real(path, opts))));
+               location.hash = '#/?at=' + encodeURIComponent(new Date().toISOString());
+               return null;
+             });",
+        );
+        b.find("#asof");
+        let drawn = b.execute(
+            "return { held: window.held.length, chart: !!document.querySelector('#chart-fleet'),
+                      cells: document.querySelectorAll('#grid .cell').length };",
+        );
+        assert!(drawn["held"].as_u64().unwrap() >= 4, "the slower reads were asked: {drawn}");
+        assert_eq!(drawn["chart"], false, "the new moment's series is not read yet: {drawn}");
+        assert!(drawn["cells"].as_u64().unwrap() > 0, "{drawn}");
+        b.execute("window.fetch = window.realFetch; window.held.forEach(go => go()); return null;");
+        b.find("#chart-fleet");
+    });
+}
+
 /// Markup in everything an agent can send (NIC names, topology warnings, the reasons that quote
 /// them, signal summaries) and in a crafted link: shown as text, never run. Every response
 /// carries the security headers.

@@ -221,18 +221,21 @@ pub async fn changed_nodes(
     let w = chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
     // A flag is cleared only once committed, and it commits with its batch's evidence, which the
     // pass reads after this claim: no evidence is claimed before it is visible. A batch still in
-    // flight is claimed by this pass (if its node was pending already, the claim waits for its
-    // row) or by the next (`e2e/tests/incremental.rs`).
+    // flight leaves its node to the next claim, which takes it once the batch commits (if its
+    // node was pending already, this claim skips the row the batch holds rather than wait:
+    // `e2e/tests/incremental.rs`).
     let mut steps = Steps::default();
     let mut laps = Laps::new(&mut steps);
     let schedule::Claimed { mut nodes, left } = schedule::claim_pending(pool, parts, bound).await?;
     laps.lap(Step::Claim);
     // Evidence dated after the previous pass enters the window by time alone when it was
     // stored before this claim but dated after that pass's `now` (an agent clock running fast,
-    // or a batch stored while that pass was claiming): the nodes whose newest evidence is dated
-    // after it, a superset (a node that sent evidence since is pending anyway). Evidence dated
-    // one window before the passes leaves it.
-    nodes.extend(schedule::nodes_with_evidence_after(pool, prev, parts).await?);
+    // or a batch stored while that pass was claiming): the nodes not pending whose newest
+    // evidence is dated after it, a superset. A node still pending is left to the pass that
+    // claims it, whose successor looks again (so a node that sends a batch every few seconds is
+    // not taken on every pass past the bound, only when claimed). Evidence dated one window
+    // before the passes leaves it.
+    nodes.extend(schedule::claimed_nodes_with_evidence_after(pool, prev, parts).await?);
     if let (Some(from), Some(to)) = (prev.checked_sub_signed(w), now.checked_sub_signed(w))
         && from < to
     {

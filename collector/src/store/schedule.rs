@@ -25,7 +25,9 @@ pub struct Claimed {
 
 /// Clears the flag of the nodes with a batch stored since their last claim, of `parts` (every
 /// part: None), at most `limit` of them (None: all), those assessed longest ago (never first),
-/// and returns them: a claim writes only the nodes it takes, however many are pending.
+/// and returns them: a claim writes only the nodes it takes, however many are pending. A node
+/// whose row a batch in flight holds is skipped, left pending for the next claim: a claim never
+/// waits behind ingest.
 pub async fn claim_pending(pool: &PgPool, parts: Option<&[i16]>, limit: Option<usize>) -> Result<Claimed, sqlx::Error> {
     let limit = limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
     let nodes: Vec<String> = sqlx::query_scalar(
@@ -33,7 +35,8 @@ pub async fn claim_pending(pool: &PgPool, parts: Option<&[i16]>, limit: Option<u
          WHERE evidence_pending
            AND node_id IN (SELECT node_id FROM nodes
                            WHERE evidence_pending AND ($1::int2[] IS NULL OR assess_part = ANY($1))
-                           ORDER BY assessed_at NULLS FIRST, node_id LIMIT $2)
+                           ORDER BY assessed_at NULLS FIRST, node_id LIMIT $2
+                           FOR UPDATE SKIP LOCKED)
          RETURNING node_id",
     )
     .bind(parts)
@@ -68,15 +71,17 @@ pub async fn of_parts(pool: &PgPool, nodes: &[String], parts: &[i16]) -> Result<
         .await
 }
 
-/// The nodes of `parts` (every part: None) whose newest evidence of any kind is dated after
-/// `after` (`nodes.newest_evidence_at`, kept by ingest).
-pub async fn nodes_with_evidence_after(
+/// The nodes of `parts` (every part: None) not pending whose newest evidence of any kind is
+/// dated after `after` (`nodes.newest_evidence_at`, kept by ingest). A pending node is left
+/// out: a claim takes it, and the pass after that claim's looks at its dates again.
+pub async fn claimed_nodes_with_evidence_after(
     pool: &PgPool,
     after: DateTime<Utc>,
     parts: Option<&[i16]>,
 ) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT node_id FROM nodes WHERE newest_evidence_at > $1 AND ($2::int2[] IS NULL OR assess_part = ANY($2))",
+        "SELECT node_id FROM nodes
+         WHERE newest_evidence_at > $1 AND NOT evidence_pending AND ($2::int2[] IS NULL OR assess_part = ANY($2))",
     )
     .bind(after)
     .bind(parts)
