@@ -586,6 +586,7 @@ AS $function$
 DECLARE
     first date;
     part text;
+    col record;
 BEGIN
     IF span NOT IN ('day', 'month') THEN
         RAISE EXCEPTION 'partition span % is not day or month', span;
@@ -599,6 +600,13 @@ BEGIN
             part, parent,
             (first::timestamp AT TIME ZONE 'UTC'),
             ((first + ('1 ' || span)::interval)::timestamp AT TIME ZONE 'UTC'));
+        FOR col IN
+            SELECT attname, attstattarget FROM pg_attribute
+            WHERE attrelid = parent AND attnum > 0 AND NOT attisdropped AND attstattarget >= 0
+            ORDER BY attnum
+        LOOP
+            EXECUTE format('ALTER TABLE %I ALTER COLUMN %I SET STATISTICS %s', part, col.attname, col.attstattarget);
+        END LOOP;
     END IF;
 END;
 $function$;

@@ -83,23 +83,26 @@ impl UrgentNodes {
         self.nodes.lock().map(|mut n| std::mem::take(&mut *n).into_keys().collect()).unwrap_or_default()
     }
 
-    /// What an urgent pass found of `node`: the GPUs it found `corrupting` (none: the node is
-    /// forgotten). The node's failures queued while the pass ran are taken out of the queue when
-    /// they are of those GPUs alone. Settlements older than [`SETTLED_FOR`] are dropped on the way.
-    pub fn settle(&self, node: &str, corrupting: BTreeSet<u32>) {
-        if let Ok(mut s) = self.settled.lock() {
-            s.retain(|_, v| v.at.elapsed() < SETTLED_FOR);
+    /// What an urgent pass found, node by node: the GPUs it found `corrupting` (none: the node
+    /// is forgotten). A node's failures queued while the pass ran are taken out of the queue
+    /// when they are of those GPUs alone. Settlements older than [`SETTLED_FOR`] are dropped
+    /// on the way, once a pass.
+    pub fn settle<'a>(&self, found: impl IntoIterator<Item = (&'a str, BTreeSet<u32>)>) {
+        let Ok(mut s) = self.settled.lock() else { return };
+        s.retain(|_, v| v.at.elapsed() < SETTLED_FOR);
+        let Ok(mut n) = self.nodes.lock() else { return };
+        let now = Instant::now();
+        for (node, corrupting) in found {
             if corrupting.is_empty() {
                 s.remove(node);
-                return;
+                continue;
             }
-            if let Ok(mut n) = self.nodes.lock()
-                && let Some(Failing::Gpus(queued)) = n.get(node)
+            if let Some(Failing::Gpus(queued)) = n.get(node)
                 && queued.is_subset(&corrupting)
             {
                 n.remove(node);
             }
-            s.insert(node.to_owned(), Settled { gpus: corrupting, at: Instant::now() });
+            s.insert(node.to_owned(), Settled { gpus: corrupting, at: now });
         }
     }
 
@@ -122,7 +125,7 @@ mod tests {
         let u = UrgentNodes::default();
         assert!(u.push("n1", gpus(&[3])));
         assert_eq!(u.take(), vec!["n1".to_owned()]);
-        u.settle("n1", [3, 4].into());
+        u.settle([("n1", [3, 4].into())]);
         assert!(!u.push("n1", gpus(&[3])), "GPU3 was found corrupting: nothing to change at once");
         assert!(!u.push("n1", gpus(&[3, 4])));
         assert!(u.take().is_empty());
@@ -133,18 +136,17 @@ mod tests {
         // Failures queued while a pass ran leave the queue when the pass settles their GPUs.
         assert!(u.push("n3", gpus(&[1])));
         assert!(u.push("n4", gpus(&[1, 2])));
-        u.settle("n3", [1].into());
-        u.settle("n4", [1].into());
+        u.settle([("n3", [1].into()), ("n4", [1].into())]);
         assert_eq!(u.take(), vec!["n4".to_owned()], "n4's GPU2 is not settled");
         // Found anything but corrupting: forgotten, so its next failure is urgent again.
-        u.settle("n1", BTreeSet::new());
+        u.settle([("n1", BTreeSet::new())]);
         assert!(u.push("n1", gpus(&[3])));
     }
 
     #[test]
     fn a_settlement_lapses() {
         let u = UrgentNodes::default();
-        u.settle("n1", [0].into());
+        u.settle([("n1", [0].into())]);
         if let Ok(mut s) = u.settled.lock()
             && let Some(v) = s.get_mut("n1")
         {

@@ -391,6 +391,40 @@ async fn a_pass_leaves_alone_a_status_made_from_newer_evidence() {
     assert_eq!(status(&pg, "node-b", 3).await, ("corrupting".to_owned(), t2));
 }
 
+/// The evidence sets' arrays gather no planner statistics (no query filters on them, and
+/// ANALYZE's element statistics over a day's summary sets cost seconds of CPU): on a partition
+/// made now as on the tables; every other column keeps the default.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_evidence_sets_arrays_gather_no_planner_statistics() {
+    let pg = TestPg::start().await;
+    for (table, span, part) in [
+        ("probe_summary_sets", "day", "probe_summary_sets_20310304"),
+        ("probe_rollup_sets", "month", "probe_rollup_sets_20310301"),
+    ] {
+        sqlx::query("SELECT railguard_ensure_partition($1::regclass, '2031-03-04', $2)")
+            .bind(table)
+            .bind(span)
+            .execute(&pg.pool)
+            .await
+            .unwrap();
+        for rel in [table, part] {
+            let columns: Vec<(String, bool, i32)> = sqlx::query_as(
+                "SELECT a.attname::text, t.typcategory = 'A', coalesce(a.attstattarget::int4, -1)
+                 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped",
+            )
+            .bind(rel)
+            .fetch_all(&pg.pool)
+            .await
+            .unwrap();
+            assert!(columns.iter().filter(|c| c.1).count() >= 13, "{rel}: {columns:?}");
+            for (name, array, target) in &columns {
+                assert_eq!(*target == 0, *array, "{rel}.{name}: statistics target {target}");
+            }
+        }
+    }
+}
+
 /// A batch in flight while the leader claims: its node is claimed by this pass or the next, and
 /// never cleared before its evidence is visible to the pass that cleared it.
 #[tokio::test(flavor = "multi_thread")]

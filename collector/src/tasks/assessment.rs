@@ -205,9 +205,7 @@ pub async fn run_urgent(
                             g.insert(x.gpu);
                         }
                     }
-                    for (node, gpus) in corrupting {
-                        queue.settle(node, gpus);
-                    }
+                    queue.settle(corrupting);
                     let pass = Pass { full: false, nodes: urgent.len(), gpus, phases: a.phases, ..Pass::default() };
                     stats.record_urgent(&pass, started.elapsed());
                     pass.warn_if_slow("urgent", started.elapsed());

@@ -280,7 +280,7 @@ impl Stats {
     fn report(&self, label: &str, elapsed: Duration) {
         let mut l = self.latencies_us.lock().map(|l| l.clone()).unwrap_or_default();
         l.sort_unstable();
-        let q = |f: f64| l.get(((l.len() as f64 * f) as usize).min(l.len().saturating_sub(1))).copied().unwrap_or(0);
+        let q = |f: f64| rank(&l, f).unwrap_or(0);
         let secs = elapsed.as_secs_f64().max(0.001);
         println!(
             "{label}: {:.0} records/s offered, {:.0} acknowledged ({} batches); ack p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {} errors",
@@ -624,7 +624,7 @@ async fn main() {
     if storage_mark.is_some() {
         let mut l = stats.latencies_us.lock().map(|l| l[steady_from.min(l.len())..].to_vec()).unwrap_or_default();
         l.sort_unstable();
-        let q = |f: f64| l.get(((l.len() as f64 * f) as usize).min(l.len().saturating_sub(1))).copied().unwrap_or(0);
+        let q = |f: f64| rank(&l, f).unwrap_or(0);
         println!(
             "steady state (after the first summaries): {} batches, ack p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {} errors",
             l.len(),
@@ -756,7 +756,7 @@ async fn main() {
     if !injections.is_empty() {
         let mut d: Vec<f64> = injections.iter().filter_map(|j| j.detected).map(|d| d.as_secs_f64()).collect();
         d.sort_by(f64::total_cmp);
-        let q = |f: f64| d.get(((d.len() as f64 * f).ceil() as usize).saturating_sub(1).min(d.len().saturating_sub(1)));
+        let q = |f: f64| rank(&d, f);
         for j in injections.iter().filter(|j| j.detected.is_none()) {
             println!("fleetgen: {} GPU{} was not corrupting by the end", j.node, j.gpu);
         }
@@ -764,8 +764,8 @@ async fn main() {
             "detection: {} of {} injections stored corrupting; from the failing probes' send: p50 {:.1} s, p99 {:.1} s, max {:.1} s",
             d.len(),
             injections.len(),
-            q(0.5).copied().unwrap_or(f64::NAN),
-            q(0.99).copied().unwrap_or(f64::NAN),
+            q(0.5).unwrap_or(f64::NAN),
+            q(0.99).unwrap_or(f64::NAN),
             d.last().copied().unwrap_or(f64::NAN)
         );
     }
@@ -777,7 +777,7 @@ async fn main() {
         // next move it on (below).
         let in_order = (path.starts_with("/api/v1/patterns") && ms.len() <= 100).then(|| in_order(ms));
         ms.sort_by(f64::total_cmp);
-        let q = |f: f64| ms[((ms.len() as f64 * f).ceil() as usize).saturating_sub(1).min(ms.len() - 1)];
+        let q = |f: f64| rank(&ms, f).unwrap_or(f64::NAN);
         println!(
             "under load (steady state, every {every} s): GET {path} p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} reads; the largest {:.2} MB)",
             q(0.5),
@@ -793,7 +793,7 @@ async fn main() {
     if !scrapes.is_empty() {
         let mut ms: Vec<f64> = scrapes.iter().map(|s| s.1).collect();
         ms.sort_by(f64::total_cmp);
-        let q = |f: f64| ms[((ms.len() as f64 * f).ceil() as usize).saturating_sub(1).min(ms.len() - 1)];
+        let q = |f: f64| rank(&ms, f).unwrap_or(f64::NAN);
         println!(
             "under load (every 10 s, the whole run): GET /metrics p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} scrapes; the largest {:.2} MB)",
             q(0.5),
@@ -1320,7 +1320,7 @@ async fn first_paints(port: u16, loads: usize) {
                 t.len(),
                 t.first().map_or(0, |x| x.2),
                 each.join(" "),
-                drawn.get(drawn.len() / 2).copied().unwrap_or(f64::NAN),
+                rank(&drawn, 0.5).unwrap_or(f64::NAN),
                 drawn.last().copied().unwrap_or(f64::NAN)
             );
         }
@@ -1338,4 +1338,24 @@ async fn partitions_bytes(pool: &sqlx::PgPool, parents: &[&str]) -> i64 {
     .fetch_one(pool)
     .await
     .unwrap()
+}
+
+/// The `f` quantile of `sorted` by nearest rank (the smallest value at least `f` of them do not
+/// exceed); None when empty.
+fn rank<T: Copy>(sorted: &[T], f: f64) -> Option<T> {
+    let i = ((sorted.len() as f64 * f).ceil() as usize).saturating_sub(1);
+    sorted.get(i.min(sorted.len().saturating_sub(1))).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_quantile_is_the_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(super::rank(&v, 0.5), Some(50));
+        assert_eq!(super::rank(&v, 0.99), Some(99));
+        assert_eq!(super::rank(&v, 1.0), Some(100));
+        assert_eq!(super::rank(&[7u64], 0.99), Some(7));
+        assert_eq!(super::rank::<u64>(&[], 0.5), None);
+    }
 }
