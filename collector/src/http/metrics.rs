@@ -81,21 +81,21 @@ fn ingest(out: &mut String, st: &crate::ingest::IngestStats, node_limit: usize) 
         fleet.clone_from(&v.fleet);
         let bounded = v.gated || v.nodes() > node_limit;
         // Past the limit, the nodes with a verdict other than ok, at most the limit's number:
-        // those with the most such probes first.
-        let mut failing: std::collections::HashMap<&str, u64> = Default::default();
-        for ((node, _, _, verdict, _), n) in v.series.iter() {
-            if *verdict != "ok" {
-                *failing.entry(node.as_str()).or_default() += n;
+        // those with the most such probes first (ranked only then).
+        let troubled: Option<std::collections::HashSet<&str>> = bounded.then(|| {
+            let mut failing: std::collections::HashMap<&str, u64> = Default::default();
+            for ((node, _, _, verdict, _), n) in v.series.iter() {
+                if *verdict != "ok" {
+                    *failing.entry(node.as_str()).or_default() += n;
+                }
             }
-        }
-        let mut worst: Vec<(&str, u64)> = failing.into_iter().collect();
-        worst.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        if bounded {
+            let mut worst: Vec<(&str, u64)> = failing.into_iter().collect();
+            worst.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
             verdicts_left_off = worst.len().saturating_sub(node_limit);
-        }
-        let troubled: std::collections::HashSet<&str> = worst.into_iter().take(node_limit).map(|(n, _)| n).collect();
+            worst.into_iter().take(node_limit).map(|(n, _)| n).collect()
+        });
         for ((node, gpu, nic, verdict, path), n) in v.series.iter() {
-            if bounded && !troubled.contains(node.as_str()) {
+            if troubled.as_ref().is_some_and(|t| !t.contains(node.as_str())) {
                 continue;
             }
             let simulated = *path == railguard_schema::DataPath::Simulated;

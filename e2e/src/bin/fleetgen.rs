@@ -777,7 +777,7 @@ async fn main() {
         // next move it on (below).
         let in_order = (path.starts_with("/api/v1/patterns") && ms.len() <= 100).then(|| in_order(ms));
         ms.sort_by(f64::total_cmp);
-        let q = |f: f64| rank(&ms, f).unwrap_or(f64::NAN);
+        let q = |f: f64| rank(ms, f).unwrap_or(f64::NAN);
         println!(
             "under load (steady state, every {every} s): GET {path} p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} reads; the largest {:.2} MB)",
             q(0.5),
