@@ -180,6 +180,13 @@ pub fn free_port() -> u16 {
     free_ports(1)
 }
 
+/// Two ports on 127.0.0.1 free now, never the same one (a collector's gRPC and HTTP
+/// listeners): [`free_ports`] for two in a row.
+pub fn free_port_pair() -> (u16, u16) {
+    let first = free_ports(2);
+    (first, first + 1)
+}
+
 /// The first of `n` consecutive ports on 127.0.0.1 free now, below the kernel's range for
 /// ephemeral ports (where every test's own connections and `127.0.0.1:0` listeners land, so a
 /// port there can be taken by an outgoing connection before the process meant to listen on it
@@ -245,9 +252,10 @@ impl CollectorProc {
             text.push_str(&format!("{n} {}\n", token_for(n)));
         }
         write_secret(&creds, text);
+        let (port, http_port) = free_port_pair();
         let mut c = CollectorProc {
-            port: free_port(),
-            http_port: free_port(),
+            port,
+            http_port,
             database_url: database_url.into(),
             creds,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
@@ -307,7 +315,7 @@ impl CollectorProc {
                     eprintln!("the collector exited before listening ({status}); starting it again");
                     self.child = None;
                     if new_ports {
-                        (self.port, self.http_port) = (free_port(), free_port());
+                        (self.port, self.http_port) = free_port_pair();
                     }
                 }
                 Some(status) => panic!("the collector exited before listening, {} times: {status}", attempt + 1),

@@ -108,7 +108,7 @@ fn units_run_as_written(launch: &Launch, dir: &std::path::Path) {
     let token = dir.join("token");
     railguard_e2e::write_secret(&token, TOKEN_A);
     fixture::seed_kvm_guest().write(&dir.join("node")).unwrap();
-    let (grpc, http) = (free_port(), free_port());
+    let (grpc, http) = free_port_pair();
     // The units speak TLS: certificates for this test in place of /etc/railguard's.
     let certs = dir.join("certs");
     std::fs::create_dir(&certs).unwrap();

@@ -89,7 +89,7 @@ async fn traces_and_metrics_reach_an_otlp_receiver() {
     let dir = tempfile::tempdir().unwrap();
     let creds = dir.path().join("creds");
     railguard_e2e::write_secret(&creds, format!("node-a {TOKEN_A}\n"));
-    let (grpc, http) = (free_port(), free_port());
+    let (grpc, http) = free_port_pair();
     let mut collector = Command::new(bin("railguard-collector"))
         .args([
             "serve",

@@ -87,7 +87,7 @@ fn the_collectors_log_holds_no_password_and_no_token() {
     write_secret(&api_token, "api-token-0123456789abcdef");
     let log_path = dir.path().join("collector.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let (grpc, http) = (free_port(), free_port());
+    let (grpc, http) = free_port_pair();
     let mut child = std::process::Command::new(bin("railguard-collector"))
         .args(["serve", "--insecure", "--assess-every-secs", "1"])
         .args(["--grpc-listen", &format!("127.0.0.1:{grpc}"), "--http-listen", &format!("127.0.0.1:{http}")])
